@@ -1,0 +1,7 @@
+// Placeholder until this sub-command lands; replaced by its owner.
+#include "commands.h"
+#include "core/error.h"
+
+namespace deltatune::cli {
+int cmd_demo(const Args&) { throw Error("'deltatune demo' is not available in this build yet"); }
+}  // namespace deltatune::cli

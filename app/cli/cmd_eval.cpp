@@ -1,0 +1,7 @@
+// Placeholder until this sub-command lands; replaced by its owner.
+#include "commands.h"
+#include "core/error.h"
+
+namespace deltatune::cli {
+int cmd_eval(const Args&) { throw Error("'deltatune eval' is not available in this build yet"); }
+}  // namespace deltatune::cli

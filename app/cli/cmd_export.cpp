@@ -1,0 +1,7 @@
+// Placeholder until this sub-command lands; replaced by its owner.
+#include "commands.h"
+#include "core/error.h"
+
+namespace deltatune::cli {
+int cmd_export(const Args&) { throw Error("'deltatune export' is not available in this build yet"); }
+}  // namespace deltatune::cli

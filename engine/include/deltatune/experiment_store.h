@@ -1,0 +1,78 @@
+// The experiment database (SQLite, WAL). The engine writes; the studio and CLI read.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "deltatune/trainer.h"
+
+namespace deltatune {
+
+struct RunRecord {
+  std::string id;          // short unique id
+  std::string name;
+  std::string status;      // running | finished | failed | cancelled | crashed
+  std::string created_at, finished_at;  // ISO-8601 UTC
+  std::string model;
+  std::string datasets;    // comma-separated paths
+  std::string config_yaml;
+  std::string output_dir;
+  std::string engine_version, device;
+  double final_loss = -1, best_eval_loss = -1;
+  int64_t steps = 0, total_steps = 0;
+  int64_t pid = 0;
+  std::vector<std::string> tags;
+  std::string notes;
+};
+
+struct ArtifactRecord {
+  std::string run_id, kind, path;  // kind: checkpoint | adapter | merged
+  int64_t step = 0;
+  std::string created_at;
+};
+
+struct EventRecord {
+  std::string run_id, level, message, time;
+};
+
+class ExperimentStore {
+ public:
+  // Opens (creating and migrating) the database. Throws deltatune::Error naming the path.
+  explicit ExperimentStore(const std::string& path);
+  ~ExperimentStore();
+  ExperimentStore(const ExperimentStore&) = delete;
+  ExperimentStore& operator=(const ExperimentStore&) = delete;
+
+  static std::string default_path();  // $DELTATUNE_DB or $XDG_DATA_HOME/deltatune/experiments.db
+  const std::string& path() const;
+
+  std::string create_run(const RunRecord& r);  // returns the new id
+  void update_run(const RunRecord& r);
+  void set_status(const std::string& run_id, const std::string& status);
+  std::optional<RunRecord> find_run(const std::string& id_or_name);  // id, unique id prefix, or name
+  std::vector<RunRecord> list_runs();
+  void delete_run(const std::string& run_id);
+  void add_tag(const std::string& run_id, const std::string& tag);
+  // Marks runs left `running` by a dead process as `crashed`; returns how many.
+  int mark_crashed_runs();
+
+  void add_metrics(const std::string& run_id, const StepMetrics& m);
+  std::vector<StepMetrics> metrics(const std::string& run_id);
+  // Drops metrics after `step` (used on resume so nothing is duplicated).
+  void truncate_metrics(const std::string& run_id, int64_t step);
+
+  void add_artifact(const ArtifactRecord& a);
+  std::vector<ArtifactRecord> artifacts(const std::string& run_id);
+  void add_event(const std::string& run_id, const std::string& level, const std::string& message);
+  std::vector<EventRecord> events(const std::string& run_id);
+
+  std::string integrity_check();  // "ok" when healthy
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deltatune

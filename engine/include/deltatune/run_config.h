@@ -1,0 +1,79 @@
+// The whole run as one YAML file. Key names follow axolotl where the meaning is the same.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace deltatune {
+
+struct DatasetSpec {
+  std::string path;
+  std::string type;   // "", "chat" (messages), "sharegpt", "alpaca", "completion", "pretokenized"
+  std::string split;  // "" = train; "validation" = used as eval set
+};
+
+struct RunConfig {
+  // model
+  std::string base_model;               // HF checkpoint folder
+  std::string model_class = "auto";     // "auto" | "causal_lm" | "conditional_generation" (adapter key prefix)
+  // data
+  std::vector<DatasetSpec> datasets;
+  std::vector<DatasetSpec> test_datasets;
+  double val_set_size = 0.0;            // fraction of train examples held out for eval
+  int64_t sequence_len = 2048;
+  bool sample_packing = false;
+  bool train_on_inputs = false;
+  bool skip_bad_rows = false;
+  std::string truncation = "truncate";  // "truncate" | "drop"
+  std::string dataset_prepared_path;    // token cache folder ("" = <output_dir>/../.cache or XDG cache)
+  // adapter
+  std::string adapter = "lora";
+  int lora_r = 16;
+  double lora_alpha = 32;
+  double lora_dropout = 0.0;
+  bool use_rslora = false;
+  std::vector<std::string> lora_target_groups;      // attn, linear_attn, mlp, shared_expert, experts
+  std::vector<std::string> lora_target_modules;     // module suffixes (PEFT target_modules)
+  std::vector<std::string> lora_target_parameters;  // 3-D params (PEFT target_parameters)
+  std::string lora_model_dir;                        // start from this PEFT adapter
+  // optimisation
+  int64_t micro_batch_size = 1;
+  int64_t gradient_accumulation_steps = 1;
+  double num_epochs = 1;
+  int64_t max_steps = -1;               // > 0 overrides num_epochs
+  double learning_rate = 2e-4;
+  std::string lr_scheduler = "cosine";  // constant | linear | cosine
+  int64_t warmup_steps = 0;
+  double warmup_ratio = 0.0;
+  std::string optimizer = "adamw_torch";  // adamw_torch | adamw | sgd
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
+  double weight_decay = 0.0;
+  double max_grad_norm = 1.0;           // <= 0 disables clipping
+  int64_t seed = 42;
+  // engine
+  std::string backend = "auto";         // auto | cpu | cuda
+  int gpu = 0;
+  bool fused_loss = true;
+  bool gradient_checkpointing = false;
+  std::string nan_policy = "stop";      // stop | skip
+  // bookkeeping
+  std::string output_dir = "runs/run";
+  std::string run_name;
+  int64_t logging_steps = 1;
+  int64_t eval_steps = 0;               // 0 = at the end only (if an eval set exists)
+  int64_t save_steps = 0;               // 0 = only at the end / on stop
+  int64_t save_total_limit = 2;
+  std::string resume_from_checkpoint;   // checkpoint folder, or "latest"
+  std::vector<std::string> tags;
+};
+
+// Parse a run file; unknown keys and bad values throw deltatune::Error naming the key (and the closest
+// valid key for typos). Relative paths are resolved against the file's folder.
+RunConfig run_config_from_yaml_file(const std::string& path);
+RunConfig run_config_from_yaml_string(const std::string& yaml, const std::string& base_dir = ".");
+// Canonical YAML of a config (every key, stable order); parsing it gives the same config.
+std::string run_config_to_yaml(const RunConfig& cfg);
+// Every valid key of the run file, in canonical order.
+const std::vector<std::string>& run_config_keys();
+
+}  // namespace deltatune

@@ -1,0 +1,87 @@
+// Training, evaluation and export entry points. Synchronous: the studio calls them on a worker thread.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "deltatune/run_config.h"
+
+namespace deltatune {
+
+struct StepMetrics {
+  int64_t step = 0;            // optimizer step, 1-based
+  int64_t total_steps = 0;
+  double epoch = 0;
+  double loss = 0;             // mean CE over the trained targets of the step
+  double eval_loss = -1;       // < 0 when not evaluated at this step
+  double lr = 0;
+  double grad_norm = 0;
+  double tokens_per_second = 0;
+  int64_t tokens_seen = 0;     // all tokens (incl. untrained) processed so far
+  int64_t trained_tokens = 0;  // targets of this step
+  int64_t vram_allocated = 0, vram_reserved = 0;
+  double wall_seconds = 0;     // since the run started
+};
+
+enum class LogLevel { Info, Warning, Error };
+
+// Callbacks come from the thread that runs the trainer.
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  virtual void on_log(LogLevel level, const std::string& message) {}
+  virtual void on_started(const std::string& run_id, int64_t total_steps) {}
+  virtual void on_step(const StepMetrics& m) {}
+  virtual void on_checkpoint(int64_t step, const std::string& path) {}
+  // status: finished | cancelled | failed
+  virtual void on_finished(const std::string& status, const std::string& message) {}
+};
+
+// Cooperative controls, checked between steps.
+struct RunControl {
+  std::atomic<bool> stop{false};   // stop at the next step boundary, checkpoint, status cancelled
+  std::atomic<bool> pause{false};  // wait at the next step boundary while set
+};
+
+struct TrainOptions {
+  std::string db_path;      // "" = default experiment database; "-" = none
+  std::string resume_run;   // run id or name to resume ("" = new run)
+};
+
+// Runs a whole training run. Returns the run id. Errors in the config or data throw deltatune::Error
+// before training starts; errors during training are reported through on_finished("failed") and
+// rethrown.
+std::string train_run(const RunConfig& cfg, RunObserver& observer, RunControl& control,
+                      const TrainOptions& opts = {});
+
+struct EvalResult {
+  double loss = 0;
+  int64_t tokens = 0;      // trained targets
+  int64_t sequences = 0;
+  int64_t input_tokens = 0;
+};
+
+struct EvalOptions {
+  std::string model_dir;
+  std::string data_path;      // JSONL {"input_ids": [...], "labels": [...]?}
+  std::string adapter_dir;    // optional PEFT adapter
+  int64_t seq_len = 0;        // > 0: pack into rows of this many tokens
+  std::string backend = "cpu";
+};
+EvalResult evaluate(const EvalOptions& opts);
+
+// Writes a PEFT adapter folder from a run checkpoint or adapter dir, or a merged full checkpoint.
+struct ExportOptions {
+  std::string model_dir;      // base checkpoint (for merged export and the key prefix)
+  std::string adapter_dir;    // PEFT adapter to export/merge
+  std::string out_dir;
+  bool merged = false;
+  std::string model_class = "auto";
+  std::function<void(double)> progress;  // 0..1
+};
+void export_adapter(const ExportOptions& opts);
+
+}  // namespace deltatune

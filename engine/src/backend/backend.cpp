@@ -1,0 +1,43 @@
+#include "backend/backend.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace deltatune {
+
+Tensor Backend::zeros(Shape shape, DType dtype) {
+  Tensor t = alloc(std::move(shape), dtype);
+  fill(t, 0.f);
+  return t;
+}
+
+double Backend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+                                     Tensor* dh, int64_t chunk_rows) {
+  const int64_t T = h.rows(), V = w.dim(0);
+  chunk_rows = std::max<int64_t>(1, std::min(chunk_rows, T));
+  Tensor logits = alloc({chunk_rows, V}, compute_dtype());
+  double total = 0;
+  for (int64_t t0 = 0; t0 < T; t0 += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, T - t0);
+    Tensor hc = h.view({T, h.cols()}).slice(t0, t0 + n);
+    Tensor lc = logits.slice(0, n);
+    gemm(hc, false, w, true, lc, 1.f, 0.f);
+    Tensor yc = labels.slice(t0, t0 + n);
+    total += cross_entropy(lc, yc, grad_scale, dh ? &lc : nullptr);
+    if (dh) {
+      Tensor dhc = dh->view({T, h.cols()}).slice(t0, t0 + n);
+      gemm(lc, false, w, false, dhc, 1.f, 0.f);
+    }
+  }
+  return total;
+}
+
+#ifndef DT_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  throw Error("this build of DeltaTune has no CUDA backend (configure with -DDT_CUDA=ON on a machine with nvcc)");
+}
+bool cuda_backend_available() { return false; }
+#endif
+
+}  // namespace deltatune

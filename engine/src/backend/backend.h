@@ -1,0 +1,192 @@
+// The one interface between the model code (engine/src/model) and a compute device. The CPU backend
+// (backend/cpu) is the plain fp32 reference; the CUDA backend (backend/cuda) is the fast one. Both must
+// give the same results within the per-op tolerances of tests/cuda/backend_ops.
+//
+// Conventions
+// - Tensors are contiguous, row-major, on this backend's device (see alloc/upload).
+// - "T" is the number of tokens of a packed batch (all rows flattened), sequences given by SeqLayout.
+// - Outputs marked (=) are overwritten; (+=) are accumulated into (caller zeroes them first).
+// - Weights may be F32 (CPU) or BF16 (CUDA); activations F32 (CPU) or BF16/F32 (CUDA). Every op accepts
+//   the dtypes its backend allocates; statistics (rstd, lse, g) are always F32.
+// - Backward functions produce gradients w.r.t. inputs only (base weights are frozen); LoRA weight
+//   gradients come from gemm calls in the model code.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace deltatune {
+
+// Packed sequences: sequence n occupies tokens [cu_seqlens[n], cu_seqlens[n+1]).
+struct SeqLayout {
+  std::vector<int32_t> host_cu_seqlens;  // N+1 entries, host copy
+  Tensor cu_seqlens;                     // I32 [N+1] on the device
+  Tensor positions;                      // I32 [T] on the device: position within its sequence
+  int32_t max_seqlen = 0;
+  int64_t tokens() const { return host_cu_seqlens.empty() ? 0 : host_cu_seqlens.back(); }
+  int64_t num_seqs() const { return host_cu_seqlens.empty() ? 0 : int64_t(host_cu_seqlens.size()) - 1; }
+};
+
+struct MemoryStats {
+  int64_t allocated_bytes = 0;  // live tensors
+  int64_t reserved_bytes = 0;   // held by the caching allocator
+  int64_t peak_allocated_bytes = 0;
+  int64_t total_bytes = 0;      // device capacity (0 if unknown)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;   // "cpu", "cuda:0 (NVIDIA H100 ...)"
+  // Activation dtype this backend computes in (F32 on CPU, BF16 on CUDA).
+  virtual DType compute_dtype() const = 0;
+  // Dtype frozen base weights are stored in on this backend.
+  virtual DType weight_dtype() const = 0;
+
+  // ---- memory --------------------------------------------------------------------------------
+  virtual Tensor alloc(Shape shape, DType dtype) = 0;             // uninitialised
+  Tensor zeros(Shape shape, DType dtype);                          // alloc + fill 0
+  virtual void fill(Tensor& t, float value) = 0;
+  // Device tensor with the content of a host tensor, converted to `dtype`.
+  virtual Tensor upload(const Tensor& host, DType dtype) = 0;
+  // Host tensor with the content of a device tensor, converted to `dtype`.
+  virtual Tensor download(const Tensor& t, DType dtype) = 0;
+  // dst (=) src, same numel, any float dtypes.
+  virtual void copy(Tensor& dst, const Tensor& src) = 0;
+  // Strided column block copy between 2-D views: dst[r, dst_col + c] (=) src[r, src_col + c] for
+  // c < ncols, r < rows. src is [rows, src_cols], dst is [rows, dst_cols] (last dim = cols).
+  virtual void copy_cols(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t ncols) = 0;
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void synchronize() {}
+
+  // ---- linear algebra --------------------------------------------------------------------------
+  // C[M,N] = alpha * op(A) · op(B) + beta * C, op(X) = X or Xᵀ, 2-D row-major (leading dims of A, B, C
+  // flattened into rows). beta == 0 ignores C's old content (even NaN).
+  virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
+                    float beta) = 0;
+
+  // ---- elementwise -----------------------------------------------------------------------------
+  virtual void add(Tensor& y, const Tensor& x, float alpha) = 0;  // y += alpha * x
+  virtual void scale(Tensor& y, float alpha) = 0;                 // y *= alpha
+  virtual double sum_squares(const Tensor& x) = 0;                // Σ x² in fp64/fp32 accumulation
+  virtual bool all_finite(const Tensor& x) = 0;
+  // Inverted dropout with a counter-based RNG, identical on every backend:
+  // keep(i) = hash(seed, i) >= p; y = keep ? x / (1-p) : 0. Backward: same call on dy.
+  virtual void dropout(const Tensor& x, float p, uint64_t seed, Tensor& y) = 0;
+
+  // ---- embedding -------------------------------------------------------------------------------
+  // out[t] (=) table[ids[t]]; ids I32 [T], table [V, H], out [T, H].
+  virtual void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+
+  // ---- norms -----------------------------------------------------------------------------------
+  // Per row of length n = w.numel(): rstd = 1/sqrt(mean(x²) + eps); y (=) x·rstd·(1+w) if zero_centred
+  // else x·rstd·w. rstd F32 [rows] (=).
+  virtual void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor& y,
+                           Tensor& rstd) = 0;
+  // dx (=) gradient w.r.t. x.
+  virtual void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                           bool zero_centred, Tensor& dx) = 0;
+  // GDN output norm, rows of dv = w.numel(): y (=) (x·rstd·w) ⊙ silu(z); rstd F32 [rows] (=).
+  virtual void gated_rmsnorm_fwd(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y,
+                                 Tensor& rstd) = 0;
+  virtual void gated_rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& z, const Tensor& w,
+                                 const Tensor& rstd, Tensor& dx, Tensor& dz) = 0;  // (=)
+
+  // ---- activations -----------------------------------------------------------------------------
+  // out (=) silu(gate) ⊙ up; all same shape.
+  virtual void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  virtual void swiglu_bwd(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate,
+                          Tensor& dup) = 0;  // (=)
+  // out (=) x ⊙ σ(gate); same shape.
+  virtual void sigmoid_mul_fwd(const Tensor& x, const Tensor& gate, Tensor& out) = 0;
+  virtual void sigmoid_mul_bwd(const Tensor& dout, const Tensor& x, const Tensor& gate, Tensor& dx,
+                               Tensor& dgate) = 0;  // (=)
+
+  // ---- full attention --------------------------------------------------------------------------
+  // In place on x [T, heads, head_dim]: NeoX rotate-half on the first rot_dim dims of each head with
+  // angle positions[t]·theta^(-2i/rot_dim); inverse=true rotates by the negative angle (= backward).
+  virtual void rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) = 0;
+  // Causal attention within each sequence of `seq`; q [T, nH, hd], k/v [T, nKV, hd], query head h uses
+  // kv head h / (nH/nKV). o (=) [T, nH, hd]; lse (=) F32 [T, nH] (log-sum-exp of the scaled scores).
+  virtual void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq,
+                             float scale, Tensor& o, Tensor& lse) = 0;
+  virtual void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& o, const Tensor& lse, const SeqLayout& seq, float scale,
+                             Tensor& dq, Tensor& dk, Tensor& dv) = 0;  // (=)
+
+  // ---- Gated DeltaNet --------------------------------------------------------------------------
+  // Depthwise causal conv + SiLU per sequence (zero history at each sequence start):
+  // y[t,c] (=) silu(Σ_j w[c,j]·x[t-(K-1)+j, c]); x, y [T, C]; w [C, K].
+  virtual void conv1d_silu_fwd(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& y) = 0;
+  virtual void conv1d_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const SeqLayout& seq,
+                               Tensor& dx) = 0;  // (=)
+  // beta (=) σ(b); g (=) -exp(A_log)·softplus(a + dt_bias) (F32). a, b [T, HV]; A_log, dt_bias [HV].
+  virtual void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                             Tensor& g, Tensor& beta) = 0;
+  virtual void gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b,
+                             const Tensor& A_log, const Tensor& dt_bias, Tensor& da, Tensor& db) = 0;  // (=)
+  // Gated delta rule (spec §3.4 steps 6-8) per sequence from a zero state: q, k [T, HK, dk] (before L2
+  // norm; normalised inside with eps 1e-6), v [T, HV, dv], g F32 [T, HV], beta [T, HV];
+  // value head j uses key head j / (HV/HK). o (=) [T, HV, dv]. `scale` multiplies q̂.
+  virtual void gdn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                       const SeqLayout& seq, float scale, Tensor& o) = 0;
+  virtual void gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                       const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
+                       Tensor& dv, Tensor& dg, Tensor& dbeta) = 0;  // (=)
+
+  // ---- MoE -------------------------------------------------------------------------------------
+  // logits [T, E] -> softmax (fp32) -> top-k -> renormalised weights. idx I32 [T, k] (=), w F32 [T, k] (=).
+  // Ties pick the lower expert index (as torch.topk on CPU).
+  virtual void moe_router_fwd(const Tensor& logits, int k, Tensor& idx, Tensor& w) = 0;
+  // dlogits (=) [T, E] from dw F32 [T, k] (softmax restricted to the selected logits).
+  virtual void moe_router_bwd(const Tensor& dw, const Tensor& idx, const Tensor& w, Tensor& dlogits) = 0;
+  // dst[i] (=) src[rows[i]]; rows I32 [n] (device); src [T, H]; dst [n, H].
+  virtual void gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) = 0;
+  // dst[rows[i]] (+=) scale[i]·src[i] (scale F32 [n], may be undefined = 1).
+  virtual void scatter_add_rows(const Tensor& src, const Tensor& rows, const Tensor& scale, Tensor& dst) = 0;
+  // out[i] (=) Σ_c a[i,c]·b[i,c] (F32 [rows]); used for the gradient of per-row scales.
+  virtual void row_dot(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // y[i, :] (=) x[i, :]·s[i] (s F32 [rows]).
+  virtual void scale_rows(const Tensor& x, const Tensor& s, Tensor& y) = 0;
+  virtual void sigmoid(const Tensor& x, Tensor& y) = 0;  // (=)
+
+  // ---- loss ------------------------------------------------------------------------------------
+  // Cross-entropy over rows of logits [T, V] (computed in fp32) against labels I32 [T] (targets already
+  // shifted; -100 = ignored). Returns Σ CE over non-ignored rows. If dlogits is given (may alias
+  // logits): dlogits (=) grad_scale·(softmax - onehot) for non-ignored rows, 0 for ignored ones.
+  virtual double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
+                               Tensor* dlogits) = 0;
+  // Same loss from hidden states h [T, H] and head weight W [V, H] without materialising [T, V] logits
+  // at once (chunks of `chunk_rows` tokens). dh (=) gradient w.r.t. h if given. The base version
+  // chunks gemm + cross_entropy; backends may fuse.
+  virtual double linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+                                      Tensor* dh, int64_t chunk_rows);
+
+  // ---- optimizers (fp32 params/moments) ---------------------------------------------------------
+  // AdamW (decoupled weight decay, torch semantics, bias-corrected with `step` starting at 1).
+  virtual void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1,
+                          float beta2, float eps, float weight_decay, int64_t step) = 0;
+  // SGD: param -= lr·(grad + weight_decay·param).
+  virtual void sgd_step(Tensor& param, const Tensor& grad, float lr, float weight_decay) = 0;
+};
+
+// The reference backend (always available).
+std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+// The CUDA backend; throws Error if CUDA is not compiled in or no device is usable.
+std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
+bool cuda_backend_available();
+
+// Counter-based hash used by dropout on every backend: uniform in [0, 1).
+inline float dropout_uniform(uint64_t seed, uint64_t i) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
+}  // namespace deltatune

@@ -1,0 +1,72 @@
+// LoRA adapter state: one LoraModule per adapted linear (or 3-D expert parameter), fp32 on the backend.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace deltatune {
+
+class Backend;
+struct RunConfig;
+
+struct LoraModule {
+  // Module path below the decoder, without class prefix: "layers.3.self_attn.q_proj",
+  // "layers.0.mlp.shared_expert.up_proj"; for expert parameters "layers.0.mlp.experts.gate_up_proj".
+  std::string path;
+  std::string group;   // attn | linear_attn | mlp | shared_expert | experts
+  std::string suffix;  // q_proj, in_proj_qkv, ..., experts.gate_up_proj, experts.down_proj
+  int layer = 0;
+  int64_t in = 0, out = 0;
+  int64_t experts = 0;  // > 0 for 3-D expert parameters
+  int r = 0;
+  float scaling = 0;    // alpha / r (or alpha / sqrt(r) with rsLoRA)
+  // Linear: A [r, in], B [out, r]. Experts (PEFT ≥ 0.19.1 layout, peft-adapter.md §6.2):
+  // A [r*E, in] with row e*r+k = row k of expert e; B [out, r*E] with column k*E+e = column k of expert e.
+  Tensor A, B;          // F32 master weights on the backend device
+  Tensor gA, gB;        // gradients (+=), F32
+  Tensor mA, vA, mB, vB;  // AdamW moments (allocated by the optimizer)
+};
+
+struct LoraAdapter {
+  int r = 16;
+  double alpha = 32;
+  double dropout = 0;
+  bool rslora = false;
+  std::vector<LoraModule> modules;
+  std::map<std::string, size_t> by_path;
+
+  LoraModule* find(const std::string& path);
+  const LoraModule* find(const std::string& path) const;
+  int64_t trainable_params() const;
+  std::map<std::string, int64_t> params_per_group() const;
+};
+
+// All target groups the model has, e.g. {attn, linear_attn, mlp} or {attn, linear_attn, shared_expert, experts}.
+std::vector<std::string> lora_groups_of(const ModelConfig& cfg);
+// Module suffixes of a group (attn -> q_proj,k_proj,v_proj,o_proj; experts -> experts.gate_up_proj, ...).
+std::vector<std::string> lora_group_suffixes(const std::string& group);
+
+struct LoraSpec {
+  int r = 16;
+  double alpha = 32;
+  double dropout = 0;
+  bool rslora = false;
+  std::vector<std::string> groups;      // target groups
+  std::vector<std::string> modules;     // explicit module suffixes (PEFT target_modules)
+  std::vector<std::string> parameters;  // explicit 3-D params (PEFT target_parameters)
+};
+LoraSpec lora_spec_from_run_config(const RunConfig& cfg);
+
+// Creates the modules the spec selects, on the host (F32), initialised as PEFT does by default:
+// A ~ kaiming_uniform(a=√5) = U(-1/√in, 1/√in) from `seed`, B = 0. Throws Error if the spec selects nothing
+// or names a module/group the model lacks.
+LoraAdapter lora_create(const ModelConfig& cfg, const LoraSpec& spec, uint64_t seed);
+// Moves A/B to the backend and allocates zeroed gradients.
+void lora_to_backend(LoraAdapter& adapter, Backend& backend);
+void lora_zero_grad(LoraAdapter& adapter, Backend& backend);
+
+}  // namespace deltatune

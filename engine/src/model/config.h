@@ -1,0 +1,37 @@
+// Qwen3.5 text configuration (spec §1), read from a checkpoint's config.json (flat or nested text_config).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace deltatune {
+
+enum class LayerKind { LinearAttention, FullAttention };
+
+struct ModelConfig {
+  std::string model_type;     // "qwen3_5" | "qwen3_5_moe" (text_config's *_text normalised away)
+  std::string architecture;   // architectures[0] ("" if absent)
+  bool nested_text_config = false;  // config.json had text_config (ForConditionalGeneration layout)
+  int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, intermediate_size = 0;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, conv_kernel = 4;
+  int64_t num_experts = 0, top_k = 0, moe_intermediate = 0, shared_intermediate = 0;
+  double rms_eps = 1e-6;
+  double rope_theta = 10000000.0;
+  double partial_rotary_factor = 0.25;
+  std::vector<LayerKind> layer_types;
+  bool tie_word_embeddings_flag = false;  // what config.json says (the checkpoint decides, see weights)
+  int64_t eos_token_id = -1, pad_token_id = -1;
+
+  bool is_moe() const { return model_type == "qwen3_5_moe"; }
+  int64_t key_dim() const { return lin_k_heads * lin_k_dim; }
+  int64_t value_dim() const { return lin_v_heads * lin_v_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+  int rotary_dim() const { return static_cast<int>(static_cast<double>(head_dim) * partial_rotary_factor); }
+};
+
+// Parses `path` (a config.json). Throws deltatune::Error naming the file and the missing/bad field.
+ModelConfig model_config_load(const std::string& path);
+ModelConfig model_config_parse_string(const std::string& json_text, const std::string& source_name);
+
+}  // namespace deltatune

@@ -1,0 +1,72 @@
+// Frozen base weights of a Qwen3.5 checkpoint as stored on disk (host tensors, zero-copy from mmap where
+// the dtype allows), with HF key names resolved (spec §2).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace deltatune {
+
+class CheckpointReader;
+
+struct AttnWeights {          // full-attention layer, prefix ...self_attn.
+  Tensor q_proj;              // [nH*hd*2, H] (per head: hd query rows then hd gate rows)
+  Tensor k_proj, v_proj;      // [nKV*hd, H]
+  Tensor o_proj;              // [H, nH*hd]
+  Tensor q_norm, k_norm;      // [hd] zero-centred
+};
+
+struct LinearAttnWeights {    // Gated DeltaNet layer, prefix ...linear_attn.
+  Tensor in_proj_qkv;         // [conv_dim, H]
+  Tensor in_proj_z;           // [value_dim, H]
+  Tensor in_proj_b, in_proj_a;  // [HV, H]
+  Tensor conv1d;              // [conv_dim, K] (the checkpoint's [C,1,K] viewed 2-D)
+  Tensor dt_bias, A_log;      // [HV]
+  Tensor norm;                // [dv] plain multiplier
+  Tensor out_proj;            // [H, value_dim]
+};
+
+struct MlpWeights {           // dense SwiGLU MLP or the MoE shared expert
+  Tensor gate_proj, up_proj;  // [I, H]
+  Tensor down_proj;           // [H, I]
+};
+
+struct MoeWeights {
+  Tensor router;              // [E, H]  (mlp.gate.weight)
+  Tensor gate_up;             // [E, 2*Ie, H] (fused; per-expert checkpoints are stacked at load)
+  Tensor down;                // [E, H, Ie]
+  MlpWeights shared;          // shared_expert.*
+  Tensor shared_gate;         // [1, H]
+};
+
+struct LayerWeights {
+  LayerKind kind = LayerKind::LinearAttention;
+  Tensor input_norm, post_norm;  // [H] zero-centred
+  AttnWeights attn;              // when kind == FullAttention
+  LinearAttnWeights lin;         // when kind == LinearAttention
+  MlpWeights mlp;                // dense models
+  MoeWeights moe;                // MoE models
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  std::string dir;
+  // "model.language_model." (checkpoint stores the VL layout) or "model." (text-only layout).
+  std::string key_prefix;
+  bool tied = false;          // no lm_head.weight in the checkpoint
+  Tensor embed;               // [V, H]
+  Tensor final_norm;          // [H]
+  Tensor lm_head;             // [V, H]; == embed when tied
+  std::vector<LayerWeights> layers;
+  bool experts_per_expert_layout = false;  // checkpoint had experts.{e}.gate_proj.weight etc.
+  std::shared_ptr<CheckpointReader> reader;  // keeps the mmaps alive
+};
+
+// Loads and validates every text tensor of the checkpoint folder `dir` (config.json + safetensors, single
+// file or sharded). Skips model.visual.* and mtp.*. Throws deltatune::Error naming the file and key.
+ModelWeights model_weights_load(const std::string& dir);
+
+}  // namespace deltatune

@@ -1,0 +1,1 @@
+// Keeps dt_kernels non-empty while no kernel exists yet.
