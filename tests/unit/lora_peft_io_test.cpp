@@ -314,3 +314,27 @@ TEST(PeftIo, AcceptsVariantsPeftAccepts) {
 
 }  // namespace
 }  // namespace deltatune
+
+namespace deltatune {
+namespace {
+
+// Writes our merged checkpoints for tests/goldens/peft/check_all.sh (skipped unless DT_PEFT_MODELS and
+// DT_PEFT_OUT are set: the tiny base models are made by make_models.py, not committed).
+TEST(PeftExport, MergedCheckpointsForPythonCheck) {
+  const char* models = std::getenv("DT_PEFT_MODELS");
+  const char* out = std::getenv("DT_PEFT_OUT");
+  if (!models || !*models || !out || !*out) GTEST_SKIP() << "DT_PEFT_MODELS / DT_PEFT_OUT not set";
+  for (const std::string& c : kCases) {
+    SCOPED_TRACE(c);
+    const std::string model = read_json(kFixtures + c + "/fixture.json")["model"];
+    const ModelWeights w = model_weights_load(std::string(models) + "/" + model);
+    const LoraAdapter a = peft_adapter_read(kFixtures + c + "/adapter", w.config);
+    const fs::path dst = fs::path(out) / c / "merged";
+    fs::remove_all(dst);
+    merged_checkpoint_write(w, a, dst.string());
+    EXPECT_TRUE(fs::exists(dst / "config.json"));
+  }
+}
+
+}  // namespace
+}  // namespace deltatune
