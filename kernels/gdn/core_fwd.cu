@@ -1,0 +1,72 @@
+// Gated delta rule forward, first (recurrent) version with fp32 state (spec §3.4 step 8, §4.1):
+// per (sequence n, value head h), S = 0 (dk × dv); for each token t of the sequence:
+//   a = e^{g_t};  w = Sᵀk̂_t;  δ = β_t·(v_t − a·w);  S ← a·S + k̂_t δᵀ;  o_t (=) Sᵀq_t
+// where q_t = scale·q̂_t, k̂_t come L2-normalised in fp32 (l2norm.cu); key head = h / (HV/HK).
+// This is algebraically the chunked algorithm of §4.2 evaluated one token at a time; the tensor-core
+// chunked kernel replaces it later.
+// Memory: one block per (n, h); S in shared memory (F32 (dk, dv)); thread c owns column c of S, so the
+// column recurrences need no barrier; k̂_t, q_t are staged in shared memory per token.
+#include "common/device.cuh"
+#include "gdn/gdn.cuh"
+
+namespace deltatune::kernels {
+namespace {
+
+__global__ void gdn_core_fwd_kernel(const float* qn,  // (T, HK, dk)
+                                    const float* kn,  // (T, HK, dk)
+                                    KIn v,            // (T, HV, dv)
+                                    const float* g,   // (T, HV)
+                                    KIn beta,         // (T, HV)
+                                    const int32_t* cu, KOut o,  // (T, HV, dv)
+                                    int64_t HK, int64_t HV, int dk, int dv) {
+  extern __shared__ float smem[];
+  float* S = smem;                  // (dk, dv)
+  float* kv = S + dk * dv;          // (dk)
+  float* qv = kv + dk;              // (dk)
+  const int n = blockIdx.x / HV, h = blockIdx.x % HV;
+  const int64_t hk = h / (HV / HK);
+  const int c = threadIdx.x;
+  const int64_t t0 = cu[n], t1 = cu[n + 1];
+  if (c < dv)
+    for (int i = 0; i < dk; ++i) S[i * dv + c] = 0.f;
+  for (int64_t t = t0; t < t1; ++t) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+      kv[i] = kn[(t * HK + hk) * dk + i];
+      qv[i] = qn[(t * HK + hk) * dk + i];
+    }
+    __syncthreads();
+    if (c >= dv) continue;
+    const float a = expf(g[t * HV + h]), be = ld(beta, t * HV + h);
+    float w = 0.f;
+    for (int i = 0; i < dk; ++i) w += S[i * dv + c] * kv[i];
+    const float delta = be * (ld(v, (t * HV + h) * dv + c) - a * w);
+    float out = 0.f;
+    for (int i = 0; i < dk; ++i) {
+      const float sv = a * S[i * dv + c] + kv[i] * delta;
+      S[i * dv + c] = sv;
+      out += sv * qv[i];
+    }
+    st(o, (t * HV + h) * dv + c, out);
+  }
+}
+
+}  // namespace
+
+size_t gdn_core_fwd_smem(int dk, int dv) { return sizeof(float) * (size_t(dk) * dv + 2 * size_t(dk)); }
+
+cudaError_t launch_gdn_core_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
+                                const int32_t* cu_seqlens, int nseq, KOut o, int64_t HK, int64_t HV, int dk, int dv,
+                                cudaStream_t s) {
+  const size_t smem = gdn_core_fwd_smem(dk, dv);
+  cudaError_t e = cudaFuncSetAttribute(gdn_core_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  const int threads = ((dv + 31) / 32) * 32;
+  if (nseq > 0 && HV > 0)
+    gdn_core_fwd_kernel<<<static_cast<unsigned>(nseq * HV), threads, smem, s>>>(qn, kn, v, g, beta, cu_seqlens, o,
+                                                                                HK, HV, dk, dv);
+  return cudaGetLastError();
+}
+
+}  // namespace deltatune::kernels
