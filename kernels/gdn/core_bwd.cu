@@ -9,11 +9,13 @@
 //   dS ← a·(dS + q doᵀ + k duᵀ)                          (gradient w.r.t. S_{t−1})
 // dq, dk are per value head (F32 (T, HV, dk)) w.r.t. the normalised, scaled inputs; the GVA sum and the
 // L2-norm backward follow in l2norm.cu.
-// Memory: one block per (n, h). Phase A runs the forward once and stores the state every kGdnCkpt tokens
+// Every term above is a sum over value columns c or acts on one column, so blocks split the columns:
+// one block per (n, h, group of kGdnCols columns); dq, dk, dg, dβ are partial sums added with atomics.
+// Memory: Phase A runs the forward once and stores the state every kGdnCkpt tokens
 // in global scratch (ckpt, F32 (Σ_n ceil(len_n/kGdnCkpt), HV, dk, dv)). Phase B walks the chunks backwards;
 // inside a chunk it replays to each kGdnSub-token sub-chunk start (Sc, shared), then for each token of the
 // sub-chunk replays from Sc to S_{t−1} (Sp, shared) and applies the step above (dS, shared). Shared
-// matrices have row stride dv+1 so both the column pass (thread = column) and the row pass (thread = row)
+// matrices (dk, kGdnCols+1) have row stride kGdnCols+1 so both the column pass (thread = column) and the row pass (thread = row)
 // are free of bank conflicts. Cost: about 7 replayed forward steps per token.
 #include "common/device.cuh"
 #include "gdn/gdn.cuh"
@@ -22,30 +24,30 @@ namespace deltatune::kernels {
 namespace {
 
 struct Smem {
-  float* Sc;   // (dk, dv+1) sub-chunk start state
-  float* Sp;   // (dk, dv+1) S_{t-1}
-  float* dS;   // (dk, dv+1)
+  float* Sc;   // (dk, P) sub-chunk start state, P = kGdnCols + 1
+  float* Sp;   // (dk, P) S_{t-1}
+  float* dS;   // (dk, P)
   float* kv;   // (dk)
   float* qv;   // (dk)
-  float* dov;  // (dv)
-  float* del;  // (dv)
-  float* duv;  // (dv)
+  float* dov;  // (kGdnCols)
+  float* del;  // (kGdnCols)
+  float* duv;  // (kGdnCols)
   float* red;  // (32)
 };
 
-// X ← one forward step of token t (column owner c). Caller: barrier before (k staged by this function).
+// X ← one forward step of token t (local column lc = thread, global column c0 + lc). Starts with a barrier.
 __device__ void replay_step(float* X, int P, float* kv, const float* kn, KIn v, const float* g, KIn beta, int64_t t,
-                            int64_t HK, int64_t HV, int64_t hk, int h, int dk, int dv) {
+                            int64_t HK, int64_t HV, int64_t hk, int h, int dk, int dv, int c0, int cw) {
   __syncthreads();
   for (int i = threadIdx.x; i < dk; i += blockDim.x) kv[i] = kn[(t * HK + hk) * dk + i];
   __syncthreads();
-  const int c = threadIdx.x;
-  if (c < dv) {
+  const int lc = threadIdx.x;
+  if (lc < cw) {
     const float a = expf(g[t * HV + h]), be = ld(beta, t * HV + h);
     float w = 0.f;
-    for (int i = 0; i < dk; ++i) w += X[i * P + c] * kv[i];
-    const float delta = be * (ld(v, (t * HV + h) * dv + c) - a * w);
-    for (int i = 0; i < dk; ++i) X[i * P + c] = a * X[i * P + c] + kv[i] * delta;
+    for (int i = 0; i < dk; ++i) w += X[i * P + lc] * kv[i];
+    const float delta = be * (ld(v, (t * HV + h) * dv + c0 + lc) - a * w);
+    for (int i = 0; i < dk; ++i) X[i * P + lc] = a * X[i * P + lc] + kv[i] * delta;
   }
 }
 
@@ -56,14 +58,15 @@ __global__ void gdn_core_bwd_kernel(KIn dout,         // (T, HV, dv)
                                     const float* g,   // (T, HV)
                                     KIn beta,         // (T, HV)
                                     const int32_t* cu,
-                                    float* dqh,       // (T, HV, dk)
-                                    float* dkh,       // (T, HV, dk)
-                                    KOut dv_out,      // (T, HV, dv)
-                                    float* dg,        // (T, HV)
-                                    KOut dbeta,       // (T, HV)
+                                    float* dqh,       // (T, HV, dk) (+=)
+                                    float* dkh,       // (T, HV, dk) (+=)
+                                    KOut dv_out,      // (T, HV, dv) (=)
+                                    float* dg,        // (T, HV) (+=)
+                                    float* dbeta,     // (T, HV) (+=)
                                     float* ckpt, int64_t HK, int64_t HV, int dk, int dv) {
   extern __shared__ float smem[];
-  const int P = dv + 1;
+  const int P = kGdnCols + 1;
+  const int c0 = blockIdx.y * kGdnCols, cw = min(kGdnCols, dv - c0);
   Smem sm;
   sm.Sc = smem;
   sm.Sp = sm.Sc + dk * P;
@@ -71,9 +74,9 @@ __global__ void gdn_core_bwd_kernel(KIn dout,         // (T, HV, dv)
   sm.kv = sm.dS + dk * P;
   sm.qv = sm.kv + dk;
   sm.dov = sm.qv + dk;
-  sm.del = sm.dov + dv;
-  sm.duv = sm.del + dv;
-  sm.red = sm.duv + dv;
+  sm.del = sm.dov + kGdnCols;
+  sm.duv = sm.del + kGdnCols;
+  sm.red = sm.duv + kGdnCols;
 
   const int n = blockIdx.x / HV, h = blockIdx.x % HV;
   const int64_t hk = h / (HV / HK);
@@ -85,36 +88,37 @@ __global__ void gdn_core_bwd_kernel(KIn dout,         // (T, HV, dv)
   auto ck_ptr = [&](int64_t m) { return ckpt + (size_t(ck0 + m) * HV + h) * mat; };
 
   // Phase A: forward, checkpoint every kGdnCkpt tokens (state before the chunk's first token).
-  if (tid < dv)
+  if (tid < cw)
     for (int i = 0; i < dk; ++i) sm.Sp[i * P + tid] = 0.f;
   for (int64_t t = t0; t < t1; ++t) {
-    if ((t - t0) % kGdnCkpt == 0 && tid < dv) {
+    if ((t - t0) % kGdnCkpt == 0 && tid < cw) {
       float* dst = ck_ptr((t - t0) / kGdnCkpt);
-      for (int i = 0; i < dk; ++i) dst[size_t(i) * dv + tid] = sm.Sp[i * P + tid];
+      for (int i = 0; i < dk; ++i) dst[size_t(i) * dv + c0 + tid] = sm.Sp[i * P + tid];
     }
-    replay_step(sm.Sp, P, sm.kv, kn, v, g, beta, t, HK, HV, hk, h, dk, dv);
+    replay_step(sm.Sp, P, sm.kv, kn, v, g, beta, t, HK, HV, hk, h, dk, dv, c0, cw);
   }
 
   // Phase B.
-  if (tid < dv)
+  if (tid < cw)
     for (int i = 0; i < dk; ++i) sm.dS[i * P + tid] = 0.f;
   const int64_t nchunks = (t1 - t0 + kGdnCkpt - 1) / kGdnCkpt;
   for (int64_t m = nchunks - 1; m >= 0; --m) {
-    const int64_t c0 = t0 + m * kGdnCkpt, c1 = min(t1, c0 + kGdnCkpt);
-    const int64_t nsub = (c1 - c0 + kGdnSub - 1) / kGdnSub;
+    const int64_t k0 = t0 + m * kGdnCkpt, k1 = min(t1, k0 + kGdnCkpt);
+    const int64_t nsub = (k1 - k0 + kGdnSub - 1) / kGdnSub;
     for (int64_t sb = nsub - 1; sb >= 0; --sb) {
-      const int64_t s0 = c0 + sb * kGdnSub, s1 = min(c1, s0 + kGdnSub);
+      const int64_t s0 = k0 + sb * kGdnSub, s1 = min(k1, s0 + kGdnSub);
       __syncthreads();
-      if (tid < dv) {
+      if (tid < cw) {
         const float* src = ck_ptr(m);
-        for (int i = 0; i < dk; ++i) sm.Sc[i * P + tid] = src[size_t(i) * dv + tid];
+        for (int i = 0; i < dk; ++i) sm.Sc[i * P + tid] = src[size_t(i) * dv + c0 + tid];
       }
-      for (int64_t t = c0; t < s0; ++t) replay_step(sm.Sc, P, sm.kv, kn, v, g, beta, t, HK, HV, hk, h, dk, dv);
+      for (int64_t t = k0; t < s0; ++t) replay_step(sm.Sc, P, sm.kv, kn, v, g, beta, t, HK, HV, hk, h, dk, dv, c0, cw);
       for (int64_t t = s1 - 1; t >= s0; --t) {
         __syncthreads();
-        if (tid < dv)
+        if (tid < cw)
           for (int i = 0; i < dk; ++i) sm.Sp[i * P + tid] = sm.Sc[i * P + tid];
-        for (int64_t r = s0; r < t; ++r) replay_step(sm.Sp, P, sm.kv, kn, v, g, beta, r, HK, HV, hk, h, dk, dv);
+        for (int64_t r = s0; r < t; ++r)
+          replay_step(sm.Sp, P, sm.kv, kn, v, g, beta, r, HK, HV, hk, h, dk, dv, c0, cw);
 
         // ---- backward step of token t ----
         __syncthreads();
@@ -122,11 +126,11 @@ __global__ void gdn_core_bwd_kernel(KIn dout,         // (T, HV, dv)
           sm.kv[i] = kn[(t * HK + hk) * dk + i];
           sm.qv[i] = qn[(t * HK + hk) * dk + i];
         }
-        for (int c = tid; c < dv; c += blockDim.x) sm.dov[c] = ld(dout, (t * HV + h) * dv + c);
+        for (int c = tid; c < cw; c += blockDim.x) sm.dov[c] = ld(dout, (t * HV + h) * dv + c0 + c);
         __syncthreads();
         const float a = expf(g[t * HV + h]), be = ld(beta, t * HV + h);
         float p_dbeta = 0.f, p_ddo = 0.f, p_duw = 0.f;
-        if (tid < dv) {
+        if (tid < cw) {
           const int c = tid;
           float w = 0.f, x = 0.f, qk = 0.f;
           for (int i = 0; i < dk; ++i) {
@@ -136,11 +140,11 @@ __global__ void gdn_core_bwd_kernel(KIn dout,         // (T, HV, dv)
             qk += sm.qv[i] * kk;
           }
           const float u = a * w;
-          const float vc = ld(v, (t * HV + h) * dv + c);
+          const float vc = ld(v, (t * HV + h) * dv + c0 + c);
           const float delta = be * (vc - u);
           const float ddelta = x + qk * sm.dov[c];
           const float du = -be * ddelta;
-          st(dv_out, (t * HV + h) * dv + c, be * ddelta);
+          st(dv_out, (t * HV + h) * dv + c0 + c, be * ddelta);
           p_dbeta = ddelta * (vc - u);
           p_ddo = delta * sm.dov[c];
           p_duw = du * w;
@@ -155,7 +159,7 @@ __global__ void gdn_core_bwd_kernel(KIn dout,         // (T, HV, dv)
           const int i = tid;
           const float qi = sm.qv[i], ki = sm.kv[i];
           float y = 0.f, z = 0.f, pp = 0.f, e = 0.f;
-          for (int c = 0; c < dv; ++c) {
+          for (int c = 0; c < cw; ++c) {
             const float sp = sm.Sp[i * P + c], ds = sm.dS[i * P + c];
             const float doc = sm.dov[c], duc = sm.duv[c];
             y += sp * doc;
@@ -164,14 +168,14 @@ __global__ void gdn_core_bwd_kernel(KIn dout,         // (T, HV, dv)
             e += ds * sp;
             sm.dS[i * P + c] = a * (ds + qi * doc + ki * duc);
           }
-          dqh[(t * HV + h) * dk + i] = a * y + ki * s_ddo;
-          dkh[(t * HV + h) * dk + i] = z + qi * s_ddo + a * pp;
+          atomicAdd(dqh + (t * HV + h) * dk + i, a * y + ki * s_ddo);
+          atomicAdd(dkh + (t * HV + h) * dk + i, z + qi * s_ddo + a * pp);
           p_da = e + qi * y;
         }
         const float da = block_sum(p_da, sm.red) + s_duw;
         if (tid == 0) {
-          dg[t * HV + h] = a * da;
-          st(dbeta, t * HV + h, s_dbeta);
+          atomicAdd(dg + t * HV + h, a * da);
+          atomicAdd(dbeta + t * HV + h, s_dbeta);
         }
       }
     }
@@ -187,19 +191,20 @@ int64_t gdn_core_bwd_ckpt_floats(const int32_t* cu, int nseq, int64_t HV, int dk
 }
 
 size_t gdn_core_bwd_smem(int dk, int dv) {
-  return sizeof(float) * (3 * size_t(dk) * (dv + 1) + 2 * size_t(dk) + 3 * size_t(dv) + 32);
+  return sizeof(float) * (3 * size_t(dk) * (kGdnCols + 1) + 2 * size_t(dk) + 3 * size_t(kGdnCols) + 32);
 }
 
 cudaError_t launch_gdn_core_bwd(KIn dout, const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                 const int32_t* cu_seqlens, int nseq, float* dqh, float* dkh, KOut dv_out, float* dg,
-                                KOut dbeta, float* ckpt, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
+                                float* dbeta, float* ckpt, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
   const size_t smem = gdn_core_bwd_smem(dk, dv);
   cudaError_t e = cudaFuncSetAttribute(gdn_core_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  const int threads = (((dk > dv ? dk : dv) + 31) / 32) * 32;
+  const int threads = (((dk > kGdnCols ? dk : kGdnCols) + 31) / 32) * 32;
+  const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + kGdnCols - 1) / kGdnCols));
   if (nseq > 0 && HV > 0)
-    gdn_core_bwd_kernel<<<static_cast<unsigned>(nseq * HV), threads, smem, s>>>(
+    gdn_core_bwd_kernel<<<grid, threads, smem, s>>>(
         dout, qn, kn, v, g, beta, cu_seqlens, dqh, dkh, dv_out, dg, dbeta, ckpt, HK, HV, dk, dv);
   return cudaGetLastError();
 }

@@ -4,8 +4,9 @@
 // where q_t = scale·q̂_t, k̂_t come L2-normalised in fp32 (l2norm.cu); key head = h / (HV/HK).
 // This is algebraically the chunked algorithm of §4.2 evaluated one token at a time; the tensor-core
 // chunked kernel replaces it later.
-// Memory: one block per (n, h); S in shared memory (F32 (dk, dv)); thread c owns column c of S, so the
-// column recurrences need no barrier; k̂_t, q_t are staged in shared memory per token.
+// Memory: the columns of S evolve independently, so one block per (n, h, group of kGdnCols value columns);
+// its slice of S lives in shared memory (F32 (dk, kGdnCols)); thread c owns column c, so the column
+// recurrences need no barrier; k̂_t, q_t are staged in shared memory per token.
 #include "common/device.cuh"
 #include "gdn/gdn.cuh"
 
@@ -20,15 +21,15 @@ __global__ void gdn_core_fwd_kernel(const float* qn,  // (T, HK, dk)
                                     const int32_t* cu, KOut o,  // (T, HV, dv)
                                     int64_t HK, int64_t HV, int dk, int dv) {
   extern __shared__ float smem[];
-  float* S = smem;                  // (dk, dv)
-  float* kv = S + dk * dv;          // (dk)
+  float* S = smem;                  // (dk, kGdnCols)
+  float* kv = S + dk * kGdnCols;    // (dk)
   float* qv = kv + dk;              // (dk)
   const int n = blockIdx.x / HV, h = blockIdx.x % HV;
   const int64_t hk = h / (HV / HK);
-  const int c = threadIdx.x;
+  const int lc = threadIdx.x, c = blockIdx.y * kGdnCols + lc;
   const int64_t t0 = cu[n], t1 = cu[n + 1];
   if (c < dv)
-    for (int i = 0; i < dk; ++i) S[i * dv + c] = 0.f;
+    for (int i = 0; i < dk; ++i) S[i * kGdnCols + lc] = 0.f;
   for (int64_t t = t0; t < t1; ++t) {
     __syncthreads();
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {
@@ -39,12 +40,12 @@ __global__ void gdn_core_fwd_kernel(const float* qn,  // (T, HK, dk)
     if (c >= dv) continue;
     const float a = expf(g[t * HV + h]), be = ld(beta, t * HV + h);
     float w = 0.f;
-    for (int i = 0; i < dk; ++i) w += S[i * dv + c] * kv[i];
+    for (int i = 0; i < dk; ++i) w += S[i * kGdnCols + lc] * kv[i];
     const float delta = be * (ld(v, (t * HV + h) * dv + c) - a * w);
     float out = 0.f;
     for (int i = 0; i < dk; ++i) {
-      const float sv = a * S[i * dv + c] + kv[i] * delta;
-      S[i * dv + c] = sv;
+      const float sv = a * S[i * kGdnCols + lc] + kv[i] * delta;
+      S[i * kGdnCols + lc] = sv;
       out += sv * qv[i];
     }
     st(o, (t * HV + h) * dv + c, out);
@@ -53,7 +54,7 @@ __global__ void gdn_core_fwd_kernel(const float* qn,  // (T, HK, dk)
 
 }  // namespace
 
-size_t gdn_core_fwd_smem(int dk, int dv) { return sizeof(float) * (size_t(dk) * dv + 2 * size_t(dk)); }
+size_t gdn_core_fwd_smem(int dk, int dv) { return sizeof(float) * (size_t(dk) * kGdnCols + 2 * size_t(dk)); }
 
 cudaError_t launch_gdn_core_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                 const int32_t* cu_seqlens, int nseq, KOut o, int64_t HK, int64_t HV, int dk, int dv,
@@ -62,9 +63,9 @@ cudaError_t launch_gdn_core_fwd(const float* qn, const float* kn, KIn v, const f
   cudaError_t e = cudaFuncSetAttribute(gdn_core_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  const int threads = ((dv + 31) / 32) * 32;
+  const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + kGdnCols - 1) / kGdnCols));
   if (nseq > 0 && HV > 0)
-    gdn_core_fwd_kernel<<<static_cast<unsigned>(nseq * HV), threads, smem, s>>>(qn, kn, v, g, beta, cu_seqlens, o,
+    gdn_core_fwd_kernel<<<grid, kGdnCols, smem, s>>>(qn, kn, v, g, beta, cu_seqlens, o,
                                                                                 HK, HV, dk, dv);
   return cudaGetLastError();
 }

@@ -34,17 +34,20 @@ cudaError_t launch_gdn_core_fwd(const float* qn, const float* kn, KIn v, const f
 // The core backward checkpoints the fp32 state every kGdnCkpt tokens of each sequence in global scratch
 // (F32 (Σ_n ceil(len_n/kGdnCkpt), HV, dk, dv)) and replays from sub-checkpoints every kGdnSub tokens.
 constexpr int kGdnCkpt = 64;
+// Value columns per block: columns of the state are independent, so blocks split them.
+constexpr int kGdnCols = 32;
 constexpr int kGdnSub = 8;
 int64_t gdn_core_bwd_ckpt_floats(const int32_t* host_cu_seqlens, int nseq, int64_t HV, int dk, int dv);
 // Dynamic shared memory the kernels need, to check against the device limit before launching.
 size_t gdn_core_fwd_smem(int dk, int dv);
 size_t gdn_core_bwd_smem(int dk, int dv);
 
-// Core backward. dO (T, HV, dv). Outputs: dqh, dkh F32 (T, HV, dk) (=) gradients w.r.t. the normalised
-// (and, for q, scaled) inputs per value head; dv (T, HV, dv) (=); dg F32 (T, HV) (=); dbeta (T, HV) (=).
+// Core backward. dO (T, HV, dv). Outputs: dqh, dkh F32 (T, HV, dk) (+=) gradients w.r.t. the normalised
+// (and, for q, scaled) inputs per value head; dv (T, HV, dv) (=); dg, dbeta F32 (T, HV) (+=). The (+=)
+// outputs are sums over column groups (atomics): the caller zeroes them.
 cudaError_t launch_gdn_core_bwd(KIn dout, const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                 const int32_t* cu_seqlens, int nseq, float* dqh, float* dkh, KOut dv_out, float* dg,
-                                KOut dbeta, float* ckpt, int64_t HK,
+                                float* dbeta, float* ckpt, int64_t HK,
                                 int64_t HV, int dk, int dv, cudaStream_t s);
 
 }  // namespace deltatune::kernels

@@ -144,14 +144,16 @@ void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, 
   const int nseq = static_cast<int>(seq.num_seqs());
   Tensor ckpt = alloc({kernels::gdn_core_bwd_ckpt_floats(seq.host_cu_seqlens.data(), nseq, d.HV, d.dk, d.dv)},
                       DType::F32);
-  Tensor dqh = alloc({d.T, d.HV, d.dk}, DType::F32), dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
-  Tensor dg32 = dg.dtype == DType::F32 ? dg : alloc(dg.shape, DType::F32);
+  // Partial sums over column groups are added atomically: zero the F32 accumulators first.
+  Tensor dqh = zeros({d.T, d.HV, d.dk}, DType::F32), dkh = zeros({d.T, d.HV, d.dk}, DType::F32);
+  Tensor dg32 = zeros({d.T, d.HV}, DType::F32), db32 = zeros({d.T, d.HV}, DType::F32);
   cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g),
                                           kin(beta, "gdn beta"), iptr(seq.cu_seqlens), nseq, fptr(dqh), fptr(dkh),
-                                          kout(dv, "gdn dv"), fptr(dg32), kout(dbeta, "gdn dbeta"), fptr(ckpt), d.HK,
-                                          d.HV, d.dk, d.dv, s),
+                                          kout(dv, "gdn dv"), fptr(dg32), fptr(db32), fptr(ckpt), d.HK, d.HV, d.dk,
+                                          d.dv, s),
              "gdn_bwd (core)");
-  if (dg.dtype != DType::F32) copy(dg, dg32);
+  copy(dg, dg32);
+  copy(dbeta, db32);
   cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dqh), kin(q, "gdn q"), fptr(rq), scale, kout(dq, "gdn dq"), d.T, d.HK,
                                             d.HV, d.dk, s),
              "gdn_bwd (l2norm q)");
