@@ -44,10 +44,17 @@ __device__ void replay_step(float* X, int P, float* kv, const float* kn, KIn v, 
   const int lc = threadIdx.x;
   if (lc < cw) {
     const float a = expf(g[t * HV + h]), be = ld(beta, t * HV + h);
-    float w = 0.f;
-    for (int i = 0; i < dk; ++i) w += X[i * P + lc] * kv[i];
+    float w4[4] = {0.f, 0.f, 0.f, 0.f};  // partial sums break the serial dependency chain
+    int i = 0;
+    for (; i + 4 <= dk; i += 4) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) w4[u] += X[(i + u) * P + lc] * kv[i + u];
+    }
+    for (; i < dk; ++i) w4[0] += X[i * P + lc] * kv[i];
+    const float w = (w4[0] + w4[1]) + (w4[2] + w4[3]);
     const float delta = be * (ld(v, (t * HV + h) * dv + c0 + lc) - a * w);
-    for (int i = 0; i < dk; ++i) X[i * P + lc] = a * X[i * P + lc] + kv[i] * delta;
+#pragma unroll 4
+    for (i = 0; i < dk; ++i) X[i * P + lc] = a * X[i * P + lc] + kv[i] * delta;
   }
 }
 
@@ -132,13 +139,24 @@ __global__ void gdn_core_bwd_kernel(KIn dout,         // (T, HV, dv)
         float p_dbeta = 0.f, p_ddo = 0.f, p_duw = 0.f;
         if (tid < cw) {
           const int c = tid;
-          float w = 0.f, x = 0.f, qk = 0.f;
-          for (int i = 0; i < dk; ++i) {
-            const float kk = sm.kv[i];
-            w += sm.Sp[i * P + c] * kk;
-            x += sm.dS[i * P + c] * kk;
-            qk += sm.qv[i] * kk;
+          float w2[2] = {0.f, 0.f}, x2[2] = {0.f, 0.f}, qk2[2] = {0.f, 0.f};
+          int i = 0;
+          for (; i + 2 <= dk; i += 2) {
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+              const float kk = sm.kv[i + u];
+              w2[u] += sm.Sp[(i + u) * P + c] * kk;
+              x2[u] += sm.dS[(i + u) * P + c] * kk;
+              qk2[u] += sm.qv[i + u] * kk;
+            }
           }
+          for (; i < dk; ++i) {
+            const float kk = sm.kv[i];
+            w2[0] += sm.Sp[i * P + c] * kk;
+            x2[0] += sm.dS[i * P + c] * kk;
+            qk2[0] += sm.qv[i] * kk;
+          }
+          const float w = w2[0] + w2[1], x = x2[0] + x2[1], qk = qk2[0] + qk2[1];
           const float u = a * w;
           const float vc = ld(v, (t * HV + h) * dv + c0 + c);
           const float delta = be * (vc - u);

@@ -39,16 +39,31 @@ __global__ void gdn_core_fwd_kernel(const float* qn,  // (T, HK, dk)
     __syncthreads();
     if (c >= dv) continue;
     const float a = expf(g[t * HV + h]), be = ld(beta, t * HV + h);
-    float w = 0.f;
-    for (int i = 0; i < dk; ++i) w += S[i * kGdnCols + lc] * kv[i];
+    // Four partial sums: the per-token dot products are a serial dependency chain otherwise.
+    float w4[4] = {0.f, 0.f, 0.f, 0.f};
+    int i = 0;
+    for (; i + 4 <= dk; i += 4) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) w4[u] += S[(i + u) * kGdnCols + lc] * kv[i + u];
+    }
+    for (; i < dk; ++i) w4[0] += S[i * kGdnCols + lc] * kv[i];
+    const float w = (w4[0] + w4[1]) + (w4[2] + w4[3]);
     const float delta = be * (ld(v, (t * HV + h) * dv + c) - a * w);
-    float out = 0.f;
-    for (int i = 0; i < dk; ++i) {
+    float o4[4] = {0.f, 0.f, 0.f, 0.f};
+    for (i = 0; i + 4 <= dk; i += 4) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float sv = a * S[(i + u) * kGdnCols + lc] + kv[i + u] * delta;
+        S[(i + u) * kGdnCols + lc] = sv;
+        o4[u] += sv * qv[i + u];
+      }
+    }
+    for (; i < dk; ++i) {
       const float sv = a * S[i * kGdnCols + lc] + kv[i] * delta;
       S[i * kGdnCols + lc] = sv;
-      out += sv * qv[i];
+      o4[0] += sv * qv[i];
     }
-    st(o, (t * HV + h) * dv + c, out);
+    st(o, (t * HV + h) * dv + c, (o4[0] + o4[1]) + (o4[2] + o4[3]));
   }
 }
 
