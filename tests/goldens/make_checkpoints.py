@@ -19,8 +19,11 @@ Models (all weights random, including every norm, A_log, dt_bias and conv tap: z
                   The golden is HF run in fp32 on the bf16 weights (upcast exactly), i.e. what a fp32 engine
                   must reproduce.
   moe_per_expert  Qwen3_5MoeForCausalLM, 2 layers, untied, experts stored per expert
-                  (mlp.experts.{e}.{gate,up,down}_proj.weight, 2-D). HF loads it through its qwen2_moe
-                  converter; the script checks that gives the same logits as the fused layout.
+                  (mlp.experts.{e}.{gate,up,down}_proj.weight, 2-D), which is what HF 5.23's save_pretrained
+                  writes for MoE models; HF loads it through its qwen2_moe converter, and the script checks the
+                  same weights in the fused layout give identical logits.
+Official MoE checkpoints store experts fused ([E, 2Ie, H] `experts.gate_up_proj`, [E, H, Ie] `experts.down_proj`),
+so moe_tied is rewritten into that layout after saving (and checked against the in-memory model).
 
 golden_eval.jsonl: 3 sequences (7, 29 and 70 tokens: 70 > HF's GDN chunk of 64), random ids, labels with
 some -100. golden_eval.json: loss as `deltatune eval` defines it = sum over sequences of CE(logits[t],
@@ -125,9 +128,29 @@ def run_golden(model, rows):
     return out, torch.tensor(out["logits_first"])
 
 
-def text_param_count(path, cls):
-    m = cls.from_pretrained(path, dtype=torch.float32)
-    return sum(p.numel() for p in m.parameters())
+def load(cls, path):
+    """HF model from disk in fp32; every parameter must come from the checkpoint (no random fill-ins)."""
+    m, info = cls.from_pretrained(path, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    assert not info["missing_keys"], info["missing_keys"]
+    assert not info["mismatched_keys"], info["mismatched_keys"]
+    return m
+
+
+def fuse_experts(tensors, E):
+    """Per-expert 2-D keys (what HF 5.23's save_pretrained writes) -> the fused 3-D layout of official files."""
+    out, groups = {}, {}
+    for k, v in tensors.items():
+        if ".mlp.experts." in k and k.endswith("_proj.weight"):
+            base, rest = k.split(".mlp.experts.")
+            e, proj = rest.split(".")[:2]
+            groups.setdefault(base, {})[(int(e), proj)] = v
+        else:
+            out[k] = v
+    for base, g in groups.items():
+        out[base + ".mlp.experts.gate_up_proj"] = torch.stack(
+            [torch.cat([g[(e, "gate_proj")], g[(e, "up_proj")]], 0) for e in range(E)]).contiguous()
+        out[base + ".mlp.experts.down_proj"] = torch.stack([g[(e, "down_proj")] for e in range(E)]).contiguous()
+    return out
 
 
 def write_outputs(path, rows, golden, extra):
@@ -201,10 +224,10 @@ def make_dense_vl():
     shutil.copy(os.path.join(TOKENIZER_DIR, "tokenizer_config.json"), path)
 
     rows = make_sequences(512, 11)
-    vl = Qwen3_5ForConditionalGeneration.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    vl = load(Qwen3_5ForConditionalGeneration, path)
     golden, logits = run_golden(vl, rows)
     # The text-only class on the same folder (HF strips language_model.) must give the same logits.
-    txt = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    txt = load(AutoModelForCausalLM, path)
     assert type(txt).__name__ == "Qwen3_5ForCausalLM", type(txt)
     golden_txt, logits_txt = run_golden(txt, rows)
     assert torch.allclose(logits, logits_txt, atol=1e-5), (logits - logits_txt).abs().max()
@@ -224,6 +247,7 @@ def make_moe_tied():
     model = Qwen3_5MoeForCausalLM(cfg).float()
     randomise(model, 202)
     model.save_pretrained(path)
+    rewrite_safetensors(os.path.join(path, "model.safetensors"), lambda t: fuse_experts(t, 4))
 
     def drop_layer_types(c):
         want = c.pop("layer_types")
@@ -232,10 +256,14 @@ def make_moe_tied():
     edit_config(path, drop_layer_types)
 
     rows = make_sequences(512, 22)
-    m = Qwen3_5MoeForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    m = load(Qwen3_5MoeForCausalLM, path)
     assert m.config.layer_types == ["linear_attention", "full_attention"] * 2, m.config.layer_types
     assert m.lm_head.weight.data_ptr() == m.model.embed_tokens.weight.data_ptr()
-    golden, _ = run_golden(m, rows)
+    golden, logits = run_golden(m, rows)
+    # The fused file must hold exactly the model we built.
+    mem = dict(model.named_parameters())
+    for k, v in m.named_parameters():
+        assert torch.equal(v, mem[k]), k
     write_outputs(path, rows, golden, {
         "model": "moe_tied", "hf_class": "Qwen3_5MoeForCausalLM",
         "hf_text_params": sum(p.numel() for p in m.parameters()), "tied": True, "checkpoint_dtype": "F32"})
@@ -267,7 +295,7 @@ def make_dense_bf16():
     edit_config(path, legacy_rope)
 
     rows = make_sequences(512, 33)
-    m = Qwen3_5ForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    m = load(Qwen3_5ForCausalLM, path)
     assert m.config.rope_parameters["rope_theta"] == 1000000.0
     assert m.config.rope_parameters["partial_rotary_factor"] == 0.5, m.config.rope_parameters
     assert m.model.embed_tokens.weight.dtype == torch.float32
@@ -288,42 +316,32 @@ def make_moe_per_expert():
     cfg.architectures = ["Qwen3_5MoeForCausalLM"]
     model = Qwen3_5MoeForCausalLM(cfg).float()
     randomise(model, 404)
-    model.save_pretrained(path)
+    model.save_pretrained(path)  # HF 5.23 writes experts per expert (its qwen2_moe conversion, reversed)
+    with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
+        assert "model.layers.0.mlp.experts.0.gate_proj.weight" in f.keys()
     rows = make_sequences(512, 44)
-    fused = Qwen3_5MoeForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
-    golden, logits = run_golden(fused, rows)
-    n_params = sum(p.numel() for p in fused.parameters())
-    E, Ie = 4, 32
+    per = load(Qwen3_5MoeForCausalLM, path)
+    golden, logits = run_golden(per, rows)
+    n_params = sum(p.numel() for p in per.parameters())
+    # Same weights in the fused layout give the same logits.
+    fused_dir = path + "_fused_tmp"
+    shutil.rmtree(fused_dir, ignore_errors=True)
+    shutil.copytree(path, fused_dir)
+    rewrite_safetensors(os.path.join(fused_dir, "model.safetensors"), lambda t: fuse_experts(t, 4))
+    fused = load(Qwen3_5MoeForCausalLM, fused_dir)
+    shutil.rmtree(fused_dir)
+    _, logits_fused = run_golden(fused, rows)
+    assert torch.equal(logits, logits_fused), (logits - logits_fused).abs().max()
     # Values of HF's fused expert tensors at random positions: what stacking per-expert weights must give.
     g = torch.Generator().manual_seed(45)
     probes = []
-    for li, layer in enumerate(fused.model.layers):
+    for li, layer in enumerate(per.model.layers):
         for pname in ("gate_up_proj", "down_proj"):
             t = getattr(layer.mlp.experts, pname).detach()
             for _ in range(16):
                 idx = [int(torch.randint(0, d, (1,), generator=g)) for d in t.shape]
                 probes.append({"key": f"model.layers.{li}.mlp.experts.{pname}", "index": idx,
                                "value": float(t[tuple(idx)])})
-
-    def split(t):
-        out = {}
-        for k, v in t.items():
-            if k.endswith("mlp.experts.gate_up_proj"):
-                base = k[: -len("gate_up_proj")]
-                for e in range(E):
-                    out[f"{base}{e}.gate_proj.weight"] = v[e, :Ie].contiguous()
-                    out[f"{base}{e}.up_proj.weight"] = v[e, Ie:].contiguous()
-            elif k.endswith("mlp.experts.down_proj"):
-                base = k[: -len("down_proj")]
-                for e in range(E):
-                    out[f"{base}{e}.down_proj.weight"] = v[e].contiguous()
-            else:
-                out[k] = v
-        return out
-    rewrite_safetensors(os.path.join(path, "model.safetensors"), split)
-    per = Qwen3_5MoeForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
-    _, logits_per = run_golden(per, rows)
-    assert torch.allclose(logits, logits_per, atol=1e-6), (logits - logits_per).abs().max()
     write_outputs(path, rows, golden, {
         "model": "moe_per_expert", "hf_class": "Qwen3_5MoeForCausalLM (per-expert file == fused)",
         "hf_text_params": n_params, "tied": False, "checkpoint_dtype": "F32", "fused_expert_probes": probes})
@@ -341,7 +359,7 @@ def main():
     make_moe_tied()
     make_dense_bf16()
     make_moe_per_expert()
-    for name in sorted(os.listdir(OUT)):
+    for name in sorted(d for d in os.listdir(OUT) if os.path.isdir(os.path.join(OUT, d))):
         size = sum(os.path.getsize(os.path.join(OUT, name, f)) for f in os.listdir(os.path.join(OUT, name)))
         print(f"{name}: {size / 1e6:.2f} MB")
 
