@@ -4,6 +4,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -220,6 +221,8 @@ ModelConfig model_config_parse_string(const std::string& json_text, const std::s
 }
 
 ModelConfig model_config_load(const std::string& path) {
+  std::error_code ec;
+  check(std::filesystem::exists(path, ec), path + ": not found (expected a Hugging Face checkpoint folder with config.json)");
   return model_config_parse_string(read_text_file(path), path);
 }
 
