@@ -140,7 +140,7 @@ int cmd_info(const Args& args) {
   for (const auto& [g, n] : lora) o << " " << g << " " << grouped(n);
   o << " (all " << grouped(lora_total) << ")\n";
   o << "VRAM estimate (" << tokens << " tokens/step, " << (fused ? "fused" : "unfused") << " loss, "
-    << (ckpt ? "with" : "no") << " gradient checkpointing, all groups): " << bytes_str(vram.total) << "\n"
+    << (ckpt ? "with" : "no") << " gradient checkpointing, LoRA on the default groups): " << bytes_str(vram.total) << "\n"
     << "  weights " << bytes_str(vram.weights) << ", LoRA+optimizer " << bytes_str(vram.lora_and_optimizer)
     << ", activations " << bytes_str(vram.activations) << ", logits " << bytes_str(vram.logits) << ", overhead "
     << bytes_str(vram.overhead) << "\n";

@@ -40,7 +40,8 @@ ModelInfo model_info_load(const std::string& dir);
 std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int r);
 
 // Rough peak-VRAM estimate (bytes) for a run on a GPU backend.
-// Formula: see estimate_vram in engine/src/model/model_info.cpp. LoRA counts every group the model has.
+// Formula: see estimate_vram in engine/src/model/model_info.cpp. LoRA counts the default target groups
+// (every group but experts).
 struct VramEstimate {
   int64_t weights = 0, lora_and_optimizer = 0, activations = 0, logits = 0, total = 0;
   int64_t overhead = 0;  // CUDA context, workspaces, allocator slack (included in total)

@@ -167,8 +167,8 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
 // Peak-memory model of one training step on the GPU backend (bytes). Deliberately simple and a little
 // pessimistic; it is for choosing settings, not for allocation.
 //   weights      = total_params * 2                 base weights in bf16 (fp32 norm/A_log copies: negligible)
-//   lora         = P_lora * 16                      fp32 weight + gradient + Adam m + v, P_lora over all groups
-//                                                   the model has (experts included, the most it can be)
+//   lora         = P_lora * 16                      fp32 weight + gradient + Adam m + v, P_lora over the default
+//                                                   target groups (all but `experts`, as lora_default_groups)
 //   activations  saved for backward, bf16 (2 bytes per element), T = tokens_per_step:
 //                  per token and layer: 4H (layer input, normed input, mid residual, normed mid) +
 //                  GDN layer:  2*conv_dim (projection, conv+SiLU) + 3*value_dim (z, core out, gated norm)
@@ -178,7 +178,7 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
 //                  dense MLP:  3*I (gate, up, silu(gate)*up)
 //                  MoE:        2E (fp32 router logits) + top_k*(H + 3*Ie) (permuted input, gate, up, act)
 //                              + 3*Is (shared expert)
-//                  + r per LoRA-adapted linear (the low-rank intermediate)
+//                  + r per LoRA-adapted linear of the default groups (the low-rank intermediate)
 //                without checkpointing: T * 2 * sum over layers;
 //                with checkpointing:    T * 2 * (L*H + the largest layer), i.e. only layer inputs are kept
 //                                       and one layer is recomputed at a time.
@@ -191,7 +191,8 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   const int64_t T = std::max<int64_t>(tokens_per_step, 1), H = info.hidden_size;
   v.weights = info.total_params * 2;
   int64_t lora = 0;
-  for (const auto& [g, n] : lora_params_per_group(info, lora_r)) lora += n;
+  for (const auto& [g, n] : lora_params_per_group(info, lora_r))
+    if (g != "experts") lora += n;
   v.lora_and_optimizer = lora * 16;
 
   const int64_t kd = info.linear_num_key_heads * info.linear_key_head_dim;
