@@ -25,8 +25,10 @@ std::string grouped(int64_t n) {  // 1234567 -> "1,234,567"
 std::string bytes_str(int64_t b) {
   char buf[32];
   const double x = static_cast<double>(b);
-  if (x >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", x / (1024.0 * 1024 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", x / (1024.0 * 1024));
+  if (x >= 1024.0 * 1024 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", x / (1024.0 * 1024 * 1024));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", x / (1024.0 * 1024));
   return buf;
 }
 
@@ -43,8 +45,8 @@ int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
 }  // namespace
 
 int cmd_info(const Args& args) {
-  const ParsedArgs a =
-      parse_args(args, {"--model", "--lora-r", "--tokens"}, {"--json", "--gradient-checkpointing", "--unfused-loss"});
+  const ParsedArgs a = parse_args(args, {"--model", "--lora-r", "--tokens"},
+                                  {"--json", "--gradient-checkpointing", "--unfused-loss"});
   check(a.options.count("--model") && a.positionals.empty(),
         "usage: deltatune info --model DIR [--json] [--lora-r N] [--tokens N] [--gradient-checkpointing] "
         "[--unfused-loss]");
@@ -93,10 +95,14 @@ int cmd_info(const Args& args) {
     j["lora_r"] = r;
     j["lora_params_per_group"] = lora;
     j["lora_params_total"] = lora_total;
-    j["vram_estimate"] = {{"tokens_per_step", tokens},         {"fused_loss", fused},
-                          {"gradient_checkpointing", ckpt},    {"weights", vram.weights},
-                          {"lora_and_optimizer", vram.lora_and_optimizer}, {"activations", vram.activations},
-                          {"logits", vram.logits},             {"overhead", vram.overhead},
+    j["vram_estimate"] = {{"tokens_per_step", tokens},
+                          {"fused_loss", fused},
+                          {"gradient_checkpointing", ckpt},
+                          {"weights", vram.weights},
+                          {"lora_and_optimizer", vram.lora_and_optimizer},
+                          {"activations", vram.activations},
+                          {"logits", vram.logits},
+                          {"overhead", vram.overhead},
                           {"total", vram.total}};
     j["warnings"] = info.warnings;
     std::cout << j.dump() << "\n";
@@ -119,15 +125,15 @@ int cmd_info(const Args& args) {
     << info.num_layers - full << " Gated DeltaNet, " << full << " full attention)\n";
   o << "  full attention: " << info.num_attention_heads << " query heads, " << info.num_key_value_heads
     << " KV heads, head dim " << info.head_dim << "\n";
-  o << "  Gated DeltaNet: " << info.linear_num_key_heads << " key heads x " << info.linear_key_head_dim << ", "
-    << info.linear_num_value_heads << " value heads x " << info.linear_value_head_dim << "\n";
+  o << "  Gated DeltaNet: " << info.linear_num_key_heads << " key heads x " << info.linear_key_head_dim
+    << ", " << info.linear_num_value_heads << " value heads x " << info.linear_value_head_dim << "\n";
   if (info.is_moe)
     o << "  experts: " << info.num_experts << ", " << info.num_experts_per_tok << " per token, expert FFN "
       << info.moe_intermediate_size << ", shared expert FFN " << info.shared_expert_intermediate_size << "\n";
   else
     o << "  MLP: intermediate " << info.intermediate_size << "\n";
-  o << "  vocabulary " << info.vocab_size << (info.tied_embeddings ? ", tied embeddings" : ", separate lm_head")
-    << "\n";
+  o << "  vocabulary " << info.vocab_size
+    << (info.tied_embeddings ? ", tied embeddings" : ", separate lm_head") << "\n";
   o << "parameters: " << grouped(info.total_params) << "\n";
   for (const auto& [g, n] : info.params_per_group) o << "  " << g << ": " << grouped(n) << "\n";
   o << "tensors:";
@@ -140,10 +146,11 @@ int cmd_info(const Args& args) {
   for (const auto& [g, n] : lora) o << " " << g << " " << grouped(n);
   o << " (all " << grouped(lora_total) << ")\n";
   o << "VRAM estimate (" << tokens << " tokens/step, " << (fused ? "fused" : "unfused") << " loss, "
-    << (ckpt ? "with" : "no") << " gradient checkpointing, LoRA on the default groups): " << bytes_str(vram.total) << "\n"
+    << (ckpt ? "with" : "no")
+    << " gradient checkpointing, LoRA on the default groups): " << bytes_str(vram.total) << "\n"
     << "  weights " << bytes_str(vram.weights) << ", LoRA+optimizer " << bytes_str(vram.lora_and_optimizer)
-    << ", activations " << bytes_str(vram.activations) << ", logits " << bytes_str(vram.logits) << ", overhead "
-    << bytes_str(vram.overhead) << "\n";
+    << ", activations " << bytes_str(vram.activations) << ", logits " << bytes_str(vram.logits)
+    << ", overhead " << bytes_str(vram.overhead) << "\n";
   if (!info.warnings.empty()) {
     o << "warnings:\n";
     for (const auto& w : info.warnings) o << "  - " << w << "\n";

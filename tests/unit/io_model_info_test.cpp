@@ -1,7 +1,6 @@
 #include <gtest/gtest.h>
-#include <unistd.h>
-
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -23,7 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string golden(const std::string& name) { return std::string(DT_SOURCE_DIR) + "/tests/goldens/models/" + name; }
+std::string golden(const std::string& name) {
+  return std::string(DT_SOURCE_DIR) + "/tests/goldens/models/" + name;
+}
 
 const std::vector<std::string> kModels = {"dense_vl", "moe_tied", "dense_bf16", "moe_per_expert"};
 
@@ -71,8 +72,9 @@ TEST(IoModelInfo, DenseVlDetails) {
   EXPECT_TRUE(info.vision_language_layout);
   EXPECT_FALSE(info.is_moe);
   EXPECT_TRUE(info.has_chat_template);  // tokenizer_config.json carries one
-  EXPECT_EQ(info.layer_types, (std::vector<std::string>{"linear_attention", "full_attention", "linear_attention",
-                                                         "linear_attention", "full_attention"}));
+  EXPECT_EQ(info.layer_types,
+            (std::vector<std::string>{"linear_attention", "full_attention", "linear_attention",
+                                      "linear_attention", "full_attention"}));
   CheckpointReader r(golden("dense_vl"));
   int64_t skipped = 0;
   for (const auto& k : r.names()) skipped += model_key_skipped(k);
@@ -92,7 +94,8 @@ TEST(IoModelInfo, MoeGroupsAndLoraMatchInventory) {
     const ModelInfo info = model_info_load(golden(name));
     const ModelConfig cfg = model_config_load(golden(name) + "/config.json");
     EXPECT_EQ(info.lora_groups, lora_groups_of(cfg));
-    // Our closed-form count equals the adapter modules the LoRA code would create (r*(in+out), x E for experts).
+    // Our closed-form count equals the adapter modules the LoRA code would create (r*(in+out), x E for
+    // experts).
     for (int r : {1, 8}) {
       std::map<std::string, int64_t> want;
       for (const LoraModule& m : lora_inventory(cfg))
@@ -113,7 +116,8 @@ TEST(IoModelInfo, TokenizerAndTemplateDetection) {
   const fs::path dir = fs::temp_directory_path() / ("dt_io_info_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(golden("moe_tied") + "/" + f, dir / f);
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(golden("moe_tied") + "/" + f, dir / f);
   ModelInfo info = model_info_load(dir.string());
   EXPECT_FALSE(info.has_tokenizer);
   EXPECT_FALSE(info.has_chat_template);
@@ -145,8 +149,10 @@ TEST(IoModelInfo, BrokenCheckpointGivesWarningsNotErrors) {
   EXPECT_EQ(info.params_per_group.at("other"), 3);
   bool saw_missing = false, saw_unknown = false;
   for (const auto& w : info.warnings) {
-    saw_missing |= w.find("missing tensors") != std::string::npos && w.find("model.norm.weight") != std::string::npos;
-    saw_unknown |= w.find("unknown text tensors") != std::string::npos && w.find("model.extra.weight") != std::string::npos;
+    saw_missing |=
+        w.find("missing tensors") != std::string::npos && w.find("model.norm.weight") != std::string::npos;
+    saw_unknown |= w.find("unknown text tensors") != std::string::npos &&
+                   w.find("model.extra.weight") != std::string::npos;
   }
   EXPECT_TRUE(saw_missing);
   EXPECT_TRUE(saw_unknown);
@@ -196,7 +202,8 @@ TEST(IoModelInfo, VramEstimateParts) {
   for (const auto& kv : lora_params_per_group(info, 16)) lora += kv.second;
   EXPECT_EQ(plain.lora_and_optimizer, 16 * lora);
   EXPECT_EQ(plain.logits, 8 * T * info.vocab_size);  // fp32 logits + gradient
-  EXPECT_EQ(plain.total, plain.weights + plain.lora_and_optimizer + plain.activations + plain.logits + plain.overhead);
+  EXPECT_EQ(plain.total,
+            plain.weights + plain.lora_and_optimizer + plain.activations + plain.logits + plain.overhead);
   const VramEstimate fused = estimate_vram(info, 16, T, true, false);
   EXPECT_EQ(fused.logits, 1024 * info.vocab_size * 4);
   const VramEstimate ckpt = estimate_vram(info, 16, T, true, true);

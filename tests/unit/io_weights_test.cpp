@@ -3,8 +3,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -18,9 +18,13 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string golden(const std::string& name) { return std::string(DT_SOURCE_DIR) + "/tests/goldens/models/" + name; }
+std::string golden(const std::string& name) {
+  return std::string(DT_SOURCE_DIR) + "/tests/goldens/models/" + name;
+}
 
-json golden_json(const std::string& name) { return json::parse(read_text_file(golden(name) + "/golden_eval.json")); }
+json golden_json(const std::string& name) {
+  return json::parse(read_text_file(golden(name) + "/golden_eval.json"));
+}
 
 int64_t skipped_in(const CheckpointReader& r) {
   int64_t n = 0;
@@ -173,7 +177,8 @@ TEST(IoWeights, MissingTensorNamed) {
 TEST(IoWeights, WrongShapeNamesKeyAndShapes) {
   TempCheckpoint t("moe_tied");
   t.edit_config([](json& c) { c["moe_intermediate_size"] = 16; });
-  expect_load_error(t.write(), {"model.layers.0.mlp.experts.gate_up_proj", "[4, 64, 64]", "expected [4, 32, 64]"});
+  expect_load_error(t.write(),
+                    {"model.layers.0.mlp.experts.gate_up_proj", "[4, 64, 64]", "expected [4, 32, 64]"});
 }
 
 TEST(IoWeights, UnknownTextTensorIsAnError) {

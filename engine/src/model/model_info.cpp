@@ -85,7 +85,8 @@ ModelInfo model_info_load(const std::string& dir) {
   std::vector<std::string> missing, mismatched, unknown;
   for (const ExpectedTensor& e : model_expected_tensors(c, prefix, per_expert)) {
     group_of[e.key] = e.group;
-    if (!reader.has(e.key)) missing.push_back(e.key);
+    if (!reader.has(e.key))
+      missing.push_back(e.key);
     else if (reader.entry(e.key).shape != e.shape)
       mismatched.push_back(e.key + " " + shape_str(reader.entry(e.key).shape) + " (expected " +
                            shape_str(e.shape) + ")");
@@ -119,8 +120,9 @@ ModelInfo model_info_load(const std::string& dir) {
   info.has_chat_template = has_chat_template(d);
   if (!info.has_tokenizer) info.warnings.push_back("no tokenizer.json: only pre-tokenized data can be used");
   if (!info.has_chat_template)
-    info.warnings.push_back("no chat template (tokenizer_config.json \"chat_template\" or chat_template.jinja): "
-                            "chat datasets cannot be rendered");
+    info.warnings.push_back(
+        "no chat template (tokenizer_config.json \"chat_template\" or chat_template.jinja): "
+        "chat datasets cannot be rendered");
 
   const bool has_full = std::count(c.layer_types.begin(), c.layer_types.end(), LayerKind::FullAttention) > 0;
   const bool has_lin = std::count(c.layer_types.begin(), c.layer_types.end(), LayerKind::LinearAttention) > 0;
@@ -149,13 +151,13 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
   for (const auto& t : info.layer_types) (t == "full_attention" ? full : lin) += 1;
 
   std::map<std::string, int64_t> out;
-  if (full > 0)
-    out["attn"] = full * (pair(H, 2 * nq) + 2 * pair(H, nkv) + pair(nq, H));
+  if (full > 0) out["attn"] = full * (pair(H, 2 * nq) + 2 * pair(H, nkv) + pair(nq, H));
   if (lin > 0)
     out["linear_attn"] = lin * (pair(H, 2 * kd + vd) + pair(H, vd) + 2 * pair(H, HV) + pair(vd, H));
   const int64_t L = info.num_layers;
   if (info.is_moe) {
-    const int64_t Is = info.shared_expert_intermediate_size, Ie = info.moe_intermediate_size, E = info.num_experts;
+    const int64_t Is = info.shared_expert_intermediate_size, Ie = info.moe_intermediate_size,
+                  E = info.num_experts;
     out["shared_expert"] = L * (2 * pair(H, Is) + pair(Is, H));
     out["experts"] = L * (R * E * (H + 2 * Ie) + R * E * (Ie + H));
   } else {
@@ -167,7 +169,8 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
 // Peak-memory model of one training step on the GPU backend (bytes). Deliberately simple and a little
 // pessimistic; it is for choosing settings, not for allocation.
 //   weights      = total_params * 2                 base weights in bf16 (fp32 norm/A_log copies: negligible)
-//   lora         = P_lora * 16                      fp32 weight + gradient + Adam m + v, P_lora over the default
+//   lora         = P_lora * 16                      fp32 weight + gradient + Adam m + v, P_lora over the
+//   default
 //                                                   target groups (all but `experts`, as lora_default_groups)
 //   activations  saved for backward, bf16 (2 bytes per element), T = tokens_per_step:
 //                  per token and layer: 4H (layer input, normed input, mid residual, normed mid) +
