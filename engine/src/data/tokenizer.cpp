@@ -805,6 +805,12 @@ std::vector<int32_t> Tokenizer::encode_with_offsets(std::string_view text, std::
   std::vector<int32_t> ids;
   std::vector<int64_t> s, e;
   impl_->encode_impl(text, &ids, &s, &e);
+  // Where normalization changed the text, offsets are approximate: keep them inside the text and ordered.
+  const auto n = static_cast<int64_t>(text.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    s[i] = std::clamp<int64_t>(s[i], i ? s[i - 1] : 0, n);
+    e[i] = std::clamp<int64_t>(e[i], s[i], n);
+  }
   if (starts) *starts = std::move(s);
   if (ends) *ends = std::move(e);
   return ids;
