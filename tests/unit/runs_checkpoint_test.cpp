@@ -183,7 +183,11 @@ TEST(RunsCheckpoint, UnwritableOutputDir) {
   const std::string not_dir = (tmp.path / "file" / "out").string();
   EXPECT_NE(message_of([&] { checkpoint_write(not_dir, state_at(1), {}, fake_adapter(1), 1); }).find("cannot create"),
             std::string::npos);
+}
+
+TEST(RunsCheckpoint, ReadOnlyOutputDir) {
   if (geteuid() == 0) GTEST_SKIP() << "root ignores folder permissions";
+  TempDir tmp;
   fs::create_directories(tmp.out());
   fs::permissions(tmp.out(), fs::perms::owner_read | fs::perms::owner_exec);
   const std::string msg = message_of([&] { checkpoint_write(tmp.out(), state_at(1), {}, fake_adapter(1), 1); });
