@@ -59,7 +59,8 @@ DataPage::DataPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   table_->verticalHeader()->setVisible(false);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  table_->setMinimumHeight(110);
+  table_->setMinimumHeight(90);
+  table_->setMaximumHeight(150);
   filesLayout->addWidget(table_);
   auto* buttons = new QHBoxLayout;
   auto* add = new QPushButton(tr("Add files…"));
@@ -109,7 +110,7 @@ DataPage::DataPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   exampleSource_ = new QLabel;
   nav->addWidget(exampleSource_, 1);
   auto* legend = new QLabel(tr("<span style='background:#cdeec7; color:#0d4a12;'>&nbsp;trained&nbsp;</span> "
-                               "<span style='background:#ececec; color:#444;'>&nbsp;not trained&nbsp;</span> "
+                               "<span style='background:#cfcfcf; color:#444;'>&nbsp;not trained&nbsp;</span> "
                                "&nbsp;each box is one token, &middot; = space, &crarr; = newline"));
   nav->addWidget(legend);
   exLayout->addLayout(nav);

@@ -105,6 +105,12 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent) : QWidg
   split->setStretchFactor(1, 3);
   outer->addWidget(split, 1);
 
+  // While a run is live its curve and row keep moving; re-read the database now and then (only while
+  // this page is on screen).
+  liveTimer_.setInterval(3000);
+  connect(&liveTimer_, &QTimer::timeout, this, [this] {
+    if (isVisible()) refresh();
+  });
   connect(filter_, &QLineEdit::textChanged, this, &ExperimentsPage::setFilterText);
   connect(refreshButton, &QPushButton::clicked, this, &ExperimentsPage::refresh);
   connect(tagButton, &QPushButton::clicked, this, [this] {
@@ -163,7 +169,16 @@ void ExperimentsPage::refresh() {
     model_->setRuns({});
   }
   metricsCache_.clear();
-  selectRuns(keep);
+  if (keep.isEmpty() && proxy_->rowCount() > 0) {
+    // Show something useful on first look: the newest run (top row with the default sort).
+    selectRuns({proxy_->index(0, 0).data(RunsTableModel::RunIdRole).toString()});
+  } else {
+    selectRuns(keep);
+  }
+  bool running = false;
+  for (const auto& r : model_->runs()) running = running || r.status == "running";
+  if (running && !liveTimer_.isActive()) liveTimer_.start();
+  if (!running) liveTimer_.stop();
 }
 
 QStringList ExperimentsPage::selectedRunIds() const {
@@ -249,6 +264,7 @@ void ExperimentsPage::updateOverlay() {
     g->setName(QString::fromStdString(r->name.empty() ? r->id : r->name));
     g->setData(s.x, s.y, true);
   }
+  plot_->legend->setVisible(plot_->graphCount() > 0);
   plot_->xAxis->setLabel(axisName(axis));
   plot_->yAxis->setLabel(metricName(metric));
   plot_->rescaleAxes();

@@ -3,6 +3,7 @@
 // wall time) and their configs diffed (only differing keys).
 #pragma once
 #include <QMap>
+#include <QTimer>
 #include <QWidget>
 #include <memory>
 #include <vector>
@@ -71,6 +72,7 @@ class ExperimentsPage : public QWidget {
   QTableWidget* diffTable_;
   QList<ConfigDiffRow> diff_;
   std::map<std::string, std::vector<deltatune::StepMetrics>> metricsCache_;
+  QTimer liveTimer_;
 };
 
 }  // namespace studio
