@@ -138,6 +138,8 @@ TEST(DataTokenizer, UnsupportedStructuresAreNamed) {
     EXPECT_NE(std::string(e.what()).find("x/tokenizer.json"), std::string::npos) << e.what();
   }
   EXPECT_THROW(Tokenizer::from_json_string("{not json", "t.json"), Error);
+  const auto tok = Tokenizer::from_file(kGoldDir + "tiny_gpt2.json");  // no normalizer: PCRE2 sees raw bytes
+  EXPECT_THROW(tok.encode("bad \xff byte"), Error);
   EXPECT_THROW(Tokenizer::from_file("/nonexistent/dir"), Error);
 }
 

@@ -723,6 +723,10 @@ void Tokenizer::Impl::encode_plain(std::string_view seg, int64_t offset, std::ve
 
 void Tokenizer::Impl::encode_impl(std::string_view text, std::vector<int32_t>* ids, std::vector<int64_t>* starts,
                                   std::vector<int64_t>* ends) const {
+  // PCRE2 runs with PCRE2_NO_UTF_CHECK, so invalid input must be refused here.
+  const size_t bad = utf8_find_invalid(text);
+  if (bad != std::string_view::npos)
+    throw Error("tokenizer: text is not valid UTF-8 (byte " + std::to_string(bad) + ")");
   std::vector<std::pair<int32_t, std::pair<size_t, size_t>>> parts, inner;
   split_added(text, raw_first_byte, &parts);
   for (const auto& [id, range] : parts) {
