@@ -158,5 +158,12 @@ TEST(DataChat, WhitespaceControlMatchesJinja) {
   EXPECT_EQ(render_src("{# c #}\nz"), "z");
 }
 
+TEST(DataChat, StringLiteralsUsePythonEscapes) {
+  // jinja2 decodes literals with Python's unicode-escape; unknown escapes stay as written.
+  EXPECT_EQ(render_src(R"({{ '\u00e9\x41\n\t\\ \d' }})"), "\xC3\xA9" "A\n\t\\ \\d");
+  EXPECT_EQ(render_src(R"({{ "it's" ~ 'say "hi"' }})"), "it's" "say \"hi\"");
+  EXPECT_THROW(render_src(R"({{ '\xZZ' }})"), Error);
+}
+
 }  // namespace
 }  // namespace deltatune

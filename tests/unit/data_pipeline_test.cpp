@@ -107,6 +107,31 @@ TEST_F(DataPipeline, ReadsEveryFormat) {
   EXPECT_LT(data.train_stats.trained_tokens, data.train_stats.tokens);
 }
 
+TEST_F(DataPipeline, ByteOrderMarkAndPreview) {
+  const auto path = write("bom.json", "\xEF\xBB\xBF[\n {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
+                                      " {\"role\": \"assistant\", \"content\": \"Yo\"}]}\n]\n");
+  const auto file = dataset_read(path, "", false);
+  ASSERT_EQ(file.rows.size(), 1u);
+  EXPECT_EQ(file.rows[0].source, path + ":2");
+  const auto tok = Tokenizer::from_file((dir / "model").string());
+  const auto tpl = ChatTemplate::from_model_dir((dir / "model").string());
+  const auto r = render_preview(tok, &tpl, file.rows[0], false, 0, tok.token_to_id("<|im_end|>"));
+  EXPECT_EQ(r.text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n");
+  ASSERT_EQ(r.pieces.size(), r.ids.size());
+  std::string joined, trained;
+  for (size_t i = 0; i < r.ids.size(); ++i) {
+    joined += r.pieces[i];
+    if (r.labels[i] != -100) trained += r.pieces[i];
+    EXPECT_EQ(r.text.substr(static_cast<size_t>(r.token_starts[i]), static_cast<size_t>(r.token_ends[i] - r.token_starts[i])),
+              r.pieces[i]);
+  }
+  EXPECT_EQ(joined, r.text);
+  EXPECT_EQ(trained, "Yo<|im_end|>");
+  const auto cut = render_preview(tok, &tpl, file.rows[0], false, 5, tok.token_to_id("<|im_end|>"));
+  EXPECT_TRUE(cut.truncated);
+  EXPECT_EQ(cut.ids.size(), 5u);
+}
+
 TEST_F(DataPipeline, BadRowsNameFileAndLine) {
   struct Case {
     std::string good, content, type, needle;

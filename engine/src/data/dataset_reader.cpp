@@ -212,7 +212,8 @@ DatasetFile dataset_read(const std::string& path, const std::string& type, bool 
   check(dataset_type_valid(type), path + ": unknown dataset type '" + type +
                                       "' (expected chat, sharegpt, alpaca, completion or pretokenized)");
   check(std::filesystem::is_regular_file(path), path + ": dataset file not found");
-  const std::string content = read_text_file(path);
+  std::string content = read_text_file(path);
+  if (content.compare(0, 3, "\xEF\xBB\xBF") == 0) content.erase(0, 3);  // UTF-8 byte order mark
   DatasetFile out;
   out.path = path;
   out.format = type == "messages" ? "chat" : type;

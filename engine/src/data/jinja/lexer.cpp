@@ -65,6 +65,9 @@ std::string prepare_source(const std::string& src) {
 
 void append_hex_escape(const std::string& body, size_t* i, int digits, std::string* out, const std::string& where) {
   check(*i + static_cast<size_t>(digits) <= body.size(), where + ": truncated \\x/\\u escape in string literal");
+  for (int k = 0; k < digits; ++k)
+    check(std::isxdigit(static_cast<unsigned char>(body[*i + static_cast<size_t>(k)])) != 0,
+          where + ": malformed \\x/\\u escape in string literal");
   const uint32_t cp = static_cast<uint32_t>(std::stoul(body.substr(*i, static_cast<size_t>(digits)), nullptr, 16));
   utf8_append(out, cp);
   *i += static_cast<size_t>(digits);
