@@ -9,7 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
-#include <mutex>
+#include <atomic>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
@@ -188,8 +188,7 @@ bool is_word_char(uint32_t c) {
          (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
 }
 
-constexpr size_t kCacheShards = 64;
-constexpr size_t kCacheShardLimit = 1 << 15;
+constexpr size_t kCacheLimit = 1 << 16;
 constexpr size_t kCacheMaxWordBytes = 128;
 
 struct StringHash {
@@ -197,10 +196,22 @@ struct StringHash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
 };
 
-struct CacheShard {
-  std::mutex mu;
+// Per-thread BPE results of the tokenizer used last on this thread. Per-thread rather than shared
+// under locks: the hottest words would otherwise serialize every thread on the same mutex.
+struct ThreadBpeCache {
+  uint64_t owner = 0;
   std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
 };
+
+ThreadBpeCache& thread_bpe_cache() {
+  thread_local ThreadBpeCache cache;
+  return cache;
+}
+
+uint64_t next_tokenizer_id() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
 
 }  // namespace
 
@@ -224,8 +235,8 @@ struct Tokenizer::Impl {
   std::vector<std::vector<int>> raw_first_byte, norm_first_byte;  // byte -> indices into `added`, longest first
   bool has_norm_added = false;
   std::unordered_map<std::string, int32_t> added_by_content;
-  // BPE word cache
-  mutable std::array<CacheShard, kCacheShards> cache;
+  // Identifies this tokenizer's entries in the per-thread BPE caches.
+  const uint64_t id = next_tokenizer_id();
 
   ~Impl() {
     for (auto& p : pre)
@@ -660,22 +671,21 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>* out)
     bpe_word_uncached(word, out);
     return;
   }
-  const size_t h = std::hash<std::string_view>()(word);
-  CacheShard& shard = cache[(h >> 7) % kCacheShards];
-  {
-    std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.map.find(word);
-    if (it != shard.map.end()) {
-      out->insert(out->end(), it->second.begin(), it->second.end());
-      return;
-    }
+  ThreadBpeCache& cache = thread_bpe_cache();
+  if (cache.owner != id) {
+    cache.map.clear();
+    cache.owner = id;
+  }
+  auto it = cache.map.find(word);
+  if (it != cache.map.end()) {
+    out->insert(out->end(), it->second.begin(), it->second.end());
+    return;
   }
   std::vector<int32_t> ids;
   bpe_word_uncached(word, &ids);
   out->insert(out->end(), ids.begin(), ids.end());
-  std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.map.size() >= kCacheShardLimit) shard.map.clear();
-  shard.map.emplace(std::string(word), std::move(ids));
+  if (cache.map.size() >= kCacheLimit) cache.map.clear();
+  cache.map.emplace(std::string(word), std::move(ids));
 }
 
 // A stretch of text with no added tokens: normalize, pre-tokenize, BPE each piece.

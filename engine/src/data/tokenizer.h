@@ -26,7 +26,7 @@ class Tokenizer {
   ~Tokenizer();
 
   // Ids of `text` exactly as HF `tokenizer(text, add_special_tokens=False)`: added tokens (special or not)
-  // found in the text become their ids. Thread-safe (the per-word BPE cache is internally locked).
+  // found in the text become their ids. Thread-safe (BPE results are cached per thread).
   std::vector<int32_t> encode(std::string_view text) const;
   // Same, plus for each token the byte offset in `text` where it starts (end = next start or the span
   // given by offsets_end). Offsets inside a stretch that the normalizer changed point at the start of
