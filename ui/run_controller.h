@@ -41,6 +41,7 @@ class RunController : public QObject {
   void checkpointWritten(qint64 step, const QString& path);
   void runFinished(const QString& status, const QString& message);
 
+ public:
   // Called (queued, on the UI thread) by the EngineWorker's observer only.
   void handleStarted(const QString& runId, qint64 totalSteps);
   void handleStep(const deltatune::StepMetrics& m);

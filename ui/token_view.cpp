@@ -15,7 +15,7 @@ QString tokensToHtml(const deltatune::PreviewExample& ex) {
     if (text.isEmpty()) text = QStringLiteral("&empty;");
     // Alternating shades mark the boundaries; trained tokens are green, prompt tokens grey.
     const bool odd = (i++ % 2) == 1;
-    const char* bg = t.trained ? (odd ? "#b7e4b0" : "#cdeec7") : (odd ? "#dcdcdc" : "#ececec");
+    const char* bg = t.trained ? (odd ? "#93d18b" : "#cdeec7") : (odd ? "#cfcfcf" : "#f0f0f0");
     const char* fg = t.trained ? "#0d4a12" : "#444444";
     html += QStringLiteral("<span title='id %1%2' style='background-color:%3; color:%4;'>%5</span>")
                 .arg(t.id)

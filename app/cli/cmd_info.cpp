@@ -1,7 +1,162 @@
-// Placeholder until this sub-command lands; replaced by its owner.
+// `deltatune info --model DIR [--json]`: what a checkpoint folder holds, LoRA sizes and a VRAM estimate.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "args.h"
 #include "commands.h"
 #include "core/error.h"
+#include "deltatune/model_info.h"
 
 namespace deltatune::cli {
-int cmd_info(const Args&) { throw Error("'deltatune info' is not available in this build yet"); }
+
+namespace {
+
+std::string grouped(int64_t n) {  // 1234567 -> "1,234,567"
+  std::string s = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string bytes_str(int64_t b) {
+  char buf[32];
+  const double x = static_cast<double>(b);
+  if (x >= 1024.0 * 1024 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", x / (1024.0 * 1024 * 1024));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", x / (1024.0 * 1024));
+  return buf;
+}
+
+int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
+  try {
+    size_t used = 0;
+    const long long n = std::stoll(v, &used);
+    if (used == v.size() && n >= min) return n;
+  } catch (const std::exception&) {
+  }
+  throw Error("option " + key + " expects an integer >= " + std::to_string(min) + ", got '" + v + "'");
+}
+
+}  // namespace
+
+int cmd_info(const Args& args) {
+  const ParsedArgs a = parse_args(args, {"--model", "--lora-r", "--tokens"},
+                                  {"--json", "--gradient-checkpointing", "--unfused-loss"});
+  check(a.options.count("--model") && a.positionals.empty(),
+        "usage: deltatune info --model DIR [--json] [--lora-r N] [--tokens N] [--gradient-checkpointing] "
+        "[--unfused-loss]");
+  const int r = static_cast<int>(parse_int("--lora-r", a.get("--lora-r", "16"), 1));
+  const int64_t tokens = parse_int("--tokens", a.get("--tokens", "4096"), 1);
+  const bool ckpt = a.flags.count("--gradient-checkpointing") != 0;
+  const bool fused = a.flags.count("--unfused-loss") == 0;
+
+  const ModelInfo info = model_info_load(a.get("--model"));
+  const auto lora = lora_params_per_group(info, r);
+  int64_t lora_total = 0;
+  for (const auto& kv : lora) lora_total += kv.second;
+  const VramEstimate vram = estimate_vram(info, r, tokens, fused, ckpt);
+
+  if (a.flags.count("--json")) {
+    nlohmann::ordered_json j;
+    j["dir"] = info.dir;
+    j["model_type"] = info.model_type;
+    j["architecture"] = info.architecture;
+    j["is_moe"] = info.is_moe;
+    j["tied_embeddings"] = info.tied_embeddings;
+    j["vision_language_layout"] = info.vision_language_layout;
+    j["vocab_size"] = info.vocab_size;
+    j["hidden_size"] = info.hidden_size;
+    j["num_layers"] = info.num_layers;
+    j["intermediate_size"] = info.intermediate_size;
+    j["num_attention_heads"] = info.num_attention_heads;
+    j["num_key_value_heads"] = info.num_key_value_heads;
+    j["head_dim"] = info.head_dim;
+    j["linear_num_key_heads"] = info.linear_num_key_heads;
+    j["linear_num_value_heads"] = info.linear_num_value_heads;
+    j["linear_key_head_dim"] = info.linear_key_head_dim;
+    j["linear_value_head_dim"] = info.linear_value_head_dim;
+    j["num_experts"] = info.num_experts;
+    j["num_experts_per_tok"] = info.num_experts_per_tok;
+    j["moe_intermediate_size"] = info.moe_intermediate_size;
+    j["shared_expert_intermediate_size"] = info.shared_expert_intermediate_size;
+    j["layer_types"] = info.layer_types;
+    j["params_per_group"] = info.params_per_group;
+    j["total_params"] = info.total_params;
+    j["dtype_counts"] = info.dtype_counts;
+    j["skipped_tensors"] = info.skipped_tensors;
+    j["has_tokenizer"] = info.has_tokenizer;
+    j["has_chat_template"] = info.has_chat_template;
+    j["lora_groups"] = info.lora_groups;
+    j["lora_r"] = r;
+    j["lora_params_per_group"] = lora;
+    j["lora_params_total"] = lora_total;
+    j["vram_estimate"] = {{"tokens_per_step", tokens},
+                          {"fused_loss", fused},
+                          {"gradient_checkpointing", ckpt},
+                          {"weights", vram.weights},
+                          {"lora_and_optimizer", vram.lora_and_optimizer},
+                          {"activations", vram.activations},
+                          {"logits", vram.logits},
+                          {"overhead", vram.overhead},
+                          {"total", vram.total}};
+    j["warnings"] = info.warnings;
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+
+  std::ostringstream o;
+  o << info.dir << "\n";
+  o << "  " << info.model_type << (info.is_moe ? " (mixture of experts)" : " (dense)") << ", "
+    << (info.architecture.empty() ? "no architectures entry" : info.architecture)
+    << (info.vision_language_layout ? ", vision-language layout (text part used)" : "") << "\n";
+  int64_t full = 0;
+  std::string pattern;
+  for (const auto& t : info.layer_types) {
+    const bool f = t == "full_attention";
+    full += f;
+    pattern += f ? 'F' : 'L';
+  }
+  o << "  hidden " << info.hidden_size << ", " << info.num_layers << " layers: " << pattern << " ("
+    << info.num_layers - full << " Gated DeltaNet, " << full << " full attention)\n";
+  o << "  full attention: " << info.num_attention_heads << " query heads, " << info.num_key_value_heads
+    << " KV heads, head dim " << info.head_dim << "\n";
+  o << "  Gated DeltaNet: " << info.linear_num_key_heads << " key heads x " << info.linear_key_head_dim
+    << ", " << info.linear_num_value_heads << " value heads x " << info.linear_value_head_dim << "\n";
+  if (info.is_moe)
+    o << "  experts: " << info.num_experts << ", " << info.num_experts_per_tok << " per token, expert FFN "
+      << info.moe_intermediate_size << ", shared expert FFN " << info.shared_expert_intermediate_size << "\n";
+  else
+    o << "  MLP: intermediate " << info.intermediate_size << "\n";
+  o << "  vocabulary " << info.vocab_size
+    << (info.tied_embeddings ? ", tied embeddings" : ", separate lm_head") << "\n";
+  o << "parameters: " << grouped(info.total_params) << "\n";
+  for (const auto& [g, n] : info.params_per_group) o << "  " << g << ": " << grouped(n) << "\n";
+  o << "tensors:";
+  for (const auto& [dt, n] : info.dtype_counts) o << " " << dt << " x " << n;
+  if (info.skipped_tensors) o << "; skipped (vision / MTP): " << info.skipped_tensors;
+  o << "\n";
+  o << "tokenizer.json: " << (info.has_tokenizer ? "yes" : "no")
+    << ", chat template: " << (info.has_chat_template ? "yes" : "no") << "\n";
+  o << "LoRA r=" << r << " trainable parameters:";
+  for (const auto& [g, n] : lora) o << " " << g << " " << grouped(n);
+  o << " (all " << grouped(lora_total) << ")\n";
+  o << "VRAM estimate (" << tokens << " tokens/step, " << (fused ? "fused" : "unfused") << " loss, "
+    << (ckpt ? "with" : "no")
+    << " gradient checkpointing, LoRA on the default groups): " << bytes_str(vram.total) << "\n"
+    << "  weights " << bytes_str(vram.weights) << ", LoRA+optimizer " << bytes_str(vram.lora_and_optimizer)
+    << ", activations " << bytes_str(vram.activations) << ", logits " << bytes_str(vram.logits)
+    << ", overhead " << bytes_str(vram.overhead) << "\n";
+  if (!info.warnings.empty()) {
+    o << "warnings:\n";
+    for (const auto& w : info.warnings) o << "  - " << w << "\n";
+  }
+  std::cout << o.str();
+  return 0;
+}
+
 }  // namespace deltatune::cli

@@ -203,7 +203,7 @@ seed: 42
 backend: auto
 fused_loss: true
 gradient_checkpointing: false
-output_dir: ../../runs/demo
+output_dir: runs/demo
 run_name: demo
 logging_steps: 1
 eval_steps: 20

@@ -36,7 +36,9 @@ json flat_moe() {
   return j;
 }
 
-ModelConfig parse(const json& j) { return model_config_parse_string(j.dump(), "test/config.json"); }
+ModelConfig parse(const json& j) {
+  return model_config_parse_string(j.dump(), "test/config.json");
+}
 
 void expect_error(const json& j, const std::vector<std::string>& parts) {
   try {
@@ -124,7 +126,7 @@ TEST(IoConfig, LegacyRopeKeysAndInterval) {
   EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.5);
   EXPECT_EQ(c.rotary_dim(), 16);
   EXPECT_EQ(c.layer_types, (std::vector<LayerKind>{LayerKind::LinearAttention, LayerKind::FullAttention,
-                                                    LayerKind::LinearAttention, LayerKind::FullAttention}));
+                                                   LayerKind::LinearAttention, LayerKind::FullAttention}));
   // rope_parameters wins over the legacy keys; a missing partial factor there falls back to the legacy one.
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e7}};
   c = parse(j);

@@ -65,7 +65,8 @@ void expect_open_error(const std::string& path, const std::string& what) {
 Tensor filled(Shape shape, DType dt, int seed) {
   Tensor t = host_tensor(std::move(shape), dt);
   auto* p = static_cast<unsigned char*>(t.data);
-  for (size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<unsigned char>((i * 31 + static_cast<size_t>(seed)) & 0xff);
+  for (size_t i = 0; i < t.nbytes(); ++i)
+    p[i] = static_cast<unsigned char>((i * 31 + static_cast<size_t>(seed)) & 0xff);
   return t;
 }
 
@@ -73,10 +74,10 @@ TEST(IoSafetensors, RoundTripAllDtypesAndMetadata) {
   TempDir dir;
   const std::string path = dir.file("t.safetensors");
   std::vector<std::pair<std::string, Tensor>> tensors = {
-      {"z.u8", filled({3, 5}, DType::U8, 1)},       {"a.bf16", filled({7}, DType::BF16, 2)},
-      {"m.f32", filled({2, 3, 4}, DType::F32, 3)},  {"h.f16", filled({1, 9}, DType::F16, 4)},
-      {"i.i32", filled({4}, DType::I32, 5)},        {"l.i64", filled({2, 2}, DType::I64, 6)},
-      {"scalar", filled({}, DType::F32, 7)},        {"empty", filled({0, 4}, DType::F32, 8)}};
+      {"z.u8", filled({3, 5}, DType::U8, 1)},      {"a.bf16", filled({7}, DType::BF16, 2)},
+      {"m.f32", filled({2, 3, 4}, DType::F32, 3)}, {"h.f16", filled({1, 9}, DType::F16, 4)},
+      {"i.i32", filled({4}, DType::I32, 5)},       {"l.i64", filled({2, 2}, DType::I64, 6)},
+      {"scalar", filled({}, DType::F32, 7)},       {"empty", filled({0, 4}, DType::F32, 8)}};
   safetensors_write(path, tensors, {{"note", "hello"}});
 
   SafetensorsFile f(path);
@@ -102,7 +103,8 @@ TEST(IoSafetensors, RoundTripAllDtypesAndMetadata) {
   EXPECT_EQ(n % 8, 0u);
   const std::string header = bytes.substr(8, n);
   EXPECT_EQ(header.rfind("{\"__metadata__\":{\"format\":\"pt\"", 0), 0u) << header;
-  const std::vector<std::string> order = {"l.i64", "empty", "i.i32", "m.f32", "scalar", "a.bf16", "h.f16", "z.u8"};
+  const std::vector<std::string> order = {"l.i64",  "empty",  "i.i32", "m.f32",
+                                          "scalar", "a.bf16", "h.f16", "z.u8"};
   size_t pos = 0;
   for (const auto& name : order) {
     const size_t at = header.find("\"" + name + "\"");
@@ -142,8 +144,8 @@ TEST(IoSafetensors, OverwriteReplacesWholeFile) {
 TEST(IoSafetensors, WriteRejectsDuplicateNames) {
   TempDir dir;
   const std::string path = dir.file("t.safetensors");
-  EXPECT_THROW(safetensors_write(path, {{"a", filled({1}, DType::F32, 0)}, {"a", filled({1}, DType::F32, 0)}}),
-               Error);
+  EXPECT_THROW(
+      safetensors_write(path, {{"a", filled({1}, DType::F32, 0)}, {"a", filled({1}, DType::F32, 0)}}), Error);
   EXPECT_FALSE(fs::exists(path));
 }
 
@@ -168,7 +170,9 @@ TEST(IoSafetensors, DiskFullLeavesNoPartialFile) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit lim {4096, 4096};
+    struct rlimit lim {
+      4096, 4096
+    };
     ::setrlimit(RLIMIT_FSIZE, &lim);
     int code = 10;
     try {
@@ -242,7 +246,8 @@ TEST(IoSafetensors, CorruptFilesNameTheFileAndProblem) {
               raw_file(R"({"weird":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8));
   expect_open_error(dir.file("t.safetensors"), "'weird'");
   // A valid hand-made file with an unpadded header opens (copy path for misaligned data).
-  write_bytes(dir.file("ok.safetensors"), raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8));
+  write_bytes(dir.file("ok.safetensors"),
+              raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8));
   SafetensorsFile ok(dir.file("ok.safetensors"));
   EXPECT_EQ(ok.get("a").numel(), 2);
 }
@@ -260,12 +265,13 @@ TEST(IoCheckpointReader, ShardedAndSingle) {
   safetensors_write(dir.file("model-00001-of-00002.safetensors"), {{"a", a}, {"b", b}});
   safetensors_write(dir.file("model-00002-of-00002.safetensors"), {{"c", c}});
   write_index(dir.file("model.safetensors.index.json"), {{"a", "model-00001-of-00002.safetensors"},
-                                                          {"b", "model-00001-of-00002.safetensors"},
-                                                          {"c", "model-00002-of-00002.safetensors"}});
+                                                         {"b", "model-00001-of-00002.safetensors"},
+                                                         {"c", "model-00002-of-00002.safetensors"}});
   CheckpointReader r(dir.path().string());
   EXPECT_TRUE(r.sharded());
   EXPECT_EQ(r.names(), (std::vector<std::string>{"a", "b", "c"}));
-  EXPECT_EQ(r.files(), (std::vector<std::string>{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}));
+  EXPECT_EQ(r.files(), (std::vector<std::string>{"model-00001-of-00002.safetensors",
+                                                 "model-00002-of-00002.safetensors"}));
   EXPECT_EQ(r.file_of("c"), "model-00002-of-00002.safetensors");
   EXPECT_EQ(r.entry("b").dtype, DType::BF16);
   Tensor got = r.get("c");

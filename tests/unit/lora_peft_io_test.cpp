@@ -314,3 +314,84 @@ TEST(PeftIo, AcceptsVariantsPeftAccepts) {
 
 }  // namespace
 }  // namespace deltatune
+
+namespace deltatune {
+namespace {
+
+// Writes our merged checkpoints for tests/goldens/peft/check_all.sh (skipped unless DT_PEFT_MODELS and
+// DT_PEFT_OUT are set: the tiny base models are made by make_models.py, not committed).
+TEST(PeftExport, MergedCheckpointsForPythonCheck) {
+  const char* models = std::getenv("DT_PEFT_MODELS");
+  const char* out = std::getenv("DT_PEFT_OUT");
+  if (!models || !*models || !out || !*out) GTEST_SKIP() << "DT_PEFT_MODELS / DT_PEFT_OUT not set";
+  for (const std::string& c : kCases) {
+    SCOPED_TRACE(c);
+    const std::string model = read_json(kFixtures + c + "/fixture.json")["model"];
+    const ModelWeights w = model_weights_load(std::string(models) + "/" + model);
+    const LoraAdapter a = peft_adapter_read(kFixtures + c + "/adapter", w.config);
+    const fs::path dst = fs::path(out) / c / "merged";
+    fs::remove_all(dst);
+    merged_checkpoint_write(w, a, dst.string());
+    EXPECT_TRUE(fs::exists(dst / "config.json"));
+  }
+}
+
+}  // namespace
+}  // namespace deltatune
+
+namespace deltatune {
+namespace {
+
+// PEFT 0.17-0.19.0 stored 3-D expert LoRA transposed (spec §6.3); such adapters are converted on read.
+TEST(PeftIo, ConvertsPre0191ExpertOrientation) {
+  const std::string c = "moe_all";
+  const ModelConfig cfg = model_config_load(kFixtures + c + "/config.json");
+  const LoraAdapter want = peft_adapter_read(kFixtures + c + "/adapter", cfg);
+  TempDir tmp("old");
+  LoraAdapter old = want;
+  for (LoraModule& m : old.modules) {
+    if (m.experts == 0) continue;
+    const int64_t E = m.experts, r = m.r;
+    Tensor a_old = host_tensor({r * E, m.out}), b_old = host_tensor({m.in, r * E});
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t k = 0; k < r; ++k) {
+        for (int64_t o = 0; o < m.out; ++o)
+          a_old.ptr<float>()[(e * r + k) * m.out + o] = m.B.ptr<float>()[o * r * E + k * E + e];
+        for (int64_t i = 0; i < m.in; ++i)
+          b_old.ptr<float>()[i * r * E + k * E + e] = m.A.ptr<float>()[(e * r + k) * m.in + i];
+      }
+    // Swap the declared sizes so that the writer accepts the old-layout tensors.
+    std::swap(m.in, m.out);
+    m.A = a_old;
+    m.B = b_old;
+  }
+  // Write through safetensors directly (peft_adapter_write checks shapes against the model).
+  std::vector<std::pair<std::string, Tensor>> ts;
+  SafetensorsFile ref(kFixtures + c + "/adapter/adapter_model.safetensors");
+  for (const TensorEntry& e : ref.entries()) {
+    Tensor t = host_convert(ref.get(e.name), DType::F32);
+    for (const LoraModule& m : old.modules) {
+      if (m.experts == 0 || m.layer != std::stoi(e.name.substr(e.name.find("layers.") + 7))) continue;
+      const bool inner = e.name.find("experts.base_layer.") != std::string::npos;
+      const bool gate_up = m.path.find("gate_up_proj") != std::string::npos;
+      if (e.name.find(".experts.") == std::string::npos || inner != gate_up) continue;
+      t = e.name.find("lora_A") != std::string::npos ? m.A : m.B;
+    }
+    ts.emplace_back(e.name, t);
+  }
+  fs::copy(kFixtures + c + "/adapter/adapter_config.json", tmp.path / "adapter_config.json");
+  json j = read_json(tmp.path / "adapter_config.json");
+  j["peft_version"] = "0.18.0";
+  std::ofstream(tmp.path / "adapter_config.json") << j.dump();
+  safetensors_write((tmp.path / "adapter_model.safetensors").string(), ts);
+  const LoraAdapter got = peft_adapter_read(tmp.path.string(), cfg);
+  for (const LoraModule& m : want.modules) {
+    const LoraModule* g = got.find(m.path);
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(host_to_f32(g->A), host_to_f32(m.A)) << m.path;
+    EXPECT_EQ(host_to_f32(g->B), host_to_f32(m.B)) << m.path;
+  }
+}
+
+}  // namespace
+}  // namespace deltatune

@@ -197,3 +197,27 @@ TEST(LoraTargets, SpecFromRunConfig) {
 
 }  // namespace
 }  // namespace deltatune
+
+#include "backend/backend.h"
+
+namespace deltatune {
+namespace {
+
+TEST(LoraTargets, ToBackendKeepsValuesAndZeroesGradients) {
+  auto be = make_cpu_backend(1);
+  LoraSpec s;
+  s.groups = {"attn"};
+  LoraAdapter a = lora_create(tiny(false), s, 7);
+  const std::vector<float> a0 = host_to_f32(a.modules[0].A);
+  lora_to_backend(a, *be);
+  const LoraModule& m = a.modules[0];
+  EXPECT_EQ(host_to_f32(be->download(m.A, DType::F32)), a0);
+  EXPECT_EQ(m.gA.shape, m.A.shape);
+  EXPECT_EQ(m.gB.shape, m.B.shape);
+  be->fill(a.modules[0].gA, 3.f);
+  lora_zero_grad(a, *be);
+  for (float v : host_to_f32(be->download(m.gA, DType::F32))) EXPECT_EQ(v, 0.f);
+}
+
+}  // namespace
+}  // namespace deltatune

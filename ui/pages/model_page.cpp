@@ -30,6 +30,7 @@ QString groupLabel(const std::string& g) {
       {"linear_attn", "Gated DeltaNet"}, {"mlp", "MLP"},
       {"experts", "Routed experts"},   {"shared_expert", "Shared expert"},
       {"norm", "Norms"},               {"lm_head", "LM head"},
+      {"total", "Total"},
   };
   const QString k = QString::fromStdString(g);
   return names.value(k, k);
@@ -96,6 +97,7 @@ ModelPage::ModelPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   params_->verticalHeader()->setVisible(false);
   params_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   params_->setSelectionMode(QAbstractItemView::NoSelection);
+  params_->verticalHeader()->setDefaultSectionSize(fontMetrics().height() + 8);
   paramLayout->addWidget(params_);
   row->addWidget(paramBox, 1);
 
@@ -225,7 +227,17 @@ void ModelPage::showInfo(const deltatune::ModelInfo& info) {
   strip_->setLayerTypes(types);
 
   params_->setRowCount(0);
-  for (const auto& [group, n] : info.params_per_group) {
+  // Model order (input to output), then anything the engine adds later.
+  std::vector<std::pair<std::string, int64_t>> groups;
+  for (const char* g : {"embed", "linear_attn", "attn", "mlp", "shared_expert", "experts", "norm", "lm_head"}) {
+    const auto it = info.params_per_group.find(g);
+    if (it != info.params_per_group.end()) groups.emplace_back(*it);
+  }
+  for (const auto& kv : info.params_per_group)
+    if (std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == kv.first; }) == groups.end())
+      groups.emplace_back(kv);
+  groups.emplace_back("total", info.total_params);
+  for (const auto& [group, n] : groups) {
     const int r = params_->rowCount();
     params_->insertRow(r);
     params_->setItem(r, 0, new QTableWidgetItem(groupLabel(group)));
@@ -233,6 +245,12 @@ void ModelPage::showInfo(const deltatune::ModelInfo& info) {
     num->setToolTip(QString::number(n));
     num->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
     params_->setItem(r, 1, num);
+    if (group == "total") {
+      QFont bold = num->font();
+      bold.setBold(true);
+      num->setFont(bold);
+      params_->item(r, 0)->setFont(bold);
+    }
   }
 
   QStringList dtypes;

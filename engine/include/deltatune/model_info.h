@@ -21,7 +21,9 @@ struct ModelInfo {
   int64_t num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0,
           shared_expert_intermediate_size = 0;
   std::vector<std::string> layer_types;             // "linear_attention" | "full_attention"
-  std::map<std::string, int64_t> params_per_group;  // embed, attn, linear_attn, mlp, experts, shared_expert, norm, lm_head
+  // embed, attn, linear_attn, mlp, router, experts, shared_expert, norm, lm_head (+ "other" for unknown
+  // tensors, which also get a warning). Vision/MTP tensors are not counted.
+  std::map<std::string, int64_t> params_per_group;
   int64_t total_params = 0;
   std::map<std::string, int64_t> dtype_counts;      // "BF16" -> number of tensors
   int64_t skipped_tensors = 0;                      // vision / mtp
@@ -38,8 +40,11 @@ ModelInfo model_info_load(const std::string& dir);
 std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int r);
 
 // Rough peak-VRAM estimate (bytes) for a run on a GPU backend.
+// Formula: see estimate_vram in engine/src/model/model_info.cpp. LoRA counts the default target groups
+// (every group but experts).
 struct VramEstimate {
   int64_t weights = 0, lora_and_optimizer = 0, activations = 0, logits = 0, total = 0;
+  int64_t overhead = 0;  // CUDA context, workspaces, allocator slack (included in total)
 };
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing);

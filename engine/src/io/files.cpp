@@ -14,7 +14,9 @@
 namespace deltatune {
 
 namespace {
-std::string errno_str(int err) { return std::strerror(err); }
+std::string errno_str(int err) {
+  return std::strerror(err);
+}
 }  // namespace
 
 std::string read_text_file(const std::string& path) {

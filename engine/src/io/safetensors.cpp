@@ -25,7 +25,9 @@ namespace {
 
 constexpr uint64_t kMaxHeaderSize = 100'000'000;  // safetensors MAX_HEADER_SIZE
 
-std::string errno_str(int err) { return std::strerror(err); }
+std::string errno_str(int err) {
+  return std::strerror(err);
+}
 
 // Unmaps on destruction; the shared_ptr<void> handed to tensors keeps it alive.
 struct Mapping {
@@ -80,10 +82,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
 
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(base[i]);
-  check(n <= kMaxHeaderSize, path + ": header length " + std::to_string(n) + " exceeds the safetensors limit of " +
-                                 std::to_string(kMaxHeaderSize) + " bytes (not a safetensors file?)");
-  check(8 + n <= file_size, path + ": header length " + std::to_string(n) + " runs past the end of the file (" +
-                                std::to_string(file_size) + " bytes; expected 8 + header length <= file size)");
+  check(n <= kMaxHeaderSize, path + ": header length " + std::to_string(n) +
+                                 " exceeds the safetensors limit of " + std::to_string(kMaxHeaderSize) +
+                                 " bytes (not a safetensors file?)");
+  check(8 + n <= file_size, path + ": header length " + std::to_string(n) +
+                                " runs past the end of the file (" + std::to_string(file_size) +
+                                " bytes; expected 8 + header length <= file size)");
   const char* header = base + 8;
   check(n > 0 && header[0] == '{', path + ": header does not start with '{' (expected a JSON object)");
 
@@ -93,7 +97,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   nlohmann::json::parser_callback_t on_event = [&](int depth, nlohmann::json::parse_event_t ev,
                                                    nlohmann::json& parsed) {
     if (ev == nlohmann::json::parse_event_t::key && depth == 1 && parsed.is_string()) {
-      if (!seen.insert(parsed.get<std::string>()).second && duplicate.empty()) duplicate = parsed.get<std::string>();
+      if (!seen.insert(parsed.get<std::string>()).second && duplicate.empty())
+        duplicate = parsed.get<std::string>();
     }
     return true;
   };
@@ -145,9 +150,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     }
     const uint64_t want = numel * dtype_size(e.dtype);
     check(offsets[1] - offsets[0] == want,
-          where + ": data_offsets [" + std::to_string(offsets[0]) + ", " + std::to_string(offsets[1]) + ") hold " +
-              std::to_string(offsets[1] - offsets[0]) + " bytes, expected " + std::to_string(want) + " for " +
-              dt + " " + shape_str(e.shape));
+          where + ": data_offsets [" + std::to_string(offsets[0]) + ", " + std::to_string(offsets[1]) +
+              ") hold " + std::to_string(offsets[1] - offsets[0]) + " bytes, expected " +
+              std::to_string(want) + " for " + dt + " " + shape_str(e.shape));
     e.begin = offsets[0];
     e.end = offsets[1];
     entries_.push_back(std::move(e));
@@ -181,7 +186,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
 
 SafetensorsFile::~SafetensorsFile() = default;
 
-bool SafetensorsFile::has(const std::string& name) const { return index_.count(name) != 0; }
+bool SafetensorsFile::has(const std::string& name) const {
+  return index_.count(name) != 0;
+}
 
 const TensorEntry& SafetensorsFile::entry(const std::string& name) const {
   auto it = index_.find(name);
@@ -237,7 +244,8 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
       check(file.find('/') == std::string::npos && file != "..",
             index_path.string() + ": shard name '" + file + "' must be a plain file name in the same folder");
       const fs::path shard = fs::path(dir) / file;
-      check(fs::exists(shard, ec), shard.string() + ": shard listed in model.safetensors.index.json is missing");
+      check(fs::exists(shard, ec),
+            shard.string() + ": shard listed in model.safetensors.index.json is missing");
       slot = files_.size();
       files_.push_back(std::make_unique<SafetensorsFile>(shard.string()));
     }
@@ -251,8 +259,9 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
     files_.push_back(std::make_unique<SafetensorsFile>(single_path.string()));
     for (const TensorEntry& e : files_[0]->entries()) where_[e.name] = 0;
   } else {
-    throw Error(dir + ": no model.safetensors or model.safetensors.index.json (expected a Hugging Face "
-                      "safetensors checkpoint)");
+    throw Error(dir +
+                ": no model.safetensors or model.safetensors.index.json (expected a Hugging Face "
+                "safetensors checkpoint)");
   }
 }
 
@@ -263,7 +272,9 @@ std::vector<std::string> CheckpointReader::names() const {
   return out;  // std::map keeps them sorted
 }
 
-bool CheckpointReader::has(const std::string& name) const { return where_.count(name) != 0; }
+bool CheckpointReader::has(const std::string& name) const {
+  return where_.count(name) != 0;
+}
 
 const TensorEntry& CheckpointReader::entry(const std::string& name) const {
   auto it = where_.find(name);
@@ -300,8 +311,10 @@ void safetensors_write(const std::string& path, const std::vector<std::pair<std:
     check(!nt.first.empty() && nt.first != "__metadata__", path + ": invalid tensor name '" + nt.first + "'");
     check(names.insert(nt.first).second, path + ": tensor '" + nt.first + "' given twice");
     check(nt.second.device == Device::CPU, path + ": tensor '" + nt.first + "' is not a host tensor");
-    check(nt.second.data != nullptr || nt.second.numel() == 0, path + ": tensor '" + nt.first + "' has no data");
-    for (int64_t d : nt.second.shape) check(d >= 0, path + ": tensor '" + nt.first + "' has a negative dimension");
+    check(nt.second.data != nullptr || nt.second.numel() == 0,
+          path + ": tensor '" + nt.first + "' has no data");
+    for (int64_t d : nt.second.shape)
+      check(d >= 0, path + ": tensor '" + nt.first + "' has a negative dimension");
     order.push_back(&nt);
   }
   std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {

@@ -126,6 +126,9 @@ void merged_checkpoint_write(const ModelWeights& base, const LoraAdapter& adapte
       // Per-expert checkpoint: transformers fuses experts.{e}.{gate,up}_proj into gate_up_proj[e] = [gate; up]
       // at load and splits them again on save.
       const std::string experts = P + m.path.substr(0, m.path.rfind('.'));
+      check(rd.has(experts + ".0.down_proj.weight"),
+            base.dir + ": the checkpoint has no tensor " + P + m.path + " (nor per-expert " + experts +
+                ".0.down_proj.weight ...) for adapter module " + m.path);
       const bool gate_up = m.path.size() >= 13 && m.path.compare(m.path.size() - 13, 13, ".gate_up_proj") == 0;
       for (int64_t e = 0; e < m.experts; ++e) {
         const std::string ep = experts + "." + std::to_string(e) + ".";

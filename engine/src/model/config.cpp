@@ -4,6 +4,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -92,12 +93,14 @@ ModelConfig model_config_parse_string(const std::string& json_text, const std::s
 
   // model_type: the top level decides; a nested text_config may repeat it as *_text and must agree.
   std::string type = normalise_model_type(top.string_or("model_type", ""));
-  const std::string text_type = c.nested_text_config ? normalise_model_type(tc.string_or("model_type", "")) : "";
+  const std::string text_type =
+      c.nested_text_config ? normalise_model_type(tc.string_or("model_type", "")) : "";
   if (type.empty()) type = text_type;
   check(!type.empty(), top.where("model_type") + " is missing (expected \"qwen3_5\" or \"qwen3_5_moe\")");
   check(type == "qwen3_5" || type == "qwen3_5_moe",
         source_name + ": unsupported model_type \"" + type + "\" (expected \"qwen3_5\" or \"qwen3_5_moe\")");
-  check(text_type.empty() || text_type == type, tc.where("model_type") + " is \"" + tc.string_or("model_type", "") +
+  check(text_type.empty() || text_type == type, tc.where("model_type") + " is \"" +
+                                                    tc.string_or("model_type", "") +
                                                     "\", which does not match model_type \"" + type + "\"");
   c.model_type = type;
   if (top.has("architectures")) {
@@ -135,11 +138,14 @@ ModelConfig model_config_parse_string(const std::string& json_text, const std::s
   // partial_rotary_factor 0.25 forced by Qwen3_5TextConfig).
   c.rope_theta = tc.double_or("rope_theta", 10000.0);
   c.partial_rotary_factor = tc.double_or("partial_rotary_factor", 0.25);
-  const char* rope_key = tc.has("rope_parameters") ? "rope_parameters" : tc.has("rope_scaling") ? "rope_scaling" : nullptr;
+  const char* rope_key = tc.has("rope_parameters") ? "rope_parameters"
+                         : tc.has("rope_scaling")  ? "rope_scaling"
+                                                   : nullptr;
   if (rope_key) {
     const json& rp = tc.at(rope_key);
     check(rp.is_object(), tc.where(rope_key) + " is not an object");
-    const FieldReader rr(rp, source_name, (c.nested_text_config ? "text_config." : "") + std::string(rope_key) + ".");
+    const FieldReader rr(rp, source_name,
+                         (c.nested_text_config ? "text_config." : "") + std::string(rope_key) + ".");
     c.rope_theta = rr.double_or("rope_theta", c.rope_theta);
     c.partial_rotary_factor = rr.double_or("partial_rotary_factor", c.partial_rotary_factor);
     const std::string rope_type = rr.string_or("rope_type", rr.string_or("type", "default"));
@@ -154,8 +160,10 @@ ModelConfig model_config_parse_string(const std::string& json_text, const std::s
     for (size_t i = 0; i < lt.size(); ++i) {
       const std::string v = lt[i].is_string() ? lt[i].get<std::string>() : lt[i].dump();
       // "mamba"/"attention" are legacy spellings HF remaps (remap_legacy_layer_types).
-      if (v == "linear_attention" || v == "mamba") c.layer_types.push_back(LayerKind::LinearAttention);
-      else if (v == "full_attention" || v == "attention") c.layer_types.push_back(LayerKind::FullAttention);
+      if (v == "linear_attention" || v == "mamba")
+        c.layer_types.push_back(LayerKind::LinearAttention);
+      else if (v == "full_attention" || v == "attention")
+        c.layer_types.push_back(LayerKind::FullAttention);
       else
         throw Error(tc.where("layer_types") + "[" + std::to_string(i) + "] is \"" + v +
                     "\" (expected \"linear_attention\" or \"full_attention\")");
@@ -167,14 +175,16 @@ ModelConfig model_config_parse_string(const std::string& json_text, const std::s
     const int64_t interval = tc.int_or("full_attention_interval", 4);
     check(interval >= 1, tc.where("full_attention_interval") + " must be >= 1");
     for (int64_t i = 0; i < c.num_layers; ++i)
-      c.layer_types.push_back((i + 1) % interval == 0 ? LayerKind::FullAttention : LayerKind::LinearAttention);
+      c.layer_types.push_back((i + 1) % interval == 0 ? LayerKind::FullAttention
+                                                      : LayerKind::LinearAttention);
   }
 
   // The class that reads the file decides: the nested (VL) class reads the top-level flag, the flat class
   // its own. The checkpoint (absence of lm_head.weight) is the ground truth anyway, see weights.
-  c.tie_word_embeddings_flag = c.nested_text_config && top.has("tie_word_embeddings")
-                                   ? top.bool_or("tie_word_embeddings", false)
-                                   : tc.bool_or("tie_word_embeddings", top.bool_or("tie_word_embeddings", false));
+  c.tie_word_embeddings_flag =
+      c.nested_text_config && top.has("tie_word_embeddings")
+          ? top.bool_or("tie_word_embeddings", false)
+          : tc.bool_or("tie_word_embeddings", top.bool_or("tie_word_embeddings", false));
   c.eos_token_id = tc.token_id_or("eos_token_id", top.token_id_or("eos_token_id", -1));
   c.pad_token_id = tc.token_id_or("pad_token_id", top.token_id_or("pad_token_id", -1));
 
@@ -210,7 +220,8 @@ ModelConfig model_config_parse_string(const std::string& json_text, const std::s
         tc.where("linear_num_value_heads") + " = " + std::to_string(c.lin_v_heads) +
             " is not a multiple of linear_num_key_heads = " + std::to_string(c.lin_k_heads));
   check(c.rms_eps > 0 && std::isfinite(c.rms_eps), tc.where("rms_norm_eps") + " must be a positive number");
-  check(c.rope_theta > 0 && std::isfinite(c.rope_theta), tc.where("rope_theta") + " must be a positive number");
+  check(c.rope_theta > 0 && std::isfinite(c.rope_theta),
+        tc.where("rope_theta") + " must be a positive number");
   check(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1,
         tc.where("partial_rotary_factor") + " must be in (0, 1]");
   check(c.rotary_dim() >= 2 && c.rotary_dim() % 2 == 0,
@@ -220,6 +231,9 @@ ModelConfig model_config_parse_string(const std::string& json_text, const std::s
 }
 
 ModelConfig model_config_load(const std::string& path) {
+  std::error_code ec;
+  check(std::filesystem::exists(path, ec),
+        path + ": not found (expected a Hugging Face checkpoint folder with config.json)");
   return model_config_parse_string(read_text_file(path), path);
 }
 

@@ -20,8 +20,9 @@ bool model_key_skipped(const std::string& key) {
 std::string model_key_prefix(const CheckpointReader& reader) {
   if (reader.has("model.language_model.embed_tokens.weight")) return "model.language_model.";
   if (reader.has("model.embed_tokens.weight")) return "model.";
-  throw Error(reader.dir() + ": no model.language_model.embed_tokens.weight or model.embed_tokens.weight "
-                             "(expected a Qwen3.5 Hugging Face checkpoint)");
+  throw Error(reader.dir() +
+              ": no model.language_model.embed_tokens.weight or model.embed_tokens.weight "
+              "(expected a Qwen3.5 Hugging Face checkpoint)");
 }
 
 bool model_experts_per_expert(const CheckpointReader& reader, const std::string& p) {
@@ -92,7 +93,9 @@ std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& c, const s
 
 namespace {
 
-bool is_float(DType dt) { return dt == DType::F32 || dt == DType::BF16 || dt == DType::F16; }
+bool is_float(DType dt) {
+  return dt == DType::F32 || dt == DType::BF16 || dt == DType::F16;
+}
 
 // Stacks per-expert 2-D weights into the fused [E, 2Ie, H] / [E, H, Ie] layout (host copies).
 void stack_experts(const CheckpointReader& r, const std::string& m, const ModelConfig& c, MoeWeights* moe) {
@@ -132,8 +135,8 @@ ModelWeights model_weights_load(const std::string& dir) {
   auto where = [&](const std::string& key) { return (fs::path(dir) / r.file_of(key)).string(); };
   std::set<std::string> used;
   for (const ExpectedTensor& e : model_expected_tensors(c, P, w.experts_per_expert_layout)) {
-    check(r.has(e.key), dir + ": checkpoint has no tensor '" + e.key + "' (expected shape " + shape_str(e.shape) +
-                            " from config.json)");
+    check(r.has(e.key), dir + ": checkpoint has no tensor '" + e.key + "' (expected shape " +
+                            shape_str(e.shape) + " from config.json)");
     const TensorEntry& got = r.entry(e.key);
     check(got.shape == e.shape, where(e.key) + ": tensor '" + e.key + "' has shape " + shape_str(got.shape) +
                                     ", expected " + shape_str(e.shape) + " from config.json");
@@ -160,13 +163,16 @@ ModelWeights model_weights_load(const std::string& dir) {
   std::vector<std::string> unknown;
   for (const std::string& name : r.names()) {
     if (used.count(name)) continue;
-    if (model_key_skipped(name)) ++w.skipped_tensors;
-    else unknown.push_back(name);
+    if (model_key_skipped(name))
+      ++w.skipped_tensors;
+    else
+      unknown.push_back(name);
   }
   if (!unknown.empty())
-    throw Error(where(unknown[0]) + ": unexpected tensor '" + unknown[0] + "'" +
-                (unknown.size() > 1 ? " (and " + std::to_string(unknown.size() - 1) + " more)" : std::string()) +
-                " that a " + c.model_type + " text model with this config.json does not have");
+    throw Error(
+        where(unknown[0]) + ": unexpected tensor '" + unknown[0] + "'" +
+        (unknown.size() > 1 ? " (and " + std::to_string(unknown.size() - 1) + " more)" : std::string()) +
+        " that a " + c.model_type + " text model with this config.json does not have");
 
   auto get = [&](const std::string& key) { return r.get(P + key); };
   w.embed = get("embed_tokens.weight");

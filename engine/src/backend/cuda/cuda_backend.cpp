@@ -1,0 +1,275 @@
+// CudaBackend: construction, memory, transfers and GEMM. The ops live in cuda_ops_*.cpp.
+#include "backend/cuda/cuda_backend.h"
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+#include "elementwise/elementwise.cuh"
+
+namespace deltatune {
+namespace cuda {
+
+using kernels::KIn;
+using kernels::KOut;
+using kernels::KType;
+
+namespace {
+constexpr size_t kCublasWorkspace = size_t(32) << 20;
+
+KType ktype(DType d, const char* what) {
+  switch (d) {
+    case DType::F32: return KType::F32;
+    case DType::BF16: return KType::BF16;
+    case DType::F16: return KType::F16;
+    default: break;
+  }
+  throw Error(std::string("CUDA backend: ") + what + " must be a float tensor (F32/BF16/F16), got " + dtype_name(d));
+}
+
+cudaDataType_t cuda_type(DType d) {
+  switch (d) {
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+bool is_float(DType d) { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
+}  // namespace
+
+KIn kin(const Tensor& t, const char* what) {
+  check(!t.defined() || t.device == Device::CUDA || t.numel() == 0,
+        std::string("CUDA backend: ") + what + " is not a CUDA tensor (upload it first)");
+  return KIn{t.data, ktype(t.dtype, what)};
+}
+KOut kout(Tensor& t, const char* what) {
+  check(!t.defined() || t.device == Device::CUDA || t.numel() == 0,
+        std::string("CUDA backend: ") + what + " is not a CUDA tensor (upload it first)");
+  return KOut{t.data, ktype(t.dtype, what)};
+}
+
+CudaBackend::CudaBackend(int device_index) : device_(device_index) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(std::string("no usable CUDA device: ") + cudaGetErrorString(e) +
+                " (check the NVIDIA driver with nvidia-smi, or train with `device: cpu`)");
+  }
+  check(device_index >= 0 && device_index < count,
+        "CUDA device index " + std::to_string(device_index) + " out of range: " + std::to_string(count) +
+            " device(s) present (set `device: cuda:N` with N < " + std::to_string(count) + ")");
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+  check(prop.major >= 8, std::string("CUDA device ") + prop.name + " has compute capability " +
+                             std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                             "; the CUDA backend needs 8.0 or newer (bf16) and is built for sm_90a");
+  name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+  smem_optin_ = static_cast<int>(prop.sharedMemPerBlockOptin);
+  alloc_ = std::make_shared<DeviceAllocator>(device_);
+  cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cublas_check(cublasCreate(&cublas_), "cublasCreate");
+  cublas_check(cublasSetStream(cublas_, stream_), "cublasSetStream");
+  cublas_check(cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
+  // Our own workspace, so cuBLAS never allocates during a step.
+  cublas_ws_ = alloc({static_cast<int64_t>(kCublasWorkspace)}, DType::U8);
+  cublas_check(cublasSetWorkspace(cublas_, cublas_ws_.data, kCublasWorkspace), "cublasSetWorkspace");
+  scalars_ = alloc({16}, DType::U8);
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (cublas_) cublasDestroy(cublas_);
+  cublas_ws_ = Tensor();
+  scalars_ = Tensor();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+cudaStream_t CudaBackend::stream() const {
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  return stream_;
+}
+
+void CudaBackend::synchronize() { cuda_check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
+
+MemoryStats CudaBackend::memory_stats() const { return alloc_->stats(); }
+
+Tensor CudaBackend::alloc(Shape shape, DType dtype) {
+  Tensor t;
+  t.shape = std::move(shape);
+  t.dtype = dtype;
+  t.device = Device::CUDA;
+  for (int64_t d : t.shape) check(d >= 0, "internal: negative dimension in alloc " + shape_str(t.shape));
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  t.storage = alloc_->allocate(t.nbytes());
+  t.data = t.storage.get();
+  return t;
+}
+
+Tensor CudaBackend::upload_bytes(const void* data, Shape shape, DType dtype) {
+  Tensor t = alloc(std::move(shape), dtype);
+  if (t.nbytes() > 0)
+    cuda_check(cudaMemcpyAsync(t.data, data, t.nbytes(), cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync (upload)");
+  return t;
+}
+
+void CudaBackend::fill(Tensor& t, float value) {
+  if (t.numel() == 0) return;
+  if (value == 0.f) {
+    cuda_check(cudaMemsetAsync(t.data, 0, t.nbytes(), stream()), "cudaMemsetAsync (fill)");
+    return;
+  }
+  if (t.dtype == DType::I32) {
+    std::vector<int32_t> h(static_cast<size_t>(t.numel()), static_cast<int32_t>(value));
+    cuda_check(cudaMemcpyAsync(t.data, h.data(), t.nbytes(), cudaMemcpyHostToDevice, stream()), "fill (I32)");
+    return;
+  }
+  cuda_check(kernels::launch_fill(kout(t, "fill: tensor"), t.numel(), value, stream()), "fill");
+}
+
+Tensor CudaBackend::upload(const Tensor& host, DType dtype) {
+  check(host.device == Device::CPU, "internal: upload of a tensor that is not on the host");
+  Tensor h = host.dtype == dtype ? host : host_convert(host, dtype);
+  return upload_bytes(h.data, host.shape, dtype);
+}
+
+Tensor CudaBackend::download(const Tensor& t, DType dtype) {
+  check(t.device == Device::CUDA, "internal: download of a tensor that is not on the GPU");
+  Tensor h = host_tensor(t.shape, t.dtype);
+  if (t.nbytes() > 0) {
+    cuda_check(cudaMemcpyAsync(h.data, t.data, t.nbytes(), cudaMemcpyDeviceToHost, stream()), "cudaMemcpyAsync (download)");
+    synchronize();
+  }
+  return dtype == t.dtype ? h : host_convert(h, dtype);
+}
+
+void CudaBackend::copy(Tensor& dst, const Tensor& src) {
+  check(dst.numel() == src.numel(), "copy: dst " + shape_str(dst.shape) + " and src " + shape_str(src.shape) +
+                                        " differ in element count");
+  if (src.numel() == 0) return;
+  if (dst.dtype == src.dtype) {
+    cuda_check(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream()), "copy");
+    return;
+  }
+  check(is_float(dst.dtype) && is_float(src.dtype), std::string("copy: cannot convert ") + dtype_name(src.dtype) +
+                                                       " to " + dtype_name(dst.dtype));
+  cuda_check(kernels::launch_convert(kout(dst, "copy: dst"), kin(src, "copy: src"), src.numel(), stream()), "copy");
+}
+
+void CudaBackend::copy_cols(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t ncols) {
+  const int64_t rows = src.rows();
+  check(dst.rows() == rows && src_col >= 0 && dst_col >= 0 && src_col + ncols <= src.cols() &&
+            dst_col + ncols <= dst.cols(),
+        "copy_cols: src " + shape_str(src.shape) + " cols [" + std::to_string(src_col) + ", +" +
+            std::to_string(ncols) + ") -> dst " + shape_str(dst.shape) + " col " + std::to_string(dst_col));
+  cuda_check(kernels::launch_copy_cols(kout(dst, "copy_cols: dst"), dst.cols(), dst_col, kin(src, "copy_cols: src"),
+                                       src.cols(), src_col, rows, ncols, stream()),
+             "copy_cols");
+}
+
+// ---- GEMM ------------------------------------------------------------------------------------------
+// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: a row-major X viewed column-major is Xᵀ
+// with leading dimension X.cols(), so B goes first with transa = trans_b, A second with transb = trans_a.
+void CudaBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
+                       float beta) {
+  const int64_t M = trans_a ? a.cols() : a.rows(), K = trans_a ? a.rows() : a.cols();
+  const int64_t Kb = trans_b ? b.cols() : b.rows(), N = trans_b ? b.rows() : b.cols();
+  check(K == Kb && c.rows() == M && c.cols() == N,
+        "gemm: op(A) " + std::to_string(M) + "x" + std::to_string(K) + " · op(B) " + std::to_string(Kb) + "x" +
+            std::to_string(N) + " does not match C " + shape_str(c.shape));
+  check(is_float(a.dtype) && is_float(b.dtype) && is_float(c.dtype), "gemm: operands must be float tensors");
+  check(M < INT_MAX && N < INT_MAX && K < INT_MAX, "gemm: dimension over 2^31");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == 0.f) fill(c, 0.f);
+    else scale(c, beta);
+    return;
+  }
+  // Mixed operand types: bring the F32 operand to the other's 16-bit type (bf16 operands, fp32 accumulate).
+  Tensor A = a, B = b;
+  if (A.dtype != B.dtype) {
+    Tensor& f32 = A.dtype == DType::F32 ? A : B;
+    const DType to = A.dtype == DType::F32 ? B.dtype : A.dtype;
+    Tensor conv = alloc(f32.shape, to);
+    copy(conv, f32);
+    f32 = conv;
+  }
+  // cuBLAS writes C in the operand type or F32; other combinations go through an F32 scratch.
+  Tensor C = c;
+  const bool via_scratch = !(c.dtype == DType::F32 || c.dtype == A.dtype);
+  if (via_scratch) {
+    C = alloc(c.shape, DType::F32);
+    if (beta != 0.f) copy(C, c);
+  }
+  const cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
+  const int lda = static_cast<int>(B.cols()), ldb = static_cast<int>(A.cols()), ldc = static_cast<int>(N);
+  stream();
+  cublas_check(cublasGemmEx(cublas_, opa, opb, m, n, k, &alpha, B.data, cuda_type(B.dtype), lda, A.data,
+                            cuda_type(A.dtype), ldb, &beta, C.data, cuda_type(C.dtype), ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
+               "gemm (cublasGemmEx)");
+  if (via_scratch) copy(c, C);
+}
+
+// ---- small helpers ------------------------------------------------------------------------------------
+double* CudaBackend::zero_acc() {
+  cuda_check(cudaMemsetAsync(scalars_.data, 0, 16, stream()), "cudaMemsetAsync (accumulator)");
+  return static_cast<double*>(scalars_.data);
+}
+
+double CudaBackend::read_acc() {
+  double v = 0;
+  cuda_check(cudaMemcpyAsync(&v, scalars_.data, sizeof(double), cudaMemcpyDeviceToHost, stream()), "read result");
+  synchronize();
+  return v;
+}
+
+void CudaBackend::check_layout(const SeqLayout& seq, int64_t T, const char* op) const {
+  check(seq.tokens() == T, std::string(op) + ": the sequence layout covers " + std::to_string(seq.tokens()) +
+                               " tokens but the tensors have " + std::to_string(T));
+  check(seq.cu_seqlens.defined() && seq.cu_seqlens.device == Device::CUDA &&
+            seq.cu_seqlens.numel() == static_cast<int64_t>(seq.host_cu_seqlens.size()) &&
+            seq.cu_seqlens.dtype == DType::I32,
+        std::string(op) + ": SeqLayout.cu_seqlens must be an I32 CUDA tensor matching host_cu_seqlens");
+}
+
+double CudaBackend::sum_squares(const Tensor& x) {
+  double* acc = zero_acc();
+  cuda_check(kernels::launch_sum_squares(kin(x, "sum_squares: x"), x.numel(), acc, stream()), "sum_squares");
+  return read_acc();
+}
+
+bool CudaBackend::all_finite(const Tensor& x) {
+  zero_acc();
+  int32_t* flag = reinterpret_cast<int32_t*>(static_cast<char*>(scalars_.data) + 8);
+  cuda_check(kernels::launch_any_nonfinite(kin(x, "all_finite: x"), x.numel(), flag, stream()), "all_finite");
+  int32_t h = 0;
+  cuda_check(cudaMemcpyAsync(&h, flag, sizeof(h), cudaMemcpyDeviceToHost, stream()), "all_finite");
+  synchronize();
+  return h == 0;
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  return std::make_unique<cuda::CudaBackend>(device_index);
+}
+
+bool cuda_backend_available() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+}  // namespace deltatune

@@ -1,0 +1,122 @@
+// The CUDA backend (internal header; the rest of the engine only sees make_cuda_backend()).
+// One device, one non-blocking stream, one cuBLAS handle, one caching allocator. Every op enqueues on the
+// stream and returns; ops that return host values (sum_squares, all_finite, losses) synchronise.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/device_allocator.h"
+#include "common/kptr.h"
+
+namespace deltatune::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device_index);
+  ~CudaBackend() override;
+
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override { return name_; }
+  DType compute_dtype() const override { return DType::BF16; }
+  DType weight_dtype() const override { return DType::BF16; }
+
+  Tensor alloc(Shape shape, DType dtype) override;
+  void fill(Tensor& t, float value) override;
+  Tensor upload(const Tensor& host, DType dtype) override;
+  Tensor download(const Tensor& t, DType dtype) override;
+  void copy(Tensor& dst, const Tensor& src) override;
+  void copy_cols(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t ncols) override;
+  MemoryStats memory_stats() const override;
+  void synchronize() override;
+
+  void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
+            float beta) override;
+
+  void add(Tensor& y, const Tensor& x, float alpha) override;
+  void scale(Tensor& y, float alpha) override;
+  double sum_squares(const Tensor& x) override;
+  bool all_finite(const Tensor& x) override;
+  void dropout(const Tensor& x, float p, uint64_t seed, Tensor& y) override;
+
+  void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) override;
+
+  void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor& y, Tensor& rstd) override;
+  void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, bool zero_centred,
+                   Tensor& dx) override;
+  void gated_rmsnorm_fwd(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y,
+                         Tensor& rstd) override;
+  void gated_rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& rstd,
+                         Tensor& dx, Tensor& dz) override;
+
+  void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) override;
+  void swiglu_bwd(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate, Tensor& dup) override;
+  void sigmoid_mul_fwd(const Tensor& x, const Tensor& gate, Tensor& out) override;
+  void sigmoid_mul_bwd(const Tensor& dout, const Tensor& x, const Tensor& gate, Tensor& dx, Tensor& dgate) override;
+
+  void rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) override;
+  void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale, Tensor& o,
+                     Tensor& lse) override;
+  void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                     const Tensor& lse, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
+                     Tensor& dv) override;
+
+  void conv1d_silu_fwd(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& y) override;
+  void conv1d_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& dx) override;
+  void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& g,
+                     Tensor& beta) override;
+  void gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                     const Tensor& dt_bias, Tensor& da, Tensor& db) override;
+  void gdn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+               const SeqLayout& seq, float scale, Tensor& o) override;
+  void gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+               const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dg,
+               Tensor& dbeta) override;
+
+  void moe_router_fwd(const Tensor& logits, int k, Tensor& idx, Tensor& w) override;
+  void moe_router_bwd(const Tensor& dw, const Tensor& idx, const Tensor& w, Tensor& dlogits) override;
+  void gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) override;
+  void scatter_add_rows(const Tensor& src, const Tensor& rows, const Tensor& scale, Tensor& dst) override;
+  void row_dot(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void scale_rows(const Tensor& x, const Tensor& s, Tensor& y) override;
+  void sigmoid(const Tensor& x, Tensor& y) override;
+
+  double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits) override;
+  double linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale, Tensor* dh,
+                              int64_t chunk_rows) override;
+
+  void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t step) override;
+  void sgd_step(Tensor& param, const Tensor& grad, float lr, float weight_decay) override;
+
+ private:
+  // The stream, after making this backend's device current on the calling thread.
+  cudaStream_t stream() const;
+  // Device double accumulator zeroed on the stream; read back (synchronising) with read_acc().
+  double* zero_acc();
+  double read_acc();
+  // Device copy of cu_seqlens checked against the host copy.
+  void check_layout(const SeqLayout& seq, int64_t T, const char* op) const;
+  // I32 (ntiles, 2) tile list for the attention kernels.
+  Tensor attention_tiles(const SeqLayout& seq);
+  // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
+  Tensor upload_bytes(const void* data, Shape shape, DType dtype);
+
+  int device_ = 0;
+  std::string name_;
+  int smem_optin_ = 48 * 1024;
+  std::shared_ptr<DeviceAllocator> alloc_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  Tensor cublas_ws_;
+  Tensor scalars_;  // 16 bytes: one double accumulator + one int flag
+};
+
+// Typed views for the kernel launchers; throw Error naming `what` for dtypes the kernels cannot take.
+kernels::KIn kin(const Tensor& t, const char* what);
+kernels::KOut kout(Tensor& t, const char* what);
+
+}  // namespace deltatune::cuda

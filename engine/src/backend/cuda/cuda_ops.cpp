@@ -1,0 +1,283 @@
+// CudaBackend elementwise, norm, activation, RoPE, conv, gate, MoE and optimizer ops: shape checks, then
+// one launcher call each (kernels/).
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "conv/conv.cuh"
+#include "core/error.h"
+#include "elementwise/elementwise.cuh"
+#include "gdn/gdn.cuh"
+#include "moe/moe.cuh"
+#include "norm/norm.cuh"
+#include "optim/optim.cuh"
+#include "rope/rope.cuh"
+
+namespace deltatune::cuda {
+
+namespace {
+void same_numel(const char* op, std::initializer_list<const Tensor*> ts) {
+  const int64_t n = (*ts.begin())->numel();
+  for (const Tensor* t : ts)
+    check(t->numel() == n, std::string(op) + ": tensors differ in size (" + shape_str((*ts.begin())->shape) +
+                               " vs " + shape_str(t->shape) + ")");
+}
+void expect_dtype(const Tensor& t, DType d, const char* what) {
+  check(t.dtype == d, std::string(what) + " must be " + dtype_name(d) + ", got " + dtype_name(t.dtype));
+}
+const int32_t* i32(const Tensor& t, const char* what) {
+  expect_dtype(t, DType::I32, what);
+  check(t.device == Device::CUDA || t.numel() == 0, std::string(what) + " is not a CUDA tensor");
+  return static_cast<const int32_t*>(t.data);
+}
+float* f32(Tensor& t, const char* what) {
+  expect_dtype(t, DType::F32, what);
+  return static_cast<float*>(t.data);
+}
+const float* f32c(const Tensor& t, const char* what) {
+  expect_dtype(t, DType::F32, what);
+  return static_cast<const float*>(t.data);
+}
+}  // namespace
+
+void CudaBackend::add(Tensor& y, const Tensor& x, float alpha) {
+  same_numel("add", {&y, &x});
+  cuda_check(kernels::launch_add(kout(y, "add: y"), kin(x, "add: x"), alpha, y.numel(), stream()), "add");
+}
+
+void CudaBackend::scale(Tensor& y, float alpha) {
+  cuda_check(kernels::launch_scale(kout(y, "scale: y"), alpha, y.numel(), stream()), "scale");
+}
+
+void CudaBackend::dropout(const Tensor& x, float p, uint64_t seed, Tensor& y) {
+  same_numel("dropout", {&x, &y});
+  check(p >= 0.f && p <= 1.f, "dropout: p must be in [0, 1], got " + std::to_string(p));
+  cuda_check(kernels::launch_dropout(kin(x, "dropout: x"), p, seed, kout(y, "dropout: y"), x.numel(), stream()),
+             "dropout");
+}
+
+void CudaBackend::embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) {
+  const int64_t T = ids.numel(), H = table.cols();
+  check(table.ndim() == 2 && out.numel() == T * H && out.cols() == H,
+        "embedding_fwd: table " + shape_str(table.shape) + ", ids " + shape_str(ids.shape) + ", out " +
+            shape_str(out.shape) + " (expected out [T, H])");
+  cuda_check(kernels::launch_gather_rows(kin(table, "embedding_fwd: table"), table.rows(), i32(ids, "embedding ids"),
+                                         T, H, kout(out, "embedding_fwd: out"), stream()),
+             "embedding_fwd");
+}
+
+// ---- norms -----------------------------------------------------------------------------------------
+void CudaBackend::rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, bool zc, Tensor& y, Tensor& rstd) {
+  const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
+  check(n > 0 && x.numel() == rows * n && y.numel() == x.numel() && rstd.numel() == rows,
+        "rmsnorm_fwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", y " + shape_str(y.shape) +
+            ", rstd " + shape_str(rstd.shape));
+  cuda_check(kernels::launch_rmsnorm_fwd(kin(x, "rmsnorm x"), kin(w, "rmsnorm w"), eps, zc, kout(y, "rmsnorm y"),
+                                         f32(rstd, "rmsnorm rstd"), rows, n, stream()),
+             "rmsnorm_fwd");
+}
+
+void CudaBackend::rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, bool zc,
+                              Tensor& dx) {
+  const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
+  check(n > 0 && x.numel() == rows * n && dy.numel() == x.numel() && dx.numel() == x.numel() && rstd.numel() == rows,
+        "rmsnorm_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", rstd " + shape_str(rstd.shape));
+  cuda_check(kernels::launch_rmsnorm_bwd(kin(dy, "rmsnorm dy"), kin(x, "rmsnorm x"), kin(w, "rmsnorm w"),
+                                         f32c(rstd, "rmsnorm rstd"), zc, kout(dx, "rmsnorm dx"), rows, n, stream()),
+             "rmsnorm_bwd");
+}
+
+void CudaBackend::gated_rmsnorm_fwd(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y,
+                                    Tensor& rstd) {
+  const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
+  check(n > 0 && x.numel() == rows * n && z.numel() == x.numel() && y.numel() == x.numel() && rstd.numel() == rows,
+        "gated_rmsnorm_fwd: x " + shape_str(x.shape) + ", z " + shape_str(z.shape) + ", w " + shape_str(w.shape));
+  cuda_check(kernels::launch_gated_rmsnorm_fwd(kin(x, "gated_rmsnorm x"), kin(z, "gated_rmsnorm z"),
+                                               kin(w, "gated_rmsnorm w"), eps, kout(y, "gated_rmsnorm y"),
+                                               f32(rstd, "gated_rmsnorm rstd"), rows, n, stream()),
+             "gated_rmsnorm_fwd");
+}
+
+void CudaBackend::gated_rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& z, const Tensor& w,
+                                    const Tensor& rstd, Tensor& dx, Tensor& dz) {
+  const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
+  check(n > 0 && x.numel() == rows * n && z.numel() == x.numel() && dy.numel() == x.numel() &&
+            dx.numel() == x.numel() && dz.numel() == x.numel() && rstd.numel() == rows,
+        "gated_rmsnorm_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape));
+  cuda_check(kernels::launch_gated_rmsnorm_bwd(kin(dy, "gated_rmsnorm dy"), kin(x, "gated_rmsnorm x"),
+                                               kin(z, "gated_rmsnorm z"), kin(w, "gated_rmsnorm w"),
+                                               f32c(rstd, "gated_rmsnorm rstd"), kout(dx, "gated_rmsnorm dx"),
+                                               kout(dz, "gated_rmsnorm dz"), rows, n, stream()),
+             "gated_rmsnorm_bwd");
+}
+
+// ---- activations ---------------------------------------------------------------------------------------
+void CudaBackend::swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) {
+  same_numel("swiglu_fwd", {&gate, &up, &out});
+  cuda_check(kernels::launch_swiglu_fwd(kin(gate, "swiglu gate"), kin(up, "swiglu up"), kout(out, "swiglu out"),
+                                        gate.numel(), stream()),
+             "swiglu_fwd");
+}
+void CudaBackend::swiglu_bwd(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate, Tensor& dup) {
+  same_numel("swiglu_bwd", {&dout, &gate, &up, &dgate, &dup});
+  cuda_check(kernels::launch_swiglu_bwd(kin(dout, "swiglu dout"), kin(gate, "swiglu gate"), kin(up, "swiglu up"),
+                                        kout(dgate, "swiglu dgate"), kout(dup, "swiglu dup"), gate.numel(), stream()),
+             "swiglu_bwd");
+}
+void CudaBackend::sigmoid_mul_fwd(const Tensor& x, const Tensor& gate, Tensor& out) {
+  same_numel("sigmoid_mul_fwd", {&x, &gate, &out});
+  cuda_check(kernels::launch_sigmoid_mul_fwd(kin(x, "sigmoid_mul x"), kin(gate, "sigmoid_mul gate"),
+                                             kout(out, "sigmoid_mul out"), x.numel(), stream()),
+             "sigmoid_mul_fwd");
+}
+void CudaBackend::sigmoid_mul_bwd(const Tensor& dout, const Tensor& x, const Tensor& gate, Tensor& dx,
+                                  Tensor& dgate) {
+  same_numel("sigmoid_mul_bwd", {&dout, &x, &gate, &dx, &dgate});
+  cuda_check(kernels::launch_sigmoid_mul_bwd(kin(dout, "sigmoid_mul dout"), kin(x, "sigmoid_mul x"),
+                                             kin(gate, "sigmoid_mul gate"), kout(dx, "sigmoid_mul dx"),
+                                             kout(dgate, "sigmoid_mul dgate"), x.numel(), stream()),
+             "sigmoid_mul_bwd");
+}
+void CudaBackend::sigmoid(const Tensor& x, Tensor& y) {
+  same_numel("sigmoid", {&x, &y});
+  cuda_check(kernels::launch_sigmoid(kin(x, "sigmoid x"), kout(y, "sigmoid y"), x.numel(), stream()), "sigmoid");
+}
+
+// ---- RoPE ---------------------------------------------------------------------------------------------
+void CudaBackend::rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) {
+  check(x.ndim() == 3 && positions.numel() == x.dim(0) && rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= x.dim(2),
+        "rope: x must be [T, heads, head_dim] with positions [T] and an even rot_dim <= head_dim; got x " +
+            shape_str(x.shape) + ", positions " + shape_str(positions.shape) + ", rot_dim " + std::to_string(rot_dim));
+  cuda_check(kernels::launch_rope(kout(x, "rope x"), i32(positions, "rope positions"), x.dim(0), x.dim(1), x.dim(2),
+                                  rot_dim, theta, inverse, stream()),
+             "rope");
+}
+
+// ---- GDN pre/post ops ------------------------------------------------------------------------------------
+void CudaBackend::conv1d_silu_fwd(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& y) {
+  const int64_t T = x.rows(), C = x.cols();
+  check(w.ndim() == 2 && w.dim(0) == C && y.numel() == x.numel(),
+        "conv1d_silu_fwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + " (expected [C, K])");
+  check_layout(seq, T, "conv1d_silu_fwd");
+  cuda_check(kernels::launch_conv1d_silu_fwd(kin(x, "conv x"), kin(w, "conv w"), i32(seq.cu_seqlens, "cu_seqlens"),
+                                             static_cast<int>(seq.num_seqs()), kout(y, "conv y"), T, C,
+                                             static_cast<int>(w.dim(1)), stream()),
+             "conv1d_silu_fwd");
+}
+
+void CudaBackend::conv1d_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const SeqLayout& seq,
+                                  Tensor& dx) {
+  const int64_t T = x.rows(), C = x.cols();
+  check(w.ndim() == 2 && w.dim(0) == C && dy.numel() == x.numel() && dx.numel() == x.numel(),
+        "conv1d_silu_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape));
+  check_layout(seq, T, "conv1d_silu_bwd");
+  cuda_check(kernels::launch_conv1d_silu_bwd(kin(dy, "conv dy"), kin(x, "conv x"), kin(w, "conv w"),
+                                             i32(seq.cu_seqlens, "cu_seqlens"), static_cast<int>(seq.num_seqs()),
+                                             kout(dx, "conv dx"), T, C, static_cast<int>(w.dim(1)), stream()),
+             "conv1d_silu_bwd");
+}
+
+void CudaBackend::gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                                Tensor& g, Tensor& beta) {
+  const int64_t HV = A_log.numel(), T = HV ? a.numel() / HV : 0;
+  check(HV > 0 && a.numel() == T * HV && b.numel() == a.numel() && dt_bias.numel() == HV && g.numel() == a.numel() &&
+            beta.numel() == a.numel(),
+        "gdn_gates_fwd: a " + shape_str(a.shape) + ", A_log " + shape_str(A_log.shape));
+  cuda_check(kernels::launch_gdn_gates_fwd(kin(a, "gates a"), kin(b, "gates b"), kin(A_log, "A_log"),
+                                           kin(dt_bias, "dt_bias"), f32(g, "gates g"), kout(beta, "gates beta"), T, HV,
+                                           stream()),
+             "gdn_gates_fwd");
+}
+
+void CudaBackend::gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b,
+                                const Tensor& A_log, const Tensor& dt_bias, Tensor& da, Tensor& db) {
+  const int64_t HV = A_log.numel(), T = HV ? a.numel() / HV : 0;
+  same_numel("gdn_gates_bwd", {&dg, &dbeta, &a, &b, &da, &db});
+  check(HV > 0 && a.numel() == T * HV && dt_bias.numel() == HV, "gdn_gates_bwd: a " + shape_str(a.shape));
+  cuda_check(kernels::launch_gdn_gates_bwd(kin(dg, "gates dg"), kin(dbeta, "gates dbeta"), kin(a, "gates a"),
+                                           kin(b, "gates b"), kin(A_log, "A_log"), kin(dt_bias, "dt_bias"),
+                                           kout(da, "gates da"), kout(db, "gates db"), T, HV, stream()),
+             "gdn_gates_bwd");
+}
+
+// ---- MoE ----------------------------------------------------------------------------------------------
+void CudaBackend::moe_router_fwd(const Tensor& logits, int k, Tensor& idx, Tensor& w) {
+  const int64_t T = logits.rows(), E = logits.cols();
+  check(k > 0 && k <= E && k <= 64 && idx.numel() == T * k && w.numel() == T * k,
+        "moe_router_fwd: logits " + shape_str(logits.shape) + ", k " + std::to_string(k) + " (k <= 64), idx " +
+            shape_str(idx.shape) + ", w " + shape_str(w.shape));
+  check(E * 4 <= smem_optin_ && E * 4 <= 48 * 1024, "moe_router_fwd: too many experts (" + std::to_string(E) + ")");
+  expect_dtype(idx, DType::I32, "moe_router_fwd idx");
+  cuda_check(kernels::launch_moe_router_fwd(kin(logits, "router logits"), T, static_cast<int>(E), k,
+                                            static_cast<int32_t*>(idx.data), f32(w, "router w"), stream()),
+             "moe_router_fwd");
+}
+
+void CudaBackend::moe_router_bwd(const Tensor& dw, const Tensor& idx, const Tensor& w, Tensor& dlogits) {
+  const int64_t T = dlogits.rows(), E = dlogits.cols(), k = T ? idx.numel() / T : 0;
+  check(idx.numel() == T * k && w.numel() == T * k && dw.numel() == T * k,
+        "moe_router_bwd: dlogits " + shape_str(dlogits.shape) + ", idx " + shape_str(idx.shape));
+  cuda_check(kernels::launch_moe_router_bwd(f32c(dw, "router dw"), i32(idx, "router idx"), f32c(w, "router w"), T,
+                                            static_cast<int>(E), static_cast<int>(k), kout(dlogits, "router dlogits"),
+                                            stream()),
+             "moe_router_bwd");
+}
+
+void CudaBackend::gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
+  const int64_t n = rows.numel(), H = src.cols();
+  check(dst.numel() == n * H && dst.cols() == H,
+        "gather_rows: src " + shape_str(src.shape) + ", rows " + shape_str(rows.shape) + ", dst " + shape_str(dst.shape));
+  cuda_check(kernels::launch_gather_rows(kin(src, "gather src"), src.rows(), i32(rows, "gather rows"), n, H,
+                                         kout(dst, "gather dst"), stream()),
+             "gather_rows");
+}
+
+void CudaBackend::scatter_add_rows(const Tensor& src, const Tensor& rows, const Tensor& scale, Tensor& dst) {
+  const int64_t n = rows.numel(), H = dst.cols();
+  check(src.numel() == n * H && (!scale.defined() || scale.numel() == n),
+        "scatter_add_rows: src " + shape_str(src.shape) + ", rows " + shape_str(rows.shape) + ", dst " +
+            shape_str(dst.shape));
+  const float* sc = scale.defined() ? f32c(scale, "scatter_add scale") : nullptr;
+  cuda_check(kernels::launch_scatter_add_rows(kin(src, "scatter src"), i32(rows, "scatter rows"), sc, n, H,
+                                              kout(dst, "scatter dst"), dst.rows(), stream()),
+             "scatter_add_rows");
+}
+
+void CudaBackend::row_dot(const Tensor& a, const Tensor& b, Tensor& out) {
+  same_numel("row_dot", {&a, &b});
+  check(out.numel() == a.rows(), "row_dot: out " + shape_str(out.shape) + " for a " + shape_str(a.shape));
+  cuda_check(kernels::launch_row_dot(kin(a, "row_dot a"), kin(b, "row_dot b"), a.rows(), a.cols(),
+                                     f32(out, "row_dot out"), stream()),
+             "row_dot");
+}
+
+void CudaBackend::scale_rows(const Tensor& x, const Tensor& s, Tensor& y) {
+  same_numel("scale_rows", {&x, &y});
+  check(s.numel() == x.rows(), "scale_rows: s " + shape_str(s.shape) + " for x " + shape_str(x.shape));
+  cuda_check(kernels::launch_scale_rows(kin(x, "scale_rows x"), f32c(s, "scale_rows s"), x.rows(), x.cols(),
+                                        kout(y, "scale_rows y"), stream()),
+             "scale_rows");
+}
+
+// ---- optimizers -------------------------------------------------------------------------------------------
+void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1,
+                             float beta2, float eps, float weight_decay, int64_t step) {
+  same_numel("adamw_step", {&param, &grad, &m, &v});
+  check(step >= 1, "adamw_step: step counts from 1");
+  const float bc1 = static_cast<float>(1.0 - std::pow(double(beta1), double(step)));
+  const float bc2 = static_cast<float>(1.0 - std::pow(double(beta2), double(step)));
+  cuda_check(kernels::launch_adamw(f32(param, "adamw param"), kin(grad, "adamw grad"), f32(m, "adamw m"),
+                                   f32(v, "adamw v"), param.numel(), lr, beta1, beta2, eps, weight_decay, bc1, bc2,
+                                   stream()),
+             "adamw_step");
+}
+
+void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, float lr, float weight_decay) {
+  same_numel("sgd_step", {&param, &grad});
+  cuda_check(kernels::launch_sgd(f32(param, "sgd param"), kin(grad, "sgd grad"), param.numel(), lr, weight_decay,
+                                 stream()),
+             "sgd_step");
+}
+
+}  // namespace deltatune::cuda

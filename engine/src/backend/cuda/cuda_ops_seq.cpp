@@ -1,0 +1,243 @@
+// CudaBackend sequence ops (attention, GDN core) and losses: shape checks, scratch from the caching
+// allocator, launcher calls.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attention/attention.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+#include "gdn/gdn.cuh"
+#include "loss/loss.cuh"
+
+namespace deltatune::cuda {
+
+namespace {
+float* fptr(const Tensor& t) { return static_cast<float*>(t.data); }
+const int32_t* iptr(const Tensor& t) { return static_cast<const int32_t*>(t.data); }
+// A view of the first numel(shape) elements of a larger contiguous buffer.
+Tensor prefix(const Tensor& buf, Shape shape) {
+  Tensor t = buf;
+  t.shape = std::move(shape);
+  check(t.numel() <= buf.numel(), "internal: prefix view larger than its buffer");
+  return t;
+}
+}  // namespace
+
+Tensor CudaBackend::attention_tiles(const SeqLayout& seq) {
+  std::vector<int32_t> tiles;
+  const auto& cu = seq.host_cu_seqlens;
+  for (size_t n = 0; n + 1 < cu.size(); ++n)
+    for (int32_t t = cu[n]; t < cu[n + 1]; t += kernels::kAttnTile) {
+      tiles.push_back(static_cast<int32_t>(n));
+      tiles.push_back(t);
+    }
+  if (tiles.empty()) return Tensor();
+  return upload_bytes(tiles.data(), {static_cast<int64_t>(tiles.size() / 2), 2}, DType::I32);
+}
+
+// ---- attention ------------------------------------------------------------------------------------------
+void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale,
+                                Tensor& o, Tensor& lse) {
+  check(q.ndim() == 3 && k.ndim() == 3 && v.shape == k.shape && o.numel() == q.numel() && q.dim(0) == k.dim(0) &&
+            q.dim(2) == k.dim(2) && k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0 && lse.numel() == q.dim(0) * q.dim(1),
+        "attention_fwd: q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", v " + shape_str(v.shape) +
+            ", lse " + shape_str(lse.shape) + " (expected q [T, nH, hd], k/v [T, nKV, hd], nH % nKV == 0)");
+  const int hd = static_cast<int>(q.dim(2));
+  check(hd <= kernels::kAttnMaxHeadDim, "attention_fwd: head_dim " + std::to_string(hd) + " > 256 is not supported");
+  check(kernels::attention_fwd_smem(hd) <= size_t(smem_optin_), "attention_fwd: head_dim too large for shared memory");
+  check_layout(seq, q.dim(0), "attention_fwd");
+  check(lse.dtype == DType::F32, "attention_fwd: lse must be F32");
+  Tensor tiles = attention_tiles(seq);
+  if (!tiles.defined()) return;
+  cuda_check(kernels::launch_attention_fwd(kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
+                                           iptr(seq.cu_seqlens), iptr(tiles), static_cast<int>(tiles.dim(0)),
+                                           q.dim(1), k.dim(1), hd, scale, kout(o, "attention o"), fptr(lse), stream()),
+             "attention_fwd");
+}
+
+void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                const Tensor& lse, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
+                                Tensor& dv) {
+  check(q.ndim() == 3 && k.ndim() == 3 && v.shape == k.shape && o.numel() == q.numel() && dout.numel() == q.numel() &&
+            dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() && q.dim(0) == k.dim(0) &&
+            q.dim(2) == k.dim(2) && k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0 && lse.numel() == q.dim(0) * q.dim(1),
+        "attention_bwd: q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", dq " + shape_str(dq.shape) +
+            ", dk " + shape_str(dk.shape));
+  const int hd = static_cast<int>(q.dim(2));
+  check(hd <= kernels::kAttnMaxHeadDim && kernels::attention_bwd_smem(hd) <= size_t(smem_optin_),
+        "attention_bwd: head_dim " + std::to_string(hd) + " is not supported");
+  check_layout(seq, q.dim(0), "attention_bwd");
+  check(lse.dtype == DType::F32, "attention_bwd: lse must be F32");
+  Tensor tiles = attention_tiles(seq);
+  if (!tiles.defined()) return;
+  Tensor dl = alloc({q.dim(0), q.dim(1)}, DType::F32);
+  cuda_check(kernels::launch_attention_bwd(kin(dout, "attention dout"), kin(q, "attention q"), kin(k, "attention k"),
+                                           kin(v, "attention v"), kin(o, "attention o"), fptr(lse), fptr(dl),
+                                           iptr(seq.cu_seqlens), iptr(tiles), static_cast<int>(tiles.dim(0)),
+                                           q.dim(0), q.dim(1), k.dim(1), hd, scale, kout(dq, "attention dq"),
+                                           kout(dk, "attention dk"), kout(dv, "attention dv"), stream()),
+             "attention_bwd");
+}
+
+// ---- Gated DeltaNet core ------------------------------------------------------------------------------------
+namespace {
+struct GdnDims {
+  int64_t T, HK, HV;
+  int dk, dv;
+};
+GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                 const Tensor& beta) {
+  check(q.ndim() == 3 && k.shape == q.shape && v.ndim() == 3 && v.dim(0) == q.dim(0) && q.dim(1) > 0 &&
+            v.dim(1) % q.dim(1) == 0 && g.numel() == v.dim(0) * v.dim(1) && beta.numel() == g.numel(),
+        std::string(op) + ": q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", v " + shape_str(v.shape) +
+            ", g " + shape_str(g.shape) + ", beta " + shape_str(beta.shape) +
+            " (expected q/k [T, HK, dk], v [T, HV, dv], g/beta [T, HV], HV % HK == 0)");
+  check(g.dtype == DType::F32, std::string(op) + ": g must be F32");
+  return GdnDims{q.dim(0), q.dim(1), v.dim(1), static_cast<int>(q.dim(2)), static_cast<int>(v.dim(2))};
+}
+constexpr float kL2Eps = 1e-6f;  // spec §3.4 step 7: fixed, not rms_norm_eps
+}  // namespace
+
+void CudaBackend::gdn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                          const SeqLayout& seq, float scale, Tensor& o) {
+  const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
+  check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
+  check(kernels::gdn_core_fwd_smem(d.dk, d.dv) <= size_t(smem_optin_),
+        "gdn_fwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) + " exceed shared memory");
+  check_layout(seq, d.T, "gdn_fwd");
+  if (d.T == 0) return;
+  Tensor qn = alloc({d.T, d.HK, d.dk}, DType::F32), kn = alloc({d.T, d.HK, d.dk}, DType::F32);
+  Tensor rq = alloc({d.T, d.HK}, DType::F32), rk = alloc({d.T, d.HK}, DType::F32);
+  cudaStream_t s = stream();
+  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kL2Eps, fptr(qn), fptr(rq), d.T * d.HK, d.dk, s),
+             "gdn_fwd (l2norm q)");
+  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(kn), fptr(rk), d.T * d.HK, d.dk, s),
+             "gdn_fwd (l2norm k)");
+  cuda_check(kernels::launch_gdn_core_fwd(fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
+                                          iptr(seq.cu_seqlens), static_cast<int>(seq.num_seqs()), kout(o, "gdn o"),
+                                          d.HK, d.HV, d.dk, d.dv, s),
+             "gdn_fwd (core)");
+}
+
+void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                          const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk, Tensor& dv,
+                          Tensor& dg, Tensor& dbeta) {
+  const GdnDims d = gdn_dims("gdn_bwd", q, k, v, g, beta);
+  check(dout.numel() == v.numel() && dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
+            dg.numel() == g.numel() && dbeta.numel() == beta.numel(),
+        "gdn_bwd: gradient shapes must match their inputs (dq " + shape_str(dq.shape) + ", dv " + shape_str(dv.shape) +
+            ", dg " + shape_str(dg.shape) + ")");
+  check(kernels::gdn_core_bwd_smem(d.dk, d.dv) <= size_t(smem_optin_),
+        "gdn_bwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) + " exceed shared memory");
+  check_layout(seq, d.T, "gdn_bwd");
+  if (d.T == 0) return;
+  cudaStream_t s = stream();
+  Tensor qn = alloc({d.T, d.HK, d.dk}, DType::F32), kn = alloc({d.T, d.HK, d.dk}, DType::F32);
+  Tensor rq = alloc({d.T, d.HK}, DType::F32), rk = alloc({d.T, d.HK}, DType::F32);
+  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kL2Eps, fptr(qn), fptr(rq), d.T * d.HK, d.dk, s),
+             "gdn_bwd (l2norm q)");
+  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(kn), fptr(rk), d.T * d.HK, d.dk, s),
+             "gdn_bwd (l2norm k)");
+  const int nseq = static_cast<int>(seq.num_seqs());
+  Tensor ckpt = alloc({kernels::gdn_core_bwd_ckpt_floats(seq.host_cu_seqlens.data(), nseq, d.HV, d.dk, d.dv)},
+                      DType::F32);
+  // Partial sums over column groups are added atomically: zero the F32 accumulators first.
+  Tensor dqh = zeros({d.T, d.HV, d.dk}, DType::F32), dkh = zeros({d.T, d.HV, d.dk}, DType::F32);
+  Tensor dg32 = zeros({d.T, d.HV}, DType::F32), db32 = zeros({d.T, d.HV}, DType::F32);
+  cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g),
+                                          kin(beta, "gdn beta"), iptr(seq.cu_seqlens), nseq, fptr(dqh), fptr(dkh),
+                                          kout(dv, "gdn dv"), fptr(dg32), fptr(db32), fptr(ckpt), d.HK, d.HV, d.dk,
+                                          d.dv, s),
+             "gdn_bwd (core)");
+  copy(dg, dg32);
+  copy(dbeta, db32);
+  cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dqh), kin(q, "gdn q"), fptr(rq), scale, kout(dq, "gdn dq"), d.T, d.HK,
+                                            d.HV, d.dk, s),
+             "gdn_bwd (l2norm q)");
+  cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dkh), kin(k, "gdn k"), fptr(rk), 1.f, kout(dk, "gdn dk"), d.T, d.HK,
+                                            d.HV, d.dk, s),
+             "gdn_bwd (l2norm k)");
+}
+
+// ---- losses ------------------------------------------------------------------------------------------------
+double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits) {
+  const int64_t T = logits.rows(), V = logits.cols();
+  check(labels.numel() == T && labels.dtype == DType::I32,
+        "cross_entropy: labels must be I32 [T] for logits " + shape_str(logits.shape) + ", got " +
+            shape_str(labels.shape) + " " + dtype_name(labels.dtype));
+  kernels::KOut d{};
+  if (dlogits) {
+    check(dlogits->numel() == logits.numel(), "cross_entropy: dlogits " + shape_str(dlogits->shape) + " for logits " +
+                                                  shape_str(logits.shape));
+    d = kout(*dlogits, "cross_entropy dlogits");
+  }
+  double* acc = zero_acc();
+  cuda_check(kernels::launch_cross_entropy(kin(logits, "cross_entropy logits"), T, V, iptr(labels), grad_scale, d, acc,
+                                           stream()),
+             "cross_entropy");
+  return read_acc();
+}
+
+// Column-chunked: per row chunk, pass 1 runs the lm_head GEMM one vocabulary chunk at a time into an F32
+// buffer and merges an online log-sum-exp; pass 2 (only with dh) recomputes each chunk's logits, turns them
+// into the gradient in place of the logits and accumulates dh in F32. Memory: rows × vocab_chunk floats.
+double CudaBackend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+                                         Tensor* dh, int64_t chunk_rows) {
+  const int64_t T = h.rows(), H = h.cols(), V = w.dim(0);
+  check(w.ndim() == 2 && w.dim(1) == H && labels.numel() == T && labels.dtype == DType::I32,
+        "linear_cross_entropy: h " + shape_str(h.shape) + ", w " + shape_str(w.shape) + ", labels " +
+            shape_str(labels.shape) + " (expected w [V, H], labels I32 [T])");
+  check(!dh || dh->numel() == h.numel(), "linear_cross_entropy: dh must match h");
+  if (T == 0) return 0.0;
+  const int64_t n_max = std::max<int64_t>(1, std::min(chunk_rows, T));
+  // Vocabulary chunk: about 64 Mi floats (256 MiB) of logits at most, whole multiples of 256 columns.
+  int64_t vc_max = std::max<int64_t>(256, (int64_t(1) << 26) / n_max / 256 * 256);
+  vc_max = std::min(vc_max, V);
+  const DType gdt = w.dtype;  // gradient chunk in the weight's type so the dh GEMM needs no conversion
+  Tensor logits = alloc({n_max * vc_max}, DType::F32);
+  Tensor grad = dh ? alloc({n_max * vc_max}, gdt) : Tensor();
+  Tensor m = alloc({n_max}, DType::F32), l = alloc({n_max}, DType::F32), xl = alloc({n_max}, DType::F32),
+         lse = alloc({n_max}, DType::F32);
+  Tensor dh32 = dh ? alloc({n_max, H}, DType::F32) : Tensor();
+  double* acc = zero_acc();
+  cudaStream_t s = stream();
+  const Tensor h2 = h.view({T, H});
+  for (int64_t t0 = 0; t0 < T; t0 += n_max) {
+    const int64_t n = std::min(n_max, T - t0);
+    const Tensor hc = h2.slice(t0, t0 + n);
+    const Tensor lab = labels.view({T}).slice(t0, t0 + n);
+    Tensor mc = prefix(m, {n}), lc = prefix(l, {n}), xc = prefix(xl, {n}), lsec = prefix(lse, {n});
+    fill(mc, -INFINITY);
+    fill(lc, 0.f);
+    fill(xc, 0.f);
+    for (int64_t v0 = 0; v0 < V; v0 += vc_max) {
+      const int64_t vc = std::min(vc_max, V - v0);
+      Tensor lg = prefix(logits, {n, vc});
+      gemm(hc, false, w.slice(v0, v0 + vc), true, lg, 1.f, 0.f);
+      cuda_check(kernels::launch_lse_update(fptr(lg), n, vc, v0, iptr(lab), fptr(mc), fptr(lc), fptr(xc), s),
+                 "linear_cross_entropy (lse)");
+    }
+    cuda_check(kernels::launch_lse_finish(n, V, iptr(lab), fptr(mc), fptr(lc), fptr(xc), fptr(lsec), acc, s),
+               "linear_cross_entropy (loss)");
+    if (!dh) continue;
+    Tensor dhc = prefix(dh32, {n, H});
+    for (int64_t v0 = 0; v0 < V; v0 += vc_max) {
+      const int64_t vc = std::min(vc_max, V - v0);
+      Tensor lg = prefix(logits, {n, vc}), gr = prefix(grad, {n, vc});
+      const Tensor wc = w.slice(v0, v0 + vc);
+      gemm(hc, false, wc, true, lg, 1.f, 0.f);
+      cuda_check(kernels::launch_ce_grad_chunk(fptr(lg), n, vc, v0, iptr(lab), fptr(lsec), grad_scale,
+                                               kout(gr, "linear_cross_entropy grad"), s),
+                 "linear_cross_entropy (grad)");
+      gemm(gr, false, wc, false, dhc, 1.f, v0 == 0 ? 0.f : 1.f);
+    }
+    Tensor dst = dh->view({T, H}).slice(t0, t0 + n);
+    copy(dst, dhc);
+  }
+  return read_acc();
+}
+
+}  // namespace deltatune::cuda

@@ -1,0 +1,225 @@
+// ModelInfo: config.json + safetensors headers + tokenizer files, no weight data touched (the reader maps
+// the files but only the header pages are read). Problems that would stop a run (missing tensors, wrong
+// shapes) are listed as warnings here so the studio can show all of them at once; model_weights_load
+// turns them into errors.
+#include "deltatune/model_info.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/files.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace deltatune {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Lists the first few items of a problem and how many more there are (warnings stay readable).
+void add_listed_warning(std::vector<std::string>* warnings, const std::string& what,
+                        const std::vector<std::string>& items) {
+  if (items.empty()) return;
+  std::string msg = what + ": " + items[0];
+  const size_t shown = std::min<size_t>(items.size(), 3);
+  for (size_t i = 1; i < shown; ++i) msg += ", " + items[i];
+  if (items.size() > shown) msg += " (and " + std::to_string(items.size() - shown) + " more)";
+  warnings->push_back(msg);
+}
+
+bool has_chat_template(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir / "chat_template.jinja", ec)) return true;
+  const fs::path tc = dir / "tokenizer_config.json";
+  if (!fs::exists(tc, ec)) return false;
+  try {
+    const auto j = nlohmann::json::parse(read_text_file(tc.string()));
+    if (!j.is_object() || !j.contains("chat_template")) return false;
+    const auto& t = j["chat_template"];
+    return (t.is_string() && !t.get<std::string>().empty()) || (t.is_array() && !t.empty());
+  } catch (const nlohmann::json::exception&) {
+    return false;  // an unreadable tokenizer_config.json is reported by the tokenizer loader
+  }
+}
+
+}  // namespace
+
+ModelInfo model_info_load(const std::string& dir) {
+  const fs::path d(dir);
+  const ModelConfig c = model_config_load((d / "config.json").string());
+  const CheckpointReader reader(dir);
+
+  ModelInfo info;
+  info.dir = dir;
+  info.model_type = c.model_type;
+  info.architecture = c.architecture;
+  info.is_moe = c.is_moe();
+  info.vocab_size = c.vocab_size;
+  info.hidden_size = c.hidden_size;
+  info.num_layers = c.num_layers;
+  info.intermediate_size = c.intermediate_size;
+  info.num_attention_heads = c.num_heads;
+  info.num_key_value_heads = c.num_kv_heads;
+  info.head_dim = c.head_dim;
+  info.linear_num_key_heads = c.lin_k_heads;
+  info.linear_num_value_heads = c.lin_v_heads;
+  info.linear_key_head_dim = c.lin_k_dim;
+  info.linear_value_head_dim = c.lin_v_dim;
+  info.num_experts = c.num_experts;
+  info.num_experts_per_tok = c.top_k;
+  info.moe_intermediate_size = c.moe_intermediate;
+  info.shared_expert_intermediate_size = c.shared_intermediate;
+  for (LayerKind k : c.layer_types)
+    info.layer_types.push_back(k == LayerKind::FullAttention ? "full_attention" : "linear_attention");
+
+  const std::string prefix = model_key_prefix(reader);
+  info.vision_language_layout = prefix == "model.language_model.";
+  info.tied_embeddings = !reader.has("lm_head.weight");
+  const bool per_expert = c.is_moe() && model_experts_per_expert(reader, prefix);
+
+  std::map<std::string, std::string> group_of;
+  std::vector<std::string> missing, mismatched, unknown;
+  for (const ExpectedTensor& e : model_expected_tensors(c, prefix, per_expert)) {
+    group_of[e.key] = e.group;
+    if (!reader.has(e.key))
+      missing.push_back(e.key);
+    else if (reader.entry(e.key).shape != e.shape)
+      mismatched.push_back(e.key + " " + shape_str(reader.entry(e.key).shape) + " (expected " +
+                           shape_str(e.shape) + ")");
+  }
+  group_of["lm_head.weight"] = "lm_head";
+  for (const std::string& name : reader.names()) {
+    if (model_key_skipped(name)) {
+      ++info.skipped_tensors;
+      continue;
+    }
+    const TensorEntry& e = reader.entry(name);
+    int64_t n = 1;
+    for (int64_t s : e.shape) n *= s;
+    auto g = group_of.find(name);
+    if (g == group_of.end()) unknown.push_back(name);
+    info.params_per_group[g == group_of.end() ? "other" : g->second] += n;
+    info.total_params += n;
+    ++info.dtype_counts[dtype_name(e.dtype)];
+  }
+  add_listed_warning(&info.warnings, "missing tensors (training will refuse this checkpoint)", missing);
+  add_listed_warning(&info.warnings, "tensors with unexpected shapes", mismatched);
+  add_listed_warning(&info.warnings, "unknown text tensors (training will refuse this checkpoint)", unknown);
+  if (info.tied_embeddings != c.tie_word_embeddings_flag)
+    info.warnings.push_back(std::string("config.json says tie_word_embeddings = ") +
+                            (c.tie_word_embeddings_flag ? "true" : "false") + " but the checkpoint " +
+                            (info.tied_embeddings ? "has no" : "has an") +
+                            " lm_head.weight; the checkpoint is followed");
+
+  std::error_code ec;
+  info.has_tokenizer = fs::exists(d / "tokenizer.json", ec);
+  info.has_chat_template = has_chat_template(d);
+  if (!info.has_tokenizer) info.warnings.push_back("no tokenizer.json: only pre-tokenized data can be used");
+  if (!info.has_chat_template)
+    info.warnings.push_back(
+        "no chat template (tokenizer_config.json \"chat_template\" or chat_template.jinja): "
+        "chat datasets cannot be rendered");
+
+  const bool has_full = std::count(c.layer_types.begin(), c.layer_types.end(), LayerKind::FullAttention) > 0;
+  const bool has_lin = std::count(c.layer_types.begin(), c.layer_types.end(), LayerKind::LinearAttention) > 0;
+  if (has_full) info.lora_groups.push_back("attn");
+  if (has_lin) info.lora_groups.push_back("linear_attn");
+  if (c.is_moe()) {
+    info.lora_groups.push_back("shared_expert");
+    info.lora_groups.push_back("experts");
+  } else {
+    info.lora_groups.push_back("mlp");
+  }
+  return info;
+}
+
+// A LoRA pair on a Linear(in -> out) has r*in (A) + out*r (B) parameters. A 3-D expert parameter
+// (E, d1, d2) gets A (r*E, in) and B (out, r*E) (PEFT >= 0.19.1 layout, spec peft-adapter §6.2), i.e.
+// r*E*(in + out). shared_expert_gate (Linear H -> 1) is not a LoRA target.
+std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int r) {
+  const int64_t R = r, H = info.hidden_size;
+  const int64_t nq = info.num_attention_heads * info.head_dim, nkv = info.num_key_value_heads * info.head_dim;
+  const int64_t kd = info.linear_num_key_heads * info.linear_key_head_dim;
+  const int64_t vd = info.linear_num_value_heads * info.linear_value_head_dim;
+  const int64_t HV = info.linear_num_value_heads;
+  auto pair = [&](int64_t in, int64_t out) { return R * (in + out); };
+  int64_t full = 0, lin = 0;
+  for (const auto& t : info.layer_types) (t == "full_attention" ? full : lin) += 1;
+
+  std::map<std::string, int64_t> out;
+  if (full > 0) out["attn"] = full * (pair(H, 2 * nq) + 2 * pair(H, nkv) + pair(nq, H));
+  if (lin > 0)
+    out["linear_attn"] = lin * (pair(H, 2 * kd + vd) + pair(H, vd) + 2 * pair(H, HV) + pair(vd, H));
+  const int64_t L = info.num_layers;
+  if (info.is_moe) {
+    const int64_t Is = info.shared_expert_intermediate_size, Ie = info.moe_intermediate_size,
+                  E = info.num_experts;
+    out["shared_expert"] = L * (2 * pair(H, Is) + pair(Is, H));
+    out["experts"] = L * (R * E * (H + 2 * Ie) + R * E * (Ie + H));
+  } else {
+    out["mlp"] = L * (2 * pair(H, info.intermediate_size) + pair(info.intermediate_size, H));
+  }
+  return out;
+}
+
+// Peak-memory model of one training step on the GPU backend (bytes). Deliberately simple and a little
+// pessimistic; it is for choosing settings, not for allocation.
+//   weights      = total_params * 2                 base weights in bf16 (fp32 norm/A_log copies: negligible)
+//   lora         = P_lora * 16                      fp32 weight + gradient + Adam m + v, P_lora over the
+//   default
+//                                                   target groups (all but `experts`, as lora_default_groups)
+//   activations  saved for backward, bf16 (2 bytes per element), T = tokens_per_step:
+//                  per token and layer: 4H (layer input, normed input, mid residual, normed mid) +
+//                  GDN layer:  2*conv_dim (projection, conv+SiLU) + 3*value_dim (z, core out, gated norm)
+//                              + 6*HV (a, b, fp32 beta/g)
+//                  attention:  5*nH*hd (q+gate, roped q, attention out, gated out) + 3*nKV*hd (k, v, roped k)
+//                              + 2*nH (fp32 logsumexp)
+//                  dense MLP:  3*I (gate, up, silu(gate)*up)
+//                  MoE:        2E (fp32 router logits) + top_k*(H + 3*Ie) (permuted input, gate, up, act)
+//                              + 3*Is (shared expert)
+//                  + r per LoRA-adapted linear of the default groups (the low-rank intermediate)
+//                without checkpointing: T * 2 * sum over layers;
+//                with checkpointing:    T * 2 * (L*H + the largest layer), i.e. only layer inputs are kept
+//                                       and one layer is recomputed at a time.
+//   logits       fused loss: a chunk of min(T, 1024) rows of fp32 logits [chunk x V], gradient in place;
+//                unfused:    fp32 logits [T x V] and their fp32 gradient, 8*T*V.
+//   overhead     512 MiB: CUDA context, cuBLAS workspaces, allocator slack.
+VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
+                           bool gradient_checkpointing) {
+  VramEstimate v;
+  const int64_t T = std::max<int64_t>(tokens_per_step, 1), H = info.hidden_size;
+  v.weights = info.total_params * 2;
+  int64_t lora = 0;
+  for (const auto& [g, n] : lora_params_per_group(info, lora_r))
+    if (g != "experts") lora += n;
+  v.lora_and_optimizer = lora * 16;
+
+  const int64_t kd = info.linear_num_key_heads * info.linear_key_head_dim;
+  const int64_t vd = info.linear_num_value_heads * info.linear_value_head_dim;
+  const int64_t conv = 2 * kd + vd, HV = info.linear_num_value_heads;
+  const int64_t nq = info.num_attention_heads * info.head_dim, nkv = info.num_key_value_heads * info.head_dim;
+  const int64_t r = lora_r;
+  const int64_t mlp = info.is_moe ? 2 * info.num_experts +
+                                        info.num_experts_per_tok * (H + 3 * info.moe_intermediate_size) +
+                                        3 * info.shared_expert_intermediate_size + 3 * r
+                                  : 3 * info.intermediate_size + 3 * r;
+  const int64_t lin_layer = 4 * H + 2 * conv + 3 * vd + 6 * HV + 5 * r + mlp;
+  const int64_t full_layer = 4 * H + 5 * nq + 3 * nkv + 2 * info.num_attention_heads + 4 * r + mlp;
+  int64_t sum = 0, largest = 0;
+  for (const auto& t : info.layer_types) {
+    const int64_t e = t == "full_attention" ? full_layer : lin_layer;
+    sum += e;
+    largest = std::max(largest, e);
+  }
+  v.activations = 2 * T * (gradient_checkpointing ? info.num_layers * H + largest : sum);
+  v.logits = fused_loss ? std::min<int64_t>(T, 1024) * info.vocab_size * 4 : 8 * T * info.vocab_size;
+  v.overhead = int64_t{512} << 20;
+  v.total = v.weights + v.lora_and_optimizer + v.activations + v.logits + v.overhead;
+  return v;
+}
+
+}  // namespace deltatune

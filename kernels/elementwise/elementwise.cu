@@ -1,0 +1,153 @@
+// Elementwise ops and whole-tensor reductions.
+//   fill: y (=) c                      convert: y (=) x (any float storage -> any float storage)
+//   copy_cols: y[r, y0+c] (=) x[r, x0+c]
+//   add: y (+=) α·x                    scale: y (=) α·y
+//   dropout: y (=) keep(i) ? x/(1−p) : 0, keep(i) = u(seed, i) >= p (same hash as dropout_uniform())
+//   sigmoid: y (=) σ(x)
+//   swiglu: out (=) silu(g)·u;  dg (=) dout·u·silu'(g), du (=) dout·silu(g)
+//   sigmoid_mul: out (=) x·σ(g); dx (=) dout·σ(g), dg (=) dout·x·σ(g)(1−σ(g))
+//   sum_squares: acc (+=) Σ x² (fp64 accumulation per thread and across blocks)
+//   any_nonfinite: flag (=) 1 if some x is NaN/Inf
+// Memory: plain grid-stride loops, one element per iteration, fp32 math in registers.
+#include "common/device.cuh"
+#include "elementwise/elementwise.cuh"
+
+namespace deltatune::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+#define DT_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void fill_kernel(KOut y, int64_t n, float v) {
+  DT_GRID_STRIDE(i, n) st(y, i, v);
+}
+__global__ void convert_kernel(KOut y, KIn x, int64_t n) {
+  DT_GRID_STRIDE(i, n) st(y, i, ld(x, i));
+}
+__global__ void copy_cols_kernel(KOut y, int64_t y_cols, int64_t y_col, KIn x, int64_t x_cols, int64_t x_col,
+                                 int64_t rows, int64_t ncols) {
+  DT_GRID_STRIDE(i, rows * ncols) {
+    const int64_t r = i / ncols, c = i % ncols;
+    st(y, r * y_cols + y_col + c, ld(x, r * x_cols + x_col + c));
+  }
+}
+__global__ void add_kernel(KOut y, KIn x, float a, int64_t n) {
+  DT_GRID_STRIDE(i, n) st(y, i, ld(y, i) + a * ld(x, i));
+}
+__global__ void scale_kernel(KOut y, float a, int64_t n) {
+  DT_GRID_STRIDE(i, n) st(y, i, a * ld(y, i));
+}
+__device__ __forceinline__ float dropout_u(uint64_t seed, uint64_t i) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+__global__ void dropout_kernel(KIn x, float p, float inv_keep, uint64_t seed, KOut y, int64_t n) {
+  DT_GRID_STRIDE(i, n) {
+    const bool keep = dropout_u(seed, static_cast<uint64_t>(i)) >= p;
+    st(y, i, keep ? ld(x, i) * inv_keep : 0.f);
+  }
+}
+__global__ void sigmoid_kernel(KIn x, KOut y, int64_t n) {
+  DT_GRID_STRIDE(i, n) st(y, i, sigmoidf_(ld(x, i)));
+}
+__global__ void swiglu_fwd_kernel(KIn g, KIn u, KOut o, int64_t n) {
+  DT_GRID_STRIDE(i, n) st(o, i, siluf_(ld(g, i)) * ld(u, i));
+}
+__global__ void swiglu_bwd_kernel(KIn d, KIn g, KIn u, KOut dg, KOut du, int64_t n) {
+  DT_GRID_STRIDE(i, n) {
+    const float gv = ld(g, i), uv = ld(u, i), dv = ld(d, i);
+    st(dg, i, dv * uv * dsiluf_(gv));
+    st(du, i, dv * siluf_(gv));
+  }
+}
+__global__ void sigmoid_mul_fwd_kernel(KIn x, KIn g, KOut o, int64_t n) {
+  DT_GRID_STRIDE(i, n) st(o, i, ld(x, i) * sigmoidf_(ld(g, i)));
+}
+__global__ void sigmoid_mul_bwd_kernel(KIn d, KIn x, KIn g, KOut dx, KOut dg, int64_t n) {
+  DT_GRID_STRIDE(i, n) {
+    const float s = sigmoidf_(ld(g, i)), dv = ld(d, i);
+    st(dx, i, dv * s);
+    st(dg, i, dv * ld(x, i) * s * (1.f - s));
+  }
+}
+__global__ void sum_squares_kernel(KIn x, int64_t n, double* acc) {
+  __shared__ double scratch[32];
+  double v = 0;
+  DT_GRID_STRIDE(i, n) {
+    const double f = ld(x, i);
+    v += f * f;
+  }
+  v = block_sum(v, scratch);
+  if (threadIdx.x == 0) atomicAdd(acc, v);
+}
+__global__ void any_nonfinite_kernel(KIn x, int64_t n, int32_t* flag) {
+  bool bad = false;
+  DT_GRID_STRIDE(i, n) bad |= !isfinite(ld(x, i));
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
+}
+
+}  // namespace
+
+cudaError_t launch_fill(KOut y, int64_t n, float v, cudaStream_t s) {
+  if (n > 0) fill_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(y, n, v);
+  return cudaGetLastError();
+}
+cudaError_t launch_convert(KOut y, KIn x, int64_t n, cudaStream_t s) {
+  if (n > 0) convert_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(y, x, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_copy_cols(KOut y, int64_t y_cols, int64_t y_col, KIn x, int64_t x_cols, int64_t x_col,
+                             int64_t rows, int64_t ncols, cudaStream_t s) {
+  if (rows * ncols > 0)
+    copy_cols_kernel<<<grid_for(rows * ncols, kThreads), kThreads, 0, s>>>(y, y_cols, y_col, x, x_cols, x_col,
+                                                                          rows, ncols);
+  return cudaGetLastError();
+}
+cudaError_t launch_add(KOut y, KIn x, float a, int64_t n, cudaStream_t s) {
+  if (n > 0) add_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(y, x, a, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_scale(KOut y, float a, int64_t n, cudaStream_t s) {
+  if (n > 0) scale_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(y, a, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_dropout(KIn x, float p, uint64_t seed, KOut y, int64_t n, cudaStream_t s) {
+  const float inv_keep = p < 1.f ? 1.f / (1.f - p) : 0.f;
+  if (n > 0) dropout_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, p, inv_keep, seed, y, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_sigmoid(KIn x, KOut y, int64_t n, cudaStream_t s) {
+  if (n > 0) sigmoid_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, y, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_swiglu_fwd(KIn g, KIn u, KOut o, int64_t n, cudaStream_t s) {
+  if (n > 0) swiglu_fwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(g, u, o, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_swiglu_bwd(KIn d, KIn g, KIn u, KOut dg, KOut du, int64_t n, cudaStream_t s) {
+  if (n > 0) swiglu_bwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(d, g, u, dg, du, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_sigmoid_mul_fwd(KIn x, KIn g, KOut o, int64_t n, cudaStream_t s) {
+  if (n > 0) sigmoid_mul_fwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, g, o, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_sigmoid_mul_bwd(KIn d, KIn x, KIn g, KOut dx, KOut dg, int64_t n, cudaStream_t s) {
+  if (n > 0) sigmoid_mul_bwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(d, x, g, dx, dg, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_sum_squares(KIn x, int64_t n, double* acc, cudaStream_t s) {
+  if (n > 0) sum_squares_kernel<<<grid_for(n, kThreads, 1024), kThreads, 0, s>>>(x, n, acc);
+  return cudaGetLastError();
+}
+cudaError_t launch_any_nonfinite(KIn x, int64_t n, int32_t* flag, cudaStream_t s) {
+  if (n > 0) any_nonfinite_kernel<<<grid_for(n, kThreads, 1024), kThreads, 0, s>>>(x, n, flag);
+  return cudaGetLastError();
+}
+
+}  // namespace deltatune::kernels

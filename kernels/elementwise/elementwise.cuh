@@ -1,0 +1,30 @@
+// Launchers for elementwise ops, conversions and whole-tensor reductions (elementwise.cu).
+// All return the launch status (cudaGetLastError). Element counts are n; pointers are flat views.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/kptr.h"
+
+namespace deltatune::kernels {
+
+cudaError_t launch_fill(KOut y, int64_t n, float value, cudaStream_t s);                // y (=) value
+cudaError_t launch_convert(KOut y, KIn x, int64_t n, cudaStream_t s);                  // y (=) x
+// y[r, y_col + c] (=) x[r, x_col + c]; x (rows, x_cols), y (rows, y_cols), c < ncols.
+cudaError_t launch_copy_cols(KOut y, int64_t y_cols, int64_t y_col, KIn x, int64_t x_cols, int64_t x_col,
+                             int64_t rows, int64_t ncols, cudaStream_t s);
+cudaError_t launch_add(KOut y, KIn x, float alpha, int64_t n, cudaStream_t s);        // y (+=) alpha·x
+cudaError_t launch_scale(KOut y, float alpha, int64_t n, cudaStream_t s);             // y (=) alpha·y
+cudaError_t launch_dropout(KIn x, float p, uint64_t seed, KOut y, int64_t n, cudaStream_t s);
+cudaError_t launch_sigmoid(KIn x, KOut y, int64_t n, cudaStream_t s);
+cudaError_t launch_swiglu_fwd(KIn gate, KIn up, KOut out, int64_t n, cudaStream_t s);
+cudaError_t launch_swiglu_bwd(KIn dout, KIn gate, KIn up, KOut dgate, KOut dup, int64_t n, cudaStream_t s);
+cudaError_t launch_sigmoid_mul_fwd(KIn x, KIn gate, KOut out, int64_t n, cudaStream_t s);
+cudaError_t launch_sigmoid_mul_bwd(KIn dout, KIn x, KIn gate, KOut dx, KOut dgate, int64_t n, cudaStream_t s);
+// Σ x² accumulated in fp64 into *acc (device double, (+=)).
+cudaError_t launch_sum_squares(KIn x, int64_t n, double* acc, cudaStream_t s);
+// *flag (=) 1 if any element is NaN/Inf (flag must be zeroed by the caller; only ever set to 1).
+cudaError_t launch_any_nonfinite(KIn x, int64_t n, int32_t* flag, cudaStream_t s);
+
+}  // namespace deltatune::kernels

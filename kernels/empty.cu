@@ -1,1 +1,0 @@
-// Keeps dt_kernels non-empty while no kernel exists yet.

@@ -1,0 +1,53 @@
+// Launchers for the Gated DeltaNet ops: gates (gates.cu), L2 norm helpers (l2norm.cu), and the first
+// (recurrent, fp32-state) core forward/backward (core_fwd.cu, core_bwd.cu).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/kptr.h"
+
+namespace deltatune::kernels {
+
+// a, b, beta (T, HV); A_log, dt_bias (HV); g F32 (T, HV).
+cudaError_t launch_gdn_gates_fwd(KIn a, KIn b, KIn A_log, KIn dt_bias, float* g, KOut beta, int64_t T, int64_t HV,
+                                 cudaStream_t s);
+// dg, dbeta (T, HV); da, db (T, HV).
+cudaError_t launch_gdn_gates_bwd(KIn dg, KIn dbeta, KIn a, KIn b, KIn A_log, KIn dt_bias, KOut da, KOut db, int64_t T,
+                                 int64_t HV, cudaStream_t s);
+
+// y F32 (rows, n) (=) scale·x/sqrt(Σx² + eps); rstd F32 (rows) (=) 1/sqrt(Σx² + eps).
+cudaError_t launch_l2norm_fwd(KIn x, float scale, float eps, float* y, float* rstd, int64_t rows, int64_t n,
+                              cudaStream_t s);
+// Sum of GVA groups then L2-norm backward. dyh F32 (T, HV, n) holds the gradient w.r.t. scale·x̂ per value
+// head; value heads r·j .. r·j+r−1 share key head j. dx (T, HK, n) (=) rstd·(dŷ − x̂·Σ(dŷ⊙x̂)),
+// dŷ = scale·Σ_group dyh.
+cudaError_t launch_l2norm_bwd_gva(const float* dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t T,
+                                  int64_t HK, int64_t HV, int64_t n, cudaStream_t s);
+
+// Core forward. qn, kn F32 (T, HK, dk) already normalised (qn also scaled); v (T, HV, dv); g F32 (T, HV);
+// beta (T, HV); o (T, HV, dv) (=).
+cudaError_t launch_gdn_core_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
+                                const int32_t* cu_seqlens, int nseq, KOut o, int64_t HK, int64_t HV, int dk, int dv,
+                                cudaStream_t s);
+
+// The core backward checkpoints the fp32 state every kGdnCkpt tokens of each sequence in global scratch
+// (F32 (Σ_n ceil(len_n/kGdnCkpt), HV, dk, dv)) and replays from sub-checkpoints every kGdnSub tokens.
+constexpr int kGdnCkpt = 64;
+// Value columns per block: columns of the state are independent, so blocks split them.
+constexpr int kGdnCols = 32;
+constexpr int kGdnSub = 8;
+int64_t gdn_core_bwd_ckpt_floats(const int32_t* host_cu_seqlens, int nseq, int64_t HV, int dk, int dv);
+// Dynamic shared memory the kernels need, to check against the device limit before launching.
+size_t gdn_core_fwd_smem(int dk, int dv);
+size_t gdn_core_bwd_smem(int dk, int dv);
+
+// Core backward. dO (T, HV, dv). Outputs: dqh, dkh F32 (T, HV, dk) (+=) gradients w.r.t. the normalised
+// (and, for q, scaled) inputs per value head; dv (T, HV, dv) (=); dg, dbeta F32 (T, HV) (+=). The (+=)
+// outputs are sums over column groups (atomics): the caller zeroes them.
+cudaError_t launch_gdn_core_bwd(KIn dout, const float* qn, const float* kn, KIn v, const float* g, KIn beta,
+                                const int32_t* cu_seqlens, int nseq, float* dqh, float* dkh, KOut dv_out, float* dg,
+                                float* dbeta, float* ckpt, int64_t HK,
+                                int64_t HV, int dk, int dv, cudaStream_t s);
+
+}  // namespace deltatune::kernels

@@ -1,0 +1,23 @@
+// Launchers for RMSNorm (plain / zero-centred) and the GDN gated RMSNorm (rmsnorm.cu, gated_rmsnorm.cu).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/kptr.h"
+
+namespace deltatune::kernels {
+
+// x, y (rows, n); w (n); rstd F32 (rows).
+cudaError_t launch_rmsnorm_fwd(KIn x, KIn w, float eps, bool zero_centred, KOut y, float* rstd, int64_t rows,
+                               int64_t n, cudaStream_t s);
+// dy, x, dx (rows, n); w (n); rstd F32 (rows).
+cudaError_t launch_rmsnorm_bwd(KIn dy, KIn x, KIn w, const float* rstd, bool zero_centred, KOut dx, int64_t rows,
+                               int64_t n, cudaStream_t s);
+// x, z, y (rows, n); w (n); rstd F32 (rows).
+cudaError_t launch_gated_rmsnorm_fwd(KIn x, KIn z, KIn w, float eps, KOut y, float* rstd, int64_t rows,
+                                     int64_t n, cudaStream_t s);
+cudaError_t launch_gated_rmsnorm_bwd(KIn dy, KIn x, KIn z, KIn w, const float* rstd, KOut dx, KOut dz,
+                                     int64_t rows, int64_t n, cudaStream_t s);
+
+}  // namespace deltatune::kernels

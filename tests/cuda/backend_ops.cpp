@@ -1,0 +1,558 @@
+// Every op of the Backend interface on the CUDA backend against the CPU reference (label `cuda`, needs a
+// GPU; skipped without one). Inputs are seeded random values rounded to the GPU dtype so both backends see
+// identical numbers; GPU outputs sit between guard bands and start poisoned with NaN.
+//
+// Tolerances (normalised MSE, Σ(gpu − cpu)²/Σ cpu²):
+//  - exact ops (copies, gathers, conversions, dropout masks, optimizer math in fp32): 1e-10 .. 0
+//  - a BF16 output rounds each value by up to 2^-9 relative, an nmse of about 1e-6; elementwise, norm,
+//    RoPE, conv and gate ops with BF16 outputs: 1e-5
+//  - reductions of many terms into a BF16 output (GEMM, attention, GDN, losses' gradients): 1e-4; the
+//    backward of attention and GDN chains several such reductions (and the GDN recurrence compounds
+//    rounding over the sequence): 5e-4
+//  - F32 statistics (rstd, lse, g) computed in fp32 on both sides: 1e-8 .. 1e-10; scalar losses: 1e-5 relative
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "backend_harness.h"
+#include "core/error.h"
+
+namespace deltatune::test {
+namespace {
+
+constexpr DType BF = DType::BF16;
+constexpr DType F32 = DType::F32;
+
+// ---- memory, transfers, conversions ---------------------------------------------------------------------
+void case_memory(Env& e) {
+  Backend& g = *e.gpu;
+  EXPECT_EQ(g.device(), Device::CUDA);
+  EXPECT_NE(g.name().find("cuda:"), std::string::npos) << g.name();
+  EXPECT_EQ(g.compute_dtype(), BF);
+  EXPECT_EQ(g.weight_dtype(), BF);
+  // upload/download round trips: F32 exact, BF16 equal to the host rounding.
+  Tensor h = e.host_rand({37, 13}, F32, -3.f, 3.f);
+  EXPECT_EQ(e.down(g, g.upload(h, F32)), host_to_f32(h));
+  EXPECT_EQ(e.down(g, g.upload(h, BF)), host_to_f32(host_convert(host_convert(h, BF), F32)));
+  Tensor z = g.zeros({1031}, BF);
+  for (float v : e.down(g, z)) ASSERT_EQ(v, 0.f);
+  // Caching allocator: a freed block is reused (no new reservation), stats are consistent.
+  g.synchronize();
+  const MemoryStats s0 = g.memory_stats();
+  EXPECT_GT(s0.total_bytes, 0);
+  { Tensor big = g.alloc({3 << 20}, DType::U8); }
+  const MemoryStats s1 = g.memory_stats();
+  { Tensor big = g.alloc({3 << 20}, DType::U8); EXPECT_GE(g.memory_stats().allocated_bytes, s1.allocated_bytes + (3 << 20)); }
+  const MemoryStats s2 = g.memory_stats();
+  EXPECT_EQ(s2.reserved_bytes, s1.reserved_bytes) << "a freed block was not reused";
+  EXPECT_EQ(s2.allocated_bytes, s0.allocated_bytes);
+  EXPECT_GE(s2.peak_allocated_bytes, s0.allocated_bytes + (3 << 20));
+  EXPECT_GE(s2.reserved_bytes, s2.allocated_bytes);
+  // Out of memory is an Error with advice, and the backend keeps working.
+  try {
+    Tensor huge = g.alloc({int64_t(1) << 50}, DType::U8);
+    ADD_FAILURE() << "allocating 1 PiB did not fail";
+  } catch (const Error& err) {
+    const std::string msg = err.what();
+    EXPECT_NE(msg.find("out of memory"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("sequence_len"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("gradient_checkpointing"), std::string::npos) << msg;
+  }
+  Tensor after = g.upload(h, F32);
+  EXPECT_EQ(e.down(g, after), host_to_f32(h));
+  g.synchronize();
+}
+
+void case_fill_copy(Env& e) {
+  for (DType dt : {F32, BF}) {
+    Pair y = e.out({1029}, dt);
+    e.cpu->fill(y.c, 0.625f);
+    e.gpu->fill(y.g, 0.625f);
+    compare(e, std::string("fill ") + dtype_name(dt), y, 0);
+  }
+  // copy with conversion F32 -> BF16 -> F32 equals host rounding.
+  Pair x = e.in({7, 131}, F32, -5.f, 5.f);
+  Tensor xb = host_convert(host_convert(e.cpu->download(x.c, F32), BF), F32);
+  Pair yb = e.out({7, 131}, BF);
+  e.gpu->copy(yb.g, x.g);
+  e.cpu->copy(yb.c, e.cpu->upload(xb, F32));
+  compare(e, "copy F32->BF16", yb, 0);
+  Pair yf = e.out({7 * 131}, F32);
+  e.gpu->copy(yf.g, yb.g);
+  e.cpu->copy(yf.c, yb.c);
+  compare(e, "copy BF16->F32", yf, 0);
+  // copy_cols: a column block into the middle of another matrix; the other columns stay.
+  Pair src = e.in({13, 17}, BF);
+  Pair dst = e.out_init({13, 11}, BF);
+  e.cpu->copy_cols(dst.c, 4, src.c, 3, 5);
+  e.gpu->copy_cols(dst.g, 4, src.g, 3, 5);
+  compare(e, "copy_cols", dst, 0);
+}
+
+// ---- GEMM -----------------------------------------------------------------------------------------------
+void case_gemm(Env& e) {
+  struct G {
+    int64_t M, N, K;
+    DType a, b, c;
+    float alpha, beta;
+  };
+  const G cases[] = {{37, 13, 70, BF, BF, BF, 1.f, 0.f},   {5, 129, 7, BF, BF, F32, 0.5f, 1.f},
+                     {64, 65, 33, F32, F32, F32, 1.f, 0.f}, {11, 7, 300, BF, F32, F32, 1.f, 0.25f},
+                     {33, 17, 16, F32, F32, BF, -1.f, 0.f}, {1, 257, 128, BF, BF, BF, 1.f, 1.f}};
+  for (const G& c : cases)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        Pair A = e.in(ta ? Shape{c.K, c.M} : Shape{c.M, c.K}, c.a);
+        Pair B = e.in(tb ? Shape{c.N, c.K} : Shape{c.K, c.N}, c.b);
+        Pair C = c.beta != 0.f ? e.out_init({c.M, c.N}, c.c) : e.out({c.M, c.N}, c.c);  // beta 0: NaN ignored
+        e.cpu->gemm(A.c, ta, B.c, tb, C.c, c.alpha, c.beta);
+        e.gpu->gemm(A.g, ta, B.g, tb, C.g, c.alpha, c.beta);
+        std::ostringstream name;
+        name << "gemm " << c.M << "x" << c.N << "x" << c.K << (ta ? " Aᵀ" : "") << (tb ? " Bᵀ" : "") << " "
+             << dtype_name(c.a) << "·" << dtype_name(c.b) << "->" << dtype_name(c.c) << " beta " << c.beta;
+        compare(e, name.str(), C, c.c == F32 && c.a == F32 && c.b == F32 ? 1e-10 : 1e-4);
+      }
+}
+
+// ---- elementwise ----------------------------------------------------------------------------------------
+void case_add_scale(Env& e) {
+  Tensor hx = e.host_rand({1031}, BF, -2.f, 2.f);
+  hx.ptr<float>()[3] = NAN;
+  hx.ptr<float>()[700] = INFINITY;
+  Pair x = e.from_host(hx, BF);
+  Pair y = e.out_init({1031}, BF);
+  e.cpu->add(y.c, x.c, 0.375f);
+  e.gpu->add(y.g, x.g, 0.375f);
+  compare(e, "add (with NaN/Inf)", y, 1e-5);
+  Pair z = e.out_init({1031}, F32);
+  e.cpu->scale(z.c, -1.75f);
+  e.gpu->scale(z.g, -1.75f);
+  compare(e, "scale", z, 1e-12);
+}
+
+void case_reductions(Env& e) {
+  Pair x = e.in({4099}, BF, -3.f, 3.f);
+  compare_scalar("sum_squares", e.gpu->sum_squares(x.g), e.cpu->sum_squares(x.c), 1e-6);
+  EXPECT_TRUE(e.gpu->all_finite(x.g));
+  Tensor h = e.host_rand({257}, F32, -1.f, 1.f);
+  h.ptr<float>()[256] = INFINITY;
+  EXPECT_FALSE(e.gpu->all_finite(e.gpu->upload(h, F32)));
+  h.ptr<float>()[256] = 0.f;
+  h.ptr<float>()[5] = NAN;
+  EXPECT_FALSE(e.gpu->all_finite(e.gpu->upload(h, BF)));
+  EXPECT_EQ(e.gpu->all_finite(e.gpu->upload(h, F32)), e.cpu->all_finite(e.cpu->upload(h, F32)));
+}
+
+void case_dropout(Env& e) {
+  // F32 on the GPU too, so the kept values and the mask must agree to the last bit or so.
+  Pair x = e.in({2053}, F32, 0.5f, 1.5f);
+  Pair y = e.out({2053}, F32);
+  e.cpu->dropout(x.c, 0.3f, 987654321ull, y.c);
+  e.gpu->dropout(x.g, 0.3f, 987654321ull, y.g);
+  const std::vector<float> c = e.down(*e.cpu, y.c), g = e.down(*e.gpu, y.g);
+  int64_t mask_diff = 0;
+  for (size_t i = 0; i < c.size(); ++i) mask_diff += (c[i] == 0.f) != (g[i] == 0.f);
+  EXPECT_EQ(mask_diff, 0) << "dropout masks differ";
+  compare(e, "dropout p=0.3", y, 1e-12);
+}
+
+void case_activations(Env& e) {
+  const Shape s{7, 149};
+  Pair gate = e.in(s, BF, -4.f, 4.f), up = e.in(s, BF, -2.f, 2.f), dout = e.in(s, BF);
+  Pair o = e.out(s, BF);
+  e.cpu->swiglu_fwd(gate.c, up.c, o.c);
+  e.gpu->swiglu_fwd(gate.g, up.g, o.g);
+  compare(e, "swiglu_fwd", o, 1e-5);
+  Pair dg = e.out(s, BF), du = e.out(s, BF);
+  e.cpu->swiglu_bwd(dout.c, gate.c, up.c, dg.c, du.c);
+  e.gpu->swiglu_bwd(dout.g, gate.g, up.g, dg.g, du.g);
+  compare(e, "swiglu_bwd dgate", dg, 1e-5);
+  compare(e, "swiglu_bwd dup", du, 1e-5);
+  Pair so = e.out(s, BF);
+  e.cpu->sigmoid_mul_fwd(up.c, gate.c, so.c);
+  e.gpu->sigmoid_mul_fwd(up.g, gate.g, so.g);
+  compare(e, "sigmoid_mul_fwd", so, 1e-5);
+  Pair dx = e.out(s, BF), dgt = e.out(s, BF);
+  e.cpu->sigmoid_mul_bwd(dout.c, up.c, gate.c, dx.c, dgt.c);
+  e.gpu->sigmoid_mul_bwd(dout.g, up.g, gate.g, dx.g, dgt.g);
+  compare(e, "sigmoid_mul_bwd dx", dx, 1e-5);
+  compare(e, "sigmoid_mul_bwd dgate", dgt, 1e-5);
+  Pair sg = e.out(s, F32);
+  e.cpu->sigmoid(gate.c, sg.c);
+  e.gpu->sigmoid(gate.g, sg.g);
+  compare(e, "sigmoid", sg, 1e-10);
+}
+
+void case_embedding(Env& e) {
+  Pair table = e.in({37, 13}, BF);
+  std::vector<int32_t> ids = {0, 36, 5, 5, 17, 2, 36, 9, 11, 30, 1};
+  Pair id = e.ints({11}, ids);
+  Pair o = e.out({11, 13}, BF);
+  e.cpu->embedding_fwd(id.c, table.c, o.c);
+  e.gpu->embedding_fwd(id.g, table.g, o.g);
+  compare(e, "embedding_fwd", o, 0);
+}
+
+// ---- norms ----------------------------------------------------------------------------------------------
+void case_rmsnorm(Env& e) {
+  for (int64_t n : {13, 256, 1030})
+    for (bool zc : {true, false}) {
+      const int64_t rows = 21;
+      Pair x = e.in({rows, n}, BF, -3.f, 3.f), w = e.in({n}, BF, -0.5f, 0.5f), dy = e.in({rows, n}, BF);
+      Pair y = e.out({rows, n}, BF), r = e.out({rows}, F32), dx = e.out({rows, n}, BF);
+      e.cpu->rmsnorm_fwd(x.c, w.c, 1e-6f, zc, y.c, r.c);
+      e.gpu->rmsnorm_fwd(x.g, w.g, 1e-6f, zc, y.g, r.g);
+      const std::string tag = " n=" + std::to_string(n) + (zc ? " zero-centred" : " plain");
+      compare(e, "rmsnorm_fwd y" + tag, y, 1e-5);
+      compare(e, "rmsnorm_fwd rstd" + tag, r, 1e-10);
+      e.cpu->rmsnorm_bwd(dy.c, x.c, w.c, r.c, zc, dx.c);
+      e.gpu->rmsnorm_bwd(dy.g, x.g, w.g, r.g, zc, dx.g);
+      compare(e, "rmsnorm_bwd dx" + tag, dx, 1e-5);
+    }
+}
+
+void case_gated_rmsnorm(Env& e) {
+  for (int64_t n : {24, 128}) {
+    const int64_t rows = 19;
+    Pair x = e.in({rows, n}, BF, -2.f, 2.f), z = e.in({rows, n}, BF, -3.f, 3.f), w = e.in({n}, BF, 0.5f, 1.5f);
+    Pair dy = e.in({rows, n}, BF);
+    Pair y = e.out({rows, n}, BF), r = e.out({rows}, F32), dx = e.out({rows, n}, BF), dz = e.out({rows, n}, BF);
+    e.cpu->gated_rmsnorm_fwd(x.c, z.c, w.c, 1e-6f, y.c, r.c);
+    e.gpu->gated_rmsnorm_fwd(x.g, z.g, w.g, 1e-6f, y.g, r.g);
+    const std::string tag = " n=" + std::to_string(n);
+    compare(e, "gated_rmsnorm_fwd y" + tag, y, 1e-5);
+    compare(e, "gated_rmsnorm_fwd rstd" + tag, r, 1e-10);
+    e.cpu->gated_rmsnorm_bwd(dy.c, x.c, z.c, w.c, r.c, dx.c, dz.c);
+    e.gpu->gated_rmsnorm_bwd(dy.g, x.g, z.g, w.g, r.g, dx.g, dz.g);
+    compare(e, "gated_rmsnorm_bwd dx" + tag, dx, 1e-5);
+    compare(e, "gated_rmsnorm_bwd dz" + tag, dz, 1e-5);
+  }
+}
+
+// ---- RoPE -----------------------------------------------------------------------------------------------
+void case_rope(Env& e) {
+  std::vector<int32_t> pos(37);
+  std::uniform_int_distribution<int32_t> u(0, 5000);
+  for (auto& p : pos) p = u(e.rng);
+  pos[0] = 0;
+  Pair P = e.ints({37}, pos);
+  for (bool inverse : {false, true}) {
+    Pair x = e.out_init({37, 3, 256}, BF, -2.f, 2.f);
+    e.cpu->rope(x.c, P.c, 64, 1e7f, inverse);
+    e.gpu->rope(x.g, P.g, 64, 1e7f, inverse);
+    compare(e, inverse ? "rope inverse (hd 256, rot 64)" : "rope (hd 256, rot 64)", x, 1e-5);
+  }
+  Pair x = e.out_init({37, 5, 40}, BF);
+  e.cpu->rope(x.c, P.c, 40, 10000.f, false);
+  e.gpu->rope(x.g, P.g, 40, 10000.f, false);
+  compare(e, "rope (hd 40, full rotation)", x, 1e-5);
+}
+
+// ---- attention ------------------------------------------------------------------------------------------
+void case_attention(Env& e) {
+  struct A {
+    int64_t nH, nKV;
+    int hd;
+    std::vector<int32_t> cu;
+  };
+  const A cases[] = {{4, 1, 256, {0, 17, 50, 51, 84}},  // GQA 4, head_dim 256, tiles just past 16/32
+                     {6, 3, 64, {0, 5, 12, 25, 37}},    // GQA 2, several short sequences
+                     {2, 2, 40, {0, 33}},               // MHA, head_dim not a multiple of 8
+                     {3, 1, 128, {0, 1, 66, 70}}};     // GQA 3
+  for (const A& c : cases) {
+    const int64_t T = c.cu.back();
+    SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
+    const float scale = 1.f / std::sqrt(float(c.hd));
+    Pair q = e.in({T, c.nH, c.hd}, BF, -2.f, 2.f), k = e.in({T, c.nKV, c.hd}, BF, -2.f, 2.f),
+         v = e.in({T, c.nKV, c.hd}, BF);
+    Pair o = e.out({T, c.nH, c.hd}, BF), lse = e.out({T, c.nH}, F32);
+    e.cpu->attention_fwd(q.c, k.c, v.c, sc, scale, o.c, lse.c);
+    e.gpu->attention_fwd(q.g, k.g, v.g, sg, scale, o.g, lse.g);
+    std::ostringstream tag;
+    tag << " nH=" << c.nH << " nKV=" << c.nKV << " hd=" << c.hd << " T=" << T;
+    compare(e, "attention_fwd o" + tag.str(), o, 1e-4);
+    compare(e, "attention_fwd lse" + tag.str(), lse, 1e-8);
+    // Backward from the CPU's forward results (rounded to bf16 for o) so only the backward is compared.
+    Pair ob = e.from_host(host_convert(host_convert(e.cpu->download(o.c, F32), BF), F32), BF);
+    Pair lb = e.from_host(e.cpu->download(lse.c, F32), F32);
+    Pair dout = e.in({T, c.nH, c.hd}, BF);
+    Pair dq = e.out({T, c.nH, c.hd}, BF), dk = e.out({T, c.nKV, c.hd}, BF), dv = e.out({T, c.nKV, c.hd}, BF);
+    e.cpu->attention_bwd(dout.c, q.c, k.c, v.c, ob.c, lb.c, sc, scale, dq.c, dk.c, dv.c);
+    e.gpu->attention_bwd(dout.g, q.g, k.g, v.g, ob.g, lb.g, sg, scale, dq.g, dk.g, dv.g);
+    compare(e, "attention_bwd dq" + tag.str(), dq, 5e-4);
+    compare(e, "attention_bwd dk" + tag.str(), dk, 5e-4);
+    compare(e, "attention_bwd dv" + tag.str(), dv, 5e-4);
+  }
+}
+
+// ---- GDN ------------------------------------------------------------------------------------------------
+void case_conv(Env& e) {
+  const std::vector<int32_t> cu = {0, 1, 3, 8, 19, 90};
+  const int64_t T = cu.back(), C = 13;
+  SeqLayout sc = e.layout(*e.cpu, cu), sg = e.layout(*e.gpu, cu);
+  Pair x = e.in({T, C}, BF, -2.f, 2.f), w = e.in({C, 4}, BF), dy = e.in({T, C}, BF);
+  Pair y = e.out({T, C}, BF), dx = e.out({T, C}, BF);
+  e.cpu->conv1d_silu_fwd(x.c, w.c, sc, y.c);
+  e.gpu->conv1d_silu_fwd(x.g, w.g, sg, y.g);
+  compare(e, "conv1d_silu_fwd", y, 1e-5);
+  e.cpu->conv1d_silu_bwd(dy.c, x.c, w.c, sc, dx.c);
+  e.gpu->conv1d_silu_bwd(dy.g, x.g, w.g, sg, dx.g);
+  compare(e, "conv1d_silu_bwd", dx, 1e-5);
+}
+
+void case_gates(Env& e) {
+  const int64_t T = 19, HV = 5;
+  Pair a = e.in({T, HV}, BF, -6.f, 25.f), b = e.in({T, HV}, BF, -4.f, 4.f);
+  Pair A_log = e.in({HV}, F32, 0.f, 2.7f), dt = e.in({HV}, F32, -1.f, 1.f);
+  Pair g = e.out({T, HV}, F32), beta = e.out({T, HV}, BF);
+  e.cpu->gdn_gates_fwd(a.c, b.c, A_log.c, dt.c, g.c, beta.c);
+  e.gpu->gdn_gates_fwd(a.g, b.g, A_log.g, dt.g, g.g, beta.g);
+  compare(e, "gdn_gates_fwd g", g, 1e-10);
+  compare(e, "gdn_gates_fwd beta", beta, 1e-5);
+  Pair dg = e.in({T, HV}, F32), db = e.in({T, HV}, BF);
+  Pair da = e.out({T, HV}, BF), dbb = e.out({T, HV}, BF);
+  e.cpu->gdn_gates_bwd(dg.c, db.c, a.c, b.c, A_log.c, dt.c, da.c, dbb.c);
+  e.gpu->gdn_gates_bwd(dg.g, db.g, a.g, b.g, A_log.g, dt.g, da.g, dbb.g);
+  compare(e, "gdn_gates_bwd da", da, 1e-5);
+  compare(e, "gdn_gates_bwd db", dbb, 1e-5);
+}
+
+void case_gdn(Env& e) {
+  struct D {
+    int64_t HK, HV;
+    int dk, dv;
+    std::vector<int32_t> cu;
+  };
+  const D cases[] = {{2, 4, 128, 128, {0, 70, 75, 150}},  // Qwen3.5 head dims, GVA 2, chunk 64 + partial
+                     {1, 3, 16, 24, {0, 9, 73}},           // small dims, GVA 3
+                     {2, 2, 32, 32, {0, 1, 2, 131}}};      // GVA 1, length-1 sequences
+  for (const D& c : cases) {
+    const int64_t T = c.cu.back();
+    SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
+    const float scale = 1.f / std::sqrt(float(c.dk));
+    Pair q = e.in({T, c.HK, c.dk}, BF, -1.f, 1.f), k = e.in({T, c.HK, c.dk}, BF, -1.f, 1.f);
+    Pair v = e.in({T, c.HV, c.dv}, BF, -1.f, 1.f);
+    Pair g = e.in({T, c.HV}, F32, -2.f, 0.f), beta = e.in({T, c.HV}, BF, 0.05f, 1.f);
+    Pair o = e.out({T, c.HV, c.dv}, BF);
+    e.cpu->gdn_fwd(q.c, k.c, v.c, g.c, beta.c, sc, scale, o.c);
+    e.gpu->gdn_fwd(q.g, k.g, v.g, g.g, beta.g, sg, scale, o.g);
+    std::ostringstream tag;
+    tag << " HK=" << c.HK << " HV=" << c.HV << " dk=" << c.dk << " dv=" << c.dv << " T=" << T;
+    compare(e, "gdn_fwd o" + tag.str(), o, 1e-4);
+    Pair dout = e.in({T, c.HV, c.dv}, BF);
+    Pair dq = e.out({T, c.HK, c.dk}, BF), dk = e.out({T, c.HK, c.dk}, BF), dv = e.out({T, c.HV, c.dv}, BF);
+    Pair dg = e.out({T, c.HV}, F32), db = e.out({T, c.HV}, BF);
+    e.cpu->gdn_bwd(dout.c, q.c, k.c, v.c, g.c, beta.c, sc, scale, dq.c, dk.c, dv.c, dg.c, db.c);
+    e.gpu->gdn_bwd(dout.g, q.g, k.g, v.g, g.g, beta.g, sg, scale, dq.g, dk.g, dv.g, dg.g, db.g);
+    compare(e, "gdn_bwd dq" + tag.str(), dq, 5e-4);
+    compare(e, "gdn_bwd dk" + tag.str(), dk, 5e-4);
+    compare(e, "gdn_bwd dv" + tag.str(), dv, 5e-4);
+    compare(e, "gdn_bwd dg" + tag.str(), dg, 5e-4);
+    compare(e, "gdn_bwd dbeta" + tag.str(), db, 5e-4);
+  }
+}
+
+// ---- MoE ------------------------------------------------------------------------------------------------
+void case_moe(Env& e) {
+  const int64_t T = 13, E = 11;
+  const int k = 3;
+  Pair logits = e.in({T, E}, BF, -3.f, 3.f);
+  Pair idx;
+  idx.c = e.cpu->zeros({T, k}, DType::I32);
+  idx.g = e.gpu->zeros({T, k}, DType::I32);
+  Pair w = e.out({T, k}, F32);
+  e.cpu->moe_router_fwd(logits.c, k, idx.c, w.c);
+  e.gpu->moe_router_fwd(logits.g, k, idx.g, w.g);
+  EXPECT_EQ(host_to_f32(e.cpu->download(idx.c, DType::I32)), host_to_f32(e.gpu->download(idx.g, DType::I32)))
+      << "moe_router_fwd: selected experts differ";
+  compare(e, "moe_router_fwd w", w, 1e-10);
+  // Backward from the CPU's routing so only the backward is compared.
+  Pair dw = e.in({T, k}, F32);
+  Pair dl = e.out({T, E}, F32);
+  e.cpu->moe_router_bwd(dw.c, idx.c, w.c, dl.c);
+  e.gpu->moe_router_bwd(dw.g, e.gpu->upload(e.cpu->download(idx.c, DType::I32), DType::I32),
+                        e.gpu->upload(e.cpu->download(w.c, F32), F32), dl.g);
+  compare(e, "moe_router_bwd", dl, 1e-10);
+
+  const int64_t H = 37, n = 9;
+  Pair src = e.in({T, H}, BF);
+  Pair rows = e.ints({n}, {3, 0, 12, 3, 7, 7, 7, 1, 12});
+  Pair gd = e.out({n, H}, BF);
+  e.cpu->gather_rows(src.c, rows.c, gd.c);
+  e.gpu->gather_rows(src.g, rows.g, gd.g);
+  compare(e, "gather_rows", gd, 0);
+  Pair sv = e.in({n, H}, F32), sc = e.in({n}, F32, 0.f, 1.f);
+  for (bool with_scale : {true, false}) {
+    Pair dst = e.out_init({T, H}, F32);
+    e.cpu->scatter_add_rows(sv.c, rows.c, with_scale ? sc.c : Tensor(), dst.c);
+    e.gpu->scatter_add_rows(sv.g, rows.g, with_scale ? sc.g : Tensor(), dst.g);
+    compare(e, with_scale ? "scatter_add_rows (scaled)" : "scatter_add_rows", dst, 1e-12);
+  }
+  Pair dstb = e.out_init({T, H}, BF);
+  e.cpu->scatter_add_rows(sv.c, rows.c, sc.c, dstb.c);
+  e.gpu->scatter_add_rows(sv.g, rows.g, sc.g, dstb.g);
+  compare(e, "scatter_add_rows (BF16 dst, bf16 atomics)", dstb, 1e-4);
+  Pair a = e.in({n, H}, BF), b = e.in({n, H}, BF);
+  Pair rd = e.out({n}, F32);
+  e.cpu->row_dot(a.c, b.c, rd.c);
+  e.gpu->row_dot(a.g, b.g, rd.g);
+  compare(e, "row_dot", rd, 1e-10);
+  Pair ys = e.out({n, H}, BF);
+  e.cpu->scale_rows(a.c, sc.c, ys.c);
+  e.gpu->scale_rows(a.g, sc.g, ys.g);
+  compare(e, "scale_rows", ys, 1e-5);
+}
+
+// ---- losses ---------------------------------------------------------------------------------------------
+void case_cross_entropy(Env& e) {
+  const int64_t T = 13, V = 1001;
+  std::vector<int32_t> lab(T);
+  std::uniform_int_distribution<int32_t> u(0, V - 1);
+  for (auto& l : lab) l = u(e.rng);
+  lab[2] = -100;
+  lab[9] = -100;
+  lab[5] = V - 1;
+  Pair labels = e.ints({T}, lab);
+  Pair logits = e.in({T, V}, BF, -8.f, 8.f);
+  compare_scalar("cross_entropy loss (no grad)", e.gpu->cross_entropy(logits.g, labels.g, 1.f, nullptr),
+                 e.cpu->cross_entropy(logits.c, labels.c, 1.f, nullptr), 1e-5);
+  // Gradient in place of the logits on both sides.
+  Pair d = e.out_init({T, V}, BF, -8.f, 8.f);
+  e.cpu->copy(d.c, logits.c);
+  e.gpu->copy(d.g, logits.g);
+  const double lg = e.gpu->cross_entropy(d.g, labels.g, 1.f / 11, &d.g);
+  const double lc = e.cpu->cross_entropy(d.c, labels.c, 1.f / 11, &d.c);
+  compare_scalar("cross_entropy loss (in-place grad)", lg, lc, 1e-5);
+  compare(e, "cross_entropy dlogits (in place)", d, 1e-5);
+}
+
+void case_linear_cross_entropy(Env& e) {
+  const int64_t T = 37, H = 64, V = 33000;  // V just past the 32768-column vocabulary chunk
+  std::vector<int32_t> lab(T);
+  std::uniform_int_distribution<int32_t> u(0, V - 1);
+  for (auto& l : lab) l = u(e.rng);
+  lab[0] = -100;
+  lab[20] = 32770;
+  lab[21] = 32767;
+  Pair labels = e.ints({T}, lab);
+  Pair h = e.in({T, H}, BF, -1.f, 1.f), w = e.in({V, H}, BF, -0.5f, 0.5f);
+  Pair dh = e.out({T, H}, BF);
+  const double lc = e.cpu->linear_cross_entropy(h.c, w.c, labels.c, 0.1f, &dh.c, 16);
+  const double lg = e.gpu->linear_cross_entropy(h.g, w.g, labels.g, 0.1f, &dh.g, 16);
+  compare_scalar("linear_cross_entropy loss", lg, lc, 1e-5);
+  compare(e, "linear_cross_entropy dh", dh, 1e-4);
+  compare_scalar("linear_cross_entropy loss (no grad)", e.gpu->linear_cross_entropy(h.g, w.g, labels.g, 1.f, nullptr, 7),
+                 lc, 1e-5);
+}
+
+// ---- optimizers -----------------------------------------------------------------------------------------
+void case_optim(Env& e) {
+  const Shape s{1037};
+  Pair p = e.out_init(s, F32), m = e.out_init(s, F32, -0.1f, 0.1f), v = e.out_init(s, F32, 0.f, 0.01f);
+  Pair grad = e.in(s, F32);
+  for (int64_t step : {1, 2, 7}) {
+    e.cpu->adamw_step(p.c, grad.c, m.c, v.c, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
+    e.gpu->adamw_step(p.g, grad.g, m.g, v.g, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
+  }
+  compare(e, "adamw_step param", p, 1e-12);
+  compare(e, "adamw_step m", m, 1e-12);
+  compare(e, "adamw_step v", v, 1e-12);
+  Pair q = e.out_init(s, F32);
+  Pair gb = e.in(s, BF);
+  e.cpu->sgd_step(q.c, gb.c, 0.05f, 0.1f);
+  e.gpu->sgd_step(q.g, gb.g, 0.05f, 0.1f);
+  compare(e, "sgd_step (BF16 grad)", q, 1e-12);
+}
+
+const std::vector<OpCase>& all_cases() {
+  static const std::vector<OpCase> cases = {
+      {"memory", {"device", "name", "compute_dtype", "weight_dtype", "alloc", "zeros", "upload", "download",
+                  "memory_stats", "synchronize"}, case_memory},
+      {"fill_copy", {"fill", "copy", "copy_cols"}, case_fill_copy},
+      {"gemm", {"gemm"}, case_gemm},
+      {"add_scale", {"add", "scale"}, case_add_scale},
+      {"reductions", {"sum_squares", "all_finite"}, case_reductions},
+      {"dropout", {"dropout"}, case_dropout},
+      {"activations", {"swiglu_fwd", "swiglu_bwd", "sigmoid_mul_fwd", "sigmoid_mul_bwd", "sigmoid"}, case_activations},
+      {"embedding", {"embedding_fwd"}, case_embedding},
+      {"rmsnorm", {"rmsnorm_fwd", "rmsnorm_bwd"}, case_rmsnorm},
+      {"gated_rmsnorm", {"gated_rmsnorm_fwd", "gated_rmsnorm_bwd"}, case_gated_rmsnorm},
+      {"rope", {"rope"}, case_rope},
+      {"attention", {"attention_fwd", "attention_bwd"}, case_attention},
+      {"conv", {"conv1d_silu_fwd", "conv1d_silu_bwd"}, case_conv},
+      {"gates", {"gdn_gates_fwd", "gdn_gates_bwd"}, case_gates},
+      {"gdn", {"gdn_fwd", "gdn_bwd"}, case_gdn},
+      {"moe", {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},
+       case_moe},
+      {"cross_entropy", {"cross_entropy"}, case_cross_entropy},
+      {"linear_cross_entropy", {"linear_cross_entropy"}, case_linear_cross_entropy},
+      {"optim", {"adamw_step", "sgd_step"}, case_optim},
+  };
+  return cases;
+}
+
+class BackendOps : public ::testing::TestWithParam<std::string> {
+ protected:
+  static Env* env() {
+    static std::unique_ptr<Env> e;
+    if (!e) {
+      e = std::make_unique<Env>();
+      e->cpu = make_cpu_backend(2);
+      e->gpu = make_cuda_backend(0);
+    }
+    return e.get();
+  }
+};
+
+TEST_P(BackendOps, MatchesCpu) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  for (const OpCase& c : all_cases())
+    if (c.name == GetParam()) {
+      Env* e = env();
+      e->rng.seed(std::hash<std::string>{}(c.name));
+      std::printf("[%s]\n", c.name.c_str());
+      c.run(*e);
+      e->gpu->synchronize();
+      return;
+    }
+  FAIL() << "no case " << GetParam();
+}
+
+std::vector<std::string> case_names() {
+  std::vector<std::string> n;
+  for (const OpCase& c : all_cases()) n.push_back(c.name);
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::ValuesIn(case_names()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// Every virtual function of backend.h must be exercised by some case (runs without a GPU too).
+TEST(BackendOpsCoverage, EveryInterfaceOpHasACase) {
+  std::ifstream f(std::string(DT_SOURCE_DIR) + "/engine/src/backend/backend.h");
+  ASSERT_TRUE(f.good()) << "cannot read backend.h";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  const std::regex fn(R"(virtual\s+[\w:<>,\s\*&]*?\b(\w+)\s*\()");
+  std::set<std::string> covered;
+  for (const OpCase& c : all_cases()) covered.insert(c.ops.begin(), c.ops.end());
+  std::set<std::string> interface_ops;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), fn); it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1];
+    if (name == "Backend") continue;  // destructor
+    interface_ops.insert(name);
+  }
+  interface_ops.insert("zeros");  // non-virtual helper, covered as well
+  EXPECT_GE(interface_ops.size(), 40u) << "backend.h parse found too few functions";
+  for (const std::string& op : interface_ops) EXPECT_TRUE(covered.count(op)) << "no backend_ops case for " << op;
+  for (const std::string& op : covered) EXPECT_TRUE(interface_ops.count(op)) << "case names unknown op " << op;
+}
+
+}  // namespace
+}  // namespace deltatune::test

@@ -1,0 +1,124 @@
+// Rough GPU timings of the heavy ops at model shapes (DISABLED_: run on the GPU machine with
+// --gtest_also_run_disabled_tests). Median of 5 runs after a warm-up, host clock around synchronize().
+// Prints one line per op with the achieved rate; asserts only that the outputs are finite.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+
+namespace deltatune::test {
+namespace {
+
+double median_ms(Backend& b, const std::function<void()>& f) {
+  f();
+  b.synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    b.synchronize();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[2];
+}
+
+Tensor rand_dev(Backend& b, Shape s, DType dt, float lo, float hi, uint64_t seed) {
+  Tensor h = host_tensor(s, DType::F32);
+  uint64_t z = seed;
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    h.ptr<float>()[i] = lo + (hi - lo) * float(z >> 40) / 16777216.f;
+  }
+  return b.upload(h, dt);
+}
+
+SeqLayout one_seq(Backend& b, int32_t T) {
+  SeqLayout s;
+  s.host_cu_seqlens = {0, T};
+  Tensor hc = host_tensor({2}, DType::I32);
+  hc.ptr<int32_t>()[1] = T;
+  s.cu_seqlens = b.upload(hc, DType::I32);
+  Tensor hp = host_tensor({T}, DType::I32);
+  for (int32_t t = 0; t < T; ++t) hp.ptr<int32_t>()[t] = t;
+  s.positions = b.upload(hp, DType::I32);
+  s.max_seqlen = T;
+  return s;
+}
+
+TEST(BackendTiming, DISABLED_ModelShapes) {
+  if (!cuda_backend_available()) GTEST_SKIP();
+  auto gpu = make_cuda_backend(0);
+  Backend& b = *gpu;
+  const DType BF = DType::BF16;
+  std::printf("%s\n", b.name().c_str());
+  {  // GEMM 4096 x 6144 x 2048
+    Tensor a = rand_dev(b, {4096, 2048}, BF, -1, 1, 1), w = rand_dev(b, {6144, 2048}, BF, -1, 1, 2);
+    Tensor c = b.alloc({4096, 6144}, BF);
+    const double ms = median_ms(b, [&] { b.gemm(a, false, w, true, c, 1.f, 0.f); });
+    std::printf("gemm 4096x6144x2048 bf16          %8.3f ms  %7.1f TFLOP/s\n", ms, 2.0 * 4096 * 6144 * 2048 / ms / 1e9);
+  }
+  for (int T : {4096}) {  // attention, Qwen3.5-2B-like: 8 heads, 2 kv heads, head_dim 256
+    const int nH = 8, nKV = 2, hd = 256;
+    SeqLayout s = one_seq(b, T);
+    Tensor q = rand_dev(b, {T, nH, hd}, BF, -1, 1, 3), k = rand_dev(b, {T, nKV, hd}, BF, -1, 1, 4),
+           v = rand_dev(b, {T, nKV, hd}, BF, -1, 1, 5);
+    Tensor o = b.alloc({T, nH, hd}, BF), lse = b.alloc({T, nH}, DType::F32);
+    const double flops = 2.0 * 2.0 * double(T) * T / 2 * nH * hd;  // causal QK and PV
+    const double f = median_ms(b, [&] { b.attention_fwd(q, k, v, s, 0.0625f, o, lse); });
+    Tensor dq = b.alloc(q.shape, BF), dk = b.alloc(k.shape, BF), dv = b.alloc(v.shape, BF);
+    const double bw = median_ms(b, [&] { b.attention_bwd(o, q, k, v, o, lse, s, 0.0625f, dq, dk, dv); });
+    std::printf("attention T=%d nH=%d nKV=%d hd=%d fwd %8.3f ms (%5.1f TFLOP/s)  bwd %8.3f ms (%5.1f TFLOP/s)\n", T,
+                nH, nKV, hd, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
+    EXPECT_TRUE(b.all_finite(o) && b.all_finite(dq) && b.all_finite(dk));
+  }
+  {  // GDN core, 16 key/value heads of 128, 4096 tokens in one sequence and in 8 sequences
+    const int T = 4096, HK = 16, HV = 16, dk = 128, dv = 128;
+    Tensor q = rand_dev(b, {T, HK, dk}, BF, -1, 1, 6), k = rand_dev(b, {T, HK, dk}, BF, -1, 1, 7),
+           v = rand_dev(b, {T, HV, dv}, BF, -1, 1, 8), g = rand_dev(b, {T, HV}, DType::F32, -1, 0, 9),
+           beta = rand_dev(b, {T, HV}, BF, 0, 1, 10);
+    Tensor o = b.alloc({T, HV, dv}, BF);
+    for (int nseq : {1, 8}) {
+      SeqLayout s = one_seq(b, T);
+      if (nseq > 1) {
+        s.host_cu_seqlens.clear();
+        for (int n = 0; n <= nseq; ++n) s.host_cu_seqlens.push_back(n * T / nseq);
+        Tensor hc = host_tensor({nseq + 1}, DType::I32);
+        for (int n = 0; n <= nseq; ++n) hc.ptr<int32_t>()[n] = s.host_cu_seqlens[n];
+        s.cu_seqlens = b.upload(hc, DType::I32);
+      }
+      const double f = median_ms(b, [&] { b.gdn_fwd(q, k, v, g, beta, s, 0.088f, o); });
+      Tensor dq = b.alloc(q.shape, BF), dkk = b.alloc(k.shape, BF), dvv = b.alloc(v.shape, BF),
+             dg = b.alloc(g.shape, DType::F32), db = b.alloc(beta.shape, BF);
+      const double bw = median_ms(b, [&] { b.gdn_bwd(o, q, k, v, g, beta, s, 0.088f, dq, dkk, dvv, dg, db); });
+      std::printf("gdn T=%d nseq=%d HV=%d dk=dv=128       fwd %8.3f ms  bwd %8.3f ms\n", T, nseq, HV, f, bw);
+      EXPECT_TRUE(b.all_finite(o) && b.all_finite(dq) && b.all_finite(dg));
+    }
+  }
+  {  // fused linear cross-entropy, 4096 tokens, H 2048, V 248320
+    const int T = 4096, H = 2048, V = 248320;
+    Tensor h = rand_dev(b, {T, H}, BF, -1, 1, 11), w = rand_dev(b, {V, H}, BF, -0.05f, 0.05f, 12);
+    Tensor hl = host_tensor({T}, DType::I32);
+    for (int t = 0; t < T; ++t) hl.ptr<int32_t>()[t] = (t * 7919) % V;
+    Tensor lab = b.upload(hl, DType::I32);
+    Tensor dh = b.alloc({T, H}, BF);
+    b.synchronize();
+    const MemoryStats m0 = b.memory_stats();
+    const double ms = median_ms(b, [&] { b.linear_cross_entropy(h, w, lab, 1.f / T, &dh, 1024); });
+    const MemoryStats m1 = b.memory_stats();
+    std::printf("linear_cross_entropy T=%d H=%d V=%d %8.3f ms (%5.1f TFLOP/s), peak %lld MiB over %lld MiB before\n",
+                T, H, V, ms, 3 * 2.0 * T * double(H) * V / ms / 1e9, (long long)(m1.peak_allocated_bytes >> 20),
+                (long long)(m0.allocated_bytes >> 20));
+    EXPECT_TRUE(b.all_finite(dh));
+  }
+}
+
+}  // namespace
+}  // namespace deltatune::test

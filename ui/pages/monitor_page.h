@@ -1,0 +1,68 @@
+// Monitor page: Start / Pause / Stop / Resume of the run being edited, progress with ETA and
+// throughput, live plots and the engine's log.
+#pragma once
+#include <QWidget>
+
+#include "deltatune/trainer.h"
+#include "run_controller.h"
+
+class QLabel;
+class QPlainTextEdit;
+class QProgressBar;
+class QPushButton;
+
+namespace studio {
+
+class AppSettings;
+class LivePlots;
+class RunDocument;
+
+class MonitorPage : public QWidget {
+  Q_OBJECT
+ public:
+  MonitorPage(RunDocument* doc, RunController* controller, AppSettings* settings, QWidget* parent = nullptr);
+
+  LivePlots* plots() const { return plots_; }
+  QString lastRunId() const { return lastRunId_; }
+  QString lastStatus() const { return lastStatus_; }
+  QString logText() const;
+  int lastStep() const { return static_cast<int>(last_.step); }
+  QString databasePath() const;  // what TrainOptions.db_path gets ("" = engine default)
+
+ public slots:
+  bool start();
+  bool resume();  // continues lastRunId() from its last checkpoint
+  void togglePause();
+  void stop();
+
+ signals:
+  void runListChanged();  // a run started or ended: the experiments table is stale
+
+ private:
+  bool startWith(const deltatune::TrainOptions& opts);
+  void onStateChanged(RunController::State s);
+  void onStarted(const QString& runId, qint64 total);
+  void onStep(const deltatune::StepMetrics& m);
+  void onLog(deltatune::LogLevel level, const QString& message);
+  void onFinished(const QString& status, const QString& message);
+  void appendLog(const QString& color, const QString& text);
+
+  RunDocument* doc_;
+  RunController* controller_;
+  AppSettings* settings_;
+  QPushButton* start_;
+  QPushButton* pause_;
+  QPushButton* stop_;
+  QPushButton* resume_;
+  QLabel* runLabel_;
+  QProgressBar* progress_;
+  QLabel* stats_;
+  LivePlots* plots_;
+  QPlainTextEdit* log_;
+  QString lastRunId_;
+  QString lastStatus_;
+  deltatune::StepMetrics last_;
+  qint64 totalSteps_ = 0;
+};
+
+}  // namespace studio

@@ -1,0 +1,502 @@
+#include "pages/train_page.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFile>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenu>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSaveFile>
+#include <QScrollArea>
+#include <QSpinBox>
+#include <QVBoxLayout>
+#include <cmath>
+#include <exception>
+#include <stdexcept>
+#include <vector>
+
+#include "format.h"
+#include "gpu_probe.h"
+#include "run_document.h"
+#include "yaml_blocks.h"
+#include "yaml_dialog.h"
+
+namespace studio {
+
+namespace {
+
+// A spin box for values spanning decades (learning rates): shown as 2e-04, not 0.000200.
+class SciSpinBox : public QDoubleSpinBox {
+ public:
+  using QDoubleSpinBox::QDoubleSpinBox;
+  QString textFromValue(double v) const override { return QString::number(v, 'g', 6); }
+  double valueFromText(const QString& text) const override { return text.toDouble(); }
+  QValidator::State validate(QString& text, int&) const override {
+    bool ok = false;
+    text.toDouble(&ok);
+    if (ok) return QValidator::Acceptable;
+    return text.isEmpty() || text.endsWith('e') || text.endsWith('-') || text.endsWith('.') ? QValidator::Intermediate
+                                                                                           : QValidator::Invalid;
+  }
+};
+
+const QMap<QString, QString>& groupTitles() {
+  static const QMap<QString, QString> t = {
+      {"attn", QObject::tr("Full attention (q/k/v/o_proj)")},
+      {"linear_attn", QObject::tr("Gated DeltaNet (in_proj_qkv/z/a/b, out_proj)")},
+      {"mlp", QObject::tr("MLP (gate/up/down_proj)")},
+      {"shared_expert", QObject::tr("Shared expert")},
+      {"experts", QObject::tr("Routed experts (3-D weights)")},
+  };
+  return t;
+}
+
+template <typename W>
+W* named(W* w, const char* key) {
+  w->setObjectName(QLatin1String(key));
+  return w;
+}
+
+}  // namespace
+
+const QStringList& TrainPage::allLoraGroups() {
+  static const QStringList g = {"attn", "linear_attn", "mlp", "shared_expert", "experts"};
+  return g;
+}
+
+const QStringList& TrainPage::presetSkippedKeys() {
+  static const QStringList k = {"base_model", "datasets", "test_datasets", "output_dir", "run_name",
+                                "resume_from_checkpoint", "lora_model_dir", "dataset_prepared_path", "tags"};
+  return k;
+}
+
+TrainPage::TrainPage(RunDocument* doc, GpuProbe* gpus, QWidget* parent) : QWidget(parent), doc_(doc), gpus_(gpus) {
+  buildUi();
+  connect(doc_, &RunDocument::configChanged, this, [this](QObject* source) {
+    if (source != this) loadFromConfig();
+    updateGroups();
+    updateVram();
+  });
+  connect(doc_, &RunDocument::modelInfoChanged, this, [this] {
+    updateGroups();
+    updateVram();
+  });
+  if (gpus_) connect(gpus_, &GpuProbe::gpusChanged, this, &TrainPage::updateGpuList);
+  loadFromConfig();
+  updateGpuList();
+  updateGroups();
+  updateVram();
+}
+
+void TrainPage::buildUi() {
+  auto* outer = new QVBoxLayout(this);
+  auto* bar = new QHBoxLayout;
+  auto* yaml = new QPushButton(tr("Show YAML…"));
+  auto* load = new QPushButton(tr("Load preset…"));
+  auto* save = new QPushButton(tr("Save preset…"));
+  bar->addWidget(yaml);
+  bar->addStretch();
+  bar->addWidget(load);
+  bar->addWidget(save);
+  outer->addLayout(bar);
+  connect(yaml, &QPushButton::clicked, this, &TrainPage::showYaml);
+  connect(load, &QPushButton::clicked, this, &TrainPage::choosePreset);
+  connect(save, &QPushButton::clicked, this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save preset"), QString(), tr("YAML (*.yaml *.yml)"));
+    if (!path.isEmpty()) savePreset(path);
+  });
+
+  auto* scroll = new QScrollArea;
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  auto* body = new QWidget;
+  auto* grid = new QGridLayout(body);
+  grid->setContentsMargins(0, 0, 0, 0);
+  scroll->setWidget(body);
+  outer->addWidget(scroll, 1);
+
+  // LoRA
+  auto* lora = new QGroupBox(tr("LoRA adapter"));
+  auto* loraLayout = new QVBoxLayout(lora);
+  auto* groupsGrid = new QGridLayout;
+  int row = 0;
+  for (const QString& g : allLoraGroups()) {
+    auto* check = new QCheckBox(groupTitles().value(g));
+    check->setObjectName("lora_group_" + g);
+    auto* info = new QLabel;
+    info->setStyleSheet(QStringLiteral("color: #555;"));
+    groupsGrid->addWidget(check, row, 0);
+    groupsGrid->addWidget(info, row, 1, Qt::AlignRight);
+    groupChecks_.insert(g, check);
+    groupInfo_.insert(g, info);
+    connect(check, &QCheckBox::toggled, this, &TrainPage::writeToConfig);
+    ++row;
+  }
+  loraLayout->addLayout(groupsGrid);
+  groupsNote_ = new QLabel;
+  groupsNote_->setWordWrap(true);
+  groupsNote_->setStyleSheet(QStringLiteral("color: #555;"));
+  loraLayout->addWidget(groupsNote_);
+  auto* loraForm = new QFormLayout;
+  rank_ = named(new QSpinBox, "lora_r");
+  rank_->setRange(1, 1024);
+  alpha_ = named(new QDoubleSpinBox, "lora_alpha");
+  alpha_->setRange(0.01, 4096);
+  alpha_->setDecimals(2);
+  dropout_ = named(new QDoubleSpinBox, "lora_dropout");
+  dropout_->setRange(0, 0.9);
+  dropout_->setSingleStep(0.05);
+  dropout_->setDecimals(3);
+  rslora_ = named(new QCheckBox(tr("rank-stabilised scaling (alpha / √r)")), "use_rslora");
+  loraForm->addRow(tr("Rank r"), rank_);
+  loraForm->addRow(tr("Alpha"), alpha_);
+  loraForm->addRow(tr("Dropout"), dropout_);
+  loraForm->addRow(QString(), rslora_);
+  loraLayout->addLayout(loraForm);
+  grid->addWidget(lora, 0, 0);
+
+  // Batches
+  auto* batch = new QGroupBox(tr("Sequences and batches"));
+  auto* batchForm = new QFormLayout(batch);
+  seqLen_ = named(new QSpinBox, "sequence_len");
+  seqLen_->setRange(16, 1 << 20);
+  seqLen_->setSingleStep(256);
+  packing_ = named(new QCheckBox(tr("pack several examples per row")), "sample_packing");
+  microBatch_ = named(new QSpinBox, "micro_batch_size");
+  microBatch_->setRange(1, 4096);
+  accum_ = named(new QSpinBox, "gradient_accumulation_steps");
+  accum_->setRange(1, 4096);
+  batchForm->addRow(tr("Sequence length"), seqLen_);
+  batchForm->addRow(tr("Packing"), packing_);
+  batchForm->addRow(tr("Micro-batch size"), microBatch_);
+  batchForm->addRow(tr("Gradient accumulation"), accum_);
+  grid->addWidget(batch, 0, 1);
+
+  // Optimisation
+  auto* opt = new QGroupBox(tr("Optimisation"));
+  auto* optForm = new QFormLayout(opt);
+  lr_ = named(new SciSpinBox, "learning_rate");
+  lr_->setDecimals(12);
+  lr_->setRange(0, 10);
+  lr_->setSingleStep(1e-5);
+  scheduler_ = named(new QComboBox, "lr_scheduler");
+  scheduler_->addItems({"constant", "linear", "cosine"});
+  warmup_ = named(new QSpinBox, "warmup_steps");
+  warmup_->setRange(0, 1000000);
+  epochs_ = named(new QDoubleSpinBox, "num_epochs");
+  epochs_->setRange(0.01, 1000);
+  epochs_->setDecimals(2);
+  maxSteps_ = named(new QSpinBox, "max_steps");
+  maxSteps_->setRange(-1, 100000000);
+  maxSteps_->setSpecialValueText(tr("from epochs"));
+  weightDecay_ = named(new QDoubleSpinBox, "weight_decay");
+  weightDecay_->setRange(0, 1);
+  weightDecay_->setDecimals(4);
+  weightDecay_->setSingleStep(0.01);
+  maxGradNorm_ = named(new QDoubleSpinBox, "max_grad_norm");
+  maxGradNorm_->setRange(0, 1000);
+  maxGradNorm_->setSpecialValueText(tr("no clipping"));
+  optForm->addRow(tr("Learning rate"), lr_);
+  optForm->addRow(tr("Schedule"), scheduler_);
+  optForm->addRow(tr("Warm-up steps"), warmup_);
+  optForm->addRow(tr("Epochs"), epochs_);
+  optForm->addRow(tr("Max steps"), maxSteps_);
+  optForm->addRow(tr("Weight decay"), weightDecay_);
+  optForm->addRow(tr("Clip grad norm"), maxGradNorm_);
+  grid->addWidget(opt, 1, 0);
+
+  // Evaluation, engine, output
+  auto* eng = new QGroupBox(tr("Evaluation, engine and output"));
+  auto* engForm = new QFormLayout(eng);
+  valSplit_ = named(new QDoubleSpinBox, "val_set_size");
+  valSplit_->setRange(0, 0.5);
+  valSplit_->setDecimals(3);
+  valSplit_->setSingleStep(0.01);
+  evalSteps_ = named(new QSpinBox, "eval_steps");
+  evalSteps_->setRange(0, 1000000);
+  evalSteps_->setSpecialValueText(tr("at the end"));
+  saveSteps_ = named(new QSpinBox, "save_steps");
+  saveSteps_->setRange(0, 1000000);
+  saveSteps_->setSpecialValueText(tr("at the end / on stop"));
+  seed_ = named(new QSpinBox, "seed");
+  seed_->setRange(0, 2147483647);
+  backend_ = named(new QComboBox, "backend");
+  backend_->addItems({"auto", "cpu", "cuda"});
+  gpu_ = named(new QComboBox, "gpu");
+  fusedLoss_ = named(new QCheckBox(tr("fused linear cross-entropy")), "fused_loss");
+  gradCkpt_ = named(new QCheckBox(tr("gradient checkpointing")), "gradient_checkpointing");
+  outputDir_ = named(new QLineEdit, "output_dir");
+  runName_ = named(new QLineEdit, "run_name");
+  runName_->setPlaceholderText(tr("(generated)"));
+  engForm->addRow(tr("Validation split"), valSplit_);
+  engForm->addRow(tr("Evaluate every"), evalSteps_);
+  engForm->addRow(tr("Checkpoint every"), saveSteps_);
+  engForm->addRow(tr("Seed"), seed_);
+  engForm->addRow(tr("Backend"), backend_);
+  engForm->addRow(tr("GPU"), gpu_);
+  engForm->addRow(tr("Loss"), fusedLoss_);
+  engForm->addRow(tr("Memory"), gradCkpt_);
+  engForm->addRow(tr("Output folder"), outputDir_);
+  engForm->addRow(tr("Run name"), runName_);
+  grid->addWidget(eng, 1, 1);
+
+  // VRAM
+  auto* vram = new QGroupBox(tr("Estimated peak GPU memory"));
+  auto* vramLayout = new QVBoxLayout(vram);
+  vramBar_ = new QProgressBar;
+  vramBar_->setRange(0, 1000);
+  vramBar_->setTextVisible(false);
+  vramLayout->addWidget(vramBar_);
+  vramLabel_ = new QLabel;
+  vramLabel_->setWordWrap(true);
+  vramLayout->addWidget(vramLabel_);
+  grid->addWidget(vram, 2, 0, 1, 2);
+  grid->setRowStretch(3, 1);
+
+  for (QSpinBox* s : {rank_, seqLen_, microBatch_, accum_, warmup_, maxSteps_, evalSteps_, saveSteps_, seed_})
+    connect(s, &QSpinBox::valueChanged, this, &TrainPage::writeToConfig);
+  for (QDoubleSpinBox* s : {alpha_, dropout_, lr_, epochs_, weightDecay_, maxGradNorm_, valSplit_})
+    connect(s, &QDoubleSpinBox::valueChanged, this, &TrainPage::writeToConfig);
+  for (QCheckBox* c : {rslora_, packing_, fusedLoss_, gradCkpt_}) connect(c, &QCheckBox::toggled, this, &TrainPage::writeToConfig);
+  for (QComboBox* c : {scheduler_, backend_, gpu_}) connect(c, &QComboBox::currentIndexChanged, this, &TrainPage::writeToConfig);
+  for (QLineEdit* e : {outputDir_, runName_}) connect(e, &QLineEdit::textEdited, this, &TrainPage::writeToConfig);
+}
+
+void TrainPage::loadFromConfig() {
+  loading_ = true;
+  const deltatune::RunConfig& c = doc_->config();
+  const QList<QWidget*> all = findChildren<QWidget*>();
+  std::vector<QSignalBlocker> blockers;
+  blockers.reserve(static_cast<size_t>(all.size()));
+  for (QWidget* w : all) blockers.emplace_back(w);
+  for (const QString& g : allLoraGroups())
+    groupChecks_[g]->setChecked(std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), g.toStdString()) !=
+                                c.lora_target_groups.end());
+  rank_->setValue(c.lora_r);
+  alpha_->setValue(c.lora_alpha);
+  dropout_->setValue(c.lora_dropout);
+  rslora_->setChecked(c.use_rslora);
+  seqLen_->setValue(static_cast<int>(c.sequence_len));
+  packing_->setChecked(c.sample_packing);
+  microBatch_->setValue(static_cast<int>(c.micro_batch_size));
+  accum_->setValue(static_cast<int>(c.gradient_accumulation_steps));
+  lr_->setValue(c.learning_rate);
+  scheduler_->setCurrentText(QString::fromStdString(c.lr_scheduler));
+  warmup_->setValue(static_cast<int>(c.warmup_steps));
+  epochs_->setValue(c.num_epochs);
+  maxSteps_->setValue(c.max_steps > 0 ? static_cast<int>(c.max_steps) : -1);
+  weightDecay_->setValue(c.weight_decay);
+  maxGradNorm_->setValue(std::max(0.0, c.max_grad_norm));
+  valSplit_->setValue(c.val_set_size);
+  evalSteps_->setValue(static_cast<int>(c.eval_steps));
+  saveSteps_->setValue(static_cast<int>(c.save_steps));
+  seed_->setValue(static_cast<int>(c.seed));
+  backend_->setCurrentText(QString::fromStdString(c.backend));
+  int gi = gpu_->findData(c.gpu);
+  if (gi < 0) {
+    gpu_->addItem(tr("GPU %1").arg(c.gpu), c.gpu);
+    gi = gpu_->count() - 1;
+  }
+  gpu_->setCurrentIndex(gi);
+  fusedLoss_->setChecked(c.fused_loss);
+  gradCkpt_->setChecked(c.gradient_checkpointing);
+  outputDir_->setText(QString::fromStdString(c.output_dir));
+  runName_->setText(QString::fromStdString(c.run_name));
+  loading_ = false;
+}
+
+void TrainPage::writeToConfig() {
+  if (loading_) return;
+  deltatune::RunConfig c = doc_->config();
+  c.lora_target_groups.clear();
+  for (const QString& g : allLoraGroups())
+    if (groupChecks_[g]->isChecked() && groupChecks_[g]->isEnabled()) c.lora_target_groups.push_back(g.toStdString());
+  c.lora_r = rank_->value();
+  c.lora_alpha = alpha_->value();
+  c.lora_dropout = dropout_->value();
+  c.use_rslora = rslora_->isChecked();
+  c.sequence_len = seqLen_->value();
+  c.sample_packing = packing_->isChecked();
+  c.micro_batch_size = microBatch_->value();
+  c.gradient_accumulation_steps = accum_->value();
+  c.learning_rate = lr_->value();
+  c.lr_scheduler = scheduler_->currentText().toStdString();
+  c.warmup_steps = warmup_->value();
+  c.num_epochs = epochs_->value();
+  c.max_steps = maxSteps_->value() > 0 ? maxSteps_->value() : -1;
+  c.weight_decay = weightDecay_->value();
+  c.max_grad_norm = maxGradNorm_->value();
+  c.val_set_size = valSplit_->value();
+  c.eval_steps = evalSteps_->value();
+  c.save_steps = saveSteps_->value();
+  c.seed = seed_->value();
+  c.backend = backend_->currentText().toStdString();
+  c.gpu = gpu_->currentData().isValid() ? gpu_->currentData().toInt() : 0;
+  c.fused_loss = fusedLoss_->isChecked();
+  c.gradient_checkpointing = gradCkpt_->isChecked();
+  c.output_dir = outputDir_->text().toStdString();
+  c.run_name = runName_->text().toStdString();
+  doc_->setConfig(c, this);
+}
+
+QString TrainPage::groupInfoText(const QString& group) const {
+  QLabel* l = groupInfo_.value(group);
+  return l ? l->text() : QString();
+}
+
+QString TrainPage::vramText() const { return vramLabel_->text(); }
+
+void TrainPage::updateGroups() {
+  const auto& info = doc_->modelInfo();
+  std::map<std::string, int64_t> perGroup;
+  if (info) {
+    try {
+      perGroup = deltatune::lora_params_per_group(*info, rank_->value());
+    } catch (const std::exception&) {
+      perGroup.clear();
+    }
+  }
+  for (const QString& g : allLoraGroups()) {
+    const bool has = !info || std::find(info->lora_groups.begin(), info->lora_groups.end(), g.toStdString()) !=
+                                  info->lora_groups.end();
+    groupChecks_[g]->setVisible(has);
+    groupInfo_[g]->setVisible(has);
+    groupChecks_[g]->setEnabled(has);
+    const auto it = perGroup.find(g.toStdString());
+    // Adapters are trained and saved in fp32: 4 bytes per parameter.
+    groupInfo_[g]->setText(it == perGroup.end() ? QString()
+                                                : tr("%1 params · %2").arg(formatCount(it->second), formatBytes(it->second * 4)));
+  }
+  if (!info) {
+    groupsNote_->setText(tr("Load a model to see which groups it has and their sizes."));
+  } else {
+    int64_t total = 0;
+    for (const QString& g : allLoraGroups()) {
+      const auto it = perGroup.find(g.toStdString());
+      if (it != perGroup.end() && groupChecks_[g]->isChecked() && groupChecks_[g]->isEnabled()) total += it->second;
+    }
+    groupsNote_->setText(tr("Trainable: <b>%1</b> parameters, adapter file %2 (fp32)")
+                             .arg(formatCount(total), formatBytes(total * 4)));
+  }
+}
+
+void TrainPage::updateGpuList() {
+  const int current = doc_->config().gpu;
+  QSignalBlocker block(gpu_);
+  gpu_->clear();
+  if (gpus_) {
+    for (const GpuInfo& g : gpus_->gpus())
+      gpu_->addItem(QString("%1: %2 (%3)").arg(g.index).arg(g.name, formatBytes(g.totalBytes)), g.index);
+  }
+  if (gpu_->findData(current) < 0) gpu_->addItem(tr("GPU %1").arg(current), current);
+  gpu_->setCurrentIndex(gpu_->findData(current));
+  updateVram();
+}
+
+void TrainPage::updateVram() {
+  const auto& info = doc_->modelInfo();
+  const deltatune::RunConfig& c = doc_->config();
+  if (!info) {
+    vramBar_->setValue(0);
+    vramLabel_->setText(tr("Load a model to estimate memory."));
+    return;
+  }
+  deltatune::VramEstimate est;
+  try {
+    est = deltatune::estimate_vram(*info, c.lora_r, c.micro_batch_size * c.sequence_len, c.fused_loss,
+                                   c.gradient_checkpointing);
+  } catch (const std::exception& e) {
+    vramLabel_->setText(tr("No estimate: %1").arg(QString::fromUtf8(e.what())));
+    return;
+  }
+  int64_t capacity = 0;
+  QString gpuName;
+  if (gpus_) {
+    for (const GpuInfo& g : gpus_->gpus()) {
+      if (g.index == c.gpu) {
+        capacity = g.totalBytes;
+        gpuName = g.name;
+      }
+    }
+  }
+  QString text = tr("About <b>%1</b>: weights %2, LoRA + optimizer %3, activations %4, logits %5.")
+                     .arg(formatBytes(est.total), formatBytes(est.weights), formatBytes(est.lora_and_optimizer),
+                          formatBytes(est.activations), formatBytes(est.logits));
+  QString barColor = QStringLiteral("#2c7a2c");
+  if (capacity > 0) {
+    const double frac = static_cast<double>(est.total) / static_cast<double>(capacity);
+    vramBar_->setValue(static_cast<int>(std::min(1.0, frac) * 1000));
+    text += tr(" %1 % of %2 (%3).").arg(frac * 100, 0, 'f', 0).arg(formatBytes(capacity), gpuName);
+    if (frac > 1.0) {
+      barColor = QStringLiteral("#b00020");
+      text += tr(" <b style='color:#b00020'>Will not fit:</b> lower the sequence length or micro-batch, "
+                 "or turn on gradient checkpointing.");
+    } else if (frac > 0.9) {
+      barColor = QStringLiteral("#d08000");
+      text += tr(" Tight: little room for fragmentation.");
+    }
+  } else {
+    vramBar_->setValue(0);
+    text += c.backend == "cpu" ? tr(" (CPU backend: this is host memory.)") : tr(" No NVIDIA GPU found to compare with.");
+  }
+  vramBar_->setStyleSheet(QStringLiteral("QProgressBar::chunk { background: %1; }").arg(barColor));
+  vramLabel_->setText(text);
+}
+
+void TrainPage::showYaml() {
+  auto* dlg = new YamlDialog(doc_, this);
+  dlg->setAttribute(Qt::WA_DeleteOnClose);
+  dlg->show();
+}
+
+void TrainPage::choosePreset() {
+  QMenu menu(this);
+  for (const QString& name : QDir(QStringLiteral(":/templates")).entryList({"*.yaml"})) {
+    menu.addAction(tr("Template: %1").arg(name), this, [this, name] { loadPreset(":/templates/" + name); });
+  }
+  menu.addSeparator();
+  menu.addAction(tr("From file…"), this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Load preset"), QString(), tr("YAML (*.yaml *.yml)"));
+    if (!path.isEmpty()) loadPreset(path);
+  });
+  menu.exec(QCursor::pos());
+}
+
+void TrainPage::loadPreset(const QString& path) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly | QIODevice::Text)) {
+    emit errorOccurred(tr("Cannot read preset %1: %2").arg(path, f.errorString()));
+    return;
+  }
+  try {
+    const QString merged = mergeYamlBlocks(doc_->toYaml(), QString::fromUtf8(f.readAll()), presetSkippedKeys());
+    doc_->loadYaml(merged, nullptr);
+  } catch (const std::exception& e) {
+    emit errorOccurred(tr("Preset %1 not applied: %2").arg(path, QString::fromUtf8(e.what())));
+  }
+}
+
+void TrainPage::savePreset(const QString& path) {
+  try {
+    const QString yaml = "# DeltaTune preset (training settings only)\n" +
+                         removeYamlBlocks(doc_->toYaml(), presetSkippedKeys());
+    QSaveFile f(path);
+    if (!f.open(QIODevice::WriteOnly | QIODevice::Text)) throw std::runtime_error(f.errorString().toStdString());
+    f.write(yaml.toUtf8());
+    if (!f.commit()) throw std::runtime_error(f.errorString().toStdString());
+  } catch (const std::exception& e) {
+    emit errorOccurred(tr("Cannot save preset %1: %2").arg(path, QString::fromUtf8(e.what())));
+  }
+}
+
+}  // namespace studio
