@@ -132,6 +132,22 @@ TEST_F(DataPipeline, ByteOrderMarkAndPreview) {
   EXPECT_EQ(cut.ids.size(), 5u);
 }
 
+TEST_F(DataPipeline, BrokenChatTemplateIsReported) {
+  nlohmann::json cfg;
+  cfg["chat_template"] = "line one\n{% if messages %}unclosed";
+  write("model/tokenizer_config.json", cfg.dump());
+  const auto path = write("c.jsonl", R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]})");
+  try {
+    data_prepare(config({{path, "", ""}}));
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("endif"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("c.jsonl"), std::string::npos) << e.what();
+  }
+  // Completion data does not need the template.
+  EXPECT_EQ(data_prepare(config({{write("t.jsonl", R"({"text":"x"})"), "", ""}})).train.size(), 1u);
+}
+
 TEST_F(DataPipeline, BadRowsNameFileAndLine) {
   struct Case {
     std::string good, content, type, needle;

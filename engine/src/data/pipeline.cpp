@@ -100,7 +100,8 @@ struct LoadedFile {
 };
 
 LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tokenizer& tok, const ChatTemplate* tpl,
-                        int32_t eos_id, const std::function<void(const std::string&)>& log) {
+                        const std::string& tpl_error, int32_t eos_id,
+                        const std::function<void(const std::string&)>& log) {
   check(fs::is_regular_file(spec.path), spec.path + ": dataset file not found");
   const std::string key = hash_bytes_hex(std::string(kEncodingVersion) + "|" + hash_file_hex(spec.path) + "|" +
                                          tok.content_hash() + "|" + (tpl ? tpl->content_hash() : "-") + "|" +
@@ -117,8 +118,8 @@ LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tok
   const auto t0 = std::chrono::steady_clock::now();
   DatasetFile file = dataset_read(spec.path, spec.type, cfg.skip_bad_rows);
   if (file.format == "chat" || file.format == "sharegpt" || file.format == "alpaca")
-    check(tpl != nullptr, spec.path + ": " + file.format + " data needs a chat template, but " + cfg.base_model +
-                              " has none (tokenizer_config.json chat_template or chat_template.jinja)");
+    check(tpl != nullptr, spec.path + ": " + file.format + " data needs the chat template of " + cfg.base_model +
+                              ", which cannot be used: " + tpl_error);
   Encoded enc = encode_rows(tok, tpl, file.rows, cfg.train_on_inputs, eos_id);
   CachedDataset& d = out.data;
   d.format = file.format;
@@ -222,10 +223,11 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
   check(!cfg.base_model.empty(), "run config: base_model is empty (the tokenizer comes from it)");
   const Tokenizer tok = Tokenizer::from_file(cfg.base_model);
   std::unique_ptr<ChatTemplate> tpl;
+  std::string tpl_error;
   try {
     tpl = std::make_unique<ChatTemplate>(ChatTemplate::from_model_dir(cfg.base_model));
-  } catch (const Error&) {
-    tpl.reset();  // only chat-format datasets need one; load_dataset reports it then
+  } catch (const Error& e) {
+    tpl_error = e.what();  // only chat-format datasets need one; load_dataset reports it then
   }
   PreparedData out;
   out.eos_id = tokenizer_eos_id(tok, cfg.base_model);
@@ -237,7 +239,7 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
   bool have_eval_files = false;
   int64_t skipped = 0;
   for (const auto& [spec, is_eval] : specs) {
-    LoadedFile f = load_dataset(*spec, cfg, tok, tpl.get(), out.eos_id, log);
+    LoadedFile f = load_dataset(*spec, cfg, tok, tpl.get(), tpl_error, out.eos_id, log);
     DatasetSummary summary;
     summary.path = spec->path;
     summary.format = f.data.format;
