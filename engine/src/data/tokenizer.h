@@ -19,7 +19,8 @@ class Tokenizer {
  public:
   // `path` is a tokenizer.json file or a folder that holds one.
   static Tokenizer from_file(const std::string& path);
-  static Tokenizer from_json_string(const std::string& json, const std::string& source_name = "tokenizer.json");
+  static Tokenizer from_json_string(const std::string& json,
+                                    const std::string& source_name = "tokenizer.json");
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -40,8 +41,8 @@ class Tokenizer {
   std::string token_bytes(int32_t id) const;
 
   int32_t token_to_id(std::string_view token) const;  // added-token content or vocab entry; -1 if none
-  int64_t vocab_size() const;                          // highest id + 1
-  bool is_special(int32_t id) const;                   // added token with special: true
+  int64_t vocab_size() const;                         // highest id + 1
+  bool is_special(int32_t id) const;                  // added token with special: true
   bool is_added(int32_t id) const;
   // 128-bit content hash of the tokenizer.json (hex), for cache keys.
   const std::string& content_hash() const;
