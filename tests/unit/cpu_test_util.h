@@ -96,13 +96,13 @@ inline double fd_rel_error(Tensor& x, const Tensor& analytic, const std::functio
   const float* g = analytic.ptr<float>();
   double max_err = 0, max_grad = 0;
   for (int64_t i : idx) {
-    const float keep = p[i];
-    p[i] = keep + eps;
+    const float keep = p[i], up = keep + eps, down = keep - eps;
+    p[i] = up;
     const double lp = loss();
-    p[i] = keep - eps;
+    p[i] = down;
     const double lm = loss();
     p[i] = keep;
-    const double fd = (lp - lm) / (2.0 * double(eps));
+    const double fd = (lp - lm) / (double(up) - double(down));  // the step actually taken in fp32
     max_err = std::max(max_err, std::fabs(fd - double(g[i])));
   }
   // Normalised by the largest gradient entry of the whole tensor: the test scales with the gradient,
