@@ -45,19 +45,31 @@ class ExperimentStore {
   ExperimentStore(const ExperimentStore&) = delete;
   ExperimentStore& operator=(const ExperimentStore&) = delete;
 
-  static std::string default_path();  // $DELTATUNE_DB or $XDG_DATA_HOME/deltatune/experiments.db
+  // $DELTATUNE_DB, else $XDG_DATA_HOME/deltatune/experiments.db, else ~/.local/share/deltatune/experiments.db;
+  // creates the folder.
+  static std::string default_path();
   const std::string& path() const;
 
-  std::string create_run(const RunRecord& r);  // returns the new id
+  // Returns the new id (r.id when set and unused, else 8 random hex digits). Empty status = running,
+  // empty created_at = now, pid 0 = this process. The owner's machine, boot and process start time are
+  // recorded with the pid so mark_crashed_runs is not fooled by a pid reused after a reboot.
+  std::string create_run(const RunRecord& r);
+  // Writes every field of r (by r.id). Tags are only added, never removed (another process may have
+  // tagged the run meanwhile). A new pid (resume) re-records the owner.
   void update_run(const RunRecord& r);
+  // Terminal statuses set finished_at to now; running clears it.
   void set_status(const std::string& run_id, const std::string& status);
-  std::optional<RunRecord> find_run(const std::string& id_or_name);  // id, unique id prefix, or name
+  // Exact id, then exact name, then unique id prefix; nullopt when nothing matches; throws Error when a
+  // name or prefix matches several runs.
+  std::optional<RunRecord> find_run(const std::string& id_or_name);
+  // Newest first.
   std::vector<RunRecord> list_runs();
-  void delete_run(const std::string& run_id);
+  void delete_run(const std::string& run_id);  // with its metrics, artifacts, events and tags
   void add_tag(const std::string& run_id, const std::string& tag);
   // Marks runs left `running` by a dead process as `crashed`; returns how many.
   int mark_crashed_runs();
 
+  // Also keeps the run's steps / final_loss / best_eval_loss / total_steps current.
   void add_metrics(const std::string& run_id, const StepMetrics& m);
   std::vector<StepMetrics> metrics(const std::string& run_id);
   // Drops metrics after `step` (used on resume so nothing is duplicated).

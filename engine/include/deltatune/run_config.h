@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace deltatune {
@@ -10,6 +11,7 @@ struct DatasetSpec {
   std::string path;
   std::string type;   // "", "chat" (messages), "sharegpt", "alpaca", "completion", "pretokenized"
   std::string split;  // "" = train; "validation" = used as eval set
+  friend bool operator==(const DatasetSpec&, const DatasetSpec&) = default;
 };
 
 struct RunConfig {
@@ -65,6 +67,7 @@ struct RunConfig {
   int64_t save_total_limit = 2;
   std::string resume_from_checkpoint;   // checkpoint folder, or "latest"
   std::vector<std::string> tags;
+  friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
 
 // Parse a run file; unknown keys and bad values throw deltatune::Error naming the key (and the closest
@@ -75,5 +78,14 @@ RunConfig run_config_from_yaml_string(const std::string& yaml, const std::string
 std::string run_config_to_yaml(const RunConfig& cfg);
 // Every valid key of the run file, in canonical order.
 const std::vector<std::string>& run_config_keys();
+
+// Checks every value (ranges, choices) like the parser does, plus what a run needs before it can start
+// (base_model, at least one dataset, output_dir). For configs built in code (the studio's editor).
+void run_config_validate(const RunConfig& cfg);
+// (key, value) for every key in canonical order; values are one-line YAML (lists in flow style). For
+// showing and diffing configs.
+std::vector<std::pair<std::string, std::string>> run_config_items(const RunConfig& cfg);
+// Stable 16-hex-digit hash of the canonical YAML (checkpoints record it to detect a changed config).
+std::string run_config_hash(const RunConfig& cfg);
 
 }  // namespace deltatune

@@ -43,6 +43,7 @@ struct LoraAdapter {
   const LoraModule* find(const std::string& path) const;
   int64_t trainable_params() const;
   std::map<std::string, int64_t> params_per_group() const;
+  void reindex();  // rebuilds by_path from modules
 };
 
 // All target groups the model has, e.g. {attn, linear_attn, mlp} or {attn, linear_attn, shared_expert, experts}.
@@ -59,7 +60,18 @@ struct LoraSpec {
   std::vector<std::string> modules;     // explicit module suffixes (PEFT target_modules)
   std::vector<std::string> parameters;  // explicit 3-D params (PEFT target_parameters)
 };
+// Groups, modules and parameters all empty in the run config = the default groups (resolved by lora_create).
 LoraSpec lora_spec_from_run_config(const RunConfig& cfg);
+
+// Default groups when a run names no targets: every group of the model except `experts` (attn, linear_attn,
+// mlp for dense; attn, linear_attn, shared_expert for MoE) — what "all linear layers" means for these models;
+// expert LoRA multiplies the adapter size by E and is opt-in.
+std::vector<std::string> lora_default_groups(const ModelConfig& cfg);
+// Every adaptable module of the model (A/B undefined, r/scaling 0), in layer order then registration order.
+std::vector<LoraModule> lora_inventory(const ModelConfig& cfg);
+// PEFT list matching of one target (name == t or name ends with "." + t) against a module, with or without
+// the class prefix ("model." / "model.language_model.").
+bool lora_target_matches(const LoraModule& m, const std::string& target);
 
 // Creates the modules the spec selects, on the host (F32), initialised as PEFT does by default:
 // A ~ kaiming_uniform(a=√5) = U(-1/√in, 1/√in) from `seed`, B = 0. Throws Error if the spec selects nothing

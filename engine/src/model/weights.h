@@ -63,7 +63,29 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   bool experts_per_expert_layout = false;  // checkpoint had experts.{e}.gate_proj.weight etc.
   std::shared_ptr<CheckpointReader> reader;  // keeps the mmaps alive
+  int64_t skipped_tensors = 0;             // model.visual.* and mtp.* tensors left out
+  std::vector<std::string> warnings;       // e.g. config tie flag disagreeing with the checkpoint
 };
+
+// One text tensor a checkpoint must hold, with its shape and parameter group ("embed", "norm", "attn",
+// "linear_attn", "mlp", "router", "experts", "shared_expert"). lm_head.weight is not listed (optional).
+struct ExpectedTensor {
+  std::string key;  // full checkpoint key, prefix included
+  Shape shape;
+  std::string group;
+};
+// Every text tensor of `config` under `key_prefix`, in layer order. `per_expert_layout` lists
+// mlp.experts.{e}.{gate,up,down}_proj.weight instead of the fused 3-D experts.gate_up_proj/down_proj.
+std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& config, const std::string& key_prefix,
+                                                   bool per_expert_layout);
+
+// "model.language_model." or "model." depending on where embed_tokens.weight is; throws Error naming
+// the folder when neither.
+std::string model_key_prefix(const CheckpointReader& reader);
+// True when experts are stored per expert (mlp.experts.0.gate_proj.weight) rather than fused.
+bool model_experts_per_expert(const CheckpointReader& reader, const std::string& key_prefix);
+// model.visual.* and mtp.*: stored in VL / official checkpoints, never used by the text model.
+bool model_key_skipped(const std::string& key);
 
 // Loads and validates every text tensor of the checkpoint folder `dir` (config.json + safetensors, single
 // file or sharded). Skips model.visual.* and mtp.*. Throws deltatune::Error naming the file and key.

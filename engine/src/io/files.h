@@ -1,0 +1,32 @@
+// Small file helpers shared by the readers and writers (checkpoints, configs, adapters).
+#pragma once
+#include <string>
+
+namespace deltatune {
+
+// Whole file as bytes. Throws Error naming the path.
+std::string read_text_file(const std::string& path);
+
+// Crash-safe replacement of `path`: data goes to a temp file in the same folder, which is fsync'ed and
+// renamed over `path` on commit(), then the folder is fsync'ed. Without commit() (an exception, a full
+// disk) the temp file is removed, so `path` is either the old file or the complete new one.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);  // throws Error naming the path
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, size_t n);  // throws Error naming the path (e.g. "No space left on device")
+  void commit();
+
+ private:
+  std::string path_, dir_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// read_text_file's counterpart: atomic write of a whole file.
+void write_text_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace deltatune

@@ -1,0 +1,83 @@
+// Gated full attention (spec §3.6): q/gate interleaved per head in q_proj, q/k zero-centred RMSNorm,
+// partial NeoX RoPE, causal GQA attention within each packed sequence, sigmoid output gate.
+#include <cmath>
+
+#include "model/blocks.h"
+
+namespace deltatune {
+
+Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
+                           const Tensor& x, AttnCache& k) {
+  Backend& be = c.be;
+  const auto& cfg = c.cfg;
+  const int64_t T = x.rows(), nH = cfg.num_heads, nKV = cfg.num_kv_heads, hd = cfg.head_dim;
+  const DType dt = be.compute_dtype();
+  const float eps = static_cast<float>(cfg.rms_eps);
+
+  Tensor qg = be.alloc({T, nH * 2 * hd}, dt);
+  linear_fwd(be, x, w.q_proj, l.q, c.rt, c.salt(0), qg, k.lq);
+  Tensor qg2 = qg.view({T * nH, 2 * hd});
+  k.q = be.alloc({T * nH, hd}, dt);
+  k.gate = be.alloc({T * nH, hd}, dt);
+  be.copy_cols(k.q, 0, qg2, 0, hd);
+  be.copy_cols(k.gate, 0, qg2, hd, hd);
+  k.k = be.alloc({T, nKV * hd}, dt);
+  linear_fwd(be, x, w.k_proj, l.k, c.rt, c.salt(1), k.k, k.lk);
+  k.v = be.alloc({T, nKV * hd}, dt);
+  linear_fwd(be, x, w.v_proj, l.v, c.rt, c.salt(2), k.v, k.lv);
+
+  k.qn = be.alloc({T * nH, hd}, dt);
+  k.rstd_q = be.alloc({T * nH}, DType::F32);
+  be.rmsnorm_fwd(k.q, w.q_norm, eps, true, k.qn, k.rstd_q);
+  k.kn = be.alloc({T * nKV, hd}, dt);
+  k.rstd_k = be.alloc({T * nKV}, DType::F32);
+  be.rmsnorm_fwd(k.k.view({T * nKV, hd}), w.k_norm, eps, true, k.kn, k.rstd_k);
+  k.qn = k.qn.view({T, nH, hd});
+  k.kn = k.kn.view({T, nKV, hd});
+  be.rope(k.qn, c.seq.positions, cfg.rotary_dim(), static_cast<float>(cfg.rope_theta), false);
+  be.rope(k.kn, c.seq.positions, cfg.rotary_dim(), static_cast<float>(cfg.rope_theta), false);
+
+  k.o = be.alloc({T, nH, hd}, dt);
+  k.lse = be.alloc({T, nH}, DType::F32);
+  be.attention_fwd(k.qn, k.kn, k.v.view({T, nKV, hd}), c.seq, 1.f / std::sqrt(static_cast<float>(hd)), k.o,
+                   k.lse);
+  k.og = be.alloc({T, nH * hd}, dt);
+  be.sigmoid_mul_fwd(k.o.view({T, nH * hd}), k.gate.view({T, nH * hd}), k.og);
+  Tensor out = be.alloc({T, cfg.hidden_size}, dt);
+  linear_fwd(be, k.og, w.o_proj, l.o, c.rt, c.salt(3), out, k.lo);
+  return out;
+}
+
+void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
+                         const Tensor& dout, const AttnCache& k, Tensor& dx) {
+  Backend& be = c.be;
+  const auto& cfg = c.cfg;
+  const int64_t T = dout.rows(), nH = cfg.num_heads, nKV = cfg.num_kv_heads, hd = cfg.head_dim;
+  const DType dt = be.compute_dtype();
+
+  Tensor dog = be.alloc({T, nH * hd}, dt);
+  linear_bwd(be, dout, w.o_proj, l.o, c.rt, c.salt(3), k.lo, dog, false);
+  Tensor d_o = be.alloc({T, nH * hd}, dt), dgate = be.alloc({T * nH, hd}, dt);
+  Tensor dgate2 = dgate.view({T, nH * hd});
+  be.sigmoid_mul_bwd(dog, k.o.view({T, nH * hd}), k.gate.view({T, nH * hd}), d_o, dgate2);
+
+  Tensor dqn = be.alloc({T, nH, hd}, dt), dkn = be.alloc({T, nKV, hd}, dt), dv = be.alloc({T, nKV * hd}, dt);
+  Tensor dv3 = dv.view({T, nKV, hd});
+  be.attention_bwd(d_o.view({T, nH, hd}), k.qn, k.kn, k.v.view({T, nKV, hd}), k.o, k.lse, c.seq,
+                   1.f / std::sqrt(static_cast<float>(hd)), dqn, dkn, dv3);
+  be.rope(dqn, c.seq.positions, cfg.rotary_dim(), static_cast<float>(cfg.rope_theta), true);
+  be.rope(dkn, c.seq.positions, cfg.rotary_dim(), static_cast<float>(cfg.rope_theta), true);
+
+  Tensor dq = be.alloc({T * nH, hd}, dt), dk = be.alloc({T * nKV, hd}, dt);
+  be.rmsnorm_bwd(dqn.view({T * nH, hd}), k.q, w.q_norm, k.rstd_q, true, dq);
+  be.rmsnorm_bwd(dkn.view({T * nKV, hd}), k.k.view({T * nKV, hd}), w.k_norm, k.rstd_k, true, dk);
+
+  Tensor dqg = be.alloc({T * nH, 2 * hd}, dt);
+  be.copy_cols(dqg, 0, dq, 0, hd);
+  be.copy_cols(dqg, hd, dgate, 0, hd);
+  linear_bwd(be, dqg.view({T, nH * 2 * hd}), w.q_proj, l.q, c.rt, c.salt(0), k.lq, dx, false);
+  linear_bwd(be, dk.view({T, nKV * hd}), w.k_proj, l.k, c.rt, c.salt(1), k.lk, dx, true);
+  linear_bwd(be, dv, w.v_proj, l.v, c.rt, c.salt(2), k.lv, dx, true);
+}
+
+}  // namespace deltatune

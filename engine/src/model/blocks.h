@@ -1,0 +1,92 @@
+// Decoder blocks of Qwen3.5 (spec §3): each has a forward that fills a cache and a backward that reads it.
+// Private to engine/src/model.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "lora/lora.h"
+#include "model/config.h"
+#include "model/lora_linear.h"
+
+namespace deltatune {
+
+// Frozen weights of one layer on the backend (matrices in the weight dtype, vectors F32).
+struct DeviceLayerWeights {
+  LayerKind kind = LayerKind::LinearAttention;
+  Tensor input_norm, post_norm;
+  Tensor q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;                                   // attention
+  Tensor in_qkv, in_z, in_b, in_a, conv, dt_bias, A_log, lin_norm, out_proj;              // Gated DeltaNet
+  Tensor gate_proj, up_proj, down_proj;                                                   // dense MLP
+  Tensor router, experts_gate_up, experts_down, sh_gate, sh_up, sh_down, sh_gate_w;        // MoE
+};
+
+// LoRA modules attached to one layer (null = not adapted).
+struct LayerLora {
+  LoraModule *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+  LoraModule *qkv = nullptr, *z = nullptr, *b = nullptr, *a = nullptr, *out = nullptr;
+  LoraModule *gate = nullptr, *up = nullptr, *down = nullptr;
+  LoraModule *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr;
+  LoraModule *ex_gate_up = nullptr, *ex_down = nullptr;
+};
+LayerLora layer_lora_find(LoraAdapter* adapter, int layer);
+
+struct BlockContext {
+  Backend& be;
+  const ModelConfig& cfg;
+  const SeqLayout& seq;
+  const LoraRuntime& rt;
+  int layer = 0;
+  uint64_t salt(int module) const { return static_cast<uint64_t>(layer) * 64 + static_cast<uint64_t>(module); }
+};
+
+struct AttnCache {
+  LinearCache lq, lk, lv, lo;
+  Tensor q, gate, k, v, rstd_q, rstd_k, qn, kn, o, lse, og;
+};
+Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
+                           const Tensor& x, AttnCache& cache);
+// dx (=) gradient w.r.t. the block input.
+void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
+                         const Tensor& dout, const AttnCache& cache, Tensor& dx);
+
+struct GdnCache {
+  LinearCache lqkv, lz, lb, la, lout;
+  Tensor p, z, bl, al, q, k, v, g, beta, o, y, rstd;
+};
+Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
+                     GdnCache& cache);
+void gdn_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& dout,
+                   const GdnCache& cache, Tensor& dx);
+
+struct MlpCache {
+  LinearCache lg, lu, ld;
+  Tensor g, u, h;
+};
+// SwiGLU MLP with explicit weights (dense MLP and the MoE shared expert).
+Tensor mlp_fwd(const BlockContext& c, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w,
+               LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& cache);
+void mlp_bwd(const BlockContext& c, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w,
+             LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& dout, const MlpCache& cache,
+             Tensor& dx, bool accumulate);
+
+struct ExpertCache {
+  int expert = 0;
+  int64_t n = 0;
+  Tensor rows, slots;  // I32 [n]: token index, and flat index t*k+j into the routing weights
+  Tensor xe, gu, g, u, h, ye, we;
+  LinearCache lgu, ld;
+};
+struct MoeCache {
+  Tensor logits, idx, w;
+  std::vector<ExpertCache> experts;
+  MlpCache shared;
+  Tensor shared_out, sg_logit, sg;  // shared expert output [T,H], gate logit [T,1], σ(gate) [T]
+};
+Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
+                     MoeCache& cache);
+void moe_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& dout,
+                   const MoeCache& cache, Tensor& dx);
+
+}  // namespace deltatune

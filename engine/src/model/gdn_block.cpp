@@ -1,0 +1,85 @@
+// Gated DeltaNet layer (spec §3.4): projections, causal depthwise conv + SiLU over q|k|v channels,
+// gates, the gated delta rule, gated RMSNorm with z, output projection.
+#include <cmath>
+
+#include "model/blocks.h"
+
+namespace deltatune {
+
+Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
+                     GdnCache& k) {
+  Backend& be = c.be;
+  const auto& cfg = c.cfg;
+  const int64_t T = x.rows(), HK = cfg.lin_k_heads, HV = cfg.lin_v_heads, dk = cfg.lin_k_dim,
+                dv = cfg.lin_v_dim, kd = cfg.key_dim(), vd = cfg.value_dim(), C = cfg.conv_dim();
+  const DType dt = be.compute_dtype();
+
+  k.p = be.alloc({T, C}, dt);
+  linear_fwd(be, x, w.in_qkv, l.qkv, c.rt, c.salt(4), k.p, k.lqkv);
+  k.z = be.alloc({T, vd}, dt);
+  linear_fwd(be, x, w.in_z, l.z, c.rt, c.salt(5), k.z, k.lz);
+  k.bl = be.alloc({T, HV}, dt);
+  linear_fwd(be, x, w.in_b, l.b, c.rt, c.salt(6), k.bl, k.lb);
+  k.al = be.alloc({T, HV}, dt);
+  linear_fwd(be, x, w.in_a, l.a, c.rt, c.salt(7), k.al, k.la);
+
+  Tensor pc = be.alloc({T, C}, dt);
+  be.conv1d_silu_fwd(k.p, w.conv, c.seq, pc);
+  k.q = be.alloc({T, kd}, dt);
+  k.k = be.alloc({T, kd}, dt);
+  k.v = be.alloc({T, vd}, dt);
+  be.copy_cols(k.q, 0, pc, 0, kd);
+  be.copy_cols(k.k, 0, pc, kd, kd);
+  be.copy_cols(k.v, 0, pc, 2 * kd, vd);
+
+  k.g = be.alloc({T, HV}, DType::F32);
+  k.beta = be.alloc({T, HV}, dt);
+  be.gdn_gates_fwd(k.al, k.bl, w.A_log, w.dt_bias, k.g, k.beta);
+  k.o = be.alloc({T, HV, dv}, dt);
+  be.gdn_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), k.g, k.beta, c.seq,
+             1.f / std::sqrt(static_cast<float>(dk)), k.o);
+
+  k.y = be.alloc({T * HV, dv}, dt);
+  k.rstd = be.alloc({T * HV}, DType::F32);
+  be.gated_rmsnorm_fwd(k.o.view({T * HV, dv}), k.z.view({T * HV, dv}), w.lin_norm,
+                       static_cast<float>(cfg.rms_eps), k.y, k.rstd);
+  Tensor out = be.alloc({T, cfg.hidden_size}, dt);
+  linear_fwd(be, k.y.view({T, vd}), w.out_proj, l.out, c.rt, c.salt(8), out, k.lout);
+  return out;
+}
+
+void gdn_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& dout,
+                   const GdnCache& k, Tensor& dx) {
+  Backend& be = c.be;
+  const auto& cfg = c.cfg;
+  const int64_t T = dout.rows(), HK = cfg.lin_k_heads, HV = cfg.lin_v_heads, dk = cfg.lin_k_dim,
+                dv = cfg.lin_v_dim, kd = cfg.key_dim(), vd = cfg.value_dim(), C = cfg.conv_dim();
+  const DType dt = be.compute_dtype();
+
+  Tensor dy = be.alloc({T, vd}, dt);
+  linear_bwd(be, dout, w.out_proj, l.out, c.rt, c.salt(8), k.lout, dy, false);
+  Tensor d_o = be.alloc({T * HV, dv}, dt), dz = be.alloc({T * HV, dv}, dt);
+  be.gated_rmsnorm_bwd(dy.view({T * HV, dv}), k.o.view({T * HV, dv}), k.z.view({T * HV, dv}), w.lin_norm,
+                       k.rstd, d_o, dz);
+
+  Tensor dq = be.alloc({T, HK, dk}, dt), dkk = be.alloc({T, HK, dk}, dt), dvv = be.alloc({T, HV, dv}, dt);
+  Tensor dg = be.alloc({T, HV}, DType::F32), dbeta = be.alloc({T, HV}, dt);
+  be.gdn_bwd(d_o.view({T, HV, dv}), k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), k.g,
+             k.beta, c.seq, 1.f / std::sqrt(static_cast<float>(dk)), dq, dkk, dvv, dg, dbeta);
+  Tensor dal = be.alloc({T, HV}, dt), dbl = be.alloc({T, HV}, dt);
+  be.gdn_gates_bwd(dg, dbeta, k.al, k.bl, w.A_log, w.dt_bias, dal, dbl);
+
+  Tensor dpc = be.alloc({T, C}, dt);
+  be.copy_cols(dpc, 0, dq.view({T, kd}), 0, kd);
+  be.copy_cols(dpc, kd, dkk.view({T, kd}), 0, kd);
+  be.copy_cols(dpc, 2 * kd, dvv.view({T, vd}), 0, vd);
+  Tensor dp = be.alloc({T, C}, dt);
+  be.conv1d_silu_bwd(dpc, k.p, w.conv, c.seq, dp);
+
+  linear_bwd(be, dp, w.in_qkv, l.qkv, c.rt, c.salt(4), k.lqkv, dx, false);
+  linear_bwd(be, dz.view({T, vd}), w.in_z, l.z, c.rt, c.salt(5), k.lz, dx, true);
+  linear_bwd(be, dbl, w.in_b, l.b, c.rt, c.salt(6), k.lb, dx, true);
+  linear_bwd(be, dal, w.in_a, l.a, c.rt, c.salt(7), k.la, dx, true);
+}
+
+}  // namespace deltatune

@@ -1,0 +1,29 @@
+// y = x·Wᵀ (+ s·(dropout(x)·Aᵀ)·Bᵀ when a LoRA module is attached), forward and backward.
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "lora/lora.h"
+
+namespace deltatune {
+
+struct LinearCache {
+  Tensor x;   // input (kept by reference: the caller's tensor)
+  Tensor xd;  // dropout(x) when dropout > 0
+  Tensor u;   // xd·Aᵀ [T, r]
+};
+
+struct LoraRuntime {
+  float dropout = 0.f;
+  uint64_t dropout_seed = 0;  // per step; each module mixes in its own index
+  bool training = false;
+};
+
+// y (=) x·Wᵀ + LoRA. W [out, in]; x [T, in]; y [T, out].
+void linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* lora, const LoraRuntime& rt,
+                uint64_t module_salt, Tensor& y, LinearCache& cache);
+// dx (=) or (+=) dy·W + LoRA path; LoRA gradients (+=) into lora->gA/gB.
+void linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModule* lora, const LoraRuntime& rt,
+                uint64_t module_salt, const LinearCache& cache, Tensor& dx, bool accumulate);
+
+}  // namespace deltatune

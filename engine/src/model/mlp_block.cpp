@@ -1,0 +1,36 @@
+// SwiGLU MLP (spec §3.7): down(silu(gate(x)) ⊙ up(x)).
+#include "model/blocks.h"
+
+namespace deltatune {
+
+Tensor mlp_fwd(const BlockContext& c, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w,
+               LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& k) {
+  Backend& be = c.be;
+  const int64_t T = x.rows(), I = gate_w.dim(0);
+  const DType dt = be.compute_dtype();
+  k.g = be.alloc({T, I}, dt);
+  linear_fwd(be, x, gate_w, lg, c.rt, c.salt(salt0), k.g, k.lg);
+  k.u = be.alloc({T, I}, dt);
+  linear_fwd(be, x, up_w, lu, c.rt, c.salt(salt0 + 1), k.u, k.lu);
+  k.h = be.alloc({T, I}, dt);
+  be.swiglu_fwd(k.g, k.u, k.h);
+  Tensor out = be.alloc({T, down_w.dim(0)}, dt);
+  linear_fwd(be, k.h, down_w, ld, c.rt, c.salt(salt0 + 2), out, k.ld);
+  return out;
+}
+
+void mlp_bwd(const BlockContext& c, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w,
+             LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& dout, const MlpCache& k,
+             Tensor& dx, bool accumulate) {
+  Backend& be = c.be;
+  const int64_t T = dout.rows(), I = gate_w.dim(0);
+  const DType dt = be.compute_dtype();
+  Tensor dh = be.alloc({T, I}, dt);
+  linear_bwd(be, dout, down_w, ld, c.rt, c.salt(salt0 + 2), k.ld, dh, false);
+  Tensor dg = be.alloc({T, I}, dt), du = be.alloc({T, I}, dt);
+  be.swiglu_bwd(dh, k.g, k.u, dg, du);
+  linear_bwd(be, dg, gate_w, lg, c.rt, c.salt(salt0), k.lg, dx, accumulate);
+  linear_bwd(be, du, up_w, lu, c.rt, c.salt(salt0 + 1), k.lu, dx, true);
+}
+
+}  // namespace deltatune

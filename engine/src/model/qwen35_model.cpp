@@ -1,0 +1,252 @@
+#include "model/qwen35_model.h"
+
+#include <string>
+
+#include "core/error.h"
+#include "model/blocks.h"
+
+namespace deltatune {
+
+struct Qwen35Model::DeviceLayer : DeviceLayerWeights {};
+
+struct LayerCache {
+  Tensor x_in;            // layer input (kept with gradient checkpointing)
+  Tensor a, rstd1, x_mid, m, rstd2;
+  AttnCache attn;
+  GdnCache gdn;
+  MlpCache mlp;
+  MoeCache moe;
+};
+
+struct Qwen35Model::Activations {
+  std::vector<LayerCache> layers;
+  Tensor x_final, rstd_final;
+};
+
+LayerLora layer_lora_find(LoraAdapter* adapter, int layer) {
+  LayerLora l;
+  if (!adapter) return l;
+  const std::string p = "layers." + std::to_string(layer) + ".";
+  auto f = [&](const char* s) { return adapter->find(p + s); };
+  l.q = f("self_attn.q_proj");
+  l.k = f("self_attn.k_proj");
+  l.v = f("self_attn.v_proj");
+  l.o = f("self_attn.o_proj");
+  l.qkv = f("linear_attn.in_proj_qkv");
+  l.z = f("linear_attn.in_proj_z");
+  l.b = f("linear_attn.in_proj_b");
+  l.a = f("linear_attn.in_proj_a");
+  l.out = f("linear_attn.out_proj");
+  l.gate = f("mlp.gate_proj");
+  l.up = f("mlp.up_proj");
+  l.down = f("mlp.down_proj");
+  l.sh_gate = f("mlp.shared_expert.gate_proj");
+  l.sh_up = f("mlp.shared_expert.up_proj");
+  l.sh_down = f("mlp.shared_expert.down_proj");
+  l.ex_gate_up = f("mlp.experts.gate_up_proj");
+  l.ex_down = f("mlp.experts.down_proj");
+  return l;
+}
+
+namespace {
+
+Tensor up_w(Backend& be, const Tensor& t) { return t.defined() ? be.upload(t, be.weight_dtype()) : Tensor{}; }
+Tensor up_f32(Backend& be, const Tensor& t) { return t.defined() ? be.upload(t, DType::F32) : Tensor{}; }
+
+Tensor upload_i32(Backend& be, const std::vector<int32_t>& v) {
+  Tensor h = host_tensor({static_cast<int64_t>(v.size())}, DType::I32);
+  std::copy(v.begin(), v.end(), h.ptr<int32_t>());
+  return be.upload(h, DType::I32);
+}
+
+// Layer forward: x -> x + mixer(norm(x)) -> + mlp(norm(.)). Fills `c`.
+Tensor layer_fwd(const BlockContext& ctx, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
+                 LayerCache& c) {
+  Backend& be = ctx.be;
+  const auto& cfg = ctx.cfg;
+  const int64_t T = x.rows(), H = cfg.hidden_size;
+  const DType dt = be.compute_dtype();
+  const float eps = static_cast<float>(cfg.rms_eps);
+  c.x_in = x;
+  c.a = be.alloc({T, H}, dt);
+  c.rstd1 = be.alloc({T}, DType::F32);
+  be.rmsnorm_fwd(x, w.input_norm, eps, true, c.a, c.rstd1);
+  Tensor mix = w.kind == LayerKind::FullAttention ? attention_block_fwd(ctx, w, l, c.a, c.attn)
+                                                  : gdn_block_fwd(ctx, w, l, c.a, c.gdn);
+  c.x_mid = be.alloc({T, H}, dt);
+  be.copy(c.x_mid, x);
+  be.add(c.x_mid, mix, 1.f);
+  c.m = be.alloc({T, H}, dt);
+  c.rstd2 = be.alloc({T}, DType::F32);
+  be.rmsnorm_fwd(c.x_mid, w.post_norm, eps, true, c.m, c.rstd2);
+  Tensor mlp = cfg.is_moe() ? moe_block_fwd(ctx, w, l, c.m, c.moe)
+                            : mlp_fwd(ctx, w.gate_proj, w.up_proj, w.down_proj, l.gate, l.up, l.down, 9, c.m, c.mlp);
+  Tensor out = be.alloc({T, H}, dt);
+  be.copy(out, c.x_mid);
+  be.add(out, mlp, 1.f);
+  return out;
+}
+
+// dx_out: gradient w.r.t. the layer output; returns the gradient w.r.t. its input.
+Tensor layer_bwd(const BlockContext& ctx, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& dx_out,
+                 const LayerCache& c) {
+  Backend& be = ctx.be;
+  const auto& cfg = ctx.cfg;
+  const int64_t T = dx_out.rows(), H = cfg.hidden_size;
+  const DType dt = be.compute_dtype();
+  Tensor dm = be.alloc({T, H}, dt);
+  if (cfg.is_moe()) moe_block_bwd(ctx, w, l, dx_out, c.moe, dm);
+  else mlp_bwd(ctx, w.gate_proj, w.up_proj, w.down_proj, l.gate, l.up, l.down, 9, dx_out, c.mlp, dm, false);
+  Tensor dmid = be.alloc({T, H}, dt);
+  be.rmsnorm_bwd(dm, c.x_mid, w.post_norm, c.rstd2, true, dmid);
+  be.add(dmid, dx_out, 1.f);
+
+  Tensor da = be.alloc({T, H}, dt);
+  if (w.kind == LayerKind::FullAttention) attention_block_bwd(ctx, w, l, dmid, c.attn, da);
+  else gdn_block_bwd(ctx, w, l, dmid, c.gdn, da);
+  Tensor dx = be.alloc({T, H}, dt);
+  be.rmsnorm_bwd(da, c.x_in, w.input_norm, c.rstd1, true, dx);
+  be.add(dx, dmid, 1.f);
+  return dx;
+}
+
+}  // namespace
+
+Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be) : cfg_(mw.config), be_(be) {
+  embed_ = up_w(be, mw.embed);
+  final_norm_ = up_f32(be, mw.final_norm);
+  lm_head_ = mw.tied ? embed_ : up_w(be, mw.lm_head);
+  for (const LayerWeights& lw : mw.layers) {
+    auto d = std::make_unique<DeviceLayer>();
+    d->kind = lw.kind;
+    d->input_norm = up_f32(be, lw.input_norm);
+    d->post_norm = up_f32(be, lw.post_norm);
+    if (lw.kind == LayerKind::FullAttention) {
+      d->q_proj = up_w(be, lw.attn.q_proj);
+      d->k_proj = up_w(be, lw.attn.k_proj);
+      d->v_proj = up_w(be, lw.attn.v_proj);
+      d->o_proj = up_w(be, lw.attn.o_proj);
+      d->q_norm = up_f32(be, lw.attn.q_norm);
+      d->k_norm = up_f32(be, lw.attn.k_norm);
+    } else {
+      d->in_qkv = up_w(be, lw.lin.in_proj_qkv);
+      d->in_z = up_w(be, lw.lin.in_proj_z);
+      d->in_b = up_w(be, lw.lin.in_proj_b);
+      d->in_a = up_w(be, lw.lin.in_proj_a);
+      d->conv = up_f32(be, lw.lin.conv1d);
+      d->dt_bias = up_f32(be, lw.lin.dt_bias);
+      d->A_log = up_f32(be, lw.lin.A_log);
+      d->lin_norm = up_f32(be, lw.lin.norm);
+      d->out_proj = up_w(be, lw.lin.out_proj);
+    }
+    if (cfg_.is_moe()) {
+      d->router = up_w(be, lw.moe.router);
+      d->experts_gate_up = up_w(be, lw.moe.gate_up);
+      d->experts_down = up_w(be, lw.moe.down);
+      d->sh_gate = up_w(be, lw.moe.shared.gate_proj);
+      d->sh_up = up_w(be, lw.moe.shared.up_proj);
+      d->sh_down = up_w(be, lw.moe.shared.down_proj);
+      d->sh_gate_w = up_w(be, lw.moe.shared_gate);
+    } else {
+      d->gate_proj = up_w(be, lw.mlp.gate_proj);
+      d->up_proj = up_w(be, lw.mlp.up_proj);
+      d->down_proj = up_w(be, lw.mlp.down_proj);
+    }
+    layers_.push_back(std::move(d));
+  }
+}
+
+Qwen35Model::~Qwen35Model() = default;
+
+SeqLayout Qwen35Model::make_layout(const Batch& batch) {
+  check(!batch.input_ids.empty(), "internal: empty batch");
+  SeqLayout s;
+  s.host_cu_seqlens = batch.cu_seqlens;
+  s.cu_seqlens = upload_i32(be_, batch.cu_seqlens);
+  s.positions = upload_i32(be_, batch.positions);
+  for (size_t i = 1; i < batch.cu_seqlens.size(); ++i)
+    s.max_seqlen = std::max(s.max_seqlen, batch.cu_seqlens[i] - batch.cu_seqlens[i - 1]);
+  for (int32_t id : batch.input_ids) {
+    check(id >= 0 && id < cfg_.vocab_size, "token id " + std::to_string(id) + " is out of the model's vocabulary (0.." +
+                                               std::to_string(cfg_.vocab_size - 1) + ")");
+  }
+  return s;
+}
+
+Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, LoraAdapter* lora,
+                                  const StepOptions& opts, Activations* acts) {
+  const int64_t T = static_cast<int64_t>(batch.input_ids.size()), H = cfg_.hidden_size;
+  const DType dt = be_.compute_dtype();
+  Tensor ids = upload_i32(be_, batch.input_ids);
+  Tensor x = be_.alloc({T, H}, dt);
+  be_.embedding_fwd(ids, embed_, x);
+  if (acts) acts->layers.resize(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    BlockContext ctx{be_, cfg_, seq, opts.lora, static_cast<int>(i)};
+    const LayerLora l = layer_lora_find(lora, static_cast<int>(i));
+    LayerCache scratch;
+    LayerCache& c = (acts && !opts.gradient_checkpointing) ? acts->layers[i] : scratch;
+    Tensor next = layer_fwd(ctx, *layers_[i], l, x, c);
+    if (acts && opts.gradient_checkpointing) acts->layers[i].x_in = x;
+    x = next;
+  }
+  Tensor h = be_.alloc({T, H}, dt);
+  Tensor rstd = be_.alloc({T}, DType::F32);
+  be_.rmsnorm_fwd(x, final_norm_, static_cast<float>(cfg_.rms_eps), true, h, rstd);
+  if (acts) {
+    acts->x_final = x;
+    acts->rstd_final = rstd;
+  }
+  return h;
+}
+
+StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOptions& opts) {
+  const SeqLayout seq = make_layout(batch);
+  const int64_t T = static_cast<int64_t>(batch.input_ids.size()), H = cfg_.hidden_size;
+  const DType dt = be_.compute_dtype();
+  Activations acts;
+  Tensor h = hidden_states(batch, seq, lora, opts, opts.backward ? &acts : nullptr);
+  Tensor targets = upload_i32(be_, batch.targets);
+
+  StepOutput out;
+  out.targets = batch.num_targets;
+  Tensor dh;
+  if (opts.backward) dh = be_.alloc({T, H}, dt);
+  if (opts.fused_loss) {
+    out.loss_sum = be_.linear_cross_entropy(h, lm_head_, targets, opts.grad_scale, opts.backward ? &dh : nullptr,
+                                            opts.loss_chunk_rows);
+  } else {
+    Tensor logits = be_.alloc({T, cfg_.vocab_size}, dt);
+    be_.gemm(h, false, lm_head_, true, logits, 1.f, 0.f);
+    out.loss_sum = be_.cross_entropy(logits, targets, opts.grad_scale, opts.backward ? &logits : nullptr);
+    if (opts.backward) be_.gemm(logits, false, lm_head_, false, dh, 1.f, 0.f);
+  }
+  if (!opts.backward) return out;
+
+  Tensor dx = be_.alloc({T, H}, dt);
+  be_.rmsnorm_bwd(dh, acts.x_final, final_norm_, acts.rstd_final, true, dx);
+  for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
+    BlockContext ctx{be_, cfg_, seq, opts.lora, i};
+    const LayerLora l = layer_lora_find(lora, i);
+    LayerCache& c = acts.layers[static_cast<size_t>(i)];
+    if (opts.gradient_checkpointing) {
+      const Tensor x_in = c.x_in;
+      c = LayerCache{};
+      layer_fwd(ctx, *layers_[static_cast<size_t>(i)], l, x_in, c);
+    }
+    dx = layer_bwd(ctx, *layers_[static_cast<size_t>(i)], l, dx, c);
+    c = LayerCache{};  // free this layer's activations
+  }
+  return out;
+}
+
+Tensor Qwen35Model::logits(const Batch& batch, LoraAdapter* lora) {
+  const SeqLayout seq = make_layout(batch);
+  StepOptions opts;
+  Tensor h = hidden_states(batch, seq, lora, opts, nullptr);
+  Tensor logits = be_.alloc({h.rows(), cfg_.vocab_size}, be_.compute_dtype());
+  be_.gemm(h, false, lm_head_, true, logits, 1.f, 0.f);
+  return be_.download(logits, DType::F32);
+}
+
+}  // namespace deltatune

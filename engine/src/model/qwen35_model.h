@@ -1,0 +1,56 @@
+// The Qwen3.5 decoder (dense and MoE) on a Backend: forward, loss and backward through every frozen
+// module into the LoRA weights. Backend-agnostic: it only calls Backend ops (spec §3).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "data/batch.h"
+#include "lora/lora.h"
+#include "model/lora_linear.h"
+#include "model/weights.h"
+
+namespace deltatune {
+
+struct StepOptions {
+  bool backward = false;           // also compute LoRA gradients (+=)
+  float grad_scale = 1.f;          // dLoss/dCE_sum, i.e. 1 / (targets of the whole optimizer step)
+  bool fused_loss = true;          // chunked lm_head + CE, never the full [T, V] logits
+  int64_t loss_chunk_rows = 1024;
+  bool gradient_checkpointing = false;
+  LoraRuntime lora;                // dropout settings (training only)
+};
+
+struct StepOutput {
+  double loss_sum = 0;   // Σ CE over the batch's targets
+  int64_t targets = 0;
+};
+
+class Qwen35Model {
+ public:
+  // Uploads the frozen weights to the backend (matrices in the backend's weight dtype, small vectors F32).
+  Qwen35Model(const ModelWeights& weights, Backend& backend);
+  ~Qwen35Model();
+  const ModelConfig& config() const { return cfg_; }
+  Backend& backend() { return be_; }
+
+  // Forward (and backward when opts.backward) of one packed micro-batch.
+  StepOutput step(const Batch& batch, LoraAdapter* lora, const StepOptions& opts);
+  // Full logits [T, V] (F32 host tensor) of a batch; for tests and evaluation tools.
+  Tensor logits(const Batch& batch, LoraAdapter* lora);
+
+  struct DeviceLayer;
+ private:
+  struct Activations;
+  SeqLayout make_layout(const Batch& batch);
+  Tensor hidden_states(const Batch& batch, const SeqLayout& seq, LoraAdapter* lora, const StepOptions& opts,
+                       Activations* acts);
+
+  ModelConfig cfg_;
+  Backend& be_;
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<std::unique_ptr<DeviceLayer>> layers_;
+};
+
+}  // namespace deltatune

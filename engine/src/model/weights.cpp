@@ -1,0 +1,224 @@
+// Checkpoint -> ModelWeights (spec §2). Every expected text tensor must be present with its exact shape;
+// anything else under the text prefix is an error, because a tensor we silently ignore is math we don't
+// do. Vision and MTP tensors are counted and skipped. Tensors keep their stored dtype (mmap views); the
+// model code converts.
+#include "model/weights.h"
+
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace deltatune {
+
+bool model_key_skipped(const std::string& key) {
+  return key.rfind("model.visual.", 0) == 0 || key.rfind("mtp.", 0) == 0;
+}
+
+std::string model_key_prefix(const CheckpointReader& reader) {
+  if (reader.has("model.language_model.embed_tokens.weight")) return "model.language_model.";
+  if (reader.has("model.embed_tokens.weight")) return "model.";
+  throw Error(reader.dir() + ": no model.language_model.embed_tokens.weight or model.embed_tokens.weight "
+                             "(expected a Qwen3.5 Hugging Face checkpoint)");
+}
+
+bool model_experts_per_expert(const CheckpointReader& reader, const std::string& p) {
+  return !reader.has(p + "layers.0.mlp.experts.gate_up_proj") &&
+         reader.has(p + "layers.0.mlp.experts.0.gate_proj.weight");
+}
+
+std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& c, const std::string& prefix,
+                                                   bool per_expert_layout) {
+  std::vector<ExpectedTensor> out;
+  auto add = [&](const std::string& key, Shape shape, const char* group) {
+    out.push_back({prefix + key, std::move(shape), group});
+  };
+  const int64_t H = c.hidden_size;
+  add("embed_tokens.weight", {c.vocab_size, H}, "embed");
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string l = "layers." + std::to_string(i) + ".";
+    add(l + "input_layernorm.weight", {H}, "norm");
+    add(l + "post_attention_layernorm.weight", {H}, "norm");
+    if (c.layer_types.at(static_cast<size_t>(i)) == LayerKind::FullAttention) {
+      const std::string a = l + "self_attn.";
+      add(a + "q_proj.weight", {c.num_heads * c.head_dim * 2, H}, "attn");
+      add(a + "k_proj.weight", {c.num_kv_heads * c.head_dim, H}, "attn");
+      add(a + "v_proj.weight", {c.num_kv_heads * c.head_dim, H}, "attn");
+      add(a + "o_proj.weight", {H, c.num_heads * c.head_dim}, "attn");
+      add(a + "q_norm.weight", {c.head_dim}, "norm");
+      add(a + "k_norm.weight", {c.head_dim}, "norm");
+    } else {
+      const std::string a = l + "linear_attn.";
+      add(a + "in_proj_qkv.weight", {c.conv_dim(), H}, "linear_attn");
+      add(a + "in_proj_z.weight", {c.value_dim(), H}, "linear_attn");
+      add(a + "in_proj_b.weight", {c.lin_v_heads, H}, "linear_attn");
+      add(a + "in_proj_a.weight", {c.lin_v_heads, H}, "linear_attn");
+      add(a + "conv1d.weight", {c.conv_dim(), 1, c.conv_kernel}, "linear_attn");
+      add(a + "dt_bias", {c.lin_v_heads}, "linear_attn");
+      add(a + "A_log", {c.lin_v_heads}, "linear_attn");
+      add(a + "norm.weight", {c.lin_v_dim}, "norm");
+      add(a + "out_proj.weight", {H, c.value_dim()}, "linear_attn");
+    }
+    const std::string m = l + "mlp.";
+    if (c.is_moe()) {
+      const int64_t E = c.num_experts, Ie = c.moe_intermediate, Is = c.shared_intermediate;
+      add(m + "gate.weight", {E, H}, "router");
+      if (per_expert_layout) {
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string x = m + "experts." + std::to_string(e) + ".";
+          add(x + "gate_proj.weight", {Ie, H}, "experts");
+          add(x + "up_proj.weight", {Ie, H}, "experts");
+          add(x + "down_proj.weight", {H, Ie}, "experts");
+        }
+      } else {
+        add(m + "experts.gate_up_proj", {E, 2 * Ie, H}, "experts");
+        add(m + "experts.down_proj", {E, H, Ie}, "experts");
+      }
+      add(m + "shared_expert.gate_proj.weight", {Is, H}, "shared_expert");
+      add(m + "shared_expert.up_proj.weight", {Is, H}, "shared_expert");
+      add(m + "shared_expert.down_proj.weight", {H, Is}, "shared_expert");
+      add(m + "shared_expert_gate.weight", {1, H}, "shared_expert");
+    } else {
+      add(m + "gate_proj.weight", {c.intermediate_size, H}, "mlp");
+      add(m + "up_proj.weight", {c.intermediate_size, H}, "mlp");
+      add(m + "down_proj.weight", {H, c.intermediate_size}, "mlp");
+    }
+  }
+  add("norm.weight", {H}, "norm");
+  return out;
+}
+
+namespace {
+
+bool is_float(DType dt) { return dt == DType::F32 || dt == DType::BF16 || dt == DType::F16; }
+
+// Stacks per-expert 2-D weights into the fused [E, 2Ie, H] / [E, H, Ie] layout (host copies).
+void stack_experts(const CheckpointReader& r, const std::string& m, const ModelConfig& c, MoeWeights* moe) {
+  const int64_t E = c.num_experts, Ie = c.moe_intermediate, H = c.hidden_size;
+  const DType dt = r.entry(m + "experts.0.gate_proj.weight").dtype;
+  moe->gate_up = host_tensor({E, 2 * Ie, H}, dt);
+  moe->down = host_tensor({E, H, Ie}, dt);
+  const size_t half = static_cast<size_t>(Ie * H) * dtype_size(dt);
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = m + "experts." + std::to_string(e) + ".";
+    const Tensor gate = r.get(x + "gate_proj.weight"), up = r.get(x + "up_proj.weight"),
+                 down = r.get(x + "down_proj.weight");
+    for (const auto* t : {&gate, &up, &down})
+      check(t->dtype == dt, r.dir() + ": expert tensors of " + m + "experts mix dtypes (" + dtype_name(dt) +
+                                " and " + dtype_name(t->dtype) + "); expected one dtype to stack them");
+    char* gu = static_cast<char*>(moe->gate_up.index(e).data);
+    std::memcpy(gu, gate.data, half);  // rows [0, Ie) = gate, [Ie, 2Ie) = up (spec §2.5.4)
+    std::memcpy(gu + half, up.data, half);
+    std::memcpy(moe->down.index(e).data, down.data, down.nbytes());
+  }
+}
+
+}  // namespace
+
+ModelWeights model_weights_load(const std::string& dir) {
+  namespace fs = std::filesystem;
+  ModelWeights w;
+  w.dir = dir;
+  w.config = model_config_load((fs::path(dir) / "config.json").string());
+  w.reader = std::make_shared<CheckpointReader>(dir);
+  const CheckpointReader& r = *w.reader;
+  const ModelConfig& c = w.config;
+  const std::string P = model_key_prefix(r);
+  w.key_prefix = P;
+  w.experts_per_expert_layout = c.is_moe() && model_experts_per_expert(r, P);
+
+  auto where = [&](const std::string& key) { return (fs::path(dir) / r.file_of(key)).string(); };
+  std::set<std::string> used;
+  for (const ExpectedTensor& e : model_expected_tensors(c, P, w.experts_per_expert_layout)) {
+    check(r.has(e.key), dir + ": checkpoint has no tensor '" + e.key + "' (expected shape " + shape_str(e.shape) +
+                            " from config.json)");
+    const TensorEntry& got = r.entry(e.key);
+    check(got.shape == e.shape, where(e.key) + ": tensor '" + e.key + "' has shape " + shape_str(got.shape) +
+                                    ", expected " + shape_str(e.shape) + " from config.json");
+    check(is_float(got.dtype), where(e.key) + ": tensor '" + e.key + "' has dtype " + dtype_name(got.dtype) +
+                                   " (expected F32, BF16 or F16)");
+    used.insert(e.key);
+  }
+  w.tied = !r.has("lm_head.weight");
+  if (!w.tied) {
+    const TensorEntry& got = r.entry("lm_head.weight");
+    const Shape want{c.vocab_size, c.hidden_size};
+    check(got.shape == want, where("lm_head.weight") + ": tensor 'lm_head.weight' has shape " +
+                                 shape_str(got.shape) + ", expected " + shape_str(want));
+    check(is_float(got.dtype), where("lm_head.weight") + ": tensor 'lm_head.weight' has dtype " +
+                                   dtype_name(got.dtype) + " (expected F32, BF16 or F16)");
+    used.insert("lm_head.weight");
+  }
+  if (w.tied != c.tie_word_embeddings_flag)
+    w.warnings.push_back(std::string("config.json says tie_word_embeddings = ") +
+                         (c.tie_word_embeddings_flag ? "true" : "false") + " but the checkpoint " +
+                         (w.tied ? "has no" : "has an") + " lm_head.weight; following the checkpoint (" +
+                         (w.tied ? "tied" : "untied") + ")");
+
+  std::vector<std::string> unknown;
+  for (const std::string& name : r.names()) {
+    if (used.count(name)) continue;
+    if (model_key_skipped(name)) ++w.skipped_tensors;
+    else unknown.push_back(name);
+  }
+  if (!unknown.empty())
+    throw Error(where(unknown[0]) + ": unexpected tensor '" + unknown[0] + "'" +
+                (unknown.size() > 1 ? " (and " + std::to_string(unknown.size() - 1) + " more)" : std::string()) +
+                " that a " + c.model_type + " text model with this config.json does not have");
+
+  auto get = [&](const std::string& key) { return r.get(P + key); };
+  w.embed = get("embed_tokens.weight");
+  w.final_norm = get("norm.weight");
+  w.lm_head = w.tied ? w.embed : r.get("lm_head.weight");
+  w.layers.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerWeights& L = w.layers[static_cast<size_t>(i)];
+    const std::string l = "layers." + std::to_string(i) + ".";
+    L.kind = c.layer_types[static_cast<size_t>(i)];
+    L.input_norm = get(l + "input_layernorm.weight");
+    L.post_norm = get(l + "post_attention_layernorm.weight");
+    if (L.kind == LayerKind::FullAttention) {
+      const std::string a = l + "self_attn.";
+      L.attn.q_proj = get(a + "q_proj.weight");
+      L.attn.k_proj = get(a + "k_proj.weight");
+      L.attn.v_proj = get(a + "v_proj.weight");
+      L.attn.o_proj = get(a + "o_proj.weight");
+      L.attn.q_norm = get(a + "q_norm.weight");
+      L.attn.k_norm = get(a + "k_norm.weight");
+    } else {
+      const std::string a = l + "linear_attn.";
+      L.lin.in_proj_qkv = get(a + "in_proj_qkv.weight");
+      L.lin.in_proj_z = get(a + "in_proj_z.weight");
+      L.lin.in_proj_b = get(a + "in_proj_b.weight");
+      L.lin.in_proj_a = get(a + "in_proj_a.weight");
+      L.lin.conv1d = get(a + "conv1d.weight").view({c.conv_dim(), c.conv_kernel});
+      L.lin.dt_bias = get(a + "dt_bias");
+      L.lin.A_log = get(a + "A_log");
+      L.lin.norm = get(a + "norm.weight");
+      L.lin.out_proj = get(a + "out_proj.weight");
+    }
+    const std::string m = l + "mlp.";
+    if (c.is_moe()) {
+      L.moe.router = get(m + "gate.weight");
+      if (w.experts_per_expert_layout) {
+        stack_experts(r, P + m, c, &L.moe);
+      } else {
+        L.moe.gate_up = get(m + "experts.gate_up_proj");
+        L.moe.down = get(m + "experts.down_proj");
+      }
+      L.moe.shared.gate_proj = get(m + "shared_expert.gate_proj.weight");
+      L.moe.shared.up_proj = get(m + "shared_expert.up_proj.weight");
+      L.moe.shared.down_proj = get(m + "shared_expert.down_proj.weight");
+      L.moe.shared_gate = get(m + "shared_expert_gate.weight");
+    } else {
+      L.mlp.gate_proj = get(m + "gate_proj.weight");
+      L.mlp.up_proj = get(m + "up_proj.weight");
+      L.mlp.down_proj = get(m + "down_proj.weight");
+    }
+  }
+  return w;
+}
+
+}  // namespace deltatune

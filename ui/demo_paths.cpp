@@ -1,0 +1,27 @@
+#include "demo_paths.h"
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
+
+namespace studio {
+
+QString demoDir() {
+  const QStringList candidates = {
+      qEnvironmentVariable("DELTATUNE_DEMO_DIR"),
+      QCoreApplication::applicationDirPath() + QStringLiteral("/../share/deltatune/demo"),
+      QStringLiteral(DT_DEMO_INSTALL_DIR),
+      QStringLiteral(DT_SOURCE_DIR "/resources/demo"),
+  };
+  for (const QString& c : candidates) {
+    if (!c.isEmpty() && QFileInfo::exists(c + QStringLiteral("/demo_run.yaml"))) return QDir(c).canonicalPath();
+  }
+  return {};
+}
+
+QString demoRunFile() {
+  const QString d = demoDir();
+  return d.isEmpty() ? QString() : d + QStringLiteral("/demo_run.yaml");
+}
+
+}  // namespace studio

@@ -1,0 +1,27 @@
+// Which numbers of a StepMetrics go on a plot: used by the live plots and the experiments overlay.
+#pragma once
+#include <QString>
+#include <QVector>
+#include <optional>
+#include <vector>
+
+#include "deltatune/trainer.h"
+
+namespace studio {
+
+enum class Metric { Loss, EvalLoss, LearningRate, GradNorm, TokensPerSecond, VramAllocated, VramReserved };
+enum class Axis { Step, TokensSeen, WallTime };
+
+QString metricName(Metric m);
+QString axisName(Axis a);
+
+double axisValue(const deltatune::StepMetrics& m, Axis a);
+// Empty when the step has no value for the metric (eval loss only exists on eval steps).
+std::optional<double> metricValue(const deltatune::StepMetrics& m, Metric metric);
+
+struct Series {
+  QVector<double> x, y;
+};
+Series seriesOf(const std::vector<deltatune::StepMetrics>& steps, Axis a, Metric metric);
+
+}  // namespace studio

@@ -1,0 +1,31 @@
+#include "token_view.h"
+
+namespace studio {
+
+QString tokensToHtml(const deltatune::PreviewExample& ex) {
+  QString html = QStringLiteral(
+      "<div style='font-family: monospace; line-height: 170%;'>");
+  int i = 0;
+  for (const auto& t : ex.tokens) {
+    QString text = QString::fromStdString(t.text).toHtmlEscaped();
+    const bool newline = text.contains('\n');
+    text.replace(' ', QStringLiteral("&middot;"));
+    text.replace('\t', QStringLiteral("&rarr;"));
+    text.replace('\n', QStringLiteral("&crarr;"));
+    if (text.isEmpty()) text = QStringLiteral("&empty;");
+    // Alternating shades mark the boundaries; trained tokens are green, prompt tokens grey.
+    const bool odd = (i++ % 2) == 1;
+    const char* bg = t.trained ? (odd ? "#b7e4b0" : "#cdeec7") : (odd ? "#dcdcdc" : "#ececec");
+    const char* fg = t.trained ? "#0d4a12" : "#444444";
+    html += QStringLiteral("<span title='id %1%2' style='background-color:%3; color:%4;'>%5</span>")
+                .arg(t.id)
+                .arg(t.trained ? QStringLiteral(" (trained)") : QString())
+                .arg(QLatin1String(bg), QLatin1String(fg), text);
+    if (newline) html += QStringLiteral("<br/>");
+  }
+  if (ex.truncated) html += QStringLiteral("<br/><span style='color:#b00020;'>[truncated]</span>");
+  html += QStringLiteral("</div>");
+  return html;
+}
+
+}  // namespace studio
