@@ -257,8 +257,8 @@ TEST(RunsConfig, RelativePathsResolveAgainstTheYamlFolder) {
   EXPECT_EQ(c.datasets[0].path, (tmp.path / "train.jsonl").string());
   EXPECT_EQ(c.datasets[1].path, "elsewhere.jsonl");  // not there: kept relative to the working directory
   EXPECT_EQ(c.lora_model_dir, (tmp.path / "adapters/a1").string());
-  EXPECT_EQ(c.output_dir, (tmp.path / "runs/new_run").string());  // parent exists next to the YAML
-  EXPECT_EQ(c.dataset_prepared_path, "nowhere/cache");
+  EXPECT_EQ(c.output_dir, (tmp.path / "runs/new_run").string());  // outputs: always next to the YAML
+  EXPECT_EQ(c.dataset_prepared_path, (tmp.path / "nowhere/cache").string());
   EXPECT_EQ(c.resume_from_checkpoint, "latest");
   // Strings parsed with the default base_dir are left alone.
   EXPECT_EQ(run_config_from_yaml_string("base_model: model\n").base_model, "model");
@@ -298,4 +298,17 @@ TEST(RunsConfig, ItemsAndHash) {
   EXPECT_EQ(deltatune::run_config_hash(a).size(), 16u);
   b.learning_rate *= 2;
   EXPECT_NE(deltatune::run_config_hash(a), deltatune::run_config_hash(b));
+}
+
+// The run files shipped with the studio must parse (they are written by hand, so typos are possible).
+TEST(RunsConfig, ShippedRunFilesParse) {
+  const fs::path resources = fs::path(DT_SOURCE_DIR) / "resources";
+  if (!fs::exists(resources)) GTEST_SKIP() << "no resources folder";
+  int parsed = 0;
+  for (const auto& e : fs::recursive_directory_iterator(resources)) {
+    if (e.path().extension() != ".yaml") continue;
+    EXPECT_NO_THROW(run_config_from_yaml_file(e.path().string())) << e.path();
+    ++parsed;
+  }
+  EXPECT_GT(parsed, 0);
 }

@@ -38,6 +38,9 @@ struct DataStats {
   int64_t packed_rows = 0;       // rows of sequence_len when sample_packing, else = examples
   double packing_efficiency = 0; // tokens / (packed_rows * sequence_len), 0..1
   int64_t eval_examples = 0;     // held out by val_set_size or from test_datasets
+  // Added by the data pipeline (engine/src/data/pipeline.h uses this struct for its statistics):
+  int64_t skipped_bad_rows = 0;  // bad rows skipped with skip_bad_rows (also counted in dropped)
+  int64_t rows = 0;              // same as packed_rows (the name the trainer uses)
 };
 
 struct DataPreview {

@@ -71,7 +71,9 @@ struct RunConfig {
 };
 
 // Parse a run file; unknown keys and bad values throw deltatune::Error naming the key (and the closest
-// valid key for typos). Relative paths are resolved against the file's folder.
+// valid key for typos). Relative paths are resolved against the file's folder: inputs (base_model, dataset
+// paths, lora_model_dir, resume_from_checkpoint) when they exist there, else kept as written; outputs
+// (output_dir, dataset_prepared_path) always. A `key:` with no value keeps the default.
 RunConfig run_config_from_yaml_file(const std::string& path);
 RunConfig run_config_from_yaml_string(const std::string& yaml, const std::string& base_dir = ".");
 // Canonical YAML of a config (every key, stable order); parsing it gives the same config.

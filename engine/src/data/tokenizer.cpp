@@ -89,14 +89,16 @@ namespace {
 
 // GPT-2 byte <-> printable-codepoint table used by ByteLevel.
 struct ByteTable {
+  static constexpr uint32_t kMaxCp = 256 + 68;  // printable bytes map to themselves, the other 68 to 256..323
   std::array<uint32_t, 256> byte_to_cp{};
-  std::unordered_map<uint32_t, uint8_t> cp_to_byte;
+  std::array<int16_t, kMaxCp> cp_to_byte{};  // -1: not a byte-level character
   ByteTable() {
+    cp_to_byte.fill(-1);
     int n = 0;
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
       byte_to_cp[b] = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
-      cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
+      cp_to_byte[byte_to_cp[b]] = static_cast<int16_t>(b);
     }
   }
 };
@@ -115,9 +117,8 @@ bool byte_level_to_bytes(std::string_view s, std::string* out) {
     uint32_t cp;
     const int n = utf8_decode(s, i, &cp);
     if (n <= 0) return false;
-    auto it = t.cp_to_byte.find(cp);
-    if (it == t.cp_to_byte.end()) return false;
-    out->push_back(static_cast<char>(it->second));
+    if (cp >= ByteTable::kMaxCp || t.cp_to_byte[cp] < 0) return false;
+    out->push_back(static_cast<char>(t.cp_to_byte[cp]));
     i += static_cast<size_t>(n);
   }
   return true;
@@ -191,9 +192,14 @@ constexpr size_t kCacheShards = 64;
 constexpr size_t kCacheShardLimit = 1 << 15;
 constexpr size_t kCacheMaxWordBytes = 128;
 
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+};
+
 struct CacheShard {
   std::mutex mu;
-  std::unordered_map<std::string, std::vector<int32_t>> map;
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
 };
 
 }  // namespace
@@ -655,10 +661,10 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>* out)
     return;
   }
   const size_t h = std::hash<std::string_view>()(word);
-  CacheShard& shard = cache[h % kCacheShards];
+  CacheShard& shard = cache[(h >> 7) % kCacheShards];
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.map.find(std::string(word));
+    auto it = shard.map.find(word);
     if (it != shard.map.end()) {
       out->insert(out->end(), it->second.begin(), it->second.end());
       return;
@@ -799,6 +805,12 @@ std::vector<int32_t> Tokenizer::encode_with_offsets(std::string_view text, std::
   std::vector<int32_t> ids;
   std::vector<int64_t> s, e;
   impl_->encode_impl(text, &ids, &s, &e);
+  // Where normalization changed the text, offsets are approximate: keep them inside the text and ordered.
+  const auto n = static_cast<int64_t>(text.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    s[i] = std::clamp<int64_t>(s[i], i ? s[i - 1] : 0, n);
+    e[i] = std::clamp<int64_t>(e[i], s[i], n);
+  }
   if (starts) *starts = std::move(s);
   if (ends) *ends = std::move(e);
   return ids;

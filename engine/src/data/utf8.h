@@ -16,6 +16,8 @@ size_t utf8_find_invalid(std::string_view s);
 // s with every invalid sequence replaced by U+FFFD (like Rust's from_utf8_lossy).
 std::string utf8_make_valid(std::string_view s);
 void utf8_append(std::string* out, uint32_t cp);
+// Python str.isspace() for one code point (also what Python's re \s matches).
+bool utf8_is_python_space(uint32_t cp);
 // Number of code points (s must be valid UTF-8).
 size_t utf8_length(std::string_view s);
 

@@ -3,10 +3,10 @@
 //
 // Path rule: a relative base_model, dataset path, lora_model_dir or resume_from_checkpoint is resolved
 // against the YAML file's folder when it exists there, and kept as written (relative to the working
-// directory) otherwise. A relative output_dir or dataset_prepared_path is resolved against the YAML
-// file's folder when it or its parent folder exists there, so a fresh output folder lands next to the
-// YAML. Only keys written in the file are resolved; defaults stay as they are. Parsing a string with
-// base_dir "" or "." resolves nothing.
+// directory) otherwise. A relative output_dir or dataset_prepared_path (folders that usually do not exist
+// yet) is always resolved against the YAML file's folder, so outputs land in the same place whatever the
+// working directory. Only keys written in the file are resolved; defaults stay as they are. Parsing a
+// string with base_dir "" or "." resolves nothing.
 #include "deltatune/run_config.h"
 
 #include <yaml-cpp/yaml.h>
@@ -445,8 +445,7 @@ std::string resolve_path(const std::string& p, const std::string& base_dir, Path
   if (kind == PathKind::Input && p == "latest") return p;  // resume_from_checkpoint: latest
   const fs::path candidate = fs::path(base_dir) / path;
   std::error_code ec;
-  bool use = fs::exists(candidate, ec);
-  if (!use && kind == PathKind::Output) use = fs::is_directory(candidate.parent_path(), ec);
+  const bool use = kind == PathKind::Output || fs::exists(candidate, ec);
   return use ? candidate.lexically_normal().string() : p;
 }
 

@@ -1,5 +1,6 @@
 """Deterministic, varied test corpus for tokenizer parity (imported by make_goldens.py and the bench)."""
 import random
+import unicodedata
 
 FIXED = [
     "Hello, world!", "hello world", " leading space", "trailing space ", "  two leading", "",
@@ -64,5 +65,33 @@ def random_texts(n=400, seed=1234):
     return out
 
 
+RANGES = [(0x20, 0x7E), (0xA0, 0x24F), (0x250, 0x52F), (0x530, 0x10FF), (0x1100, 0x11FF), (0x1200, 0x1FFF),
+          (0x2000, 0x2BFF), (0x2E80, 0x312F), (0x3130, 0x9FFF), (0xA000, 0xABFF), (0xAC00, 0xD7A3), (0xF900, 0xFFFD),
+          (0x10000, 0x1342F), (0x16800, 0x18AFF), (0x1D000, 0x1FAFF), (0x20000, 0x2A6DF), (0xE0000, 0xE007F)]
+
+
+def random_codepoint_texts(n=600, seed=99):
+    """Code points drawn across Unicode blocks (letters, marks, digits, symbols).
+
+    Code points unassigned in this Python's Unicode (14.0, the version PCRE2 10.42 implements) are left
+    out: HF's Oniguruma knows Unicode 16, so characters first assigned in 15.0-16.0 (CJK Ext. H/I, Kawi,
+    Kaktovik numerals, ...) get other \\p{L}/\\p{N}/\\p{M} classes there. A known, documented difference.
+    """
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        chars = []
+        for _ in range(rng.randint(1, 24)):
+            lo, hi = rng.choice(RANGES)
+            c = rng.randint(lo, hi)
+            if 0xD800 <= c <= 0xDFFF or unicodedata.category(chr(c)) == "Cn":
+                continue
+            chars.append(chr(c))
+            if rng.random() < 0.2:
+                chars.append(rng.choice([" ", "  ", "\n", "'s", "'LL", "1", "\t"]))
+        out.append("".join(chars))
+    return out
+
+
 def corpus():
-    return FIXED + long_texts() + random_texts()
+    return FIXED + long_texts() + random_texts() + random_codepoint_texts()

@@ -1,0 +1,162 @@
+// Chat templates rendered byte-identically to HF apply_chat_template, and label masks equal to the
+// reference in tests/goldens/chat/make_goldens.py.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "data/chat_template.h"
+#include "data/jinja/template.h"
+#include "data/tokenizer.h"
+
+namespace deltatune {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+const std::string kChatDir = std::string(DT_SOURCE_DIR) + "/tests/goldens/chat/";
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+const std::map<std::string, std::string> kTemplateFiles = {{"qwen3", "qwen3_template.jinja"},
+                                                           {"qwen3_5", "qwen3_5_reconstructed.jinja"},
+                                                           {"chatml", "chatml.jinja"},
+                                                           {"llama3_style", "llama3_style.jinja"},
+                                                           {"features", "features.jinja"}};
+
+const ChatTemplate& template_named(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<ChatTemplate>> cache;
+  auto& slot = cache[name];
+  // Special tokens as the Qwen3 tokenizer_config gives them to HF (eos and pad only).
+  if (!slot) slot = std::make_unique<ChatTemplate>(slurp(kChatDir + kTemplateFiles.at(name)), "<|im_end|>", "", "<|endoftext|>", "", name);
+  return *slot;
+}
+
+std::vector<ojson> load_cases() {
+  std::ifstream f(kChatDir + "chat_goldens.jsonl");
+  std::vector<ojson> out;
+  std::string line;
+  while (std::getline(f, line)) out.push_back(ojson::parse(line));
+  return out;
+}
+
+ChatOptions options_of(const ojson& c) {
+  ChatOptions o;
+  o.add_generation_prompt = c["kwargs"].value("add_generation_prompt", false);
+  if (c["kwargs"].contains("enable_thinking")) o.enable_thinking = c["kwargs"]["enable_thinking"].get<bool>();
+  return o;
+}
+
+TEST(DataChat, RendersLikeHF) {
+  const auto cases = load_cases();
+  ASSERT_GT(cases.size(), 100u);
+  std::map<std::string, std::pair<int, int>> per_template;  // identical, total
+  for (const auto& c : cases) {
+    const std::string name = c["template"].get<std::string>();
+    const auto& tpl = template_named(name);
+    auto& stats = per_template[name];
+    ++stats.second;
+    if (c.contains("error")) {
+      EXPECT_THROW(tpl.render(c["messages"], c["tools"], options_of(c)), Error) << name << " " << c["messages"].dump();
+      ++stats.first;
+      continue;
+    }
+    std::string got;
+    try {
+      got = tpl.render(c["messages"], c["tools"], options_of(c));
+    } catch (const Error& e) {
+      ADD_FAILURE() << name << ": " << e.what() << "\n" << c["messages"].dump();
+      continue;
+    }
+    if (got == c["text"].get<std::string>()) ++stats.first;
+    else EXPECT_EQ(got, c["text"].get<std::string>()) << name << " kwargs=" << c["kwargs"].dump() << "\n" << c["messages"].dump();
+  }
+  for (const auto& [name, s] : per_template) {
+    std::cout << "[ chat ] " << name << ": " << s.first << "/" << s.second << " renders identical\n";
+    EXPECT_EQ(s.first, s.second) << name;
+  }
+}
+
+void check_labels(const Tokenizer& tok, const std::string& prefix) {
+  int checked = 0;
+  for (const auto& c : load_cases()) {
+    if (!c.contains(prefix + "_labels")) continue;
+    const auto& tpl = template_named(c["template"].get<std::string>());
+    const auto enc = chat_encode(tok, tpl, c["messages"], c["tools"], options_of(c), /*train_on_inputs=*/false);
+    EXPECT_EQ(enc.text, c["text"].get<std::string>());
+    EXPECT_EQ(enc.ids, c[prefix + "_ids"].get<std::vector<int32_t>>()) << c["template"] << " " << c["messages"].dump();
+    EXPECT_EQ(enc.labels, c[prefix + "_labels"].get<std::vector<int32_t>>()) << c["template"] << " " << c["messages"].dump();
+    const auto all = chat_encode(tok, tpl, c["messages"], c["tools"], options_of(c), /*train_on_inputs=*/true);
+    EXPECT_EQ(all.labels, all.ids);
+    ++checked;
+  }
+  EXPECT_GT(checked, 50);
+  std::cout << "[ chat ] " << prefix << ": " << checked << " label masks compared\n";
+}
+
+TEST(DataChat, LabelMasksMatchReferenceTinyTokenizer) {
+  check_labels(Tokenizer::from_file(std::string(DT_SOURCE_DIR) + "/tests/goldens/tokenizer/tiny_qwen.json"), "tiny");
+}
+
+TEST(DataChat, LabelMasksMatchReferenceQwen3Tokenizer) {
+  const std::string path = "/work/shared/data/tokenizers/qwen3/tokenizer.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  check_labels(Tokenizer::from_file(path), "qwen3");
+}
+
+TEST(DataChat, AssistantSpanIsContentThroughImEnd) {
+  const auto tok = Tokenizer::from_file(std::string(DT_SOURCE_DIR) + "/tests/goldens/tokenizer/tiny_qwen.json");
+  const auto& tpl = template_named("chatml");
+  const ojson msgs = ojson::parse(R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Yo"}])");
+  const auto enc = chat_encode(tok, tpl, msgs, nullptr, {}, false);
+  std::string trained;
+  for (size_t i = 0; i < enc.ids.size(); ++i)
+    if (enc.labels[i] != -100) trained += tok.decode({enc.ids[i]});
+  EXPECT_EQ(trained, "Yo<|im_end|>");
+}
+
+std::string render_src(const std::string& src, const ojson& ctx = ojson::object()) {
+  jinja::Dict d;
+  jinja::Template t(src, "t");
+  (void)ctx;
+  return t.render(jinja::Value::dict(std::move(d)));
+}
+
+TEST(DataChat, UnsupportedConstructsNameTheConstructAndLine) {
+  auto expect_error = [](const std::string& src, const std::string& needle) {
+    try {
+      render_src(src);
+      ADD_FAILURE() << "no error for " << src;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error("line1\n{% include 'x' %}", "'{% include %}'");
+  expect_error("\n\n{% include 'x' %}", "line 3");
+  expect_error("{{ x | frobnicate }}", "filter 'frobnicate'");
+  expect_error("{{ 1 is frob }}", "test 'frob'");
+  expect_error("{% if x %}", "endif");
+  expect_error("{{ raise_exception('boom') }}", "boom");
+  expect_error("{{ undefined_thing.attr }}", "'undefined_thing' is undefined");
+  expect_error("{% set x = 1 %}{% set x.y = 2 %}", "not a namespace");
+}
+
+TEST(DataChat, WhitespaceControlMatchesJinja) {
+  // Expected strings from jinja2 with trim_blocks/lstrip_blocks (as HF configures it).
+  EXPECT_EQ(render_src("a\n  {% if true %}\n  b\n  {% endif %}\nc\n"), "a\n  b\nc");
+  EXPECT_EQ(render_src("a  {%- if true -%}  b  {%- endif %}"), "ab");
+  EXPECT_EQ(render_src("{{ 'x' }}  {% if true %}y{% endif %}"), "x  y");
+  EXPECT_EQ(render_src("  {%+ if true %}y{% endif %}"), "  y");
+  EXPECT_EQ(render_src("{# c #}\nz"), "z");
+}
+
+}  // namespace
+}  // namespace deltatune
