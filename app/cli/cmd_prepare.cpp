@@ -24,8 +24,8 @@ void print_stats(const char* name, const DataStats& s, bool packing) {
               static_cast<long long>(s.trained_tokens), static_cast<long long>(s.truncated),
               static_cast<long long>(s.dropped));
   if (s.skipped_bad_rows) std::printf(" (%lld bad rows skipped)", static_cast<long long>(s.skipped_bad_rows));
-  std::printf(", %s %lld, packing efficiency %.1f%%\n", packing ? "packed rows" : "rows", static_cast<long long>(s.rows),
-              100.0 * s.packing_efficiency);
+  std::printf(", %s %lld, packing efficiency %.1f%%\n", packing ? "packed rows" : "rows",
+              static_cast<long long>(s.rows), 100.0 * s.packing_efficiency);
 }
 
 }  // namespace
@@ -36,8 +36,8 @@ int cmd_prepare(const Args& raw) {
   const RunConfig cfg = run_config_from_yaml_file(args.positionals[0]);
   const PreparedData data = data_prepare(cfg, [](const std::string& line) { std::cerr << line << "\n"; });
   for (const auto& d : data.datasets)
-    std::printf("dataset %s: %s, %lld rows%s%s\n", d.path.c_str(), d.format.c_str(), static_cast<long long>(d.rows),
-                d.split.empty() ? "" : " (validation)",
+    std::printf("dataset %s: %s, %lld rows%s%s\n", d.path.c_str(), d.format.c_str(),
+                static_cast<long long>(d.rows), d.split.empty() ? "" : " (validation)",
                 d.skipped_rows ? (", " + std::to_string(d.skipped_rows) + " skipped").c_str() : "");
   print_stats("train", data.train_stats, cfg.sample_packing);
   if (!data.eval.empty()) print_stats("eval", data.eval_stats, cfg.sample_packing);
@@ -54,7 +54,8 @@ int cmd_prepare(const Args& raw) {
     for (const auto& e : data.train) emit(e, false);
     for (const auto& e : data.eval) emit(e, true);
     write_text_file_atomic(args.get("--out"), out);
-    std::printf("wrote %zu examples to %s\n", data.train.size() + data.eval.size(), args.get("--out").c_str());
+    std::printf("wrote %zu examples to %s\n", data.train.size() + data.eval.size(),
+                args.get("--out").c_str());
   }
   return 0;
 }

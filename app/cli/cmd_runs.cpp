@@ -33,7 +33,8 @@ constexpr const char* kUsage =
     "$XDG_DATA_HOME/deltatune/experiments.db or ~/.local/share/deltatune/experiments.db).";
 
 std::unique_ptr<ExperimentStore> open_store(const ParsedArgs& p) {
-  auto store = std::make_unique<ExperimentStore>(p.has("--db") ? p.get("--db") : ExperimentStore::default_path());
+  auto store =
+      std::make_unique<ExperimentStore>(p.has("--db") ? p.get("--db") : ExperimentStore::default_path());
   store->mark_crashed_runs();
   return store;
 }
@@ -71,9 +72,12 @@ std::string format_duration(double s) {
   if (s < 0) return "-";
   const int64_t t = static_cast<int64_t>(s + 0.5);
   std::ostringstream o;
-  if (t >= 3600) o << t / 3600 << "h" << std::setw(2) << std::setfill('0') << (t % 3600) / 60 << "m";
-  else if (t >= 60) o << t / 60 << "m" << std::setw(2) << std::setfill('0') << t % 60 << "s";
-  else o << t << "s";
+  if (t >= 3600)
+    o << t / 3600 << "h" << std::setw(2) << std::setfill('0') << (t % 3600) / 60 << "m";
+  else if (t >= 60)
+    o << t / 60 << "m" << std::setw(2) << std::setfill('0') << t % 60 << "s";
+  else
+    o << t << "s";
   return o.str();
 }
 
@@ -117,7 +121,9 @@ void print_table(const std::vector<std::string>& header, const std::vector<std::
   for (const auto& r : rows) line(r);
 }
 
-json loss_json(double v) { return v < 0 ? json(nullptr) : json(v); }
+json loss_json(double v) {
+  return v < 0 ? json(nullptr) : json(v);
+}
 
 json run_json(const RunRecord& r) {
   const double d = duration_seconds(r);
@@ -164,7 +170,8 @@ int runs_list(const ParsedArgs& p) {
     rows.push_back({r.id, clip(r.name, 28), r.status, clip(model_name(r.model), 28), steps_text(r),
                     format_loss(r.final_loss), format_loss(r.best_eval_loss), short_time(r.created_at),
                     format_duration(duration_seconds(r))});
-  print_table({"ID", "NAME", "STATUS", "MODEL", "STEPS", "LOSS", "BEST EVAL", "CREATED (UTC)", "DURATION"}, rows);
+  print_table({"ID", "NAME", "STATUS", "MODEL", "STEPS", "LOSS", "BEST EVAL", "CREATED (UTC)", "DURATION"},
+              rows);
   return 0;
 }
 
@@ -232,10 +239,12 @@ int runs_show(const ParsedArgs& p) {
                             {"mean_tokens_per_second", s.mean_tps}};
     j["artifacts"] = json::array();
     for (const auto& a : arts)
-      j["artifacts"].push_back({{"kind", a.kind}, {"path", a.path}, {"step", a.step}, {"created_at", a.created_at}});
+      j["artifacts"].push_back(
+          {{"kind", a.kind}, {"path", a.path}, {"step", a.step}, {"created_at", a.created_at}});
     j["events"] = json::array();
     for (size_t i = first_event; i < events.size(); ++i)
-      j["events"].push_back({{"time", events[i].time}, {"level", events[i].level}, {"message", events[i].message}});
+      j["events"].push_back(
+          {{"time", events[i].time}, {"level", events[i].level}, {"message", events[i].message}});
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -245,9 +254,11 @@ int runs_show(const ParsedArgs& p) {
             << "  model       " << r.model << "\n"
             << "  datasets    " << r.datasets << "\n"
             << "  output_dir  " << r.output_dir << "\n"
-            << "  device      " << (r.device.empty() ? "-" : r.device) << "   engine " << r.engine_version << "\n"
-            << "  created     " << r.created_at << "   finished " << (r.finished_at.empty() ? "-" : r.finished_at)
-            << "   duration " << format_duration(duration_seconds(r)) << "\n"
+            << "  device      " << (r.device.empty() ? "-" : r.device) << "   engine " << r.engine_version
+            << "\n"
+            << "  created     " << r.created_at << "   finished "
+            << (r.finished_at.empty() ? "-" : r.finished_at) << "   duration "
+            << format_duration(duration_seconds(r)) << "\n"
             << "  steps       " << steps_text(r) << "\n";
   if (!r.tags.empty()) {
     std::string tags;
@@ -258,13 +269,14 @@ int runs_show(const ParsedArgs& p) {
 
   std::cout << "\nmetrics (" << s.rows << " rows)\n";
   if (s.rows) {
-    std::cout << "  loss        first " << format_loss(s.first_loss) << "   final " << format_loss(s.final_loss)
-              << "   min " << format_loss(s.min_loss) << "\n"
+    std::cout << "  loss        first " << format_loss(s.first_loss) << "   final "
+              << format_loss(s.final_loss) << "   min " << format_loss(s.min_loss) << "\n"
               << "  best eval   " << format_loss(s.best_eval)
               << (s.best_eval >= 0 ? " (step " + std::to_string(s.best_eval_step) + ")" : "") << "\n"
               << "  last lr     " << s.last_lr << "\n"
               << "  tokens      " << s.tokens_seen << " seen"
-              << (s.mean_tps > 0 ? ", " + std::to_string(static_cast<int64_t>(s.mean_tps)) + " tokens/s mean" : "")
+              << (s.mean_tps > 0 ? ", " + std::to_string(static_cast<int64_t>(s.mean_tps)) + " tokens/s mean"
+                                 : "")
               << "\n";
   }
 
@@ -273,7 +285,8 @@ int runs_show(const ParsedArgs& p) {
 
   std::cout << "\nevents (last " << events.size() - first_event << " of " << events.size() << ")\n";
   for (size_t i = first_event; i < events.size(); ++i)
-    std::cout << "  " << short_time(events[i].time) << "  " << events[i].level << "  " << events[i].message << "\n";
+    std::cout << "  " << short_time(events[i].time) << "  " << events[i].level << "  " << events[i].message
+              << "\n";
 
   std::cout << "\nconfig\n";
   std::istringstream yaml(r.config_yaml);
@@ -371,8 +384,10 @@ int runs_compare(const ParsedArgs& p) {
     rows.push_back(std::move(row));
   }
   std::cout << "config differences (" << differing.size() << " of " << keys.size() << " keys)\n";
-  if (rows.empty()) std::cout << "(none: the configs are identical)\n";
-  else print_table(header, rows);
+  if (rows.empty())
+    std::cout << "(none: the configs are identical)\n";
+  else
+    print_table(header, rows);
   rows.clear();
   for (const auto& row : results) {
     std::vector<std::string> line{row.label};
@@ -389,11 +404,11 @@ int runs_delete(const ParsedArgs& p) {
   auto store = open_store(p);
   const RunRecord r = resolve(*store, p.positionals[1]);
   // mark_crashed_runs ran on open, so "running" means the process is alive (or on another machine).
-  check(r.status != "running", "run " + r.id + " is running (pid " + std::to_string(r.pid) +
-                                   "); stop it before deleting it");
+  check(r.status != "running",
+        "run " + r.id + " is running (pid " + std::to_string(r.pid) + "); stop it before deleting it");
   store->delete_run(r.id);
-  std::cout << "deleted run " << r.id << (r.name.empty() ? "" : " (" + r.name + ")") << " from " << store->path()
-            << "\n";
+  std::cout << "deleted run " << r.id << (r.name.empty() ? "" : " (" + r.name + ")") << " from "
+            << store->path() << "\n";
   if (p.has("--files")) {
     const fs::path dir = r.output_dir;
     std::error_code ec;
@@ -402,7 +417,8 @@ int runs_delete(const ParsedArgs& p) {
     const bool too_broad =
         dir.empty() || dir == dir.root_path() || fs::equivalent(dir, fs::path(home ? home : "/"), ec);
     if (too_broad) {
-      std::cerr << "warning: not removing output_dir '" << r.output_dir << "' (empty, a root or the home folder)\n";
+      std::cerr << "warning: not removing output_dir '" << r.output_dir
+                << "' (empty, a root or the home folder)\n";
     } else if (fs::exists(dir)) {
       fs::remove_all(dir, ec);
       check(!ec, "run deleted, but removing " + r.output_dir + " failed: " + ec.message());

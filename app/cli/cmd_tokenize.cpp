@@ -36,9 +36,11 @@ bool parse_bool(const std::string& s, const std::string& option) {
 }  // namespace
 
 int cmd_tokenize(const Args& raw) {
-  const auto args = parse_args(raw, {"--model", "--enable-thinking"}, {"--chat", "--add-generation-prompt", "--train-on-inputs"});
-  check(args.has("--model"), "usage: deltatune tokenize --model DIR [--chat] [--add-generation-prompt] "
-                             "[--enable-thinking true|false] [--train-on-inputs] < input.jsonl");
+  const auto args = parse_args(raw, {"--model", "--enable-thinking"},
+                               {"--chat", "--add-generation-prompt", "--train-on-inputs"});
+  check(args.has("--model"),
+        "usage: deltatune tokenize --model DIR [--chat] [--add-generation-prompt] "
+        "[--enable-thinking true|false] [--train-on-inputs] < input.jsonl");
   const std::string dir = args.get("--model");
   const Tokenizer tok = Tokenizer::from_file(dir);
   const bool chat = args.has("--chat");
@@ -46,7 +48,8 @@ int cmd_tokenize(const Args& raw) {
   if (chat) tpl = std::make_unique<ChatTemplate>(ChatTemplate::from_model_dir(dir));
   ChatOptions defaults;
   defaults.add_generation_prompt = args.has("--add-generation-prompt");
-  if (args.has("--enable-thinking")) defaults.enable_thinking = parse_bool(args.get("--enable-thinking"), "--enable-thinking");
+  if (args.has("--enable-thinking"))
+    defaults.enable_thinking = parse_bool(args.get("--enable-thinking"), "--enable-thinking");
   const bool train_on_inputs = args.has("--train-on-inputs");
 
   std::string line;
@@ -70,9 +73,11 @@ int cmd_tokenize(const Args& raw) {
       check(in.contains("text") && in["text"].is_string(), where + ": expected {\"text\": string}");
       out["ids"] = ids_json(tok.encode(in["text"].get<std::string>()));
     } else {
-      const DatasetRow row = dataset_parse_row(in, "chat", where);  // validates roles/content like training does
+      const DatasetRow row =
+          dataset_parse_row(in, "chat", where);  // validates roles/content like training does
       ChatOptions opts = defaults;
-      if (in.contains("add_generation_prompt")) opts.add_generation_prompt = in["add_generation_prompt"].get<bool>();
+      if (in.contains("add_generation_prompt"))
+        opts.add_generation_prompt = in["add_generation_prompt"].get<bool>();
       if (in.contains("enable_thinking")) opts.enable_thinking = in["enable_thinking"].get<bool>();
       ChatEncoding enc = chat_encode(tok, *tpl, row.messages, row.tools, opts, train_on_inputs);
       if (opts.add_generation_prompt) {

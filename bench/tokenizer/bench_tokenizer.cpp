@@ -3,7 +3,8 @@
 // tests/goldens/tokenizer (many scripts, code, whitespace, emoji, long inputs), each copy numbered so
 // documents differ, repeated to about --mb megabytes. Ids are checked against HF's before timing.
 //
-//   bench_tokenizer --tokenizer path/to/tokenizer.json [--mb 8] [--python /opt/gold/bin/python] [--source REPO]
+//   bench_tokenizer --tokenizer path/to/tokenizer.json [--mb 8] [--python /opt/gold/bin/python] [--source
+//   REPO]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,11 +34,16 @@ int main(int argc, char** argv) {
   double mb = 8;
   bool no_long = false;  // --no-long 1: leave out the corpus' degenerate long inputs (5000 x "a", ...)
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tokenizer")) tok_path = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--mb")) mb = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--python")) python = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--source")) source = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--no-long")) no_long = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--tokenizer"))
+      tok_path = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--mb"))
+      mb = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--python"))
+      python = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--source"))
+      source = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--no-long"))
+      no_long = std::atoi(argv[i + 1]) != 0;
   }
   try {
     auto t_load = std::chrono::steady_clock::now();
@@ -82,7 +88,8 @@ int main(int argc, char** argv) {
       pool.emplace_back([&] {
         int64_t local = 0;
         for (size_t i; (i = next.fetch_add(16)) < docs.size();)
-          for (size_t k = i; k < std::min(docs.size(), i + 16); ++k) local += static_cast<int64_t>(tok.encode(docs[k]).size());
+          for (size_t k = i; k < std::min(docs.size(), i + 16); ++k)
+            local += static_cast<int64_t>(tok.encode(docs[k]).size());
         tokens_mt += local;
       });
     for (auto& th : pool) th.join();
@@ -91,7 +98,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(tokens), tokens / single / 1e6, threads, tokens_mt / multi / 1e6);
 
     if (!python.empty()) {
-      const std::string cmd = python + " " + source + "/bench/tokenizer/bench_hf.py " + tok_path + " " + docs_path;
+      const std::string cmd =
+          python + " " + source + "/bench/tokenizer/bench_hf.py " + tok_path + " " + docs_path;
       FILE* p = popen(cmd.c_str(), "r");
       std::string out;
       char buf[4096];

@@ -36,7 +36,9 @@ const ChatTemplate& template_named(const std::string& name) {
   static std::map<std::string, std::unique_ptr<ChatTemplate>> cache;
   auto& slot = cache[name];
   // Special tokens as the Qwen3 tokenizer_config gives them to HF (eos and pad only).
-  if (!slot) slot = std::make_unique<ChatTemplate>(slurp(kChatDir + kTemplateFiles.at(name)), "<|im_end|>", "", "<|endoftext|>", "", name);
+  if (!slot)
+    slot = std::make_unique<ChatTemplate>(slurp(kChatDir + kTemplateFiles.at(name)), "<|im_end|>", "",
+                                          "<|endoftext|>", "", name);
   return *slot;
 }
 
@@ -65,7 +67,8 @@ TEST(DataChat, RendersLikeHF) {
     auto& stats = per_template[name];
     ++stats.second;
     if (c.contains("error")) {
-      EXPECT_THROW(tpl.render(c["messages"], c["tools"], options_of(c)), Error) << name << " " << c["messages"].dump();
+      EXPECT_THROW(tpl.render(c["messages"], c["tools"], options_of(c)), Error)
+          << name << " " << c["messages"].dump();
       ++stats.first;
       continue;
     }
@@ -76,8 +79,11 @@ TEST(DataChat, RendersLikeHF) {
       ADD_FAILURE() << name << ": " << e.what() << "\n" << c["messages"].dump();
       continue;
     }
-    if (got == c["text"].get<std::string>()) ++stats.first;
-    else EXPECT_EQ(got, c["text"].get<std::string>()) << name << " kwargs=" << c["kwargs"].dump() << "\n" << c["messages"].dump();
+    if (got == c["text"].get<std::string>())
+      ++stats.first;
+    else
+      EXPECT_EQ(got, c["text"].get<std::string>()) << name << " kwargs=" << c["kwargs"].dump() << "\n"
+                                                   << c["messages"].dump();
   }
   for (const auto& [name, s] : per_template) {
     std::cout << "[ chat ] " << name << ": " << s.first << "/" << s.second << " renders identical\n";
@@ -90,11 +96,15 @@ void check_labels(const Tokenizer& tok, const std::string& prefix) {
   for (const auto& c : load_cases()) {
     if (!c.contains(prefix + "_labels")) continue;
     const auto& tpl = template_named(c["template"].get<std::string>());
-    const auto enc = chat_encode(tok, tpl, c["messages"], c["tools"], options_of(c), /*train_on_inputs=*/false);
+    const auto enc =
+        chat_encode(tok, tpl, c["messages"], c["tools"], options_of(c), /*train_on_inputs=*/false);
     EXPECT_EQ(enc.text, c["text"].get<std::string>());
-    EXPECT_EQ(enc.ids, c[prefix + "_ids"].get<std::vector<int32_t>>()) << c["template"] << " " << c["messages"].dump();
-    EXPECT_EQ(enc.labels, c[prefix + "_labels"].get<std::vector<int32_t>>()) << c["template"] << " " << c["messages"].dump();
-    const auto all = chat_encode(tok, tpl, c["messages"], c["tools"], options_of(c), /*train_on_inputs=*/true);
+    EXPECT_EQ(enc.ids, c[prefix + "_ids"].get<std::vector<int32_t>>())
+        << c["template"] << " " << c["messages"].dump();
+    EXPECT_EQ(enc.labels, c[prefix + "_labels"].get<std::vector<int32_t>>())
+        << c["template"] << " " << c["messages"].dump();
+    const auto all =
+        chat_encode(tok, tpl, c["messages"], c["tools"], options_of(c), /*train_on_inputs=*/true);
     EXPECT_EQ(all.labels, all.ids);
     ++checked;
   }
@@ -103,7 +113,8 @@ void check_labels(const Tokenizer& tok, const std::string& prefix) {
 }
 
 TEST(DataChat, LabelMasksMatchReferenceTinyTokenizer) {
-  check_labels(Tokenizer::from_file(std::string(DT_SOURCE_DIR) + "/tests/goldens/tokenizer/tiny_qwen.json"), "tiny");
+  check_labels(Tokenizer::from_file(std::string(DT_SOURCE_DIR) + "/tests/goldens/tokenizer/tiny_qwen.json"),
+               "tiny");
 }
 
 TEST(DataChat, LabelMasksMatchReferenceQwen3Tokenizer) {
@@ -113,7 +124,8 @@ TEST(DataChat, LabelMasksMatchReferenceQwen3Tokenizer) {
 }
 
 TEST(DataChat, AssistantSpanIsContentThroughImEnd) {
-  const auto tok = Tokenizer::from_file(std::string(DT_SOURCE_DIR) + "/tests/goldens/tokenizer/tiny_qwen.json");
+  const auto tok =
+      Tokenizer::from_file(std::string(DT_SOURCE_DIR) + "/tests/goldens/tokenizer/tiny_qwen.json");
   const auto& tpl = template_named("chatml");
   const ojson msgs = ojson::parse(R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Yo"}])");
   const auto enc = chat_encode(tok, tpl, msgs, nullptr, {}, false);
@@ -156,6 +168,17 @@ TEST(DataChat, WhitespaceControlMatchesJinja) {
   EXPECT_EQ(render_src("{{ 'x' }}  {% if true %}y{% endif %}"), "x  y");
   EXPECT_EQ(render_src("  {%+ if true %}y{% endif %}"), "  y");
   EXPECT_EQ(render_src("{# c #}\nz"), "z");
+}
+
+TEST(DataChat, StringLiteralsUsePythonEscapes) {
+  // jinja2 decodes literals with Python's unicode-escape; unknown escapes stay as written.
+  EXPECT_EQ(render_src(R"({{ '\u00e9\x41\n\t\\ \d' }})"),
+            "\xC3\xA9"
+            "A\n\t\\ \\d");
+  EXPECT_EQ(render_src(R"({{ "it's" ~ 'say "hi"' }})"),
+            "it's"
+            "say \"hi\"");
+  EXPECT_THROW(render_src(R"({{ '\xZZ' }})"), Error);
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ class DataCli : public ::testing::Test {
   void SetUp() override {
     fs::remove_all(dir);
     fs::create_directories(dir / "model");
-    fs::copy_file(fs::path(DT_SOURCE_DIR) / "tests/goldens/tokenizer/tiny_qwen.json", dir / "model/tokenizer.json");
+    fs::copy_file(fs::path(DT_SOURCE_DIR) / "tests/goldens/tokenizer/tiny_qwen.json",
+                  dir / "model/tokenizer.json");
     nlohmann::json cfg;
     cfg["eos_token"] = "<|im_end|>";
     std::ifstream t(fs::path(DT_SOURCE_DIR) / "tests/goldens/chat/chatml.jinja");
@@ -40,17 +41,22 @@ class DataCli : public ::testing::Test {
 };
 
 TEST_F(DataCli, TokenizePlainAndChat) {
-  std::ofstream(dir / "in.jsonl") << R"({"text":"Hello world"})" << "\n";
+  std::ofstream(dir / "in.jsonl") << R"({"text":"Hello world"})"
+                                  << "\n";
   int rc = 0;
   const std::string cli = DT_CLI_PATH;
-  auto out = run(cli + " tokenize --model " + (dir / "model").string() + " < " + (dir / "in.jsonl").string(), &rc);
+  auto out =
+      run(cli + " tokenize --model " + (dir / "model").string() + " < " + (dir / "in.jsonl").string(), &rc);
   ASSERT_EQ(rc, 0) << out;
   const auto tok = Tokenizer::from_file((dir / "model").string());
   EXPECT_EQ(nlohmann::json::parse(out)["ids"].get<std::vector<int32_t>>(), tok.encode("Hello world"));
 
-  std::ofstream(dir / "chat.jsonl") << R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Yo"}]})"
-                                    << "\n";
-  out = run(cli + " tokenize --chat --model " + (dir / "model").string() + " < " + (dir / "chat.jsonl").string(), &rc);
+  std::ofstream(dir / "chat.jsonl")
+      << R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Yo"}]})"
+      << "\n";
+  out = run(
+      cli + " tokenize --chat --model " + (dir / "model").string() + " < " + (dir / "chat.jsonl").string(),
+      &rc);
   ASSERT_EQ(rc, 0) << out;
   const auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["text"], "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n");
@@ -63,13 +69,16 @@ TEST_F(DataCli, TokenizePlainAndChat) {
   EXPECT_EQ(trained, "Yo<|im_end|>");
 
   std::ofstream(dir / "bad.jsonl") << "{\"text\": 1}\n";
-  run(cli + " tokenize --model " + (dir / "model").string() + " < " + (dir / "bad.jsonl").string() + " 2>&1", &rc);
+  run(cli + " tokenize --model " + (dir / "model").string() + " < " + (dir / "bad.jsonl").string() + " 2>&1",
+      &rc);
   EXPECT_NE(rc, 0);
 }
 
 TEST_F(DataCli, PrepareWritesStatsAndTokens) {
   std::ofstream data(dir / "d.jsonl");
-  for (int i = 0; i < 20; ++i) data << R"({"text":"row )" << i << R"("})" << "\n";
+  for (int i = 0; i < 20; ++i)
+    data << R"({"text":"row )" << i << R"("})"
+         << "\n";
   data.close();
   std::ofstream(dir / "run.yaml") << "base_model: model\ndatasets:\n  - path: d.jsonl\nsequence_len: 16\n"
                                      "sample_packing: true\ndataset_prepared_path: cache\noutput_dir: out\n";

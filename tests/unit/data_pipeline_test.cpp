@@ -27,11 +27,13 @@ class DataPipeline : public ::testing::Test {
           ("data_pipeline_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir);
     fs::create_directories(dir / "model");
-    fs::copy_file(fs::path(DT_SOURCE_DIR) / "tests/goldens/tokenizer/tiny_qwen.json", dir / "model/tokenizer.json");
+    fs::copy_file(fs::path(DT_SOURCE_DIR) / "tests/goldens/tokenizer/tiny_qwen.json",
+                  dir / "model/tokenizer.json");
     nlohmann::json cfg;
     cfg["eos_token"] = "<|im_end|>";
     cfg["chat_template"] =
-        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+        "'<|im_end|>' + "
         "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
     write("model/tokenizer_config.json", cfg.dump());
   }
@@ -51,11 +53,12 @@ class DataPipeline : public ::testing::Test {
 };
 
 TEST_F(DataPipeline, ReadsEveryFormat) {
-  const auto chat = write("chat.jsonl",
-                          R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]})"
-                          "\n\n"
-                          R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":"a"},{"role":"assistant","content":"b"}]})"
-                          "\n");
+  const auto chat = write(
+      "chat.jsonl",
+      R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]})"
+      "\n\n"
+      R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":"a"},{"role":"assistant","content":"b"}]})"
+      "\n");
   const auto share = write("share.json", R"([
   {"conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"yo"}]},
   {"conversations":[{"from":"system","value":"s"},{"from":"human","value":"q"},{"from":"gpt","value":"a"}]}
@@ -83,7 +86,8 @@ TEST_F(DataPipeline, ReadsEveryFormat) {
   EXPECT_EQ(s.rows[1].source, share + ":3");
   EXPECT_EQ(dataset_read(chat, "", false).rows[1].source, chat + ":3");
 
-  const auto data = data_prepare(config({{chat, "", ""}, {share, "sharegpt", ""}, {alpaca, "", ""}, {text, "", ""}, {pre, "", ""}}));
+  const auto data = data_prepare(
+      config({{chat, "", ""}, {share, "sharegpt", ""}, {alpaca, "", ""}, {text, "", ""}, {pre, "", ""}}));
   EXPECT_EQ(data.train.size(), 2u + 2 + 2 + 1 + 2);
   EXPECT_EQ(data.datasets.size(), 5u);
   const auto tok = Tokenizer::from_file((dir / "model").string());
@@ -107,12 +111,57 @@ TEST_F(DataPipeline, ReadsEveryFormat) {
   EXPECT_LT(data.train_stats.trained_tokens, data.train_stats.tokens);
 }
 
+TEST_F(DataPipeline, ByteOrderMarkAndPreview) {
+  const auto path = write("bom.json",
+                          "\xEF\xBB\xBF[\n {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
+                          " {\"role\": \"assistant\", \"content\": \"Yo\"}]}\n]\n");
+  const auto file = dataset_read(path, "", false);
+  ASSERT_EQ(file.rows.size(), 1u);
+  EXPECT_EQ(file.rows[0].source, path + ":2");
+  const auto tok = Tokenizer::from_file((dir / "model").string());
+  const auto tpl = ChatTemplate::from_model_dir((dir / "model").string());
+  const auto r = render_preview(tok, &tpl, file.rows[0], false, 0, tok.token_to_id("<|im_end|>"));
+  EXPECT_EQ(r.text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n");
+  ASSERT_EQ(r.pieces.size(), r.ids.size());
+  std::string joined, trained;
+  for (size_t i = 0; i < r.ids.size(); ++i) {
+    joined += r.pieces[i];
+    if (r.labels[i] != -100) trained += r.pieces[i];
+    EXPECT_EQ(r.text.substr(static_cast<size_t>(r.token_starts[i]),
+                            static_cast<size_t>(r.token_ends[i] - r.token_starts[i])),
+              r.pieces[i]);
+  }
+  EXPECT_EQ(joined, r.text);
+  EXPECT_EQ(trained, "Yo<|im_end|>");
+  const auto cut = render_preview(tok, &tpl, file.rows[0], false, 5, tok.token_to_id("<|im_end|>"));
+  EXPECT_TRUE(cut.truncated);
+  EXPECT_EQ(cut.ids.size(), 5u);
+}
+
+TEST_F(DataPipeline, BrokenChatTemplateIsReported) {
+  nlohmann::json cfg;
+  cfg["chat_template"] = "line one\n{% if messages %}unclosed";
+  write("model/tokenizer_config.json", cfg.dump());
+  const auto path =
+      write("c.jsonl", R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]})");
+  try {
+    data_prepare(config({{path, "", ""}}));
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("endif"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("c.jsonl"), std::string::npos) << e.what();
+  }
+  // Completion data does not need the template.
+  EXPECT_EQ(data_prepare(config({{write("t.jsonl", R"({"text":"x"})"), "", ""}})).train.size(), 1u);
+}
+
 TEST_F(DataPipeline, BadRowsNameFileAndLine) {
   struct Case {
     std::string good, content, type, needle;
   };
   const std::string text = R"({"text":"fine"})";
-  const std::string chat = R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]})";
+  const std::string chat =
+      R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]})";
   const std::string share = R"({"conversations":[{"from":"human","value":"q"}]})";
   const std::string pre = R"({"input_ids":[1,2]})";
   const std::string alp = R"({"instruction":"i","output":"o"})";
@@ -252,14 +301,16 @@ TEST(DataPacking, EpochBatches) {
   std::vector<Example> exs;
   for (int i = 1; i <= 20; ++i) {
     Example e;
-    for (int t = 0; t < i; ++t) e.input_ids.push_back(100 * i + t), e.labels.push_back(t == 0 ? -100 : 100 * i + t);
+    for (int t = 0; t < i; ++t)
+      e.input_ids.push_back(100 * i + t), e.labels.push_back(t == 0 ? -100 : 100 * i + t);
     exs.push_back(e);
   }
   RunConfig cfg;
   cfg.sequence_len = 32;
   cfg.micro_batch_size = 2;
   cfg.sample_packing = true;
-  const auto b0 = data_epoch_batches(exs, cfg, 0), b0again = data_epoch_batches(exs, cfg, 0), b1 = data_epoch_batches(exs, cfg, 1);
+  const auto b0 = data_epoch_batches(exs, cfg, 0), b0again = data_epoch_batches(exs, cfg, 0),
+             b1 = data_epoch_batches(exs, cfg, 1);
   int64_t tokens = 0, rows = 0;
   for (const auto& b : b0) {
     tokens += static_cast<int64_t>(b.input_ids.size());
@@ -283,7 +334,11 @@ TEST(DataPacking, EpochBatches) {
   const auto unpacked = data_epoch_batches(exs, cfg, 0);
   EXPECT_EQ(unpacked.size(), 10u);
   for (const auto& b : unpacked) EXPECT_EQ(b.cu_seqlens.size(), 3u);
-  const auto stats = data_stats(exs, [&] { auto c = cfg; c.sample_packing = true; return c; }());
+  const auto stats = data_stats(exs, [&] {
+    auto c = cfg;
+    c.sample_packing = true;
+    return c;
+  }());
   EXPECT_EQ(stats.rows, 7);
   EXPECT_NEAR(stats.packing_efficiency, 210.0 / (7 * 32), 1e-12);
 }

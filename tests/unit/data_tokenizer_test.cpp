@@ -27,7 +27,8 @@ std::vector<Golden> load_goldens(const std::string& name) {
   std::string line;
   while (std::getline(f, line)) {
     auto j = nlohmann::json::parse(line);
-    out.push_back({j["text"].get<std::string>(), j["decoded"].get<std::string>(), j["ids"].get<std::vector<int32_t>>()});
+    out.push_back({j["text"].get<std::string>(), j["decoded"].get<std::string>(),
+                   j["ids"].get<std::vector<int32_t>>()});
   }
   return out;
 }
@@ -50,7 +51,8 @@ void expect_parity(const Tokenizer& tok, const std::vector<Golden>& golds, const
         std::string got, want;
         for (auto i : ids) got += std::to_string(i) + " ";
         for (auto i : g.ids) want += std::to_string(i) + " ";
-        ADD_FAILURE() << what << " text=" << nlohmann::json(g.text).dump() << "\n got:  " << got << "\n want: " << want;
+        ADD_FAILURE() << what << " text=" << nlohmann::json(g.text).dump() << "\n got:  " << got
+                      << "\n want: " << want;
       }
     }
     EXPECT_EQ(tok.decode(g.ids), g.decoded) << what << " decode of " << nlohmann::json(g.text).dump();
@@ -85,7 +87,8 @@ TEST(DataTokenizer, Qwen3MatchesHF) {
 TEST(DataTokenizer, Qwen3_5MatchesHF) {
   const std::string path = kGoldDir + "qwen3_5/tokenizer.json";
   if (!std::filesystem::exists(path))
-    GTEST_SKIP() << "no Qwen3.5 tokenizer.json (make it with tests/goldens/tokenizer/make_qwen3_5_tokenizer.py)";
+    GTEST_SKIP()
+        << "no Qwen3.5 tokenizer.json (make it with tests/goldens/tokenizer/make_qwen3_5_tokenizer.py)";
   const auto tok = Tokenizer::from_file(path);
   expect_parity(tok, load_goldens("qwen3_5_ids.jsonl"), "qwen3_5");
   EXPECT_EQ(tok.token_to_id("<|im_start|>"), 248045);
@@ -111,7 +114,8 @@ TEST(DataTokenizer, OffsetsCoverTheText) {
   std::vector<int64_t> s, e;
   const auto ids = tok.encode_with_offsets(text, &s, &e);
   std::string joined;
-  for (size_t i = 0; i < ids.size(); ++i) joined += text.substr(static_cast<size_t>(s[i]), static_cast<size_t>(e[i] - s[i]));
+  for (size_t i = 0; i < ids.size(); ++i)
+    joined += text.substr(static_cast<size_t>(s[i]), static_cast<size_t>(e[i] - s[i]));
   EXPECT_EQ(joined, text);
 }
 
@@ -123,7 +127,8 @@ TEST(DataTokenizer, ThreadsGiveTheSameIds) {
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
       for (size_t i = static_cast<size_t>(t); i < golds.size() * 2; i += 3)
-        if (tok.encode(golds[i % golds.size()].text) != golds[i % golds.size()].ids) ++bad[static_cast<size_t>(t)];
+        if (tok.encode(golds[i % golds.size()].text) != golds[i % golds.size()].ids)
+          ++bad[static_cast<size_t>(t)];
     });
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad, std::vector<int>(4, 0));
@@ -138,6 +143,8 @@ TEST(DataTokenizer, UnsupportedStructuresAreNamed) {
     EXPECT_NE(std::string(e.what()).find("x/tokenizer.json"), std::string::npos) << e.what();
   }
   EXPECT_THROW(Tokenizer::from_json_string("{not json", "t.json"), Error);
+  const auto tok = Tokenizer::from_file(kGoldDir + "tiny_gpt2.json");  // no normalizer: PCRE2 sees raw bytes
+  EXPECT_THROW(tok.encode("bad \xff byte"), Error);
   EXPECT_THROW(Tokenizer::from_file("/nonexistent/dir"), Error);
 }
 
@@ -146,7 +153,10 @@ TEST(DataTokenizer, Utf8Helpers) {
   EXPECT_EQ(utf8_find_invalid("ab\xC3"), 2u);
   EXPECT_EQ(utf8_find_invalid("\xED\xA0\x80"), 0u);  // surrogate
   EXPECT_EQ(utf8_find_invalid("\xC0\xAF"), 0u);      // overlong
-  EXPECT_EQ(utf8_make_valid("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(utf8_make_valid("a\xFF"
+                            "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(hash_bytes_hex("abc"), hash_bytes_hex("abc"));
   EXPECT_NE(hash_bytes_hex("abc"), hash_bytes_hex("abd"));
   EXPECT_EQ(hash_bytes_hex("abc").size(), 32u);

@@ -48,8 +48,9 @@ Tensor filled(Shape shape, float start) {
 // Stands in for peft_adapter_write: the checkpoint code only needs the two files to appear.
 AdapterWriter fake_adapter(float value, int64_t numel = 6) {
   return [value, numel](const std::string& dir) {
-    safetensors_write(dir + "/adapter_model.safetensors",
-                      {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", filled({numel}, value)}});
+    safetensors_write(
+        dir + "/adapter_model.safetensors",
+        {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", filled({numel}, value)}});
     write_text_file_atomic(dir + "/adapter_config.json", "{\"peft_type\": \"LORA\", \"r\": 2}\n");
   };
 }
@@ -109,7 +110,7 @@ TEST(RunsCheckpoint, WriteLoadRoundTrip) {
   const std::string dir = checkpoint_write(tmp.out(), state_at(7), moments(0.5f), fake_adapter(1), 2);
   EXPECT_EQ(dir, (fs::path(tmp.out()) / "checkpoint-7").string());
   EXPECT_EQ(names_in(dir), (std::vector<std::string>{"adapter_config.json", "adapter_model.safetensors",
-                                                      "optimizer.safetensors", "trainer_state.json"}));
+                                                     "optimizer.safetensors", "trainer_state.json"}));
   EXPECT_EQ(names_in(tmp.out()), std::vector<std::string>{"checkpoint-7"});  // no temporary left
   const Checkpoint ck = checkpoint_load(dir);
   EXPECT_EQ(ck.state, state_at(7));  // doubles included: JSON keeps them exactly
@@ -162,7 +163,8 @@ TEST(RunsCheckpoint, FailedWriteLeavesEverythingAsItWas) {
     std::ofstream(dir + "/adapter_model.safetensors") << "partial";
     throw Error("No space left on device");
   };
-  const std::string msg = message_of([&] { checkpoint_write(tmp.out(), state_at(2), moments(2), failing, 1); });
+  const std::string msg =
+      message_of([&] { checkpoint_write(tmp.out(), state_at(2), moments(2), failing, 1); });
   EXPECT_NE(msg.find("cannot write checkpoint '" + (fs::path(tmp.out()) / "checkpoint-2").string() + "'"),
             std::string::npos)
       << msg;
@@ -171,8 +173,9 @@ TEST(RunsCheckpoint, FailedWriteLeavesEverythingAsItWas) {
   EXPECT_NO_THROW(checkpoint_load((fs::path(tmp.out()) / "checkpoint-1").string()));
 
   const AdapterWriter lazy = [](const std::string&) {};
-  EXPECT_NE(message_of([&] { checkpoint_write(tmp.out(), state_at(3), {}, lazy, 1); })
-                .find("did not write adapter_config.json"),
+  EXPECT_NE(message_of([&] {
+              checkpoint_write(tmp.out(), state_at(3), {}, lazy, 1);
+            }).find("did not write adapter_config.json"),
             std::string::npos);
   EXPECT_EQ(names_in(tmp.out()), std::vector<std::string>{"checkpoint-1"});
 }
@@ -181,7 +184,9 @@ TEST(RunsCheckpoint, UnwritableOutputDir) {
   TempDir tmp;
   std::ofstream(tmp.path / "file") << "x";
   const std::string not_dir = (tmp.path / "file" / "out").string();
-  EXPECT_NE(message_of([&] { checkpoint_write(not_dir, state_at(1), {}, fake_adapter(1), 1); }).find("cannot create"),
+  EXPECT_NE(message_of([&] {
+              checkpoint_write(not_dir, state_at(1), {}, fake_adapter(1), 1);
+            }).find("cannot create"),
             std::string::npos);
 }
 
@@ -190,29 +195,35 @@ TEST(RunsCheckpoint, ReadOnlyOutputDir) {
   TempDir tmp;
   fs::create_directories(tmp.out());
   fs::permissions(tmp.out(), fs::perms::owner_read | fs::perms::owner_exec);
-  const std::string msg = message_of([&] { checkpoint_write(tmp.out(), state_at(1), {}, fake_adapter(1), 1); });
+  const std::string msg =
+      message_of([&] { checkpoint_write(tmp.out(), state_at(1), {}, fake_adapter(1), 1); });
   EXPECT_NE(msg.find("cannot write checkpoint"), std::string::npos) << msg;
   EXPECT_NE(msg.find("Permission denied"), std::string::npos) << msg;
 }
 
 TEST(RunsCheckpoint, LoadNamesWhatIsWrong) {
   TempDir tmp;
-  const auto fresh = [&](int64_t step) { return checkpoint_write(tmp.out(), state_at(step), moments(1), fake_adapter(1), 0); };
+  const auto fresh = [&](int64_t step) {
+    return checkpoint_write(tmp.out(), state_at(step), moments(1), fake_adapter(1), 0);
+  };
   std::string d = fresh(1);
   fs::remove(fs::path(d) / "optimizer.safetensors");
   EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("is incomplete: optimizer.safetensors is missing"),
             std::string::npos);
 
   d = fresh(2);
-  std::ofstream(fs::path(d) / "trainer_state.json") << "{\"format\": \"deltatune-checkpoint\", \"version\": 1}";
+  std::ofstream(fs::path(d) / "trainer_state.json")
+      << "{\"format\": \"deltatune-checkpoint\", \"version\": 1}";
   EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("field 'step' is missing"), std::string::npos);
   std::ofstream(fs::path(d) / "trainer_state.json") << "{not json";
-  EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("trainer_state.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("trainer_state.json: not valid JSON"),
+            std::string::npos);
 
   d = fresh(3);
   fs::rename(d, fs::path(tmp.out()) / "checkpoint-4");
-  EXPECT_NE(message_of([&] { checkpoint_load((fs::path(tmp.out()) / "checkpoint-4").string()); })
-                .find("does not match the folder name"),
+  EXPECT_NE(message_of([&] {
+              checkpoint_load((fs::path(tmp.out()) / "checkpoint-4").string());
+            }).find("does not match the folder name"),
             std::string::npos);
 
   d = fresh(5);
@@ -223,9 +234,11 @@ TEST(RunsCheckpoint, LoadNamesWhatIsWrong) {
   std::string state = read_text_file((fs::path(d) / "trainer_state.json").string());
   state.replace(state.find("\"version\": 1"), 12, "\"version\": 9");
   std::ofstream(fs::path(d) / "trainer_state.json") << state;
-  EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("format version 9 is not supported"), std::string::npos);
+  EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("format version 9 is not supported"),
+            std::string::npos);
 
-  EXPECT_NE(message_of([&] { checkpoint_load(tmp.out() + "/nope"); }).find("does not exist"), std::string::npos);
+  EXPECT_NE(message_of([&] { checkpoint_load(tmp.out() + "/nope"); }).find("does not exist"),
+            std::string::npos);
 }
 
 TEST(RunsCheckpoint, LatestSkipsBrokenAndCleansStaleLeftovers) {
@@ -263,9 +276,11 @@ TEST(RunsCheckpoint, SigkillAtRandomMomentsNeverLeavesAHalfCheckpoint) {
   std::mt19937 rng(1234);
   // Kill times scale with how long one write takes here (fsync speed varies a lot between machines).
   const auto t0 = std::chrono::steady_clock::now();
-  checkpoint_write((tmp.path / "timing").string(), state_at(1), {{"m", filled({65536}, 1)}}, fake_adapter(1, 4096), 1);
+  checkpoint_write((tmp.path / "timing").string(), state_at(1), {{"m", filled({65536}, 1)}},
+                   fake_adapter(1, 4096), 1);
   const auto write_ms = std::max<int64_t>(
-      1, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+      1,
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
   int64_t next_step = 1;
   int interrupted = 0;  // kills that landed inside a write (a leftover was there)
   for (int round = 0; round < 6; ++round) {
@@ -275,8 +290,8 @@ TEST(RunsCheckpoint, SigkillAtRandomMomentsNeverLeavesAHalfCheckpoint) {
       // Big enough (256 KiB moments) that a kill often lands inside a write. Never return into gtest.
       try {
         for (int64_t s = next_step;; ++s)
-          checkpoint_write(tmp.out(), state_at(s), {{"m", filled({65536}, float(s))}}, fake_adapter(float(s), 4096),
-                           2);
+          checkpoint_write(tmp.out(), state_at(s), {{"m", filled({65536}, float(s))}},
+                           fake_adapter(float(s), 4096), 2);
       } catch (...) {
       }
       _exit(1);

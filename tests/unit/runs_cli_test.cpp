@@ -113,10 +113,10 @@ TEST(RunsCli, ShowAndCompare) {
   Fixture f;
   const auto s = run_cli("runs show baseline --db " + f.db);
   ASSERT_EQ(s.rc, 0) << s.out;
-  for (const auto& want : {"run " + f.a + " (baseline)", std::string("status      finished"),
-                           std::string("first 1.7500   final 1.2500"), std::string("best eval   1.6000 (step 3)"),
-                           std::string("checkpoint-3"), std::string("training finished"),
-                           std::string("  learning_rate: 2e-04")})
+  for (const auto& want :
+       {"run " + f.a + " (baseline)", std::string("status      finished"),
+        std::string("first 1.7500   final 1.2500"), std::string("best eval   1.6000 (step 3)"),
+        std::string("checkpoint-3"), std::string("training finished"), std::string("  learning_rate: 2e-04")})
     EXPECT_NE(s.out.find(want), std::string::npos) << want << " not in\n" << s.out;
 
   const auto c = run_cli("runs compare " + f.a + " " + f.b.substr(0, 5) + " --db " + f.db);

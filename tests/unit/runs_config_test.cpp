@@ -1,11 +1,10 @@
 // Run YAML parsing, validation, canonical output and path resolution.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <yaml-cpp/yaml.h>
 
 #include "core/error.h"
 #include "deltatune/run_config.h"
@@ -13,10 +12,10 @@
 namespace fs = std::filesystem;
 using deltatune::DatasetSpec;
 using deltatune::Error;
-using deltatune::RunConfig;
 using deltatune::run_config_from_yaml_file;
 using deltatune::run_config_from_yaml_string;
 using deltatune::run_config_to_yaml;
+using deltatune::RunConfig;
 
 namespace {
 
@@ -33,9 +32,8 @@ std::string parse_error(const std::string& yaml) {
 struct TempDir {
   fs::path path;
   TempDir() {
-    path = fs::temp_directory_path() /
-           ("dt_runs_config_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    path = fs::temp_directory_path() / ("dt_runs_config_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -47,7 +45,8 @@ RunConfig filled_config() {
   RunConfig c;
   c.base_model = "/models/Qwen3.5-0.8B";
   c.model_class = "causal_lm";
-  c.datasets = {{"data/a.jsonl", "chat", ""}, {"data/b.jsonl", "", "validation"}, {"c d.jsonl", "alpaca", "train"}};
+  c.datasets = {
+      {"data/a.jsonl", "chat", ""}, {"data/b.jsonl", "", "validation"}, {"c d.jsonl", "alpaca", "train"}};
   c.test_datasets = {{"data/test.jsonl", "pretokenized", ""}};
   c.val_set_size = 0.05;
   c.sequence_len = 4096;
@@ -191,27 +190,42 @@ TEST(RunsConfig, BadValuesNameKeyValueAndExpectation) {
             "run.yaml:1: learning_rate: '-0.001' is not valid (expected a number > 0)");
   EXPECT_EQ(parse_error("lora_r: 0"), "run.yaml:1: lora_r: '0' is not valid (expected an integer >= 1)");
   EXPECT_EQ(parse_error("lora_r: 8.5"), "run.yaml:1: lora_r: '8.5' is not valid (expected an integer >= 1)");
-  EXPECT_EQ(parse_error("lr_scheduler: cosin"),
-            "run.yaml:1: lr_scheduler: 'cosin' is not valid (expected one of constant, linear, cosine; did you "
-            "mean 'cosine'?)");
-  EXPECT_NE(parse_error("optimizer: adam8bit").find("optimizer: 'adam8bit' is not valid (expected one of "
-                                                    "adamw_torch, adamw, sgd"),
+  EXPECT_EQ(
+      parse_error("lr_scheduler: cosin"),
+      "run.yaml:1: lr_scheduler: 'cosin' is not valid (expected one of constant, linear, cosine; did you "
+      "mean 'cosine'?)");
+  EXPECT_NE(parse_error("optimizer: adam8bit")
+                .find("optimizer: 'adam8bit' is not valid (expected one of "
+                      "adamw_torch, adamw, sgd"),
             std::string::npos);
-  EXPECT_EQ(parse_error("lora_target_groups: [attn, atn_linear, mlp]"),
-            "run.yaml:1: lora_target_groups[1]: 'atn_linear' is not valid (expected one of attn, linear_attn, mlp, "
-            "shared_expert, experts)");
-  EXPECT_NE(parse_error("sample_packing: maybe").find("sample_packing: 'maybe' is not valid (expected true or false)"),
+  EXPECT_EQ(
+      parse_error("lora_target_groups: [attn, atn_linear, mlp]"),
+      "run.yaml:1: lora_target_groups[1]: 'atn_linear' is not valid (expected one of attn, linear_attn, mlp, "
+      "shared_expert, experts)");
+  EXPECT_NE(parse_error("sample_packing: maybe")
+                .find("sample_packing: 'maybe' is not valid (expected true or false)"),
             std::string::npos);
   EXPECT_NE(parse_error("adapter: qlora").find("adapter: 'qlora' is not valid (expected one of lora"),
             std::string::npos);
-  EXPECT_NE(parse_error("sequence_len: [1, 2]").find("sequence_len: '[1, 2]' is not valid"), std::string::npos);
+  EXPECT_NE(parse_error("sequence_len: [1, 2]").find("sequence_len: '[1, 2]' is not valid"),
+            std::string::npos);
   EXPECT_NE(parse_error("learning_rate: .nan").find("learning_rate: '.nan' is not valid"), std::string::npos);
   EXPECT_NE(parse_error("val_set_size: 1.5").find("expected a fraction in [0, 1)"), std::string::npos);
-  EXPECT_NE(parse_error("max_steps: 0").find("expected an integer >= 1, or -1 for no limit"), std::string::npos);
-  EXPECT_NE(parse_error("gpu: 99999999999").find("gpu: '99999999999' is not valid"), std::string::npos);
-  EXPECT_NE(parse_error("output_dir: \"\"").find("output_dir: '\"\"' is not valid (expected a non-empty string)"),
+  EXPECT_NE(parse_error("max_steps: 0").find("expected an integer >= 1, or -1 for no limit"),
             std::string::npos);
+  EXPECT_NE(parse_error("gpu: 99999999999").find("gpu: '99999999999' is not valid"), std::string::npos);
+  EXPECT_NE(
+      parse_error("output_dir: \"\"").find("output_dir: '\"\"' is not valid (expected a non-empty string)"),
+      std::string::npos);
   EXPECT_NE(parse_error("warmup_steps: 5\nwarmup_ratio: 0.1").find("both set"), std::string::npos);
+  // Found by fuzz_run_yaml: invalid UTF-8 would not survive the canonical writer.
+  const std::string bad_utf8 = "datasets:\n  - p\x04" "ath se\x9a" "q\n";
+  EXPECT_NE(parse_error(bad_utf8).find("datasets[0]: 'p\x04" "ath se\xef\xbf\xbd" "q' is not valid (expected valid "
+                                       "UTF-8 text)"),
+            std::string::npos)
+      << parse_error(bad_utf8);
+  EXPECT_NE(parse_error("run_name: \"\xff\"").find("expected valid UTF-8 text"), std::string::npos);
+  EXPECT_EQ(run_config_from_yaml_string("run_name: \"\x04 \xc3\xa9\"").run_name, "\x04 \xc3\xa9");
 }
 
 TEST(RunsConfig, BadDatasetEntries) {
@@ -222,8 +236,9 @@ TEST(RunsConfig, BadDatasetEntries) {
   EXPECT_NE(parse_error("datasets:\n  - path: a\n    type: chatml\n")
                 .find("datasets[0].type: 'chatml' is not valid (expected one of \"\", chat,"),
             std::string::npos);
-  EXPECT_NE(parse_error("test_datasets:\n  - path: a\n    split: dev\n").find("test_datasets[0].split: 'dev'"),
-            std::string::npos);
+  EXPECT_NE(
+      parse_error("test_datasets:\n  - path: a\n    split: dev\n").find("test_datasets[0].split: 'dev'"),
+      std::string::npos);
 }
 
 TEST(RunsConfig, StructuralErrors) {

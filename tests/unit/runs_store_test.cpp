@@ -41,7 +41,8 @@ struct RawDb {
   ~RawDb() { sqlite3_close(db); }
   void exec(const std::string& sql) {
     char* err = nullptr;
-    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "") << " in " << sql;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+        << (err ? err : "") << " in " << sql;
     sqlite3_free(err);
   }
   std::string scalar(const std::string& sql) {
@@ -133,8 +134,10 @@ TEST(RunsStore, CreateFindListUpdate) {
   EXPECT_FALSE(store.find_run(id2)->finished_at.empty());
   store.set_status(id2, "running");
   EXPECT_TRUE(store.find_run(id2)->finished_at.empty());
-  EXPECT_NE(message_of([&] { store.set_status(id2, "done"); }).find("'done' is not valid"), std::string::npos);
-  EXPECT_NE(message_of([&] { store.set_status("nope", "failed"); }).find("no run with id 'nope'"), std::string::npos);
+  EXPECT_NE(message_of([&] { store.set_status(id2, "done"); }).find("'done' is not valid"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { store.set_status("nope", "failed"); }).find("no run with id 'nope'"),
+            std::string::npos);
   EXPECT_FALSE(store.find_run("zzzz"));
   EXPECT_FALSE(store.find_run(""));
 }
@@ -159,7 +162,8 @@ TEST(RunsStore, MetricsSummaryAndTruncate) {
   TempDir tmp;
   ExperimentStore store(tmp.db());
   const std::string id = store.create_run(sample_run("m"));
-  for (int s = 1; s <= 6; ++s) store.add_metrics(id, step_metrics(s, 3.0 - 0.1 * s, s % 3 == 0 ? 2.0 - 0.1 * s : -1));
+  for (int s = 1; s <= 6; ++s)
+    store.add_metrics(id, step_metrics(s, 3.0 - 0.1 * s, s % 3 == 0 ? 2.0 - 0.1 * s : -1));
   auto ms = store.metrics(id);
   ASSERT_EQ(ms.size(), 6u);
   EXPECT_EQ(ms[2].step, 3);
@@ -184,8 +188,9 @@ TEST(RunsStore, MetricsSummaryAndTruncate) {
   EXPECT_EQ(store.metrics(id).size(), 4u);
   EXPECT_EQ(store.find_run(id)->steps, 4);
 
-  EXPECT_NE(message_of([&] { store.add_metrics("missing", step_metrics(1, 1)); }).find("no run with id 'missing'"),
-            std::string::npos);
+  EXPECT_NE(
+      message_of([&] { store.add_metrics("missing", step_metrics(1, 1)); }).find("no run with id 'missing'"),
+      std::string::npos);
 }
 
 TEST(RunsStore, ArtifactsEventsTagsDelete) {
@@ -255,8 +260,8 @@ TEST(RunsStore, MarkCrashedRuns) {
     // on another machine.
     raw.exec("UPDATE runs SET boot_id = 'another-boot' WHERE id = '" + rebooted_id + "'");
     raw.exec("UPDATE runs SET pid_start = '1' WHERE id = '" + reused_id + "'");
-    raw.exec("UPDATE runs SET host = 'another-host', pid = " + std::to_string(child) + " WHERE id = '" + remote_id +
-             "'");
+    raw.exec("UPDATE runs SET host = 'another-host', pid = " + std::to_string(child) + " WHERE id = '" +
+             remote_id + "'");
   }
   EXPECT_EQ(store.mark_crashed_runs(), 3);
   EXPECT_EQ(store.find_run(dead_id)->status, "crashed");
@@ -292,7 +297,7 @@ TEST(RunsStore, ReadersDoNotBlockTheWriter) {
   const auto t0 = std::chrono::steady_clock::now();
   writer_store.add_metrics(id, step_metrics(1, 1.0));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));  // far below busy_timeout
-  EXPECT_EQ(holder.scalar("SELECT COUNT(*) FROM metrics"), "0");  // its snapshot is unchanged
+  EXPECT_EQ(holder.scalar("SELECT COUNT(*) FROM metrics"), "0");              // its snapshot is unchanged
   holder.exec("COMMIT");
   EXPECT_EQ(holder.scalar("SELECT COUNT(*) FROM metrics"), "1");
   EXPECT_EQ(holder.scalar("PRAGMA journal_mode"), "wal");
@@ -372,6 +377,8 @@ TEST(RunsStore, DefaultPath) {
   EXPECT_TRUE(fs::is_directory(tmp.path / "xdg" / "deltatune"));
 
   if (old_db) setenv("DELTATUNE_DB", saved_db.c_str(), 1);
-  if (old_xdg) setenv("XDG_DATA_HOME", saved_xdg.c_str(), 1);
-  else unsetenv("XDG_DATA_HOME");
+  if (old_xdg)
+    setenv("XDG_DATA_HOME", saved_xdg.c_str(), 1);
+  else
+    unsetenv("XDG_DATA_HOME");
 }

@@ -17,12 +17,18 @@ namespace {
 
 jinja::Value to_value(const ojson& j) {
   switch (j.type()) {
-    case ojson::value_t::null: return jinja::Value::none();
-    case ojson::value_t::boolean: return jinja::Value(j.get<bool>());
-    case ojson::value_t::number_integer: return jinja::Value(j.get<int64_t>());
-    case ojson::value_t::number_unsigned: return jinja::Value(static_cast<int64_t>(j.get<uint64_t>()));
-    case ojson::value_t::number_float: return jinja::Value(j.get<double>());
-    case ojson::value_t::string: return jinja::Value(j.get<std::string>());
+    case ojson::value_t::null:
+      return jinja::Value::none();
+    case ojson::value_t::boolean:
+      return jinja::Value(j.get<bool>());
+    case ojson::value_t::number_integer:
+      return jinja::Value(j.get<int64_t>());
+    case ojson::value_t::number_unsigned:
+      return jinja::Value(static_cast<int64_t>(j.get<uint64_t>()));
+    case ojson::value_t::number_float:
+      return jinja::Value(j.get<double>());
+    case ojson::value_t::string:
+      return jinja::Value(j.get<std::string>());
     case ojson::value_t::array: {
       jinja::List l;
       l.reserve(j.size());
@@ -34,7 +40,8 @@ jinja::Value to_value(const ojson& j) {
       for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(it.key(), to_value(it.value()));
       return jinja::Value::dict(std::move(d));
     }
-    default: return jinja::Value::none();
+    default:
+      return jinja::Value::none();
   }
 }
 
@@ -78,8 +85,13 @@ std::string read_file(const std::string& path) {
 
 ChatTemplate::ChatTemplate(const std::string& source, std::string eos_token, std::string bos_token,
                            std::string pad_token, std::string unk_token, std::string name)
-    : source_(source), eos_(std::move(eos_token)), bos_(std::move(bos_token)), pad_(std::move(pad_token)),
-      unk_(std::move(unk_token)), name_(std::move(name)), tpl_(std::make_unique<jinja::Template>(source, name_)) {}
+    : source_(source),
+      eos_(std::move(eos_token)),
+      bos_(std::move(bos_token)),
+      pad_(std::move(pad_token)),
+      unk_(std::move(unk_token)),
+      name_(std::move(name)),
+      tpl_(std::make_unique<jinja::Template>(source, name_)) {}
 
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
@@ -109,12 +121,17 @@ ChatTemplate ChatTemplate::from_model_dir(const std::string& dir) {
       if (t.value("name", "") == "default") source = t.value("template", "");
     origin = cfg_path + " chat_template (default)";
   }
-  check(!source.empty(), dir + ": no chat template (expected chat_template.jinja or \"chat_template\" in tokenizer_config.json)");
+  check(
+      !source.empty(),
+      dir +
+          ": no chat template (expected chat_template.jinja or \"chat_template\" in tokenizer_config.json)");
   return ChatTemplate(source, token_string(cfg, "eos_token"), token_string(cfg, "bos_token"),
                       token_string(cfg, "pad_token"), token_string(cfg, "unk_token"), origin);
 }
 
-std::string ChatTemplate::content_hash() const { return hash_bytes_hex(source_); }
+std::string ChatTemplate::content_hash() const {
+  return hash_bytes_hex(source_);
+}
 
 std::string ChatTemplate::render(const ojson& messages, const ojson& tools, const ChatOptions& opts) const {
   check(messages.is_array(), name_ + ": messages must be a JSON array");
@@ -135,8 +152,8 @@ std::string ChatTemplate::render(const ojson& messages, const ojson& tools, cons
   return tpl_->render(jinja::Value::dict(std::move(ctx)));
 }
 
-ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl, const ojson& messages, const ojson& tools,
-                         const ChatOptions& opts_in, bool train_on_inputs) {
+ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl, const ojson& messages,
+                         const ojson& tools, const ChatOptions& opts_in, bool train_on_inputs) {
   ChatOptions opts = opts_in;
   opts.add_generation_prompt = false;
   ChatEncoding enc;
@@ -184,8 +201,9 @@ ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl, const oj
     size_t search_from = 0, tok_from = 0;
     for (const auto& t : turns) {
       const std::optional<std::string>& header = (t.header && !t.header->empty()) ? t.header : fallback;
-      check(header.has_value(), "cannot find where assistant message " + std::to_string(t.index) +
-                                    " starts: the chat template has no generation prompt to take its header from");
+      check(header.has_value(),
+            "cannot find where assistant message " + std::to_string(t.index) +
+                " starts: the chat template has no generation prompt to take its header from");
       size_t s;
       if (t.prefix && enc.text.compare(0, t.prefix->size(), *t.prefix) == 0 &&
           enc.text.compare(t.prefix->size(), header->size(), *header) == 0) {
@@ -193,7 +211,8 @@ ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl, const oj
       } else {
         const size_t k = enc.text.find(*header, search_from);
         check(k != std::string::npos, "cannot find assistant message " + std::to_string(t.index) +
-                                          " (header " + nlohmann::json(*header).dump() + ") in the rendered conversation");
+                                          " (header " + nlohmann::json(*header).dump() +
+                                          ") in the rendered conversation");
         s = k + header->size();
       }
       size_t tk = tok_from;
@@ -208,7 +227,8 @@ ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl, const oj
           break;
         }
       }
-      if (first < n) enc.assistant_spans.emplace_back(enc.token_starts[first], static_cast<int64_t>(end_byte));
+      if (first < n)
+        enc.assistant_spans.emplace_back(enc.token_starts[first], static_cast<int64_t>(end_byte));
       search_from = end_byte;
       tok_from = tk;
     }

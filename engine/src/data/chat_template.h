@@ -50,8 +50,8 @@ class ChatTemplate {
 struct ChatEncoding {
   std::string text;
   std::vector<int32_t> ids;
-  std::vector<int32_t> labels;          // ids where trained, -100 elsewhere
-  std::vector<int64_t> token_starts;    // byte offset of each token in text
+  std::vector<int32_t> labels;        // ids where trained, -100 elsewhere
+  std::vector<int64_t> token_starts;  // byte offset of each token in text
   std::vector<int64_t> token_ends;
   std::vector<std::pair<int64_t, int64_t>> assistant_spans;  // [begin, end) byte ranges trained
 };
@@ -63,7 +63,8 @@ struct ChatEncoding {
 // (messages[:i]) with and without the generation prompt; if the full render does not start with the
 // prefix (templates that re-render earlier turns, e.g. dropping old reasoning), the header is searched
 // after the previous assistant span. Throws Error when an assistant turn cannot be located.
-ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl, const nlohmann::ordered_json& messages,
-                         const nlohmann::ordered_json& tools, const ChatOptions& opts, bool train_on_inputs);
+ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl,
+                         const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                         const ChatOptions& opts, bool train_on_inputs);
 
 }  // namespace deltatune

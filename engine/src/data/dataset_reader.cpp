@@ -13,7 +13,9 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-[[noreturn]] void bad(const std::string& source, const std::string& reason) { throw Error(source + ": " + reason); }
+[[noreturn]] void bad(const std::string& source, const std::string& reason) {
+  throw Error(source + ": " + reason);
+}
 
 const ojson& field(const ojson& row, const char* key, const std::string& source, const std::string& format) {
   auto it = row.find(key);
@@ -21,14 +23,15 @@ const ojson& field(const ojson& row, const char* key, const std::string& source,
   return *it;
 }
 
-std::string string_field(const ojson& row, const char* key, const std::string& source, const std::string& format,
-                         bool required = true) {
+std::string string_field(const ojson& row, const char* key, const std::string& source,
+                         const std::string& format, bool required = true) {
   auto it = row.find(key);
   if (it == row.end() || it->is_null()) {
     if (required) bad(source, std::string("missing field '") + key + "' (" + format + " format)");
     return "";
   }
-  if (!it->is_string()) bad(source, std::string("field '") + key + "' must be a string, got " + it->type_name());
+  if (!it->is_string())
+    bad(source, std::string("field '") + key + "' must be a string, got " + it->type_name());
   return it->get<std::string>();
 }
 
@@ -41,7 +44,8 @@ ojson message(const std::string& role, const std::string& content) {
 
 ojson parse_chat(const ojson& row, const std::string& source) {
   const ojson& msgs = field(row, "messages", source, "chat");
-  if (!msgs.is_array()) bad(source, std::string("field 'messages' must be an array, got ") + msgs.type_name());
+  if (!msgs.is_array())
+    bad(source, std::string("field 'messages' must be an array, got ") + msgs.type_name());
   if (msgs.empty()) bad(source, "empty conversation (messages is [])");
   for (size_t i = 0; i < msgs.size(); ++i) {
     const ojson& m = msgs[i];
@@ -52,10 +56,12 @@ ojson parse_chat(const ojson& row, const std::string& source) {
     if (!role->is_string()) bad(source, where + ".role must be a string");
     const std::string r = role->get<std::string>();
     if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
-      bad(source, "unknown role '" + r + "' in " + where + " (expected system, user, assistant, tool or developer)");
+      bad(source,
+          "unknown role '" + r + "' in " + where + " (expected system, user, assistant, tool or developer)");
     auto content = m.find("content");
     if (content == m.end()) {
-      if (!(r == "assistant" && m.contains("tool_calls"))) bad(source, "missing field '" + where + ".content'");
+      if (!(r == "assistant" && m.contains("tool_calls")))
+        bad(source, "missing field '" + where + ".content'");
     } else if (!content->is_string() && !content->is_array() && !content->is_null()) {
       bad(source, where + ".content must be a string or a list of parts, got " + content->type_name());
     }
@@ -65,7 +71,8 @@ ojson parse_chat(const ojson& row, const std::string& source) {
 
 ojson parse_sharegpt(const ojson& row, const std::string& source) {
   const ojson& conv = field(row, "conversations", source, "sharegpt");
-  if (!conv.is_array()) bad(source, std::string("field 'conversations' must be an array, got ") + conv.type_name());
+  if (!conv.is_array())
+    bad(source, std::string("field 'conversations' must be an array, got ") + conv.type_name());
   if (conv.empty()) bad(source, "empty conversation (conversations is [])");
   ojson out = ojson::array();
   const std::string system = string_field(row, "system", source, "sharegpt", false);
@@ -77,11 +84,16 @@ ojson parse_sharegpt(const ojson& row, const std::string& source) {
     const std::string from = string_field(t, "from", source + " " + where, "sharegpt");
     const std::string value = string_field(t, "value", source + " " + where, "sharegpt");
     std::string role;
-    if (from == "human" || from == "user") role = "user";
-    else if (from == "gpt" || from == "assistant" || from == "model") role = "assistant";
-    else if (from == "system") role = "system";
-    else if (from == "tool" || from == "function" || from == "observation") role = "tool";
-    else bad(source, "unknown role '" + from + "' in " + where + ".from (expected human, gpt or system)");
+    if (from == "human" || from == "user")
+      role = "user";
+    else if (from == "gpt" || from == "assistant" || from == "model")
+      role = "assistant";
+    else if (from == "system")
+      role = "system";
+    else if (from == "tool" || from == "function" || from == "observation")
+      role = "tool";
+    else
+      bad(source, "unknown role '" + from + "' in " + where + ".from (expected human, gpt or system)");
     out.push_back(message(role, value));
   }
   return out;
@@ -99,16 +111,20 @@ ojson parse_alpaca(const ojson& row, const std::string& source) {
   return out;
 }
 
-std::vector<int32_t> int_array(const ojson& a, const char* name, const std::string& source, bool allow_negative) {
-  if (!a.is_array()) bad(source, std::string("field '") + name + "' must be an array of integers, got " + a.type_name());
+std::vector<int32_t> int_array(const ojson& a, const char* name, const std::string& source,
+                               bool allow_negative) {
+  if (!a.is_array())
+    bad(source, std::string("field '") + name + "' must be an array of integers, got " + a.type_name());
   std::vector<int32_t> out;
   out.reserve(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
     const ojson& x = a[i];
-    if (!x.is_number_integer()) bad(source, std::string(name) + "[" + std::to_string(i) + "] must be an integer");
+    if (!x.is_number_integer())
+      bad(source, std::string(name) + "[" + std::to_string(i) + "] must be an integer");
     const int64_t v = x.get<int64_t>();
     if (v > std::numeric_limits<int32_t>::max() || (v < 0 && !(allow_negative && v == -100)))
-      bad(source, std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string(v) + " is out of range");
+      bad(source,
+          std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string(v) + " is out of range");
     out.push_back(static_cast<int32_t>(v));
   }
   return out;
@@ -123,9 +139,12 @@ std::vector<int64_t> array_element_lines(const std::string& s) {
   for (char c : s) {
     if (c == '\n') ++line;
     if (in_str) {
-      if (esc) esc = false;
-      else if (c == '\\') esc = true;
-      else if (c == '"') in_str = false;
+      if (esc)
+        esc = false;
+      else if (c == '\\')
+        esc = true;
+      else if (c == '"')
+        in_str = false;
       continue;
     }
     if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
@@ -133,11 +152,14 @@ std::vector<int64_t> array_element_lines(const std::string& s) {
       lines.push_back(line);
       expect_value = false;
     }
-    if (c == '"') in_str = true;
+    if (c == '"')
+      in_str = true;
     else if (c == '[' || c == '{') {
       if (++depth == 1) expect_value = true;
-    } else if (c == ']' || c == '}') --depth;
-    else if (c == ',' && depth == 1) expect_value = true;
+    } else if (c == ']' || c == '}')
+      --depth;
+    else if (c == ',' && depth == 1)
+      expect_value = true;
   }
   return lines;
 }
@@ -171,8 +193,9 @@ DatasetRow dataset_parse_row(const ojson& row, const std::string& format_in, con
   std::string format = format_in == "messages" ? "chat" : format_in;
   if (format.empty()) format = dataset_detect_format(row);
   if (format.empty())
-    bad(source, "cannot tell the format: expected one of the fields messages, conversations, instruction+output, "
-                "text, input_ids");
+    bad(source,
+        "cannot tell the format: expected one of the fields messages, conversations, instruction+output, "
+        "text, input_ids");
   DatasetRow out;
   out.source = source;
   if (format == "chat") {
@@ -180,7 +203,8 @@ DatasetRow dataset_parse_row(const ojson& row, const std::string& format_in, con
     out.messages = parse_chat(row, source);
     auto tools = row.find("tools");
     if (tools != row.end() && !tools->is_null()) {
-      if (!tools->is_array()) bad(source, std::string("field 'tools' must be an array, got ") + tools->type_name());
+      if (!tools->is_array())
+        bad(source, std::string("field 'tools' must be an array, got ") + tools->type_name());
       out.tools = *tools;
     }
   } else if (format == "sharegpt") {
@@ -212,7 +236,8 @@ DatasetFile dataset_read(const std::string& path, const std::string& type, bool 
   check(dataset_type_valid(type), path + ": unknown dataset type '" + type +
                                       "' (expected chat, sharegpt, alpaca, completion or pretokenized)");
   check(std::filesystem::is_regular_file(path), path + ": dataset file not found");
-  const std::string content = read_text_file(path);
+  std::string content = read_text_file(path);
+  if (content.compare(0, 3, "\xEF\xBB\xBF") == 0) content.erase(0, 3);  // UTF-8 byte order mark
   DatasetFile out;
   out.path = path;
   out.format = type == "messages" ? "chat" : type;
@@ -265,7 +290,8 @@ DatasetFile dataset_read(const std::string& path, const std::string& type, bool 
       const std::string source = path + ":" + std::to_string(line);
       handle(source, [&] {
         const size_t bad_at = utf8_find_invalid(text);
-        if (bad_at != std::string::npos) bad(source, "invalid UTF-8 at byte " + std::to_string(bad_at) + " of the line");
+        if (bad_at != std::string::npos)
+          bad(source, "invalid UTF-8 at byte " + std::to_string(bad_at) + " of the line");
         ojson row;
         try {
           row = ojson::parse(text);

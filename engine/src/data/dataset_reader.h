@@ -2,14 +2,17 @@
 // row into one of three kinds: a chat conversation, a completion text, or pre-tokenized ids.
 //
 // Formats (`type` in the run file, or detected from the first row's fields):
-//   chat         {"messages": [{"role", "content"}...], "tools"?: [...]}   roles system/user/assistant/tool/developer
-//   sharegpt     {"conversations": [{"from", "value"}...]}                  from human|user, gpt|assistant|model,
+//   chat         {"messages": [{"role", "content"}...], "tools"?: [...]}   roles
+//   system/user/assistant/tool/developer sharegpt     {"conversations": [{"from", "value"}...]} from
+//   human|user, gpt|assistant|model,
 //                                                                           system, tool|function|observation
-//   alpaca       {"instruction", "input"?, "output", "system"?}            rendered as a chat: user = instruction,
-//                                                                           + "\n\n" + input when input is not
-//                                                                           empty; assistant = output
+//   alpaca       {"instruction", "input"?, "output", "system"?}            rendered as a chat: user =
+//   instruction,
+//                                                                           + "\n\n" + input when input is
+//                                                                           not empty; assistant = output
 //   completion   {"text"}                                                  EOS appended, every token trained
-//   pretokenized {"input_ids": [...], "labels"?: [...]}                    used as is (no labels: all trained)
+//   pretokenized {"input_ids": [...], "labels"?: [...]}                    used as is (no labels: all
+//   trained)
 // Bad rows (malformed JSON, missing field, wrong type, empty conversation, unknown role, invalid UTF-8)
 // throw Error("file:line: reason"), or with skip_bad_rows are skipped and counted.
 #pragma once
@@ -25,9 +28,9 @@ enum class RowKind { kChat, kCompletion, kPretokenized };
 struct DatasetRow {
   std::string source;  // "file:line"
   RowKind kind = RowKind::kChat;
-  nlohmann::ordered_json messages;  // kChat: normalized [{"role","content",...}]
-  nlohmann::ordered_json tools;     // kChat: null or array
-  std::string text;                 // kCompletion
+  nlohmann::ordered_json messages;         // kChat: normalized [{"role","content",...}]
+  nlohmann::ordered_json tools;            // kChat: null or array
+  std::string text;                        // kCompletion
   std::vector<int32_t> input_ids, labels;  // kPretokenized (labels empty = all trained)
 };
 
@@ -35,7 +38,7 @@ struct DatasetFile {
   std::string path;
   std::string format;  // chat | sharegpt | alpaca | completion | pretokenized
   std::vector<DatasetRow> rows;
-  int64_t total_rows = 0;    // rows seen (including skipped)
+  int64_t total_rows = 0;  // rows seen (including skipped)
   int64_t skipped_rows = 0;
   std::vector<std::string> skipped_reasons;  // the first few "file:line: reason"
 };
@@ -44,7 +47,8 @@ struct DatasetFile {
 bool dataset_type_valid(const std::string& type);
 DatasetFile dataset_read(const std::string& path, const std::string& type, bool skip_bad_rows);
 // Normalizes one parsed row (throws Error with `source` on a bad row); `format` "" detects it.
-DatasetRow dataset_parse_row(const nlohmann::ordered_json& row, const std::string& format, const std::string& source);
+DatasetRow dataset_parse_row(const nlohmann::ordered_json& row, const std::string& format,
+                             const std::string& source);
 // The format a row's fields suggest ("" when none fits).
 std::string dataset_detect_format(const nlohmann::ordered_json& row);
 

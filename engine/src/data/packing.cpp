@@ -33,7 +33,8 @@ std::vector<size_t> shuffled_indices(size_t n, uint64_t seed, uint64_t stream) {
   return idx;
 }
 
-std::vector<std::vector<size_t>> pack_first_fit_decreasing(const std::vector<int64_t>& lengths, int64_t capacity) {
+std::vector<std::vector<size_t>> pack_first_fit_decreasing(const std::vector<int64_t>& lengths,
+                                                           int64_t capacity) {
   check(capacity > 0, "packing needs a positive sequence_len");
   std::vector<size_t> order(lengths.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -67,8 +68,8 @@ std::vector<std::vector<size_t>> pack_first_fit_decreasing(const std::vector<int
   return rows;
 }
 
-EpochPlan plan_epoch(const std::vector<int64_t>& lengths, int64_t sequence_len, bool packing, int64_t micro_batch_size,
-                     uint64_t seed, int64_t epoch) {
+EpochPlan plan_epoch(const std::vector<int64_t>& lengths, int64_t sequence_len, bool packing,
+                     int64_t micro_batch_size, uint64_t seed, int64_t epoch) {
   check(micro_batch_size > 0, "micro_batch_size must be positive");
   EpochPlan plan;
   const auto order = shuffled_indices(lengths.size(), seed, static_cast<uint64_t>(epoch) + 1);

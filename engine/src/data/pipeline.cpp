@@ -41,7 +41,8 @@ std::string config_token(const std::string& model_dir, const char* key) {
   return "";
 }
 
-int32_t token_id_or(const Tokenizer& tok, const std::string& token, std::initializer_list<const char*> fallbacks) {
+int32_t token_id_or(const Tokenizer& tok, const std::string& token,
+                    std::initializer_list<const char*> fallbacks) {
   if (!token.empty()) {
     const int32_t id = tok.token_to_id(token);
     if (id >= 0) return id;
@@ -70,7 +71,8 @@ Encoded encode_rows(const Tokenizer& tok, const ChatTemplate* tpl, const std::ve
   Encoded out;
   out.examples.resize(rows.size());
   out.errors.resize(rows.size());
-  const size_t threads = std::max<size_t>(1, std::min<size_t>(std::thread::hardware_concurrency(), rows.size() / 64 + 1));
+  const size_t threads =
+      std::max<size_t>(1, std::min<size_t>(std::thread::hardware_concurrency(), rows.size() / 64 + 1));
   std::atomic<size_t> next{0};
   auto work = [&] {
     while (true) {
@@ -99,26 +101,28 @@ struct LoadedFile {
   bool from_cache = false;
 };
 
-LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tokenizer& tok, const ChatTemplate* tpl,
-                        int32_t eos_id, const std::function<void(const std::string&)>& log) {
+LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tokenizer& tok,
+                        const ChatTemplate* tpl, const std::string& tpl_error, int32_t eos_id,
+                        const std::function<void(const std::string&)>& log) {
   check(fs::is_regular_file(spec.path), spec.path + ": dataset file not found");
-  const std::string key = hash_bytes_hex(std::string(kEncodingVersion) + "|" + hash_file_hex(spec.path) + "|" +
-                                         tok.content_hash() + "|" + (tpl ? tpl->content_hash() : "-") + "|" +
-                                         spec.type + "|" + (cfg.train_on_inputs ? "1" : "0") + "|" +
+  const std::string key = hash_bytes_hex(std::string(kEncodingVersion) + "|" + hash_file_hex(spec.path) +
+                                         "|" + tok.content_hash() + "|" + (tpl ? tpl->content_hash() : "-") +
+                                         "|" + spec.type + "|" + (cfg.train_on_inputs ? "1" : "0") + "|" +
                                          (cfg.skip_bad_rows ? "1" : "0") + "|" + std::to_string(eos_id));
   const std::string cache_path = token_cache_file(token_cache_dir(cfg.dataset_prepared_path), key);
   LoadedFile out;
   if (auto cached = token_cache_load(cache_path, key)) {
     out.data = std::move(*cached);
     out.from_cache = true;
-    if (log) log(spec.path + ": " + std::to_string(out.data.examples.size()) + " examples from the token cache");
+    if (log)
+      log(spec.path + ": " + std::to_string(out.data.examples.size()) + " examples from the token cache");
     return out;
   }
   const auto t0 = std::chrono::steady_clock::now();
   DatasetFile file = dataset_read(spec.path, spec.type, cfg.skip_bad_rows);
   if (file.format == "chat" || file.format == "sharegpt" || file.format == "alpaca")
-    check(tpl != nullptr, spec.path + ": " + file.format + " data needs a chat template, but " + cfg.base_model +
-                              " has none (tokenizer_config.json chat_template or chat_template.jinja)");
+    check(tpl != nullptr, spec.path + ": " + file.format + " data needs the chat template of " +
+                              cfg.base_model + ", which cannot be used: " + tpl_error);
   Encoded enc = encode_rows(tok, tpl, file.rows, cfg.train_on_inputs, eos_id);
   CachedDataset& d = out.data;
   d.format = file.format;
@@ -163,8 +167,8 @@ int32_t tokenizer_pad_id(const Tokenizer& tok, const std::string& model_dir) {
   return id >= 0 ? id : tokenizer_eos_id(tok, model_dir);
 }
 
-Example data_encode_row(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row, bool train_on_inputs,
-                        int32_t eos_id) {
+Example data_encode_row(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row,
+                        bool train_on_inputs, int32_t eos_id) {
   Example ex;
   switch (row.kind) {
     case RowKind::kChat: {
@@ -183,9 +187,9 @@ Example data_encode_row(const Tokenizer& tok, const ChatTemplate* tpl, const Dat
     case RowKind::kPretokenized: {
       const int64_t vocab = tok.vocab_size();
       for (size_t i = 0; i < row.input_ids.size(); ++i)
-        check(row.input_ids[i] < vocab, row.source + ": input_ids[" + std::to_string(i) + "] = " +
-                                            std::to_string(row.input_ids[i]) + " is not a token id of this tokenizer (" +
-                                            std::to_string(vocab) + " ids)");
+        check(row.input_ids[i] < vocab,
+              row.source + ": input_ids[" + std::to_string(i) + "] = " + std::to_string(row.input_ids[i]) +
+                  " is not a token id of this tokenizer (" + std::to_string(vocab) + " ids)");
       ex.input_ids = row.input_ids;
       ex.labels = row.labels.empty() ? row.input_ids : row.labels;
       break;
@@ -205,11 +209,13 @@ DataStats data_stats(const std::vector<Example>& examples, const RunConfig& cfg)
     lengths.push_back(static_cast<int64_t>(e.input_ids.size()));
   }
   if (!examples.empty()) {
-    const EpochPlan plan = plan_epoch(lengths, cfg.sequence_len, cfg.sample_packing, std::max<int64_t>(1, cfg.micro_batch_size),
-                                      static_cast<uint64_t>(cfg.seed), 0);
+    const EpochPlan plan =
+        plan_epoch(lengths, cfg.sequence_len, cfg.sample_packing, std::max<int64_t>(1, cfg.micro_batch_size),
+                   static_cast<uint64_t>(cfg.seed), 0);
     s.rows = s.packed_rows = plan.rows;
     if (plan.rows > 0 && cfg.sequence_len > 0)
-      s.packing_efficiency = static_cast<double>(s.tokens) / (static_cast<double>(plan.rows) * static_cast<double>(cfg.sequence_len));
+      s.packing_efficiency = static_cast<double>(s.tokens) /
+                             (static_cast<double>(plan.rows) * static_cast<double>(cfg.sequence_len));
   }
   return s;
 }
@@ -222,10 +228,11 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
   check(!cfg.base_model.empty(), "run config: base_model is empty (the tokenizer comes from it)");
   const Tokenizer tok = Tokenizer::from_file(cfg.base_model);
   std::unique_ptr<ChatTemplate> tpl;
+  std::string tpl_error;
   try {
     tpl = std::make_unique<ChatTemplate>(ChatTemplate::from_model_dir(cfg.base_model));
-  } catch (const Error&) {
-    tpl.reset();  // only chat-format datasets need one; load_dataset reports it then
+  } catch (const Error& e) {
+    tpl_error = e.what();  // only chat-format datasets need one; load_dataset reports it then
   }
   PreparedData out;
   out.eos_id = tokenizer_eos_id(tok, cfg.base_model);
@@ -237,7 +244,7 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
   bool have_eval_files = false;
   int64_t skipped = 0;
   for (const auto& [spec, is_eval] : specs) {
-    LoadedFile f = load_dataset(*spec, cfg, tok, tpl.get(), out.eos_id, log);
+    LoadedFile f = load_dataset(*spec, cfg, tok, tpl.get(), tpl_error, out.eos_id, log);
     DatasetSummary summary;
     summary.path = spec->path;
     summary.format = f.data.format;
@@ -283,7 +290,8 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
     out.train_sources = std::move(train_src);
   }
 
-  auto limit = [&](std::vector<Example>& exs, std::vector<std::string>& srcs, int64_t* truncated, int64_t* dropped) {
+  auto limit = [&](std::vector<Example>& exs, std::vector<std::string>& srcs, int64_t* truncated,
+                   int64_t* dropped) {
     std::vector<Example> kept;
     std::vector<std::string> kept_src;
     for (size_t i = 0; i < exs.size(); ++i) {
@@ -322,7 +330,8 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
   return out;
 }
 
-std::vector<Batch> data_epoch_batches(const std::vector<Example>& examples, const RunConfig& cfg, int64_t epoch) {
+std::vector<Batch> data_epoch_batches(const std::vector<Example>& examples, const RunConfig& cfg,
+                                      int64_t epoch) {
   std::vector<int64_t> lengths;
   lengths.reserve(examples.size());
   for (const auto& e : examples) {

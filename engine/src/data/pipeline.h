@@ -23,7 +23,7 @@ struct PreparedData {
   DataStats train_stats, eval_stats;
   std::vector<DatasetSummary> datasets;  // one per dataset file, in config order
   int32_t eos_id = -1, pad_id = -1;
-  std::vector<std::string> warnings;     // e.g. skipped rows (first few reasons), cache write failures
+  std::vector<std::string> warnings;  // e.g. skipped rows (first few reasons), cache write failures
 };
 
 // Reads every dataset of cfg (datasets and test_datasets), tokenizes with the tokenizer and chat template
@@ -34,15 +34,16 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
 
 // Micro-batches of one epoch: shuffled with (cfg.seed, epoch), packed (first-fit-decreasing into rows of
 // sequence_len) when cfg.sample_packing, micro_batch_size rows (or examples) per batch.
-std::vector<Batch> data_epoch_batches(const std::vector<Example>& examples, const RunConfig& cfg, int64_t epoch);
+std::vector<Batch> data_epoch_batches(const std::vector<Example>& examples, const RunConfig& cfg,
+                                      int64_t epoch);
 
 // Statistics of a set of (already truncated) examples under cfg's packing settings.
 DataStats data_stats(const std::vector<Example>& examples, const RunConfig& cfg);
 
 // Tokenizes one dataset row exactly as data_prepare does (chat rows need `tpl`); throws Error with the
 // row's source on a bad row.
-Example data_encode_row(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row, bool train_on_inputs,
-                        int32_t eos_id);
+Example data_encode_row(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row,
+                        bool train_on_inputs, int32_t eos_id);
 
 // One example as the studio's Data page shows it.
 struct RenderedExample {

@@ -15,7 +15,9 @@ namespace {
 
 constexpr char kMagic[8] = {'D', 'T', 'T', 'O', 'K', 'C', '0', '1'};
 
-void put_u64(std::string* out, uint64_t v) { out->append(reinterpret_cast<const char*>(&v), 8); }
+void put_u64(std::string* out, uint64_t v) {
+  out->append(reinterpret_cast<const char*>(&v), 8);
+}
 void put_str(std::string* out, const std::string& s) {
   put_u64(out, s.size());
   out->append(s);
@@ -72,7 +74,8 @@ std::optional<CachedDataset> token_cache_load(const std::string& path, const std
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string bytes = ss.str();
-  if (bytes.size() < sizeof kMagic + 32 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return std::nullopt;
+  if (bytes.size() < sizeof kMagic + 32 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+    return std::nullopt;
   const std::string body = bytes.substr(0, bytes.size() - 32);
   if (hash_bytes_hex(body) != bytes.substr(bytes.size() - 32)) return std::nullopt;
   Reader r{body, sizeof kMagic};

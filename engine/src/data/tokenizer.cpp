@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
@@ -177,8 +177,9 @@ std::string escape_regex(const std::string& s) {
 
 // Unicode White_Space (what Rust's char::is_whitespace tests).
 bool is_unicode_whitespace(uint32_t c) {
-  return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 bool is_word_char(uint32_t c) {
@@ -188,8 +189,7 @@ bool is_word_char(uint32_t c) {
          (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
 }
 
-constexpr size_t kCacheShards = 64;
-constexpr size_t kCacheShardLimit = 1 << 15;
+constexpr size_t kCacheLimit = 1 << 16;
 constexpr size_t kCacheMaxWordBytes = 128;
 
 struct StringHash {
@@ -197,10 +197,22 @@ struct StringHash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
 };
 
-struct CacheShard {
-  std::mutex mu;
+// Per-thread BPE results of the tokenizer used last on this thread. Per-thread rather than shared
+// under locks: the hottest words would otherwise serialize every thread on the same mutex.
+struct ThreadBpeCache {
+  uint64_t owner = 0;
   std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
 };
+
+ThreadBpeCache& thread_bpe_cache() {
+  thread_local ThreadBpeCache cache;
+  return cache;
+}
+
+uint64_t next_tokenizer_id() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
 
 }  // namespace
 
@@ -220,12 +232,13 @@ struct Tokenizer::Impl {
   bool byte_level_decoder = true;
   // added tokens
   std::vector<AddedToken> added;
-  std::vector<uint8_t> added_flag;    // per id: 0 none, 1 added, 2 special
-  std::vector<std::vector<int>> raw_first_byte, norm_first_byte;  // byte -> indices into `added`, longest first
+  std::vector<uint8_t> added_flag;  // per id: 0 none, 1 added, 2 special
+  std::vector<std::vector<int>> raw_first_byte,
+      norm_first_byte;  // byte -> indices into `added`, longest first
   bool has_norm_added = false;
   std::unordered_map<std::string, int32_t> added_by_content;
-  // BPE word cache
-  mutable std::array<CacheShard, kCacheShards> cache;
+  // Identifies this tokenizer's entries in the per-thread BPE caches.
+  const uint64_t id = next_tokenizer_id();
 
   ~Impl() {
     for (auto& p : pre)
@@ -260,7 +273,8 @@ void Tokenizer::Impl::load(const json& j) {
   if (j.contains("decoder") && !j["decoder"].is_null()) {
     const auto& d = j["decoder"];
     const std::string type = d.value("type", "");
-    check(type == "ByteLevel", source + ": decoder type \"" + type + "\" is not supported (expected ByteLevel)");
+    check(type == "ByteLevel",
+          source + ": decoder type \"" + type + "\" is not supported (expected ByteLevel)");
   }
   if (j.contains("added_tokens")) load_added(j["added_tokens"]);
 }
@@ -279,7 +293,8 @@ void Tokenizer::Impl::load_normalizer(const json& n) {
   } else if (type == "NFKD") {
     norms.push_back(NormKind::kNFKD);
   } else {
-    throw Error(source + ": normalizer type \"" + type + "\" is not supported (NFC, NFD, NFKC, NFKD, Sequence)");
+    throw Error(source + ": normalizer type \"" + type +
+                "\" is not supported (NFC, NFD, NFKC, NFKD, Sequence)");
   }
 }
 
@@ -293,16 +308,25 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& p) {
     PreStep step{PreStep::kSplit};
     const auto& pat = p.at("pattern");
     std::string pattern;
-    if (pat.contains("Regex")) pattern = pat["Regex"].get<std::string>();
-    else if (pat.contains("String")) pattern = escape_regex(pat["String"].get<std::string>());
-    else throw Error(source + ": Split pattern must be {\"Regex\": ...} or {\"String\": ...}");
+    if (pat.contains("Regex"))
+      pattern = pat["Regex"].get<std::string>();
+    else if (pat.contains("String"))
+      pattern = escape_regex(pat["String"].get<std::string>());
+    else
+      throw Error(source + ": Split pattern must be {\"Regex\": ...} or {\"String\": ...}");
     const std::string behavior = p.value("behavior", "Isolated");
-    if (behavior == "Isolated") step.behavior = SplitBehavior::kIsolated;
-    else if (behavior == "Removed") step.behavior = SplitBehavior::kRemoved;
-    else if (behavior == "MergedWithPrevious") step.behavior = SplitBehavior::kMergedWithPrevious;
-    else if (behavior == "MergedWithNext") step.behavior = SplitBehavior::kMergedWithNext;
-    else if (behavior == "Contiguous") step.behavior = SplitBehavior::kContiguous;
-    else throw Error(source + ": Split behavior \"" + behavior + "\" is not supported");
+    if (behavior == "Isolated")
+      step.behavior = SplitBehavior::kIsolated;
+    else if (behavior == "Removed")
+      step.behavior = SplitBehavior::kRemoved;
+    else if (behavior == "MergedWithPrevious")
+      step.behavior = SplitBehavior::kMergedWithPrevious;
+    else if (behavior == "MergedWithNext")
+      step.behavior = SplitBehavior::kMergedWithNext;
+    else if (behavior == "Contiguous")
+      step.behavior = SplitBehavior::kContiguous;
+    else
+      throw Error(source + ": Split behavior \"" + behavior + "\" is not supported");
     step.re = compile_regex(pattern, source);
     pre.push_back(step);
   } else if (type == "ByteLevel") {
@@ -313,7 +337,8 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& p) {
     if (p.value("use_regex", true)) step.re = compile_regex(kGpt2Pattern, source);
     pre.push_back(step);
   } else {
-    throw Error(source + ": pre_tokenizer type \"" + type + "\" is not supported (Split, ByteLevel, Sequence)");
+    throw Error(source + ": pre_tokenizer type \"" + type +
+                "\" is not supported (Split, ByteLevel, Sequence)");
   }
 }
 
@@ -377,7 +402,7 @@ void Tokenizer::Impl::load_model(const json& m) {
 
 void Tokenizer::Impl::load_added(const json& a) {
   for (const auto& t : a) {
-    AddedToken tok{t.at("id").get<int32_t>(),   t.at("content").get<std::string>(),
+    AddedToken tok{t.at("id").get<int32_t>(),     t.at("content").get<std::string>(),
                    t.value("single_word", false), t.value("lstrip", false),
                    t.value("rstrip", false),      t.value("normalized", false),
                    t.value("special", false)};
@@ -419,10 +444,18 @@ std::string Tokenizer::Impl::normalize(std::string_view s) const {
     if (ascii) continue;  // every Unicode normal form leaves ASCII unchanged
     int options = UTF8PROC_STABLE;
     switch (k) {
-      case NormKind::kNFC: options |= UTF8PROC_COMPOSE; break;
-      case NormKind::kNFD: options |= UTF8PROC_DECOMPOSE; break;
-      case NormKind::kNFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-      case NormKind::kNFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+      case NormKind::kNFC:
+        options |= UTF8PROC_COMPOSE;
+        break;
+      case NormKind::kNFD:
+        options |= UTF8PROC_DECOMPOSE;
+        break;
+      case NormKind::kNFKC:
+        options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+        break;
+      case NormKind::kNFKD:
+        options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+        break;
     }
     utf8proc_uint8_t* out = nullptr;
     const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(cur.data()),
@@ -592,7 +625,6 @@ void regex_split(const PreStep& step, const Piece& piece, std::vector<Piece>* ou
   }
 }
 
-
 }  // namespace
 
 void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32_t>* out) const {
@@ -625,7 +657,7 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
   std::vector<Cand> heap_store;
   heap_store.reserve(syms.size());
   std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap(std::greater<Cand>(),
-                                                                          std::move(heap_store));
+                                                                        std::move(heap_store));
   auto push_pair = [&](int32_t pos) {
     const int32_t nx = syms[static_cast<size_t>(pos)].next;
     if (pos < 0 || nx < 0) return;
@@ -652,7 +684,8 @@ void Tokenizer::Impl::bpe_word_uncached(std::string_view word, std::vector<int32
     if (s.prev >= 0) push_pair(s.prev);
     push_pair(c.pos);
   }
-  for (int32_t i = 0; i >= 0; i = syms[static_cast<size_t>(i)].next) out->push_back(syms[static_cast<size_t>(i)].id);
+  for (int32_t i = 0; i >= 0; i = syms[static_cast<size_t>(i)].next)
+    out->push_back(syms[static_cast<size_t>(i)].id);
 }
 
 void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>* out) const {
@@ -660,22 +693,21 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>* out)
     bpe_word_uncached(word, out);
     return;
   }
-  const size_t h = std::hash<std::string_view>()(word);
-  CacheShard& shard = cache[(h >> 7) % kCacheShards];
-  {
-    std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.map.find(word);
-    if (it != shard.map.end()) {
-      out->insert(out->end(), it->second.begin(), it->second.end());
-      return;
-    }
+  ThreadBpeCache& cache = thread_bpe_cache();
+  if (cache.owner != id) {
+    cache.map.clear();
+    cache.owner = id;
+  }
+  auto it = cache.map.find(word);
+  if (it != cache.map.end()) {
+    out->insert(out->end(), it->second.begin(), it->second.end());
+    return;
   }
   std::vector<int32_t> ids;
   bpe_word_uncached(word, &ids);
   out->insert(out->end(), ids.begin(), ids.end());
-  std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.map.size() >= kCacheShardLimit) shard.map.clear();
-  shard.map.emplace(std::string(word), std::move(ids));
+  if (cache.map.size() >= kCacheLimit) cache.map.clear();
+  cache.map.emplace(std::string(word), std::move(ids));
 }
 
 // A stretch of text with no added tokens: normalize, pre-tokenize, BPE each piece.
@@ -721,8 +753,12 @@ void Tokenizer::Impl::encode_plain(std::string_view seg, int64_t offset, std::ve
   }
 }
 
-void Tokenizer::Impl::encode_impl(std::string_view text, std::vector<int32_t>* ids, std::vector<int64_t>* starts,
-                                  std::vector<int64_t>* ends) const {
+void Tokenizer::Impl::encode_impl(std::string_view text, std::vector<int32_t>* ids,
+                                  std::vector<int64_t>* starts, std::vector<int64_t>* ends) const {
+  // PCRE2 runs with PCRE2_NO_UTF_CHECK, so invalid input must be refused here.
+  const size_t bad = utf8_find_invalid(text);
+  if (bad != std::string_view::npos)
+    throw Error("tokenizer: text is not valid UTF-8 (byte " + std::to_string(bad) + ")");
   std::vector<std::pair<int32_t, std::pair<size_t, size_t>>> parts, inner;
   split_added(text, raw_first_byte, &parts);
   for (const auto& [id, range] : parts) {
@@ -817,7 +853,8 @@ std::vector<int32_t> Tokenizer::encode_with_offsets(std::string_view text, std::
 }
 
 std::string Tokenizer::token_bytes(int32_t id) const {
-  check(id >= 0 && static_cast<size_t>(id) < impl_->id_bytes.size(), "token id " + std::to_string(id) + " is out of range");
+  check(id >= 0 && static_cast<size_t>(id) < impl_->id_bytes.size(),
+        "token id " + std::to_string(id) + " is out of range");
   return impl_->id_bytes[static_cast<size_t>(id)];
 }
 
@@ -852,16 +889,22 @@ int32_t Tokenizer::token_to_id(std::string_view token) const {
   return -1;
 }
 
-int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_bytes.size()); }
+int64_t Tokenizer::vocab_size() const {
+  return static_cast<int64_t>(impl_->id_bytes.size());
+}
 
 bool Tokenizer::is_special(int32_t id) const {
-  return id >= 0 && static_cast<size_t>(id) < impl_->added_flag.size() && impl_->added_flag[static_cast<size_t>(id)] == 2;
+  return id >= 0 && static_cast<size_t>(id) < impl_->added_flag.size() &&
+         impl_->added_flag[static_cast<size_t>(id)] == 2;
 }
 
 bool Tokenizer::is_added(int32_t id) const {
-  return id >= 0 && static_cast<size_t>(id) < impl_->added_flag.size() && impl_->added_flag[static_cast<size_t>(id)] != 0;
+  return id >= 0 && static_cast<size_t>(id) < impl_->added_flag.size() &&
+         impl_->added_flag[static_cast<size_t>(id)] != 0;
 }
 
-const std::string& Tokenizer::content_hash() const { return impl_->hash; }
+const std::string& Tokenizer::content_hash() const {
+  return impl_->hash;
+}
 
 }  // namespace deltatune

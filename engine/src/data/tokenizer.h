@@ -19,14 +19,15 @@ class Tokenizer {
  public:
   // `path` is a tokenizer.json file or a folder that holds one.
   static Tokenizer from_file(const std::string& path);
-  static Tokenizer from_json_string(const std::string& json, const std::string& source_name = "tokenizer.json");
+  static Tokenizer from_json_string(const std::string& json,
+                                    const std::string& source_name = "tokenizer.json");
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
   // Ids of `text` exactly as HF `tokenizer(text, add_special_tokens=False)`: added tokens (special or not)
-  // found in the text become their ids. Thread-safe (the per-word BPE cache is internally locked).
+  // found in the text become their ids. Thread-safe (BPE results are cached per thread).
   std::vector<int32_t> encode(std::string_view text) const;
   // Same, plus for each token the byte offset in `text` where it starts (end = next start or the span
   // given by offsets_end). Offsets inside a stretch that the normalizer changed point at the start of
@@ -40,8 +41,8 @@ class Tokenizer {
   std::string token_bytes(int32_t id) const;
 
   int32_t token_to_id(std::string_view token) const;  // added-token content or vocab entry; -1 if none
-  int64_t vocab_size() const;                          // highest id + 1
-  bool is_special(int32_t id) const;                   // added token with special: true
+  int64_t vocab_size() const;                         // highest id + 1
+  bool is_special(int32_t id) const;                  // added token with special: true
   bool is_added(int32_t id) const;
   // 128-bit content hash of the tokenizer.json (hex), for cache keys.
   const std::string& content_hash() const;

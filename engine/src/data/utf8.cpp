@@ -11,10 +11,14 @@ int utf8_decode(std::string_view s, size_t i, uint32_t* cp) {
   }
   int len;
   uint32_t c, min;
-  if ((b0 & 0xE0) == 0xC0) len = 2, c = b0 & 0x1F, min = 0x80;
-  else if ((b0 & 0xF0) == 0xE0) len = 3, c = b0 & 0x0F, min = 0x800;
-  else if ((b0 & 0xF8) == 0xF0) len = 4, c = b0 & 0x07, min = 0x10000;
-  else return -1;
+  if ((b0 & 0xE0) == 0xC0)
+    len = 2, c = b0 & 0x1F, min = 0x80;
+  else if ((b0 & 0xF0) == 0xE0)
+    len = 3, c = b0 & 0x0F, min = 0x800;
+  else if ((b0 & 0xF8) == 0xF0)
+    len = 4, c = b0 & 0x07, min = 0x10000;
+  else
+    return -1;
   if (i + static_cast<size_t>(len) > s.size()) return -1;
   for (int k = 1; k < len; ++k) {
     const auto b = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
@@ -105,7 +109,8 @@ std::string utf8_make_valid(std::string_view s) {
 
 bool utf8_is_python_space(uint32_t c) {
   return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
+         c == 0x3000;
 }
 
 size_t utf8_length(std::string_view s) {

@@ -74,11 +74,11 @@ std::string normalise_model_type(const std::string& t) {
 
 }  // namespace
 
-ModelConfig model_config_parse_string(const std::string& json_text, const std::string& source_name) {
+static ModelConfig model_config_parse_impl(const std::string& json_text, const std::string& source_name) {
   json root;
   try {
     root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw Error(source_name + ": not valid JSON (" + e.what() + ")");
   }
   check(root.is_object(), source_name + ": expected a JSON object");
@@ -235,6 +235,19 @@ ModelConfig model_config_load(const std::string& path) {
   check(std::filesystem::exists(path, ec),
         path + ": not found (expected a Hugging Face checkpoint folder with config.json)");
   return model_config_parse_string(read_text_file(path), path);
+}
+
+}  // namespace deltatune
+
+namespace deltatune {
+
+// Any JSON library exception left (a number out of range, a type surprise) becomes a user error.
+ModelConfig model_config_parse_string(const std::string& json_text, const std::string& source_name) {
+  try {
+    return model_config_parse_impl(json_text, source_name);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(source_name + ": " + e.what());
+  }
 }
 
 }  // namespace deltatune

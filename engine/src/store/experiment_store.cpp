@@ -99,7 +99,8 @@ const char* const kStatuses[] = {"running", "finished", "failed", "cancelled", "
 std::string now_iso() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[64];
@@ -111,10 +112,13 @@ std::string now_iso() {
 void check_status(const std::string& status) {
   for (const char* s : kStatuses)
     if (status == s) return;
-  throw Error("run status '" + status + "' is not valid (expected running, finished, failed, cancelled or crashed)");
+  throw Error("run status '" + status +
+              "' is not valid (expected running, finished, failed, cancelled or crashed)");
 }
 
-bool is_terminal(const std::string& status) { return status != "running"; }
+bool is_terminal(const std::string& status) {
+  return status != "running";
+}
 
 std::string random_id() {
   std::random_device rd;
@@ -215,7 +219,8 @@ struct ExperimentStore::Impl {
       if (s.step()) version = static_cast<int>(s.integer(0));
     }
     check(version <= kSchemaVersion, "experiment database '" + db.path() + "' has schema version " +
-                                         std::to_string(version) + ", newer than this DeltaTune understands (" +
+                                         std::to_string(version) +
+                                         ", newer than this DeltaTune understands (" +
                                          std::to_string(kSchemaVersion) + "); use a newer DeltaTune");
     for (int v = version; v < kSchemaVersion; ++v) {
       db.exec(kMigrations[v]);
@@ -253,7 +258,9 @@ std::string ExperimentStore::default_path() {
   return p.string();
 }
 
-const std::string& ExperimentStore::path() const { return impl_->db.path(); }
+const std::string& ExperimentStore::path() const {
+  return impl_->db.path();
+}
 
 std::string ExperimentStore::create_run(const RunRecord& r) {
   std::lock_guard lock(impl_->mutex);
@@ -269,10 +276,11 @@ std::string ExperimentStore::create_run(const RunRecord& r) {
     check(!impl_->run_exists(id), "experiment database '" + path() + "': a run with id '" + id + "' exists");
   }
   const int64_t pid = r.pid > 0 ? r.pid : static_cast<int64_t>(getpid());
-  SqliteStmt s(impl_->db,
-               "INSERT INTO runs(id, name, status, created_at, finished_at, model, datasets, config_yaml, "
-               "output_dir, engine_version, device, final_loss, best_eval_loss, steps, total_steps, pid, host, "
-               "boot_id, pid_start, notes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  SqliteStmt s(
+      impl_->db,
+      "INSERT INTO runs(id, name, status, created_at, finished_at, model, datasets, config_yaml, "
+      "output_dir, engine_version, device, final_loss, best_eval_loss, steps, total_steps, pid, host, "
+      "boot_id, pid_start, notes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   s.bind(1, id).bind(2, r.name).bind(3, status).bind(4, r.created_at.empty() ? now_iso() : r.created_at);
   s.bind(5, r.finished_at).bind(6, r.model).bind(7, r.datasets).bind(8, r.config_yaml).bind(9, r.output_dir);
   s.bind(10, r.engine_version.empty() ? std::string(DT_VERSION) : r.engine_version).bind(11, r.device);
@@ -295,10 +303,11 @@ void ExperimentStore::update_run(const RunRecord& r) {
     check(s.step(), "experiment database '" + path() + "': no run with id '" + r.id + "'");
     old_pid = s.integer(0);
   }
-  SqliteStmt s(impl_->db,
-               "UPDATE runs SET name=?, status=?, created_at=?, finished_at=?, model=?, datasets=?, config_yaml=?, "
-               "output_dir=?, engine_version=?, device=?, final_loss=?, best_eval_loss=?, steps=?, total_steps=?, "
-               "notes=? WHERE id=?");
+  SqliteStmt s(
+      impl_->db,
+      "UPDATE runs SET name=?, status=?, created_at=?, finished_at=?, model=?, datasets=?, config_yaml=?, "
+      "output_dir=?, engine_version=?, device=?, final_loss=?, best_eval_loss=?, steps=?, total_steps=?, "
+      "notes=? WHERE id=?");
   s.bind(1, r.name).bind(2, r.status).bind(3, r.created_at).bind(4, r.finished_at).bind(5, r.model);
   s.bind(6, r.datasets).bind(7, r.config_yaml).bind(8, r.output_dir).bind(9, r.engine_version);
   s.bind(10, r.device).bind(11, r.final_loss).bind(12, r.best_eval_loss).bind(13, r.steps);
@@ -306,7 +315,12 @@ void ExperimentStore::update_run(const RunRecord& r) {
   if (r.pid > 0 && r.pid != old_pid) {
     // A resumed run belongs to a new process: record who owns it now.
     SqliteStmt p(impl_->db, "UPDATE runs SET pid=?, host=?, boot_id=?, pid_start=? WHERE id=?");
-    p.bind(1, r.pid).bind(2, host_id()).bind(3, boot_id()).bind(4, process_start_time(r.pid)).bind(5, r.id).run();
+    p.bind(1, r.pid)
+        .bind(2, host_id())
+        .bind(3, boot_id())
+        .bind(4, process_start_time(r.pid))
+        .bind(5, r.id)
+        .run();
   }
   impl_->insert_tags(r.id, r.tags);
   tx.commit();
@@ -351,7 +365,8 @@ std::optional<RunRecord> ExperimentStore::find_run(const std::string& id_or_name
 
 std::vector<RunRecord> ExperimentStore::list_runs() {
   std::lock_guard lock(impl_->mutex);
-  SqliteStmt s(impl_->db, std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY created_at DESC, rowid DESC");
+  SqliteStmt s(impl_->db,
+               std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY created_at DESC, rowid DESC");
   std::vector<RunRecord> out;
   while (s.step()) out.push_back(read_run(s));
   for (auto& r : out) r.tags = impl_->tags_of(r.id);
@@ -393,13 +408,16 @@ int ExperimentStore::mark_crashed_runs() {
     SqliteTransaction tx(impl_->db);
     // Guarded by status and pid: the run may have finished, or been resumed by a new process, meanwhile.
     SqliteStmt s(impl_->db,
-                 "UPDATE runs SET status = 'crashed', finished_at = ? WHERE id = ? AND status = 'running' AND pid = ?");
+                 "UPDATE runs SET status = 'crashed', finished_at = ? WHERE id = ? AND status = 'running' "
+                 "AND pid = ?");
     s.bind(1, now_iso()).bind(2, c.id).bind(3, c.pid).run();
     if (impl_->db.changes() == 1) {
       SqliteStmt e(impl_->db, "INSERT INTO events(run_id, time, level, message) VALUES (?, ?, 'error', ?)");
-      e.bind(1, c.id).bind(2, now_iso())
-          .bind(3, "process " + std::to_string(c.pid) + " ended without finishing the run; marked crashed (resumable "
-                   "from its last checkpoint)")
+      e.bind(1, c.id)
+          .bind(2, now_iso())
+          .bind(3, "process " + std::to_string(c.pid) +
+                       " ended without finishing the run; marked crashed (resumable "
+                       "from its last checkpoint)")
           .run();
       ++marked;
     }
@@ -415,7 +433,12 @@ void ExperimentStore::add_metrics(const std::string& run_id, const StepMetrics& 
                "INSERT INTO metrics(run_id, step, total_steps, epoch, loss, eval_loss, lr, grad_norm, "
                "tokens_per_second, tokens_seen, trained_tokens, vram_allocated, vram_reserved, wall_seconds) "
                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  s.bind(1, run_id).bind(2, m.step).bind(3, m.total_steps).bind(4, m.epoch).bind(5, m.loss).bind(6, m.eval_loss);
+  s.bind(1, run_id)
+      .bind(2, m.step)
+      .bind(3, m.total_steps)
+      .bind(4, m.epoch)
+      .bind(5, m.loss)
+      .bind(6, m.eval_loss);
   s.bind(7, m.lr).bind(8, m.grad_norm).bind(9, m.tokens_per_second).bind(10, m.tokens_seen);
   s.bind(11, m.trained_tokens).bind(12, m.vram_allocated).bind(13, m.vram_reserved).bind(14, m.wall_seconds);
   try {
@@ -439,10 +462,11 @@ void ExperimentStore::add_metrics(const std::string& run_id, const StepMetrics& 
 
 std::vector<StepMetrics> ExperimentStore::metrics(const std::string& run_id) {
   std::lock_guard lock(impl_->mutex);
-  SqliteStmt s(impl_->db,
-               "SELECT step, total_steps, epoch, loss, eval_loss, lr, grad_norm, tokens_per_second, tokens_seen, "
-               "trained_tokens, vram_allocated, vram_reserved, wall_seconds FROM metrics WHERE run_id = ? "
-               "ORDER BY step, rowid");
+  SqliteStmt s(
+      impl_->db,
+      "SELECT step, total_steps, epoch, loss, eval_loss, lr, grad_norm, tokens_per_second, tokens_seen, "
+      "trained_tokens, vram_allocated, vram_reserved, wall_seconds FROM metrics WHERE run_id = ? "
+      "ORDER BY step, rowid");
   s.bind(1, run_id);
   std::vector<StepMetrics> out;
   while (s.step()) {
@@ -480,22 +504,28 @@ void ExperimentStore::add_artifact(const ArtifactRecord& a) {
   SqliteTransaction tx(impl_->db);
   impl_->require_run(a.run_id);
   SqliteStmt s(impl_->db, "INSERT INTO artifacts(run_id, kind, path, step, created_at) VALUES (?,?,?,?,?)");
-  s.bind(1, a.run_id).bind(2, a.kind).bind(3, a.path).bind(4, a.step)
-      .bind(5, a.created_at.empty() ? now_iso() : a.created_at).run();
+  s.bind(1, a.run_id)
+      .bind(2, a.kind)
+      .bind(3, a.path)
+      .bind(4, a.step)
+      .bind(5, a.created_at.empty() ? now_iso() : a.created_at)
+      .run();
   tx.commit();
 }
 
 std::vector<ArtifactRecord> ExperimentStore::artifacts(const std::string& run_id) {
   std::lock_guard lock(impl_->mutex);
-  SqliteStmt s(impl_->db,
-               "SELECT run_id, kind, path, step, created_at FROM artifacts WHERE run_id = ? ORDER BY step, id");
+  SqliteStmt s(
+      impl_->db,
+      "SELECT run_id, kind, path, step, created_at FROM artifacts WHERE run_id = ? ORDER BY step, id");
   s.bind(1, run_id);
   std::vector<ArtifactRecord> out;
   while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2), s.integer(3), s.text(4)});
   return out;
 }
 
-void ExperimentStore::add_event(const std::string& run_id, const std::string& level, const std::string& message) {
+void ExperimentStore::add_event(const std::string& run_id, const std::string& level,
+                                const std::string& message) {
   std::lock_guard lock(impl_->mutex);
   SqliteTransaction tx(impl_->db);
   impl_->require_run(run_id);

@@ -43,7 +43,9 @@ std::string host_id() {
   return "";
 }
 
-std::string boot_id() { return first_line("/proc/sys/kernel/random/boot_id"); }
+std::string boot_id() {
+  return first_line("/proc/sys/kernel/random/boot_id");
+}
 
 std::string process_start_time(int64_t pid) {
   const auto f = stat_fields(pid);

@@ -7,8 +7,8 @@
 
 namespace deltatune {
 
-std::string host_id();   // /etc/machine-id, else the host name
-std::string boot_id();   // /proc/sys/kernel/random/boot_id, "" where there is none
+std::string host_id();  // /etc/machine-id, else the host name
+std::string boot_id();  // /proc/sys/kernel/random/boot_id, "" where there is none
 // Start time of `pid` since boot in clock ticks (/proc/<pid>/stat field 22), "" when unknown.
 std::string process_start_time(int64_t pid);
 

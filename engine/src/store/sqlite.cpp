@@ -37,14 +37,18 @@ void SqliteDb::exec(const std::string& sql) {
   }
 }
 
-int64_t SqliteDb::changes() const { return sqlite3_changes(db_); }
+int64_t SqliteDb::changes() const {
+  return sqlite3_changes(db_);
+}
 
 SqliteStmt::SqliteStmt(SqliteDb& db, const std::string& sql) : db_(db), sql_(sql) {
   if (sqlite3_prepare_v2(db.get(), sql.c_str(), static_cast<int>(sql.size()), &stmt_, nullptr) != SQLITE_OK)
     db.fail("preparing '" + sql.substr(0, 80) + "'");
 }
 
-SqliteStmt::~SqliteStmt() { sqlite3_finalize(stmt_); }
+SqliteStmt::~SqliteStmt() {
+  sqlite3_finalize(stmt_);
+}
 
 SqliteStmt& SqliteStmt::bind(int i, const std::string& v) {
   if (sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT) != SQLITE_OK)
@@ -66,7 +70,7 @@ bool SqliteStmt::step() {
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  db_.fail("'" + sql_.substr(0, 80) + "'");
+  db_.fail(sql_.substr(0, 80).insert(0, "statement "));  // (not "'" + ...: GCC 12 -Wrestrict false alarm)
 }
 
 void SqliteStmt::run() {
@@ -84,11 +88,19 @@ std::string SqliteStmt::text(int col) const {
   return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : std::string();
 }
 
-int64_t SqliteStmt::integer(int col) const { return sqlite3_column_int64(stmt_, col); }
-double SqliteStmt::real(int col) const { return sqlite3_column_double(stmt_, col); }
-bool SqliteStmt::is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+int64_t SqliteStmt::integer(int col) const {
+  return sqlite3_column_int64(stmt_, col);
+}
+double SqliteStmt::real(int col) const {
+  return sqlite3_column_double(stmt_, col);
+}
+bool SqliteStmt::is_null(int col) const {
+  return sqlite3_column_type(stmt_, col) == SQLITE_NULL;
+}
 
-SqliteTransaction::SqliteTransaction(SqliteDb& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+SqliteTransaction::SqliteTransaction(SqliteDb& db) : db_(db) {
+  db_.exec("BEGIN IMMEDIATE");
+}
 
 SqliteTransaction::~SqliteTransaction() {
   if (!done_) sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);

@@ -24,10 +24,12 @@ using json = nlohmann::json;
 
 constexpr const char* kFormat = "deltatune-checkpoint";
 constexpr int kFormatVersion = 1;
-const char* const kRequiredFiles[] = {"adapter_config.json", "adapter_model.safetensors", "optimizer.safetensors",
-                                      "trainer_state.json"};
+const char* const kRequiredFiles[] = {"adapter_config.json", "adapter_model.safetensors",
+                                      "optimizer.safetensors", "trainer_state.json"};
 
-std::string errno_text(int e) { return std::strerror(e); }
+std::string errno_text(int e) {
+  return std::strerror(e);
+}
 
 void fsync_path(const fs::path& p, bool directory) {
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
@@ -42,8 +44,10 @@ void fsync_path(const fs::path& p, bool directory) {
 void fsync_tree(const fs::path& dir) {
   std::vector<fs::path> dirs{dir};
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) fsync_path(e.path(), false);
-    else if (e.is_directory()) dirs.push_back(e.path());
+    if (e.is_regular_file())
+      fsync_path(e.path(), false);
+    else if (e.is_directory())
+      dirs.push_back(e.path());
   }
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) fsync_path(*it, true);
 }
@@ -66,7 +70,8 @@ int64_t leftover_pid(const std::string& name) {
 // Removing a folder is not atomic, so it is first renamed to a leftover name: a kill during remove_all
 // leaves a stale *.tmp-* folder, never a half-deleted checkpoint under its final name.
 void remove_checkpoint(const fs::path& dir) {
-  const fs::path doomed = dir.parent_path() / (dir.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-rm");
+  const fs::path doomed =
+      dir.parent_path() / (dir.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-rm");
   std::error_code ec;
   fs::rename(dir, doomed, ec);
   fs::remove_all(ec ? dir : doomed, ec);
@@ -103,7 +108,8 @@ TrainerState state_from_json(const json& j, const std::string& where) {
   };
   auto integer = [&](const char* key) {
     const json& v = field(key);
-    check(v.is_number_integer(), where + ": field '" + std::string(key) + "' must be an integer, got " + v.dump());
+    check(v.is_number_integer(),
+          where + ": field '" + std::string(key) + "' must be an integer, got " + v.dump());
     return v.get<int64_t>();
   };
   auto number = [&](const char* key) {
@@ -153,8 +159,10 @@ void prune(const fs::path& out, int64_t new_step, int64_t limit) {
   std::vector<std::pair<int64_t, std::string>> older;
   for (const auto& [step, path] : checkpoint_list(out.string())) {
     if (step == new_step) continue;
-    if (step > new_step) remove_checkpoint(path);  // abandoned timeline: would fool checkpoint_latest
-    else older.emplace_back(step, path);
+    if (step > new_step)
+      remove_checkpoint(path);  // abandoned timeline: would fool checkpoint_latest
+    else
+      older.emplace_back(step, path);
   }
   std::sort(older.rbegin(), older.rend());
   for (size_t i = static_cast<size_t>(limit - 1); i < older.size(); ++i) remove_checkpoint(older[i].second);
@@ -164,7 +172,8 @@ void prune(const fs::path& out, int64_t new_step, int64_t limit) {
 
 int64_t checkpoint_step_of(const std::string& name) {
   const std::string prefix = "checkpoint-";
-  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0 || name.size() > prefix.size() + 18)
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.size() > prefix.size() + 18)
     return -1;
   int64_t step = 0;
   for (size_t i = prefix.size(); i < name.size(); ++i) {
@@ -242,7 +251,8 @@ Checkpoint checkpoint_load(const std::string& dir) {
   ck.state = state_from_json(j, state_path);
   const int64_t named = checkpoint_step_of(d.filename().string());
   check(named < 0 || named == ck.state.step, state_path + ": step " + std::to_string(ck.state.step) +
-                                                 " does not match the folder name (step " + std::to_string(named) + ")");
+                                                 " does not match the folder name (step " +
+                                                 std::to_string(named) + ")");
 
   const std::string config_path = (d / "adapter_config.json").string();
   try {

@@ -23,22 +23,22 @@ namespace deltatune {
 class SafetensorsFile;
 
 struct TrainerState {
-  int64_t step = 0;               // optimizer steps done (the checkpoint's number)
+  int64_t step = 0;  // optimizer steps done (the checkpoint's number)
   int64_t total_steps = 0;
-  double epoch = 0;               // fractional epochs done, for display
+  double epoch = 0;  // fractional epochs done, for display
   // Data position: the next micro-batch to train is micro_batch_index of epoch epoch_index (0-based).
   int64_t epoch_index = 0;
   int64_t micro_batch_index = 0;
   int64_t seed = 0;
-  std::string rng_state;          // the trainer's RNG state, opaque text ("" = derived from seed and step)
-  int64_t scheduler_step = 0;     // LR scheduler position (steps taken)
-  double lr = 0;                  // rate of the last step, for display
+  std::string rng_state;       // the trainer's RNG state, opaque text ("" = derived from seed and step)
+  int64_t scheduler_step = 0;  // LR scheduler position (steps taken)
+  double lr = 0;               // rate of the last step, for display
   int64_t tokens_seen = 0;
   int64_t trained_tokens = 0;
-  double wall_seconds = 0;        // training time so far, so a resumed run keeps counting
+  double wall_seconds = 0;  // training time so far, so a resumed run keeps counting
   double best_eval_loss = -1;
   std::string run_id;
-  std::string config_hash;        // run_config_hash of the run's config
+  std::string config_hash;                   // run_config_hash of the run's config
   std::map<std::string, std::string> extra;  // anything else the trainer wants back on resume
   friend bool operator==(const TrainerState&, const TrainerState&) = default;
 };
@@ -60,7 +60,7 @@ std::string checkpoint_write(const std::string& output_dir, const TrainerState& 
 struct Checkpoint {
   std::string dir;
   TrainerState state;
-  std::shared_ptr<SafetensorsFile> optimizer;  // moments, memory-mapped: optimizer->get(name)
+  std::shared_ptr<SafetensorsFile> optimizer;      // moments, memory-mapped: optimizer->get(name)
   std::string adapter_dir() const { return dir; }  // for peft_adapter_read(dir, cfg)
 };
 

@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/utf8.h"
 
 namespace deltatune {
 namespace {
@@ -33,7 +34,7 @@ namespace fs = std::filesystem;
 // A value that does not fit its key; the caller adds where and which key.
 struct BadValue {
   std::string value;
-  std::string subkey;  // e.g. "[1].type" inside a list
+  std::string subkey;    // e.g. "[1].type" inside a list
   std::string expected;  // overrides the field's expected text when set
 };
 
@@ -104,8 +105,12 @@ std::string flow_text(const YAML::Node& n) {
   return e.c_str();
 }
 
-std::string scalar_of(const YAML::Node& n) {
-  if (!n.IsScalar()) throw BadValue{flow_text(n), "", ""};
+// A scalar's text. Invalid UTF-8 is refused: the YAML writer would replace it, so the config would not
+// survive its own canonical form (found by fuzz_run_yaml).
+std::string scalar_of(const YAML::Node& n, const std::string& subkey = "") {
+  if (!n.IsScalar()) throw BadValue{flow_text(n), subkey, ""};
+  if (utf8_find_invalid(n.Scalar()) != std::string::npos)
+    throw BadValue{utf8_make_valid(n.Scalar()), subkey, "valid UTF-8 text"};
   return n.Scalar();
 }
 
@@ -164,13 +169,12 @@ void emit_string(YAML::Emitter& out, const std::string& s) {
 std::vector<std::string> parse_string_list(const YAML::Node& n) {
   std::vector<std::string> out;
   if (n.IsScalar()) {
-    out.push_back(n.Scalar());
+    out.push_back(scalar_of(n));
     return out;
   }
   if (!n.IsSequence()) throw BadValue{flow_text(n), "", ""};
   for (size_t i = 0; i < n.size(); ++i) {
-    if (!n[i].IsScalar()) throw BadValue{flow_text(n[i]), index_key(i), ""};
-    out.push_back(n[i].Scalar());
+    out.push_back(scalar_of(n[i], index_key(i)));
   }
   return out;
 }
@@ -197,7 +201,8 @@ Field integer(const char* key, T RunConfig::*m, std::function<bool(int64_t)> ok,
   f.expected = std::move(expected);
   f.parse = [m](const YAML::Node& n, RunConfig& c) {
     const int64_t v = parse_int(n);
-    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) throw BadValue{n.Scalar(), "", ""};
+    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+      throw BadValue{n.Scalar(), "", ""};
     c.*m = static_cast<T>(v);
   };
   f.check = [m, ok](const RunConfig& c) -> std::optional<Problem> {
@@ -246,7 +251,8 @@ Field text(const char* key, std::string RunConfig::*m, std::vector<std::string> 
   };
   f.emit = [m](YAML::Emitter& out, const RunConfig& c) { emit_string(out, c.*m); };
   if (path_kind != PathKind::None)
-    f.resolve = [m, path_kind](RunConfig& c, const std::function<std::string(const std::string&, PathKind)>& r) {
+    f.resolve = [m, path_kind](RunConfig& c,
+                               const std::function<std::string(const std::string&, PathKind)>& r) {
       c.*m = r(c.*m, path_kind);
     };
   return f;
@@ -256,8 +262,7 @@ Field text(const char* key, std::string RunConfig::*m, std::vector<std::string> 
 Field list(const char* key, std::vector<std::string> RunConfig::*m, std::vector<std::string> choices = {}) {
   Field f;
   f.key = key;
-  f.expected = choices.empty() ? "a list of non-empty strings"
-                               : "a list of " + choices_text(choices);
+  f.expected = choices.empty() ? "a list of non-empty strings" : "a list of " + choices_text(choices);
   f.parse = [m](const YAML::Node& n, RunConfig& c) { c.*m = parse_string_list(n); };
   f.check = [m, choices](const RunConfig& c) -> std::optional<Problem> {
     const auto& v = c.*m;
@@ -280,13 +285,14 @@ Field list(const char* key, std::vector<std::string> RunConfig::*m, std::vector<
 }
 
 const std::vector<std::string> kDatasetKeys = {"path", "type", "split"};
-const std::vector<std::string> kDatasetTypes = {"", "chat", "sharegpt", "alpaca", "completion", "pretokenized"};
+const std::vector<std::string> kDatasetTypes = {"",       "chat",       "sharegpt",
+                                                "alpaca", "completion", "pretokenized"};
 const std::vector<std::string> kDatasetSplits = {"", "train", "validation"};
 
 DatasetSpec parse_dataset(const YAML::Node& n, const std::string& sub) {
   DatasetSpec d;
   if (n.IsScalar()) {
-    d.path = n.Scalar();
+    d.path = scalar_of(n, sub);
     return d;
   }
   if (!n.IsMap()) throw BadValue{flow_text(n), sub, "a mapping {path, type, split} or a path"};
@@ -302,8 +308,7 @@ DatasetSpec parse_dataset(const YAML::Node& n, const std::string& sub) {
       throw BadValue{k, sub, expected + ")"};
     }
     if (v.IsNull()) continue;
-    if (!v.IsScalar()) throw BadValue{flow_text(v), sub + "." + k, "a string"};
-    (k == "path" ? d.path : k == "type" ? d.type : d.split) = v.Scalar();
+    (k == "path" ? d.path : k == "type" ? d.type : d.split) = scalar_of(v, sub + "." + k);
   }
   if (!seen.count("path")) throw BadValue{flow_text(n), sub, "a 'path' key"};
   return d;
@@ -364,8 +369,8 @@ const std::vector<Field>& fields() {
     // data
     t.push_back(datasets("datasets", &C::datasets));
     t.push_back(datasets("test_datasets", &C::test_datasets));
-    t.push_back(real("val_set_size", &C::val_set_size, [](double v) { return v >= 0 && v < 1; },
-                     "a fraction in [0, 1)"));
+    t.push_back(real(
+        "val_set_size", &C::val_set_size, [](double v) { return v >= 0 && v < 1; }, "a fraction in [0, 1)"));
     t.push_back(integer("sequence_len", &C::sequence_len, at_least(2), "an integer >= 2"));
     t.push_back(boolean("sample_packing", &C::sample_packing));
     t.push_back(boolean("train_on_inputs", &C::train_on_inputs));
@@ -375,9 +380,11 @@ const std::vector<Field>& fields() {
     // adapter
     t.push_back(text("adapter", &C::adapter, {"lora"}));
     t.push_back(integer("lora_r", &C::lora_r, at_least(1), "an integer >= 1"));
-    t.push_back(real("lora_alpha", &C::lora_alpha, [](double v) { return v > 0; }, "a number > 0"));
-    t.push_back(real("lora_dropout", &C::lora_dropout, [](double v) { return v >= 0 && v < 1; },
-                     "a probability in [0, 1)"));
+    t.push_back(real(
+        "lora_alpha", &C::lora_alpha, [](double v) { return v > 0; }, "a number > 0"));
+    t.push_back(real(
+        "lora_dropout", &C::lora_dropout, [](double v) { return v >= 0 && v < 1; },
+        "a probability in [0, 1)"));
     t.push_back(boolean("use_rslora", &C::use_rslora));
     t.push_back(list("lora_target_groups", &C::lora_target_groups,
                      {"attn", "linear_attn", "mlp", "shared_expert", "experts"}));
@@ -388,22 +395,28 @@ const std::vector<Field>& fields() {
     t.push_back(integer("micro_batch_size", &C::micro_batch_size, at_least(1), "an integer >= 1"));
     t.push_back(integer("gradient_accumulation_steps", &C::gradient_accumulation_steps, at_least(1),
                         "an integer >= 1"));
-    t.push_back(real("num_epochs", &C::num_epochs, [](double v) { return v > 0; }, "a number > 0"));
-    t.push_back(integer("max_steps", &C::max_steps, [](int64_t v) { return v == -1 || v >= 1; },
-                        "an integer >= 1, or -1 for no limit"));
-    t.push_back(real("learning_rate", &C::learning_rate, [](double v) { return v > 0; }, "a number > 0"));
+    t.push_back(real(
+        "num_epochs", &C::num_epochs, [](double v) { return v > 0; }, "a number > 0"));
+    t.push_back(integer(
+        "max_steps", &C::max_steps, [](int64_t v) { return v == -1 || v >= 1; },
+        "an integer >= 1, or -1 for no limit"));
+    t.push_back(real(
+        "learning_rate", &C::learning_rate, [](double v) { return v > 0; }, "a number > 0"));
     t.push_back(text("lr_scheduler", &C::lr_scheduler, {"constant", "linear", "cosine"}));
     t.push_back(integer("warmup_steps", &C::warmup_steps, at_least(0), "an integer >= 0"));
-    t.push_back(real("warmup_ratio", &C::warmup_ratio, [](double v) { return v >= 0 && v < 1; },
-                     "a fraction in [0, 1)"));
+    t.push_back(real(
+        "warmup_ratio", &C::warmup_ratio, [](double v) { return v >= 0 && v < 1; }, "a fraction in [0, 1)"));
     t.push_back(text("optimizer", &C::optimizer, {"adamw_torch", "adamw", "sgd"}));
     auto beta = [](double v) { return v >= 0 && v < 1; };
     t.push_back(real("adam_beta1", &C::adam_beta1, beta, "a number in [0, 1)"));
     t.push_back(real("adam_beta2", &C::adam_beta2, beta, "a number in [0, 1)"));
-    t.push_back(real("adam_epsilon", &C::adam_epsilon, [](double v) { return v > 0; }, "a number > 0"));
-    t.push_back(real("weight_decay", &C::weight_decay, [](double v) { return v >= 0; }, "a number >= 0"));
-    t.push_back(real("max_grad_norm", &C::max_grad_norm, [](double) { return true; },
-                     "a number (<= 0 disables clipping)"));
+    t.push_back(real(
+        "adam_epsilon", &C::adam_epsilon, [](double v) { return v > 0; }, "a number > 0"));
+    t.push_back(real(
+        "weight_decay", &C::weight_decay, [](double v) { return v >= 0; }, "a number >= 0"));
+    t.push_back(real(
+        "max_grad_norm", &C::max_grad_norm, [](double) { return true; },
+        "a number (<= 0 disables clipping)"));
     t.push_back(integer("seed", &C::seed, at_least(0), "an integer >= 0"));
     // engine
     t.push_back(text("backend", &C::backend, {"auto", "cpu", "cuda"}));
@@ -540,7 +553,8 @@ void run_config_validate(const RunConfig& cfg) {
   for (const auto& f : fields())
     if (auto p = f.check(cfg)) throw Error(problem_message(where, f, *p));
   check_combination(cfg, where);
-  check(!cfg.base_model.empty(), where + ": base_model is not set (expected a Hugging Face checkpoint folder)");
+  check(!cfg.base_model.empty(),
+        where + ": base_model is not set (expected a Hugging Face checkpoint folder)");
   check(!cfg.datasets.empty(), where + ": datasets is empty (expected at least one {path, type})");
 }
 

@@ -73,10 +73,13 @@ std::string capitalize(const std::string& s) {
   return out + map_case(s.substr(static_cast<size_t>(n)), 0);
 }
 
-[[noreturn]] void type_error(const std::string& what) { throw Error(what); }
+[[noreturn]] void type_error(const std::string& what) {
+  throw Error(what);
+}
 
 const std::string& need_str(const Value& v, const std::string& what) {
-  if (v.is_undefined()) throw Error(v.undefined_hint().empty() ? what + " of an undefined value" : v.undefined_hint());
+  if (v.is_undefined())
+    throw Error(v.undefined_hint().empty() ? what + " of an undefined value" : v.undefined_hint());
   if (!v.is_string()) type_error(what + " expects a string, got " + v.type_name());
   return v.str();
 }
@@ -188,11 +191,12 @@ bool starts_or_ends(const std::string& s, const Value& what, bool start) {
 
 Value bound(const Value& self, const std::string& name) {
   if (self.is_string()) {
-    static const char* const kStr[] = {"startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit",
-                                       "replace", "upper", "lower", "title", "capitalize", "find", "rfind", "count",
-                                       "join", "isdigit", "isalpha", "isspace", "isalnum", "isupper", "islower",
-                                       "splitlines", "index"};
-    if (std::find_if(std::begin(kStr), std::end(kStr), [&](const char* m) { return name == m; }) == std::end(kStr))
+    static const char* const kStr[] = {
+        "startswith", "endswith", "strip",   "lstrip",     "rstrip",  "split",   "rsplit",     "replace",
+        "upper",      "lower",    "title",   "capitalize", "find",    "rfind",   "count",      "join",
+        "isdigit",    "isalpha",  "isspace", "isalnum",    "isupper", "islower", "splitlines", "index"};
+    if (std::find_if(std::begin(kStr), std::end(kStr), [&](const char* m) { return name == m; }) ==
+        std::end(kStr))
       return Value::undefined("'str object' has no attribute '" + name + "'");
   } else if (self.is_dict()) {
     if (name != "items" && name != "keys" && name != "values" && name != "get") return Value::undefined();
@@ -242,14 +246,18 @@ Value bound(const Value& self, const std::string& name) {
           return Value(first);
         }
         const std::string& s = self.str();
-        if (name == "startswith" || name == "endswith") return Value(starts_or_ends(s, arg(args, kw, 0, "prefix"), name == "startswith"));
+        if (name == "startswith" || name == "endswith")
+          return Value(starts_or_ends(s, arg(args, kw, 0, "prefix"), name == "startswith"));
         if (name == "strip") return Value(py_strip(s, arg(args, kw, 0, "chars", Value::none()), true, true));
-        if (name == "lstrip") return Value(py_strip(s, arg(args, kw, 0, "chars", Value::none()), true, false));
-        if (name == "rstrip") return Value(py_strip(s, arg(args, kw, 0, "chars", Value::none()), false, true));
+        if (name == "lstrip")
+          return Value(py_strip(s, arg(args, kw, 0, "chars", Value::none()), true, false));
+        if (name == "rstrip")
+          return Value(py_strip(s, arg(args, kw, 0, "chars", Value::none()), false, true));
         if (name == "split" || name == "rsplit") {
           const Value sep = arg(args, kw, 0, "sep", Value::none());
           const int64_t maxsplit = arg(args, kw, 1, "maxsplit", Value(int64_t{-1})).as_int();
-          if (sep.is_none() || sep.is_undefined()) return Value::list(split_ws(s, name == "split" ? maxsplit : -1));
+          if (sep.is_none() || sep.is_undefined())
+            return Value::list(split_ws(s, name == "split" ? maxsplit : -1));
           return Value::list(name == "split" ? split_sep(s, need_str(sep, "split"), maxsplit)
                                              : rsplit_sep(s, need_str(sep, "rsplit"), maxsplit));
         }
@@ -269,7 +277,8 @@ Value bound(const Value& self, const std::string& name) {
           return Value::list(std::move(out));
         }
         if (name == "replace")
-          return Value(replace_all(s, need_str(arg(args, kw, 0, "old"), "replace"), need_str(arg(args, kw, 1, "new"), "replace"),
+          return Value(replace_all(s, need_str(arg(args, kw, 0, "old"), "replace"),
+                                   need_str(arg(args, kw, 1, "new"), "replace"),
                                    arg(args, kw, 2, "count", Value(int64_t{-1})).as_int()));
         if (name == "upper") return Value(map_case(s, 1));
         if (name == "lower") return Value(map_case(s, 0));
@@ -312,10 +321,14 @@ Value bound(const Value& self, const std::string& name) {
           const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
           const bool alpha = cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO;
           const bool digit = cat == UTF8PROC_CATEGORY_ND;
-          if (name == "isdigit") all = all && digit;
-          else if (name == "isalpha") all = all && alpha;
-          else if (name == "isalnum") all = all && (alpha || digit || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO);
-          else if (name == "isspace") all = all && utf8_is_python_space(cp);
+          if (name == "isdigit")
+            all = all && digit;
+          else if (name == "isalpha")
+            all = all && alpha;
+          else if (name == "isalnum")
+            all = all && (alpha || digit || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO);
+          else if (name == "isspace")
+            all = all && utf8_is_python_space(cp);
           else if (name == "isupper") {
             if (cat == UTF8PROC_CATEGORY_LL) all = false;
             if (cat == UTF8PROC_CATEGORY_LU) any_cased = true;
@@ -333,11 +346,16 @@ Value bound(const Value& self, const std::string& name) {
 
 int64_t length_of(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<int64_t>(utf8_length(v.str()));
-    case Value::Kind::kList: return static_cast<int64_t>(v.items().size());
-    case Value::Kind::kDict: return static_cast<int64_t>(v.dict_ref().items.size());
-    default: throw Error("object of type '" + v.type_name() + "' has no len()");
+    case Value::Kind::kUndefined:
+      return 0;
+    case Value::Kind::kString:
+      return static_cast<int64_t>(utf8_length(v.str()));
+    case Value::Kind::kList:
+      return static_cast<int64_t>(v.items().size());
+    case Value::Kind::kDict:
+      return static_cast<int64_t>(v.dict_ref().items.size());
+    default:
+      throw Error("object of type '" + v.type_name() + "' has no len()");
   }
 }
 
@@ -349,7 +367,9 @@ Value attribute_path(const Value& v, const Value& attr) {
   while (true) {
     const size_t dot = path.find('.', i);
     const std::string part = path.substr(i, dot == std::string::npos ? std::string::npos : dot - i);
-    bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
     cur = numeric ? get_item(cur, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(cur, Value(part));
     if (dot == std::string::npos) break;
     i = dot + 1;
@@ -395,7 +415,8 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
 
 Value get_attr(const Value& obj, const std::string& name) {
   if (obj.is_undefined()) {
-    throw Error(obj.undefined_hint().empty() ? "attribute '" + name + "' of an undefined value" : obj.undefined_hint());
+    throw Error(obj.undefined_hint().empty() ? "attribute '" + name + "' of an undefined value"
+                                             : obj.undefined_hint());
   }
   if (obj.is_namespace()) {
     const Value* v = obj.dict_ref().find(name);
@@ -475,16 +496,20 @@ Value get_slice(const Value& obj, const Value& start_v, const Value& stop_v, con
   std::string s;
   List l;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-    if (is_str) s += cps[static_cast<size_t>(i)];
-    else l.push_back(obj.items()[static_cast<size_t>(i)]);
+    if (is_str)
+      s += cps[static_cast<size_t>(i)];
+    else
+      l.push_back(obj.items()[static_cast<size_t>(i)]);
   }
   return is_str ? Value(s) : Value::list(std::move(l), obj.is_tuple());
 }
 
 List iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kList: return v.items();
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kList:
+      return v.items();
     case Value::Kind::kDict: {
       List out;
       for (const auto& kv : v.dict_ref().items) out.push_back(Value(kv.first));
@@ -495,12 +520,14 @@ List iterate(const Value& v) {
       for (auto& c : code_points(v.str())) out.push_back(Value(c));
       return out;
     }
-    default: throw Error("'" + v.type_name() + "' object is not iterable");
+    default:
+      throw Error("'" + v.type_name() + "' object is not iterable");
   }
 }
 
 bool contains(const Value& container, const Value& item) {
-  if (container.is_string()) return container.str().find(need_str(item, "'in <string>'")) != std::string::npos;
+  if (container.is_string())
+    return container.str().find(need_str(item, "'in <string>'")) != std::string::npos;
   if (container.is_dict()) return item.is_string() && container.dict_ref().find(item.str()) != nullptr;
   if (container.is_list()) {
     for (const auto& v : container.items())
@@ -566,7 +593,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       const double q = std::floor(x / y);
       return Value(op == "//" ? q : x - q * y);
     }
-    if (op == "%" && a.is_string()) throw Error("unsupported template construct: printf-style '%' string formatting");
+    if (op == "%" && a.is_string())
+      throw Error("unsupported template construct: printf-style '%' string formatting");
   } else if (op == "**") {
     if (ints && b.as_int() >= 0) {
       int64_t r = 1;
@@ -575,22 +603,25 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     }
     if (nums) return Value(std::pow(a.as_double(), b.as_double()));
   }
-  throw Error("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'");
+  throw Error("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() +
+              "'");
 }
 
 // ---------------------------------------------------------------------------------------------
 
 namespace {
 
-const char* const kFilters[] = {"length", "count", "tojson", "trim", "first", "last", "string", "safe", "default",
-                                "d", "items", "list", "join", "upper", "lower", "capitalize", "title", "replace",
-                                "int", "float", "abs", "reverse", "sort", "map", "select", "reject", "selectattr",
-                                "rejectattr", "unique", "min", "max", "sum", "indent", "dictsort", "round", "e",
-                                "escape", "wordcount", "center", "batch", "tojson"};
-const char* const kTests[] = {"defined", "undefined", "none", "string", "number", "integer", "float", "boolean",
-                              "true", "false", "mapping", "iterable", "sequence", "callable", "odd", "even",
-                              "divisibleby", "equalto", "eq", "==", "ne", "!=", "lt", "<", "le", "<=", "gt", ">",
-                              "ge", ">=", "in", "lower", "upper", "sameas", "escaped"};
+const char* const kFilters[] = {
+    "length",     "count",     "tojson", "trim",    "first", "last",   "string",     "safe",   "default",
+    "d",          "items",     "list",   "join",    "upper", "lower",  "capitalize", "title",  "replace",
+    "int",        "float",     "abs",    "reverse", "sort",  "map",    "select",     "reject", "selectattr",
+    "rejectattr", "unique",    "min",    "max",     "sum",   "indent", "dictsort",   "round",  "e",
+    "escape",     "wordcount", "center", "batch",   "tojson"};
+const char* const kTests[] = {
+    "defined", "undefined", "none",     "string",   "number",   "integer", "float",  "boolean",     "true",
+    "false",   "mapping",   "iterable", "sequence", "callable", "odd",     "even",   "divisibleby", "equalto",
+    "eq",      "==",        "ne",       "!=",       "lt",       "<",       "le",     "<=",          "gt",
+    ">",       "ge",        ">=",       "in",       "lower",    "upper",   "sameas", "escaped"};
 
 }  // namespace
 
@@ -628,7 +659,8 @@ bool apply_test(const std::string& name, const Value& v, std::vector<Value>& arg
   if (name == "ne" || name == "!=") return !values_equal(v, a0());
   if (name == "sameas") {
     const Value& o = a0();
-    if (v.is_none() || v.is_bool() || o.is_none() || o.is_bool()) return v.kind() == o.kind() && values_equal(v, o);
+    if (v.is_none() || v.is_bool() || o.is_none() || o.is_bool())
+      return v.kind() == o.kind() && values_equal(v, o);
     return values_equal(v, o) && v.kind() == o.kind();
   }
   if (name == "lt" || name == "<") return values_compare(v, a0()) < 0;
@@ -655,8 +687,10 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
   if (name == "tojson") {
     JsonOptions o;
     const Value indent = arg(args, kw, 1, "indent", Value::none());
-    if (indent.is_int()) o.indent = static_cast<int>(indent.as_int());
-    else if (indent.is_string()) throw Error("tojson: string indent is not supported");
+    if (indent.is_int())
+      o.indent = static_cast<int>(indent.as_int());
+    else if (indent.is_string())
+      throw Error("tojson: string indent is not supported");
     const Value ensure_ascii = arg(args, kw, 0, "ensure_ascii", Value(false));
     o.ensure_ascii = ensure_ascii.truthy();
     const Value seps = arg(args, kw, 2, "separators", Value::none());
@@ -676,8 +710,9 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
   if (name == "capitalize") return Value(capitalize(v.to_str()));
   if (name == "title") return Value(title_case(v.to_str()));
   if (name == "replace")
-    return Value(replace_all(v.to_str(), arg(args, kw, 0, "old").to_str(), arg(args, kw, 1, "new").to_str(),
-                             arg(args, kw, 2, "count", Value::none()).is_none() ? -1 : arg(args, kw, 2, "count").as_int()));
+    return Value(replace_all(
+        v.to_str(), arg(args, kw, 0, "old").to_str(), arg(args, kw, 1, "new").to_str(),
+        arg(args, kw, 2, "count", Value::none()).is_none() ? -1 : arg(args, kw, 2, "count").as_int()));
   if (name == "first" || name == "last") {
     const List items = iterate(v);
     if (items.empty()) return Value::undefined("No " + name + " item, sequence was empty.");
@@ -768,7 +803,8 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
     if (name == "unique") {
       List out;
       for (const auto& x : items)
-        if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return values_equal(key(x), key(y)); }))
+        if (std::none_of(out.begin(), out.end(),
+                         [&](const Value& y) { return values_equal(key(x), key(y)); }))
           out.push_back(x);
       return Value::list(std::move(out));
     }
@@ -792,7 +828,8 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
   if (name == "sum") {
     const Value attribute = arg(args, kw, 0, "attribute", Value::none());
     Value total = arg(args, kw, 1, "start", Value(int64_t{0}));
-    for (const auto& x : iterate(v)) total = binary_op("+", total, attribute.is_none() ? x : attribute_path(x, attribute));
+    for (const auto& x : iterate(v))
+      total = binary_op("+", total, attribute.is_none() ? x : attribute_path(x, attribute));
     return total;
   }
   if (name == "map") {
@@ -827,7 +864,8 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
     }
     std::string test;
     if (k < args.size()) test = args[k++].to_str();
-    std::vector<Value> targs(args.begin() + static_cast<std::ptrdiff_t>(std::min(k, args.size())), args.end());
+    std::vector<Value> targs(args.begin() + static_cast<std::ptrdiff_t>(std::min(k, args.size())),
+                             args.end());
     List out;
     for (const auto& x : iterate(v)) {
       const Value subj = attr ? attribute_path(x, attribute) : x;
@@ -838,7 +876,8 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
   }
   if (name == "indent") {
     const Value width_v = arg(args, kw, 0, "width", Value(int64_t{4}));
-    const std::string pad = width_v.is_string() ? width_v.str() : std::string(static_cast<size_t>(width_v.as_int()), ' ');
+    const std::string pad =
+        width_v.is_string() ? width_v.str() : std::string(static_cast<size_t>(width_v.as_int()), ' ');
     const bool first = arg(args, kw, 1, "first", Value(false)).truthy();
     const bool blank = arg(args, kw, 2, "blank", Value(false)).truthy();
     const std::string s = v.to_str();
@@ -862,12 +901,23 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
     std::string out;
     for (char c : v.to_str()) {
       switch (c) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&#34;"; break;
-        case '\'': out += "&#39;"; break;
-        default: out.push_back(c);
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&#34;";
+          break;
+        case '\'':
+          out += "&#39;";
+          break;
+        default:
+          out.push_back(c);
       }
     }
     return Value(out);
@@ -889,7 +939,8 @@ void add_globals(std::unordered_map<std::string, Value>* scope) {
           if (a.is_dict())
             for (const auto& [k, v] : a.dict_ref().items) d.set(k, v);
         for (const auto& [k, v] : kw) {
-          if (!k.empty() && k[0] == '_') throw Error("namespace attributes cannot start with '_' (" + k + ")");
+          if (!k.empty() && k[0] == '_')
+            throw Error("namespace attributes cannot start with '_' (" + k + ")");
           d.set(k, v);
         }
         return Value::dict(std::move(d), true);
@@ -908,8 +959,10 @@ void add_globals(std::unordered_map<std::string, Value>* scope) {
   (*scope)["range"] = Value::function(
       [](std::vector<Value>& args, KwArgs&) -> Value {
         int64_t start = 0, stop = 0, step = 1;
-        if (args.size() == 1) stop = args[0].as_int();
-        else if (args.size() >= 2) start = args[0].as_int(), stop = args[1].as_int();
+        if (args.size() == 1)
+          stop = args[0].as_int();
+        else if (args.size() >= 2)
+          start = args[0].as_int(), stop = args[1].as_int();
         if (args.size() >= 3) step = args[2].as_int();
         if (step == 0) throw Error("range() arg 3 must not be zero");
         List out;

@@ -11,7 +11,9 @@
 namespace deltatune::jinja {
 namespace {
 
-bool py_space(uint32_t c) { return utf8_is_python_space(c); }
+bool py_space(uint32_t c) {
+  return utf8_is_python_space(c);
+}
 
 size_t skip_space(const std::string& s, size_t i) {
   uint32_t cp;
@@ -34,7 +36,9 @@ std::string rstrip_space(const std::string& s) {
   return s.substr(0, end);
 }
 
-bool all_space(const std::string& s, size_t from) { return skip_space(s, from) == s.size(); }
+bool all_space(const std::string& s, size_t from) {
+  return skip_space(s, from) == s.size();
+}
 
 // str.splitlines() + "\n".join(): every line break spelling becomes "\n", a final one is dropped.
 std::string prepare_source(const std::string& src) {
@@ -49,8 +53,8 @@ std::string prepare_source(const std::string& src) {
       n = utf8_decode(src, i, &cp);
       if (n <= 0) n = 1, cp = 0xFFFD;
     }
-    const bool brk = cp == '\n' || cp == '\r' || cp == 0x0b || cp == 0x0c || cp == 0x1c || cp == 0x1d || cp == 0x1e ||
-                     cp == 0x85 || cp == 0x2028 || cp == 0x2029;
+    const bool brk = cp == '\n' || cp == '\r' || cp == 0x0b || cp == 0x0c || cp == 0x1c || cp == 0x1d ||
+                     cp == 0x1e || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
     if (brk) {
       if (cp == '\r' && i + 1 < src.size() && src[i + 1] == '\n') ++i;
       out.push_back('\n');
@@ -63,9 +67,15 @@ std::string prepare_source(const std::string& src) {
   return out;
 }
 
-void append_hex_escape(const std::string& body, size_t* i, int digits, std::string* out, const std::string& where) {
-  check(*i + static_cast<size_t>(digits) <= body.size(), where + ": truncated \\x/\\u escape in string literal");
-  const uint32_t cp = static_cast<uint32_t>(std::stoul(body.substr(*i, static_cast<size_t>(digits)), nullptr, 16));
+void append_hex_escape(const std::string& body, size_t* i, int digits, std::string* out,
+                       const std::string& where) {
+  check(*i + static_cast<size_t>(digits) <= body.size(),
+        where + ": truncated \\x/\\u escape in string literal");
+  for (int k = 0; k < digits; ++k)
+    check(std::isxdigit(static_cast<unsigned char>(body[*i + static_cast<size_t>(k)])) != 0,
+          where + ": malformed \\x/\\u escape in string literal");
+  const uint32_t cp =
+      static_cast<uint32_t>(std::stoul(body.substr(*i, static_cast<size_t>(digits)), nullptr, 16));
   utf8_append(out, cp);
   *i += static_cast<size_t>(digits);
 }
@@ -80,25 +90,53 @@ std::string unescape(const std::string& body, const std::string& where) {
     }
     const char e = body[++i];
     switch (e) {
-      case 'n': out.push_back('\n'); break;
-      case 't': out.push_back('\t'); break;
-      case 'r': out.push_back('\r'); break;
-      case '\\': out.push_back('\\'); break;
-      case '\'': out.push_back('\''); break;
-      case '"': out.push_back('"'); break;
-      case 'a': out.push_back('\a'); break;
-      case 'b': out.push_back('\b'); break;
-      case 'f': out.push_back('\f'); break;
-      case 'v': out.push_back('\v'); break;
-      case '\n': break;  // line continuation
-      case 'x': ++i, append_hex_escape(body, &i, 2, &out, where), --i; break;
-      case 'u': ++i, append_hex_escape(body, &i, 4, &out, where), --i; break;
-      case 'U': ++i, append_hex_escape(body, &i, 8, &out, where), --i; break;
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case '\\':
+        out.push_back('\\');
+        break;
+      case '\'':
+        out.push_back('\'');
+        break;
+      case '"':
+        out.push_back('"');
+        break;
+      case 'a':
+        out.push_back('\a');
+        break;
+      case 'b':
+        out.push_back('\b');
+        break;
+      case 'f':
+        out.push_back('\f');
+        break;
+      case 'v':
+        out.push_back('\v');
+        break;
+      case '\n':
+        break;  // line continuation
+      case 'x':
+        ++i, append_hex_escape(body, &i, 2, &out, where), --i;
+        break;
+      case 'u':
+        ++i, append_hex_escape(body, &i, 4, &out, where), --i;
+        break;
+      case 'U':
+        ++i, append_hex_escape(body, &i, 8, &out, where), --i;
+        break;
       default:
         if (e >= '0' && e <= '7') {
           uint32_t v = 0;
           int k = 0;
-          while (k < 3 && i < body.size() && body[i] >= '0' && body[i] <= '7') v = v * 8 + static_cast<uint32_t>(body[i++] - '0'), ++k;
+          while (k < 3 && i < body.size() && body[i] >= '0' && body[i] <= '7')
+            v = v * 8 + static_cast<uint32_t>(body[i++] - '0'), ++k;
           --i;
           utf8_append(&out, v);
         } else {  // unknown escapes stay as written
@@ -110,8 +148,8 @@ std::string unescape(const std::string& body, const std::string& where) {
   return out;
 }
 
-const char* const kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">", "=",
-                            "(", ")", "[", "]", "{", "}", ".", ",", ":", "|"};
+const char* const kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                            ">",  "=",  "(",  ")",  "[",  "]",  "{", "}", ".", ",", ":", "|"};
 
 }  // namespace
 
@@ -168,8 +206,10 @@ std::vector<Token> lex(const std::string& source, const std::string& name) {
       count_lines(p, end + 2);
       size_t after = end + 2;
       const char esign = end > p && (src[end - 1] == '-' || src[end - 1] == '+') ? src[end - 1] : 0;
-      if (esign == '-') after = skip_space(src, after);
-      else if (esign != '+' && after < src.size() && src[after] == '\n') ++after;
+      if (esign == '-')
+        after = skip_space(src, after);
+      else if (esign != '+' && after < src.size() && src[after] == '\n')
+        ++after;
       line_starting = after > end + 2 && src[after - 1] == '\n';
       count_lines(end + 2, after);
       pos = after;
@@ -189,7 +229,8 @@ std::vector<Token> lex(const std::string& source, const std::string& name) {
           while (true) {
             const size_t e = src.find("{%", search);
             check(e != std::string::npos, where(tag_line) + ": {% raw %} without {% endraw %}");
-            const char esign = e + 2 < src.size() && (src[e + 2] == '-' || src[e + 2] == '+') ? src[e + 2] : 0;
+            const char esign =
+                e + 2 < src.size() && (src[e + 2] == '-' || src[e + 2] == '+') ? src[e + 2] : 0;
             size_t w = skip_space(src, e + 2 + (esign ? 1 : 0));
             if (src.compare(w, 6, "endraw") != 0) {
               search = e + 2;
@@ -197,13 +238,16 @@ std::vector<Token> lex(const std::string& source, const std::string& name) {
             }
             w = skip_space(src, w + 6);
             const char csign = w < src.size() && (src[w] == '-' || src[w] == '+') ? src[w] : 0;
-            check(src.compare(w + (csign ? 1 : 0), 2, "%}") == 0, where(tag_line) + ": malformed {% endraw %}");
+            check(src.compare(w + (csign ? 1 : 0), 2, "%}") == 0,
+                  where(tag_line) + ": malformed {% endraw %}");
             std::string raw = src.substr(body_start, e - body_start);
             if (esign == '-') raw = rstrip_space(raw);
             emit_data(std::move(raw), tag_line);
             size_t after = w + (csign ? 1 : 0) + 2;
-            if (csign == '-') after = skip_space(src, after);
-            else if (csign != '+' && after < src.size() && src[after] == '\n') ++after;
+            if (csign == '-')
+              after = skip_space(src, after);
+            else if (csign != '+' && after < src.size() && src[after] == '\n')
+              ++after;
             line_starting = src[after - 1] == '\n';
             count_lines(p, after);
             pos = after;
@@ -234,8 +278,10 @@ std::vector<Token> lex(const std::string& source, const std::string& name) {
         if (src.compare(p + (esign ? 1 : 0), 2, close) == 0 && (esign != '+' || is_block)) {
           const size_t close_end = p + (esign ? 1 : 0) + 2;
           size_t after = close_end;
-          if (esign == '-') after = skip_space(src, after);
-          else if (is_block && esign != '+' && after < src.size() && src[after] == '\n') ++after;
+          if (esign == '-')
+            after = skip_space(src, after);
+          else if (is_block && esign != '+' && after < src.size() && src[after] == '\n')
+            ++after;
           count_lines(p, after);
           line_starting = after > close_end && src[after - 1] == '\n';
           out.push_back({is_block ? Token::kBlockEnd : Token::kVarEnd, "", line});

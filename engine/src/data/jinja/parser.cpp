@@ -60,10 +60,14 @@ class Parser {
   }
   std::string got() const {
     switch (cur().kind) {
-      case Token::kBlockEnd: return ", got '%}'";
-      case Token::kVarEnd: return ", got '}}'";
-      case Token::kEof: return ", got end of template";
-      default: return ", got '" + cur().text + "'";
+      case Token::kBlockEnd:
+        return ", got '%}'";
+      case Token::kVarEnd:
+        return ", got '}}'";
+      case Token::kEof:
+        return ", got end of template";
+      default:
+        return ", got '" + cur().text + "'";
     }
   }
   std::string peek_name() const { return ahead().kind == Token::kName ? ahead().text : "?"; }
@@ -192,7 +196,8 @@ class Parser {
     std::string target = expect_name();
     std::string attr;
     std::vector<std::string> names{target};
-    if (skip_op(".")) attr = expect_name();
+    if (skip_op("."))
+      attr = expect_name();
     else
       while (skip_op(",")) names.push_back(expect_name());
     if (skip_op("=")) {
@@ -244,7 +249,8 @@ class Parser {
       if (!items.empty()) {
         if (!skip_op(",")) break;
         comma = true;
-        if (cur().kind == Token::kBlockEnd || cur().kind == Token::kVarEnd || is_op(")") || is_name("if")) break;
+        if (cur().kind == Token::kBlockEnd || cur().kind == Token::kVarEnd || is_op(")") || is_name("if"))
+          break;
       }
       items.push_back(parse_expression(with_condexpr));
     }
@@ -261,8 +267,8 @@ class Parser {
     while (is_name("if")) {
       auto n = node(Node::kCondExpr);
       ++i_;
-      n->kids.push_back(parse_or());     // condition
-      n->kids.push_back(std::move(e));   // then
+      n->kids.push_back(parse_or());    // condition
+      n->kids.push_back(std::move(e));  // then
       if (skip_name("else")) n->kids.push_back(parse_expression(true));
       e = std::move(n);
     }
@@ -308,9 +314,8 @@ class Parser {
     NodePtr n;
     while (true) {
       std::string op;
-      if (cur().kind == Token::kOp &&
-          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" || cur().text == ">" ||
-           cur().text == ">=")) {
+      if (cur().kind == Token::kOp && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
+                                       cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
         op = cur().text;
         ++i_;
       } else if (is_name("in")) {
@@ -425,7 +430,9 @@ class Parser {
           fail("integer literal out of range: " + tk.text);
         }
       }
-      case Token::kFloat: ++i_; return literal(Value(std::stod(tk.text)));
+      case Token::kFloat:
+        ++i_;
+        return literal(Value(std::stod(tk.text)));
       case Token::kOp: {
         if (tk.text == "(") {
           ++i_;
@@ -465,7 +472,8 @@ class Parser {
         }
         break;
       }
-      default: break;
+      default:
+        break;
     }
     fail("unexpected" + got().substr(1));
   }

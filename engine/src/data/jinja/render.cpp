@@ -67,21 +67,26 @@ class Renderer {
       return;
     }
     if (!v.is_list() || v.items().size() != names.size())
-      throw LocatedError(name_ + " line " + std::to_string(n.line) + ": cannot unpack " + v.type_name() + " into " +
-                         std::to_string(names.size()) + " names");
+      throw LocatedError(name_ + " line " + std::to_string(n.line) + ": cannot unpack " + v.type_name() +
+                         " into " + std::to_string(names.size()) + " names");
     for (size_t i = 0; i < names.size(); ++i) assign(names[i], v.items()[i]);
   }
 
   Flow exec(const Node& n, std::string& out) {
     try {
       switch (n.kind) {
-        case Node::kText: out += n.name; return Flow::kNormal;
-        case Node::kEmit: out += eval(*n.kids[0]).to_str(); return Flow::kNormal;
+        case Node::kText:
+          out += n.name;
+          return Flow::kNormal;
+        case Node::kEmit:
+          out += eval(*n.kids[0]).to_str();
+          return Flow::kNormal;
         case Node::kIf:
           for (const auto& [cond, body] : n.branches)
             if (eval(*cond).truthy()) return render(body, out);
           return render(n.else_body, out);
-        case Node::kFor: return exec_for(n, out);
+        case Node::kFor:
+          return exec_for(n, out);
         case Node::kSet: {
           Value v = eval(*n.kids[0]);
           if (!n.attr.empty()) {
@@ -100,11 +105,17 @@ class Renderer {
           assign(n.name, Value(captured));
           return Flow::kNormal;
         }
-        case Node::kMacro: define_macro(n); return Flow::kNormal;
-        case Node::kBreak: return Flow::kBreak;
-        case Node::kContinue: return Flow::kContinue;
-        case Node::kGeneration: return render(n.body, out);
-        default: throw Error("internal: expression node used as a statement");
+        case Node::kMacro:
+          define_macro(n);
+          return Flow::kNormal;
+        case Node::kBreak:
+          return Flow::kBreak;
+        case Node::kContinue:
+          return Flow::kContinue;
+        case Node::kGeneration:
+          return render(n.body, out);
+        default:
+          throw Error("internal: expression node used as a statement");
       }
     } catch (const Error& e) {
       rethrow(n, e);
@@ -140,8 +151,10 @@ class Renderer {
       loop.set("length", Value(len));
       loop.set("depth", Value(int64_t{1}));
       loop.set("depth0", Value(int64_t{0}));
-      loop.set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item"));
-      loop.set("nextitem", i + 1 < len ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item"));
+      loop.set("previtem",
+               i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item"));
+      loop.set("nextitem",
+               i + 1 < len ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item"));
       loop.set("cycle", Value::function(
                             [i](std::vector<Value>& args, KwArgs&) -> Value {
                               if (args.empty()) throw Error("loop.cycle needs at least one argument");
@@ -160,11 +173,10 @@ class Renderer {
   void define_macro(const Node& n) {
     const Node* def = &n;
     Renderer* self = this;
-    assign(n.name, Value::function(
-                       [self, def](std::vector<Value>& args, KwArgs& kw) -> Value {
-                         return self->call_macro(*def, args, kw);
-                       },
-                       n.name));
+    assign(n.name,
+           Value::function([self, def](std::vector<Value>& args,
+                                       KwArgs& kw) -> Value { return self->call_macro(*def, args, kw); },
+                           n.name));
   }
 
   Value call_macro(const Node& def, std::vector<Value>& args, KwArgs& kw) {
@@ -174,7 +186,8 @@ class Renderer {
     saved.swap(scopes_);
     scopes_ = {root_, locals};
     try {
-      if (args.size() > def.ops.size()) throw Error("macro '" + def.name + "' takes " + std::to_string(def.ops.size()) + " arguments");
+      if (args.size() > def.ops.size())
+        throw Error("macro '" + def.name + "' takes " + std::to_string(def.ops.size()) + " arguments");
       for (size_t p = 0; p < def.ops.size(); ++p) {
         const std::string& pname = def.ops[p];
         Value v;
@@ -182,7 +195,8 @@ class Renderer {
         if (p < args.size()) v = args[p], have = true;
         for (const auto& [k, x] : kw)
           if (k == pname) v = x, have = true;
-        if (!have) v = def.defaults[p] ? eval(*def.defaults[p]) : Value::undefined("'" + pname + "' is undefined");
+        if (!have)
+          v = def.defaults[p] ? eval(*def.defaults[p]) : Value::undefined("'" + pname + "' is undefined");
         (*locals)[pname] = v;
       }
       for (const auto& [k, x] : kw)
@@ -215,10 +229,14 @@ class Renderer {
 
   Value eval_inner(const Node& n) {
     switch (n.kind) {
-      case Node::kLiteral: return n.value;
-      case Node::kName: return lookup(n.name);
-      case Node::kGetAttr: return get_attr(eval(*n.kids[0]), n.name);
-      case Node::kGetItem: return get_item(eval(*n.kids[0]), eval(*n.kids[1]));
+      case Node::kLiteral:
+        return n.value;
+      case Node::kName:
+        return lookup(n.name);
+      case Node::kGetAttr:
+        return get_attr(eval(*n.kids[0]), n.name);
+      case Node::kGetItem:
+        return get_item(eval(*n.kids[0]), eval(*n.kids[1]));
       case Node::kSlice: {
         const Value obj = eval(*n.kids[0]);
         auto opt = [&](size_t k) { return n.kids[k] ? eval(*n.kids[k]) : Value::none(); };
@@ -228,7 +246,9 @@ class Renderer {
         const Value callee = eval(*n.kids[0]);
         if (!callee.is_function()) {
           if (callee.is_undefined())
-            throw Error(callee.undefined_hint().empty() ? "call of an undefined value" : callee.undefined_hint() + " (called as a function)");
+            throw Error(callee.undefined_hint().empty()
+                            ? "call of an undefined value"
+                            : callee.undefined_hint() + " (called as a function)");
           throw Error("'" + callee.type_name() + "' object is not callable");
         }
         std::vector<Value> args;
@@ -252,11 +272,14 @@ class Renderer {
         eval_args(n, 1, &args, &kw);
         return Value(apply_test(n.name, subject, args) != n.negated);
       }
-      case Node::kNot: return Value(!eval(*n.kids[0]).truthy());
+      case Node::kNot:
+        return Value(!eval(*n.kids[0]).truthy());
       case Node::kNeg:
       case Node::kPos: {
         const Value x = eval(*n.kids[0]);
-        if (!x.is_number()) throw Error("bad operand type for unary " + std::string(n.kind == Node::kNeg ? "-" : "+") + ": '" + x.type_name() + "'");
+        if (!x.is_number())
+          throw Error("bad operand type for unary " + std::string(n.kind == Node::kNeg ? "-" : "+") + ": '" +
+                      x.type_name() + "'");
         if (n.kind == Node::kPos) return x.is_float() ? Value(x.as_double()) : Value(x.as_int());
         return x.is_float() ? Value(-x.as_double()) : Value(-x.as_int());
       }
@@ -279,10 +302,14 @@ class Renderer {
           Value right = eval(*n.kids[k + 1]);
           const std::string& op = n.ops[k];
           bool ok;
-          if (op == "==") ok = values_equal(left, right);
-          else if (op == "!=") ok = !values_equal(left, right);
-          else if (op == "in") ok = contains(right, left);
-          else if (op == "notin") ok = !contains(right, left);
+          if (op == "==")
+            ok = values_equal(left, right);
+          else if (op == "!=")
+            ok = !values_equal(left, right);
+          else if (op == "in")
+            ok = contains(right, left);
+          else if (op == "notin")
+            ok = !contains(right, left);
           else {
             const int c = values_compare(left, right);
             ok = op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0;
@@ -295,7 +322,8 @@ class Renderer {
       case Node::kCondExpr: {
         if (eval(*n.kids[0]).truthy()) return eval(*n.kids[1]);
         if (n.kids.size() > 2) return eval(*n.kids[2]);
-        return Value::undefined("the inline if-expression evaluated to false and no else section was defined");
+        return Value::undefined(
+            "the inline if-expression evaluated to false and no else section was defined");
       }
       case Node::kListLit:
       case Node::kTupleLit: {
@@ -307,12 +335,14 @@ class Renderer {
         Dict d;
         for (size_t k = 0; k + 1 < n.kids.size(); k += 2) {
           const Value key = eval(*n.kids[k]);
-          if (!key.is_string()) throw Error("unsupported template construct: dict literal with a non-string key");
+          if (!key.is_string())
+            throw Error("unsupported template construct: dict literal with a non-string key");
           d.set(key.str(), eval(*n.kids[k + 1]));
         }
         return Value::dict(std::move(d));
       }
-      default: throw Error("internal: statement node used as an expression");
+      default:
+        throw Error("internal: statement node used as an expression");
     }
   }
 };

@@ -23,8 +23,10 @@ Value* Dict::find(const std::string& key) {
 }
 
 void Dict::set(const std::string& key, Value v) {
-  if (Value* old = find(key)) *old = std::move(v);
-  else items.emplace_back(key, std::move(v));
+  if (Value* old = find(key))
+    *old = std::move(v);
+  else
+    items.emplace_back(key, std::move(v));
 }
 
 Value Value::undefined(std::string hint) {
@@ -87,14 +89,22 @@ const std::string& Value::undefined_hint() const {
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
-    case Kind::kBool: return b_;
-    case Kind::kInt: return i_ != 0;
-    case Kind::kFloat: return f_ != 0.0;
-    case Kind::kString: return !s_->empty();
-    case Kind::kList: return !list_->empty();
-    case Kind::kDict: return namespace_ || !dict_->items.empty();
-    case Kind::kFunction: return true;
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return b_;
+    case Kind::kInt:
+      return i_ != 0;
+    case Kind::kFloat:
+      return f_ != 0.0;
+    case Kind::kString:
+      return !s_->empty();
+    case Kind::kList:
+      return !list_->empty();
+    case Kind::kDict:
+      return namespace_ || !dict_->items.empty();
+    case Kind::kFunction:
+      return true;
   }
   return false;
 }
@@ -121,7 +131,8 @@ std::string python_float_repr(double v) {
       if (static_cast<int>(digits.size()) <= exp + 1) {
         out = digits + std::string(static_cast<size_t>(exp + 1) - digits.size(), '0') + ".0";
       } else {
-        out = digits.substr(0, static_cast<size_t>(exp + 1)) + "." + digits.substr(static_cast<size_t>(exp + 1));
+        out = digits.substr(0, static_cast<size_t>(exp + 1)) + "." +
+              digits.substr(static_cast<size_t>(exp + 1));
       }
     } else {
       out = "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
@@ -155,15 +166,20 @@ std::string python_str_repr(const std::string& s) {
       ++i;
       continue;
     }
-    if (cp == static_cast<uint32_t>(q) || cp == '\\') out += '\\', out += static_cast<char>(cp);
-    else if (cp == '\n') out += "\\n";
-    else if (cp == '\r') out += "\\r";
-    else if (cp == '\t') out += "\\t";
+    if (cp == static_cast<uint32_t>(q) || cp == '\\')
+      out += '\\', out += static_cast<char>(cp);
+    else if (cp == '\n')
+      out += "\\n";
+    else if (cp == '\r')
+      out += "\\r";
+    else if (cp == '\t')
+      out += "\\t";
     else if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
       char b[8];
       std::snprintf(b, sizeof b, "\\x%02x", cp);
       out += b;
-    } else out.append(s, i, static_cast<size_t>(n));
+    } else
+      out.append(s, i, static_cast<size_t>(n));
     i += static_cast<size_t>(n);
   }
   out += q;
@@ -172,20 +188,29 @@ std::string python_str_repr(const std::string& s) {
 
 std::string Value::to_str() const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kString: return *s_;
-    default: return repr();
+    case Kind::kUndefined:
+      return "";
+    case Kind::kString:
+      return *s_;
+    default:
+      return repr();
   }
 }
 
 std::string Value::repr() const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return b_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(i_);
-    case Kind::kFloat: return python_float_repr(f_);
-    case Kind::kString: return python_str_repr(*s_);
+    case Kind::kUndefined:
+      return "";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return b_ ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(i_);
+    case Kind::kFloat:
+      return python_float_repr(f_);
+    case Kind::kString:
+      return python_str_repr(*s_);
     case Kind::kList: {
       std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
@@ -201,22 +226,32 @@ std::string Value::repr() const {
       }
       return out + (namespace_ ? "}>" : "}");
     }
-    case Kind::kFunction: return "<function " + *s_ + ">";
+    case Kind::kFunction:
+      return "<function " + *s_ + ">";
   }
   return "";
 }
 
 std::string Value::type_name() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return tuple_ ? "tuple" : "list";
-    case Kind::kDict: return namespace_ ? "Namespace" : "dict";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return tuple_ ? "tuple" : "list";
+    case Kind::kDict:
+      return namespace_ ? "Namespace" : "dict";
+    case Kind::kFunction:
+      return "function";
   }
   return "?";
 }
@@ -229,8 +264,10 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.str() == b.str();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.str() == b.str();
     case Value::Kind::kList: {
       if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
       for (size_t i = 0; i < a.items().size(); ++i)
@@ -247,8 +284,10 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Value::Kind::kFunction: return &a.fn() == &b.fn();
-    default: return false;
+    case Value::Kind::kFunction:
+      return &a.fn() == &b.fn();
+    default:
+      return false;
   }
 }
 
@@ -280,14 +319,36 @@ void json_string(const std::string& s, bool ensure_ascii, std::string* out) {
     const auto c = static_cast<unsigned char>(s[i]);
     char buf[16];
     switch (c) {
-      case '"': *out += "\\\""; ++i; continue;
-      case '\\': *out += "\\\\"; ++i; continue;
-      case '\n': *out += "\\n"; ++i; continue;
-      case '\r': *out += "\\r"; ++i; continue;
-      case '\t': *out += "\\t"; ++i; continue;
-      case '\b': *out += "\\b"; ++i; continue;
-      case '\f': *out += "\\f"; ++i; continue;
-      default: break;
+      case '"':
+        *out += "\\\"";
+        ++i;
+        continue;
+      case '\\':
+        *out += "\\\\";
+        ++i;
+        continue;
+      case '\n':
+        *out += "\\n";
+        ++i;
+        continue;
+      case '\r':
+        *out += "\\r";
+        ++i;
+        continue;
+      case '\t':
+        *out += "\\t";
+        ++i;
+        continue;
+      case '\b':
+        *out += "\\b";
+        ++i;
+        continue;
+      case '\f':
+        *out += "\\f";
+        ++i;
+        continue;
+      default:
+        break;
     }
     if (c < 0x20) {
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
@@ -324,17 +385,28 @@ void json_value(const Value& v, const JsonOptions& o, int depth, std::string* ou
     out->append(static_cast<size_t>(o.indent * d), ' ');
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: *out += "null"; return;
-    case Value::Kind::kBool: *out += v.as_bool() ? "true" : "false"; return;
-    case Value::Kind::kInt: *out += std::to_string(v.as_int()); return;
+    case Value::Kind::kNone:
+      *out += "null";
+      return;
+    case Value::Kind::kBool:
+      *out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      *out += std::to_string(v.as_int());
+      return;
     case Value::Kind::kFloat: {
       const double f = v.as_double();
-      if (std::isnan(f)) *out += "NaN";
-      else if (std::isinf(f)) *out += f > 0 ? "Infinity" : "-Infinity";
-      else *out += python_float_repr(f);
+      if (std::isnan(f))
+        *out += "NaN";
+      else if (std::isinf(f))
+        *out += f > 0 ? "Infinity" : "-Infinity";
+      else
+        *out += python_float_repr(f);
       return;
     }
-    case Value::Kind::kString: json_string(v.str(), o.ensure_ascii, out); return;
+    case Value::Kind::kString:
+      json_string(v.str(), o.ensure_ascii, out);
+      return;
     case Value::Kind::kList: {
       if (v.items().empty()) {
         *out += "[]";
@@ -358,7 +430,8 @@ void json_value(const Value& v, const JsonOptions& o, int depth, std::string* ou
         return;
       }
       if (o.sort_keys)
-        std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::stable_sort(items.begin(), items.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
       out->push_back('{');
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) *out += item_sep;
@@ -371,7 +444,8 @@ void json_value(const Value& v, const JsonOptions& o, int depth, std::string* ou
       out->push_back('}');
       return;
     }
-    default: throw Error("Object of type " + v.type_name() + " is not JSON serializable");
+    default:
+      throw Error("Object of type " + v.type_name() + " is not JSON serializable");
   }
 }
 

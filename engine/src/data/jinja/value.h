@@ -55,18 +55,18 @@ class Value {
   bool is_function() const { return kind_ == Kind::kFunction; }
 
   bool as_bool() const { return b_; }
-  int64_t as_int() const;       // bool/int (float truncated)
-  double as_double() const;     // bool/int/float
+  int64_t as_int() const;                         // bool/int (float truncated)
+  double as_double() const;                       // bool/int/float
   const std::string& str() const { return *s_; }  // kString only
   const std::string& undefined_hint() const;
-  List& items() const { return *list_; }   // kList
+  List& items() const { return *list_; }     // kList
   Dict& dict_ref() const { return *dict_; }  // kDict
   const Function& fn() const { return *fn_; }
   const std::string& fn_name() const { return *s_; }
 
   bool truthy() const;
-  std::string to_str() const;   // Python str()
-  std::string repr() const;     // Python repr()
+  std::string to_str() const;     // Python str()
+  std::string repr() const;       // Python repr()
   std::string type_name() const;  // Python type name for messages ("dict object", ...)
 
  private:
@@ -87,7 +87,7 @@ std::string python_float_repr(double v);
 std::string python_str_repr(const std::string& s);
 
 struct JsonOptions {
-  int indent = -1;  // < 0: no newlines
+  int indent = -1;                // < 0: no newlines
   std::string item_sep, key_sep;  // defaults chosen like json.dumps when empty
   bool sort_keys = false;
   bool ensure_ascii = false;

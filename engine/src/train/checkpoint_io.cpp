@@ -1,0 +1,75 @@
+#include "train/checkpoint_io.h"
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "lora/peft_io.h"
+
+namespace deltatune {
+namespace {
+
+const char* kMomentNames[4] = {"A.exp_avg", "A.exp_avg_sq", "B.exp_avg", "B.exp_avg_sq"};
+
+Tensor* moment(LoraModule& m, int i) {
+  Tensor* all[4] = {&m.mA, &m.vA, &m.mB, &m.vB};
+  return all[i];
+}
+
+void overwrite(Backend& be, Tensor& dst, const Tensor& host, const std::string& what) {
+  check(host.shape == dst.shape, "checkpoint: " + what + " has shape " + shape_str(host.shape) + ", the run expects " +
+                                     shape_str(dst.shape));
+  Tensor up = be.upload(host, DType::F32);
+  be.copy(dst, up);
+}
+
+}  // namespace
+
+LoraAdapter lora_download(const LoraAdapter& adapter, Backend& be) {
+  LoraAdapter host = adapter;
+  for (LoraModule& m : host.modules) {
+    m.A = be.download(m.A, DType::F32);
+    m.B = be.download(m.B, DType::F32);
+    m.gA = m.gB = m.mA = m.vA = m.mB = m.vB = Tensor{};
+  }
+  return host;
+}
+
+std::string checkpoint_save(const std::string& output_dir, const TrainerState& st, const LoraAdapter& adapter,
+                            Backend& be, const ModelConfig& cfg, const std::string& class_prefix,
+                            const std::string& base_model, int64_t keep) {
+  std::vector<std::pair<std::string, Tensor>> moments;
+  for (const LoraModule& m : adapter.modules) {
+    LoraModule& mm = const_cast<LoraModule&>(m);
+    for (int i = 0; i < 4; ++i) {
+      const Tensor* t = moment(mm, i);
+      if (t->defined()) moments.emplace_back(m.path + "." + kMomentNames[i], be.download(*t, DType::F32));
+    }
+  }
+  const LoraAdapter host = lora_download(adapter, be);
+  return checkpoint_write(output_dir, st, moments,
+                          [&](const std::string& dir) { peft_adapter_write(host, cfg, class_prefix, base_model, dir); },
+                          keep);
+}
+
+TrainerState checkpoint_restore(const std::string& dir, LoraAdapter& adapter, Backend& be, const ModelConfig& cfg) {
+  const Checkpoint ck = checkpoint_load(dir);
+  const LoraAdapter saved = peft_adapter_read(ck.adapter_dir(), cfg);
+  check(saved.modules.size() == adapter.modules.size(),
+        dir + ": the checkpoint adapts " + std::to_string(saved.modules.size()) + " modules, this run " +
+            std::to_string(adapter.modules.size()) + " (were the LoRA targets changed?)");
+  for (const LoraModule& s : saved.modules) {
+    LoraModule* m = adapter.find(s.path);
+    check(m != nullptr, dir + ": the checkpoint adapts " + s.path + ", which this run does not");
+    overwrite(be, m->A, s.A, s.path + ".lora_A");
+    overwrite(be, m->B, s.B, s.path + ".lora_B");
+    for (int i = 0; i < 4; ++i) {
+      const std::string name = s.path + "." + kMomentNames[i];
+      if (!ck.optimizer || !ck.optimizer->has(name)) continue;
+      Tensor* t = moment(*m, i);
+      if (!t->defined()) *t = be.zeros(i < 2 ? m->A.shape : m->B.shape, DType::F32);
+      overwrite(be, *t, ck.optimizer->get(name), name);
+    }
+  }
+  return ck.state;
+}
+
+}  // namespace deltatune
