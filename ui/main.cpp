@@ -2,6 +2,7 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QFileInfo>
 #include <QTimer>
 #include <cstdio>
 
@@ -49,6 +50,10 @@ int main(int argc, char** argv) {
   bool opened = true;
   if (cli.isSet(demo)) opened = window.openDemo();
   else if (!cli.positionalArguments().isEmpty()) opened = window.openRunFile(cli.positionalArguments().first());
+  else if (!settings.recentRunFiles().isEmpty() && QFileInfo::exists(settings.recentRunFiles().first()))
+    opened = window.openRunFile(settings.recentRunFiles().first());
+  else
+    opened = window.openDemo();  // first launch: a real (tiny) run is one click on Monitor > Start away
   if (opened && cli.isSet(backend)) {
     deltatune::RunConfig cfg = window.document()->config();
     cfg.backend = cli.value(backend).toStdString();

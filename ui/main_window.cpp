@@ -103,6 +103,30 @@ MainWindow::MainWindow(AppSettings* settings, QWidget* parent) : QMainWindow(par
     showPage(ExportPageIndex);
     exportPage_->selectRun(id);
   });
+  auto loadRunConfig = [this](const QString& yaml) {
+    try {
+      doc_->setFilePath(QString());
+      doc_->loadYaml(yaml);  // stored configs hold absolute paths
+      return true;
+    } catch (const std::exception& e) {
+      showError(tr("The run's config cannot be loaded: %1").arg(QString::fromUtf8(e.what())));
+      return false;
+    }
+  };
+  connect(experimentsPage_, &ExperimentsPage::openConfigRequested, this,
+          [this, loadRunConfig](const QString&, const QString& yaml) {
+            if (loadRunConfig(yaml)) showPage(TrainPageIndex);
+          });
+  connect(experimentsPage_, &ExperimentsPage::resumeRequested, this,
+          [this, loadRunConfig](const QString& id, const QString& yaml) {
+            if (controller_->isActive()) {
+              showError(tr("A run is already in progress."));
+              return;
+            }
+            if (!loadRunConfig(yaml)) return;
+            showPage(MonitorPageIndex);
+            monitorPage_->resumeRun(id);
+          });
   connect(controller_, &RunController::stateChanged, this, [this](RunController::State s) {
     static const char* names[] = {"idle", "running", "paused", "stopping"};
     runState_->setText(tr("engine: %1").arg(QLatin1String(names[static_cast<int>(s)])));

@@ -44,8 +44,12 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent) : QWidg
   auto* refreshButton = new QPushButton(tr("Refresh"));
   auto* tagButton = new QPushButton(tr("Tag…"));
   auto* exportButton = new QPushButton(tr("Export…"));
+  auto* openButton = new QPushButton(tr("Open config"));
+  openButton->setToolTip(tr("Load the selected run's settings into the editor (to start a variant)"));
+  auto* resumeButton = new QPushButton(tr("Resume"));
+  resumeButton->setToolTip(tr("Continue a stopped or crashed run from its last checkpoint"));
   auto* deleteButton = new QPushButton(tr("Delete"));
-  for (QPushButton* b : {refreshButton, tagButton, exportButton, deleteButton}) bar->addWidget(b);
+  for (QPushButton* b : {refreshButton, openButton, resumeButton, tagButton, exportButton, deleteButton}) bar->addWidget(b);
   outer->addLayout(bar);
   error_ = new QLabel;
   error_->setWordWrap(true);
@@ -127,6 +131,28 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent) : QWidg
                                  static_cast<int>(ids.size()))) == QMessageBox::Yes)
       deleteSelected();
   });
+  auto withSelectedRun = [this](auto emitter) {
+    return [this, emitter] {
+      const QStringList ids = selectedRunIds();
+      const int row = ids.isEmpty() ? -1 : model_->rowOfId(ids.first());
+      if (row < 0) return;
+      const deltatune::RunRecord* r = model_->runAt(row);
+      emitter(QString::fromStdString(r->id), QString::fromStdString(r->config_yaml), r->status);
+    };
+  };
+  connect(openButton, &QPushButton::clicked, this,
+          withSelectedRun([this](const QString& id, const QString& yaml, const std::string&) {
+            emit openConfigRequested(id, yaml);
+          }));
+  connect(resumeButton, &QPushButton::clicked, this,
+          withSelectedRun([this](const QString& id, const QString& yaml, const std::string& status) {
+            if (status == "finished" || status == "running") {
+              error_->setText(tr("Run %1 is %2: nothing to resume.").arg(id, QString::fromStdString(status)));
+              error_->show();
+              return;
+            }
+            emit resumeRequested(id, yaml);
+          }));
   connect(exportButton, &QPushButton::clicked, this, [this] {
     const QStringList ids = selectedRunIds();
     if (!ids.isEmpty()) emit exportRequested(ids.first());

@@ -50,6 +50,9 @@ class ExperimentsPage : public QWidget {
  signals:
   // Another page should open a run (e.g. export it).
   void exportRequested(const QString& runId);
+  // Load the run's config into the editor / continue the run from its last checkpoint.
+  void openConfigRequested(const QString& runId, const QString& configYaml);
+  void resumeRequested(const QString& runId, const QString& configYaml);
 
  private:
   deltatune::ExperimentStore* store();

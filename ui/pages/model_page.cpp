@@ -228,16 +228,16 @@ void ModelPage::showInfo(const deltatune::ModelInfo& info) {
 
   params_->setRowCount(0);
   // Model order (input to output), then anything the engine adds later.
-  std::vector<std::pair<std::string, int64_t>> groups;
+  std::vector<std::pair<std::string, int64_t>> ordered;
   for (const char* g : {"embed", "linear_attn", "attn", "mlp", "shared_expert", "experts", "norm", "lm_head"}) {
     const auto it = info.params_per_group.find(g);
-    if (it != info.params_per_group.end()) groups.emplace_back(*it);
+    if (it != info.params_per_group.end()) ordered.emplace_back(*it);
   }
   for (const auto& kv : info.params_per_group)
-    if (std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == kv.first; }) == groups.end())
-      groups.emplace_back(kv);
-  groups.emplace_back("total", info.total_params);
-  for (const auto& [group, n] : groups) {
+    if (std::find_if(ordered.begin(), ordered.end(), [&](const auto& g) { return g.first == kv.first; }) == ordered.end())
+      ordered.emplace_back(kv);
+  ordered.emplace_back("total", info.total_params);
+  for (const auto& [group, n] : ordered) {
     const int r = params_->rowCount();
     params_->insertRow(r);
     params_->setItem(r, 0, new QTableWidgetItem(groupLabel(group)));

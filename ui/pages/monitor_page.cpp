@@ -11,6 +11,7 @@
 #include <QVBoxLayout>
 
 #include "app_settings.h"
+#include "deltatune/experiment_store.h"
 #include "format.h"
 #include "live_plots.h"
 #include "run_document.h"
@@ -84,6 +85,20 @@ bool MonitorPage::start() {
 bool MonitorPage::resume() {
   if (lastRunId_.isEmpty()) return false;
   return startWith({databasePath().toStdString(), lastRunId_.toStdString()});
+}
+
+bool MonitorPage::resumeRun(const QString& runId) {
+  if (controller_->isActive()) return false;
+  plots_->clear();
+  try {
+    const QString db = databasePath();
+    deltatune::ExperimentStore store(db.isEmpty() ? deltatune::ExperimentStore::default_path() : db.toStdString());
+    plots_->setSteps(store.metrics(runId.toStdString()));
+  } catch (const std::exception& e) {
+    appendLog(QStringLiteral("#a05a00"), tr("Earlier metrics not shown: %1").arg(QString::fromUtf8(e.what())));
+  }
+  lastRunId_ = runId;
+  return startWith({databasePath().toStdString(), runId.toStdString()});
 }
 
 bool MonitorPage::startWith(const deltatune::TrainOptions& opts) {

@@ -32,6 +32,9 @@ class MonitorPage : public QWidget {
  public slots:
   bool start();
   bool resume();  // continues lastRunId() from its last checkpoint
+  // Continues any run of the database (e.g. one stopped in an earlier session); its metrics so far
+  // are drawn first.
+  bool resumeRun(const QString& runId);
   void togglePause();
   void stop();
 
