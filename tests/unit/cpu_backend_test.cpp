@@ -19,6 +19,8 @@ TEST(CpuBackend, BasicsAndMemoryStats) {
   EXPECT_EQ(be->device(), Device::CPU);
   EXPECT_EQ(be->compute_dtype(), DType::F32);
   EXPECT_EQ(be->weight_dtype(), DType::F32);
+  EXPECT_EQ(be->name(), "cpu");
+  EXPECT_GT(be->memory_stats().total_bytes, 0);  // physical RAM
   const int64_t before = be->memory_stats().allocated_bytes;
   {
     Tensor a = be->alloc({100, 10}, DType::F32);

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "backend/cpu/cpu_util.h"
 
 namespace deltatune {
@@ -87,7 +89,7 @@ double as_decimal(float f) {
 
 CpuBackend::CpuBackend(int num_threads) : pool_(num_threads), mem_(std::make_shared<CpuMemoryCounters>()) {}
 
-std::string CpuBackend::name() const { return "cpu (" + std::to_string(pool_.size()) + " threads)"; }
+std::string CpuBackend::name() const { return "cpu"; }
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads) { return std::make_unique<CpuBackend>(num_threads); }
 
@@ -174,6 +176,10 @@ MemoryStats CpuBackend::memory_stats() const {
   s.reserved_bytes = s.allocated_bytes;  // no caching allocator: freed memory goes straight back
   s.peak_allocated_bytes = mem_->peak.load();
   s.total_bytes = 0;
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) s.total_bytes = int64_t(pages) * int64_t(page);  // physical RAM
+#endif
   return s;
 }
 
