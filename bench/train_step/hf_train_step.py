@@ -67,11 +67,6 @@ def main():
     for n, p in model.named_parameters():
         if p.requires_grad:
             p.data = p.data.float()  # fp32 LoRA master weights, as ours
-    for m in model.modules():
-        if hasattr(m, "chunk_gated_delta_rule"):
-            f = m.chunk_gated_delta_rule
-            gdn_path = getattr(f, "__module__", "?") + "." + getattr(f, "__name__", "?")
-            break
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     ids = torch.randint(0, cfg.vocab_size, (1, a.tokens), device="cuda")
     times = []
@@ -87,8 +82,11 @@ def main():
         torch.cuda.synchronize()
         if s >= a.warmup:
             times.append(time.perf_counter() - t0)
-        loss = float(out.loss)
+        loss = float(out.loss.detach())
     med = statistics.median(times)
+    mods = [k for k in sys.modules if k.startswith("fla.ops.gated_delta_rule")]
+    if a.fla and mods:
+        gdn_path = "fla"
     peak = torch.cuda.max_memory_allocated() / 2**30
     print(json.dumps(dict(bench="train_step", impl="hf_peft" + ("_fla" if a.fla else ""), shape=a.shape,
                           tokens=a.tokens, step_ms=round(med * 1e3, 2), tokens_per_s=round(a.tokens / med, 1),
