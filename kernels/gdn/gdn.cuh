@@ -50,4 +50,18 @@ cudaError_t launch_gdn_core_bwd(KIn dout, const float* qn, const float* kn, KIn 
                                 float* dbeta, float* ckpt, int64_t HK,
                                 int64_t HV, int dk, int dv, cudaStream_t s);
 
+// ---- chunked algorithm (spec §4.2/4.3), chunk_fwd.cu / chunk_bwd.cu ----
+constexpr int kGdnChunk = 64;
+constexpr int kChunkBV = 32;  // value columns per scan block
+size_t gdn_chunk_prep_smem(int dk, int dv);
+size_t gdn_chunk_scan_smem(int dk, int dv);
+// chunks I32 (nchunks, 2): (first token, length ≤ 64), chunks of a sequence consecutive and never crossing
+// its end; chunk_off I32 (nseq + 1): first chunk of each sequence. Scratch (F32): W (T, HV, dk),
+// U (T, HV, dv), M (nchunks, HV, 64, 64), Gc (T, HV); states (nchunks, HV, dk, dv) (=) the state at each
+// chunk's start when not null. o (T, HV, dv) (=).
+cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
+                                 const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq, KOut o,
+                                 float* W, float* U, float* M, float* Gc, float* states, int64_t HK, int64_t HV,
+                                 int dk, int dv, cudaStream_t s);
+
 }  // namespace deltatune::kernels

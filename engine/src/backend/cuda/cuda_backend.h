@@ -14,6 +14,12 @@
 
 namespace deltatune::cuda {
 
+// Chunks of 64 tokens per sequence (the last one partial), for the chunked GDN kernels.
+struct GdnChunks {
+  Tensor chunks, off;  // I32 (n, 2): first token, length; I32 (nseq + 1): first chunk of each sequence
+  int64_t n = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device_index);
@@ -102,6 +108,7 @@ class CudaBackend final : public Backend {
   void check_layout(const SeqLayout& seq, int64_t T, const char* op) const;
   // I32 (ntiles, 2) tile list for the attention kernels.
   Tensor attention_tiles(const SeqLayout& seq);
+  GdnChunks gdn_chunks(const SeqLayout& seq);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);
 

@@ -2,6 +2,7 @@
 // allocator, launcher calls.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -101,11 +102,30 @@ GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor&
 constexpr float kL2Eps = 1e-6f;  // spec §3.4 step 7: fixed, not rms_norm_eps
 }  // namespace
 
+GdnChunks CudaBackend::gdn_chunks(const SeqLayout& seq) {
+  std::vector<int32_t> c, off{0};
+  const auto& cu = seq.host_cu_seqlens;
+  for (size_t i = 0; i + 1 < cu.size(); ++i) {
+    for (int32_t t = cu[i]; t < cu[i + 1]; t += kernels::kGdnChunk) {
+      c.push_back(t);
+      c.push_back(std::min(kernels::kGdnChunk, cu[i + 1] - t));
+    }
+    off.push_back(static_cast<int32_t>(c.size() / 2));
+  }
+  GdnChunks r;
+  r.n = static_cast<int64_t>(c.size() / 2);
+  if (r.n == 0) c.assign(2, 0);
+  r.chunks = upload_bytes(c.data(), {static_cast<int64_t>(c.size() / 2), 2}, DType::I32);
+  r.off = upload_bytes(off.data(), {static_cast<int64_t>(off.size())}, DType::I32);
+  return r;
+}
+
 void CudaBackend::gdn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                           const SeqLayout& seq, float scale, Tensor& o) {
   const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
   check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
-  check(kernels::gdn_core_fwd_smem(d.dk, d.dv) <= size_t(smem_optin_),
+  check(std::max(kernels::gdn_chunk_prep_smem(d.dk, d.dv), kernels::gdn_chunk_scan_smem(d.dk, d.dv)) <=
+            size_t(smem_optin_),
         "gdn_fwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) + " exceed shared memory");
   check_layout(seq, d.T, "gdn_fwd");
   if (d.T == 0) return;
@@ -116,10 +136,22 @@ void CudaBackend::gdn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, con
              "gdn_fwd (l2norm q)");
   cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(kn), fptr(rk), d.T * d.HK, d.dk, s),
              "gdn_fwd (l2norm k)");
-  cuda_check(kernels::launch_gdn_core_fwd(fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
-                                          iptr(seq.cu_seqlens), static_cast<int>(seq.num_seqs()), kout(o, "gdn o"),
-                                          d.HK, d.HV, d.dk, d.dv, s),
-             "gdn_fwd (core)");
+  if (std::getenv("DT_GDN_RECURRENT")) {  // the first (per-token) kernel, kept for A/B timing
+    cuda_check(kernels::launch_gdn_core_fwd(fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
+                                            iptr(seq.cu_seqlens), static_cast<int>(seq.num_seqs()),
+                                            kout(o, "gdn o"), d.HK, d.HV, d.dk, d.dv, s),
+               "gdn_fwd (core)");
+    return;
+  }
+  const GdnChunks ch = gdn_chunks(seq);
+  Tensor W = alloc({d.T, d.HV, d.dk}, DType::F32), U = alloc({d.T, d.HV, d.dv}, DType::F32);
+  Tensor M = alloc({ch.n, d.HV, kernels::kGdnChunk, kernels::kGdnChunk}, DType::F32);
+  Tensor Gc = alloc({d.T, d.HV}, DType::F32);
+  cuda_check(kernels::launch_gdn_chunk_fwd(fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
+                                           iptr(ch.chunks), static_cast<int>(ch.n), iptr(ch.off),
+                                           static_cast<int>(seq.num_seqs()), kout(o, "gdn o"), fptr(W), fptr(U),
+                                           fptr(M), fptr(Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s),
+             "gdn_fwd (chunked core)");
 }
 
 void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,

@@ -1,0 +1,98 @@
+"""HF transformers + PEFT training step on the same GPU, same shapes as bench_train_step: random-weight
+Qwen3_5ForCausalLM (bf16), one row of --tokens random ids, LoRA r=16 (alpha 32) on every linear module,
+gradient checkpointing, sdpa, batch 1, AdamW. Prints one JSON line (tokens/s, peak VRAM, which GDN path ran).
+
+  python3 hf_train_step.py --shape 2b --tokens 4096 [--fla 1]
+
+--fla 1 needs flash-linear-attention importable (carried wheels); run --fla 0 where it is not importable. FLA 0.5.x refuses its gated GDN
+backward on Hopper with Triton < 3.7.1 (FACTS.md); we lift that guard in memory for a speed anchor only,
+so its gradients are untrusted.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+SHAPES = {
+    "0.8b": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=8, num_key_value_heads=2,
+                 intermediate_size=3584, linear_num_value_heads=16, tie_word_embeddings=True),
+    "2b": dict(num_hidden_layers=24, hidden_size=2048, num_attention_heads=8, num_key_value_heads=2,
+               intermediate_size=6144, linear_num_value_heads=16, tie_word_embeddings=True),
+    "4b": dict(num_hidden_layers=32, hidden_size=2560, num_attention_heads=16, num_key_value_heads=4,
+               intermediate_size=9216, linear_num_value_heads=32, tie_word_embeddings=True),
+    "9b": dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=16, num_key_value_heads=4,
+               intermediate_size=12288, linear_num_value_heads=32, tie_word_embeddings=False),
+}
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b",
+           "out_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="2b")
+    ap.add_argument("--tokens", type=int, default=4096)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--fla", type=int, default=0)
+    a = ap.parse_args()
+
+    gdn_path = "torch"
+    if a.fla:
+        import fla  # noqa: F401  (fails loudly when the wheels are missing)
+        try:
+            import fla.ops.common.chunk_o as co
+            if hasattr(co, "TRITON_ABOVE_3_7_1"):
+                co.TRITON_ABOVE_3_7_1 = True
+        except Exception as e:  # pragma: no cover - depends on the FLA version
+            print("note: could not lift the FLA Triton guard:", e, file=sys.stderr)
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    cfg = Qwen3_5TextConfig(vocab_size=248320, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
+                            linear_value_head_dim=128, linear_conv_kernel_dim=4, rms_norm_eps=1e-6,
+                            **SHAPES[a.shape])
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = Qwen3_5ForCausalLM(cfg)
+    torch.set_default_dtype(torch.float32)
+    model.config.use_cache = False
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0))
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            p.data = p.data.float()  # fp32 LoRA master weights, as ours
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    ids = torch.randint(0, cfg.vocab_size, (1, a.tokens), device="cuda")
+    times = []
+    loss = None
+    for s in range(a.warmup + a.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if s >= a.warmup:
+            times.append(time.perf_counter() - t0)
+        loss = float(out.loss.detach())
+    med = statistics.median(times)
+    mods = [k for k in sys.modules if k.startswith("fla.ops.gated_delta_rule")]
+    if a.fla and mods:
+        gdn_path = "fla"
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    print(json.dumps(dict(bench="train_step", impl="hf_peft" + ("_fla" if a.fla else ""), shape=a.shape,
+                          tokens=a.tokens, step_ms=round(med * 1e3, 2), tokens_per_s=round(a.tokens / med, 1),
+                          peak_vram_gib=round(peak, 3), loss=round(loss, 5), gdn_path=gdn_path,
+                          device=torch.cuda.get_device_name())), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Our training step vs HF transformers + PEFT (PyTorch GDN path, and FLA's kernels when wheels are given)
+# on the same GPU, same shapes; prints a table of tokens/s, peak VRAM and the ratios, and the JSON lines.
+#
+#   bench/train_step/run_train_step.sh BENCH_BIN [WHEEL_DIR] [SHAPES...]
+#   BENCH_BIN: path to bench_train_step; WHEEL_DIR: folder with flash-linear-attention, fla-core, einops
+#   wheels ("" to skip HF+FLA); SHAPES default "0.8b 2b 9b". Env TOKENS (4096), STEPS (5), HF=0 skips HF.
+set -u
+BIN=${1:?bench_train_step binary}
+WHL=${2:-}
+shift 2 2>/dev/null || shift $#
+SHAPES=${*:-0.8b 2b 9b}
+TOKENS=${TOKENS:-4096}
+STEPS=${STEPS:-5}
+HERE=$(cd "$(dirname "$0")" && pwd)
+LOG=${OUT:-/tmp}/train_step.jsonl
+: > "$LOG"
+FLA_PATH=""
+if [ -n "$WHL" ] && ls "$WHL"/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/fla_site "$WHL"/*.whl \
+    && FLA_PATH=/tmp/fla_site
+fi
+for s in $SHAPES; do
+  "$BIN" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --warmup 2 --ckpt 1 | tee /dev/stderr | grep '^{' >> "$LOG"
+  if [ "${HF:-1}" = 1 ]; then
+    PYTHONUNBUFFERED=1 python3 "$HERE/hf_train_step.py" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --fla 0 \
+      2> >(tail -3 >&2) | grep '^{' >> "$LOG"
+    if [ -n "$FLA_PATH" ]; then
+      PYTHONPATH=$FLA_PATH PYTHONUNBUFFERED=1 python3 "$HERE/hf_train_step.py" --shape "$s" --tokens "$TOKENS" \
+        --steps "$STEPS" --fla 1 2> >(tail -3 >&2) | grep '^{' >> "$LOG"
+    fi
+  fi
+done
+python3 - "$LOG" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r in rows:
+    by.setdefault(r["shape"], {})[r["impl"]] = r
+print(f"{'shape':6} {'impl':14} {'tok/s':>9} {'peak GiB':>9} {'MFU':>6}   vs HF tok/s   vs HF VRAM")
+for shape, d in by.items():
+    ours = d.get("deltatune")
+    for impl, r in d.items():
+        line = f"{shape:6} {impl:14} {r['tokens_per_s']:9.0f} {r['peak_vram_gib']:9.2f} {r.get('mfu', float('nan')):6.3f}"
+        if ours and impl != "deltatune":
+            line += f"   {ours['tokens_per_s'] / r['tokens_per_s']:6.2f}x      {ours['peak_vram_gib'] / r['peak_vram_gib']:6.2f}x"
+        print(line)
+print(json.dumps({"bench": "train_step_summary", "rows": rows}))
+PY
