@@ -105,8 +105,6 @@ std::string now_iso() {
 
 std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& control, const TrainOptions& topts) {
   RunConfig cfg = cfg_in;
-  check(!cfg.base_model.empty(), "run config: base_model is empty (expected a Hugging Face checkpoint folder)");
-  check(!cfg.datasets.empty(), "run config: datasets is empty (expected at least one {path, type})");
   auto log = [&](LogLevel lv, const std::string& m) { obs.on_log(lv, m); };
 
   std::unique_ptr<ExperimentStore> store;
@@ -121,8 +119,13 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
     check(store != nullptr, "--resume needs the experiment database");
     resumed = store->find_run(topts.resume_run);
     check(resumed.has_value(), "--resume: no run '" + topts.resume_run + "' in " + store->path());
+    check(resumed->status != "finished", "--resume: run " + resumed->id + " already finished; nothing to resume");
+    check(resumed->status != "running", "--resume: run " + resumed->id + " is still running (pid " +
+                                            std::to_string(resumed->pid) + ")");
     cfg = run_config_from_yaml_string(resumed->config_yaml, ".");
   }
+  check(!cfg.base_model.empty(), "run config: base_model is empty (expected a Hugging Face checkpoint folder)");
+  check(!cfg.datasets.empty(), "run config: datasets is empty (expected at least one {path, type})");
 
   // Everything that can be wrong with the inputs fails here, before any training.
   ModelWeights weights = model_weights_load(cfg.base_model);
