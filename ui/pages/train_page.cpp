@@ -417,7 +417,9 @@ void TrainPage::updateGpuList() {
     for (const GpuInfo& g : gpus_->gpus())
       gpu_->addItem(QString("%1: %2 (%3)").arg(g.index).arg(g.name, formatBytes(g.totalBytes)), g.index);
   }
-  if (gpu_->findData(current) < 0) gpu_->addItem(tr("GPU %1").arg(current), current);
+  if (gpu_->findData(current) < 0)
+    gpu_->addItem(gpu_->count() == 0 ? tr("GPU %1 (no NVIDIA GPU detected)").arg(current) : tr("GPU %1").arg(current),
+                  current);
   gpu_->setCurrentIndex(gpu_->findData(current));
   updateVram();
 }
@@ -449,9 +451,12 @@ void TrainPage::updateVram() {
     }
   }
   QString text =
-      tr("About <b>%1</b>: weights %2, LoRA + optimizer %3, activations %4, logits %5.")
+      tr("About <b>%1</b>: weights %2, LoRA + optimizer %3, activations %4, logits %5")
           .arg(formatBytes(est.total), formatBytes(est.weights), formatBytes(est.lora_and_optimizer),
                formatBytes(est.activations), formatBytes(est.logits));
+  // The engine's total includes fixed overheads (runtime context, workspaces) beyond the listed parts.
+  const int64_t other = est.total - est.weights - est.lora_and_optimizer - est.activations - est.logits;
+  text += other > 0 ? tr(", runtime overhead %1.").arg(formatBytes(other)) : QStringLiteral(".");
   QString barColor = QStringLiteral("#2c7a2c");
   if (capacity > 0) {
     const double frac = static_cast<double>(est.total) / static_cast<double>(capacity);
