@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -66,7 +67,16 @@ struct Encoded {
 };
 
 // Encodes rows on all cores; results keep row order.
-Encoded encode_rows(const Tokenizer& tok, const ChatTemplate* tpl, const std::vector<DatasetRow>& rows,
+// `tok` may be null for a checkpoint without tokenizer.json: then only pre-tokenized rows are possible
+// (the model checks the ids against its vocabulary).
+Example encode_pretokenized(const DatasetRow& row) {
+  Example ex;
+  ex.input_ids = row.input_ids;
+  ex.labels = row.labels.empty() ? row.input_ids : row.labels;
+  return ex;
+}
+
+Encoded encode_rows(const Tokenizer* tok, const ChatTemplate* tpl, const std::vector<DatasetRow>& rows,
                     bool train_on_inputs, int32_t eos_id) {
   Encoded out;
   out.examples.resize(rows.size());
@@ -80,7 +90,8 @@ Encoded encode_rows(const Tokenizer& tok, const ChatTemplate* tpl, const std::ve
       if (begin >= rows.size()) return;
       for (size_t i = begin; i < std::min(rows.size(), begin + 64); ++i) {
         try {
-          out.examples[i] = data_encode_row(tok, tpl, rows[i], train_on_inputs, eos_id);
+          out.examples[i] = tok ? data_encode_row(*tok, tpl, rows[i], train_on_inputs, eos_id)
+                                : encode_pretokenized(rows[i]);
         } catch (const Error& e) {
           const std::string msg = e.what();
           out.errors[i] = msg.rfind(rows[i].source, 0) == 0 ? msg : rows[i].source + ": " + msg;
@@ -101,12 +112,12 @@ struct LoadedFile {
   bool from_cache = false;
 };
 
-LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tokenizer& tok,
+LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tokenizer* tok,
                         const ChatTemplate* tpl, const std::string& tpl_error, int32_t eos_id,
                         const std::function<void(const std::string&)>& log) {
   check(fs::is_regular_file(spec.path), spec.path + ": dataset file not found");
   const std::string key = hash_bytes_hex(std::string(kEncodingVersion) + "|" + hash_file_hex(spec.path) +
-                                         "|" + tok.content_hash() + "|" + (tpl ? tpl->content_hash() : "-") +
+                                         "|" + (tok ? tok->content_hash() : std::string("no-tokenizer")) + "|" + (tpl ? tpl->content_hash() : "-") +
                                          "|" + spec.type + "|" + (cfg.train_on_inputs ? "1" : "0") + "|" +
                                          (cfg.skip_bad_rows ? "1" : "0") + "|" + std::to_string(eos_id));
   const std::string cache_path = token_cache_file(token_cache_dir(cfg.dataset_prepared_path), key);
@@ -123,6 +134,9 @@ LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tok
   if (file.format == "chat" || file.format == "sharegpt" || file.format == "alpaca")
     check(tpl != nullptr, spec.path + ": " + file.format + " data needs the chat template of " +
                               cfg.base_model + ", which cannot be used: " + tpl_error);
+  check(tok != nullptr || file.format == "pretokenized",
+        spec.path + ": " + file.format + " data needs a tokenizer, but " + cfg.base_model +
+            " has no tokenizer.json (without one only pre-tokenized rows with input_ids can be used)");
   Encoded enc = encode_rows(tok, tpl, file.rows, cfg.train_on_inputs, eos_id);
   CachedDataset& d = out.data;
   d.format = file.format;
@@ -226,7 +240,10 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
   check(cfg.truncation == "truncate" || cfg.truncation == "drop",
         "run config: truncation must be 'truncate' or 'drop', got '" + cfg.truncation + "'");
   check(!cfg.base_model.empty(), "run config: base_model is empty (the tokenizer comes from it)");
-  const Tokenizer tok = Tokenizer::from_file(cfg.base_model);
+  std::optional<Tokenizer> tok_holder;
+  if (fs::is_regular_file(cfg.base_model) || fs::exists(fs::path(cfg.base_model) / "tokenizer.json"))
+    tok_holder.emplace(Tokenizer::from_file(cfg.base_model));
+  const Tokenizer* tok = tok_holder ? &*tok_holder : nullptr;
   std::unique_ptr<ChatTemplate> tpl;
   std::string tpl_error;
   try {
@@ -235,8 +252,8 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
     tpl_error = e.what();  // only chat-format datasets need one; load_dataset reports it then
   }
   PreparedData out;
-  out.eos_id = tokenizer_eos_id(tok, cfg.base_model);
-  out.pad_id = tokenizer_pad_id(tok, cfg.base_model);
+  out.eos_id = tok ? tokenizer_eos_id(*tok, cfg.base_model) : -1;
+  out.pad_id = tok ? tokenizer_pad_id(*tok, cfg.base_model) : -1;
 
   std::vector<std::pair<const DatasetSpec*, bool>> specs;  // (spec, is_eval)
   for (const auto& d : cfg.datasets) specs.emplace_back(&d, d.split == "validation");

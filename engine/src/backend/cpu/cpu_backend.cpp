@@ -2,9 +2,12 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+
+#include <unistd.h>
 
 #include "backend/cpu/cpu_util.h"
 
@@ -72,11 +75,21 @@ void convert_elements(void* dst, DType dd, int64_t dst_off, const void* src, DTy
   for (int64_t i = 0; i < n; ++i) store_i(dst, dd, dst_off + i, load_i(src, sd, src_off + i));
 }
 
+// The double a user meant when they wrote a hyperparameter that reached us as a float: the shortest
+// decimal that round-trips the float (0.999f -> "0.999" -> 0.999). torch forms its optimizer scalars
+// from Python doubles, so 1 − β₂ is 1e-3 there, not 1 − 0.999f = 0.00099998713.
+double as_decimal(float f) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf - 1, f);
+  *res.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int num_threads) : pool_(num_threads), mem_(std::make_shared<CpuMemoryCounters>()) {}
 
-std::string CpuBackend::name() const { return "cpu (" + std::to_string(pool_.size()) + " threads)"; }
+std::string CpuBackend::name() const { return "cpu"; }
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads) { return std::make_unique<CpuBackend>(num_threads); }
 
@@ -163,6 +176,10 @@ MemoryStats CpuBackend::memory_stats() const {
   s.reserved_bytes = s.allocated_bytes;  // no caching allocator: freed memory goes straight back
   s.peak_allocated_bytes = mem_->peak.load();
   s.total_bytes = 0;
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) s.total_bytes = int64_t(pages) * int64_t(page);  // physical RAM
+#endif
   return s;
 }
 
@@ -220,10 +237,11 @@ void CpuBackend::dropout(const Tensor& x, float p, uint64_t seed, Tensor& y) {
   const float* px = f32(x, "dropout x");
   float* py = f32(y, "dropout y");
   check(p >= 0.f && p <= 1.f, "dropout probability must be in [0, 1], got " + std::to_string(p));
-  const float keep_scale = p < 1.f ? 1.f / (1.f - p) : 0.f;
+  // x / (1 − p) literally as the contract writes it (not x·(1/(1 − p))), so backends agree bit for bit.
+  const float keep_div = 1.f - p;
   pool_.parallel_for(x.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i)
-      py[i] = dropout_uniform(seed, static_cast<uint64_t>(i)) >= p ? px[i] * keep_scale : 0.f;
+      py[i] = (p < 1.f && dropout_uniform(seed, static_cast<uint64_t>(i)) >= p) ? px[i] / keep_div : 0.f;
   });
 }
 
@@ -257,12 +275,12 @@ void CpuBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor
   float* pv = f32(v, "adamw v");
   // Mirrors torch.optim.AdamW (_single_tensor_adam, decoupled weight decay): the scalars are formed in
   // double as Python does, then each tensor op runs in fp32 with the scalar rounded to float.
-  const double lr_d = lr;
-  const float decay = static_cast<float>(1.0 - lr_d * double(weight_decay));
-  const float lerp_w = static_cast<float>(1.0 - double(beta1));
-  const float b2 = beta2, one_minus_b2 = static_cast<float>(1.0 - double(beta2));
-  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
-  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
+  const double lr_d = as_decimal(lr), b1_d = as_decimal(beta1), b2_d = as_decimal(beta2);
+  const float decay = static_cast<float>(1.0 - lr_d * as_decimal(weight_decay));
+  const float lerp_w = static_cast<float>(1.0 - b1_d);
+  const float b2 = beta2, one_minus_b2 = static_cast<float>(1.0 - b2_d);
+  const double bc1 = 1.0 - std::pow(b1_d, double(step));
+  const double bc2 = 1.0 - std::pow(b2_d, double(step));
   const float neg_step_size = static_cast<float>(-(lr_d / bc1));
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const bool wd = weight_decay != 0.f;

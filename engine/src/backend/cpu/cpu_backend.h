@@ -26,6 +26,7 @@ class CpuBackend final : public Backend {
   DType compute_dtype() const override { return DType::F32; }
   DType weight_dtype() const override { return DType::F32; }
   ThreadPool& pool() { return pool_; }
+  int num_threads() const { return pool_.size(); }
 
   // memory (cpu_backend.cpp)
   Tensor alloc(Shape shape, DType dtype) override;
