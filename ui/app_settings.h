@@ -10,12 +10,12 @@ namespace studio {
 
 class AppSettings {
  public:
-  AppSettings();                                  // the application's settings (organisation/app name)
-  explicit AppSettings(const QString& iniFile);   // a private file (tests)
+  AppSettings();                                 // the application's settings (organisation/app name)
+  explicit AppSettings(const QString& iniFile);  // a private file (tests)
 
   static constexpr int kMaxRecent = 10;
 
-  QStringList recentModels() const;               // most recent first, no duplicates
+  QStringList recentModels() const;  // most recent first, no duplicates
   void addRecentModel(const QString& dir);
   void removeRecentModel(const QString& dir);
 

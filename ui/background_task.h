@@ -17,19 +17,26 @@ template <typename T>
 void runInBackground(QObject* context, std::function<T()> work, std::function<void(T)> done,
                      std::function<void(QString)> failed) {
   QPointer<QObject> guard(context);
-  QThread* thread = QThread::create([guard, work = std::move(work), done = std::move(done),
-                                     failed = std::move(failed)]() {
-    try {
-      T result = work();
-      QMetaObject::invokeMethod(
-          qApp, [guard, done, result = std::move(result)]() { if (guard) done(result); },
-          Qt::QueuedConnection);
-    } catch (const std::exception& e) {
-      QString msg = QString::fromUtf8(e.what());
-      QMetaObject::invokeMethod(qApp, [guard, failed, msg]() { if (guard) failed(msg); },
-                                Qt::QueuedConnection);
-    }
-  });
+  QThread* thread =
+      QThread::create([guard, work = std::move(work), done = std::move(done), failed = std::move(failed)]() {
+        try {
+          T result = work();
+          QMetaObject::invokeMethod(
+              qApp,
+              [guard, done, result = std::move(result)]() {
+                if (guard) done(result);
+              },
+              Qt::QueuedConnection);
+        } catch (const std::exception& e) {
+          QString msg = QString::fromUtf8(e.what());
+          QMetaObject::invokeMethod(
+              qApp,
+              [guard, failed, msg]() {
+                if (guard) failed(msg);
+              },
+              Qt::QueuedConnection);
+        }
+      });
   QObject::connect(thread, &QThread::finished, thread, &QObject::deleteLater);
   thread->start();
 }

@@ -14,7 +14,8 @@ QString demoDir() {
       QStringLiteral(DT_SOURCE_DIR "/resources/demo"),
   };
   for (const QString& c : candidates) {
-    if (!c.isEmpty() && QFileInfo::exists(c + QStringLiteral("/demo_run.yaml"))) return QDir(c).canonicalPath();
+    if (!c.isEmpty() && QFileInfo::exists(c + QStringLiteral("/demo_run.yaml")))
+      return QDir(c).canonicalPath();
   }
   return {};
 }

@@ -40,7 +40,8 @@ class PostingObserver final : public deltatune::RunObserver {
   template <typename F>
   void post(F f) {
     RunController* sink = sink_;
-    QMetaObject::invokeMethod(sink, [sink, f]() { f(sink); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        sink, [sink, f]() { f(sink); }, Qt::QueuedConnection);
   }
 
  private:

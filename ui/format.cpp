@@ -31,6 +31,8 @@ QString formatDuration(double seconds) {
   return QString("%1 s").arg(s);
 }
 
-QString formatLoss(double v) { return v < 0 ? QStringLiteral("—") : QString::number(v, 'f', 4); }
+QString formatLoss(double v) {
+  return v < 0 ? QStringLiteral("—") : QString::number(v, 'f', 4);
+}
 
 }  // namespace studio

@@ -8,8 +8,12 @@ LayerStrip::LayerStrip(QWidget* parent) : QWidget(parent) {
   setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
 }
 
-QColor LayerStrip::linearColor() { return QColor(0x4c, 0x8b, 0xd6); }
-QColor LayerStrip::fullColor() { return QColor(0xe0, 0x8a, 0x2c); }
+QColor LayerStrip::linearColor() {
+  return QColor(0x4c, 0x8b, 0xd6);
+}
+QColor LayerStrip::fullColor() {
+  return QColor(0xe0, 0x8a, 0x2c);
+}
 
 void LayerStrip::setLayerTypes(const QStringList& types) {
   types_ = types;
@@ -21,8 +25,12 @@ void LayerStrip::setLayerTypes(const QStringList& types) {
   update();
 }
 
-QSize LayerStrip::sizeHint() const { return {400, 46}; }
-QSize LayerStrip::minimumSizeHint() const { return {100, 46}; }
+QSize LayerStrip::sizeHint() const {
+  return {400, 46};
+}
+QSize LayerStrip::minimumSizeHint() const {
+  return {100, 46};
+}
 
 void LayerStrip::paintEvent(QPaintEvent*) {
   QPainter p(this);

@@ -3,6 +3,7 @@
 #include <qcustomplot.h>
 
 #include <QGridLayout>
+#include <cmath>
 
 namespace studio {
 
@@ -94,6 +95,12 @@ void LivePlots::flush() {
     p->rescaleAxes();
     // Leave head-room so the newest point is not glued to the frame.
     QCPRange y = p->yAxis->range();
+    if (y.upper - y.lower < 1e-9 * std::max(1.0, std::abs(y.upper))) {
+      // A flat series (VRAM on the CPU backend is all zeros): show a unit band, not a huge +-range.
+      p->yAxis->setRange(y.lower >= 0 ? 0.0 : y.lower - 1, y.upper + 1);
+      p->replot(QCustomPlot::rpQueuedReplot);
+      continue;
+    }
     const double pad = std::max(1e-12, (y.upper - y.lower) * 0.08);
     double lo = y.lower - pad;
     if (y.lower >= 0 && lo < 0) lo = 0;  // non-negative metrics keep a zero floor

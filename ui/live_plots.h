@@ -24,7 +24,7 @@ class LivePlots : public QWidget {
   void setSteps(const std::vector<deltatune::StepMetrics>& steps);  // replace all (e.g. a resumed run)
   void flush();  // draw buffered steps now (the timer calls this)
 
-  int pointCount(Metric m) const;   // points drawn so far, for tests
+  int pointCount(Metric m) const;  // points drawn so far, for tests
   int replotCount() const { return replots_; }
   QList<QCustomPlot*> plots() const { return plots_; }
   static constexpr int kRepaintMs = 40;

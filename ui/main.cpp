@@ -27,17 +27,22 @@ int main(int argc, char** argv) {
   cli.setApplicationDescription(QStringLiteral("DeltaTune Studio: LoRA fine-tuning of Qwen3.5"));
   cli.addHelpOption();
   cli.addVersionOption();
-  cli.addPositionalArgument(QStringLiteral("run.yaml"), QStringLiteral("Run file to open"), QStringLiteral("[run.yaml]"));
+  cli.addPositionalArgument(QStringLiteral("run.yaml"), QStringLiteral("Run file to open"),
+                            QStringLiteral("[run.yaml]"));
   QCommandLineOption demo(QStringLiteral("demo"), QStringLiteral("Open the bundled demo run."));
   QCommandLineOption start(QStringLiteral("start"), QStringLiteral("Start the run right away."));
-  QCommandLineOption backend(QStringLiteral("backend"), QStringLiteral("Override the run's backend."), QStringLiteral("auto|cpu|cuda"));
-  QCommandLineOption db(QStringLiteral("db"), QStringLiteral("Experiment database for this session."), QStringLiteral("path"));
-  QCommandLineOption shots(QStringLiteral("screenshot-dir"),
-                           QStringLiteral("With --start: save a PNG of every page after --screenshot-step steps, "
-                                          "stop the run and quit."),
-                           QStringLiteral("dir"));
-  QCommandLineOption shotStep(QStringLiteral("screenshot-step"), QStringLiteral("Step for --screenshot-dir (default 20)."),
-                              QStringLiteral("n"), QStringLiteral("20"));
+  QCommandLineOption backend(QStringLiteral("backend"), QStringLiteral("Override the run's backend."),
+                             QStringLiteral("auto|cpu|cuda"));
+  QCommandLineOption db(QStringLiteral("db"), QStringLiteral("Experiment database for this session."),
+                        QStringLiteral("path"));
+  QCommandLineOption shots(
+      QStringLiteral("screenshot-dir"),
+      QStringLiteral("With --start: save a PNG of every page after --screenshot-step steps, "
+                     "stop the run and quit."),
+      QStringLiteral("dir"));
+  QCommandLineOption shotStep(QStringLiteral("screenshot-step"),
+                              QStringLiteral("Step for --screenshot-dir (default 20)."), QStringLiteral("n"),
+                              QStringLiteral("20"));
   cli.addOptions({demo, start, backend, db, shots, shotStep});
   cli.process(app);
 
@@ -48,8 +53,10 @@ int main(int argc, char** argv) {
   window.show();
 
   bool opened = true;
-  if (cli.isSet(demo)) opened = window.openDemo();
-  else if (!cli.positionalArguments().isEmpty()) opened = window.openRunFile(cli.positionalArguments().first());
+  if (cli.isSet(demo))
+    opened = window.openDemo();
+  else if (!cli.positionalArguments().isEmpty())
+    opened = window.openRunFile(cli.positionalArguments().first());
   else if (!settings.recentRunFiles().isEmpty() && QFileInfo::exists(settings.recentRunFiles().first()))
     opened = window.openRunFile(settings.recentRunFiles().first());
   else
@@ -69,7 +76,8 @@ int main(int argc, char** argv) {
                        if (*taken || m.step < step) return;
                        *taken = true;
                        window.monitorPage()->plots()->flush();
-                       for (const QString& f : window.grabPages(dir)) std::printf("screenshot: %s\n", qPrintable(f));
+                       for (const QString& f : window.grabPages(dir))
+                         std::printf("screenshot: %s\n", qPrintable(f));
                        std::fflush(stdout);
                        window.controller()->requestStop();
                      });
@@ -77,7 +85,8 @@ int main(int argc, char** argv) {
                      [&window, dir, taken](const QString& status, const QString& message) {
                        std::printf("run %s %s\n", qPrintable(status), qPrintable(message));
                        if (!*taken) {  // the run ended before the screenshot step: take them now
-                         for (const QString& f : window.grabPages(dir)) std::printf("screenshot: %s\n", qPrintable(f));
+                         for (const QString& f : window.grabPages(dir))
+                           std::printf("screenshot: %s\n", qPrintable(f));
                        }
                        std::fflush(stdout);
                        QTimer::singleShot(200, qApp, &QApplication::quit);

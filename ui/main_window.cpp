@@ -42,13 +42,20 @@ bool writableDir(const QString& dir) {
 
 QString MainWindow::pageName(Page p) {
   switch (p) {
-    case ModelPageIndex: return tr("Model");
-    case DataPageIndex: return tr("Data");
-    case TrainPageIndex: return tr("Train settings");
-    case MonitorPageIndex: return tr("Monitor");
-    case ExperimentsPageIndex: return tr("Experiments");
-    case ExportPageIndex: return tr("Export");
-    case PageCount: break;
+    case ModelPageIndex:
+      return tr("Model");
+    case DataPageIndex:
+      return tr("Data");
+    case TrainPageIndex:
+      return tr("Train settings");
+    case MonitorPageIndex:
+      return tr("Monitor");
+    case ExperimentsPageIndex:
+      return tr("Experiments");
+    case ExportPageIndex:
+      return tr("Export");
+    case PageCount:
+      break;
   }
   return {};
 }
@@ -73,9 +80,9 @@ MainWindow::MainWindow(AppSettings* settings, QWidget* parent) : QMainWindow(par
   nav_->setFixedWidth(170);
   nav_->setIconSize(QSize(22, 22));
   nav_->setSpacing(2);
-  const QStyle::StandardPixmap icons[] = {QStyle::SP_DirIcon,         QStyle::SP_FileIcon,
-                                          QStyle::SP_FileDialogDetailedView, QStyle::SP_MediaPlay,
-                                          QStyle::SP_FileDialogListView, QStyle::SP_DialogSaveButton};
+  const QStyle::StandardPixmap icons[] = {
+      QStyle::SP_DirIcon,   QStyle::SP_FileIcon,           QStyle::SP_FileDialogDetailedView,
+      QStyle::SP_MediaPlay, QStyle::SP_FileDialogListView, QStyle::SP_DialogSaveButton};
   stack_ = new QStackedWidget;
   QWidget* pages[] = {modelPage_, dataPage_, trainPage_, monitorPage_, experimentsPage_, exportPage_};
   for (int i = 0; i < PageCount; ++i) {
@@ -131,13 +138,14 @@ MainWindow::MainWindow(AppSettings* settings, QWidget* parent) : QMainWindow(par
     static const char* names[] = {"idle", "running", "paused", "stopping"};
     runState_->setText(tr("engine: %1").arg(QLatin1String(names[static_cast<int>(s)])));
   });
-  connect(controller_, &RunController::runFinished, this, [this](const QString& status, const QString& message) {
-    if (closeWhenStopped_) {
-      close();
-      return;
-    }
-    if (status == "failed") statusBar()->showMessage(tr("Run failed: %1").arg(message), 15000);
-  });
+  connect(controller_, &RunController::runFinished, this,
+          [this](const QString& status, const QString& message) {
+            if (closeWhenStopped_) {
+              close();
+              return;
+            }
+            if (status == "failed") statusBar()->showMessage(tr("Run failed: %1").arg(message), 15000);
+          });
 
   buildMenus();
   restoreGeometry(settings_->windowGeometry());
@@ -153,16 +161,19 @@ void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   file->addAction(tr("&New run"), QKeySequence::New, this, &MainWindow::newRun);
   file->addAction(tr("&Open run file…"), QKeySequence::Open, this, [this] {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open run file"), QString(), tr("Run files (*.yaml *.yml)"));
+    const QString path =
+        QFileDialog::getOpenFileName(this, tr("Open run file"), QString(), tr("Run files (*.yaml *.yml)"));
     if (!path.isEmpty()) openRunFile(path);
   });
   QMenu* recent = file->addMenu(tr("Open &recent"));
   connect(recent, &QMenu::aboutToShow, this, [this, recent] {
     recent->clear();
-    for (const QString& f : settings_->recentRunFiles()) recent->addAction(f, this, [this, f] { openRunFile(f); });
+    for (const QString& f : settings_->recentRunFiles())
+      recent->addAction(f, this, [this, f] { openRunFile(f); });
     if (recent->isEmpty()) recent->addAction(tr("(none)"))->setEnabled(false);
   });
-  file->addAction(tr("Open the &demo run"), this, &MainWindow::openDemo)->setEnabled(!demoRunFile().isEmpty());
+  file->addAction(tr("Open the &demo run"), this, &MainWindow::openDemo)
+      ->setEnabled(!demoRunFile().isEmpty());
   file->addSeparator();
   file->addAction(tr("&Save run"), QKeySequence::Save, this, &MainWindow::saveRun);
   file->addAction(tr("Save run &as…"), QKeySequence::SaveAs, this, &MainWindow::saveRunAs);
@@ -183,11 +194,14 @@ void MainWindow::buildMenus() {
   });
 }
 
-void MainWindow::showPage(Page p) { nav_->setCurrentRow(p); }
+void MainWindow::showPage(Page p) {
+  nav_->setCurrentRow(p);
+}
 
 void MainWindow::updateTitle() {
   const QString f = doc_->filePath();
-  setWindowTitle(f.isEmpty() ? tr("DeltaTune Studio") : tr("%1 — DeltaTune Studio").arg(QFileInfo(f).fileName()));
+  setWindowTitle(f.isEmpty() ? tr("DeltaTune Studio")
+                             : tr("%1 — DeltaTune Studio").arg(QFileInfo(f).fileName()));
   statusBar()->showMessage(f.isEmpty() ? tr("Unsaved run") : f);
 }
 
@@ -208,7 +222,8 @@ bool MainWindow::openDemo() {
   const QString out = QString::fromStdString(doc_->config().output_dir);
   if (!writableDir(out)) {
     deltatune::RunConfig cfg = doc_->config();
-    cfg.output_dir = (QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + "/runs/demo").toStdString();
+    cfg.output_dir =
+        (QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + "/runs/demo").toStdString();
     doc_->setConfig(cfg);
   }
   return true;
@@ -233,7 +248,8 @@ bool MainWindow::saveRun() {
 }
 
 bool MainWindow::saveRunAs() {
-  const QString path = QFileDialog::getSaveFileName(this, tr("Save run file"), doc_->filePath(), tr("Run files (*.yaml *.yml)"));
+  const QString path = QFileDialog::getSaveFileName(this, tr("Save run file"), doc_->filePath(),
+                                                    tr("Run files (*.yaml *.yml)"));
   if (path.isEmpty()) return false;
   try {
     doc_->saveFile(path);
@@ -269,9 +285,9 @@ QStringList MainWindow::grabPages(const QString& dir) {
 void MainWindow::closeEvent(QCloseEvent* event) {
   if (controller_->isActive()) {
     if (!closeWhenStopped_) {
-      const auto answer = QMessageBox::question(
-          this, tr("A run is in progress"),
-          tr("Stop the run at the next step boundary (a checkpoint is written, it can be resumed) and quit?"));
+      const auto answer = QMessageBox::question(this, tr("A run is in progress"),
+                                                tr("Stop the run at the next step boundary (a checkpoint is "
+                                                   "written, it can be resumed) and quit?"));
       if (answer != QMessageBox::Yes) {
         event->ignore();
         return;

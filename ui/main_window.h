@@ -23,8 +23,15 @@ class TrainPage;
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum Page { ModelPageIndex, DataPageIndex, TrainPageIndex, MonitorPageIndex, ExperimentsPageIndex, ExportPageIndex,
-              PageCount };
+  enum Page {
+    ModelPageIndex,
+    DataPageIndex,
+    TrainPageIndex,
+    MonitorPageIndex,
+    ExperimentsPageIndex,
+    ExportPageIndex,
+    PageCount
+  };
 
   explicit MainWindow(AppSettings* settings, QWidget* parent = nullptr);
   ~MainWindow() override;

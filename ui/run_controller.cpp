@@ -12,7 +12,9 @@ RunController::RunController(QObject* parent) : QObject(parent) {
   thread_.setObjectName(QStringLiteral("engine"));
 }
 
-RunController::~RunController() { shutdown(); }
+RunController::~RunController() {
+  shutdown();
+}
 
 bool RunController::start(const deltatune::RunConfig& cfg, const deltatune::TrainOptions& opts) {
   if (isActive()) return false;
@@ -58,11 +60,17 @@ void RunController::handleStarted(const QString& runId, qint64 totalSteps) {
   emit runStarted(runId, totalSteps);
 }
 
-void RunController::handleStep(const deltatune::StepMetrics& m) { emit stepReported(m); }
+void RunController::handleStep(const deltatune::StepMetrics& m) {
+  emit stepReported(m);
+}
 
-void RunController::handleLog(deltatune::LogLevel level, const QString& message) { emit logged(level, message); }
+void RunController::handleLog(deltatune::LogLevel level, const QString& message) {
+  emit logged(level, message);
+}
 
-void RunController::handleCheckpoint(qint64 step, const QString& path) { emit checkpointWritten(step, path); }
+void RunController::handleCheckpoint(qint64 step, const QString& path) {
+  emit checkpointWritten(step, path);
+}
 
 void RunController::handleFinished(const QString& status, const QString& message) {
   worker_ = nullptr;

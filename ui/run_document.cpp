@@ -25,14 +25,17 @@ QString RunDocument::baseDir() const {
   return filePath_.isEmpty() ? QDir::currentPath() : QFileInfo(filePath_).absolutePath();
 }
 
-QString RunDocument::toYaml() const { return QString::fromStdString(deltatune::run_config_to_yaml(config_)); }
+QString RunDocument::toYaml() const {
+  return QString::fromStdString(deltatune::run_config_to_yaml(config_));
+}
 
 void RunDocument::loadYaml(const QString& yaml, QObject* source) {
   setConfig(deltatune::run_config_from_yaml_string(yaml.toStdString(), baseDir().toStdString()), source);
 }
 
 void RunDocument::loadFile(const QString& path) {
-  deltatune::RunConfig cfg = deltatune::run_config_from_yaml_file(QFileInfo(path).absoluteFilePath().toStdString());
+  deltatune::RunConfig cfg =
+      deltatune::run_config_from_yaml_file(QFileInfo(path).absoluteFilePath().toStdString());
   setFilePath(QFileInfo(path).absoluteFilePath());
   setConfig(cfg, nullptr);
 }

@@ -18,7 +18,8 @@ QString configValue(const deltatune::RunRecord& r, const QString& key) {
 }
 QDateTime parseTime(const std::string& s) {
   QDateTime t = QDateTime::fromString(QString::fromStdString(s), Qt::ISODate);
-  if (!t.isValid()) t = QDateTime::fromString(QString::fromStdString(s), QStringLiteral("yyyy-MM-dd HH:mm:ss"));
+  if (!t.isValid())
+    t = QDateTime::fromString(QString::fromStdString(s), QStringLiteral("yyyy-MM-dd HH:mm:ss"));
   if (t.isValid() && t.timeSpec() == Qt::LocalTime) t.setTimeSpec(Qt::UTC);  // the store writes UTC
   return t;
 }
@@ -45,7 +46,9 @@ int RunsTableModel::rowOfId(const QString& id) const {
 int RunsTableModel::rowCount(const QModelIndex& parent) const {
   return parent.isValid() ? 0 : static_cast<int>(runs_.size());
 }
-int RunsTableModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+int RunsTableModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : ColumnCount;
+}
 
 double RunsTableModel::durationSeconds(const deltatune::RunRecord& r) {
   const QDateTime a = parseTime(r.created_at);
@@ -72,8 +75,10 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     return {};
   }
   switch (static_cast<Column>(index.column())) {
-    case Name: return QString::fromStdString(r->name.empty() ? r->id : r->name);
-    case Status: return QString::fromStdString(r->status);
+    case Name:
+      return QString::fromStdString(r->name.empty() ? r->id : r->name);
+    case Status:
+      return QString::fromStdString(r->status);
     case Model:
       if (role == Qt::ToolTipRole) return QString::fromStdString(r->model);
       return QFileInfo(QString::fromStdString(r->model)).fileName();
@@ -87,9 +92,12 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     }
     case Steps:
       if (sort) return static_cast<qlonglong>(r->steps);
-      return r->total_steps > 0 ? QString("%1 / %2").arg(r->steps).arg(r->total_steps) : QString::number(r->steps);
-    case FinalLoss: return sort ? QVariant(r->final_loss) : QVariant(formatLoss(r->final_loss));
-    case BestEvalLoss: return sort ? QVariant(r->best_eval_loss) : QVariant(formatLoss(r->best_eval_loss));
+      return r->total_steps > 0 ? QString("%1 / %2").arg(r->steps).arg(r->total_steps)
+                                : QString::number(r->steps);
+    case FinalLoss:
+      return sort ? QVariant(r->final_loss) : QVariant(formatLoss(r->final_loss));
+    case BestEvalLoss:
+      return sort ? QVariant(r->best_eval_loss) : QVariant(formatLoss(r->best_eval_loss));
     case Duration: {
       const double d = durationSeconds(*r);
       return sort ? QVariant(d) : QVariant(formatDuration(d));
@@ -97,15 +105,18 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     case Created: {
       const QDateTime t = parseTime(r->created_at);
       if (sort) return t.isValid() ? QVariant(t.toMSecsSinceEpoch()) : QVariant(0);
-      return t.isValid() ? t.toLocalTime().toString(QStringLiteral("yyyy-MM-dd HH:mm")) : QString::fromStdString(r->created_at);
+      return t.isValid() ? t.toLocalTime().toString(QStringLiteral("yyyy-MM-dd HH:mm"))
+                         : QString::fromStdString(r->created_at);
     }
     case Tags: {
       QStringList tags;
       for (const auto& t : r->tags) tags << QString::fromStdString(t);
       return tags.join(QStringLiteral(", "));
     }
-    case Id: return QString::fromStdString(r->id);
-    case ColumnCount: break;
+    case Id:
+      return QString::fromStdString(r->id);
+    case ColumnCount:
+      break;
   }
   return {};
 }
@@ -113,19 +124,32 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
 QVariant RunsTableModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
   switch (static_cast<Column>(section)) {
-    case Name: return tr("Name");
-    case Status: return tr("Status");
-    case Model: return tr("Model");
-    case Rank: return tr("r");
-    case LearningRate: return tr("LR");
-    case Steps: return tr("Steps");
-    case FinalLoss: return tr("Final loss");
-    case BestEvalLoss: return tr("Best eval");
-    case Duration: return tr("Duration");
-    case Created: return tr("Created");
-    case Tags: return tr("Tags");
-    case Id: return tr("Id");
-    case ColumnCount: break;
+    case Name:
+      return tr("Name");
+    case Status:
+      return tr("Status");
+    case Model:
+      return tr("Model");
+    case Rank:
+      return tr("r");
+    case LearningRate:
+      return tr("LR");
+    case Steps:
+      return tr("Steps");
+    case FinalLoss:
+      return tr("Final loss");
+    case BestEvalLoss:
+      return tr("Best eval");
+    case Duration:
+      return tr("Duration");
+    case Created:
+      return tr("Created");
+    case Tags:
+      return tr("Tags");
+    case Id:
+      return tr("Id");
+    case ColumnCount:
+      break;
   }
   return {};
 }

@@ -10,8 +10,21 @@ namespace studio {
 class RunsTableModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Name, Status, Model, Rank, LearningRate, Steps, FinalLoss, BestEvalLoss, Duration, Created, Tags, Id,
-                ColumnCount };
+  enum Column {
+    Name,
+    Status,
+    Model,
+    Rank,
+    LearningRate,
+    Steps,
+    FinalLoss,
+    BestEvalLoss,
+    Duration,
+    Created,
+    Tags,
+    Id,
+    ColumnCount
+  };
   static constexpr int SortRole = Qt::UserRole + 1;
   static constexpr int RunIdRole = Qt::UserRole + 2;
 

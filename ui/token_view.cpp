@@ -3,8 +3,7 @@
 namespace studio {
 
 QString tokensToHtml(const deltatune::PreviewExample& ex) {
-  QString html = QStringLiteral(
-      "<div style='font-family: monospace; line-height: 170%;'>");
+  QString html = QStringLiteral("<div style='font-family: monospace; line-height: 170%;'>");
   int i = 0;
   for (const auto& t : ex.tokens) {
     QString text = QString::fromStdString(t.text).toHtmlEscaped();

@@ -60,8 +60,9 @@ QString mergeYamlBlocks(const QString& base, const QString& overlay, const QStri
 
 QString removeYamlBlocks(const QString& yaml, const QStringList& keys) {
   QList<YamlBlock> blocks = yamlBlocks(yaml);
-  blocks.erase(std::remove_if(blocks.begin(), blocks.end(), [&](const YamlBlock& b) { return keys.contains(b.key); }),
-               blocks.end());
+  blocks.erase(
+      std::remove_if(blocks.begin(), blocks.end(), [&](const YamlBlock& b) { return keys.contains(b.key); }),
+      blocks.end());
   return joinBlocks(blocks);
 }
 

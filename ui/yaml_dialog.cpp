@@ -30,7 +30,8 @@ YamlDialog::YamlDialog(RunDocument* doc, QWidget* parent) : QDialog(parent), doc
   error_->setStyleSheet(QStringLiteral("color: #b00020;"));
   error_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   layout->addWidget(error_);
-  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Apply | QDialogButtonBox::Reset | QDialogButtonBox::Close);
+  auto* buttons =
+      new QDialogButtonBox(QDialogButtonBox::Apply | QDialogButtonBox::Reset | QDialogButtonBox::Close);
   buttons->button(QDialogButtonBox::Reset)->setText(tr("Revert"));
   layout->addWidget(buttons);
   connect(buttons->button(QDialogButtonBox::Apply), &QPushButton::clicked, this, &YamlDialog::apply);
@@ -43,7 +44,9 @@ YamlDialog::YamlDialog(RunDocument* doc, QWidget* parent) : QDialog(parent), doc
   reload();
 }
 
-QString YamlDialog::errorText() const { return error_->text(); }
+QString YamlDialog::errorText() const {
+  return error_->text();
+}
 
 void YamlDialog::reload() {
   try {

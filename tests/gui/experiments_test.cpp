@@ -1,9 +1,10 @@
 // The Experiments page over a database with known runs: table, filter, tags, overlay aligned by step /
 // tokens / time, and a config diff that lists only the keys that differ.
-#include <QTemporaryDir>
-#include <QTableView>
-#include <QTest>
 #include <qcustomplot.h>
+
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QTest>
 
 #include "app_settings.h"
 #include "deltatune/experiment_store.h"

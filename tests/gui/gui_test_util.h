@@ -13,7 +13,9 @@
 
 namespace guitest {
 
-inline QString demoDir() { return QStringLiteral(DT_SOURCE_DIR "/resources/demo"); }
+inline QString demoDir() {
+  return QStringLiteral(DT_SOURCE_DIR "/resources/demo");
+}
 
 // Settings, XDG paths and the experiment database go to a private temp folder.
 inline void isolate(const QTemporaryDir& tmp) {
@@ -27,7 +29,8 @@ inline void isolate(const QTemporaryDir& tmp) {
 
 // The bundled demo run, short, on the CPU backend, writing into `tmp`.
 inline deltatune::RunConfig demoConfig(const QTemporaryDir& tmp, int64_t maxSteps) {
-  deltatune::RunConfig cfg = deltatune::run_config_from_yaml_file((demoDir() + "/demo_run.yaml").toStdString());
+  deltatune::RunConfig cfg =
+      deltatune::run_config_from_yaml_file((demoDir() + "/demo_run.yaml").toStdString());
   cfg.backend = "cpu";
   cfg.max_steps = maxSteps;
   cfg.output_dir = (tmp.path() + "/runs/demo").toStdString();

@@ -1,8 +1,9 @@
 // A real demo run on the CPU backend driven from the Monitor page: plots and the experiment database
 // fill while it runs; pause holds it; stop checkpoints it; resume finishes it; export writes an adapter.
+#include <qcustomplot.h>
+
 #include <QFileInfo>
 #include <QProgressBar>
-#include <qcustomplot.h>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
@@ -96,7 +97,8 @@ class MonitorRunTest : public QObject {
     const auto rec = store.find_run(monitor()->lastRunId().toStdString());
     QCOMPARE(rec->status, std::string("cancelled"));
     bool checkpoint = false;
-    for (const auto& a : store.artifacts(rec->id)) checkpoint = checkpoint || (a.kind == "checkpoint" && a.step == stoppedAt);
+    for (const auto& a : store.artifacts(rec->id))
+      checkpoint = checkpoint || (a.kind == "checkpoint" && a.step == stoppedAt);
     QVERIFY2(checkpoint, "stop must write a checkpoint at the step it stopped");
   }
 

@@ -8,9 +8,9 @@
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QTableWidget>
-#include <QTextBrowser>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTextBrowser>
 
 #include "app_settings.h"
 #include "gui_test_util.h"
@@ -49,8 +49,10 @@ class PagesBindingTest : public QObject {
     QVERIFY(c.sample_packing);
     QCOMPARE(c.max_steps, int64_t(123));
     QCOMPARE(c.backend, std::string("cpu"));
-    QVERIFY(std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), "attn") != c.lora_target_groups.end());
-    QVERIFY(std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), "mlp") == c.lora_target_groups.end());
+    QVERIFY(std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), "attn") !=
+            c.lora_target_groups.end());
+    QVERIFY(std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), "mlp") ==
+            c.lora_target_groups.end());
     const QString yaml = doc.toYaml();
     QVERIFY2(yaml.contains("lora_r: 32"), qPrintable(yaml));
     QVERIFY(yaml.contains("lr_scheduler: linear"));

@@ -1,9 +1,10 @@
 // Studio building blocks that need no engine run: settings wrapper, formatting, GPU list parsing, the
 // runs table model, metric series, token HTML, the layer strip and the plots' coalescing timer.
+#include <qcustomplot.h>
+
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
-#include <qcustomplot.h>
 
 #include "app_settings.h"
 #include "format.h"
@@ -65,7 +66,8 @@ class WidgetsTest : public QObject {
   }
 
   void nvidiaSmiParsing() {
-    const auto gpus = parseNvidiaSmi("0, NVIDIA H100 80GB HBM3, 81559, 80000\n1, NVIDIA H200, 143771, 143000\nbad line\n");
+    const auto gpus =
+        parseNvidiaSmi("0, NVIDIA H100 80GB HBM3, 81559, 80000\n1, NVIDIA H200, 143771, 143000\nbad line\n");
     QCOMPARE(gpus.size(), 2);
     QCOMPARE(gpus[0].name, QString("NVIDIA H100 80GB HBM3"));
     QCOMPARE(gpus[0].totalBytes, int64_t(81559) * 1024 * 1024);
@@ -95,7 +97,9 @@ class WidgetsTest : public QObject {
     model.setRuns({a, b});
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.columnCount(), int(RunsTableModel::ColumnCount));
-    auto cell = [&](int row, RunsTableModel::Column c, int role = Qt::DisplayRole) { return model.index(row, c).data(role); };
+    auto cell = [&](int row, RunsTableModel::Column c, int role = Qt::DisplayRole) {
+      return model.index(row, c).data(role);
+    };
     QCOMPARE(cell(0, RunsTableModel::Name).toString(), QString("first"));
     QCOMPARE(cell(1, RunsTableModel::Name).toString(), QString("b2"));  // no name: the id
     QCOMPARE(cell(0, RunsTableModel::Model).toString(), QString("tiny"));
@@ -129,7 +133,8 @@ class WidgetsTest : public QObject {
 
   void tokenHtmlMarksTrainedTokensAndBoundaries() {
     deltatune::PreviewExample ex;
-    ex.tokens = {{1, "<|im_start|>", false}, {5, "user\n", false}, {9, " Paris", true}, {2, "<|im_end|>", true}};
+    ex.tokens = {
+        {1, "<|im_start|>", false}, {5, "user\n", false}, {9, " Paris", true}, {2, "<|im_end|>", true}};
     ex.truncated = true;
     const QString html = tokensToHtml(ex);
     QCOMPARE(html.count("<span title='id"), 4);

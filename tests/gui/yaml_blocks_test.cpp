@@ -1,8 +1,9 @@
 // The UI's YAML block handling (config diff, presets) on canonical engine YAML and hand-written files.
+#include "yaml_blocks.h"
+
 #include <QTest>
 
 #include "deltatune/run_config.h"
-#include "yaml_blocks.h"
 
 using namespace studio;
 

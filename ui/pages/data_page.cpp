@@ -109,9 +109,10 @@ DataPage::DataPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   nav->addWidget(exampleIndex_);
   exampleSource_ = new QLabel;
   nav->addWidget(exampleSource_, 1);
-  auto* legend = new QLabel(tr("<span style='background:#cdeec7; color:#0d4a12;'>&nbsp;trained&nbsp;</span> "
-                               "<span style='background:#cfcfcf; color:#444;'>&nbsp;not trained&nbsp;</span> "
-                               "&nbsp;each box is one token, &middot; = space, &crarr; = newline"));
+  auto* legend =
+      new QLabel(tr("<span style='background:#cdeec7; color:#0d4a12;'>&nbsp;trained&nbsp;</span> "
+                    "<span style='background:#cfcfcf; color:#444;'>&nbsp;not trained&nbsp;</span> "
+                    "&nbsp;each box is one token, &middot; = space, &crarr; = newline"));
   nav->addWidget(legend);
   exLayout->addLayout(nav);
   view_ = new QTextBrowser;
@@ -124,8 +125,9 @@ DataPage::DataPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   debounce_.setInterval(400);
   connect(&debounce_, &QTimer::timeout, this, &DataPage::refreshPreview);
   connect(add, &QPushButton::clicked, this, [this] {
-    const QStringList files = QFileDialog::getOpenFileNames(this, tr("Dataset files"), settings_->lastDataDir(),
-                                                            tr("JSON lines (*.jsonl *.json);;All files (*)"));
+    const QStringList files =
+        QFileDialog::getOpenFileNames(this, tr("Dataset files"), settings_->lastDataDir(),
+                                      tr("JSON lines (*.jsonl *.json);;All files (*)"));
     for (const QString& f : files) addDataset(f);
     if (!files.isEmpty()) settings_->setLastDataDir(QFileInfo(files.first()).absolutePath());
   });
@@ -145,7 +147,9 @@ DataPage::DataPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   loadFromConfig();
 }
 
-QString DataPage::errorText() const { return error_->text(); }
+QString DataPage::errorText() const {
+  return error_->text();
+}
 
 void DataPage::addDataset(const QString& path, bool eval) {
   const int r = table_->rowCount();
@@ -192,7 +196,8 @@ void DataPage::writeToConfig() {
   for (int r = 0; r < table_->rowCount(); ++r) {
     deltatune::DatasetSpec d;
     d.path = table_->item(r, PathColumn)->text().toStdString();
-    d.type = qobject_cast<QComboBox*>(table_->cellWidget(r, TypeColumn))->currentData().toString().toStdString();
+    d.type =
+        qobject_cast<QComboBox*>(table_->cellWidget(r, TypeColumn))->currentData().toString().toStdString();
     const bool eval = qobject_cast<QComboBox*>(table_->cellWidget(r, UseColumn))->currentIndex() == 1;
     (eval ? cfg.test_datasets : cfg.datasets).push_back(d);
   }
@@ -250,23 +255,28 @@ void DataPage::showPreview() {
     for (const auto& d : preview_.datasets) {
       if (d.path != path) continue;
       table_->item(r, DetectedColumn)->setText(QString::fromStdString(d.format));
-      table_->item(r, RowsColumn)->setText(d.skipped_rows > 0 ? tr("%1 (%2 skipped)").arg(d.rows).arg(d.skipped_rows)
-                                                              : QString::number(d.rows));
+      table_->item(r, RowsColumn)
+          ->setText(d.skipped_rows > 0 ? tr("%1 (%2 skipped)").arg(d.rows).arg(d.skipped_rows)
+                                       : QString::number(d.rows));
     }
   }
   const deltatune::DataStats& s = preview_.stats;
   auto row = [](const QString& k, const QString& v) {
-    return QStringLiteral("<tr><td style='padding-right:12px; color:#555;'>%1</td><td><b>%2</b></td></tr>").arg(k, v);
+    return QStringLiteral("<tr><td style='padding-right:12px; color:#555;'>%1</td><td><b>%2</b></td></tr>")
+        .arg(k, v);
   };
   QString html = QStringLiteral("<table>");
-  html += row(tr("Examples"), QString::number(s.examples) +
-                                  (s.eval_examples > 0 ? tr(" (+%1 for eval)").arg(s.eval_examples) : QString()));
+  html +=
+      row(tr("Examples"), QString::number(s.examples) +
+                              (s.eval_examples > 0 ? tr(" (+%1 for eval)").arg(s.eval_examples) : QString()));
   html += row(tr("Tokens"), formatCount(s.tokens));
-  const double frac = s.tokens > 0 ? 100.0 * static_cast<double>(s.trained_tokens) / static_cast<double>(s.tokens) : 0;
+  const double frac =
+      s.tokens > 0 ? 100.0 * static_cast<double>(s.trained_tokens) / static_cast<double>(s.tokens) : 0;
   html += row(tr("Trained tokens"), tr("%1 (%2 %)").arg(formatCount(s.trained_tokens)).arg(frac, 0, 'f', 1));
   html += row(tr("Truncated / dropped"), QString("%1 / %2").arg(s.truncated).arg(s.dropped));
   if (doc_->config().sample_packing)
-    html += row(tr("Packing"), tr("%1 rows, %2 % filled").arg(s.packed_rows).arg(100.0 * s.packing_efficiency, 0, 'f', 1));
+    html += row(tr("Packing"),
+                tr("%1 rows, %2 % filled").arg(s.packed_rows).arg(100.0 * s.packing_efficiency, 0, 'f', 1));
   html += QStringLiteral("</table>");
   if (!preview_.warnings.empty()) {
     html += QStringLiteral("<p style='color:#a05a00'>");

@@ -26,7 +26,7 @@ class DataPage : public QWidget {
   DataPage(RunDocument* doc, AppSettings* settings, QWidget* parent = nullptr);
 
   void addDataset(const QString& path, bool eval = false);
-  void refreshPreview();       // runs preview_data in the background
+  void refreshPreview();  // runs preview_data in the background
   bool isPreviewing() const { return previewing_; }
   QString errorText() const;
   QTableWidget* table() const { return table_; }

@@ -26,15 +26,16 @@ namespace studio {
 
 namespace {
 const QList<QColor>& palette10() {
-  static const QList<QColor> c = {QColor(0x1f, 0x77, 0xb4), QColor(0xff, 0x7f, 0x0e), QColor(0x2c, 0xa0, 0x2c),
-                                  QColor(0xd6, 0x27, 0x28), QColor(0x94, 0x67, 0xbd), QColor(0x8c, 0x56, 0x4b),
-                                  QColor(0xe3, 0x77, 0xc2), QColor(0x7f, 0x7f, 0x7f), QColor(0xbc, 0xbd, 0x22),
-                                  QColor(0x17, 0xbe, 0xcf)};
+  static const QList<QColor> c = {
+      QColor(0x1f, 0x77, 0xb4), QColor(0xff, 0x7f, 0x0e), QColor(0x2c, 0xa0, 0x2c), QColor(0xd6, 0x27, 0x28),
+      QColor(0x94, 0x67, 0xbd), QColor(0x8c, 0x56, 0x4b), QColor(0xe3, 0x77, 0xc2), QColor(0x7f, 0x7f, 0x7f),
+      QColor(0xbc, 0xbd, 0x22), QColor(0x17, 0xbe, 0xcf)};
   return c;
 }
 }  // namespace
 
-ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent) : QWidget(parent), settings_(settings) {
+ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent)
+    : QWidget(parent), settings_(settings) {
   auto* outer = new QVBoxLayout(this);
   auto* bar = new QHBoxLayout;
   filter_ = new QLineEdit;
@@ -49,7 +50,8 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent) : QWidg
   auto* resumeButton = new QPushButton(tr("Resume"));
   resumeButton->setToolTip(tr("Continue a stopped or crashed run from its last checkpoint"));
   auto* deleteButton = new QPushButton(tr("Delete"));
-  for (QPushButton* b : {refreshButton, openButton, resumeButton, tagButton, exportButton, deleteButton}) bar->addWidget(b);
+  for (QPushButton* b : {refreshButton, openButton, resumeButton, tagButton, exportButton, deleteButton})
+    bar->addWidget(b);
   outer->addLayout(bar);
   error_ = new QLabel;
   error_->setWordWrap(true);
@@ -82,13 +84,14 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent) : QWidg
   auto* curveBar = new QHBoxLayout;
   curveBar->addWidget(new QLabel(tr("Show")));
   metric_ = new QComboBox;
-  for (Metric m : {Metric::Loss, Metric::EvalLoss, Metric::LearningRate, Metric::GradNorm, Metric::TokensPerSecond,
-                   Metric::VramAllocated})
+  for (Metric m : {Metric::Loss, Metric::EvalLoss, Metric::LearningRate, Metric::GradNorm,
+                   Metric::TokensPerSecond, Metric::VramAllocated})
     metric_->addItem(metricName(m), static_cast<int>(m));
   curveBar->addWidget(metric_);
   curveBar->addWidget(new QLabel(tr("against")));
   axis_ = new QComboBox;
-  for (Axis a : {Axis::Step, Axis::TokensSeen, Axis::WallTime}) axis_->addItem(axisName(a), static_cast<int>(a));
+  for (Axis a : {Axis::Step, Axis::TokensSeen, Axis::WallTime})
+    axis_->addItem(axisName(a), static_cast<int>(a));
   curveBar->addWidget(axis_);
   curveBar->addStretch();
   curveBar->addWidget(new QLabel(tr("Select several runs (Ctrl/Shift-click) to compare.")));
@@ -120,15 +123,16 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent) : QWidg
   connect(tagButton, &QPushButton::clicked, this, [this] {
     if (selectedRunIds().isEmpty()) return;
     bool ok = false;
-    const QString tag = QInputDialog::getText(this, tr("Tag runs"), tr("Tag:"), QLineEdit::Normal, QString(), &ok);
+    const QString tag =
+        QInputDialog::getText(this, tr("Tag runs"), tr("Tag:"), QLineEdit::Normal, QString(), &ok);
     if (ok && !tag.trimmed().isEmpty()) tagSelected(tag.trimmed());
   });
   connect(deleteButton, &QPushButton::clicked, this, [this] {
     const QStringList ids = selectedRunIds();
     if (ids.isEmpty()) return;
     if (QMessageBox::question(this, tr("Delete runs"),
-                              tr("Delete %n run(s) from the database? Their output folders stay on disk.", nullptr,
-                                 static_cast<int>(ids.size()))) == QMessageBox::Yes)
+                              tr("Delete %n run(s) from the database? Their output folders stay on disk.",
+                                 nullptr, static_cast<int>(ids.size()))) == QMessageBox::Yes)
       deleteSelected();
   });
   auto withSelectedRun = [this](auto emitter) {
@@ -167,7 +171,9 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent) : QWidg
 
 ExperimentsPage::~ExperimentsPage() = default;
 
-QString ExperimentsPage::errorText() const { return error_->text(); }
+QString ExperimentsPage::errorText() const {
+  return error_->text();
+}
 
 deltatune::ExperimentStore* ExperimentsPage::store() {
   const QString path = settings_->databasePath().isEmpty()
@@ -228,8 +234,12 @@ void ExperimentsPage::selectRuns(const QStringList& ids) {
   updateDiff();
 }
 
-void ExperimentsPage::setAxis(Axis a) { axis_->setCurrentIndex(axis_->findData(static_cast<int>(a))); }
-void ExperimentsPage::setMetric(Metric m) { metric_->setCurrentIndex(metric_->findData(static_cast<int>(m))); }
+void ExperimentsPage::setAxis(Axis a) {
+  axis_->setCurrentIndex(axis_->findData(static_cast<int>(a)));
+}
+void ExperimentsPage::setMetric(Metric m) {
+  metric_->setCurrentIndex(metric_->findData(static_cast<int>(m)));
+}
 void ExperimentsPage::setFilterText(const QString& text) {
   if (filter_->text() != text) filter_->setText(text);
   proxy_->setFilterFixedString(text);
@@ -286,7 +296,8 @@ void ExperimentsPage::updateOverlay() {
     QCPGraph* g = plot_->addGraph();
     const QColor color = palette10()[i++ % palette10().size()];
     g->setPen(QPen(color, 1.6));
-    if (metric == Metric::EvalLoss) g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, color, color, 6));
+    if (metric == Metric::EvalLoss)
+      g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, color, color, 6));
     g->setName(QString::fromStdString(r->name.empty() ? r->id : r->name));
     g->setData(s.x, s.y, true);
   }

@@ -50,8 +50,9 @@ ExportPage::ExportPage(AppSettings* settings, QWidget* parent) : QWidget(parent)
   modelClass_->addItem(tr("auto (as the base checkpoint)"), "auto");
   modelClass_->addItem(tr("AutoModelForCausalLM / Qwen3_5ForCausalLM (text only)"), "causal_lm");
   modelClass_->addItem(tr("Qwen3_5ForConditionalGeneration (vision-language)"), "conditional_generation");
-  modelClass_->setToolTip(tr("Adapter key names differ between the two Hugging Face classes; an adapter "
-                             "for one class loads only partly into the other."));
+  modelClass_->setToolTip(
+      tr("Adapter key names differ between the two Hugging Face classes; an adapter "
+         "for one class loads only partly into the other."));
   howForm->addRow(tr("Load with"), modelClass_);
   auto* outRow = new QHBoxLayout;
   outDir_ = new QLineEdit(settings_->lastExportDir());
@@ -87,7 +88,9 @@ ExportPage::ExportPage(AppSettings* settings, QWidget* parent) : QWidget(parent)
 
 ExportPage::~ExportPage() = default;
 
-QString ExportPage::statusText() const { return status_->text(); }
+QString ExportPage::statusText() const {
+  return status_->text();
+}
 
 deltatune::ExperimentStore* ExportPage::store() {
   const QString path = settings_->databasePath().isEmpty()
@@ -107,10 +110,10 @@ void ExportPage::refresh() {
   run_->clear();
   try {
     for (const auto& r : store()->list_runs()) {
-      const QString label = QString("%1 — %2 (%3 steps)")
-                                .arg(QString::fromStdString(r.name.empty() ? r.id : r.name),
-                                     QString::fromStdString(r.status))
-                                .arg(r.steps);
+      const QString label =
+          QString("%1 — %2 (%3 steps)")
+              .arg(QString::fromStdString(r.name.empty() ? r.id : r.name), QString::fromStdString(r.status))
+              .arg(r.steps);
       run_->addItem(label, QString::fromStdString(r.id));
     }
   } catch (const std::exception& e) {
@@ -126,8 +129,12 @@ void ExportPage::selectRun(const QString& runId) {
   run_->setCurrentIndex(run_->findData(runId));
 }
 
-void ExportPage::setOutputDir(const QString& dir) { outDir_->setText(dir); }
-void ExportPage::setMerged(bool merged) { (merged ? merged_ : adapter_)->setChecked(true); }
+void ExportPage::setOutputDir(const QString& dir) {
+  outDir_->setText(dir);
+}
+void ExportPage::setMerged(bool merged) {
+  (merged ? merged_ : adapter_)->setChecked(true);
+}
 
 void ExportPage::onRunChanged() {
   source_->clear();
@@ -145,7 +152,9 @@ void ExportPage::onRunChanged() {
     std::reverse(artifacts.begin(), artifacts.end());
     for (const auto& a : artifacts) {
       if (a.kind == "merged") continue;
-      source_->addItem(QString("%1 @ step %2 — %3").arg(QString::fromStdString(a.kind)).arg(a.step)
+      source_->addItem(QString("%1 @ step %2 — %3")
+                           .arg(QString::fromStdString(a.kind))
+                           .arg(a.step)
                            .arg(QString::fromStdString(a.path)),
                        QString::fromStdString(a.path));
     }
@@ -174,13 +183,20 @@ bool ExportPage::startExport() {
   status_->setText(tr("Exporting to %1 …").arg(outDir_->text().trimmed()));
   QPointer<ExportPage> guard(this);
   opts.progress = [guard](double p) {
-    QMetaObject::invokeMethod(qApp, [guard, p] {
-      if (guard) guard->progress_->setValue(static_cast<int>(p * 1000));
-    }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        qApp,
+        [guard, p] {
+          if (guard) guard->progress_->setValue(static_cast<int>(p * 1000));
+        },
+        Qt::QueuedConnection);
   };
   const QString out = outDir_->text().trimmed();
   runInBackground<bool>(
-      this, [opts] { deltatune::export_adapter(opts); return true; },
+      this,
+      [opts] {
+        deltatune::export_adapter(opts);
+        return true;
+      },
       [this, out](bool) {
         exporting_ = false;
         exportButton_->setEnabled(true);

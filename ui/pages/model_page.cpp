@@ -26,10 +26,14 @@ namespace studio {
 namespace {
 QString groupLabel(const std::string& g) {
   static const QMap<QString, QString> names = {
-      {"embed", "Embeddings"},         {"attn", "Full attention (q/k/v/o)"},
-      {"linear_attn", "Gated DeltaNet"}, {"mlp", "MLP"},
-      {"experts", "Routed experts"},   {"shared_expert", "Shared expert"},
-      {"norm", "Norms"},               {"lm_head", "LM head"},
+      {"embed", "Embeddings"},
+      {"attn", "Full attention (q/k/v/o)"},
+      {"linear_attn", "Gated DeltaNet"},
+      {"mlp", "MLP"},
+      {"experts", "Routed experts"},
+      {"shared_expert", "Shared expert"},
+      {"norm", "Norms"},
+      {"lm_head", "LM head"},
       {"total", "Total"},
   };
   const QString k = QString::fromStdString(g);
@@ -47,7 +51,8 @@ ModelPage::ModelPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   folder_->setEditable(true);
   folder_->setInsertPolicy(QComboBox::NoInsert);
   folder_->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
-  folder_->lineEdit()->setPlaceholderText(tr("a Hugging Face Qwen3.5 folder (config.json, *.safetensors, tokenizer)"));
+  folder_->lineEdit()->setPlaceholderText(
+      tr("a Hugging Face Qwen3.5 folder (config.json, *.safetensors, tokenizer)"));
   pick->addWidget(folder_, 1);
   auto* browse = new QPushButton(tr("Browse…"));
   pick->addWidget(browse);
@@ -81,10 +86,10 @@ ModelPage::ModelPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   archLayout->addWidget(new QLabel(tr("Layer pattern")));
   strip_ = new LayerStrip;
   archLayout->addWidget(strip_);
-  stripLegend_ = new QLabel(
-      tr("<span style='color:%1'>&#9632;</span> linear attention (Gated DeltaNet) &nbsp;&nbsp; "
-         "<span style='color:%2'>&#9632;</span> full attention (gated)")
-          .arg(LayerStrip::linearColor().name(), LayerStrip::fullColor().name()));
+  stripLegend_ =
+      new QLabel(tr("<span style='color:%1'>&#9632;</span> linear attention (Gated DeltaNet) &nbsp;&nbsp; "
+                    "<span style='color:%2'>&#9632;</span> full attention (gated)")
+                     .arg(LayerStrip::linearColor().name(), LayerStrip::fullColor().name()));
   archLayout->addWidget(stripLegend_);
   layout->addWidget(archBox);
 
@@ -121,7 +126,8 @@ ModelPage::ModelPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
 
   connect(browse, &QPushButton::clicked, this, &ModelPage::onBrowse);
   connect(loadButton_, &QPushButton::clicked, this, [this] { loadModel(folder_->currentText().trimmed()); });
-  connect(folder_->lineEdit(), &QLineEdit::returnPressed, this, [this] { loadModel(folder_->currentText().trimmed()); });
+  connect(folder_->lineEdit(), &QLineEdit::returnPressed, this,
+          [this] { loadModel(folder_->currentText().trimmed()); });
   connect(folder_, &QComboBox::activated, this, [this](int i) { loadModel(folder_->itemText(i)); });
   connect(demo, &QPushButton::clicked, this, [this] { loadModel(demoDir() + QStringLiteral("/model")); });
   connect(doc_, &RunDocument::configChanged, this, &ModelPage::onConfigChanged);
@@ -131,7 +137,9 @@ ModelPage::ModelPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   status_->setText(tr("Choose a checkpoint folder, or try the bundled demo model."));
 }
 
-QString ModelPage::errorText() const { return loadedDir_.isEmpty() ? status_->text() : QString(); }
+QString ModelPage::errorText() const {
+  return loadedDir_.isEmpty() ? status_->text() : QString();
+}
 
 void ModelPage::refreshRecent() {
   const QString current = folder_->currentText();
@@ -143,7 +151,8 @@ void ModelPage::refreshRecent() {
 }
 
 void ModelPage::onBrowse() {
-  const QString dir = QFileDialog::getExistingDirectory(this, tr("Checkpoint folder"), folder_->currentText());
+  const QString dir =
+      QFileDialog::getExistingDirectory(this, tr("Checkpoint folder"), folder_->currentText());
   if (!dir.isEmpty()) loadModel(dir);
 }
 
@@ -198,26 +207,37 @@ void ModelPage::showInfo(const deltatune::ModelInfo& info) {
   status_->setStyleSheet(QString());
   status_->setText(tr("Loaded <b>%1</b>").arg(QString::fromStdString(info.dir).toHtmlEscaped()));
   auto row = [](const QString& k, const QString& v) {
-    return QStringLiteral("<tr><td style='padding-right:16px; color:#555;'>%1</td><td><b>%2</b></td></tr>").arg(k, v);
+    return QStringLiteral("<tr><td style='padding-right:16px; color:#555;'>%1</td><td><b>%2</b></td></tr>")
+        .arg(k, v);
   };
   QString html = QStringLiteral("<table>");
-  html += row(tr("Model type"), QString::fromStdString(info.model_type) + (info.is_moe ? tr(" (mixture of experts)") : tr(" (dense)")));
-  html += row(tr("Architecture"), QString::fromStdString(info.architecture) +
-                                      (info.vision_language_layout ? tr(" — vision-language layout, text part used") : QString()));
+  html += row(tr("Model type"), QString::fromStdString(info.model_type) +
+                                    (info.is_moe ? tr(" (mixture of experts)") : tr(" (dense)")));
+  html +=
+      row(tr("Architecture"),
+          QString::fromStdString(info.architecture) +
+              (info.vision_language_layout ? tr(" — vision-language layout, text part used") : QString()));
   html += row(tr("Hidden size / layers"), QString("%1 / %2").arg(info.hidden_size).arg(info.num_layers));
   html += row(tr("Full attention"), tr("%1 query heads, %2 KV heads, head dim %3")
-                                        .arg(info.num_attention_heads).arg(info.num_key_value_heads).arg(info.head_dim));
+                                        .arg(info.num_attention_heads)
+                                        .arg(info.num_key_value_heads)
+                                        .arg(info.head_dim));
   html += row(tr("Gated DeltaNet"), tr("%1 key heads × %2, %3 value heads × %4")
-                                        .arg(info.linear_num_key_heads).arg(info.linear_key_head_dim)
-                                        .arg(info.linear_num_value_heads).arg(info.linear_value_head_dim));
+                                        .arg(info.linear_num_key_heads)
+                                        .arg(info.linear_key_head_dim)
+                                        .arg(info.linear_num_value_heads)
+                                        .arg(info.linear_value_head_dim));
   if (info.is_moe) {
     html += row(tr("Experts"), tr("%1 experts, %2 per token, expert FFN %3, shared expert FFN %4")
-                                   .arg(info.num_experts).arg(info.num_experts_per_tok)
-                                   .arg(info.moe_intermediate_size).arg(info.shared_expert_intermediate_size));
+                                   .arg(info.num_experts)
+                                   .arg(info.num_experts_per_tok)
+                                   .arg(info.moe_intermediate_size)
+                                   .arg(info.shared_expert_intermediate_size));
   } else {
     html += row(tr("MLP"), tr("intermediate size %1").arg(info.intermediate_size));
   }
-  html += row(tr("Vocabulary"), QString::number(info.vocab_size) + (info.tied_embeddings ? tr(" (tied embeddings)") : QString()));
+  html += row(tr("Vocabulary"), QString::number(info.vocab_size) +
+                                    (info.tied_embeddings ? tr(" (tied embeddings)") : QString()));
   html += row(tr("Total parameters"), formatCount(info.total_params));
   html += QStringLiteral("</table>");
   summary_->setText(html);
@@ -229,12 +249,14 @@ void ModelPage::showInfo(const deltatune::ModelInfo& info) {
   params_->setRowCount(0);
   // Model order (input to output), then anything the engine adds later.
   std::vector<std::pair<std::string, int64_t>> ordered;
-  for (const char* g : {"embed", "linear_attn", "attn", "mlp", "shared_expert", "experts", "norm", "lm_head"}) {
+  for (const char* g :
+       {"embed", "linear_attn", "attn", "mlp", "shared_expert", "experts", "norm", "lm_head"}) {
     const auto it = info.params_per_group.find(g);
     if (it != info.params_per_group.end()) ordered.emplace_back(*it);
   }
   for (const auto& kv : info.params_per_group)
-    if (std::find_if(ordered.begin(), ordered.end(), [&](const auto& g) { return g.first == kv.first; }) == ordered.end())
+    if (std::find_if(ordered.begin(), ordered.end(), [&](const auto& g) { return g.first == kv.first; }) ==
+        ordered.end())
       ordered.emplace_back(kv);
   ordered.emplace_back("total", info.total_params);
   for (const auto& [group, n] : ordered) {
@@ -254,9 +276,11 @@ void ModelPage::showInfo(const deltatune::ModelInfo& info) {
   }
 
   QStringList dtypes;
-  for (const auto& [dt, n] : info.dtype_counts) dtypes << QString("%1 × %2").arg(QString::fromStdString(dt)).arg(n);
+  for (const auto& [dt, n] : info.dtype_counts)
+    dtypes << QString("%1 × %2").arg(QString::fromStdString(dt)).arg(n);
   auto yesNo = [](bool ok, const QString& what) {
-    return QString("<span style='color:%1'>%2</span> %3").arg(ok ? "#2c7a2c" : "#b00020", ok ? "&#10004;" : "&#10008;", what);
+    return QString("<span style='color:%1'>%2</span> %3")
+        .arg(ok ? "#2c7a2c" : "#b00020", ok ? "&#10004;" : "&#10008;", what);
   };
   QString f;
   f += tr("Tensor dtypes: <b>%1</b><br/>").arg(dtypes.join(", "));

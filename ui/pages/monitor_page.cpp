@@ -73,9 +73,13 @@ MonitorPage::MonitorPage(RunDocument* doc, RunController* controller, AppSetting
   onStateChanged(controller_->state());
 }
 
-QString MonitorPage::logText() const { return log_->toPlainText(); }
+QString MonitorPage::logText() const {
+  return log_->toPlainText();
+}
 
-QString MonitorPage::databasePath() const { return settings_->databasePath(); }
+QString MonitorPage::databasePath() const {
+  return settings_->databasePath();
+}
 
 bool MonitorPage::start() {
   plots_->clear();
@@ -92,10 +96,12 @@ bool MonitorPage::resumeRun(const QString& runId) {
   plots_->clear();
   try {
     const QString db = databasePath();
-    deltatune::ExperimentStore store(db.isEmpty() ? deltatune::ExperimentStore::default_path() : db.toStdString());
+    deltatune::ExperimentStore store(db.isEmpty() ? deltatune::ExperimentStore::default_path()
+                                                  : db.toStdString());
     plots_->setSteps(store.metrics(runId.toStdString()));
   } catch (const std::exception& e) {
-    appendLog(QStringLiteral("#a05a00"), tr("Earlier metrics not shown: %1").arg(QString::fromUtf8(e.what())));
+    appendLog(QStringLiteral("#a05a00"),
+              tr("Earlier metrics not shown: %1").arg(QString::fromUtf8(e.what())));
   }
   lastRunId_ = runId;
   return startWith({databasePath().toStdString(), runId.toStdString()});
@@ -113,13 +119,16 @@ bool MonitorPage::startWith(const deltatune::TrainOptions& opts) {
   }
   totalSteps_ = 0;
   last_ = {};
-  appendLog(QStringLiteral("#1f77b4"), opts.resume_run.empty()
-                                           ? tr("Starting a new run (%1 backend)…").arg(QString::fromStdString(cfg.backend))
-                                           : tr("Resuming run %1…").arg(QString::fromStdString(opts.resume_run)));
+  appendLog(QStringLiteral("#1f77b4"),
+            opts.resume_run.empty()
+                ? tr("Starting a new run (%1 backend)…").arg(QString::fromStdString(cfg.backend))
+                : tr("Resuming run %1…").arg(QString::fromStdString(opts.resume_run)));
   return controller_->start(cfg, opts);
 }
 
-void MonitorPage::togglePause() { controller_->setPaused(controller_->state() != RunController::State::Paused); }
+void MonitorPage::togglePause() {
+  controller_->setPaused(controller_->state() != RunController::State::Paused);
+}
 
 void MonitorPage::stop() {
   appendLog(QStringLiteral("#555555"), tr("Stopping at the next step boundary…"));
@@ -163,19 +172,25 @@ void MonitorPage::onStep(const deltatune::StepMetrics& m) {
                       .arg(m.tokens_per_second, 0, 'f', 0)
                       .arg(formatDuration(eta))
                       .arg(formatCount(m.tokens_seen)));
-  if (m.eval_loss >= 0) appendLog(QStringLiteral("#d62728"), tr("step %1: eval loss %2").arg(m.step).arg(m.eval_loss, 0, 'f', 4));
+  if (m.eval_loss >= 0)
+    appendLog(QStringLiteral("#d62728"), tr("step %1: eval loss %2").arg(m.step).arg(m.eval_loss, 0, 'f', 4));
 }
 
 void MonitorPage::onLog(deltatune::LogLevel level, const QString& message) {
-  const char* color = level == deltatune::LogLevel::Error ? "#b00020" : level == deltatune::LogLevel::Warning ? "#a05a00" : "#222222";
+  const char* color = level == deltatune::LogLevel::Error     ? "#b00020"
+                      : level == deltatune::LogLevel::Warning ? "#a05a00"
+                                                              : "#222222";
   appendLog(QLatin1String(color), message);
 }
 
 void MonitorPage::onFinished(const QString& status, const QString& message) {
   plots_->flush();
   lastStatus_ = status;
-  const QString color = status == "finished" ? QStringLiteral("#2c7a2c") : status == "cancelled" ? QStringLiteral("#a05a00") : QStringLiteral("#b00020");
-  runLabel_->setText(tr("Run <b>%1</b> — <span style='color:%2'>%3</span>").arg(lastRunId_.isEmpty() ? tr("(not started)") : lastRunId_, color, status));
+  const QString color = status == "finished"    ? QStringLiteral("#2c7a2c")
+                        : status == "cancelled" ? QStringLiteral("#a05a00")
+                                                : QStringLiteral("#b00020");
+  runLabel_->setText(tr("Run <b>%1</b> — <span style='color:%2'>%3</span>")
+                         .arg(lastRunId_.isEmpty() ? tr("(not started)") : lastRunId_, color, status));
   appendLog(color, message.isEmpty() ? tr("Run %1.").arg(status) : tr("Run %1: %2").arg(status, message));
   onStateChanged(controller_->state());
   emit runListChanged();

@@ -45,8 +45,9 @@ class SciSpinBox : public QDoubleSpinBox {
     bool ok = false;
     text.toDouble(&ok);
     if (ok) return QValidator::Acceptable;
-    return text.isEmpty() || text.endsWith('e') || text.endsWith('-') || text.endsWith('.') ? QValidator::Intermediate
-                                                                                           : QValidator::Invalid;
+    return text.isEmpty() || text.endsWith('e') || text.endsWith('-') || text.endsWith('.')
+               ? QValidator::Intermediate
+               : QValidator::Invalid;
   }
 };
 
@@ -75,12 +76,20 @@ const QStringList& TrainPage::allLoraGroups() {
 }
 
 const QStringList& TrainPage::presetSkippedKeys() {
-  static const QStringList k = {"base_model", "datasets", "test_datasets", "output_dir", "run_name",
-                                "resume_from_checkpoint", "lora_model_dir", "dataset_prepared_path", "tags"};
+  static const QStringList k = {"base_model",
+                                "datasets",
+                                "test_datasets",
+                                "output_dir",
+                                "run_name",
+                                "resume_from_checkpoint",
+                                "lora_model_dir",
+                                "dataset_prepared_path",
+                                "tags"};
   return k;
 }
 
-TrainPage::TrainPage(RunDocument* doc, GpuProbe* gpus, QWidget* parent) : QWidget(parent), doc_(doc), gpus_(gpus) {
+TrainPage::TrainPage(RunDocument* doc, GpuProbe* gpus, QWidget* parent)
+    : QWidget(parent), doc_(doc), gpus_(gpus) {
   buildUi();
   connect(doc_, &RunDocument::configChanged, this, [this](QObject* source) {
     if (source != this) loadFromConfig();
@@ -112,7 +121,8 @@ void TrainPage::buildUi() {
   connect(yaml, &QPushButton::clicked, this, &TrainPage::showYaml);
   connect(load, &QPushButton::clicked, this, &TrainPage::choosePreset);
   connect(save, &QPushButton::clicked, this, [this] {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Save preset"), QString(), tr("YAML (*.yaml *.yml)"));
+    const QString path =
+        QFileDialog::getSaveFileName(this, tr("Save preset"), QString(), tr("YAML (*.yaml *.yml)"));
     if (!path.isEmpty()) savePreset(path);
   });
 
@@ -267,9 +277,12 @@ void TrainPage::buildUi() {
     connect(s, &QSpinBox::valueChanged, this, &TrainPage::writeToConfig);
   for (QDoubleSpinBox* s : {alpha_, dropout_, lr_, epochs_, weightDecay_, maxGradNorm_, valSplit_})
     connect(s, &QDoubleSpinBox::valueChanged, this, &TrainPage::writeToConfig);
-  for (QCheckBox* c : {rslora_, packing_, fusedLoss_, gradCkpt_}) connect(c, &QCheckBox::toggled, this, &TrainPage::writeToConfig);
-  for (QComboBox* c : {scheduler_, backend_, gpu_}) connect(c, &QComboBox::currentIndexChanged, this, &TrainPage::writeToConfig);
-  for (QLineEdit* e : {outputDir_, runName_}) connect(e, &QLineEdit::textEdited, this, &TrainPage::writeToConfig);
+  for (QCheckBox* c : {rslora_, packing_, fusedLoss_, gradCkpt_})
+    connect(c, &QCheckBox::toggled, this, &TrainPage::writeToConfig);
+  for (QComboBox* c : {scheduler_, backend_, gpu_})
+    connect(c, &QComboBox::currentIndexChanged, this, &TrainPage::writeToConfig);
+  for (QLineEdit* e : {outputDir_, runName_})
+    connect(e, &QLineEdit::textEdited, this, &TrainPage::writeToConfig);
 }
 
 void TrainPage::loadFromConfig() {
@@ -280,8 +293,8 @@ void TrainPage::loadFromConfig() {
   blockers.reserve(static_cast<size_t>(all.size()));
   for (QWidget* w : all) blockers.emplace_back(w);
   for (const QString& g : allLoraGroups())
-    groupChecks_[g]->setChecked(std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), g.toStdString()) !=
-                                c.lora_target_groups.end());
+    groupChecks_[g]->setChecked(std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(),
+                                          g.toStdString()) != c.lora_target_groups.end());
   rank_->setValue(c.lora_r);
   alpha_->setValue(c.lora_alpha);
   dropout_->setValue(c.lora_dropout);
@@ -320,7 +333,8 @@ void TrainPage::writeToConfig() {
   deltatune::RunConfig c = doc_->config();
   c.lora_target_groups.clear();
   for (const QString& g : allLoraGroups())
-    if (groupChecks_[g]->isChecked() && groupChecks_[g]->isEnabled()) c.lora_target_groups.push_back(g.toStdString());
+    if (groupChecks_[g]->isChecked() && groupChecks_[g]->isEnabled())
+      c.lora_target_groups.push_back(g.toStdString());
   c.lora_r = rank_->value();
   c.lora_alpha = alpha_->value();
   c.lora_dropout = dropout_->value();
@@ -354,7 +368,9 @@ QString TrainPage::groupInfoText(const QString& group) const {
   return l ? l->text() : QString();
 }
 
-QString TrainPage::vramText() const { return vramLabel_->text(); }
+QString TrainPage::vramText() const {
+  return vramLabel_->text();
+}
 
 void TrainPage::updateGroups() {
   const auto& info = doc_->modelInfo();
@@ -367,15 +383,17 @@ void TrainPage::updateGroups() {
     }
   }
   for (const QString& g : allLoraGroups()) {
-    const bool has = !info || std::find(info->lora_groups.begin(), info->lora_groups.end(), g.toStdString()) !=
-                                  info->lora_groups.end();
+    const bool has = !info || std::find(info->lora_groups.begin(), info->lora_groups.end(),
+                                        g.toStdString()) != info->lora_groups.end();
     groupChecks_[g]->setVisible(has);
     groupInfo_[g]->setVisible(has);
     groupChecks_[g]->setEnabled(has);
     const auto it = perGroup.find(g.toStdString());
     // Adapters are trained and saved in fp32: 4 bytes per parameter.
-    groupInfo_[g]->setText(it == perGroup.end() ? QString()
-                                                : tr("%1 params · %2").arg(formatCount(it->second), formatBytes(it->second * 4)));
+    groupInfo_[g]->setText(
+        it == perGroup.end()
+            ? QString()
+            : tr("%1 params · %2").arg(formatCount(it->second), formatBytes(it->second * 4)));
   }
   if (!info) {
     groupsNote_->setText(tr("Load a model to see which groups it has and their sizes."));
@@ -383,7 +401,8 @@ void TrainPage::updateGroups() {
     int64_t total = 0;
     for (const QString& g : allLoraGroups()) {
       const auto it = perGroup.find(g.toStdString());
-      if (it != perGroup.end() && groupChecks_[g]->isChecked() && groupChecks_[g]->isEnabled()) total += it->second;
+      if (it != perGroup.end() && groupChecks_[g]->isChecked() && groupChecks_[g]->isEnabled())
+        total += it->second;
     }
     groupsNote_->setText(tr("Trainable: <b>%1</b> parameters, adapter file %2 (fp32)")
                              .arg(formatCount(total), formatBytes(total * 4)));
@@ -398,7 +417,9 @@ void TrainPage::updateGpuList() {
     for (const GpuInfo& g : gpus_->gpus())
       gpu_->addItem(QString("%1: %2 (%3)").arg(g.index).arg(g.name, formatBytes(g.totalBytes)), g.index);
   }
-  if (gpu_->findData(current) < 0) gpu_->addItem(tr("GPU %1").arg(current), current);
+  if (gpu_->findData(current) < 0)
+    gpu_->addItem(gpu_->count() == 0 ? tr("GPU %1 (no NVIDIA GPU detected)").arg(current) : tr("GPU %1").arg(current),
+                  current);
   gpu_->setCurrentIndex(gpu_->findData(current));
   updateVram();
 }
@@ -429,9 +450,13 @@ void TrainPage::updateVram() {
       }
     }
   }
-  QString text = tr("About <b>%1</b>: weights %2, LoRA + optimizer %3, activations %4, logits %5.")
-                     .arg(formatBytes(est.total), formatBytes(est.weights), formatBytes(est.lora_and_optimizer),
-                          formatBytes(est.activations), formatBytes(est.logits));
+  QString text =
+      tr("About <b>%1</b>: weights %2, LoRA + optimizer %3, activations %4, logits %5")
+          .arg(formatBytes(est.total), formatBytes(est.weights), formatBytes(est.lora_and_optimizer),
+               formatBytes(est.activations), formatBytes(est.logits));
+  // The engine's total includes fixed overheads (runtime context, workspaces) beyond the listed parts.
+  const int64_t other = est.total - est.weights - est.lora_and_optimizer - est.activations - est.logits;
+  text += other > 0 ? tr(", runtime overhead %1.").arg(formatBytes(other)) : QStringLiteral(".");
   QString barColor = QStringLiteral("#2c7a2c");
   if (capacity > 0) {
     const double frac = static_cast<double>(est.total) / static_cast<double>(capacity);
@@ -439,15 +464,17 @@ void TrainPage::updateVram() {
     text += tr(" %1 % of %2 (%3).").arg(frac * 100, 0, 'f', 0).arg(formatBytes(capacity), gpuName);
     if (frac > 1.0) {
       barColor = QStringLiteral("#b00020");
-      text += tr(" <b style='color:#b00020'>Will not fit:</b> lower the sequence length or micro-batch, "
-                 "or turn on gradient checkpointing.");
+      text +=
+          tr(" <b style='color:#b00020'>Will not fit:</b> lower the sequence length or micro-batch, "
+             "or turn on gradient checkpointing.");
     } else if (frac > 0.9) {
       barColor = QStringLiteral("#d08000");
       text += tr(" Tight: little room for fragmentation.");
     }
   } else {
     vramBar_->setValue(0);
-    text += c.backend == "cpu" ? tr(" (CPU backend: this is host memory.)") : tr(" No NVIDIA GPU found to compare with.");
+    text += c.backend == "cpu" ? tr(" (CPU backend: this is host memory.)")
+                               : tr(" No NVIDIA GPU found to compare with.");
   }
   vramBar_->setStyleSheet(QStringLiteral("QProgressBar::chunk { background: %1; }").arg(barColor));
   vramLabel_->setText(text);
@@ -466,7 +493,8 @@ void TrainPage::choosePreset() {
   }
   menu.addSeparator();
   menu.addAction(tr("From file…"), this, [this] {
-    const QString path = QFileDialog::getOpenFileName(this, tr("Load preset"), QString(), tr("YAML (*.yaml *.yml)"));
+    const QString path =
+        QFileDialog::getOpenFileName(this, tr("Load preset"), QString(), tr("YAML (*.yaml *.yml)"));
     if (!path.isEmpty()) loadPreset(path);
   });
   menu.exec(QCursor::pos());
@@ -479,7 +507,8 @@ void TrainPage::loadPreset(const QString& path) {
     return;
   }
   try {
-    const QString merged = mergeYamlBlocks(doc_->toYaml(), QString::fromUtf8(f.readAll()), presetSkippedKeys());
+    const QString merged =
+        mergeYamlBlocks(doc_->toYaml(), QString::fromUtf8(f.readAll()), presetSkippedKeys());
     doc_->loadYaml(merged, nullptr);
   } catch (const std::exception& e) {
     emit errorOccurred(tr("Preset %1 not applied: %2").arg(path, QString::fromUtf8(e.what())));
@@ -491,7 +520,8 @@ void TrainPage::savePreset(const QString& path) {
     const QString yaml = "# DeltaTune preset (training settings only)\n" +
                          removeYamlBlocks(doc_->toYaml(), presetSkippedKeys());
     QSaveFile f(path);
-    if (!f.open(QIODevice::WriteOnly | QIODevice::Text)) throw std::runtime_error(f.errorString().toStdString());
+    if (!f.open(QIODevice::WriteOnly | QIODevice::Text))
+      throw std::runtime_error(f.errorString().toStdString());
     f.write(yaml.toUtf8());
     if (!f.commit()) throw std::runtime_error(f.errorString().toStdString());
   } catch (const std::exception& e) {
