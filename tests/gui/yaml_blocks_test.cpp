@@ -53,6 +53,7 @@ class YamlBlocksTest : public QObject {
     cfg.datasets = {{"/d/a.jsonl", "chat", ""}, {"/d/b.jsonl", "alpaca", ""}};
     cfg.lora_target_groups = {"attn", "mlp"};
     cfg.lora_r = 12;
+    cfg.output_dir = "/runs/x";  // outputs resolve against the YAML folder: keep it absolute for a round trip
     const QString yaml = QString::fromStdString(deltatune::run_config_to_yaml(cfg));
     const QString rejoined = mergeYamlBlocks(yaml, QString());
     const deltatune::RunConfig back = deltatune::run_config_from_yaml_string(rejoined.toStdString(), "/");
