@@ -29,6 +29,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../golden_files.h"
 #include "backend/backend.h"
 #include "data/batch.h"
 #include "io/safetensors.h"
@@ -50,25 +51,8 @@ fs::path goldens_dir() {
   return fs::path("tests") / "goldens";  // run from a checkout's root (the GPU machine)
 }
 
-std::vector<Example> read_jsonl(const fs::path& p) {
-  std::vector<Example> out;
-  std::ifstream in(p);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line);
-    Example ex;
-    ex.input_ids = j["input_ids"].get<std::vector<int32_t>>();
-    ex.labels = j.contains("labels") ? j["labels"].get<std::vector<int32_t>>() : ex.input_ids;
-    out.push_back(ex);
-  }
-  return out;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  return nlohmann::json::parse(in);
-}
+using testing_goldens::read_json;
+using testing_goldens::read_jsonl;
 
 bool have_gpu() { return cuda_backend_available(); }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../golden_files.h"
 #include "backend/backend.h"
 #include "data/batch.h"
 #include "io/safetensors.h"
@@ -23,25 +24,8 @@ namespace {
 
 const fs::path kGoldens = fs::path(DT_SOURCE_DIR) / "tests" / "goldens";
 
-std::vector<Example> read_jsonl(const fs::path& p) {
-  std::vector<Example> out;
-  std::ifstream in(p);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line);
-    Example ex;
-    ex.input_ids = j["input_ids"].get<std::vector<int32_t>>();
-    ex.labels = j.contains("labels") ? j["labels"].get<std::vector<int32_t>>() : ex.input_ids;
-    out.push_back(ex);
-  }
-  return out;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  return nlohmann::json::parse(in);
-}
+using testing_goldens::read_json;
+using testing_goldens::read_jsonl;
 
 class ModelGolden : public ::testing::TestWithParam<std::string> {};
 

@@ -12,6 +12,12 @@ Tensor Backend::zeros(Shape shape, DType dtype) {
   return t;
 }
 
+Tensor Backend::upload_i32(const std::vector<int32_t>& values) {
+  Tensor h = host_tensor({static_cast<int64_t>(values.size())}, DType::I32);
+  std::copy(values.begin(), values.end(), h.ptr<int32_t>());
+  return upload(h, DType::I32);
+}
+
 double Backend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
                                      Tensor* dh, int64_t chunk_rows) {
   const int64_t T = h.rows(), V = w.dim(0);

@@ -50,6 +50,7 @@ class Backend {
   // ---- memory --------------------------------------------------------------------------------
   virtual Tensor alloc(Shape shape, DType dtype) = 0;             // uninitialised
   Tensor zeros(Shape shape, DType dtype);                          // alloc + fill 0
+  Tensor upload_i32(const std::vector<int32_t>& values);           // I32 [n] device tensor
   virtual void fill(Tensor& t, float value) = 0;
   // Device tensor with the content of a host tensor, converted to `dtype`.
   virtual Tensor upload(const Tensor& host, DType dtype) = 0;

@@ -37,11 +37,6 @@ void expert_lora_store_grad(Backend& be, LoraModule* m, int e, const LoraModule&
   for (int64_t k = 0; k < r; ++k) be.copy_cols(m->gB, k * E + e, v.gB, k, 1);
 }
 
-Tensor upload_i32(Backend& be, const std::vector<int32_t>& v) {
-  Tensor h = host_tensor({static_cast<int64_t>(v.size())}, DType::I32);
-  std::copy(v.begin(), v.end(), h.ptr<int32_t>());
-  return be.upload(h, DType::I32);
-}
 
 }  // namespace
 
@@ -77,8 +72,8 @@ Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
     ExpertCache ec;
     ec.expert = e;
     ec.n = n;
-    ec.rows = upload_i32(be, rows[e]);
-    ec.slots = upload_i32(be, slots[e]);
+    ec.rows = be.upload_i32(rows[e]);
+    ec.slots = be.upload_i32(slots[e]);
     ec.xe = be.alloc({n, H}, dt);
     be.gather_rows(x, ec.rows, ec.xe);
     ec.gu = be.alloc({n, 2 * Ie}, dt);

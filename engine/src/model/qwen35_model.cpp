@@ -53,11 +53,6 @@ namespace {
 Tensor up_w(Backend& be, const Tensor& t) { return t.defined() ? be.upload(t, be.weight_dtype()) : Tensor{}; }
 Tensor up_f32(Backend& be, const Tensor& t) { return t.defined() ? be.upload(t, DType::F32) : Tensor{}; }
 
-Tensor upload_i32(Backend& be, const std::vector<int32_t>& v) {
-  Tensor h = host_tensor({static_cast<int64_t>(v.size())}, DType::I32);
-  std::copy(v.begin(), v.end(), h.ptr<int32_t>());
-  return be.upload(h, DType::I32);
-}
 
 // Layer forward: x -> x + mixer(norm(x)) -> + mlp(norm(.)). Fills `c`.
 Tensor layer_fwd(const BlockContext& ctx, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
@@ -162,8 +157,8 @@ SeqLayout Qwen35Model::make_layout(const Batch& batch) {
   check(!batch.input_ids.empty(), "internal: empty batch");
   SeqLayout s;
   s.host_cu_seqlens = batch.cu_seqlens;
-  s.cu_seqlens = upload_i32(be_, batch.cu_seqlens);
-  s.positions = upload_i32(be_, batch.positions);
+  s.cu_seqlens = be_.upload_i32(batch.cu_seqlens);
+  s.positions = be_.upload_i32(batch.positions);
   for (size_t i = 1; i < batch.cu_seqlens.size(); ++i)
     s.max_seqlen = std::max(s.max_seqlen, batch.cu_seqlens[i] - batch.cu_seqlens[i - 1]);
   for (int32_t id : batch.input_ids) {
@@ -177,7 +172,7 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
                                   const StepOptions& opts, Activations* acts) {
   const int64_t T = static_cast<int64_t>(batch.input_ids.size()), H = cfg_.hidden_size;
   const DType dt = be_.compute_dtype();
-  Tensor ids = upload_i32(be_, batch.input_ids);
+  Tensor ids = be_.upload_i32(batch.input_ids);
   Tensor x = be_.alloc({T, H}, dt);
   be_.embedding_fwd(ids, embed_, x);
   if (acts) acts->layers.resize(layers_.size());
@@ -206,7 +201,7 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
   const DType dt = be_.compute_dtype();
   Activations acts;
   Tensor h = hidden_states(batch, seq, lora, opts, opts.backward ? &acts : nullptr);
-  Tensor targets = upload_i32(be_, batch.targets);
+  Tensor targets = be_.upload_i32(batch.targets);
 
   StepOutput out;
   out.targets = batch.num_targets;
