@@ -176,15 +176,7 @@ QString ExperimentsPage::errorText() const {
 }
 
 deltatune::ExperimentStore* ExperimentsPage::store() {
-  const QString path = settings_->databasePath().isEmpty()
-                           ? QString::fromStdString(deltatune::ExperimentStore::default_path())
-                           : settings_->databasePath();
-  if (!store_ || path != storePath_) {
-    store_.reset();
-    storePath_ = path;
-    store_ = std::make_unique<deltatune::ExperimentStore>(path.toStdString());
-  }
-  return store_.get();
+  return store_.open(settings_->databasePath());
 }
 
 void ExperimentsPage::refresh() {

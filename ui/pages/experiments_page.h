@@ -2,6 +2,7 @@
 // filterable, with tags and delete; the curves of the selected runs overlaid (by step, tokens seen or
 // wall time) and their configs diffed (only differing keys).
 #pragma once
+#include "store_handle.h"
 #include <QMap>
 #include <QTimer>
 #include <QWidget>
@@ -62,8 +63,7 @@ class ExperimentsPage : public QWidget {
   QString canonicalConfig(const deltatune::RunRecord& r) const;
 
   AppSettings* settings_;
-  std::unique_ptr<deltatune::ExperimentStore> store_;
-  QString storePath_;
+  StoreHandle store_;
   RunsTableModel* model_;
   QSortFilterProxyModel* proxy_;
   QTableView* view_;

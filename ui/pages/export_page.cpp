@@ -93,15 +93,7 @@ QString ExportPage::statusText() const {
 }
 
 deltatune::ExperimentStore* ExportPage::store() {
-  const QString path = settings_->databasePath().isEmpty()
-                           ? QString::fromStdString(deltatune::ExperimentStore::default_path())
-                           : settings_->databasePath();
-  if (!store_ || path != storePath_) {
-    store_.reset();
-    storePath_ = path;
-    store_ = std::make_unique<deltatune::ExperimentStore>(path.toStdString());
-  }
-  return store_.get();
+  return store_.open(settings_->databasePath());
 }
 
 void ExportPage::refresh() {

@@ -1,6 +1,7 @@
 // Export page: a PEFT adapter folder or a merged full checkpoint from any run's checkpoint or adapter,
 // with a progress bar. The export runs off the UI thread.
 #pragma once
+#include "store_handle.h"
 #include <QWidget>
 #include <memory>
 
@@ -42,8 +43,7 @@ class ExportPage : public QWidget {
   deltatune::ExperimentStore* store();
 
   AppSettings* settings_;
-  std::unique_ptr<deltatune::ExperimentStore> store_;
-  QString storePath_;
+  StoreHandle store_;
   QComboBox* run_;
   QComboBox* source_;
   QLineEdit* baseModel_;
