@@ -79,18 +79,10 @@ TEST_P(CudaModelGolden, ForwardLossAndLogitsMatchHF) {
   Qwen35Model model(w, *be);
   const auto seqs = read_jsonl(dir / "golden_eval.jsonl");
 
-  double sum = 0;
-  int64_t n = 0;
-  for (const auto& ex : seqs) {
-    const StepOutput o = model.step(batch_from_examples({&ex}), nullptr, StepOptions{});
-    sum += o.loss_sum;
-    n += o.targets;
-  }
-  std::vector<const Example*> all;
-  for (const auto& ex : seqs) all.push_back(&ex);
+  const auto [sum, n] = testing_goldens::loss_each_sequence(model, seqs);
   StepOptions plain;
   plain.fused_loss = false;
-  const StepOutput packed = model.step(batch_from_examples(all), nullptr, plain);
+  const StepOutput packed = model.step(testing_goldens::packed_batch(seqs), nullptr, plain);
   const double hf = golden["loss"].get<double>();
   EXPECT_EQ(n, golden["count"].get<int64_t>());
   const double rel1 = std::fabs(sum / n - hf) / hf, rel2 = std::fabs(packed.loss_sum / packed.targets - hf) / hf;

@@ -39,16 +39,8 @@ TEST_P(ModelGolden, ForwardLossAndLogitsMatchHF) {
   const auto seqs = read_jsonl(dir / "golden_eval.jsonl");
 
   // One by one, and all packed in one row: same loss.
-  double sum = 0;
-  int64_t n = 0;
-  for (const auto& ex : seqs) {
-    const StepOutput o = model.step(batch_from_examples({&ex}), nullptr, StepOptions{});
-    sum += o.loss_sum;
-    n += o.targets;
-  }
-  std::vector<const Example*> all;
-  for (const auto& ex : seqs) all.push_back(&ex);
-  const StepOutput packed = model.step(batch_from_examples(all), nullptr, StepOptions{});
+  const auto [sum, n] = testing_goldens::loss_each_sequence(model, seqs);
+  const StepOutput packed = model.step(testing_goldens::packed_batch(seqs), nullptr, StepOptions{});
   const double hf = golden["loss"].get<double>();
   EXPECT_EQ(n, golden["count"].get<int64_t>());
   EXPECT_NEAR(sum / n, hf, 1e-4 * hf);
