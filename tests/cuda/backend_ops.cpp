@@ -327,22 +327,31 @@ void case_gdn(Env& e) {
     int64_t HK, HV;
     int dk, dv;
     std::vector<int32_t> cu;
+    float g_lo = -2.f, b_lo = 0.05f, b_hi = 1.f;
   };
-  const D cases[] = {{2, 4, 128, 128, {0, 70, 75, 150}},  // Qwen3.5 head dims, GVA 2, chunk 64 + partial
-                     {1, 3, 16, 24, {0, 9, 73}},           // small dims, GVA 3
-                     {2, 2, 32, 32, {0, 1, 2, 131}}};      // GVA 1, length-1 sequences
+  std::vector<int32_t> many{0};  // a row of many short sequences (1..97 tokens), 1500 tokens in all
+  for (int32_t len = 1; many.back() + len <= 1500; len = len % 97 + 7) many.push_back(many.back() + len);
+  const D cases[] = {{2, 4, 128, 128, {0, 70, 75, 150}},            // Qwen3.5 head dims, GVA 2, chunk 64 + partial
+                     {1, 3, 16, 24, {0, 9, 73}},                     // small dims, GVA 3
+                     {2, 2, 32, 32, {0, 1, 2, 131}},                 // GVA 1, length-1 sequences
+                     {1, 4, 128, 128, many},                          // GVA 4, many short sequences
+                     {2, 2, 64, 96, {0, 200}, -12.f},                // strongly decaying gates (g down to -12)
+                     {1, 1, 128, 128, {0, 129}, -1.f, 0.f, 0.02f},   // β near 0
+                     {1, 2, 128, 128, {0, 190}, -1.f, 0.98f, 1.f},   // β near 1
+                     {1, 2, 128, 128, {0, 8192}, -1.f}};             // one long sequence (8K)
   for (const D& c : cases) {
     const int64_t T = c.cu.back();
     SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
     const float scale = 1.f / std::sqrt(float(c.dk));
     Pair q = e.in({T, c.HK, c.dk}, BF, -1.f, 1.f), k = e.in({T, c.HK, c.dk}, BF, -1.f, 1.f);
     Pair v = e.in({T, c.HV, c.dv}, BF, -1.f, 1.f);
-    Pair g = e.in({T, c.HV}, F32, -2.f, 0.f), beta = e.in({T, c.HV}, BF, 0.05f, 1.f);
+    Pair g = e.in({T, c.HV}, F32, c.g_lo, 0.f), beta = e.in({T, c.HV}, BF, c.b_lo, c.b_hi);
     Pair o = e.out({T, c.HV, c.dv}, BF);
     e.cpu->gdn_fwd(q.c, k.c, v.c, g.c, beta.c, sc, scale, o.c);
     e.gpu->gdn_fwd(q.g, k.g, v.g, g.g, beta.g, sg, scale, o.g);
     std::ostringstream tag;
-    tag << " HK=" << c.HK << " HV=" << c.HV << " dk=" << c.dk << " dv=" << c.dv << " T=" << T;
+    tag << " HK=" << c.HK << " HV=" << c.HV << " dk=" << c.dk << " dv=" << c.dv << " T=" << T << " seqs="
+        << c.cu.size() - 1 << " g>=" << c.g_lo << " beta in [" << c.b_lo << "," << c.b_hi << "]";
     compare(e, "gdn_fwd o" + tag.str(), o, 1e-4);
     Pair dout = e.in({T, c.HV, c.dv}, BF);
     Pair dq = e.out({T, c.HK, c.dk}, BF), dk = e.out({T, c.HK, c.dk}, BF), dv = e.out({T, c.HV, c.dv}, BF);

@@ -22,13 +22,13 @@ struct GdnChunks {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device_index);
+  CudaBackend(int device_index, DType compute);
   ~CudaBackend() override;
 
   Device device() const override { return Device::CUDA; }
   std::string name() const override { return name_; }
-  DType compute_dtype() const override { return DType::BF16; }
-  DType weight_dtype() const override { return DType::BF16; }
+  DType compute_dtype() const override { return compute_; }
+  DType weight_dtype() const override { return compute_; }
 
   Tensor alloc(Shape shape, DType dtype) override;
   void fill(Tensor& t, float value) override;
@@ -115,6 +115,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   std::string name_;
   int smem_optin_ = 48 * 1024;
+  DType compute_ = DType::BF16;
   std::shared_ptr<DeviceAllocator> alloc_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

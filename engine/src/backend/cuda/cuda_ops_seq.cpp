@@ -162,7 +162,7 @@ void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, 
             dg.numel() == g.numel() && dbeta.numel() == beta.numel(),
         "gdn_bwd: gradient shapes must match their inputs (dq " + shape_str(dq.shape) + ", dv " + shape_str(dv.shape) +
             ", dg " + shape_str(dg.shape) + ")");
-  check(kernels::gdn_core_bwd_smem(d.dk, d.dv) <= size_t(smem_optin_),
+  check(std::min(kernels::gdn_core_bwd_smem(d.dk, d.dv), kernels::gdn_chunk_bwd_smem(d.dk, d.dv)) <= size_t(smem_optin_),
         "gdn_bwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) + " exceed shared memory");
   check_layout(seq, d.T, "gdn_bwd");
   if (d.T == 0) return;
@@ -174,16 +174,46 @@ void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, 
   cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(kn), fptr(rk), d.T * d.HK, d.dk, s),
              "gdn_bwd (l2norm k)");
   const int nseq = static_cast<int>(seq.num_seqs());
-  Tensor ckpt = alloc({kernels::gdn_core_bwd_ckpt_floats(seq.host_cu_seqlens.data(), nseq, d.HV, d.dk, d.dv)},
-                      DType::F32);
-  // Partial sums over column groups are added atomically: zero the F32 accumulators first.
-  Tensor dqh = zeros({d.T, d.HV, d.dk}, DType::F32), dkh = zeros({d.T, d.HV, d.dk}, DType::F32);
-  Tensor dg32 = zeros({d.T, d.HV}, DType::F32), db32 = zeros({d.T, d.HV}, DType::F32);
-  cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g),
-                                          kin(beta, "gdn beta"), iptr(seq.cu_seqlens), nseq, fptr(dqh), fptr(dkh),
-                                          kout(dv, "gdn dv"), fptr(dg32), fptr(db32), fptr(ckpt), d.HK, d.HV, d.dk,
-                                          d.dv, s),
-             "gdn_bwd (core)");
+  Tensor dqh, dkh, dg32 = alloc({d.T, d.HV}, DType::F32), db32 = alloc({d.T, d.HV}, DType::F32);
+  if (std::getenv("DT_GDN_RECURRENT") || kernels::gdn_chunk_bwd_smem(d.dk, d.dv) > size_t(smem_optin_)) {
+    // The first (per-token) kernel: A/B timing, and head dims too large for the chunked kernels' tiles.
+    Tensor ckpt = alloc({kernels::gdn_core_bwd_ckpt_floats(seq.host_cu_seqlens.data(), nseq, d.HV, d.dk, d.dv)},
+                        DType::F32);
+    // Partial sums over column groups are added atomically: zero the F32 accumulators first.
+    dqh = zeros({d.T, d.HV, d.dk}, DType::F32);
+    dkh = zeros({d.T, d.HV, d.dk}, DType::F32);
+    fill(dg32, 0.f);
+    fill(db32, 0.f);
+    cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g),
+                                            kin(beta, "gdn beta"), iptr(seq.cu_seqlens), nseq, fptr(dqh), fptr(dkh),
+                                            kout(dv, "gdn dv"), fptr(dg32), fptr(db32), fptr(ckpt), d.HK, d.HV,
+                                            d.dk, d.dv, s),
+               "gdn_bwd (core)");
+  } else {
+    // Recompute the forward's per-chunk quantities (T, states, V' included), then the chunked backward.
+    const GdnChunks ch = gdn_chunks(seq);
+    constexpr int64_t C = kernels::kGdnChunk;
+    Tensor W = alloc({d.T, d.HV, d.dk}, DType::F32), U = alloc({d.T, d.HV, d.dv}, DType::F32);
+    Tensor M = alloc({ch.n, d.HV, C, C}, DType::F32), Tm = alloc({ch.n, d.HV, C, C}, DType::F32);
+    Tensor Gc = alloc({d.T, d.HV}, DType::F32), vnew = alloc({d.T, d.HV, d.dv}, DType::F32);
+    Tensor states = alloc({ch.n, d.HV, d.dk, d.dv}, DType::F32);
+    cuda_check(kernels::launch_gdn_chunk_fwd(fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
+                                             iptr(ch.chunks), static_cast<int>(ch.n), iptr(ch.off), nseq,
+                                             kernels::KOut{}, fptr(W), fptr(U), fptr(M), fptr(Gc), fptr(states), d.HK,
+                                             d.HV, d.dk, d.dv, s, fptr(Tm), fptr(vnew)),
+               "gdn_bwd (recompute)");
+    U = Tensor();
+    Tensor dh = alloc({ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
+    Tensor gsum = alloc({ch.n, d.HV}, DType::F32);
+    dqh = alloc({d.T, d.HV, d.dk}, DType::F32);
+    dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
+    cuda_check(kernels::launch_gdn_chunk_bwd(kin(dout, "gdn dout"), fptr(qn), fptr(kn), kin(v, "gdn v"),
+                                             kin(beta, "gdn beta"), iptr(ch.chunks), static_cast<int>(ch.n),
+                                             iptr(ch.off), nseq, fptr(W), fptr(M), fptr(Gc), fptr(Tm), fptr(states),
+                                             fptr(vnew), fptr(dh), fptr(dvn), fptr(gsum), fptr(dqh), fptr(dkh),
+                                             kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv, s),
+               "gdn_bwd (chunked core)");
+  }
   copy(dg, dg32);
   copy(dbeta, db32);
   cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dqh), kin(q, "gdn q"), fptr(rq), scale, kout(dq, "gdn dq"), d.T, d.HK,
