@@ -30,8 +30,12 @@ template <int HD> constexpr int row_ld() { return HD + 8; }  // +16 bytes: confl
 // ---- dK / dV ------------------------------------------------------------------------------------------------
 constexpr int KV_NT = 256;     // 8 warps
 constexpr int PLD = BT + 8;    // Pᵀ / dSᵀ row stride (bf16)
+// Q/dO buffers: at hd 256 (one block per SM) the next query tile loads while this one is computed; smaller
+// head dims run two blocks per SM on a single buffer instead.
+template <int HD> constexpr int kv_stages() { return HD == 256 ? 2 : 1; }
 template <int HD> constexpr size_t dkdv_smem() {
-  return sizeof(bf16) * (size_t(4) * BT * row_ld<HD>() + size_t(2) * BT * PLD) + sizeof(float) * 2 * BT;
+  return sizeof(bf16) * (size_t(2 + 2 * kv_stages<HD>()) * BT * row_ld<HD>() + size_t(2) * BT * PLD) +
+         sizeof(float) * 2 * BT;
 }
 
 template <int HD>
@@ -45,15 +49,17 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
   constexpr int LD = row_ld<HD>();
   constexpr int HH = HD / 2;  // head dims per warp column
   constexpr int NA = HH / 8;  // 8-wide column blocks of the dK / dV accumulators
+  constexpr int ST = kv_stages<HD>();
+  constexpr uint32_t STAGE_BYTES = 2 * BT * LD * sizeof(bf16);  // one Q + dO buffer pair
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Ks = reinterpret_cast<bf16*>(smem_raw);  // (BT, LD)
   bf16* Vs = Ks + BT * LD;
-  bf16* Qs = Vs + BT * LD;
-  bf16* Os = Qs + BT * LD;                        // dO
-  bf16* Pt = Os + BT * LD;                        // (BT keys, PLD) Pᵀ
+  bf16* Pt = Vs + BT * LD;                        // (BT keys, PLD) Pᵀ
   bf16* St = Pt + BT * PLD;                       // dSᵀ
   float* Ls = reinterpret_cast<float*>(St + BT * PLD);  // (BT) lse·log2e of the query tile
   float* Ds = Ls + BT;                                   // (BT) D
+  bf16* Qs = reinterpret_cast<bf16*>(Ds + BT);    // stage 0: Q (BT, LD) then dO (BT, LD); stage 1 follows
+  bf16* Os = Qs + BT * LD;
 
   const int h = blockIdx.x;
   const int seq = tiles[2 * blockIdx.y], k0 = tiles[2 * blockIdx.y + 1];
@@ -66,6 +72,8 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
 
   mma::load_rows<BT, HD, LD, KV_NT>(Ks, k, k0, s1, nKV, kvh);
   mma::load_rows<BT, HD, LD, KV_NT>(Vs, v, k0, s1, nKV, kvh);
+  mma::load_rows<BT, HD, LD, KV_NT>(Qs, q, k0, s1, nH, h);  // the first (diagonal) query tile: q0 = k0
+  mma::load_rows<BT, HD, LD, KV_NT>(Os, dout, k0, s1, nH, h);
   mma::cp_async_commit();
 
   float adk[NA][4], adv[NA][4];
@@ -86,17 +94,29 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
   const uint32_t ot = mma::smem_addr(Os + t_off), qt = mma::smem_addr(Qs + t_off);
   const int key0 = k0 + wr * 16 + g;  // key of c0/c1 in phase 1 and of the accumulators; c2/c3: key0 + 8
 
-  for (int q0 = k0; q0 < s1; q0 += BT) {
-    mma::load_rows<BT, HD, LD, KV_NT>(Qs, q, q0, s1, nH, h);
-    mma::load_rows<BT, HD, LD, KV_NT>(Os, dout, q0, s1, nH, h);
-    mma::cp_async_commit();
+  int stage = 0;
+  for (int q0 = k0; q0 < s1; q0 += BT, stage ^= ST - 1) {
+    const bool more = q0 + BT < s1;
+    if (ST == 1 && q0 != k0) {  // single buffer: load this tile now (the previous one is done with it)
+      mma::load_rows<BT, HD, LD, KV_NT>(Qs, q, q0, s1, nH, h);
+      mma::load_rows<BT, HD, LD, KV_NT>(Os, dout, q0, s1, nH, h);
+      mma::cp_async_commit();
+    }
+    if (ST == 2 && more) {  // prefetch the next tile into the other stage (read last by the previous tile)
+      bf16* qn = Qs + (stage ^ 1) * 2 * BT * LD;
+      mma::load_rows<BT, HD, LD, KV_NT>(qn, q, q0 + BT, s1, nH, h);
+      mma::load_rows<BT, HD, LD, KV_NT>(qn + BT * LD, dout, q0 + BT, s1, nH, h);
+      mma::cp_async_commit();
+    }
     if (threadIdx.x < BT) {
       const int64_t i = q0 + threadIdx.x;
       Ls[threadIdx.x] = i < s1 ? lse[i * nH + h] * kLog2e : 0.f;
       Ds[threadIdx.x] = i < s1 ? dl[i * nH + h] : 0.f;
     }
-    mma::cp_async_wait<0>();
+    if (ST == 2 && more) mma::cp_async_wait<1>();  // this tile's group is done, the prefetch may run on
+    else mma::cp_async_wait<0>();
     __syncthreads();
+    const uint32_t soff = stage * STAGE_BYTES;
 
     float s[4][4], dp[4][4];
 #pragma unroll
@@ -111,10 +131,10 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb) {
         uint32_t b[4];
-        mma::ldsm_x4(b, qb + (nb * 16 * LD + kk * 16) * 2);
+        mma::ldsm_x4(b, qb + soff + (nb * 16 * LD + kk * 16) * 2);
         mma::mma16816(s[2 * nb], ak, b[0], b[1]);
         mma::mma16816(s[2 * nb + 1], ak, b[2], b[3]);
-        mma::ldsm_x4(b, ob + (nb * 16 * LD + kk * 16) * 2);
+        mma::ldsm_x4(b, ob + soff + (nb * 16 * LD + kk * 16) * 2);
         mma::mma16816(dp[2 * nb], av, b[0], b[1]);
         mma::mma16816(dp[2 * nb + 1], av, b[2], b[3]);
       }
@@ -148,15 +168,15 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
 #pragma unroll
       for (int db = 0; db < NA / 2; ++db) {
         uint32_t b[4];
-        mma::ldsm_x4_t(b, ot + (kc * 16 * LD + db * 16) * 2);
+        mma::ldsm_x4_t(b, ot + soff + (kc * 16 * LD + db * 16) * 2);
         mma::mma16816(adv[2 * db], ap, b[0], b[1]);
         mma::mma16816(adv[2 * db + 1], ap, b[2], b[3]);
-        mma::ldsm_x4_t(b, qt + (kc * 16 * LD + db * 16) * 2);
+        mma::ldsm_x4_t(b, qt + soff + (kc * 16 * LD + db * 16) * 2);
         mma::mma16816(adk[2 * db], as, b[0], b[1]);
         mma::mma16816(adk[2 * db + 1], as, b[2], b[3]);
       }
     }
-    __syncthreads();  // before the next tile overwrites Q, dO, Pᵀ, dSᵀ, Ls, Ds
+    __syncthreads();  // before the next tile overwrites Q, dO (this stage), Pᵀ, dSᵀ, Ls, Ds
   }
 
 #pragma unroll
@@ -333,6 +353,7 @@ __global__ void __launch_bounds__(Q_NT, 2) attention_dq_mma_kernel(
   }
 }
 
+#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (emu/attention_emu.cpp)
 template <int HD>
 cudaError_t run_bwd(KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl, const int32_t* cu,
                     const int32_t* q_tiles, const int32_t* k_tiles, int ntiles, int64_t T, int64_t nH, int64_t nKV,
@@ -367,6 +388,7 @@ cudaError_t run_bwd(KIn dout, KIn q, KIn k, KIn v, const float* lse, const float
   return cudaGetLastError();
 }
 
+#endif  // DT_ATTN_EMU
 }  // namespace
 
 size_t attention_bwd_mma_smem(int hd) {
@@ -375,6 +397,7 @@ size_t attention_bwd_mma_smem(int hd) {
   return a > b ? a : b;
 }
 
+#ifndef DT_ATTN_EMU
 cudaError_t launch_attention_bwd_mma(KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                      const int32_t* cu_seqlens, const int32_t* q_tiles, const int32_t* k_tiles,
                                      int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, KOut dq,
@@ -397,5 +420,7 @@ cudaError_t launch_attention_bwd_mma(KIn dout, KIn q, KIn k, KIn v, KIn o, const
                           dv, dkv_scratch, s);
   }
 }
+
+#endif  // DT_ATTN_EMU
 
 }  // namespace deltatune::kernels

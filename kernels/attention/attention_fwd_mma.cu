@@ -166,6 +166,7 @@ __global__ void __launch_bounds__(NT, 2) attention_fwd_mma_kernel(
   }
 }
 
+#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (emu/attention_emu.cpp)
 template <int HD>
 cudaError_t run_fwd(KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles, int ntiles, int64_t nH,
                     int64_t nKV, float scale, KOut o, float* lse, cudaStream_t s) {
@@ -181,6 +182,7 @@ cudaError_t run_fwd(KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles
   return cudaGetLastError();
 }
 
+#endif  // DT_ATTN_EMU
 }  // namespace
 
 bool attention_mma_supported(int hd) { return hd == 64 || hd == 128 || hd == 256; }
@@ -189,6 +191,7 @@ size_t attention_fwd_mma_smem(int hd) {
   return hd <= 64 ? fwd_smem<64>() : hd <= 128 ? fwd_smem<128>() : fwd_smem<256>();
 }
 
+#ifndef DT_ATTN_EMU
 cudaError_t launch_attention_fwd_mma(KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles,
                                      int ntiles, int64_t nH, int64_t nKV, int hd, float scale, KOut o, float* lse,
                                      cudaStream_t s) {
@@ -201,5 +204,7 @@ cudaError_t launch_attention_fwd_mma(KIn q, KIn k, KIn v, const int32_t* cu_seql
     default: return run_fwd<256>(q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
   }
 }
+
+#endif  // DT_ATTN_EMU
 
 }  // namespace deltatune::kernels

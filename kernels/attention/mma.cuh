@@ -28,6 +28,9 @@
 
 #include <cstdint>
 
+#ifdef DT_ATTN_EMU
+#include "attention/emu/emu_mma.h"  // the primitives below emulated on the host (emu/attention_emu.cpp)
+#else
 namespace deltatune::kernels::mma {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -73,6 +76,11 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
+
+}  // namespace deltatune::kernels::mma
+#endif  // DT_ATTN_EMU
+
+namespace deltatune::kernels::mma {
 
 // A fragment of k-chunk c from the fp32 C fragments of n-blocks 2c and 2c+1 (see the header comment).
 __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
