@@ -108,6 +108,10 @@ class CudaBackend final : public Backend {
   void check_layout(const SeqLayout& seq, int64_t T, const char* op) const;
   // I32 (ntiles, 2) tile list for the attention kernels.
   Tensor attention_tiles(const SeqLayout& seq);
+  // I32 (2·ntiles, 2) tile list for the tensor-core attention kernels (kAttnMmaTile tokens per tile): the
+  // first ntiles rows ordered by query-side cost (keys before the tile), the next ntiles by key-side cost
+  // (queries after it), most expensive first so the longest blocks start in the first wave.
+  Tensor attention_tiles_mma(const SeqLayout& seq);
   GdnChunks gdn_chunks(const SeqLayout& seq);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);

@@ -2,7 +2,9 @@
 // allocator, launcher calls.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,38 @@ Tensor CudaBackend::attention_tiles(const SeqLayout& seq) {
   return upload_bytes(tiles.data(), {static_cast<int64_t>(tiles.size() / 2), 2}, DType::I32);
 }
 
+Tensor CudaBackend::attention_tiles_mma(const SeqLayout& seq) {
+  struct Tile {
+    int32_t seq, t0, before, after;  // tokens of the sequence before the tile start / from it on
+  };
+  std::vector<Tile> tiles;
+  const auto& cu = seq.host_cu_seqlens;
+  for (size_t n = 0; n + 1 < cu.size(); ++n)
+    for (int32_t t = cu[n]; t < cu[n + 1]; t += kernels::kAttnMmaTile)
+      tiles.push_back({static_cast<int32_t>(n), t, t - cu[n], cu[n + 1] - t});
+  if (tiles.empty()) return Tensor();
+  std::vector<int32_t> flat;
+  flat.reserve(tiles.size() * 4);
+  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.before > b.before; });
+  for (const Tile& t : tiles) flat.insert(flat.end(), {t.seq, t.t0});
+  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.after > b.after; });
+  for (const Tile& t : tiles) flat.insert(flat.end(), {t.seq, t.t0});
+  return upload_bytes(flat.data(), {static_cast<int64_t>(flat.size() / 2), 2}, DType::I32);
+}
+
+namespace {
+// Tensor-core attention: BF16 operands, a supported head_dim, 16-byte aligned rows for cp.async, and not
+// switched off with DT_ATTN_FMA=1 (the fp32 FMA kernels, kept for A/B timing and as a safety net).
+bool attention_mma_ok(std::initializer_list<const Tensor*> ins, int hd) {
+  const char* env = std::getenv("DT_ATTN_FMA");
+  if (env && *env && std::string(env) != "0") return false;
+  if (!kernels::attention_mma_supported(hd)) return false;
+  for (const Tensor* t : ins)
+    if (t->dtype != DType::BF16 || reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+  return true;
+}
+}  // namespace
+
 // ---- attention ------------------------------------------------------------------------------------------
 void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale,
                                 Tensor& o, Tensor& lse) {
@@ -48,9 +82,19 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
             ", lse " + shape_str(lse.shape) + " (expected q [T, nH, hd], k/v [T, nKV, hd], nH % nKV == 0)");
   const int hd = static_cast<int>(q.dim(2));
   check(hd <= kernels::kAttnMaxHeadDim, "attention_fwd: head_dim " + std::to_string(hd) + " > 256 is not supported");
-  check(kernels::attention_fwd_smem(hd) <= size_t(smem_optin_), "attention_fwd: head_dim too large for shared memory");
   check_layout(seq, q.dim(0), "attention_fwd");
   check(lse.dtype == DType::F32, "attention_fwd: lse must be F32");
+  if (attention_mma_ok({&q, &k, &v}, hd) && kernels::attention_fwd_mma_smem(hd) <= size_t(smem_optin_)) {
+    Tensor tiles = attention_tiles_mma(seq);
+    if (!tiles.defined()) return;
+    cuda_check(kernels::launch_attention_fwd_mma(kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
+                                                 iptr(seq.cu_seqlens), iptr(tiles), static_cast<int>(tiles.dim(0) / 2),
+                                                 q.dim(1), k.dim(1), hd, scale, kout(o, "attention o"), fptr(lse),
+                                                 stream()),
+               "attention_fwd (tensor cores)");
+    return;
+  }
+  check(kernels::attention_fwd_smem(hd) <= size_t(smem_optin_), "attention_fwd: head_dim too large for shared memory");
   Tensor tiles = attention_tiles(seq);
   if (!tiles.defined()) return;
   cuda_check(kernels::launch_attention_fwd(kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
@@ -68,10 +112,27 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
         "attention_bwd: q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", dq " + shape_str(dq.shape) +
             ", dk " + shape_str(dk.shape));
   const int hd = static_cast<int>(q.dim(2));
-  check(hd <= kernels::kAttnMaxHeadDim && kernels::attention_bwd_smem(hd) <= size_t(smem_optin_),
-        "attention_bwd: head_dim " + std::to_string(hd) + " is not supported");
+  check(hd <= kernels::kAttnMaxHeadDim, "attention_bwd: head_dim " + std::to_string(hd) + " is not supported");
   check_layout(seq, q.dim(0), "attention_bwd");
   check(lse.dtype == DType::F32, "attention_bwd: lse must be F32");
+  if (attention_mma_ok({&dout, &q, &k, &v}, hd) && kernels::attention_bwd_mma_smem(hd) <= size_t(smem_optin_)) {
+    Tensor tiles = attention_tiles_mma(seq);
+    if (!tiles.defined()) return;
+    const int ntiles = static_cast<int>(tiles.dim(0) / 2);
+    Tensor dl = alloc({q.dim(0), q.dim(1)}, DType::F32);
+    Tensor part;  // per-query-head dK, dV partials (GQA)
+    if (q.dim(1) > k.dim(1)) part = alloc({2, q.dim(0), q.dim(1), hd}, DType::F32);
+    cuda_check(kernels::launch_attention_bwd_mma(
+                   kin(dout, "attention dout"), kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
+                   kin(o, "attention o"), fptr(lse), fptr(dl), iptr(seq.cu_seqlens), iptr(tiles),
+                   iptr(tiles) + 2 * ntiles, ntiles, q.dim(0), q.dim(1), k.dim(1), hd, scale,
+                   kout(dq, "attention dq"), kout(dk, "attention dk"), kout(dv, "attention dv"),
+                   part.defined() ? fptr(part) : nullptr, stream()),
+               "attention_bwd (tensor cores)");
+    return;
+  }
+  check(kernels::attention_bwd_smem(hd) <= size_t(smem_optin_),
+        "attention_bwd: head_dim " + std::to_string(hd) + " too large for shared memory");
   Tensor tiles = attention_tiles(seq);
   if (!tiles.defined()) return;
   Tensor dl = alloc({q.dim(0), q.dim(1)}, DType::F32);
