@@ -47,7 +47,9 @@ Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   const int64_t T = x.rows(), H = cfg.hidden_size, E = cfg.num_experts, K = cfg.top_k, Ie = cfg.moe_intermediate;
   const DType dt = be.compute_dtype();
 
-  k.logits = be.alloc({T, E}, dt);
+  // Router logits in fp32: the top-k choice is the one place where bf16 rounding flips a discrete decision
+  // (HF's bf16 path flips 2.6% of token-layer expert sets of the moe_tied golden vs fp32).
+  k.logits = be.alloc({T, E}, DType::F32);
   be.gemm(x, false, w.router, true, k.logits, 1.f, 0.f);
   k.idx = be.alloc({T, K}, DType::I32);
   k.w = be.alloc({T, K}, DType::F32);
@@ -156,7 +158,7 @@ void moe_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
     }
     be.scatter_add_rows(dxe, ec.rows, Tensor{}, dx);
   }
-  Tensor dlogits = be.alloc({T, E}, dt);
+  Tensor dlogits = be.alloc({T, E}, DType::F32);
   be.moe_router_bwd(dw.view({T, K}), k.idx, k.w, dlogits);
   be.gemm(dlogits, false, w.router, false, dx, 1.f, 1.f);
 
