@@ -31,12 +31,12 @@ __device__ __forceinline__ ChunkRef chunk_at(const int32_t* chunks, int ch) {
 }
 
 // ---- 1. reverse scan over chunks ------------------------------------------------------------------------
+template <int BV>
 __global__ void __launch_bounds__(kThreads) gdn_chunk_dscan_kernel(
     KIn dout, const float* qn, const float* kn, const float* W, const float* M, const float* Gc, const int32_t* chunks,
     const int32_t* chunk_off, float* dh, float* dvn, int64_t HK, int64_t HV, int dk, int dv) {
-  constexpr int BV = kChunkBV;
   constexpr int RS = kThreads / BV;
-  extern __shared__ float sm[];
+  extern __shared__ __align__(16) float sm[];
   const int ldk = dk + 1;
   float* dS = sm;                // [dk][BV]
   float* Ws = dS + dk * BV;      // [C][ldk]
@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_dscan_kernel(
   float* dV = dO + C * BV;       // [C][BV]
   float* Ms = dV + C * BV;       // [C][C+1]
   float* G = Ms + C * (C + 1);   // [C]
+  float* Eg = G + C;             // [C] γ_i = e^{G_i}
   const int n = blockIdx.x / HV, h = blockIdx.x % HV;
   const int c0 = blockIdx.y * BV;
   const int64_t hk = h / (HV / HK);
@@ -71,7 +72,10 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_dscan_kernel(
     }
     const float* Mi = M + (static_cast<int64_t>(ch) * HV + h) * C * C;
     for (int p = tid; p < C * C; p += kThreads) Ms[(p / C) * (C + 1) + p % C] = Mi[p];
-    if (tid < C) G[tid] = tid < cr.len ? Gc[(cr.t0 + tid) * HV + h] : 0.f;
+    if (tid < C) {
+      G[tid] = tid < cr.len ? Gc[(cr.t0 + tid) * HV + h] : 0.f;
+      Eg[tid] = tid < cr.len ? expf(G[tid]) : 0.f;
+    }
     __syncthreads();
     const float Gl = G[cr.len - 1];
     // dV' = Mᵀ·dO + diag(Γ/γ)·K̂·dS^end
@@ -94,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_dscan_kernel(
     for (int d = row0; d < dk; d += RS) {
       float s = 0.f;
       for (int i = 0; i < cr.len; ++i)
-        s += expf(G[i]) * Qs[i * ldk + d] * dO[i * BV + lc] - Ws[i * ldk + d] * dV[i * BV + lc];
+        s += Eg[i] * Qs[i * ldk + d] * dO[i * BV + lc] - Ws[i * ldk + d] * dV[i * BV + lc];
       dS[d * BV + lc] = Gam * dS[d * BV + lc] + s;
     }
   }
@@ -109,8 +113,10 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_state_grad_kernel(
     KIn dout, const float* kn, const float* Gc, const int32_t* chunks, const float* states, const float* dh,
     const float* vnew, const float* dvn, float* dqh, float* dkh, float* dW, float* gsum, int64_t HK, int64_t HV,
     int dk, int dv) {
-  constexpr int LT = kTileV + 1;
-  extern __shared__ float sm[];
+  // Rows padded to 36 floats: 16-byte aligned for float4 reads, and 8 consecutive rows read as float4 hit
+  // distinct banks (36·k mod 32 = 4k).
+  constexpr int LT = kTileV + 4;
+  extern __shared__ __align__(16) float sm[];
   float* dOt = sm;                  // [C][LT]
   float* Vpt = dOt + C * LT;        // [C][LT]
   float* dUt = Vpt + C * LT;        // [C][LT]
@@ -150,14 +156,18 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_state_grad_kernel(
         local += s * ds;
       }
       __syncthreads();
-      for (int c = 0; c < kTileV; ++c) {
-        const float s = St[dcol * LT + c], ds = dSt[dcol * LT + c];
+      for (int c = 0; c < kTileV; c += 4) {
+        const float4 s = *reinterpret_cast<const float4*>(St + dcol * LT + c);
+        const float4 ds = *reinterpret_cast<const float4*>(dSt + dcol * LT + c);
 #pragma unroll
         for (int r = 0; r < kRowsPer; ++r) {
           const int i = rg + 2 * r;
-          aq[r] += dOt[i * LT + c] * s;
-          ak[r] += Vpt[i * LT + c] * ds;
-          aw[r] += dUt[i * LT + c] * s;
+          const float4 o = *reinterpret_cast<const float4*>(dOt + i * LT + c);
+          const float4 p = *reinterpret_cast<const float4*>(Vpt + i * LT + c);
+          const float4 u = *reinterpret_cast<const float4*>(dUt + i * LT + c);
+          aq[r] += o.x * s.x + o.y * s.y + o.z * s.z + o.w * s.w;
+          ak[r] += p.x * ds.x + p.y * ds.y + p.z * ds.z + p.w * ds.w;
+          aw[r] += u.x * s.x + u.y * s.y + u.z * s.z + u.w * s.w;
         }
       }
     }
@@ -187,7 +197,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_state_grad_kernel(
 __global__ void __launch_bounds__(kThreads) gdn_chunk_intra_grad_kernel(
     KIn dout, const float* qn, const float* kn, const float* Gc, const int32_t* chunks, const float* vnew,
     const float* gsum, float* dqh, float* dkh, float* dg, int64_t HK, int64_t HV, int dk, int dv) {
-  extern __shared__ float sm[];
+  extern __shared__ __align__(16) float sm[];
   const int ldk = dk + 1, ldv = dv + 1;
   float* Qs = sm;                 // [C][ldk]
   float* Ks = Qs + C * ldk;       // [C][ldk]
@@ -245,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_intra_grad_kernel(
 __global__ void __launch_bounds__(kThreads) gdn_chunk_wy_grad_kernel(
     const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks, const float* Tm, float* dW,
     const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv) {
-  extern __shared__ float sm[];
+  extern __shared__ __align__(16) float sm[];
   const int ldk = dk + 1, ldv = dv + 1, ldc = C + 1;
   float* Ks = sm;                 // [C][ldk]
   float* Xw = Ks + C * ldk;       // [C][ldk]: dW, then Tᵀ·dW in place
@@ -367,10 +377,10 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_wy_grad_kernel(
 
 size_t dscan_smem(int dk) {
   return sizeof(float) * (size_t(dk) * kChunkBV + 3 * size_t(C) * (dk + 1) + 2 * size_t(C) * kChunkBV +
-                          size_t(C) * (C + 1) + C);
+                          size_t(C) * (C + 1) + 2 * C);
 }
 size_t state_grad_smem() {
-  return sizeof(float) * (3 * size_t(C) * (kTileV + 1) + 2 * size_t(kColsK) * (kTileV + 1) + C + 32);
+  return sizeof(float) * (3 * size_t(C) * (kTileV + 4) + 2 * size_t(kColsK) * (kTileV + 4) + C + 32);
 }
 size_t intra_smem(int dk, int dv) {
   return sizeof(float) * (2 * size_t(C) * (dk + 1) + 2 * size_t(C) * (dv + 1) + size_t(C) * (C + 1) + C);
@@ -399,13 +409,16 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
                                  int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t s1 = dscan_smem(dk), s2 = state_grad_smem(), s3 = intra_smem(dk, dv), s4 = wy_smem(dk, dv);
-  cudaError_t e = allow_smem(gdn_chunk_dscan_kernel, s1);
+  cudaError_t e = allow_smem(gdn_chunk_dscan_kernel<kChunkBV>, s1);
+  if (e == cudaSuccess) e = allow_smem(gdn_chunk_dscan_kernel<kChunkBV / 2>, s1);
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_state_grad_kernel, s2);
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_intra_grad_kernel, s3);
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_wy_grad_kernel, s4);
   if (e != cudaSuccess) return e;
-  const dim3 scan_grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + kChunkBV - 1) / kChunkBV));
-  gdn_chunk_dscan_kernel<<<scan_grid, kThreads, s1, s>>>(dout, qn, kn, W, M, Gc, chunks, chunk_off, dh, dvn, HK, HV,
+  const int bv = gdn_scan_tile_cols(nseq * HV, dv);
+  const dim3 scan_grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + bv - 1) / bv));
+  auto* dscan = bv == kChunkBV ? gdn_chunk_dscan_kernel<kChunkBV> : gdn_chunk_dscan_kernel<kChunkBV / 2>;
+  dscan<<<scan_grid, kThreads, s1, s>>>(dout, qn, kn, W, M, Gc, chunks, chunk_off, dh, dvn, HK, HV,
                                                          dk, dv);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV));

@@ -22,7 +22,7 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(
     const float* qn, const float* kn, KIn v, const float* g, KIn beta, const int32_t* chunks, float* W, float* U,
     float* M, float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv) {
-  extern __shared__ float sm[];
+  extern __shared__ __align__(16) float sm[];
   const int ldk = dk + 1, ldx = (dk > dv ? dk : dv) + 1;
   float* K = sm;                 // [C][ldk]
   float* X = K + C * ldk;        // [C][ldx]: V, then Q̂
@@ -63,29 +63,33 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(
     A[i * (C + 1) + j] = a;
   }
   __syncthreads();
-  // T = (I + A)^{-1}: row i = e_i − Σ_{j<i} A_ij·row j (unit lower triangular).
-  for (int i = 0; i < C; ++i) {
-    if (tid < C) {
-      const int c = tid;
-      float t = c == i ? 1.f : 0.f;
-      if (c < i && i < len) {
-        float s = 0.f;
-        for (int j = c; j < i; ++j) s += A[i * (C + 1) + j] * Tm[j * (C + 1) + c];
-        t = -s;
-      }
-      Tm[i * (C + 1) + c] = t;
+  // T = (I + A)^{-1}: row i = e_i − Σ_{j<i} A_ij·row j (unit lower triangular). Rows depend on the rows
+  // above, so they go in order; each column's dot product is split over 4 adjacent lanes.
+  static_assert(kThreads == 4 * C, "the solve uses 4 threads per column");
+  {
+    const int c = tid >> 2, part = tid & 3;
+    for (int i = 0; i < C; ++i) {
+      float s = 0.f;
+      if (c < i && i < len)
+        for (int j = c + part; j < i; j += 4) s += A[i * (C + 1) + j] * Tm[j * (C + 1) + c];
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      if (part == 0) Tm[i * (C + 1) + c] = c == i ? 1.f : (c < i && i < len ? -s : 0.f);
+      __syncthreads();
     }
-    __syncthreads();
   }
   if (Tout) {  // for the backward's WY step
     float* To = Tout + (static_cast<int64_t>(ch) * HV + h) * C * C;
     for (int p = tid; p < C * C; p += kThreads) To[p] = Tm[(p / C) * (C + 1) + p % C];
   }
   // W = T·diag(βγ)·K̂ and U = T·diag(β)·V (rows of the chunk only).
+  float* Bg = A;  // A is no longer needed: β_j·γ_j
+  if (tid < C) Bg[tid] = B[tid] * expf(G[tid]);
+  __syncthreads();
   for (int idx = tid; idx < len * dk; idx += kThreads) {
     const int i = idx / dk, d = idx % dk;
     float s = 0.f;
-    for (int j = 0; j <= i; ++j) s += Tm[i * (C + 1) + j] * B[j] * expf(G[j]) * K[j * ldk + d];
+    for (int j = 0; j <= i; ++j) s += Tm[i * (C + 1) + j] * Bg[j] * K[j * ldk + d];
     W[((t0 + i) * HV + h) * dk + d] = s;
   }
   for (int idx = tid; idx < len * dv; idx += kThreads) {
@@ -113,12 +117,12 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(
   }
 }
 
+template <int BV>
 __global__ void __launch_bounds__(kThreads) gdn_chunk_scan_kernel(
     const float* qn, const float* kn, const float* W, const float* U, const float* M, const float* Gc,
     const int32_t* chunks, const int32_t* chunk_off, KOut o, float* states, float* vnew, int64_t HK, int64_t HV, int dk,
     int dv) {
-  constexpr int BV = kChunkBV;
-  extern __shared__ float sm[];
+  extern __shared__ __align__(16) float sm[];
   const int ldk = dk + 1;
   float* S = sm;                // [dk][BV]
   float* Ws = S + dk * BV;      // [C][ldk]
@@ -127,10 +131,11 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_scan_kernel(
   float* Vp = Ks + C * ldk;     // [C][BV]
   float* Ms = Vp + C * BV;      // [C][C+1]
   float* G = Ms + C * (C + 1);  // [C]
+  float* Dc = G + C;            // [C] Γ/γ_j = e^{G_last − G_j}
   const int n = blockIdx.x / HV, h = blockIdx.x % HV;
   const int c0 = blockIdx.y * BV;
   const int64_t hk = h / (HV / HK);
-  const int tid = threadIdx.x, lc = tid % BV, row0 = tid / BV;  // 256 threads = 8 rows × 32 columns
+  const int tid = threadIdx.x, lc = tid % BV, row0 = tid / BV;  // 256 threads = RS rows × BV columns
   constexpr int RS = kThreads / BV;
   const bool col_ok = c0 + lc < dv;
   for (int idx = tid; idx < dk * BV; idx += kThreads) S[idx] = 0.f;
@@ -154,6 +159,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_scan_kernel(
     for (int p = tid; p < C * C; p += kThreads) Ms[(p / C) * (C + 1) + p % C] = Mi[p];
     if (tid < C) G[tid] = tid < len ? Gc[(t0 + tid) * HV + h] : 0.f;
     __syncthreads();
+    if (tid < C) Dc[tid] = tid < len ? expf(G[len - 1] - G[tid]) : 0.f;
     // V' = U − W·S and the inter-chunk read Q̂·S (old S).
     float vp[C / RS], qs[C / RS];
 #pragma unroll
@@ -188,13 +194,19 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_scan_kernel(
     const float Gl = G[len - 1], Gam = expf(Gl);
     for (int d = row0; d < dk; d += RS) {
       float s = 0.f;
-      for (int j = 0; j < len; ++j) s += Ks[j * ldk + d] * expf(Gl - G[j]) * Vp[j * BV + lc];
+      for (int j = 0; j < len; ++j) s += Ks[j * ldk + d] * Dc[j] * Vp[j * BV + lc];
       S[d * BV + lc] = Gam * S[d * BV + lc] + s;
     }
   }
 }
 
 }  // namespace
+
+int gdn_scan_tile_cols(int64_t pairs, int dv) {
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return pairs * ((dv + kChunkBV - 1) / kChunkBV) < sms ? kChunkBV / 2 : kChunkBV;
+}
 
 size_t gdn_chunk_prep_smem(int dk, int dv) {
   const int ldx = (dk > dv ? dk : dv) + 1;
@@ -203,7 +215,7 @@ size_t gdn_chunk_prep_smem(int dk, int dv) {
 size_t gdn_chunk_scan_smem(int dk, int dv) {
   (void)dv;
   return sizeof(float) * (size_t(dk) * kChunkBV + 3 * size_t(C) * (dk + 1) + size_t(C) * kChunkBV +
-                          size_t(C) * (C + 1) + C);
+                          size_t(C) * (C + 1) + 2 * C);
 }
 
 cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
@@ -215,14 +227,21 @@ cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const 
   cudaError_t e = cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(s1));
   if (e != cudaSuccess) return e;
-  e = cudaFuncSetAttribute(gdn_chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(s2));
+  e = cudaFuncSetAttribute(gdn_chunk_scan_kernel<kChunkBV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(s2));
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(gdn_chunk_scan_kernel<kChunkBV / 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(s2));
   if (e != cudaSuccess) return e;
   gdn_chunk_prep_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), kThreads, s1, s>>>(
       qn, kn, v, g, beta, chunks, W, U, M, Gc, Tout, HK, HV, dk, dv);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + kChunkBV - 1) / kChunkBV));
-  gdn_chunk_scan_kernel<<<grid, kThreads, s2, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, vnew, HK, HV, dk, dv);
+  // The scan is serial over chunks: with few (sequence, head) pairs, narrower column tiles fill the GPU.
+  const int bv = gdn_scan_tile_cols(nseq * HV, dv);
+  const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + bv - 1) / bv));
+  auto* scan = bv == kChunkBV ? gdn_chunk_scan_kernel<kChunkBV> : gdn_chunk_scan_kernel<kChunkBV / 2>;
+  scan<<<grid, kThreads, s2, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, vnew, HK, HV, dk, dv);
   return cudaGetLastError();
 }
 

@@ -52,7 +52,10 @@ cudaError_t launch_gdn_core_bwd(KIn dout, const float* qn, const float* kn, KIn 
 
 // ---- chunked algorithm (spec §4.2/4.3), chunk_fwd.cu / chunk_bwd.cu ----
 constexpr int kGdnChunk = 64;
-constexpr int kChunkBV = 32;  // value columns per scan block
+constexpr int kChunkBV = 32;  // value columns per scan block (half that when few blocks would run)
+// Value columns per scan block for `pairs` (sequence, value head) pairs: kChunkBV, or kChunkBV / 2 when the
+// grid would not fill the GPU's multiprocessors.
+int gdn_scan_tile_cols(int64_t pairs, int dv);
 size_t gdn_chunk_prep_smem(int dk, int dv);
 size_t gdn_chunk_scan_smem(int dk, int dv);
 // chunks I32 (nchunks, 2): (first token, length ≤ 64), chunks of a sequence consecutive and never crossing
