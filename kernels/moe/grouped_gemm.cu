@@ -1,0 +1,338 @@
+// Grouped expert GEMMs on tensor cores, row ranges read on the device (no host sync on expert counts).
+//
+// Both forms run one tile kernel: C_tile[BM, BN] = Σ_k A(m, k)·B(n, k) with bf16 operands staged in shared
+// memory as [rows][BK] (k contiguous) and fp32 accumulation in mma.sync.m16n8k16 (row.col).
+//   forward   (grouped_gemm):       A(m, k) = x[r0 + m, k]; B(n, k) = W_e[n, k] (trans_w) or W_e[k, n];
+//             C = y rows [r0, r0 + BM) ∩ expert e's rows. Blocks are mapped to (expert, row tile) through
+//             tile_off[E+1] (exclusive scan of ceil(count_e / BM), built on the device by tile_prefix_kernel):
+//             the grid is sized by the bound ceil(M/BM) + E and blocks past tile_off[E] exit.
+//   wgrad     (grouped_gemm_wgrad): C = G_e [N, K]; A(m, k) = a[off_e + k, m]; B(n, k) = b[off_e + k, n]:
+//             the reduction runs over expert e's rows (blockIdx.z = e); experts without rows give beta·G_e.
+//
+// Operand tiles are loaded global -> registers (8 bf16 per vector, 16-byte loads when the run of 8 is
+// contiguous, in bounds and aligned; scalar otherwise, zero outside the matrix) one k-step ahead of the
+// MMAs on the tile in shared memory (register double buffering).
+//
+// Fragment layout relied on (PTX ISA, mma.m16n8k16 with .bf16 A/B and .f32 C/D; g = lane / 4, q = lane % 4;
+// each .b32 register holds two bf16, the lower column/k index in the low 16 bits):
+//   A (16×16, row-major): a0 = A[g][2q..2q+1], a1 = A[g+8][2q..2q+1], a2 = A[g][2q+8..2q+9], a3 = A[g+8][2q+8..2q+9]
+//   B (16×8, "col" = stored as B[n][k]): b0 = B[k=2q..2q+1][n=g], b1 = B[k=2q+8..2q+9][n=g]
+//   C/D (16×8, f32): c0, c1 = C[g][2q], C[g][2q+1]; c2, c3 = C[g+8][2q], C[g+8][2q+1]
+// Shared rows are padded to BK + 8 bf16 (80 bytes): the 32-bit fragment loads of a warp (rows g = 0..7,
+// words q = 0..3) then hit 32 distinct banks.
+#include <cuda_bf16.h>
+
+#include "common/device.cuh"
+#include "moe/moe.cuh"
+#include "moe/scan.cuh"
+
+namespace deltatune::kernels {
+namespace {
+
+constexpr int kBK = 32;
+constexpr int kPad = 8;
+constexpr int kLd = kBK + kPad;  // shared row length in bf16
+
+struct TileArgs {
+  const __nv_bfloat16* a;  // element (m, k) at a[m·a_sm + k·a_sk] (relative to the tile's origin, see below)
+  const __nv_bfloat16* b;  // element (n, k) at b[n·b_sn + k·b_sk]
+  int64_t a_sm, a_sk, b_sn, b_sk, b_se;  // b_se: expert stride of B (forward form)
+  bool a_vec, b_vec;       // 16-byte loads allowed along the unit-stride dimension
+  KOut c;
+  int64_t ldc, c_se;
+  const int32_t* offsets;  // [E+1]
+  const int32_t* tile_off; // [E+1] forward form only
+  int E;
+  int64_t M, N, K;         // C is M×N (forward: M unused, rows come from offsets); K: reduction (forward)
+  float alpha, beta;
+};
+
+__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// Eight bf16 starting at p with element stride `stride`, of which the first `count` (0..8) exist.
+__device__ __forceinline__ uint4 load8(const __nv_bfloat16* p, int64_t stride, int count, bool vec) {
+  if (vec && count == 8 && stride == 1) return __ldg(reinterpret_cast<const uint4*>(p));
+  __nv_bfloat16 v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = i < count ? p[i * stride] : __float2bfloat16_rn(0.f);
+  return make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
+}
+
+// A ROWS×kBK operand tile: element (i, k) at p[i·si + (k0 + k)·sk], rows i < ilim, reduction k0 + k < klim.
+// Vector v covers 8 consecutive k (k-contiguous operands, sk == 1) or 8 consecutive i (i-contiguous, si == 1).
+// In the i-contiguous case consecutive threads take consecutive k, so the eight 2-byte shared stores of a
+// warp land in one shared row (no bank conflicts); its global loads are 16 bytes from 32 rows, and the
+// neighbouring warp reads the other half of each 32-byte sector.
+template <int ROWS, int NT>
+struct TileLoader {
+  static constexpr int kVecs = ROWS * kBK / 8;
+  static constexpr int kPer = (kVecs + NT - 1) / NT;
+  uint4 r[kPer];
+
+  __device__ __forceinline__ void load(const __nv_bfloat16* p, int64_t si, int64_t sk, bool vec, int ilim,
+                                       int64_t k0, int64_t klim) {
+    const bool kmajor = sk == 1 || si != 1;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int v = threadIdx.x + q * NT;
+      if (kVecs % NT != 0 && v >= kVecs) break;
+      if (kmajor) {
+        const int i = v / (kBK / 8), k = (v % (kBK / 8)) * 8;
+        const int64_t left = klim - (k0 + k);
+        const int count = i < ilim ? int(left < 0 ? 0 : (left > 8 ? 8 : left)) : 0;
+        r[q] = load8(p + i * si + (k0 + k) * sk, sk, count, vec);
+      } else {
+        const int k = v % kBK, i = (v / kBK) * 8;
+        const int left = ilim - i;
+        const int count = k0 + k < klim ? (left < 0 ? 0 : (left > 8 ? 8 : left)) : 0;
+        r[q] = load8(p + i * si + (k0 + k) * sk, si, count, vec);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(__nv_bfloat16 (*s)[kLd], bool kmajor) const {
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int v = threadIdx.x + q * NT;
+      if (kVecs % NT != 0 && v >= kVecs) break;
+      if (kmajor) {
+        const int i = v / (kBK / 8), k = (v % (kBK / 8)) * 8;
+        *reinterpret_cast<uint4*>(&s[i][k]) = r[q];
+      } else {
+        const int k = v % kBK, i = (v / kBK) * 8;
+        const uint32_t w[4] = {r[q].x, r[q].y, r[q].z, r[q].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          s[i + 2 * j][k] = __ushort_as_bfloat16(static_cast<unsigned short>(w[j] & 0xffffu));
+          s[i + 2 * j + 1][k] = __ushort_as_bfloat16(static_cast<unsigned short>(w[j] >> 16));
+        }
+      }
+    }
+  }
+};
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <int BM, int BN, int WM, int WN, bool WGRAD>
+__global__ void __launch_bounds__(WM * WN * 32) grouped_mma_kernel(TileArgs g) {
+  constexpr int NT = WM * WN * 32;
+  constexpr int TM = BM / WM, TN = BN / WN;  // warp tile
+  constexpr int FM = TM / 16, FN = TN / 8;   // mma tiles per warp
+  static_assert(TM % 16 == 0 && TN % 8 == 0 && BM % 8 == 0 && BN % 8 == 0, "tile shape");
+  __shared__ __align__(16) __nv_bfloat16 As[BM][kLd];
+  __shared__ __align__(16) __nv_bfloat16 Bs[BN][kLd];
+
+  // ---- locate this block's tile: operand origins, valid extents, reduction length
+  const __nv_bfloat16 *pa, *pb;
+  int64_t c_off, klen;
+  int mlim, nlim;
+  if constexpr (!WGRAD) {
+    const int tile = blockIdx.x;
+    if (tile >= g.tile_off[g.E]) return;
+    int lo = 0, hi = g.E - 1;  // the expert e with tile_off[e] <= tile < tile_off[e+1]
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (g.tile_off[mid] <= tile) lo = mid;
+      else hi = mid - 1;
+    }
+    const int e = lo;
+    const int64_t r0 = g.offsets[e] + int64_t(tile - g.tile_off[e]) * BM;
+    const int64_t n0 = int64_t(blockIdx.y) * BN;
+    mlim = static_cast<int>(min(int64_t(BM), int64_t(g.offsets[e + 1]) - r0));
+    nlim = static_cast<int>(min(int64_t(BN), g.N - n0));
+    pa = g.a + r0 * g.a_sm;
+    pb = g.b + int64_t(e) * g.b_se + n0 * g.b_sn;
+    c_off = r0 * g.ldc + n0;
+    klen = g.K;
+  } else {
+    const int e = blockIdx.z;
+    const int64_t r0 = g.offsets[e];
+    const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * BN;
+    mlim = static_cast<int>(min(int64_t(BM), g.M - m0));
+    nlim = static_cast<int>(min(int64_t(BN), g.N - n0));
+    pa = g.a + m0 * g.a_sm + r0 * g.a_sk;
+    pb = g.b + n0 * g.b_sn + r0 * g.b_sk;
+    c_off = int64_t(e) * g.c_se + m0 * g.ldc + n0;
+    klen = int64_t(g.offsets[e + 1]) - r0;
+  }
+  const bool a_kmajor = g.a_sk == 1 || g.a_sm != 1;
+  const bool b_kmajor = g.b_sk == 1 || g.b_sn != 1;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wm = warp / WN, wn = warp % WN;
+  const int gq = lane >> 2, tq = lane & 3;
+
+  float acc[FM][FN][4];
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+
+  TileLoader<BM, NT> la;
+  TileLoader<BN, NT> lb;
+  const int64_t nk = (klen + kBK - 1) / kBK;
+  if (nk > 0) {
+    la.load(pa, g.a_sm, g.a_sk, g.a_vec, mlim, 0, klen);
+    lb.load(pb, g.b_sn, g.b_sk, g.b_vec, nlim, 0, klen);
+  }
+  for (int64_t kt = 0; kt < nk; ++kt) {
+    __syncthreads();  // the MMAs of the previous step are done with As/Bs
+    la.store(As, a_kmajor);
+    lb.store(Bs, b_kmajor);
+    __syncthreads();
+    if (kt + 1 < nk) {  // next tile's global loads overlap this step's MMAs
+      la.load(pa, g.a_sm, g.a_sk, g.a_vec, mlim, (kt + 1) * kBK, klen);
+      lb.load(pb, g.b_sn, g.b_sk, g.b_vec, nlim, (kt + 1) * kBK, klen);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      uint32_t af[FM][4], bfr[FN][2];
+#pragma unroll
+      for (int i = 0; i < FM; ++i) {
+        const int r = wm * TM + i * 16 + gq;
+        af[i][0] = *reinterpret_cast<const uint32_t*>(&As[r][kk + tq * 2]);
+        af[i][1] = *reinterpret_cast<const uint32_t*>(&As[r + 8][kk + tq * 2]);
+        af[i][2] = *reinterpret_cast<const uint32_t*>(&As[r][kk + tq * 2 + 8]);
+        af[i][3] = *reinterpret_cast<const uint32_t*>(&As[r + 8][kk + tq * 2 + 8]);
+      }
+#pragma unroll
+      for (int j = 0; j < FN; ++j) {
+        const int n = wn * TN + j * 8 + gq;
+        bfr[j][0] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + tq * 2]);
+        bfr[j][1] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + tq * 2 + 8]);
+      }
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) mma_bf16(acc[i][j], af[i], bfr[j]);
+    }
+  }
+
+  // ---- epilogue: C (=) alpha·acc + beta·C inside the valid extents
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = wm * TM + i * 16 + gq + (c >= 2 ? 8 : 0);
+        const int n = wn * TN + j * 8 + tq * 2 + (c & 1);
+        if (r < mlim && n < nlim) {
+          const int64_t o = c_off + int64_t(r) * g.ldc + n;
+          float v = g.alpha * acc[i][j][c];
+          if (g.beta != 0.f) v += g.beta * ld(g.c, o);
+          st(g.c, o, v);
+        }
+      }
+}
+
+// tile_off (=) exclusive scan of ceil((off[e+1] - off[e]) / bm) over experts; one block, any E.
+__global__ void tile_prefix_kernel(const int32_t* off, int E, int bm, int32_t* tile_off) {
+  const int per = (E + blockDim.x - 1) / blockDim.x;
+  const int e0 = min(E, int(threadIdx.x) * per), e1 = min(E, e0 + per);
+  int mine = 0;
+  for (int e = e0; e < e1; ++e) mine += (off[e + 1] - off[e] + bm - 1) / bm;
+  int total = 0;
+  int base = block_exclusive_scan(mine, &total);
+  for (int e = e0; e < e1; ++e) {
+    tile_off[e] = base;
+    base += (off[e + 1] - off[e] + bm - 1) / bm;
+  }
+  if (threadIdx.x == 0) tile_off[E] = total;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Big tiles for the expert weights (N, K in the hundreds or thousands); skinny N for LoRA ranks (N <= 32).
+constexpr int kBigM = 128, kBigN = 128, kBigWM = 2, kBigWN = 4;
+constexpr int kSkM = 128, kSkN = 32, kSkWM = 4, kSkWN = 2;
+
+template <int BM, int BN, int WM, int WN, bool WGRAD>
+void launch_tile(const TileArgs& a, dim3 grid, cudaStream_t s) {
+  grouped_mma_kernel<BM, BN, WM, WN, WGRAD><<<grid, WM * WN * 32, 0, s>>>(a);
+}
+
+}  // namespace
+
+cudaError_t launch_grouped_gemm(const void* x, const void* w, bool trans_w, const int32_t* offsets, int E, int64_t M,
+                                int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
+                                cudaStream_t s) {
+  if (E < 1) return cudaErrorInvalidValue;
+  if (M == 0 || N == 0) return cudaGetLastError();
+  TileArgs a{};
+  a.a = static_cast<const __nv_bfloat16*>(x);
+  a.a_sm = K;
+  a.a_sk = 1;
+  a.b = static_cast<const __nv_bfloat16*>(w);
+  a.b_se = N * K;
+  a.b_sn = trans_w ? K : 1;
+  a.b_sk = trans_w ? 1 : N;
+  a.a_vec = aligned16(x) && K % 8 == 0;
+  a.b_vec = aligned16(w) && (trans_w ? K % 8 == 0 : N % 8 == 0);
+  a.c = y;
+  a.ldc = N;
+  a.offsets = offsets;
+  a.tile_off = tile_scratch;
+  a.E = E;
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.alpha = alpha;
+  a.beta = beta;
+  const bool skinny = N <= kSkN;
+  const int bm = skinny ? kSkM : kBigM, bn = skinny ? kSkN : kBigN;
+  tile_prefix_kernel<<<1, 1024, 0, s>>>(offsets, E, bm, tile_scratch);
+  const int64_t tiles = (M + bm - 1) / bm + E;
+  const int64_t ntiles = (N + bn - 1) / bn;
+  if (tiles > 0x7fffffff || ntiles > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(ntiles));
+  if (skinny) launch_tile<kSkM, kSkN, kSkWM, kSkWN, false>(a, grid, s);
+  else launch_tile<kBigM, kBigN, kBigWM, kBigWN, false>(a, grid, s);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_grouped_gemm_wgrad(const void* pa, const void* pb, const int32_t* offsets, int E, int64_t M,
+                                      int64_t N, int64_t K, KOut g, float alpha, float beta, cudaStream_t s) {
+  if (E < 1 || E > 65535) return cudaErrorInvalidValue;
+  if (N == 0 || K == 0) return cudaGetLastError();
+  (void)M;
+  TileArgs a{};
+  // C = G_e [N, K]: A(m, k) = a[r, m] (stride 1 along m, N along the rows r), B(n, k) = b[r, n].
+  a.a = static_cast<const __nv_bfloat16*>(pa);
+  a.a_sm = 1;
+  a.a_sk = N;
+  a.b = static_cast<const __nv_bfloat16*>(pb);
+  a.b_sn = 1;
+  a.b_sk = K;
+  a.a_vec = aligned16(pa) && N % 8 == 0;
+  a.b_vec = aligned16(pb) && K % 8 == 0;
+  a.c = g;
+  a.ldc = K;
+  a.c_se = N * K;
+  a.offsets = offsets;
+  a.E = E;
+  a.M = N;
+  a.N = K;
+  a.alpha = alpha;
+  a.beta = beta;
+  const bool skinny = K <= kSkN;
+  const int bm = skinny ? kSkM : kBigM, bn = skinny ? kSkN : kBigN;
+  const int64_t mt = (N + bm - 1) / bm, nt = (K + bn - 1) / bn;
+  if (mt > 0x7fffffff || nt > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(mt), static_cast<unsigned>(nt), static_cast<unsigned>(E));
+  if (skinny) launch_tile<kSkM, kSkN, kSkWM, kSkWN, true>(a, grid, s);
+  else launch_tile<kBigM, kBigN, kBigWM, kBigWN, true>(a, grid, s);
+  return cudaGetLastError();
+}
+
+}  // namespace deltatune::kernels
