@@ -4,6 +4,7 @@
 // and one JSON line: tokens/s, peak VRAM (the backend allocator's peak, weights included), MFU.
 //
 //   bench_train_step --shape 2b [--tokens 4096] [--steps 5] [--warmup 2] [--ckpt 1] [--seqs 1]
+//                    [--layers N (fewer layers of the shape)] [--experts 0|1 (LoRA on MoE experts, default 1)]
 //
 // FLOPs counted (the usual convention, so numbers compare with HF's): 6·N·T for the linear layers (N =
 // matmul parameters incl. lm_head; a frozen-base LoRA step skips the weight-gradient third, so this
@@ -31,7 +32,7 @@ using namespace deltatune;
 
 namespace {
 
-ModelConfig shape_config(const std::string& shape) {
+ModelConfig shape_config(const std::string& shape, int64_t layers) {
   ModelConfig c;
   c.model_type = "qwen3_5";
   c.architecture = "Qwen3_5ForCausalLM";
@@ -54,9 +55,16 @@ ModelConfig shape_config(const std::string& shape) {
   } else if (shape == "9b") {
     c.num_layers = 32, c.hidden_size = 4096, c.num_heads = 16, c.num_kv_heads = 4, c.intermediate_size = 12288;
     c.lin_v_heads = 32, c.tie_word_embeddings_flag = false;
+  } else if (shape == "35b-a3b") {  // MoE: every layer sparse with a shared expert
+    c.model_type = "qwen3_5_moe";
+    c.architecture = "Qwen3_5MoeForCausalLM";
+    c.num_layers = 40, c.hidden_size = 2048, c.num_heads = 16, c.num_kv_heads = 2, c.intermediate_size = 0;
+    c.lin_v_heads = 32, c.tie_word_embeddings_flag = false;
+    c.num_experts = 256, c.top_k = 8, c.moe_intermediate = 512, c.shared_intermediate = 512;
   } else {
-    throw Error("--shape must be 0.8b, 2b, 4b or 9b, got '" + shape + "'");
+    throw Error("--shape must be 0.8b, 2b, 4b, 9b or 35b-a3b, got '" + shape + "'");
   }
+  if (layers > 0) c.num_layers = layers;
   for (int64_t i = 0; i < c.num_layers; ++i)
     c.layer_types.push_back((i + 1) % 4 == 0 ? LayerKind::FullAttention : LayerKind::LinearAttention);
   return c;
@@ -101,7 +109,7 @@ Tensor vec(int64_t n, float lo, float hi, std::mt19937& rng) {
 ModelWeights random_weights(const ModelConfig& c) {
   const int64_t H = c.hidden_size;
   const int64_t largest = std::max({c.vocab_size * H, c.intermediate_size * H, c.conv_dim() * H,
-                                    2 * c.num_heads * c.head_dim * H});
+                                    2 * c.num_heads * c.head_dim * H, c.num_experts * 2 * c.moe_intermediate * H});
   auto bank = std::make_shared<Bank>(largest);  // the views share its storage, which outlives the bank
   std::mt19937 rng(5);
   ModelWeights w;
@@ -136,9 +144,19 @@ ModelWeights random_weights(const ModelConfig& c) {
       l.lin.norm = vec(c.lin_v_dim, 0.95f, 1.05f, rng);
       l.lin.out_proj = bank->mat({H, c.value_dim()});
     }
-    l.mlp.gate_proj = bank->mat({c.intermediate_size, H});
-    l.mlp.up_proj = bank->mat({c.intermediate_size, H});
-    l.mlp.down_proj = bank->mat({H, c.intermediate_size});
+    if (c.is_moe()) {
+      l.moe.router = bank->mat({c.num_experts, H});
+      l.moe.gate_up = bank->mat({c.num_experts, 2 * c.moe_intermediate, H});
+      l.moe.down = bank->mat({c.num_experts, H, c.moe_intermediate});
+      l.moe.shared.gate_proj = bank->mat({c.shared_intermediate, H});
+      l.moe.shared.up_proj = bank->mat({c.shared_intermediate, H});
+      l.moe.shared.down_proj = bank->mat({H, c.shared_intermediate});
+      l.moe.shared_gate = bank->mat({1, H});
+    } else {
+      l.mlp.gate_proj = bank->mat({c.intermediate_size, H});
+      l.mlp.up_proj = bank->mat({c.intermediate_size, H});
+      l.mlp.down_proj = bank->mat({H, c.intermediate_size});
+    }
     w.layers.push_back(std::move(l));
   }
   return w;
@@ -161,7 +179,9 @@ Flops count_flops(const ModelConfig& c, int64_t T, int64_t seqs) {
       n += (c.conv_dim() + c.value_dim() + 2 * c.lin_v_heads) * H + H * c.value_dim();
       ++gdn_layers;
     }
-    n += 3 * c.intermediate_size * H;
+    // MoE: the active parameters per token (top-k experts + shared expert + router).
+    n += c.is_moe() ? (3 * (c.top_k * c.moe_intermediate + c.shared_intermediate) + c.num_experts + 1) * H
+                    : 3 * c.intermediate_size * H;
   }
   Flops f;
   f.params = n;
@@ -180,7 +200,8 @@ double now_s() {
 
 int main(int argc, char** argv) {
   std::string shape = "2b";
-  int64_t tokens = 4096, seqs = 1;
+  int64_t tokens = 4096, seqs = 1, layers = 0;
+  bool experts = true;
   int steps = 5, warmup = 2;
   bool ckpt = true;
   double peak = 989e12;
@@ -193,13 +214,15 @@ int main(int argc, char** argv) {
     else if (a == "--ckpt") ckpt = std::atoi(v.c_str()) != 0;
     else if (a == "--seqs") seqs = std::atoll(v.c_str());
     else if (a == "--peak") peak = std::atof(v.c_str());
+    else if (a == "--layers") layers = std::atoll(v.c_str());
+    else if (a == "--experts") experts = std::atoi(v.c_str()) != 0;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
     }
   }
   try {
-    const ModelConfig cfg = shape_config(shape);
+    const ModelConfig cfg = shape_config(shape, layers);
     const double t0 = now_s();
     ModelWeights w = random_weights(cfg);
     auto be = make_cuda_backend();
@@ -211,6 +234,7 @@ int main(int argc, char** argv) {
     spec.r = 16;
     spec.alpha = 32;
     spec.groups = lora_default_groups(cfg);
+    if (cfg.is_moe() && experts) spec.groups.push_back("experts");
     LoraAdapter adapter = lora_create(cfg, spec, 1);
     lora_to_backend(adapter, *be);
 
@@ -257,11 +281,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(tokens), int(ckpt), med * 1e3, tps, ms.peak_allocated_bytes / gib,
                 ms.reserved_bytes / gib, mfu, loss, be->name().c_str());
     std::printf(
-        "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"tokens\":%lld,\"seqs\":%lld,"
+        "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,\"seqs\":%lld,"
         "\"gradient_checkpointing\":%s,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
         "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
         "\"matmul_params\":%lld,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\"}\n",
-        shape.c_str(), static_cast<long long>(tokens), static_cast<long long>(seqs), ckpt ? "true" : "false", med * 1e3,
+        shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
+        static_cast<long long>(seqs), ckpt ? "true" : "false", med * 1e3,
         tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
         static_cast<long long>(f.params), static_cast<long long>(adapter.trainable_params()), loss, t_load,
         be->name().c_str());

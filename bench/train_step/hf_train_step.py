@@ -25,7 +25,12 @@ SHAPES = {
                intermediate_size=9216, linear_num_value_heads=32, tie_word_embeddings=True),
     "9b": dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=16, num_key_value_heads=4,
                intermediate_size=12288, linear_num_value_heads=32, tie_word_embeddings=False),
+    # MoE (every layer sparse + shared expert); --layers N runs fewer layers of it.
+    "35b-a3b": dict(num_hidden_layers=40, hidden_size=2048, num_attention_heads=16, num_key_value_heads=2,
+                    linear_num_value_heads=32, tie_word_embeddings=False, num_experts=256, num_experts_per_tok=8,
+                    moe_intermediate_size=512, shared_expert_intermediate_size=512),
 }
+MOE_PARAMS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b",
            "out_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -37,6 +42,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--fla", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=0)
+    ap.add_argument("--experts", type=int, default=1, help="LoRA on MoE experts via target_parameters")
     a = ap.parse_args()
 
     gdn_path = "torch"
@@ -49,21 +56,28 @@ def main():
         except Exception as e:  # pragma: no cover - depends on the FLA version
             print("note: could not lift the FLA Triton guard:", e, file=sys.stderr)
     from peft import LoraConfig, get_peft_model
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    shape = dict(SHAPES[a.shape])
+    if a.layers:
+        shape["num_hidden_layers"] = a.layers
+    moe = "num_experts" in shape
+    if moe:
+        from transformers import Qwen3_5MoeForCausalLM as Model, Qwen3_5MoeTextConfig as Config
+    else:
+        from transformers import Qwen3_5ForCausalLM as Model, Qwen3_5TextConfig as Config
 
-    cfg = Qwen3_5TextConfig(vocab_size=248320, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
-                            linear_value_head_dim=128, linear_conv_kernel_dim=4, rms_norm_eps=1e-6,
-                            **SHAPES[a.shape])
+    cfg = Config(vocab_size=248320, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
+                 linear_value_head_dim=128, linear_conv_kernel_dim=4, rms_norm_eps=1e-6, **shape)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):
-        model = Qwen3_5ForCausalLM(cfg)
+        model = Model(cfg)
     torch.set_default_dtype(torch.float32)
     model.config.use_cache = False
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.enable_input_require_grads()
-    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0))
+    extra = dict(target_parameters=MOE_PARAMS) if moe and a.experts else {}
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0, **extra))
     for n, p in model.named_parameters():
         if p.requires_grad:
             p.data = p.data.float()  # fp32 LoRA master weights, as ours
@@ -89,6 +103,7 @@ def main():
         gdn_path = "fla"
     peak = torch.cuda.max_memory_allocated() / 2**30
     print(json.dumps(dict(bench="train_step", impl="hf_peft" + ("_fla" if a.fla else ""), shape=a.shape,
+                          layers=cfg.num_hidden_layers,
                           tokens=a.tokens, step_ms=round(med * 1e3, 2), tokens_per_s=round(a.tokens / med, 1),
                           peak_vram_gib=round(peak, 3), loss=round(loss, 5), gdn_path=gdn_path,
                           device=torch.cuda.get_device_name())), flush=True)

@@ -1,7 +1,12 @@
-// Launchers for causal varlen attention with GQA (attention_fwd.cu, attention_bwd.cu).
+// Launchers for causal varlen attention with GQA.
+//  - attention_{fwd,bwd}_fma.cu: fp32 FMA kernels for any dtype and head_dim ≤ 256 (first version; the
+//    fallback and the A/B reference, selected with DT_ATTN_FMA=1).
+//  - attention_{fwd,bwd}_mma.cu: flash-attention-2 style kernels on tensor cores (bf16 mma.sync, fp32
+//    accumulators and softmax) for BF16 q/k/v/dout and head_dim 64, 128 or 256.
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "common/kptr.h"
@@ -22,5 +27,26 @@ cudaError_t launch_attention_fwd(KIn q, KIn k, KIn v, const int32_t* cu_seqlens,
 cudaError_t launch_attention_bwd(KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                  const int32_t* cu_seqlens, const int32_t* tiles, int ntiles, int64_t T, int64_t nH,
                                  int64_t nKV, int hd, float scale, KOut dq, KOut dk, KOut dv, cudaStream_t s);
+// dl[row] (=) Σ_d dout[row, d]·o[row, d] for rows = T·nH (the D term of the backward).
+cudaError_t launch_attention_dot(KIn dout, KIn o, float* dl, int64_t rows, int hd, cudaStream_t s);
+
+// ---- tensor-core path -------------------------------------------------------------------------------------
+// Same contracts as above, with tiles of kAttnMmaTile tokens (never straddling a sequence). q, k, v, dout
+// must be BF16 and 16-byte aligned; outputs may have any dtype and alignment. The tile list may be in any
+// order (the host puts the most expensive tiles first).
+constexpr int kAttnMmaTile = 64;
+bool attention_mma_supported(int hd);
+size_t attention_fwd_mma_smem(int hd);
+size_t attention_bwd_mma_smem(int hd);
+cudaError_t launch_attention_fwd_mma(KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles,
+                                     int ntiles, int64_t nH, int64_t nKV, int hd, float scale, KOut o, float* lse,
+                                     cudaStream_t s);
+// q_tiles drive the dQ kernel, k_tiles the dK/dV kernel (the same tiles, each list ordered by its own cost).
+// dkv_scratch: F32 2·T·nH·hd when nH > nKV (per-query-head dK, dV partials summed per kv head afterwards),
+// else unused (may be null).
+cudaError_t launch_attention_bwd_mma(KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
+                                     const int32_t* cu_seqlens, const int32_t* q_tiles, const int32_t* k_tiles,
+                                     int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, KOut dq,
+                                     KOut dk, KOut dv, float* dkv_scratch, cudaStream_t s);
 
 }  // namespace deltatune::kernels

@@ -21,7 +21,7 @@ constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(
     const float* qn, const float* kn, KIn v, const float* g, KIn beta, const int32_t* chunks, float* W, float* U,
-    float* M, float* Gc, int64_t HK, int64_t HV, int dk, int dv) {
+    float* M, float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv) {
   extern __shared__ float sm[];
   const int ldk = dk + 1, ldx = (dk > dv ? dk : dv) + 1;
   float* K = sm;                 // [C][ldk]
@@ -77,6 +77,10 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(
     }
     __syncthreads();
   }
+  if (Tout) {  // for the backward's WY step
+    float* To = Tout + (static_cast<int64_t>(ch) * HV + h) * C * C;
+    for (int p = tid; p < C * C; p += kThreads) To[p] = Tm[(p / C) * (C + 1) + p % C];
+  }
   // W = T·diag(βγ)·K̂ and U = T·diag(β)·V (rows of the chunk only).
   for (int idx = tid; idx < len * dk; idx += kThreads) {
     const int i = idx / dk, d = idx % dk;
@@ -111,7 +115,8 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(
 
 __global__ void __launch_bounds__(kThreads) gdn_chunk_scan_kernel(
     const float* qn, const float* kn, const float* W, const float* U, const float* M, const float* Gc,
-    const int32_t* chunks, const int32_t* chunk_off, KOut o, float* states, int64_t HK, int64_t HV, int dk, int dv) {
+    const int32_t* chunks, const int32_t* chunk_off, KOut o, float* states, float* vnew, int64_t HK, int64_t HV, int dk,
+    int dv) {
   constexpr int BV = kChunkBV;
   extern __shared__ float sm[];
   const int ldk = dk + 1;
@@ -167,13 +172,14 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_scan_kernel(
       const int i = row0 + r * RS;
       const float u = (i < len && col_ok) ? U[((t0 + i) * HV + h) * dv + c0 + lc] : 0.f;
       Vp[i * BV + lc] = i < len ? u - vp[r] : 0.f;
+      if (vnew && i < len && col_ok) vnew[((t0 + i) * HV + h) * dv + c0 + lc] = u - vp[r];
     }
     __syncthreads();
     // O = diag(γ)·Q̂·S + M·V'.
 #pragma unroll
     for (int r = 0; r < C / RS; ++r) {
       const int i = row0 + r * RS;
-      if (i >= len || !col_ok) continue;
+      if (i >= len || !col_ok || !o.p) continue;
       float s = 0.f;
       for (int j = 0; j <= i; ++j) s += Ms[i * (C + 1) + j] * Vp[j * BV + lc];
       st(o, ((t0 + i) * HV + h) * dv + c0 + lc, expf(G[i]) * qs[r] + s);
@@ -203,7 +209,7 @@ size_t gdn_chunk_scan_smem(int dk, int dv) {
 cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                  const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq, KOut o,
                                  float* W, float* U, float* M, float* Gc, float* states, int64_t HK, int64_t HV,
-                                 int dk, int dv, cudaStream_t s) {
+                                 int dk, int dv, cudaStream_t s, float* Tout, float* vnew) {
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t s1 = gdn_chunk_prep_smem(dk, dv), s2 = gdn_chunk_scan_smem(dk, dv);
   cudaError_t e = cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -212,11 +218,11 @@ cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const 
   e = cudaFuncSetAttribute(gdn_chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(s2));
   if (e != cudaSuccess) return e;
   gdn_chunk_prep_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), kThreads, s1, s>>>(
-      qn, kn, v, g, beta, chunks, W, U, M, Gc, HK, HV, dk, dv);
+      qn, kn, v, g, beta, chunks, W, U, M, Gc, Tout, HK, HV, dk, dv);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + kChunkBV - 1) / kChunkBV));
-  gdn_chunk_scan_kernel<<<grid, kThreads, s2, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, HK, HV, dk, dv);
+  gdn_chunk_scan_kernel<<<grid, kThreads, s2, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, vnew, HK, HV, dk, dv);
   return cudaGetLastError();
 }
 

@@ -58,10 +58,23 @@ size_t gdn_chunk_scan_smem(int dk, int dv);
 // chunks I32 (nchunks, 2): (first token, length ≤ 64), chunks of a sequence consecutive and never crossing
 // its end; chunk_off I32 (nseq + 1): first chunk of each sequence. Scratch (F32): W (T, HV, dk),
 // U (T, HV, dv), M (nchunks, HV, 64, 64), Gc (T, HV); states (nchunks, HV, dk, dv) (=) the state at each
-// chunk's start when not null. o (T, HV, dv) (=).
+// chunk's start when not null. o (T, HV, dv) (=) unless o.p is null. For the backward's recompute:
+// Tout (nchunks, HV, 64, 64) (=) T = (I + A)^{-1} and vnew (T, HV, dv) (=) V' when not null.
 cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                  const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq, KOut o,
                                  float* W, float* U, float* M, float* Gc, float* states, int64_t HK, int64_t HV,
-                                 int dk, int dv, cudaStream_t s);
+                                 int dk, int dv, cudaStream_t s, float* Tout = nullptr, float* vnew = nullptr);
+
+// Chunked backward (spec §4.3, chunk_bwd.cu), after launch_gdn_chunk_fwd ran with states, Tout and vnew:
+// reverse state scan (dh, dV'), state products, intra-chunk and WY backward. Inputs as the forward plus
+// dout (T, HV, dv) and its scratch (W, M, Gc, T, states, V'). Scratch: dh (nchunks, HV, dk, dv),
+// dvn (T, HV, dv), gsum (nchunks, HV). W is overwritten with dW. Outputs: dqh, dkh F32 (T, HV, dk) (=)
+// per value head w.r.t. the normalised (q: scaled) inputs; dv (T, HV, dv) (=); dg, dbeta F32 (T, HV) (=).
+size_t gdn_chunk_bwd_smem(int dk, int dv);
+cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn v, KIn beta, const int32_t* chunks,
+                                 int nchunks, const int32_t* chunk_off, int nseq, float* W, const float* M,
+                                 const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
+                                 float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
+                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
 
 }  // namespace deltatune::kernels

@@ -8,9 +8,12 @@
 
 namespace deltatune::kernels {
 
-// bc1 = 1 − β1^step, bc2 = 1 − β2^step (host-computed in fp64).
-cudaError_t launch_adamw(float* param, KIn grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-                         float eps, float weight_decay, float bc1, float bc2, cudaStream_t s);
+// torch.optim.AdamW's fp32 update with host-formed scalars (engine/src/backend/adamw_scalars.h):
+// p ← p·decay (if weight decay); m ← lerp(m, g, lerp_w); v ← v·b2 + omb2·g²;
+// p ← p + neg_step·m / (sqrt(v)/bc2_sqrt + eps).
+cudaError_t launch_adamw(float* param, KIn grad, float* m, float* v, int64_t n, float decay, bool weight_decay,
+                         float lerp_w, float b2, float omb2, float neg_step, float bc2_sqrt, float eps,
+                         cudaStream_t s);
 cudaError_t launch_sgd(float* param, KIn grad, int64_t n, float lr, float weight_decay, cudaStream_t s);
 
 }  // namespace deltatune::kernels

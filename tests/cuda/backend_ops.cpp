@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -254,34 +255,49 @@ void case_rope(Env& e) {
 }
 
 // ---- attention ------------------------------------------------------------------------------------------
+// BF16 q/k/v with head_dim 64, 128 or 256 run the tensor-core kernels (bf16 operands incl. P and dS, fp32
+// accumulators); other dtypes and head dims run the fp32 FMA kernels. The same tolerances hold for both:
+// o and the gradients are sums of many bf16-rounded terms (1e-4 forward, 5e-4 backward as above; measured
+// ~1e-6..1e-5), lse is an fp32 statistic of exact bf16 products (1e-8).
 void case_attention(Env& e) {
   struct A {
     int64_t nH, nKV;
     int hd;
     std::vector<int32_t> cu;
+    DType dt = BF;
   };
+  const std::vector<int32_t> awkward = {0, 1, 16, 80, 145, 345, 678};  // lengths 1, 15, 64, 65, 200, 333
   const A cases[] = {{4, 1, 256, {0, 17, 50, 51, 84}},  // GQA 4, head_dim 256, tiles just past 16/32
                      {6, 3, 64, {0, 5, 12, 25, 37}},    // GQA 2, several short sequences
-                     {2, 2, 40, {0, 33}},               // MHA, head_dim not a multiple of 8
-                     {3, 1, 128, {0, 1, 66, 70}}};     // GQA 3
+                     {2, 2, 40, {0, 33}},               // MHA, head_dim not a multiple of 8 (FMA kernels)
+                     {3, 1, 128, {0, 1, 66, 70}},       // GQA 3
+                     {2, 1, 64, {0, 40, 100}, F32},     // F32 inputs (FMA kernels at a tensor-core head_dim)
+                     // Tensor-core tiles are 64 tokens: sequences shorter than, equal to and just past one.
+                     {2, 2, 64, awkward},   // MHA
+                     {4, 2, 128, awkward},  // GQA 2
+                     {4, 1, 256, awkward},  // GQA 4
+                     {2, 1, 256, {0, 1024}}};  // 16 diagonal and 120 full 64x64 tiles
   for (const A& c : cases) {
     const int64_t T = c.cu.back();
     SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
     const float scale = 1.f / std::sqrt(float(c.hd));
-    Pair q = e.in({T, c.nH, c.hd}, BF, -2.f, 2.f), k = e.in({T, c.nKV, c.hd}, BF, -2.f, 2.f),
-         v = e.in({T, c.nKV, c.hd}, BF);
-    Pair o = e.out({T, c.nH, c.hd}, BF), lse = e.out({T, c.nH}, F32);
+    Pair q = e.in({T, c.nH, c.hd}, c.dt, -2.f, 2.f), k = e.in({T, c.nKV, c.hd}, c.dt, -2.f, 2.f),
+         v = e.in({T, c.nKV, c.hd}, c.dt);
+    // The tensor-core path needs 16-byte aligned inputs (else the FMA fallback runs silently).
+    for (const Pair* p : {&q, &k, &v}) EXPECT_EQ(reinterpret_cast<uintptr_t>(p->g.data) % 16, 0u);
+    Pair o = e.out({T, c.nH, c.hd}, c.dt), lse = e.out({T, c.nH}, F32);
     e.cpu->attention_fwd(q.c, k.c, v.c, sc, scale, o.c, lse.c);
     e.gpu->attention_fwd(q.g, k.g, v.g, sg, scale, o.g, lse.g);
     std::ostringstream tag;
-    tag << " nH=" << c.nH << " nKV=" << c.nKV << " hd=" << c.hd << " T=" << T;
+    tag << " nH=" << c.nH << " nKV=" << c.nKV << " hd=" << c.hd << " T=" << T << " " << dtype_name(c.dt);
     compare(e, "attention_fwd o" + tag.str(), o, 1e-4);
     compare(e, "attention_fwd lse" + tag.str(), lse, 1e-8);
-    // Backward from the CPU's forward results (rounded to bf16 for o) so only the backward is compared.
-    Pair ob = e.from_host(host_convert(host_convert(e.cpu->download(o.c, F32), BF), F32), BF);
+    // Backward from the CPU's forward results (rounded to the GPU dtype for o) so only the backward is compared.
+    Tensor oh = e.cpu->download(o.c, F32);
+    Pair ob = e.from_host(c.dt == F32 ? oh : host_convert(host_convert(oh, c.dt), F32), c.dt);
     Pair lb = e.from_host(e.cpu->download(lse.c, F32), F32);
-    Pair dout = e.in({T, c.nH, c.hd}, BF);
-    Pair dq = e.out({T, c.nH, c.hd}, BF), dk = e.out({T, c.nKV, c.hd}, BF), dv = e.out({T, c.nKV, c.hd}, BF);
+    Pair dout = e.in({T, c.nH, c.hd}, c.dt);
+    Pair dq = e.out({T, c.nH, c.hd}, c.dt), dk = e.out({T, c.nKV, c.hd}, c.dt), dv = e.out({T, c.nKV, c.hd}, c.dt);
     e.cpu->attention_bwd(dout.c, q.c, k.c, v.c, ob.c, lb.c, sc, scale, dq.c, dk.c, dv.c);
     e.gpu->attention_bwd(dout.g, q.g, k.g, v.g, ob.g, lb.g, sg, scale, dq.g, dk.g, dv.g);
     compare(e, "attention_bwd dq" + tag.str(), dq, 5e-4);
@@ -327,22 +343,31 @@ void case_gdn(Env& e) {
     int64_t HK, HV;
     int dk, dv;
     std::vector<int32_t> cu;
+    float g_lo = -2.f, b_lo = 0.05f, b_hi = 1.f;
   };
-  const D cases[] = {{2, 4, 128, 128, {0, 70, 75, 150}},  // Qwen3.5 head dims, GVA 2, chunk 64 + partial
-                     {1, 3, 16, 24, {0, 9, 73}},           // small dims, GVA 3
-                     {2, 2, 32, 32, {0, 1, 2, 131}}};      // GVA 1, length-1 sequences
+  std::vector<int32_t> many{0};  // a row of many short sequences (1..97 tokens), 1500 tokens in all
+  for (int32_t len = 1; many.back() + len <= 1500; len = len % 97 + 7) many.push_back(many.back() + len);
+  const D cases[] = {{2, 4, 128, 128, {0, 70, 75, 150}},            // Qwen3.5 head dims, GVA 2, chunk 64 + partial
+                     {1, 3, 16, 24, {0, 9, 73}},                     // small dims, GVA 3
+                     {2, 2, 32, 32, {0, 1, 2, 131}},                 // GVA 1, length-1 sequences
+                     {1, 4, 128, 128, many},                          // GVA 4, many short sequences
+                     {2, 2, 64, 96, {0, 200}, -12.f},                // strongly decaying gates (g down to -12)
+                     {1, 1, 128, 128, {0, 129}, -1.f, 0.f, 0.02f},   // β near 0
+                     {1, 2, 128, 128, {0, 190}, -1.f, 0.98f, 1.f},   // β near 1
+                     {1, 2, 128, 128, {0, 8192}, -1.f}};             // one long sequence (8K)
   for (const D& c : cases) {
     const int64_t T = c.cu.back();
     SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
     const float scale = 1.f / std::sqrt(float(c.dk));
     Pair q = e.in({T, c.HK, c.dk}, BF, -1.f, 1.f), k = e.in({T, c.HK, c.dk}, BF, -1.f, 1.f);
     Pair v = e.in({T, c.HV, c.dv}, BF, -1.f, 1.f);
-    Pair g = e.in({T, c.HV}, F32, -2.f, 0.f), beta = e.in({T, c.HV}, BF, 0.05f, 1.f);
+    Pair g = e.in({T, c.HV}, F32, c.g_lo, 0.f), beta = e.in({T, c.HV}, BF, c.b_lo, c.b_hi);
     Pair o = e.out({T, c.HV, c.dv}, BF);
     e.cpu->gdn_fwd(q.c, k.c, v.c, g.c, beta.c, sc, scale, o.c);
     e.gpu->gdn_fwd(q.g, k.g, v.g, g.g, beta.g, sg, scale, o.g);
     std::ostringstream tag;
-    tag << " HK=" << c.HK << " HV=" << c.HV << " dk=" << c.dk << " dv=" << c.dv << " T=" << T;
+    tag << " HK=" << c.HK << " HV=" << c.HV << " dk=" << c.dk << " dv=" << c.dv << " T=" << T << " seqs="
+        << c.cu.size() - 1 << " g>=" << c.g_lo << " beta in [" << c.b_lo << "," << c.b_hi << "]";
     compare(e, "gdn_fwd o" + tag.str(), o, 1e-4);
     Pair dout = e.in({T, c.HV, c.dv}, BF);
     Pair dq = e.out({T, c.HK, c.dk}, BF), dk = e.out({T, c.HK, c.dk}, BF), dv = e.out({T, c.HV, c.dv}, BF);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <vector>
 
@@ -117,6 +118,35 @@ TEST(BackendTiming, DISABLED_ModelShapes) {
                 T, H, V, ms, 3 * 2.0 * T * double(H) * V / ms / 1e9, (long long)(m1.peak_allocated_bytes >> 20),
                 (long long)(m0.allocated_bytes >> 20));
     EXPECT_TRUE(b.all_finite(dh));
+  }
+}
+
+// Attention at the Qwen3.5 shape (T=4096 one sequence, nH 8, nKV 2, head_dim 256), forward and backward
+// timed separately, on the tensor-core kernels and on the FMA kernels (DT_ATTN_FMA=1) for A/B. Causal flops:
+// forward 2 products · 2·T²/2·hd·nH, backward 2.5x that (FA2's count: 5 products).
+TEST(BackendTiming, DISABLED_AttentionHd256) {
+  if (!cuda_backend_available()) GTEST_SKIP();
+  auto gpu = make_cuda_backend(0);
+  Backend& b = *gpu;
+  const DType BF = DType::BF16;
+  const int T = 4096, nH = 8, nKV = 2, hd = 256;
+  SeqLayout s = one_seq(b, T);
+  Tensor q = rand_dev(b, {T, nH, hd}, BF, -1, 1, 3), k = rand_dev(b, {T, nKV, hd}, BF, -1, 1, 4),
+         v = rand_dev(b, {T, nKV, hd}, BF, -1, 1, 5), dout = rand_dev(b, {T, nH, hd}, BF, -1, 1, 6);
+  Tensor o = b.alloc({T, nH, hd}, BF), lse = b.alloc({T, nH}, DType::F32);
+  Tensor dq = b.alloc(q.shape, BF), dk = b.alloc(k.shape, BF), dv = b.alloc(v.shape, BF);
+  const double flops = 2.0 * 2.0 * double(T) * T / 2 * hd * nH;
+  const float scale = 0.0625f;
+  std::printf("%s\n", b.name().c_str());
+  for (const char* path : {"tensor cores", "fma (DT_ATTN_FMA=1)"}) {
+    const bool fma = path[0] == 'f';
+    if (fma) setenv("DT_ATTN_FMA", "1", 1);
+    const double f = median_ms(b, [&] { b.attention_fwd(q, k, v, s, scale, o, lse); });
+    const double bw = median_ms(b, [&] { b.attention_bwd(dout, q, k, v, o, lse, s, scale, dq, dk, dv); });
+    if (fma) unsetenv("DT_ATTN_FMA");
+    std::printf("attention %-20s T=%d nH=%d nKV=%d hd=%d  fwd %8.3f ms (%6.1f TFLOP/s)  bwd %8.3f ms (%6.1f TFLOP/s)\n",
+                path, T, nH, nKV, hd, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
+    EXPECT_TRUE(b.all_finite(o) && b.all_finite(lse) && b.all_finite(dq) && b.all_finite(dk) && b.all_finite(dv));
   }
 }
 

@@ -118,18 +118,22 @@ std::pair<std::string, bool> module_of(std::string key) {
   return {key, is_a};
 }
 
-class CudaLoraGolden : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+// (checkpoint, gradient checkpointing, fp32 compute). In fp32 the CUDA backend must match HF's fp32 gradients
+// as closely as the CPU reference does (norm-relative 1e-3 per tensor): any larger gap is a formula error,
+// not bf16 rounding.
+class CudaLoraGolden : public ::testing::TestWithParam<std::tuple<std::string, bool, bool>> {};
 
 TEST_P(CudaLoraGolden, LossAndEveryLoraGradientMatchPeft) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::string name = std::get<0>(GetParam());
   const bool ckpt = std::get<1>(GetParam());
+  const bool fp32 = std::get<2>(GetParam());
   const fs::path gdir = goldens_dir() / "lora" / name;
   const fs::path mdir = goldens_dir() / "models" / name;
   if (!fs::exists(gdir) || !fs::exists(mdir)) GTEST_SKIP() << "no goldens for " << name;
   const auto golden = read_json(gdir / "golden.json");
   ModelWeights w = model_weights_load(mdir.string());
-  auto be = make_cuda_backend();
+  auto be = make_cuda_backend(0, fp32 ? DType::F32 : DType::BF16);
   Qwen35Model model(w, *be);
   LoraAdapter adapter = peft_adapter_read((gdir / "adapter").string(), w.config);
   lora_to_backend(adapter, *be);
@@ -146,7 +150,7 @@ TEST_P(CudaLoraGolden, LossAndEveryLoraGradientMatchPeft) {
   double sum = 0;
   for (const auto& ex : seqs) sum += model.step(batch_from_examples({&ex}), &adapter, so).loss_sum;
   const double hf = golden["loss"].get<double>();
-  EXPECT_LE(std::fabs(sum / targets - hf) / hf, 1e-2);
+  EXPECT_LE(std::fabs(sum / targets - hf) / hf, fp32 ? 1e-5 : 1e-2);
 
   SafetensorsFile grads((gdir / "grads.safetensors").string());
   int checked = 0;
@@ -160,24 +164,26 @@ TEST_P(CudaLoraGolden, LossAndEveryLoraGradientMatchPeft) {
     const Tensor got = be->download(is_a ? m->gA : m->gB, DType::F32);
     ASSERT_EQ(got.numel(), static_cast<int64_t>(ref.size())) << e.name;
     const double rel = norm_rel(got.ptr<float>(), ref);
-    EXPECT_LE(rel, 1.0) << e.name;
+    EXPECT_LE(rel, fp32 ? 1e-3 : 1.0) << e.name;
     if (std::getenv("DT_VERBOSE")) std::printf("  %-80s rel %.2e\n", e.name.c_str(), rel);
     if (rel > worst) worst = rel, worst_name = e.name;
     sq += rel * rel;
     ++checked;
   }
   EXPECT_EQ(checked, golden["num_grads"].get<int>());
-  EXPECT_LE(std::sqrt(sq / std::max(checked, 1)), w.config.is_moe() ? 0.5 : 0.3);
-  std::printf("[e2e] lora %-10s ckpt=%d loss hf %.6f cuda %.6f (rel %.2e); %d grads: rms rel %.2e, worst %.2e (%s)\n",
-              name.c_str(), int(ckpt), hf, sum / targets, std::fabs(sum / targets - hf) / hf, checked,
+  EXPECT_LE(std::sqrt(sq / std::max(checked, 1)), fp32 ? 1e-3 : w.config.is_moe() ? 0.5 : 0.3);
+  std::printf("[e2e] lora %-10s ckpt=%d fp32=%d loss hf %.6f cuda %.6f (rel %.2e); %d grads: rms rel %.2e, worst %.2e (%s)\n",
+              name.c_str(), int(ckpt), int(fp32), hf, sum / targets, std::fabs(sum / targets - hf) / hf, checked,
               std::sqrt(sq / std::max(checked, 1)), worst, worst_name.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaLoraGolden,
-                         ::testing::Combine(::testing::Values("dense_vl"), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values("dense_vl"), ::testing::Bool(), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(MoeFp32, CudaLoraGolden,
+                         ::testing::Combine(::testing::Values("moe_tied"), ::testing::Bool(), ::testing::Values(true)));
 // See KNOWN ISSUE above; run with --gtest_also_run_disabled_tests.
 INSTANTIATE_TEST_SUITE_P(DISABLED_MoeCheckpoints, CudaLoraGolden,
-                         ::testing::Combine(::testing::Values("moe_tied"), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values("moe_tied"), ::testing::Bool(), ::testing::Values(false)));
 
 // 20 AdamW steps of the same run on the CPU reference and on CUDA.
 std::vector<double> train_losses(Backend& be, const ModelWeights& w, const std::vector<Example>& seqs, int steps,

@@ -40,7 +40,7 @@ double Backend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Ten
 }
 
 #ifndef DT_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int) {
+std::unique_ptr<Backend> make_cuda_backend(int, DType) {
   throw Error("this build of DeltaTune has no CUDA backend (configure with -DDT_CUDA=ON on a machine with nvcc)");
 }
 bool cuda_backend_available() { return false; }

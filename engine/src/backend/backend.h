@@ -206,8 +206,10 @@ class Backend {
 
 // The reference backend (always available).
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
-// The CUDA backend; throws Error if CUDA is not compiled in or no device is usable.
-std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
+// The CUDA backend; throws Error if CUDA is not compiled in or no device is usable. `compute` is the
+// activation and frozen-weight dtype: BF16 for training; F32 runs every op in fp32 (a diagnostic that
+// separates formula errors from bf16 rounding in tests).
+std::unique_ptr<Backend> make_cuda_backend(int device_index = 0, DType compute = DType::BF16);
 bool cuda_backend_available();
 
 // Counter-based hash used by dropout on every backend: uniform in [0, 1).

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "backend/adamw_scalars.h"
 #include "backend/cpu/cpu_util.h"
 
 namespace deltatune {
@@ -75,15 +76,6 @@ void convert_elements(void* dst, DType dd, int64_t dst_off, const void* src, DTy
   for (int64_t i = 0; i < n; ++i) store_i(dst, dd, dst_off + i, load_i(src, sd, src_off + i));
 }
 
-// The double a user meant when they wrote a hyperparameter that reached us as a float: the shortest
-// decimal that round-trips the float (0.999f -> "0.999" -> 0.999). torch forms its optimizer scalars
-// from Python doubles, so 1 − β₂ is 1e-3 there, not 1 − 0.999f = 0.00099998713.
-double as_decimal(float f) {
-  char buf[64];
-  const auto res = std::to_chars(buf, buf + sizeof buf - 1, f);
-  *res.ptr = '\0';
-  return std::strtod(buf, nullptr);
-}
 
 }  // namespace
 
@@ -275,15 +267,10 @@ void CpuBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor
   float* pv = f32(v, "adamw v");
   // Mirrors torch.optim.AdamW (_single_tensor_adam, decoupled weight decay): the scalars are formed in
   // double as Python does, then each tensor op runs in fp32 with the scalar rounded to float.
-  const double lr_d = as_decimal(lr), b1_d = as_decimal(beta1), b2_d = as_decimal(beta2);
-  const float decay = static_cast<float>(1.0 - lr_d * as_decimal(weight_decay));
-  const float lerp_w = static_cast<float>(1.0 - b1_d);
-  const float b2 = beta2, one_minus_b2 = static_cast<float>(1.0 - b2_d);
-  const double bc1 = 1.0 - std::pow(b1_d, double(step));
-  const double bc2 = 1.0 - std::pow(b2_d, double(step));
-  const float neg_step_size = static_cast<float>(-(lr_d / bc1));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const bool wd = weight_decay != 0.f;
+  const AdamwScalars sc = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step);
+  const float decay = sc.decay, lerp_w = sc.lerp_w, b2 = sc.b2, one_minus_b2 = sc.one_minus_b2;
+  const float neg_step_size = sc.neg_step_size, bc2_sqrt = sc.bc2_sqrt;
+  const bool wd = sc.weight_decay;
   pool_.parallel_for(param.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       float p = pp[i];

@@ -51,7 +51,7 @@ KOut kout(Tensor& t, const char* what) {
   return KOut{t.data, ktype(t.dtype, what)};
 }
 
-CudaBackend::CudaBackend(int device_index) : device_(device_index) {
+CudaBackend::CudaBackend(int device_index, DType compute) : device_(device_index), compute_(compute) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -258,8 +258,10 @@ bool CudaBackend::all_finite(const Tensor& x) {
 
 }  // namespace cuda
 
-std::unique_ptr<Backend> make_cuda_backend(int device_index) {
-  return std::make_unique<cuda::CudaBackend>(device_index);
+std::unique_ptr<Backend> make_cuda_backend(int device_index, DType compute) {
+  check(compute == DType::BF16 || compute == DType::F32,
+        std::string("CUDA backend: compute dtype must be BF16 or F32, got ") + dtype_name(compute));
+  return std::make_unique<cuda::CudaBackend>(device_index, compute);
 }
 
 bool cuda_backend_available() {

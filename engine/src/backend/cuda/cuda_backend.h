@@ -22,13 +22,13 @@ struct GdnChunks {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device_index);
+  CudaBackend(int device_index, DType compute);
   ~CudaBackend() override;
 
   Device device() const override { return Device::CUDA; }
   std::string name() const override { return name_; }
-  DType compute_dtype() const override { return DType::BF16; }
-  DType weight_dtype() const override { return DType::BF16; }
+  DType compute_dtype() const override { return compute_; }
+  DType weight_dtype() const override { return compute_; }
 
   Tensor alloc(Shape shape, DType dtype) override;
   void fill(Tensor& t, float value) override;
@@ -119,6 +119,10 @@ class CudaBackend final : public Backend {
   void check_layout(const SeqLayout& seq, int64_t T, const char* op) const;
   // I32 (ntiles, 2) tile list for the attention kernels.
   Tensor attention_tiles(const SeqLayout& seq);
+  // I32 (2·ntiles, 2) tile list for the tensor-core attention kernels (kAttnMmaTile tokens per tile): the
+  // first ntiles rows ordered by query-side cost (keys before the tile), the next ntiles by key-side cost
+  // (queries after it), most expensive first so the longest blocks start in the first wave.
+  Tensor attention_tiles_mma(const SeqLayout& seq);
   GdnChunks gdn_chunks(const SeqLayout& seq);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);
@@ -128,6 +132,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   std::string name_;
   int smem_optin_ = 48 * 1024;
+  DType compute_ = DType::BF16;
   std::shared_ptr<DeviceAllocator> alloc_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

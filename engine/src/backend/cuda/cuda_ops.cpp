@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "backend/adamw_scalars.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "conv/conv.cuh"
@@ -265,11 +266,10 @@ void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tenso
                              float beta2, float eps, float weight_decay, int64_t step) {
   same_numel("adamw_step", {&param, &grad, &m, &v});
   check(step >= 1, "adamw_step: step counts from 1");
-  const float bc1 = static_cast<float>(1.0 - std::pow(double(beta1), double(step)));
-  const float bc2 = static_cast<float>(1.0 - std::pow(double(beta2), double(step)));
+  const AdamwScalars sc = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step);
   cuda_check(kernels::launch_adamw(f32(param, "adamw param"), kin(grad, "adamw grad"), f32(m, "adamw m"),
-                                   f32(v, "adamw v"), param.numel(), lr, beta1, beta2, eps, weight_decay, bc1, bc2,
-                                   stream()),
+                                   f32(v, "adamw v"), param.numel(), sc.decay, sc.weight_decay, sc.lerp_w, sc.b2,
+                                   sc.one_minus_b2, sc.neg_step_size, sc.bc2_sqrt, sc.eps, stream()),
              "adamw_step");
 }
 

@@ -2,7 +2,9 @@
 // allocator, launcher calls.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,38 @@ Tensor CudaBackend::attention_tiles(const SeqLayout& seq) {
   return upload_bytes(tiles.data(), {static_cast<int64_t>(tiles.size() / 2), 2}, DType::I32);
 }
 
+Tensor CudaBackend::attention_tiles_mma(const SeqLayout& seq) {
+  struct Tile {
+    int32_t seq, t0, before, after;  // tokens of the sequence before the tile start / from it on
+  };
+  std::vector<Tile> tiles;
+  const auto& cu = seq.host_cu_seqlens;
+  for (size_t n = 0; n + 1 < cu.size(); ++n)
+    for (int32_t t = cu[n]; t < cu[n + 1]; t += kernels::kAttnMmaTile)
+      tiles.push_back({static_cast<int32_t>(n), t, t - cu[n], cu[n + 1] - t});
+  if (tiles.empty()) return Tensor();
+  std::vector<int32_t> flat;
+  flat.reserve(tiles.size() * 4);
+  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.before > b.before; });
+  for (const Tile& t : tiles) flat.insert(flat.end(), {t.seq, t.t0});
+  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.after > b.after; });
+  for (const Tile& t : tiles) flat.insert(flat.end(), {t.seq, t.t0});
+  return upload_bytes(flat.data(), {static_cast<int64_t>(flat.size() / 2), 2}, DType::I32);
+}
+
+namespace {
+// Tensor-core attention: BF16 operands, a supported head_dim, 16-byte aligned rows for cp.async, and not
+// switched off with DT_ATTN_FMA=1 (the fp32 FMA kernels, kept for A/B timing and as a safety net).
+bool attention_mma_ok(std::initializer_list<const Tensor*> ins, int hd) {
+  const char* env = std::getenv("DT_ATTN_FMA");
+  if (env && *env && std::string(env) != "0") return false;
+  if (!kernels::attention_mma_supported(hd)) return false;
+  for (const Tensor* t : ins)
+    if (t->dtype != DType::BF16 || reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+  return true;
+}
+}  // namespace
+
 // ---- attention ------------------------------------------------------------------------------------------
 void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale,
                                 Tensor& o, Tensor& lse) {
@@ -48,9 +82,19 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
             ", lse " + shape_str(lse.shape) + " (expected q [T, nH, hd], k/v [T, nKV, hd], nH % nKV == 0)");
   const int hd = static_cast<int>(q.dim(2));
   check(hd <= kernels::kAttnMaxHeadDim, "attention_fwd: head_dim " + std::to_string(hd) + " > 256 is not supported");
-  check(kernels::attention_fwd_smem(hd) <= size_t(smem_optin_), "attention_fwd: head_dim too large for shared memory");
   check_layout(seq, q.dim(0), "attention_fwd");
   check(lse.dtype == DType::F32, "attention_fwd: lse must be F32");
+  if (attention_mma_ok({&q, &k, &v}, hd) && kernels::attention_fwd_mma_smem(hd) <= size_t(smem_optin_)) {
+    Tensor tiles = attention_tiles_mma(seq);
+    if (!tiles.defined()) return;
+    cuda_check(kernels::launch_attention_fwd_mma(kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
+                                                 iptr(seq.cu_seqlens), iptr(tiles), static_cast<int>(tiles.dim(0) / 2),
+                                                 q.dim(1), k.dim(1), hd, scale, kout(o, "attention o"), fptr(lse),
+                                                 stream()),
+               "attention_fwd (tensor cores)");
+    return;
+  }
+  check(kernels::attention_fwd_smem(hd) <= size_t(smem_optin_), "attention_fwd: head_dim too large for shared memory");
   Tensor tiles = attention_tiles(seq);
   if (!tiles.defined()) return;
   cuda_check(kernels::launch_attention_fwd(kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
@@ -68,10 +112,27 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
         "attention_bwd: q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", dq " + shape_str(dq.shape) +
             ", dk " + shape_str(dk.shape));
   const int hd = static_cast<int>(q.dim(2));
-  check(hd <= kernels::kAttnMaxHeadDim && kernels::attention_bwd_smem(hd) <= size_t(smem_optin_),
-        "attention_bwd: head_dim " + std::to_string(hd) + " is not supported");
+  check(hd <= kernels::kAttnMaxHeadDim, "attention_bwd: head_dim " + std::to_string(hd) + " is not supported");
   check_layout(seq, q.dim(0), "attention_bwd");
   check(lse.dtype == DType::F32, "attention_bwd: lse must be F32");
+  if (attention_mma_ok({&dout, &q, &k, &v}, hd) && kernels::attention_bwd_mma_smem(hd) <= size_t(smem_optin_)) {
+    Tensor tiles = attention_tiles_mma(seq);
+    if (!tiles.defined()) return;
+    const int ntiles = static_cast<int>(tiles.dim(0) / 2);
+    Tensor dl = alloc({q.dim(0), q.dim(1)}, DType::F32);
+    Tensor part;  // per-query-head dK, dV partials (GQA)
+    if (q.dim(1) > k.dim(1)) part = alloc({2, q.dim(0), q.dim(1), hd}, DType::F32);
+    cuda_check(kernels::launch_attention_bwd_mma(
+                   kin(dout, "attention dout"), kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
+                   kin(o, "attention o"), fptr(lse), fptr(dl), iptr(seq.cu_seqlens), iptr(tiles),
+                   iptr(tiles) + 2 * ntiles, ntiles, q.dim(0), q.dim(1), k.dim(1), hd, scale,
+                   kout(dq, "attention dq"), kout(dk, "attention dk"), kout(dv, "attention dv"),
+                   part.defined() ? fptr(part) : nullptr, stream()),
+               "attention_bwd (tensor cores)");
+    return;
+  }
+  check(kernels::attention_bwd_smem(hd) <= size_t(smem_optin_),
+        "attention_bwd: head_dim " + std::to_string(hd) + " too large for shared memory");
   Tensor tiles = attention_tiles(seq);
   if (!tiles.defined()) return;
   Tensor dl = alloc({q.dim(0), q.dim(1)}, DType::F32);
@@ -162,7 +223,7 @@ void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, 
             dg.numel() == g.numel() && dbeta.numel() == beta.numel(),
         "gdn_bwd: gradient shapes must match their inputs (dq " + shape_str(dq.shape) + ", dv " + shape_str(dv.shape) +
             ", dg " + shape_str(dg.shape) + ")");
-  check(kernels::gdn_core_bwd_smem(d.dk, d.dv) <= size_t(smem_optin_),
+  check(std::min(kernels::gdn_core_bwd_smem(d.dk, d.dv), kernels::gdn_chunk_bwd_smem(d.dk, d.dv)) <= size_t(smem_optin_),
         "gdn_bwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) + " exceed shared memory");
   check_layout(seq, d.T, "gdn_bwd");
   if (d.T == 0) return;
@@ -174,16 +235,46 @@ void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, 
   cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(kn), fptr(rk), d.T * d.HK, d.dk, s),
              "gdn_bwd (l2norm k)");
   const int nseq = static_cast<int>(seq.num_seqs());
-  Tensor ckpt = alloc({kernels::gdn_core_bwd_ckpt_floats(seq.host_cu_seqlens.data(), nseq, d.HV, d.dk, d.dv)},
-                      DType::F32);
-  // Partial sums over column groups are added atomically: zero the F32 accumulators first.
-  Tensor dqh = zeros({d.T, d.HV, d.dk}, DType::F32), dkh = zeros({d.T, d.HV, d.dk}, DType::F32);
-  Tensor dg32 = zeros({d.T, d.HV}, DType::F32), db32 = zeros({d.T, d.HV}, DType::F32);
-  cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g),
-                                          kin(beta, "gdn beta"), iptr(seq.cu_seqlens), nseq, fptr(dqh), fptr(dkh),
-                                          kout(dv, "gdn dv"), fptr(dg32), fptr(db32), fptr(ckpt), d.HK, d.HV, d.dk,
-                                          d.dv, s),
-             "gdn_bwd (core)");
+  Tensor dqh, dkh, dg32 = alloc({d.T, d.HV}, DType::F32), db32 = alloc({d.T, d.HV}, DType::F32);
+  if (std::getenv("DT_GDN_RECURRENT") || kernels::gdn_chunk_bwd_smem(d.dk, d.dv) > size_t(smem_optin_)) {
+    // The first (per-token) kernel: A/B timing, and head dims too large for the chunked kernels' tiles.
+    Tensor ckpt = alloc({kernels::gdn_core_bwd_ckpt_floats(seq.host_cu_seqlens.data(), nseq, d.HV, d.dk, d.dv)},
+                        DType::F32);
+    // Partial sums over column groups are added atomically: zero the F32 accumulators first.
+    dqh = zeros({d.T, d.HV, d.dk}, DType::F32);
+    dkh = zeros({d.T, d.HV, d.dk}, DType::F32);
+    fill(dg32, 0.f);
+    fill(db32, 0.f);
+    cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g),
+                                            kin(beta, "gdn beta"), iptr(seq.cu_seqlens), nseq, fptr(dqh), fptr(dkh),
+                                            kout(dv, "gdn dv"), fptr(dg32), fptr(db32), fptr(ckpt), d.HK, d.HV,
+                                            d.dk, d.dv, s),
+               "gdn_bwd (core)");
+  } else {
+    // Recompute the forward's per-chunk quantities (T, states, V' included), then the chunked backward.
+    const GdnChunks ch = gdn_chunks(seq);
+    constexpr int64_t C = kernels::kGdnChunk;
+    Tensor W = alloc({d.T, d.HV, d.dk}, DType::F32), U = alloc({d.T, d.HV, d.dv}, DType::F32);
+    Tensor M = alloc({ch.n, d.HV, C, C}, DType::F32), Tm = alloc({ch.n, d.HV, C, C}, DType::F32);
+    Tensor Gc = alloc({d.T, d.HV}, DType::F32), vnew = alloc({d.T, d.HV, d.dv}, DType::F32);
+    Tensor states = alloc({ch.n, d.HV, d.dk, d.dv}, DType::F32);
+    cuda_check(kernels::launch_gdn_chunk_fwd(fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
+                                             iptr(ch.chunks), static_cast<int>(ch.n), iptr(ch.off), nseq,
+                                             kernels::KOut{}, fptr(W), fptr(U), fptr(M), fptr(Gc), fptr(states), d.HK,
+                                             d.HV, d.dk, d.dv, s, fptr(Tm), fptr(vnew)),
+               "gdn_bwd (recompute)");
+    U = Tensor();
+    Tensor dh = alloc({ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
+    Tensor gsum = alloc({ch.n, d.HV}, DType::F32);
+    dqh = alloc({d.T, d.HV, d.dk}, DType::F32);
+    dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
+    cuda_check(kernels::launch_gdn_chunk_bwd(kin(dout, "gdn dout"), fptr(qn), fptr(kn), kin(v, "gdn v"),
+                                             kin(beta, "gdn beta"), iptr(ch.chunks), static_cast<int>(ch.n),
+                                             iptr(ch.off), nseq, fptr(W), fptr(M), fptr(Gc), fptr(Tm), fptr(states),
+                                             fptr(vnew), fptr(dh), fptr(dvn), fptr(gsum), fptr(dqh), fptr(dkh),
+                                             kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv, s),
+               "gdn_bwd (chunked core)");
+  }
   copy(dg, dg32);
   copy(dbeta, db32);
   cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dqh), kin(q, "gdn q"), fptr(rq), scale, kout(dq, "gdn dq"), d.T, d.HK,

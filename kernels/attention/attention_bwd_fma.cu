@@ -1,4 +1,5 @@
-// Causal attention backward for packed variable-length sequences with GQA (flash-style, first version).
+// Causal attention backward for packed variable-length sequences with GQA, fp32 FMA (the first version; the
+// fallback for non-BF16 inputs or other head dims, and DT_ATTN_FMA=1).
 // With s_ij = scale·q_i·k_j (j ≤ i, same sequence), p_ij = exp(s_ij − lse_i), D_i = Σ_d do_i·o_i:
 //   dv_j (=) Σ_i p_ij·do_i                        dp_ij = do_i·v_j
 //   ds_ij = p_ij·(dp_ij − D_i)
@@ -216,15 +217,19 @@ cudaError_t run_bwd(KIn dout, KIn q, KIn k, KIn v, const float* lse, const float
 
 }  // namespace
 
+cudaError_t launch_attention_dot(KIn dout, KIn o, float* dl, int64_t rows, int hd, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  attn_dot_kernel<<<grid_for(rows * 32, 256, int64_t(1) << 30), 256, 0, s>>>(dout, o, dl, rows, hd);
+  return cudaGetLastError();
+}
+
 size_t attention_bwd_smem(int hd) { return dkdv_smem(hd) > dq_smem(hd) ? dkdv_smem(hd) : dq_smem(hd); }
 
 cudaError_t launch_attention_bwd(KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                  const int32_t* cu_seqlens, const int32_t* tiles, int ntiles, int64_t T, int64_t nH,
                                  int64_t nKV, int hd, float scale, KOut dq, KOut dk, KOut dv, cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
-  const int64_t rows = T * nH;
-  attn_dot_kernel<<<grid_for(rows * 32, 256, int64_t(1) << 30), 256, 0, s>>>(dout, o, dl, rows, hd);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e = launch_attention_dot(dout, o, dl, T * nH, hd, s);
   if (e != cudaSuccess) return e;
   if (hd <= 64) return run_bwd<64>(dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, dq, dk, dv, s);
   if (hd <= 128)

@@ -1,0 +1,20 @@
+// Host-emulated forward kernel (see attention_emu.cpp).
+#include "attention/emu/emu_rt.h"
+namespace deltatune::kernels {
+namespace {
+alignas(16) unsigned char smem_raw[232448];
+}
+}  // namespace deltatune::kernels
+#include "attention/attention_fwd_mma.cu"
+
+namespace deltatune::kernels {
+void emu_attention_fwd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* cu,
+                       const int32_t* tiles, int ntiles, int nH, int nKV, int hd, float scale, KOut o, float* lse) {
+  auto go = [&](auto kern, size_t smem) {
+    emu::launch(dim3(nH, ntiles), NT, smem_raw, smem, [&] { kern(q, k, v, cu, tiles, nH, nKV, scale, o, lse); });
+  };
+  if (hd == 64) go(attention_fwd_mma_kernel<64>, fwd_smem<64>());
+  else if (hd == 128) go(attention_fwd_mma_kernel<128>, fwd_smem<128>());
+  else go(attention_fwd_mma_kernel<256>, fwd_smem<256>());
+}
+}  // namespace deltatune::kernels
