@@ -88,6 +88,7 @@ __global__ void dispatch_place_kernel(const int32_t* idx, int64_t n, int K, int 
 
 }  // namespace
 
+#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (emu/dispatch_emu.cpp)
 int64_t moe_dispatch_scratch_ints(int64_t n, int E) { return ((n + kUnit - 1) / kUnit) * E; }
 
 cudaError_t launch_moe_dispatch(const int32_t* idx, int64_t n, int K, int E, int32_t* offsets, int32_t* row_token,
@@ -105,5 +106,6 @@ cudaError_t launch_moe_dispatch(const int32_t* idx, int64_t n, int K, int E, int
                                                            row_slot, slot_row);
   return cudaGetLastError();
 }
+#endif  // DT_ATTN_EMU
 
 }  // namespace deltatune::kernels

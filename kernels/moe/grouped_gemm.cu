@@ -20,11 +20,16 @@
 //   C/D (16×8, f32): c0, c1 = C[g][2q], C[g][2q+1]; c2, c3 = C[g+8][2q], C[g+8][2q+1]
 // Shared rows are padded to BK + 8 bf16 (80 bytes): the 32-bit fragment loads of a warp (rows g = 0..7,
 // words q = 0..3) then hit 32 distinct banks.
+// The MMA goes through attention/mma.cuh, so kernels/moe/emu/grouped_gemm_emu.cpp can run this kernel on the
+// host against the PTX-defined fragment layouts (DT_ATTN_EMU build).
 #include <cuda_bf16.h>
 
+#include "attention/mma.cuh"
 #include "common/device.cuh"
 #include "moe/moe.cuh"
+#ifndef DT_ATTN_EMU
 #include "moe/scan.cuh"
+#endif
 
 namespace deltatune::kernels {
 namespace {
@@ -53,7 +58,7 @@ __device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi
 
 // Eight bf16 starting at p with element stride `stride`, of which the first `count` (0..8) exist.
 __device__ __forceinline__ uint4 load8(const __nv_bfloat16* p, int64_t stride, int count, bool vec) {
-  if (vec && count == 8 && stride == 1) return __ldg(reinterpret_cast<const uint4*>(p));
+  if (vec && count == 8 && stride == 1) return *reinterpret_cast<const uint4*>(p);
   __nv_bfloat16 v[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) v[i] = i < count ? p[i * stride] : __float2bfloat16_rn(0.f);
@@ -113,22 +118,15 @@ struct TileLoader {
   }
 };
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 template <int BM, int BN, int WM, int WN, bool WGRAD>
 __global__ void __launch_bounds__(WM * WN * 32) grouped_mma_kernel(TileArgs g) {
   constexpr int NT = WM * WN * 32;
   constexpr int TM = BM / WM, TN = BN / WN;  // warp tile
   constexpr int FM = TM / 16, FN = TN / 8;   // mma tiles per warp
   static_assert(TM % 16 == 0 && TN % 8 == 0 && BM % 8 == 0 && BN % 8 == 0, "tile shape");
-  __shared__ __align__(16) __nv_bfloat16 As[BM][kLd];
-  __shared__ __align__(16) __nv_bfloat16 Bs[BN][kLd];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto As = reinterpret_cast<__nv_bfloat16 (*)[kLd]>(smem_raw);                      // [BM][kLd]
+  auto Bs = reinterpret_cast<__nv_bfloat16 (*)[kLd]>(smem_raw + sizeof(__nv_bfloat16) * BM * kLd);  // [BN][kLd]
 
   // ---- locate this block's tile: operand origins, valid extents, reduction length
   const __nv_bfloat16 *pa, *pb;
@@ -214,7 +212,7 @@ __global__ void __launch_bounds__(WM * WN * 32) grouped_mma_kernel(TileArgs g) {
 #pragma unroll
       for (int i = 0; i < FM; ++i)
 #pragma unroll
-        for (int j = 0; j < FN; ++j) mma_bf16(acc[i][j], af[i], bfr[j]);
+        for (int j = 0; j < FN; ++j) mma::mma16816(acc[i][j], af[i], bfr[j][0], bfr[j][1]);
     }
   }
 
@@ -236,6 +234,12 @@ __global__ void __launch_bounds__(WM * WN * 32) grouped_mma_kernel(TileArgs g) {
       }
 }
 
+// Big tiles for the expert weights (N, K in the hundreds or thousands); skinny N for LoRA ranks (N <= 32).
+constexpr int kBigM = 128, kBigN = 128, kBigWM = 2, kBigWN = 4;
+constexpr int kSkM = 128, kSkN = 32, kSkWM = 4, kSkWN = 2;
+constexpr size_t tile_smem(int bm, int bn) { return sizeof(__nv_bfloat16) * size_t(bm + bn) * kLd; }
+
+#ifndef DT_ATTN_EMU  // the tile map and launchers are not part of the host emulation build
 // tile_off (=) exclusive scan of ceil((off[e+1] - off[e]) / bm) over experts; one block, any E.
 __global__ void tile_prefix_kernel(const int32_t* off, int E, int bm, int32_t* tile_off) {
   const int per = (E + blockDim.x - 1) / blockDim.x;
@@ -253,16 +257,16 @@ __global__ void tile_prefix_kernel(const int32_t* off, int E, int bm, int32_t* t
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// Big tiles for the expert weights (N, K in the hundreds or thousands); skinny N for LoRA ranks (N <= 32).
-constexpr int kBigM = 128, kBigN = 128, kBigWM = 2, kBigWN = 4;
-constexpr int kSkM = 128, kSkN = 32, kSkWM = 4, kSkWN = 2;
 
 template <int BM, int BN, int WM, int WN, bool WGRAD>
 void launch_tile(const TileArgs& a, dim3 grid, cudaStream_t s) {
-  grouped_mma_kernel<BM, BN, WM, WN, WGRAD><<<grid, WM * WN * 32, 0, s>>>(a);
+  grouped_mma_kernel<BM, BN, WM, WN, WGRAD><<<grid, WM * WN * 32, tile_smem(BM, BN), s>>>(a);
 }
+#endif  // DT_ATTN_EMU
 
 }  // namespace
+
+#ifndef DT_ATTN_EMU
 
 cudaError_t launch_grouped_gemm(const void* x, const void* w, bool trans_w, const int32_t* offsets, int E, int64_t M,
                                 int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
@@ -334,5 +338,7 @@ cudaError_t launch_grouped_gemm_wgrad(const void* pa, const void* pb, const int3
   else launch_tile<kBigM, kBigN, kBigWM, kBigWN, true>(a, grid, s);
   return cudaGetLastError();
 }
+
+#endif  // DT_ATTN_EMU
 
 }  // namespace deltatune::kernels
