@@ -119,7 +119,7 @@ struct TileLoader {
 };
 
 template <int BM, int BN, int WM, int WN, bool WGRAD>
-__global__ void __launch_bounds__(WM * WN * 32) grouped_mma_kernel(TileArgs g) {
+__global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g) {
   constexpr int NT = WM * WN * 32;
   constexpr int TM = BM / WM, TN = BN / WN;  // warp tile
   constexpr int FM = TM / 16, FN = TN / 8;   // mma tiles per warp
