@@ -82,7 +82,7 @@ struct MoeCache {
   Tensor logits, idx, w;
   // Dispatch (backend.h moe_dispatch): M = T·K rows sorted by (expert, slot).
   Tensor offsets, row_token, row_slot, slot_row;
-  Tensor xe, gu, g, u, h, ye;  // permuted input [M,H], gate_up [M,2Ie], gate/up/act [M,Ie], expert out [M,H]
+  Tensor xe, g, u, h, ye;  // permuted input [M,H], gate/up/act [M,Ie], expert output [M,H]
   GroupedLinearCache lgu, ld;
   MlpCache shared;
   Tensor shared_out, sg_logit, sg;  // shared expert output [T,H], gate logit [T,1], σ(gate) [T]

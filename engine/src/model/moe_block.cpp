@@ -90,12 +90,14 @@ Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
 
   k.xe = be.alloc({M, H}, dt);
   be.gather_rows(x, k.row_token, k.xe);
-  k.gu = be.alloc({M, 2 * Ie}, dt);
-  grouped_linear_fwd(be, k.xe, w.experts_gate_up, l.ex_gate_up, c.rt, c.salt(16), k.offsets, k.gu, k.lgu);
-  k.g = be.alloc({M, Ie}, dt);
-  k.u = be.alloc({M, Ie}, dt);
-  be.copy_cols(k.g, 0, k.gu, 0, Ie);
-  be.copy_cols(k.u, 0, k.gu, Ie, Ie);
+  {
+    Tensor gu = be.alloc({M, 2 * Ie}, dt);  // split into gate and up right away (not kept)
+    grouped_linear_fwd(be, k.xe, w.experts_gate_up, l.ex_gate_up, c.rt, c.salt(16), k.offsets, gu, k.lgu);
+    k.g = be.alloc({M, Ie}, dt);
+    k.u = be.alloc({M, Ie}, dt);
+    be.copy_cols(k.g, 0, gu, 0, Ie);
+    be.copy_cols(k.u, 0, gu, Ie, Ie);
+  }
   k.h = be.alloc({M, Ie}, dt);
   be.swiglu_fwd(k.g, k.u, k.h);
   k.ye = be.alloc({M, H}, dt);
