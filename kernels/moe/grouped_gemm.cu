@@ -1,7 +1,7 @@
 // Grouped expert GEMMs on tensor cores, row ranges read on the device (no host sync on expert counts).
 //
 // Both forms run one tile kernel: C_tile[BM, BN] = Σ_k A(m, k)·B(n, k) with bf16 operands staged in shared
-// memory as [rows][BK] (k contiguous) and fp32 accumulation in mma.sync.m16n8k16 (row.col).
+// memory and fp32 accumulation in mma.sync.m16n8k16 (row.col).
 //   forward   (grouped_gemm):       A(m, k) = x[r0 + m, k]; B(n, k) = W_e[n, k] (trans_w) or W_e[k, n];
 //             C = y rows [r0, r0 + BM) ∩ expert e's rows. Blocks are mapped to (expert, row tile) through
 //             tile_off[E+1] (exclusive scan of ceil(count_e / BM), built on the device by tile_prefix_kernel):
@@ -9,19 +9,23 @@
 //   wgrad     (grouped_gemm_wgrad): C = G_e [N, K]; A(m, k) = a[off_e + k, m]; B(n, k) = b[off_e + k, n]:
 //             the reduction runs over expert e's rows (blockIdx.z = e); experts without rows give beta·G_e.
 //
-// Operand tiles are loaded global -> registers (8 bf16 per vector, 16-byte loads when the run of 8 is
+// Operand tiles are loaded global -> registers (8 bf16 per vector: 16-byte loads when the run of 8 is
 // contiguous, in bounds and aligned; scalar otherwise, zero outside the matrix) one k-step ahead of the
-// MMAs on the tile in shared memory (register double buffering).
+// MMAs on the tile in shared memory (register double buffering). An operand whose reduction dimension is
+// contiguous in memory is stored k-major ([rows][k]) and read with ldmatrix; one whose row dimension is
+// contiguous (W_e [K, N] for the dX products, both operands of the weight gradient) is stored as it lies
+// ([k][rows]) and read with ldmatrix.trans, so global loads stay coalesced and shared stores 16 bytes wide.
 //
 // Fragment layout relied on (PTX ISA, mma.m16n8k16 with .bf16 A/B and .f32 C/D; g = lane / 4, q = lane % 4;
 // each .b32 register holds two bf16, the lower column/k index in the low 16 bits):
 //   A (16×16, row-major): a0 = A[g][2q..2q+1], a1 = A[g+8][2q..2q+1], a2 = A[g][2q+8..2q+9], a3 = A[g+8][2q+8..2q+9]
 //   B (16×8, "col" = stored as B[n][k]): b0 = B[k=2q..2q+1][n=g], b1 = B[k=2q+8..2q+9][n=g]
 //   C/D (16×8, f32): c0, c1 = C[g][2q], C[g][2q+1]; c2, c3 = C[g+8][2q], C[g+8][2q+1]
-// Shared rows are padded to BK + 8 bf16 (80 bytes): the 32-bit fragment loads of a warp (rows g = 0..7,
-// words q = 0..3) then hit 32 distinct banks.
-// The MMA goes through attention/mma.cuh, so kernels/moe/emu/grouped_gemm_emu.cpp can run this kernel on the
-// host against the PTX-defined fragment layouts (DT_ATTN_EMU build).
+// and ldmatrix(.trans) as documented in attention/mma.cuh (the address patterns are at frag_a / frag_b2).
+// Shared rows are padded by 8 bf16 (k-major rows of 80 bytes, i-major rows of 272 or 80 bytes): the eight
+// 16-byte row reads of each ldmatrix phase then fall in distinct banks.
+// The MMA and ldmatrix go through attention/mma.cuh, so kernels/moe/emu/grouped_gemm_emu.cpp can run this
+// kernel on the host against the PTX-defined fragment layouts (DT_ATTN_EMU build).
 #include <cuda_bf16.h>
 
 #include "attention/mma.cuh"
@@ -66,19 +70,21 @@ __device__ __forceinline__ uint4 load8(const __nv_bfloat16* p, int64_t stride, i
 }
 
 // A ROWS×kBK operand tile: element (i, k) at p[i·si + (k0 + k)·sk], rows i < ilim, reduction k0 + k < klim.
-// Vector v covers 8 consecutive k (k-contiguous operands, sk == 1) or 8 consecutive i (i-contiguous, si == 1).
-// In the i-contiguous case consecutive threads take consecutive k, so the eight 2-byte shared stores of a
-// warp land in one shared row (no bank conflicts); its global loads are 16 bytes from 32 rows, and the
-// neighbouring warp reads the other half of each 32-byte sector.
+// Two shared layouts, chosen by which global dimension is contiguous:
+//   k-major (sk == 1, or neither stride is 1): S[i][k], rows of kLd; vector v = 8 consecutive k of row i.
+//   i-major (si == 1):                         S[k][i], rows of ROWS + 8; vector v = 8 consecutive i of row k.
+// Either way consecutive threads take consecutive 16-byte runs of global memory (coalesced) and store them
+// as one 16-byte shared store each (the +8 padding keeps rows 16-byte aligned and ldmatrix conflict-free).
 template <int ROWS, int NT>
 struct TileLoader {
   static constexpr int kVecs = ROWS * kBK / 8;
   static constexpr int kPer = (kVecs + NT - 1) / NT;
+  static constexpr int kLdI = ROWS + 8;  // i-major shared row length in bf16
+  static_assert(ROWS * kLd >= kBK * kLdI, "the i-major layout must fit in the k-major allocation");
   uint4 r[kPer];
 
-  __device__ __forceinline__ void load(const __nv_bfloat16* p, int64_t si, int64_t sk, bool vec, int ilim,
-                                       int64_t k0, int64_t klim) {
-    const bool kmajor = sk == 1 || si != 1;
+  __device__ __forceinline__ void load(const __nv_bfloat16* p, int64_t si, int64_t sk, bool vec, bool kmajor,
+                                       int ilim, int64_t k0, int64_t klim) {
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
       const int v = threadIdx.x + q * NT;
@@ -89,7 +95,7 @@ struct TileLoader {
         const int count = i < ilim ? int(left < 0 ? 0 : (left > 8 ? 8 : left)) : 0;
         r[q] = load8(p + i * si + (k0 + k) * sk, sk, count, vec);
       } else {
-        const int k = v % kBK, i = (v / kBK) * 8;
+        const int i = (v % (ROWS / 8)) * 8, k = v / (ROWS / 8);
         const int left = ilim - i;
         const int count = k0 + k < klim ? (left < 0 ? 0 : (left > 8 ? 8 : left)) : 0;
         r[q] = load8(p + i * si + (k0 + k) * sk, si, count, vec);
@@ -97,36 +103,54 @@ struct TileLoader {
     }
   }
 
-  __device__ __forceinline__ void store(__nv_bfloat16 (*s)[kLd], bool kmajor) const {
+  __device__ __forceinline__ void store(__nv_bfloat16* s, bool kmajor) const {
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
       const int v = threadIdx.x + q * NT;
       if (kVecs % NT != 0 && v >= kVecs) break;
       if (kmajor) {
         const int i = v / (kBK / 8), k = (v % (kBK / 8)) * 8;
-        *reinterpret_cast<uint4*>(&s[i][k]) = r[q];
+        *reinterpret_cast<uint4*>(s + i * kLd + k) = r[q];
       } else {
-        const int k = v % kBK, i = (v / kBK) * 8;
-        const uint32_t w[4] = {r[q].x, r[q].y, r[q].z, r[q].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          s[i + 2 * j][k] = __ushort_as_bfloat16(static_cast<unsigned short>(w[j] & 0xffffu));
-          s[i + 2 * j + 1][k] = __ushort_as_bfloat16(static_cast<unsigned short>(w[j] >> 16));
-        }
+        const int i = (v % (ROWS / 8)) * 8, k = v / (ROWS / 8);
+        *reinterpret_cast<uint4*>(s + k * kLdI + i) = r[q];
       }
     }
   }
 };
+
+// Fragments of one k16 step through ldmatrix (address patterns of attention/mma.cuh):
+//   A (16 rows from m0):  k-major S[m][k]: lane -> &S[m0 + (lane & 15)][kk + (lane >> 4)·8], no .trans;
+//                         i-major S[k][m]: lane -> &S[kk + (lane & 7) + (lane >> 4)·8][m0 + ((lane >> 3) & 1)·8],
+//                         .trans (matrix i holds rows k 0-7 / 8-15 × cols m 0-7 / 8-15, giving a0..a3).
+//   B (two n-blocks n0, n0 + 8): k-major S[n][k]: lane -> &S[n0 + (lane & 7) + (lane >> 4)·8][kk + ((lane >> 3) & 1)·8];
+//                         i-major S[k][n]: lane -> &S[kk + (lane & 15)][n0 + (lane >> 4)·8], .trans;
+//                         registers (0, 1) = (b0, b1) of n0, (2, 3) = (b0, b1) of n0 + 8.
+template <int ROWS>
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const __nv_bfloat16* s, bool kmajor, int m0, int kk) {
+  const int lane = threadIdx.x & 31;
+  if (kmajor) mma::ldsm_x4(a, mma::smem_addr(s + (m0 + (lane & 15)) * kLd + kk + (lane >> 4) * 8));
+  else
+    mma::ldsm_x4_t(a, mma::smem_addr(s + (kk + (lane & 7) + ((lane >> 4) << 3)) * (ROWS + 8) + m0 +
+                                     ((lane >> 3) & 1) * 8));
+}
+template <int ROWS>
+__device__ __forceinline__ void frag_b2(uint32_t (&b)[4], const __nv_bfloat16* s, bool kmajor, int n0, int kk) {
+  const int lane = threadIdx.x & 31;
+  if (kmajor)
+    mma::ldsm_x4(b, mma::smem_addr(s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * kLd + kk + ((lane >> 3) & 1) * 8));
+  else mma::ldsm_x4_t(b, mma::smem_addr(s + (kk + (lane & 15)) * (ROWS + 8) + n0 + (lane >> 4) * 8));
+}
 
 template <int BM, int BN, int WM, int WN, bool WGRAD>
 __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g) {
   constexpr int NT = WM * WN * 32;
   constexpr int TM = BM / WM, TN = BN / WN;  // warp tile
   constexpr int FM = TM / 16, FN = TN / 8;   // mma tiles per warp
-  static_assert(TM % 16 == 0 && TN % 8 == 0 && BM % 8 == 0 && BN % 8 == 0, "tile shape");
+  static_assert(TM % 16 == 0 && TN % 16 == 0 && BM % 8 == 0 && BN % 8 == 0, "tile shape");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto As = reinterpret_cast<__nv_bfloat16 (*)[kLd]>(smem_raw);                      // [BM][kLd]
-  auto Bs = reinterpret_cast<__nv_bfloat16 (*)[kLd]>(smem_raw + sizeof(__nv_bfloat16) * BM * kLd);  // [BN][kLd]
+  __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // BM·kLd: [BM][kLd] or [kBK][BM + 8]
+  __nv_bfloat16* Bs = As + BM * kLd;                                 // BN·kLd: [BN][kLd] or [kBK][BN + 8]
 
   // ---- locate this block's tile: operand origins, valid extents, reduction length
   const __nv_bfloat16 *pa, *pb;
@@ -180,8 +204,8 @@ __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g
   TileLoader<BN, NT> lb;
   const int64_t nk = (klen + kBK - 1) / kBK;
   if (nk > 0) {
-    la.load(pa, g.a_sm, g.a_sk, g.a_vec, mlim, 0, klen);
-    lb.load(pb, g.b_sn, g.b_sk, g.b_vec, nlim, 0, klen);
+    la.load(pa, g.a_sm, g.a_sk, g.a_vec, a_kmajor, mlim, 0, klen);
+    lb.load(pb, g.b_sn, g.b_sk, g.b_vec, b_kmajor, nlim, 0, klen);
   }
   for (int64_t kt = 0; kt < nk; ++kt) {
     __syncthreads();  // the MMAs of the previous step are done with As/Bs
@@ -189,30 +213,20 @@ __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g
     lb.store(Bs, b_kmajor);
     __syncthreads();
     if (kt + 1 < nk) {  // next tile's global loads overlap this step's MMAs
-      la.load(pa, g.a_sm, g.a_sk, g.a_vec, mlim, (kt + 1) * kBK, klen);
-      lb.load(pb, g.b_sn, g.b_sk, g.b_vec, nlim, (kt + 1) * kBK, klen);
+      la.load(pa, g.a_sm, g.a_sk, g.a_vec, a_kmajor, mlim, (kt + 1) * kBK, klen);
+      lb.load(pb, g.b_sn, g.b_sk, g.b_vec, b_kmajor, nlim, (kt + 1) * kBK, klen);
     }
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
-      uint32_t af[FM][4], bfr[FN][2];
+      uint32_t af[FM][4], bfr[FN / 2][4];
 #pragma unroll
-      for (int i = 0; i < FM; ++i) {
-        const int r = wm * TM + i * 16 + gq;
-        af[i][0] = *reinterpret_cast<const uint32_t*>(&As[r][kk + tq * 2]);
-        af[i][1] = *reinterpret_cast<const uint32_t*>(&As[r + 8][kk + tq * 2]);
-        af[i][2] = *reinterpret_cast<const uint32_t*>(&As[r][kk + tq * 2 + 8]);
-        af[i][3] = *reinterpret_cast<const uint32_t*>(&As[r + 8][kk + tq * 2 + 8]);
-      }
+      for (int i = 0; i < FM; ++i) frag_a<BM>(af[i], As, a_kmajor, wm * TM + i * 16, kk);
 #pragma unroll
-      for (int j = 0; j < FN; ++j) {
-        const int n = wn * TN + j * 8 + gq;
-        bfr[j][0] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + tq * 2]);
-        bfr[j][1] = *reinterpret_cast<const uint32_t*>(&Bs[n][kk + tq * 2 + 8]);
-      }
+      for (int j = 0; j < FN / 2; ++j) frag_b2<BN>(bfr[j], Bs, b_kmajor, wn * TN + j * 16, kk);
 #pragma unroll
       for (int i = 0; i < FM; ++i)
 #pragma unroll
-        for (int j = 0; j < FN; ++j) mma::mma16816(acc[i][j], af[i], bfr[j][0], bfr[j][1]);
+        for (int j = 0; j < FN; ++j) mma::mma16816(acc[i][j], af[i], bfr[j / 2][(j & 1) * 2], bfr[j / 2][(j & 1) * 2 + 1]);
     }
   }
 
