@@ -175,6 +175,9 @@ int main() {
   forward({12, 0, 140, 1}, 2, 16, 64, true, 1.f, 0.f, false);
   forward({12, 0, 140, 1}, 2, 16, 40, false, 2.f, 0.f, false);
   forward({9, 31}, 0, 7, 24, true, 1.f, 1.f, false);
+  forward({9, 31}, 0, 7, 24, false, 1.f, 1.f, false);           // row-contiguous W with N % 8 != 0
+  forward({50, 0, 3}, 1, 130, 20, false, 1.f, 0.f, false);      // same, big tiles, partial n tile
+  forward({200}, 0, 64, 1000, true, 1.f, 0.f, false);           // one expert, long reduction
   // Weight gradients: LoRA B-like (K = r: skinny), A-like (N = r, K large), awkward sizes, empty experts.
   wgrad({0, 50, 7, 0, 90}, 72, 16, 0.5f, 1.f);
   wgrad({0, 50, 7, 0, 90}, 16, 136, 1.f, 1.f);
