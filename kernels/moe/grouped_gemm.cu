@@ -43,8 +43,8 @@ constexpr int kPad = 8;
 constexpr int kLd = kBK + kPad;  // shared row length in bf16
 
 struct TileArgs {
-  const __nv_bfloat16* a;  // element (m, k) at a[m·a_sm + k·a_sk] (relative to the tile's origin, see below)
-  const __nv_bfloat16* b;  // element (n, k) at b[n·b_sn + k·b_sk]
+  const void* a;  // bf16 (tensor-core kernel) or f32 (fp32 kernel): element (m, k) at a[m·a_sm + k·a_sk]
+  const void* b;  // element (n, k) at b[e·b_se + n·b_sn + k·b_sk]
   int64_t a_sm, a_sk, b_sn, b_sk, b_se;  // b_se: expert stride of B (forward form)
   bool a_vec, b_vec;       // 16-byte loads allowed along the unit-stride dimension
   KOut c;
@@ -55,6 +55,46 @@ struct TileArgs {
   int64_t M, N, K;         // C is M×N (forward: M unused, rows come from offsets); K: reduction (forward)
   float alpha, beta;
 };
+
+// This block's tile: operand origins (element offsets), valid extents, reduction length. False: no tile
+// (forward blocks past the device-side tile count).
+struct TileLoc {
+  int64_t a_off, b_off, c_off, klen;
+  int mlim, nlim;
+};
+template <int BM, int BN, bool WGRAD>
+__device__ __forceinline__ bool locate_tile(const TileArgs& g, TileLoc& t) {
+  if constexpr (!WGRAD) {
+    const int tile = blockIdx.x;
+    if (tile >= g.tile_off[g.E]) return false;
+    int lo = 0, hi = g.E - 1;  // the expert e with tile_off[e] <= tile < tile_off[e+1]
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (g.tile_off[mid] <= tile) lo = mid;
+      else hi = mid - 1;
+    }
+    const int e = lo;
+    const int64_t r0 = g.offsets[e] + int64_t(tile - g.tile_off[e]) * BM;
+    const int64_t n0 = int64_t(blockIdx.y) * BN;
+    t.mlim = static_cast<int>(min(int64_t(BM), int64_t(g.offsets[e + 1]) - r0));
+    t.nlim = static_cast<int>(min(int64_t(BN), g.N - n0));
+    t.a_off = r0 * g.a_sm;
+    t.b_off = int64_t(e) * g.b_se + n0 * g.b_sn;
+    t.c_off = r0 * g.ldc + n0;
+    t.klen = g.K;
+  } else {
+    const int e = blockIdx.z;
+    const int64_t r0 = g.offsets[e];
+    const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * BN;
+    t.mlim = static_cast<int>(min(int64_t(BM), g.M - m0));
+    t.nlim = static_cast<int>(min(int64_t(BN), g.N - n0));
+    t.a_off = m0 * g.a_sm + r0 * g.a_sk;
+    t.b_off = n0 * g.b_sn + r0 * g.b_sk;
+    t.c_off = int64_t(e) * g.c_se + m0 * g.ldc + n0;
+    t.klen = int64_t(g.offsets[e + 1]) - r0;
+  }
+  return true;
+}
 
 __device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
   return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
@@ -152,39 +192,12 @@ __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g
   __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // BM·kLd: [BM][kLd] or [kBK][BM + 8]
   __nv_bfloat16* Bs = As + BM * kLd;                                 // BN·kLd: [BN][kLd] or [kBK][BN + 8]
 
-  // ---- locate this block's tile: operand origins, valid extents, reduction length
-  const __nv_bfloat16 *pa, *pb;
-  int64_t c_off, klen;
-  int mlim, nlim;
-  if constexpr (!WGRAD) {
-    const int tile = blockIdx.x;
-    if (tile >= g.tile_off[g.E]) return;
-    int lo = 0, hi = g.E - 1;  // the expert e with tile_off[e] <= tile < tile_off[e+1]
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (g.tile_off[mid] <= tile) lo = mid;
-      else hi = mid - 1;
-    }
-    const int e = lo;
-    const int64_t r0 = g.offsets[e] + int64_t(tile - g.tile_off[e]) * BM;
-    const int64_t n0 = int64_t(blockIdx.y) * BN;
-    mlim = static_cast<int>(min(int64_t(BM), int64_t(g.offsets[e + 1]) - r0));
-    nlim = static_cast<int>(min(int64_t(BN), g.N - n0));
-    pa = g.a + r0 * g.a_sm;
-    pb = g.b + int64_t(e) * g.b_se + n0 * g.b_sn;
-    c_off = r0 * g.ldc + n0;
-    klen = g.K;
-  } else {
-    const int e = blockIdx.z;
-    const int64_t r0 = g.offsets[e];
-    const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * BN;
-    mlim = static_cast<int>(min(int64_t(BM), g.M - m0));
-    nlim = static_cast<int>(min(int64_t(BN), g.N - n0));
-    pa = g.a + m0 * g.a_sm + r0 * g.a_sk;
-    pb = g.b + n0 * g.b_sn + r0 * g.b_sk;
-    c_off = int64_t(e) * g.c_se + m0 * g.ldc + n0;
-    klen = int64_t(g.offsets[e + 1]) - r0;
-  }
+  TileLoc t;
+  if (!locate_tile<BM, BN, WGRAD>(g, t)) return;
+  const __nv_bfloat16* pa = static_cast<const __nv_bfloat16*>(g.a) + t.a_off;
+  const __nv_bfloat16* pb = static_cast<const __nv_bfloat16*>(g.b) + t.b_off;
+  const int64_t c_off = t.c_off, klen = t.klen;
+  const int mlim = t.mlim, nlim = t.nlim;
   const bool a_kmajor = g.a_sk == 1 || g.a_sm != 1;
   const bool b_kmajor = g.b_sk == 1 || g.b_sn != 1;
 
@@ -248,6 +261,69 @@ __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g
       }
 }
 
+// fp32 form of the same tile problem (operands both F32: the LoRA products u·B_eᵀ and du·A_e, and every
+// product in an F32-compute backend), FMA on 64×64×16 shared tiles, 16×16 threads each owning a 4×4
+// strided block of C (rows ty + 16i, columns tx + 16j: conflict-free shared reads). Tiles are stored
+// [k][rows] whatever the operand's orientation; each thread loads 4 elements along the operand's contiguous
+// dimension so global reads stay coalesced.
+constexpr int kFM = 64, kFN = 64, kFK = 16;
+
+template <int ROWS>
+__device__ __forceinline__ void f32_tile(float* s, const float* p, int64_t si, int64_t sk, int ilim, int64_t k0,
+                                         int64_t klim) {
+  const bool kmajor = sk == 1 || si != 1;
+#pragma unroll
+  for (int q = 0; q < ROWS * kFK / 256; ++q) {
+    const int v = threadIdx.x + q * 256;
+    const int i = kmajor ? v / kFK : v % ROWS, k = kmajor ? v % kFK : v / ROWS;
+    s[k * (ROWS + 1) + i] = (i < ilim && k0 + k < klim) ? p[i * si + (k0 + k) * sk] : 0.f;
+  }
+}
+
+template <bool WGRAD>
+__global__ void __launch_bounds__(256) grouped_fma_kernel(TileArgs g) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* As = reinterpret_cast<float*>(smem_raw);  // [kFK][kFM + 1]
+  float* Bs = As + kFK * (kFM + 1);                 // [kFK][kFN + 1]
+  TileLoc t;
+  if (!locate_tile<kFM, kFN, WGRAD>(g, t)) return;
+  const float* pa = static_cast<const float*>(g.a) + t.a_off;
+  const float* pb = static_cast<const float*>(g.b) + t.b_off;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < t.klen; k0 += kFK) {
+    __syncthreads();
+    f32_tile<kFM>(As, pa, g.a_sm, g.a_sk, t.mlim, k0, t.klen);
+    f32_tile<kFN>(Bs, pb, g.b_sn, g.b_sk, t.nlim, k0, t.klen);
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kFK; ++k) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = As[k * (kFM + 1) + ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = Bs[k * (kFN + 1) + tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = ty + 16 * i, n = tx + 16 * j;
+      if (r < t.mlim && n < t.nlim) {
+        const int64_t o = t.c_off + int64_t(r) * g.ldc + n;
+        float v = g.alpha * acc[i][j];
+        if (g.beta != 0.f) v += g.beta * ld(g.c, o);
+        st(g.c, o, v);
+      }
+    }
+}
+constexpr size_t fma_smem() { return sizeof(float) * kFK * (kFM + 1 + kFN + 1); }
+
 // Big tiles for the expert weights (N, K in the hundreds or thousands); skinny N for LoRA ranks (N <= 32).
 constexpr int kBigM = 128, kBigN = 128, kBigWM = 2, kBigWN = 4;
 constexpr int kSkM = 128, kSkN = 32, kSkWM = 4, kSkWN = 2;
@@ -282,16 +358,16 @@ void launch_tile(const TileArgs& a, dim3 grid, cudaStream_t s) {
 
 #ifndef DT_ATTN_EMU
 
-cudaError_t launch_grouped_gemm(const void* x, const void* w, bool trans_w, const int32_t* offsets, int E, int64_t M,
-                                int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
+cudaError_t launch_grouped_gemm(const void* x, const void* w, bool fp32, bool trans_w, const int32_t* offsets, int E,
+                                int64_t M, int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
                                 cudaStream_t s) {
   if (E < 1) return cudaErrorInvalidValue;
   if (M == 0 || N == 0) return cudaGetLastError();
   TileArgs a{};
-  a.a = static_cast<const __nv_bfloat16*>(x);
+  a.a = x;
   a.a_sm = K;
   a.a_sk = 1;
-  a.b = static_cast<const __nv_bfloat16*>(w);
+  a.b = w;
   a.b_se = N * K;
   a.b_sn = trans_w ? K : 1;
   a.b_sk = trans_w ? 1 : N;
@@ -308,28 +384,29 @@ cudaError_t launch_grouped_gemm(const void* x, const void* w, bool trans_w, cons
   a.alpha = alpha;
   a.beta = beta;
   const bool skinny = N <= kSkN;
-  const int bm = skinny ? kSkM : kBigM, bn = skinny ? kSkN : kBigN;
+  const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
   tile_prefix_kernel<<<1, 1024, 0, s>>>(offsets, E, bm, tile_scratch);
   const int64_t tiles = (M + bm - 1) / bm + E;
   const int64_t ntiles = (N + bn - 1) / bn;
   if (tiles > 0x7fffffff || ntiles > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(ntiles));
-  if (skinny) launch_tile<kSkM, kSkN, kSkWM, kSkWN, false>(a, grid, s);
+  if (fp32) grouped_fma_kernel<false><<<grid, 256, fma_smem(), s>>>(a);
+  else if (skinny) launch_tile<kSkM, kSkN, kSkWM, kSkWN, false>(a, grid, s);
   else launch_tile<kBigM, kBigN, kBigWM, kBigWN, false>(a, grid, s);
   return cudaGetLastError();
 }
 
-cudaError_t launch_grouped_gemm_wgrad(const void* pa, const void* pb, const int32_t* offsets, int E, int64_t M,
-                                      int64_t N, int64_t K, KOut g, float alpha, float beta, cudaStream_t s) {
+cudaError_t launch_grouped_gemm_wgrad(const void* pa, const void* pb, bool fp32, const int32_t* offsets, int E,
+                                      int64_t M, int64_t N, int64_t K, KOut g, float alpha, float beta, cudaStream_t s) {
   if (E < 1 || E > 65535) return cudaErrorInvalidValue;
   if (N == 0 || K == 0) return cudaGetLastError();
   (void)M;
   TileArgs a{};
   // C = G_e [N, K]: A(m, k) = a[r, m] (stride 1 along m, N along the rows r), B(n, k) = b[r, n].
-  a.a = static_cast<const __nv_bfloat16*>(pa);
+  a.a = pa;
   a.a_sm = 1;
   a.a_sk = N;
-  a.b = static_cast<const __nv_bfloat16*>(pb);
+  a.b = pb;
   a.b_sn = 1;
   a.b_sk = K;
   a.a_vec = aligned16(pa) && N % 8 == 0;
@@ -344,11 +421,12 @@ cudaError_t launch_grouped_gemm_wgrad(const void* pa, const void* pb, const int3
   a.alpha = alpha;
   a.beta = beta;
   const bool skinny = K <= kSkN;
-  const int bm = skinny ? kSkM : kBigM, bn = skinny ? kSkN : kBigN;
+  const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
   const int64_t mt = (N + bm - 1) / bm, nt = (K + bn - 1) / bn;
   if (mt > 0x7fffffff || nt > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(mt), static_cast<unsigned>(nt), static_cast<unsigned>(E));
-  if (skinny) launch_tile<kSkM, kSkN, kSkWM, kSkWN, true>(a, grid, s);
+  if (fp32) grouped_fma_kernel<true><<<grid, 256, fma_smem(), s>>>(a);
+  else if (skinny) launch_tile<kSkM, kSkN, kSkWM, kSkWN, true>(a, grid, s);
   else launch_tile<kBigM, kBigN, kBigWM, kBigWN, true>(a, grid, s);
   return cudaGetLastError();
 }

@@ -41,14 +41,15 @@ cudaError_t launch_moe_combine(KIn y, const int32_t* slot_row, const float* w, i
 cudaError_t launch_permute3(KIn src, int64_t d0, int64_t d1, int64_t d2, int p0, int p1, int p2, KOut dst,
                             cudaStream_t s);
 
-// ---- grouped_gemm.cu: expert GEMMs on tensor cores (bf16 operands, fp32 accumulation) ------------------------
-// y[r] (=) alpha·x[r]·op(W_e) + beta·y[r] for r in [off[e], off[e+1]); x BF16 (M, K); w BF16 (E, N, K) when
-// trans_w else (E, K, N); y (M, N) any float type. tile_scratch: E+1 ints.
-cudaError_t launch_grouped_gemm(const void* x, const void* w, bool trans_w, const int32_t* offsets, int E, int64_t M,
-                                int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
+// ---- grouped_gemm.cu: expert GEMMs with device-side row ranges ------------------------------------------------
+// Operands are both BF16 (tensor cores, fp32 accumulation) or, with fp32, both F32 (fp32 FMA).
+// y[r] (=) alpha·x[r]·op(W_e) + beta·y[r] for r in [off[e], off[e+1]); x (M, K); w (E, N, K) when trans_w else
+// (E, K, N); y (M, N) any float type. tile_scratch: E+1 ints.
+cudaError_t launch_grouped_gemm(const void* x, const void* w, bool fp32, bool trans_w, const int32_t* offsets, int E,
+                                int64_t M, int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
                                 cudaStream_t s);
-// g[e] (=) alpha·Σ_{r in expert e} a[r]ᵀ·b[r] + beta·g[e]; a BF16 (M, N), b BF16 (M, K), g (E, N, K).
-cudaError_t launch_grouped_gemm_wgrad(const void* a, const void* b, const int32_t* offsets, int E, int64_t M,
-                                      int64_t N, int64_t K, KOut g, float alpha, float beta, cudaStream_t s);
+// g[e] (=) alpha·Σ_{r in expert e} a[r]ᵀ·b[r] + beta·g[e]; a (M, N), b (M, K), g (E, N, K) any float type.
+cudaError_t launch_grouped_gemm_wgrad(const void* a, const void* b, bool fp32, const int32_t* offsets, int E,
+                                      int64_t M, int64_t N, int64_t K, KOut g, float alpha, float beta, cudaStream_t s);
 
 }  // namespace deltatune::kernels

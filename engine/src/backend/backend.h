@@ -171,8 +171,8 @@ class Backend {
   //   y[r] (=) alpha·x[r]·W_eᵀ + beta·y[r]   (trans_w: w is [E, N, K])
   //   y[r] (=) alpha·x[r]·W_e  + beta·y[r]   (!trans_w: w is [E, K, N])
   // y [M, N]. offsets I32 [E+1] on the device, offsets[0] = 0, offsets[E] <= M; rows past offsets[E]
-  // are not written. beta == 0 ignores y's old content. CUDA: tensor cores with bf16 operands (an F32 operand
-  // is rounded to bf16 first, as gemm does for mixed operands) and fp32 accumulation.
+  // are not written. beta == 0 ignores y's old content. CUDA, as gemm: F32·F32 in fp32; otherwise tensor cores
+  // with bf16 operands (an F32 operand rounded to bf16 first) and fp32 accumulation.
   virtual void grouped_gemm(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& y,
                             float alpha, float beta) = 0;
   // Weight-gradient form: G_e (=) alpha·Σ_{r in expert e's rows} a[r]ᵀ·b[r] + beta·G_e for every expert

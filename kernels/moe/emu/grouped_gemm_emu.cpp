@@ -66,8 +66,20 @@ void run(const TileArgs& a, dim3 grid) {
 }
 
 // Forward form: y[r] = alpha·x[r]·op(W_e) + beta·y[r]; F32 output, y pre-filled with -7 (rows past off[E] keep it).
+template <bool WGRAD>
+void run_fma(const TileArgs& a, dim3 grid) {
+  emu::launch(grid, 256, smem_raw, fma_smem(), [&] { grouped_fma_kernel<WGRAD>(a); });
+}
+
+// F32 copy of bf16 data (the fp32 kernel's operands).
+std::vector<float> to_f32(const std::vector<__nv_bfloat16>& v) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = __bfloat162float(v[i]);
+  return f;
+}
+
 void forward(const std::vector<int32_t>& counts, int64_t extra_rows, int64_t N, int64_t K, bool trans, float alpha,
-             float beta, bool misalign) {
+             float beta, bool misalign, bool fp32 = false) {
   const int E = static_cast<int>(counts.size());
   const std::vector<int32_t> off = offsets_of(counts);
   const int64_t M = off.back() + extra_rows;
@@ -86,14 +98,15 @@ void forward(const std::vector<int32_t>& counts, int64_t extra_rows, int64_t N, 
         written[r * N + n] = 1;
       }
   const bool skinny = N <= kSkN;
-  const int bm = skinny ? kSkM : kBigM, bn = skinny ? kSkN : kBigN;
+  const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
   std::vector<int32_t> tile_off{0};
   for (int e = 0; e < E; ++e) tile_off.push_back(tile_off.back() + (counts[e] + bm - 1) / bm);
+  const std::vector<float> xf = to_f32(xs), wf = to_f32(ws);
   TileArgs a{};
-  a.a = x;
+  a.a = fp32 ? static_cast<const void*>(xf.data() + (misalign ? 1 : 0)) : x;
   a.a_sm = K;
   a.a_sk = 1;
-  a.b = w;
+  a.b = fp32 ? static_cast<const void*>(wf.data()) : w;
   a.b_se = N * K;
   a.b_sn = trans ? K : 1;
   a.b_sk = trans ? 1 : N;
@@ -110,16 +123,17 @@ void forward(const std::vector<int32_t>& counts, int64_t extra_rows, int64_t N, 
   a.alpha = alpha;
   a.beta = beta;
   const dim3 grid(static_cast<unsigned>((M + bm - 1) / bm + E), static_cast<unsigned>((N + bn - 1) / bn));
-  if (skinny) run<kSkM, kSkN, kSkWM, kSkWN, false>(a, grid);
+  if (fp32) run_fma<false>(a, grid);
+  else if (skinny) run<kSkM, kSkN, kSkWM, kSkWN, false>(a, grid);
   else run<kBigM, kBigN, kBigWM, kBigWN, false>(a, grid);
-  report("grouped_gemm E=" + std::to_string(E) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+  report(std::string(fp32 ? "fp32 " : "") + "grouped_gemm E=" + std::to_string(E) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
              " K=" + std::to_string(K) + (trans ? " Wt" : " W") + (misalign ? " scalar-x" : "") +
-             (skinny ? " skinny" : " big") + " beta " + std::to_string(beta),
+             (fp32 ? "" : skinny ? " skinny" : " big") + " beta " + std::to_string(beta),
          y, ref, written);
 }
 
 // Weight-gradient form: G_e = alpha·Σ a[r]ᵀ b[r] + beta·G_e (G pre-filled with 0.5).
-void wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, float alpha, float beta) {
+void wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, float alpha, float beta, bool fp32 = false) {
   const int E = static_cast<int>(counts.size());
   const std::vector<int32_t> off = offsets_of(counts);
   const int64_t M = off.back();
@@ -134,11 +148,12 @@ void wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, float alpha
         for (int64_t r = off[e]; r < off[e + 1]; ++r) acc += f(as[r * N + n]) * f(bs[r * K + k]);
         ref[(e * N + n) * K + k] = alpha * acc + beta * 0.5;
       }
+  const std::vector<float> af = to_f32(as), bf = to_f32(bs);
   TileArgs a{};
-  a.a = as.data();
+  a.a = fp32 ? static_cast<const void*>(af.data()) : as.data();
   a.a_sm = 1;
   a.a_sk = N;
-  a.b = bs.data();
+  a.b = fp32 ? static_cast<const void*>(bf.data()) : bs.data();
   a.b_sn = 1;
   a.b_sk = K;
   a.a_vec = N % 8 == 0;
@@ -153,12 +168,13 @@ void wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, float alpha
   a.alpha = alpha;
   a.beta = beta;
   const bool skinny = K <= kSkN;
-  const int bm = skinny ? kSkM : kBigM, bn = skinny ? kSkN : kBigN;
+  const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
   const dim3 grid(static_cast<unsigned>((N + bm - 1) / bm), static_cast<unsigned>((K + bn - 1) / bn), E);
-  if (skinny) run<kSkM, kSkN, kSkWM, kSkWN, true>(a, grid);
+  if (fp32) run_fma<true>(a, grid);
+  else if (skinny) run<kSkM, kSkN, kSkWM, kSkWN, true>(a, grid);
   else run<kBigM, kBigN, kBigWM, kBigWN, true>(a, grid);
-  report("grouped_gemm_wgrad E=" + std::to_string(E) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
-             (skinny ? " skinny" : " big") + " beta " + std::to_string(beta),
+  report(std::string(fp32 ? "fp32 " : "") + "grouped_gemm_wgrad E=" + std::to_string(E) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+             (fp32 ? "" : skinny ? " skinny" : " big") + " beta " + std::to_string(beta),
          g, ref, written);
 }
 
@@ -182,6 +198,12 @@ int main() {
   wgrad({0, 50, 7, 0, 90}, 72, 16, 0.5f, 1.f);
   wgrad({0, 50, 7, 0, 90}, 16, 136, 1.f, 1.f);
   wgrad({33, 0, 65}, 33, 130, 1.f, 0.f);
+  // The fp32 FMA kernel (both operands F32): LoRA products and F32-compute backends.
+  forward({0, 100, 0, 130, 33, 0}, 3, 40, 72, true, 1.f, 0.f, false, true);
+  forward({70, 5, 129}, 0, 136, 16, false, 0.5f, 1.f, false, true);
+  forward({12, 0, 140, 1}, 2, 16, 33, true, 1.f, 0.25f, true, true);
+  wgrad({0, 50, 7, 0, 90}, 72, 16, 0.5f, 1.f, true);
+  wgrad({33, 0, 65}, 33, 130, 1.f, 0.f, true);
   std::printf("%s\n", failures ? "FAILED" : "all passed");
   return failures ? 1 : 0;
 }

@@ -1,6 +1,7 @@
 // CudaBackend MoE dispatch, combine, grouped expert GEMMs and permute3: shape checks, then the launchers in
-// kernels/moe. The grouped GEMMs run on tensor cores with bf16 operands: an F32 operand (the LoRA factors
-// and their intermediates, all small) is first rounded to a BF16 copy, as gemm does for mixed operands.
+// kernels/moe. The grouped GEMMs follow gemm's precision rules: two F32 operands multiply in fp32 (FMA
+// kernel: the LoRA products u·B_eᵀ, du·A_e, and everything in an F32-compute backend); otherwise both run
+// as bf16 on tensor cores with fp32 accumulation, an F32 operand first rounded to a BF16 copy.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -80,9 +81,10 @@ void CudaBackend::grouped_gemm(const Tensor& x, const Tensor& w, bool trans_w, c
         "grouped_gemm: x " + shape_str(x.shape) + " · w " + shape_str(w.shape) + (trans_w ? "ᵀ" : "") + " -> y " +
             shape_str(y.shape) + " with offsets " + shape_str(offsets.shape) + " do not match");
   if (M == 0 || N == 0) return;
-  const Tensor xb = as_bf16(x), wb = as_bf16(w);
+  const bool fp32 = x.dtype == DType::F32 && w.dtype == DType::F32;
+  const Tensor xb = fp32 ? x : as_bf16(x), wb = fp32 ? w : as_bf16(w);
   Tensor tiles = alloc({E + 1}, DType::I32);
-  cuda_check(kernels::launch_grouped_gemm(xb.data, wb.data, trans_w, i32r(offsets, "grouped_gemm offsets"),
+  cuda_check(kernels::launch_grouped_gemm(xb.data, wb.data, fp32, trans_w, i32r(offsets, "grouped_gemm offsets"),
                                           static_cast<int>(E), M, N, K, kout(y, "grouped_gemm y"), alpha, beta,
                                           static_cast<int32_t*>(tiles.data), stream()),
              "grouped_gemm");
@@ -96,8 +98,9 @@ void CudaBackend::grouped_gemm_wgrad(const Tensor& a, const Tensor& b, const Ten
         "grouped_gemm_wgrad: a " + shape_str(a.shape) + ", b " + shape_str(b.shape) + " -> g " + shape_str(g.shape) +
             " with offsets " + shape_str(offsets.shape) + " do not match");
   if (N == 0 || K == 0) return;
-  const Tensor ab = as_bf16(a), bb = as_bf16(b);
-  cuda_check(kernels::launch_grouped_gemm_wgrad(ab.data, bb.data, i32r(offsets, "grouped_gemm_wgrad offsets"),
+  const bool fp32 = a.dtype == DType::F32 && b.dtype == DType::F32;
+  const Tensor ab = fp32 ? a : as_bf16(a), bb = fp32 ? b : as_bf16(b);
+  cuda_check(kernels::launch_grouped_gemm_wgrad(ab.data, bb.data, fp32, i32r(offsets, "grouped_gemm_wgrad offsets"),
                                                 static_cast<int>(E), M, N, K, kout(g, "grouped_gemm_wgrad g"), alpha,
                                                 beta, stream()),
              "grouped_gemm_wgrad");
