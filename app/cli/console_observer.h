@@ -23,7 +23,9 @@ class ConsoleObserver : public RunObserver {
     std::printf("step %lld/%lld  epoch %.2f  loss %.4f", static_cast<long long>(m.step),
                 static_cast<long long>(m.total_steps), m.epoch, m.loss);
     if (m.eval_loss >= 0) std::printf("  eval_loss %.4f", m.eval_loss);
-    std::printf("  lr %.3g  grad_norm %.3f  tok/s %.0f\n", m.lr, m.grad_norm, m.tokens_per_second);
+    std::printf("  lr %.3g  grad_norm %.3f  tok/s %.0f", m.lr, m.grad_norm, m.tokens_per_second);
+    if (m.moe_load_max_ratio >= 0) std::printf("  moe_load max/mean %.2f cv %.3f", m.moe_load_max_ratio, m.moe_load_cv);
+    std::printf("\n");
     std::fflush(stdout);
   }
   void on_checkpoint(int64_t step, const std::string& path) override {

@@ -24,4 +24,32 @@ cudaError_t launch_row_dot(KIn a, KIn b, int64_t n, int64_t H, float* out, cudaS
 // y[i, :] (=) x[i, :]·sc[i]; sc F32 (n).
 cudaError_t launch_scale_rows(KIn x, const float* sc, int64_t n, int64_t H, KOut y, cudaStream_t s);
 
+
+// ---- dispatch.cu: stable counting sort of the T·K routing slots by expert (see backend.h moe_dispatch) ----
+constexpr int kMaxDispatchExperts = 1024;
+// I32 scratch the dispatch needs for n slots and E experts.
+int64_t moe_dispatch_scratch_ints(int64_t n, int E);
+// idx I32 (n = T·K); offsets (E+1), row_token/row_slot/slot_row (n) (=); load F32 (E) (+=) or null.
+cudaError_t launch_moe_dispatch(const int32_t* idx, int64_t n, int K, int E, int32_t* offsets, int32_t* row_token,
+                                int32_t* row_slot, int32_t* slot_row, float* load, int32_t* scratch, cudaStream_t s);
+
+// ---- permute.cu ---------------------------------------------------------------------------------------------
+// out[t, c] (=) Σ_{j<K} w[t·K+j]·y[slot_row[t·K+j], c] (w null = 1); y (M, H), out (T, H).
+cudaError_t launch_moe_combine(KIn y, const int32_t* slot_row, const float* w, int64_t T, int K, int64_t H, KOut out,
+                               cudaStream_t s);
+// dst (=) src (d0, d1, d2) with its axes permuted: dst axis i is src axis p[i].
+cudaError_t launch_permute3(KIn src, int64_t d0, int64_t d1, int64_t d2, int p0, int p1, int p2, KOut dst,
+                            cudaStream_t s);
+
+// ---- grouped_gemm.cu: expert GEMMs with device-side row ranges ------------------------------------------------
+// Operands are both BF16 (tensor cores, fp32 accumulation) or, with fp32, both F32 (fp32 FMA).
+// y[r] (=) alpha·x[r]·op(W_e) + beta·y[r] for r in [off[e], off[e+1]); x (M, K); w (E, N, K) when trans_w else
+// (E, K, N); y (M, N) any float type. tile_scratch: E+1 ints.
+cudaError_t launch_grouped_gemm(const void* x, const void* w, bool fp32, bool trans_w, const int32_t* offsets, int E,
+                                int64_t M, int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
+                                cudaStream_t s);
+// g[e] (=) alpha·Σ_{r in expert e} a[r]ᵀ·b[r] + beta·g[e]; a (M, N), b (M, K), g (E, N, K) any float type.
+cudaError_t launch_grouped_gemm_wgrad(const void* a, const void* b, bool fp32, const int32_t* offsets, int E,
+                                      int64_t M, int64_t N, int64_t K, KOut g, float alpha, float beta, cudaStream_t s);
+
 }  // namespace deltatune::kernels

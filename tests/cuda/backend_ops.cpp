@@ -433,6 +433,158 @@ void case_moe(Env& e) {
   compare(e, "scale_rows", ys, 1e-5);
 }
 
+// ---- MoE dispatch, combine, grouped expert GEMMs, permute3 --------------------------------------------------
+// Dispatch and permute3 are exact (integer maps, copies: tol 0). combine sums K <= 8 products in fp32 into a
+// BF16 output: 1e-5. The grouped GEMMs follow gemm: with a BF16 operand they run bf16 tensor cores (an F32
+// operand rounded to bf16) summing up to ~1000 products in fp32: 1e-4; F32·F32 runs in fp32: 1e-10 into an
+// F32 output, 1e-5 into a BF16 one (the output rounding).
+void case_moe_grouped(Env& e) {
+  // Dispatch: several warps and blocks of slots; an expert count past one warp's 32 lanes; empty experts
+  // (including the last); everything on one expert.
+  auto dispatch = [&](const std::string& tag, int64_t T, int64_t K, int E, const std::vector<int32_t>& idx) {
+    Pair pi = e.ints({T, K}, idx);
+    const int64_t n = T * K;
+    Pair off, rt, rs, sr;
+    for (Pair* p : {&off, &rt, &rs, &sr}) {
+      const int64_t len = p == &off ? E + 1 : n;
+      *p = e.ints({len}, std::vector<int32_t>(static_cast<size_t>(len), -1));  // poisoned on both sides
+    }
+    Pair load = e.out_init({E}, F32, 0.f, 4.f);
+    e.cpu->moe_dispatch(pi.c, E, off.c, rt.c, rs.c, sr.c, &load.c);
+    e.gpu->moe_dispatch(pi.g, E, off.g, rt.g, rs.g, sr.g, &load.g);
+    const char* names[] = {"offsets", "row_token", "row_slot", "slot_row"};
+    int i = 0;
+    for (Pair* p : {&off, &rt, &rs, &sr})
+      EXPECT_EQ(host_to_f32(e.cpu->download(p->c, DType::I32)), host_to_f32(e.gpu->download(p->g, DType::I32)))
+          << "moe_dispatch " << tag << ": " << names[i++] << " differ";
+    compare(e, "moe_dispatch load " + tag, load, 0);
+  };
+  {
+    const int64_t T = 700, K = 3;
+    const int E = 37;
+    std::vector<int32_t> idx(T * K);
+    std::uniform_int_distribution<int32_t> u(0, E - 1);
+    for (auto& v : idx) {
+      v = u(e.rng);
+      if (v % 5 == 1 || v == E - 1) v = 0;  // experts 1, 6, 11, ... and the last get nothing; 0 gets many
+    }
+    dispatch("T=700 K=3 E=37", T, K, E, idx);
+    dispatch("all on expert 2", 129, 2, 3, std::vector<int32_t>(258, 2));
+    std::vector<int32_t> idx64(1000 * 8);
+    std::uniform_int_distribution<int32_t> u64(0, 63);
+    for (auto& v : idx64) v = u64(e.rng);
+    dispatch("T=1000 K=8 E=64", 1000, 8, 64, idx64);
+  }
+
+  // Offsets of random per-expert counts, some zero; M rows in all (>= the counts' sum).
+  auto offsets = [&](int64_t E, int64_t rows, int64_t M) {
+    std::vector<int32_t> cnt(E, 0);
+    std::uniform_int_distribution<int64_t> pick(0, E - 1);
+    for (int64_t i = 0; i < rows; ++i) {
+      int64_t x = pick(e.rng);
+      if (x % 4 == 3) x = 0;  // every fourth expert empty
+      ++cnt[x];
+    }
+    std::vector<int32_t> off{0};
+    for (int32_t c : cnt) off.push_back(off.back() + c);
+    EXPECT_LE(off.back(), M);
+    return e.ints({E + 1}, off);
+  };
+
+  // combine (fixed-order weighted sum per token)
+  {
+    const int64_t T = 37, K = 4, H = 67;
+    std::vector<int32_t> perm(T * K);
+    for (int64_t i = 0; i < T * K; ++i) perm[i] = static_cast<int32_t>(i);
+    std::shuffle(perm.begin(), perm.end(), e.rng);
+    Pair sr = e.ints({T * K}, perm);
+    Pair y = e.in({T * K, H}, BF), w = e.in({T, K}, F32, 0.f, 1.f);
+    Pair out = e.out({T, H}, BF);
+    e.cpu->moe_combine(y.c, sr.c, w.c, out.c);
+    e.gpu->moe_combine(y.g, sr.g, w.g, out.g);
+    compare(e, "moe_combine (weighted)", out, 1e-5);
+    Pair out1 = e.out({T, H}, F32);
+    e.cpu->moe_combine(y.c, sr.c, Tensor{}, out1.c);
+    e.gpu->moe_combine(y.g, sr.g, Tensor{}, out1.g);
+    compare(e, "moe_combine (unweighted)", out1, 1e-10);
+  }
+
+  // grouped_gemm: both weight orientations, big and skinny N, vector and scalar loads (K or N not a multiple
+  // of 8), several row tiles per expert, rows past offsets[E] left alone.
+  struct G {
+    int64_t E, rows, M, N, K;
+    DType x, w, y;
+    float alpha, beta;
+  };
+  const G gcases[] = {{3, 301, 305, 40, 72, BF, BF, BF, 1.f, 0.f},    {37, 500, 500, 130, 33, BF, BF, F32, 1.f, 0.f},
+                      {64, 777, 780, 16, 64, F32, F32, BF, 0.5f, 1.f}, {5, 300, 300, 24, 20, BF, F32, F32, 1.f, 0.25f},
+                      {8, 1000, 1000, 256, 256, BF, BF, BF, 1.f, 0.f}, {11, 250, 251, 72, 16, F32, BF, BF, -1.f, 1.f},
+                      {13, 400, 401, 200, 16, F32, F32, F32, 1.f, 1.f}, {6, 90, 90, 16, 130, F32, F32, F32, 1.f, 0.f}};
+  for (const G& c : gcases)
+    for (int tw = 0; tw < 2; ++tw) {
+      Pair off = offsets(c.E, c.rows, c.M);
+      Pair x = e.in({c.M, c.K}, c.x);
+      Pair w = e.in(tw ? Shape{c.E, c.N, c.K} : Shape{c.E, c.K, c.N}, c.w);
+      // Rows past offsets[E] must keep their content, so y starts initialised even for beta 0.
+      Pair y = e.out_init({c.M, c.N}, c.y);
+      e.cpu->grouped_gemm(x.c, w.c, tw, off.c, y.c, c.alpha, c.beta);
+      e.gpu->grouped_gemm(x.g, w.g, tw, off.g, y.g, c.alpha, c.beta);
+      std::ostringstream name;
+      name << "grouped_gemm E=" << c.E << " M=" << c.M << " " << c.N << "x" << c.K << (tw ? " Wᵀ " : " W ")
+           << dtype_name(c.x) << "·" << dtype_name(c.w) << "->" << dtype_name(c.y) << " beta " << c.beta;
+      const bool fp32 = c.x == F32 && c.w == F32;
+      compare(e, name.str(), y, fp32 ? (c.y == F32 ? 1e-10 : 1e-5) : 1e-4);
+    }
+  // beta 0 ignores NaN in the rows it writes.
+  {
+    Pair off = offsets(7, 200, 200);
+    Pair x = e.in({200, 48}, BF), w = e.in({7, 56, 48}, BF);
+    Pair y = e.out({200, 56}, BF);
+    e.cpu->grouped_gemm(x.c, w.c, true, off.c, y.c, 1.f, 0.f);
+    e.gpu->grouped_gemm(x.g, w.g, true, off.g, y.g, 1.f, 0.f);
+    compare(e, "grouped_gemm beta 0 over NaN", y, 1e-4);
+  }
+
+  // grouped_gemm_wgrad: LoRA A-like (N = r small, K large), B-like (K = r), awkward sizes; beta 0 over NaN.
+  struct W {
+    int64_t E, rows, M, N, K;
+    DType a, b;
+    float alpha, beta;
+  };
+  const W wcases[] = {{9, 400, 400, 16, 72, F32, BF, 1.f, 1.f},  {9, 400, 403, 72, 16, BF, F32, 0.5f, 1.f},
+                      {3, 150, 150, 33, 130, BF, BF, 1.f, 0.f},  {40, 321, 321, 8, 40, F32, F32, 1.f, 0.f}};
+  for (const W& c : wcases) {
+    Pair off = offsets(c.E, c.rows, c.M);
+    Pair a = e.in({c.M, c.N}, c.a), b = e.in({c.M, c.K}, c.b);
+    Pair g = c.beta != 0.f ? e.out_init({c.E, c.N, c.K}, F32) : e.out({c.E, c.N, c.K}, F32);
+    e.cpu->grouped_gemm_wgrad(a.c, b.c, off.c, g.c, c.alpha, c.beta);
+    e.gpu->grouped_gemm_wgrad(a.g, b.g, off.g, g.g, c.alpha, c.beta);
+    std::ostringstream name;
+    name << "grouped_gemm_wgrad E=" << c.E << " M=" << c.M << " " << c.N << "x" << c.K << " " << dtype_name(c.a)
+         << "ᵀ·" << dtype_name(c.b) << " beta " << c.beta;
+    compare(e, name.str(), g, c.a == F32 && c.b == F32 ? 1e-10 : 1e-4);
+  }
+
+  // permute3: expert LoRA B [out, r·E] -> [E, out, r] and back; with a dtype conversion.
+  {
+    const int64_t out = 37, r = 5, E = 11;
+    Pair B = e.in({out, r * E}, F32);
+    Pair Bc = e.out({E, out, r}, F32);
+    e.cpu->permute3(B.c, out, r, E, 2, 0, 1, Bc.c);
+    e.gpu->permute3(B.g, out, r, E, 2, 0, 1, Bc.g);
+    compare(e, "permute3 (2,0,1)", Bc, 0);
+    Pair back = e.out({out, r * E}, F32);
+    e.cpu->permute3(Bc.c, E, out, r, 1, 2, 0, back.c);
+    e.gpu->permute3(Bc.g, E, out, r, 1, 2, 0, back.g);
+    compare(e, "permute3 (1,2,0)", back, 0);
+    Pair x = e.in({6, 7, 8}, BF);
+    Pair xt = e.out({8, 7, 6}, F32);
+    e.cpu->permute3(x.c, 6, 7, 8, 2, 1, 0, xt.c);
+    e.gpu->permute3(x.g, 6, 7, 8, 2, 1, 0, xt.g);
+    compare(e, "permute3 (2,1,0) BF16->F32", xt, 0);
+  }
+}
+
 // ---- losses ---------------------------------------------------------------------------------------------
 void case_cross_entropy(Env& e) {
   const int64_t T = 13, V = 1001;
@@ -514,6 +666,8 @@ const std::vector<OpCase>& all_cases() {
       {"gdn", {"gdn_fwd", "gdn_bwd"}, case_gdn},
       {"moe", {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},
        case_moe},
+      {"moe_grouped", {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_wgrad", "permute3"},
+       case_moe_grouped},
       {"cross_entropy", {"cross_entropy"}, case_cross_entropy},
       {"linear_cross_entropy", {"linear_cross_entropy"}, case_linear_cross_entropy},
       {"optim", {"adamw_step", "sgd_step"}, case_optim},

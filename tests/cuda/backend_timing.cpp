@@ -121,6 +121,76 @@ TEST(BackendTiming, DISABLED_ModelShapes) {
   }
 }
 
+// MoE expert ops at the Qwen3.5-35B-A3B shape: 4096 tokens, top-8 of 256 experts (uniform random routing,
+// ~128 rows per expert), H 2048, expert intermediate 512, LoRA r 16. The dense cuBLAS GEMM with the same
+// M·N·K is printed as the reference rate.
+TEST(BackendTiming, DISABLED_MoeShapes) {
+  if (!cuda_backend_available()) GTEST_SKIP();
+  auto gpu = make_cuda_backend(0);
+  Backend& b = *gpu;
+  const DType BF = DType::BF16, F32 = DType::F32;
+  const int T = 4096, K = 8, E = 256, H = 2048, I = 512, r = 16;
+  const int64_t M = int64_t(T) * K;
+  std::printf("%s\n", b.name().c_str());
+  Tensor hi = host_tensor({T, K}, DType::I32);
+  uint64_t z = 99;
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < K; ++j) {  // K distinct experts per token
+      int e;
+      bool dup;
+      do {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        e = int((z >> 33) % E);
+        dup = false;
+        for (int q = 0; q < j; ++q) dup |= hi.ptr<int32_t>()[t * K + q] == e;
+      } while (dup);
+      hi.ptr<int32_t>()[t * K + j] = e;
+    }
+  Tensor idx = b.upload(hi, DType::I32);
+  Tensor off = b.alloc({E + 1}, DType::I32), rt = b.alloc({M}, DType::I32), rs = b.alloc({M}, DType::I32),
+         sr = b.alloc({M}, DType::I32), load = b.zeros({E}, F32);
+  const double dms = median_ms(b, [&] { b.moe_dispatch(idx, E, off, rt, rs, sr, &load); });
+  std::printf("moe_dispatch T=%d K=%d E=%d                %8.3f ms\n", T, K, E, dms);
+
+  auto rate = [](double flop, double ms) { return flop / ms / 1e9; };
+  Tensor x = rand_dev(b, {M, H}, BF, -1, 1, 21), wgu = rand_dev(b, {E, 2 * I, H}, BF, -0.05f, 0.05f, 22);
+  Tensor gu = b.alloc({M, 2 * I}, BF);
+  double ms = median_ms(b, [&] { b.grouped_gemm(x, wgu, true, off, gu, 1.f, 0.f); });
+  const double f_gu = 2.0 * M * 2 * I * H;
+  std::printf("grouped_gemm gate_up  %lldx%dx%d Wt     %8.3f ms  %6.1f TFLOP/s\n", (long long)M, 2 * I, H, ms,
+              rate(f_gu, ms));
+  Tensor dx = b.alloc({M, H}, BF);
+  ms = median_ms(b, [&] { b.grouped_gemm(gu, wgu, false, off, dx, 1.f, 0.f); });
+  std::printf("grouped_gemm gate_up dX %lldx%dx%d W    %8.3f ms  %6.1f TFLOP/s\n", (long long)M, H, 2 * I, ms,
+              rate(f_gu, ms));
+  Tensor h = rand_dev(b, {M, I}, BF, -1, 1, 23), wd = rand_dev(b, {E, H, I}, BF, -0.05f, 0.05f, 24);
+  Tensor y = b.alloc({M, H}, BF);
+  ms = median_ms(b, [&] { b.grouped_gemm(h, wd, true, off, y, 1.f, 0.f); });
+  std::printf("grouped_gemm down     %lldx%dx%d Wt     %8.3f ms  %6.1f TFLOP/s\n", (long long)M, H, I, ms,
+              rate(2.0 * M * H * I, ms));
+  Tensor A = rand_dev(b, {E, r, H}, F32, -0.05f, 0.05f, 25), u = b.alloc({M, r}, F32);
+  ms = median_ms(b, [&] { b.grouped_gemm(x, A, true, off, u, 1.f, 0.f); });
+  std::printf("grouped_gemm LoRA u   %lldx%dx%d (F32 A) %8.3f ms  %6.1f GB/s of x\n", (long long)M, r, H, ms,
+              double(M) * H * 2 / ms / 1e6);
+  Tensor gA = b.zeros({E, r, H}, F32);
+  ms = median_ms(b, [&] { b.grouped_gemm_wgrad(u, x, off, gA, 1.f, 1.f); });
+  std::printf("grouped_gemm_wgrad gA %dx%dx%d over %lld rows %8.3f ms  %6.1f GB/s of x\n", E, r, H, (long long)M, ms,
+              double(M) * H * 2 / ms / 1e6);
+  Tensor B = rand_dev(b, {2 * I, r * E}, F32, -0.05f, 0.05f, 26), Bc = b.alloc({E, 2 * I, r}, F32);
+  ms = median_ms(b, [&] { b.permute3(B, 2 * I, r, E, 2, 0, 1, Bc); });
+  std::printf("permute3 LoRA B %dx%d -> [E, out, r]      %8.3f ms\n", 2 * I, r * E, ms);
+  Tensor out = b.alloc({T, H}, BF), w = rand_dev(b, {T, K}, F32, 0, 1, 27);
+  ms = median_ms(b, [&] { b.moe_combine(y, sr, w, out); });
+  std::printf("moe_combine T=%d K=%d H=%d                %8.3f ms\n", T, K, H, ms);
+  {  // dense reference at the gate_up size
+    Tensor wd2 = rand_dev(b, {2 * I, H}, BF, -0.05f, 0.05f, 28);
+    ms = median_ms(b, [&] { b.gemm(x, false, wd2, true, gu, 1.f, 0.f); });
+    std::printf("dense gemm (cuBLAS)   %lldx%dx%d        %8.3f ms  %6.1f TFLOP/s\n", (long long)M, 2 * I, H, ms,
+                rate(f_gu, ms));
+  }
+  EXPECT_TRUE(b.all_finite(gu) && b.all_finite(dx) && b.all_finite(y) && b.all_finite(gA) && b.all_finite(out));
+}
+
 // Attention at the Qwen3.5 shape (T=4096 one sequence, nH 8, nKV 2, head_dim 256), forward and backward
 // timed separately, on the tensor-core kernels and on the FMA kernels (DT_ATTN_FMA=1) for A/B. Causal flops:
 // forward 2 products · 2·T²/2·hd·nH, backward 2.5x that (FA2's count: 5 products).

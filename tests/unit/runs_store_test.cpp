@@ -78,6 +78,10 @@ StepMetrics step_metrics(int64_t step, double loss, double eval_loss = -1) {
   m.lr = 1e-4;
   m.tokens_seen = step * 100;
   m.wall_seconds = step * 0.5;
+  if (step % 2 == 0) {  // MoE router statistics on some rows; the others keep the "not MoE" -1
+    m.moe_load_max_ratio = 1.0 + 0.25 * step;
+    m.moe_load_cv = 0.125 * step;
+  }
   return m;
 }
 
@@ -170,6 +174,9 @@ TEST(RunsStore, MetricsSummaryAndTruncate) {
   EXPECT_DOUBLE_EQ(ms[2].loss, 2.7);
   EXPECT_EQ(ms[2].tokens_seen, 300);
   EXPECT_DOUBLE_EQ(ms[2].wall_seconds, 1.5);
+  EXPECT_DOUBLE_EQ(ms[2].moe_load_max_ratio, -1);
+  EXPECT_DOUBLE_EQ(ms[3].moe_load_max_ratio, 2.0);
+  EXPECT_DOUBLE_EQ(ms[3].moe_load_cv, 0.5);
   auto r = store.find_run(id);
   EXPECT_EQ(r->steps, 6);
   EXPECT_DOUBLE_EQ(r->final_loss, 2.4);
@@ -348,8 +355,8 @@ TEST(RunsStore, SchemaVersionAndBadFiles) {
     ExperimentStore reopened(tmp.db());  // no second migration, data kept
     EXPECT_EQ(reopened.list_runs().size(), 1u);
     RawDb raw(tmp.db());
-    EXPECT_EQ(raw.scalar("SELECT COUNT(*) FROM schema_version"), "1");
-    EXPECT_EQ(raw.scalar("SELECT MAX(version) FROM schema_version"), "1");
+    EXPECT_EQ(raw.scalar("SELECT COUNT(*) FROM schema_version"), "2");
+    EXPECT_EQ(raw.scalar("SELECT MAX(version) FROM schema_version"), "2");
     raw.exec("INSERT INTO schema_version(version) VALUES (99)");
   }
   EXPECT_NE(message_of([&] { ExperimentStore s(tmp.db()); }).find("schema version 99, newer than"),

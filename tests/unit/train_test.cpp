@@ -74,6 +74,7 @@ TEST(Train, DemoLossFallsClearly) {
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].status, "finished");
   EXPECT_EQ(store.metrics(runs[0].id).size(), 40u);
+  EXPECT_EQ(store.metrics(runs[0].id)[0].moe_load_max_ratio, -1) << "dense model: no router statistics";
   fs::remove_all(dir);
 }
 

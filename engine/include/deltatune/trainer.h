@@ -24,6 +24,9 @@ struct StepMetrics {
   int64_t trained_tokens = 0;  // targets of this step
   int64_t vram_allocated = 0, vram_reserved = 0;
   double wall_seconds = 0;     // since the run started
+  // MoE router load balance over the step's tokens, averaged over MoE layers (-1 for dense models):
+  // max/mean tokens per expert (1 = balanced) and the coefficient of variation std/mean (0 = balanced).
+  double moe_load_max_ratio = -1, moe_load_cv = -1;
 };
 
 enum class LogLevel { Info, Warning, Error };

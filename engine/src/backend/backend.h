@@ -172,6 +172,36 @@ class Backend {
   virtual void scale_rows(const Tensor& x, const Tensor& s, Tensor& y) = 0;
   virtual void sigmoid(const Tensor& x, Tensor& y) = 0;  // (=)
 
+  // ---- MoE: device-side dispatch and grouped expert GEMMs (no host sync on expert counts) ----------
+  // Sorts the T·K routing slots s = t·K + j (idx I32 [T, K], values in [0, E)) by (expert, s), stably:
+  //   offsets   I32 [E+1] (=): exclusive scan of the per-expert counts (offsets[E] = T·K)
+  //   row_token I32 [T·K] (=): token of each permuted row;  row_slot I32 [T·K] (=): its slot s
+  //   slot_row  I32 [T·K] (=): inverse permutation, permuted row of each slot
+  // load (may be null): F32 [E] (+=) tokens routed to each expert (router statistics).
+  virtual void moe_dispatch(const Tensor& idx, int num_experts, Tensor& offsets, Tensor& row_token,
+                            Tensor& row_slot, Tensor& slot_row, Tensor* load) = 0;
+  // out[t] (=) Σ_{j<K} w[t, j]·y[slot_row[t·K + j]], j in increasing order (deterministic, no atomics).
+  // y [T·K, H] in permuted order; w F32 [T, K] (undefined = all ones); out [T, H].
+  virtual void moe_combine(const Tensor& y, const Tensor& slot_row, const Tensor& w, Tensor& out) = 0;
+  // Grouped GEMM over experts with device-side row ranges: for each expert e and rows
+  // r in [offsets[e], offsets[e+1]) of x [M, K]:
+  //   y[r] (=) alpha·x[r]·W_eᵀ + beta·y[r]   (trans_w: w is [E, N, K])
+  //   y[r] (=) alpha·x[r]·W_e  + beta·y[r]   (!trans_w: w is [E, K, N])
+  // y [M, N]. offsets I32 [E+1] on the device, offsets[0] = 0, offsets[E] <= M; rows past offsets[E]
+  // are not written. beta == 0 ignores y's old content. CUDA, as gemm: F32·F32 in fp32; otherwise tensor cores
+  // with bf16 operands (an F32 operand rounded to bf16 first) and fp32 accumulation.
+  virtual void grouped_gemm(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& y,
+                            float alpha, float beta) = 0;
+  // Weight-gradient form: G_e (=) alpha·Σ_{r in expert e's rows} a[r]ᵀ·b[r] + beta·G_e for every expert
+  // (experts without rows get beta·G_e). a [M, N], b [M, K], g [E, N, K], offsets as above.
+  virtual void grouped_gemm_wgrad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& g, float alpha,
+                                  float beta) = 0;
+  // 3-D permutation (torch.permute): src viewed as [d0, d1, d2]; dst (=) its axes reordered so that dst
+  // axis i is src axis p_i (dst shape [d_p0, d_p1, d_p2]); any float dtypes. Expert LoRA B [out, r·E]
+  // -> per-expert [E, out, r] is (d0, d1, d2) = (out, r, E), p = (2, 0, 1); the way back is p = (1, 2, 0).
+  virtual void permute3(const Tensor& src, int64_t d0, int64_t d1, int64_t d2, int p0, int p1, int p2,
+                        Tensor& dst) = 0;
+
   // ---- loss ------------------------------------------------------------------------------------
   // Cross-entropy over rows of logits [T, V] (computed in fp32) against labels I32 [T] (targets already
   // shifted; -100 = ignored). Returns Σ CE over non-ignored rows. If dlogits is given (may alias

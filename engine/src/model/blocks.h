@@ -41,6 +41,7 @@ struct BlockContext {
   // This forward is the recompute right before the layer's backward (gradient checkpointing): ops may keep
   // per-call state for the backward instead of recomputing it there.
   bool keep_for_backward = false;
+  Tensor* moe_load = nullptr;  // F32 [E] (+=) tokens per expert of this layer (router statistics), or null
   uint64_t salt(int module) const { return static_cast<uint64_t>(layer) * 64 + static_cast<uint64_t>(module); }
 };
 
@@ -75,16 +76,18 @@ void mlp_bwd(const BlockContext& c, const Tensor& gate_w, const Tensor& up_w, co
              LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& dout, const MlpCache& cache,
              Tensor& dx, bool accumulate);
 
-struct ExpertCache {
-  int expert = 0;
-  int64_t n = 0;
-  Tensor rows, slots;  // I32 [n]: token index, and flat index t*k+j into the routing weights
-  Tensor xe, gu, g, u, h, ye, we;
-  LinearCache lgu, ld;
+// One expert parameter (W [E, out, in]) with its optional LoRA, applied to rows grouped by expert.
+struct GroupedLinearCache {
+  Tensor xd;  // dropout(x) when dropout > 0
+  Tensor u;   // xd·A_eᵀ per row [M, r] (F32)
+  Tensor Bc;  // B regrouped per expert [E, out, r] (F32)
 };
 struct MoeCache {
   Tensor logits, idx, w;
-  std::vector<ExpertCache> experts;
+  // Dispatch (backend.h moe_dispatch): M = T·K rows sorted by (expert, slot).
+  Tensor offsets, row_token, row_slot, slot_row;
+  Tensor xe, g, u, h, ye;  // permuted input [M,H], gate/up/act [M,Ie], expert output [M,H]
+  GroupedLinearCache lgu, ld;
   MlpCache shared;
   Tensor shared_out, sg_logit, sg;  // shared expert output [T,H], gate logit [T,1], σ(gate) [T]
 };

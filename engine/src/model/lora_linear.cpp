@@ -2,8 +2,6 @@
 
 namespace deltatune {
 
-static uint64_t mix_seed(uint64_t seed, uint64_t salt) { return seed ^ (salt * 0xD1B54A32D192ED03ull); }
-
 void linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, Tensor& y, LinearCache& cache) {
   be.gemm(x, false, w, true, y, 1.f, 0.f);
@@ -12,7 +10,7 @@ void linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* lora,
   Tensor xin = x;
   if (rt.training && rt.dropout > 0.f) {
     cache.xd = be.alloc(x.shape, x.dtype);
-    be.dropout(x, rt.dropout, mix_seed(rt.dropout_seed, module_salt), cache.xd);
+    be.dropout(x, rt.dropout, lora_module_seed(rt, module_salt), cache.xd);
     xin = cache.xd;
   }
   cache.u = be.alloc({x.rows(), lora->r}, DType::F32);
@@ -38,7 +36,7 @@ void linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModule* lora
   Tensor dxd = be.alloc(dx.shape, dx.dtype);
   be.gemm(du, false, lora->A, false, dxd, 1.f, 0.f);
   Tensor masked = be.alloc(dx.shape, dx.dtype);
-  be.dropout(dxd, rt.dropout, mix_seed(rt.dropout_seed, module_salt), masked);
+  be.dropout(dxd, rt.dropout, lora_module_seed(rt, module_salt), masked);
   be.add(dx, masked, 1.f);
 }
 

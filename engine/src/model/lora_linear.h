@@ -19,6 +19,11 @@ struct LoraRuntime {
   bool training = false;
 };
 
+// Dropout seed of one module for this step (the module salt mixed into the step seed).
+inline uint64_t lora_module_seed(const LoraRuntime& rt, uint64_t salt) {
+  return rt.dropout_seed ^ (salt * 0xD1B54A32D192ED03ull);
+}
+
 // y (=) x·Wᵀ + LoRA. W [out, in]; x [T, in]; y [T, out].
 void linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, Tensor& y, LinearCache& cache);

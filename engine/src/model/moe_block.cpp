@@ -1,42 +1,70 @@
 // Sparse MoE block (spec §3.8): softmax router, top-k renormalised weights, per-expert SwiGLU on the
 // tokens routed to it, plus a shared expert scaled by σ(x·w_sgᵀ).
 //
-// Routed tokens are grouped per expert on the host (one download of the top-k indices per layer); the
-// GPU path without a host sync is issue "MoE on the GPU".
-// Expert LoRA follows PEFT's layout (peft-adapter.md §6.2): A_e = rows [e·r, (e+1)·r) of A (contiguous);
-// B_e = columns {k·E + e} of B (strided), gathered into a temporary [out, r] per expert.
-#include <vector>
-
+// Everything stays on the device, with no host sync on expert counts: moe_dispatch sorts the T·K routing
+// slots by expert (offsets, row maps), the token rows are gathered once into that order, both expert
+// projections run as grouped GEMMs over the experts' row ranges, SwiGLU runs over all rows at once, and
+// moe_combine sums each token's K expert outputs in a fixed order (deterministic, no atomics).
+// Expert LoRA follows PEFT's layout (peft-adapter.md §6.2): A [r·E, in] is [E, r, in] as it is; B [out, r·E]
+// has expert e's column k at k·E + e, so it is regrouped into [E, out, r] by one permute3 per layer (and its
+// gradient back by another). LoRA dropout (if any) masks the permuted input rows of each projection: every
+// routed (token, expert) row gets its own mask, the same in forward and backward.
 #include "core/error.h"
 #include "model/blocks.h"
 
 namespace deltatune {
 namespace {
 
-// A per-expert view of an expert LoRA module; gB_e is copied back by expert_lora_store_grad.
-LoraModule expert_lora_view(Backend& be, LoraModule* m, int e, bool with_grad) {
-  LoraModule v;
-  v.r = m->r;
-  v.scaling = m->scaling;
-  v.in = m->in;
-  v.out = m->out;
-  const int64_t r = m->r, E = m->experts;
-  v.A = m->A.slice(e * r, (e + 1) * r);
-  v.B = be.alloc({m->out, r}, DType::F32);
-  for (int64_t k = 0; k < r; ++k) be.copy_cols(v.B, k, m->B, k * E + e, 1);
-  if (with_grad) {
-    v.gA = m->gA.slice(e * r, (e + 1) * r);
-    v.gB = be.alloc({m->out, r}, DType::F32);
-    for (int64_t k = 0; k < r; ++k) be.copy_cols(v.gB, k, m->gB, k * E + e, 1);
+// y (=) x·W_eᵀ (+ s·(drop(x)·A_eᵀ)·B_eᵀ) for the rows [off[e], off[e+1]) of each expert e; W [E, out, in].
+void grouped_linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* m, const LoraRuntime& rt,
+                        uint64_t salt, const Tensor& off, Tensor& y, GroupedLinearCache& c) {
+  be.grouped_gemm(x, w, true, off, y, 1.f, 0.f);
+  if (!m) return;
+  const int64_t E = m->experts, r = m->r;
+  check(E == w.dim(0) && m->in == w.dim(2) && m->out == w.dim(1),
+        "internal: expert LoRA " + m->path + " does not match its weight " + shape_str(w.shape));
+  Tensor xin = x;
+  if (rt.training && rt.dropout > 0.f) {
+    c.xd = be.alloc(x.shape, x.dtype);
+    be.dropout(x, rt.dropout, lora_module_seed(rt, salt), c.xd);
+    xin = c.xd;
   }
-  return v;
+  c.u = be.alloc({x.rows(), r}, DType::F32);
+  be.grouped_gemm(xin, m->A.view({E, r, m->in}), true, off, c.u, 1.f, 0.f);
+  c.Bc = be.alloc({E, m->out, r}, DType::F32);
+  be.permute3(m->B, m->out, r, E, 2, 0, 1, c.Bc);
+  be.grouped_gemm(c.u, c.Bc, true, off, y, m->scaling, 1.f);
 }
 
-void expert_lora_store_grad(Backend& be, LoraModule* m, int e, const LoraModule& v) {
-  const int64_t r = m->r, E = m->experts;
-  for (int64_t k = 0; k < r; ++k) be.copy_cols(m->gB, k * E + e, v.gB, k, 1);
+// dx (=) dy·W_e (+ LoRA path); LoRA gradients (+=) into m->gA / m->gB. x: the forward input.
+void grouped_linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModule* m, const LoraRuntime& rt,
+                        uint64_t salt, const Tensor& off, const Tensor& x, const GroupedLinearCache& c, Tensor& dx) {
+  be.grouped_gemm(dy, w, false, off, dx, 1.f, 0.f);
+  if (!m) return;
+  const int64_t E = m->experts, r = m->r;
+  const bool dropped = rt.training && rt.dropout > 0.f;
+  const Tensor& xin = dropped ? c.xd : x;
+  // gB_e += s·dy_eᵀ·u_e, in the per-expert grouping and back.
+  Tensor gBc = be.alloc({E, m->out, r}, DType::F32);
+  be.permute3(m->gB, m->out, r, E, 2, 0, 1, gBc);
+  be.grouped_gemm_wgrad(dy, c.u, off, gBc, m->scaling, 1.f);
+  be.permute3(gBc, E, m->out, r, 1, 2, 0, m->gB);
+  // du = s·dy·B_e ; gA_e += du_eᵀ·xin_e ; dx += dropout(du·A_e)
+  Tensor du = be.alloc({dy.rows(), r}, DType::F32);
+  be.grouped_gemm(dy, c.Bc, false, off, du, m->scaling, 0.f);
+  Tensor gA = m->gA.view({E, r, m->in});
+  be.grouped_gemm_wgrad(du, xin, off, gA, 1.f, 1.f);
+  const Tensor A = m->A.view({E, r, m->in});
+  if (!dropped) {
+    be.grouped_gemm(du, A, false, off, dx, 1.f, 1.f);
+    return;
+  }
+  Tensor dxd = be.alloc(dx.shape, dx.dtype);
+  be.grouped_gemm(du, A, false, off, dxd, 1.f, 0.f);
+  Tensor masked = be.alloc(dx.shape, dx.dtype);
+  be.dropout(dxd, rt.dropout, lora_module_seed(rt, salt), masked);
+  be.add(dx, masked, 1.f);
 }
-
 
 }  // namespace
 
@@ -45,6 +73,7 @@ Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   Backend& be = c.be;
   const auto& cfg = c.cfg;
   const int64_t T = x.rows(), H = cfg.hidden_size, E = cfg.num_experts, K = cfg.top_k, Ie = cfg.moe_intermediate;
+  const int64_t M = T * K;
   const DType dt = be.compute_dtype();
 
   // Router logits in fp32: the top-k choice is the one place where bf16 rounding flips a discrete decision
@@ -55,54 +84,28 @@ Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   k.w = be.alloc({T, K}, DType::F32);
   be.moe_router_fwd(k.logits, static_cast<int>(K), k.idx, k.w);
 
-  const Tensor idx_host = be.download(k.idx, DType::I32);
-  std::vector<std::vector<int32_t>> rows(E), slots(E);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t j = 0; j < K; ++j) {
-      const int32_t e = idx_host.ptr<int32_t>()[t * K + j];
-      check(e >= 0 && e < E, "internal: router picked expert " + std::to_string(e));
-      rows[e].push_back(static_cast<int32_t>(t));
-      slots[e].push_back(static_cast<int32_t>(t * K + j));
-    }
-  }
+  k.offsets = be.alloc({E + 1}, DType::I32);
+  k.row_token = be.alloc({M}, DType::I32);
+  k.row_slot = be.alloc({M}, DType::I32);
+  k.slot_row = be.alloc({M}, DType::I32);
+  be.moe_dispatch(k.idx, static_cast<int>(E), k.offsets, k.row_token, k.row_slot, k.slot_row, c.moe_load);
 
-  Tensor out = be.zeros({T, H}, dt);
-  Tensor w_flat = k.w.view({T * K, 1});
-  for (int e = 0; e < E; ++e) {
-    const int64_t n = static_cast<int64_t>(rows[e].size());
-    if (n == 0) continue;
-    ExpertCache ec;
-    ec.expert = e;
-    ec.n = n;
-    ec.rows = be.upload_i32(rows[e]);
-    ec.slots = be.upload_i32(slots[e]);
-    ec.xe = be.alloc({n, H}, dt);
-    be.gather_rows(x, ec.rows, ec.xe);
-    ec.gu = be.alloc({n, 2 * Ie}, dt);
-    {
-      LoraModule lv;
-      if (l.ex_gate_up) lv = expert_lora_view(be, l.ex_gate_up, e, false);
-      linear_fwd(be, ec.xe, w.experts_gate_up.index(e), l.ex_gate_up ? &lv : nullptr, c.rt, c.salt(16 + e % 32),
-                 ec.gu, ec.lgu);
-    }
-    ec.g = be.alloc({n, Ie}, dt);
-    ec.u = be.alloc({n, Ie}, dt);
-    be.copy_cols(ec.g, 0, ec.gu, 0, Ie);
-    be.copy_cols(ec.u, 0, ec.gu, Ie, Ie);
-    ec.h = be.alloc({n, Ie}, dt);
-    be.swiglu_fwd(ec.g, ec.u, ec.h);
-    ec.ye = be.alloc({n, H}, dt);
-    {
-      LoraModule lv;
-      if (l.ex_down) lv = expert_lora_view(be, l.ex_down, e, false);
-      linear_fwd(be, ec.h, w.experts_down.index(e), l.ex_down ? &lv : nullptr, c.rt, c.salt(48 + e % 16), ec.ye,
-                 ec.ld);
-    }
-    ec.we = be.alloc({n, 1}, DType::F32);
-    be.gather_rows(w_flat, ec.slots, ec.we);
-    be.scatter_add_rows(ec.ye, ec.rows, ec.we.view({n}), out);
-    k.experts.push_back(std::move(ec));
+  k.xe = be.alloc({M, H}, dt);
+  be.gather_rows(x, k.row_token, k.xe);
+  {
+    Tensor gu = be.alloc({M, 2 * Ie}, dt);  // split into gate and up right away (not kept)
+    grouped_linear_fwd(be, k.xe, w.experts_gate_up, l.ex_gate_up, c.rt, c.salt(16), k.offsets, gu, k.lgu);
+    k.g = be.alloc({M, Ie}, dt);
+    k.u = be.alloc({M, Ie}, dt);
+    be.copy_cols(k.g, 0, gu, 0, Ie);
+    be.copy_cols(k.u, 0, gu, Ie, Ie);
   }
+  k.h = be.alloc({M, Ie}, dt);
+  be.swiglu_fwd(k.g, k.u, k.h);
+  k.ye = be.alloc({M, H}, dt);
+  grouped_linear_fwd(be, k.h, w.experts_down, l.ex_down, c.rt, c.salt(48), k.offsets, k.ye, k.ld);
+  Tensor out = be.alloc({T, H}, dt);
+  be.moe_combine(k.ye, k.slot_row, k.w, out);
 
   k.shared_out = mlp_fwd(c, w.sh_gate, w.sh_up, w.sh_down, l.sh_gate, l.sh_up, l.sh_down, 10, x, k.shared);
   k.sg_logit = be.alloc({T, 1}, dt);
@@ -122,42 +125,31 @@ void moe_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
   const int64_t T = dout.rows(), H = cfg.hidden_size, E = cfg.num_experts, K = cfg.top_k, Ie = cfg.moe_intermediate;
   const DType dt = be.compute_dtype();
 
-  be.fill(dx, 0.f);
-  Tensor dw = be.zeros({T * K, 1}, DType::F32);
-  for (const ExpertCache& ec : k.experts) {
-    const int64_t n = ec.n;
-    const int e = ec.expert;
-    Tensor dout_rows = be.alloc({n, H}, dt);
-    be.gather_rows(dout, ec.rows, dout_rows);
-    Tensor dwe = be.alloc({n}, DType::F32);
-    be.row_dot(dout_rows, ec.ye, dwe);
-    be.scatter_add_rows(dwe.view({n, 1}), ec.slots, Tensor{}, dw);
-    Tensor dye = be.alloc({n, H}, dt);
-    be.scale_rows(dout_rows, ec.we.view({n}), dye);
+  const int64_t M = T * K;
+  // Combine backward: dye[i] = w[slot(i)]·dout[token(i)]; dw[slot(i)] = <dout[token(i)], ye[i]>.
+  Tensor dout_rows = be.alloc({M, H}, dt);
+  be.gather_rows(dout, k.row_token, dout_rows);
+  Tensor dw_rows = be.alloc({M, 1}, DType::F32);
+  Tensor dw_rows1 = dw_rows.view({M});
+  be.row_dot(dout_rows, k.ye, dw_rows1);
+  Tensor dw = be.alloc({M, 1}, DType::F32);
+  be.gather_rows(dw_rows, k.slot_row, dw);
+  Tensor we = be.alloc({M, 1}, DType::F32);
+  be.gather_rows(k.w.view({M, 1}), k.row_slot, we);
+  Tensor dye = be.alloc({M, H}, dt);
+  be.scale_rows(dout_rows, we.view({M}), dye);
+  dout_rows = Tensor{};
 
-    Tensor dh = be.alloc({n, Ie}, dt);
-    if (l.ex_down) {
-      LoraModule lv = expert_lora_view(be, l.ex_down, e, true);
-      linear_bwd(be, dye, w.experts_down.index(e), &lv, c.rt, c.salt(48 + e % 16), ec.ld, dh, false);
-      expert_lora_store_grad(be, l.ex_down, e, lv);
-    } else {
-      linear_bwd(be, dye, w.experts_down.index(e), nullptr, c.rt, 0, ec.ld, dh, false);
-    }
-    Tensor dg = be.alloc({n, Ie}, dt), du = be.alloc({n, Ie}, dt);
-    be.swiglu_bwd(dh, ec.g, ec.u, dg, du);
-    Tensor dgu = be.alloc({n, 2 * Ie}, dt);
-    be.copy_cols(dgu, 0, dg, 0, Ie);
-    be.copy_cols(dgu, Ie, du, 0, Ie);
-    Tensor dxe = be.alloc({n, H}, dt);
-    if (l.ex_gate_up) {
-      LoraModule lv = expert_lora_view(be, l.ex_gate_up, e, true);
-      linear_bwd(be, dgu, w.experts_gate_up.index(e), &lv, c.rt, c.salt(16 + e % 32), ec.lgu, dxe, false);
-      expert_lora_store_grad(be, l.ex_gate_up, e, lv);
-    } else {
-      linear_bwd(be, dgu, w.experts_gate_up.index(e), nullptr, c.rt, 0, ec.lgu, dxe, false);
-    }
-    be.scatter_add_rows(dxe, ec.rows, Tensor{}, dx);
-  }
+  Tensor dh = be.alloc({M, Ie}, dt);
+  grouped_linear_bwd(be, dye, w.experts_down, l.ex_down, c.rt, c.salt(48), k.offsets, k.h, k.ld, dh);
+  Tensor dg = be.alloc({M, Ie}, dt), du = be.alloc({M, Ie}, dt);
+  be.swiglu_bwd(dh, k.g, k.u, dg, du);
+  Tensor dgu = be.alloc({M, 2 * Ie}, dt);
+  be.copy_cols(dgu, 0, dg, 0, Ie);
+  be.copy_cols(dgu, Ie, du, 0, Ie);
+  Tensor dxe = be.alloc({M, H}, dt);
+  grouped_linear_bwd(be, dgu, w.experts_gate_up, l.ex_gate_up, c.rt, c.salt(16), k.offsets, k.xe, k.lgu, dxe);
+  be.moe_combine(dxe, k.slot_row, Tensor{}, dx);
   Tensor dlogits = be.alloc({T, E}, DType::F32);
   be.moe_router_bwd(dw.view({T, K}), k.idx, k.w, dlogits);
   be.gemm(dlogits, false, w.router, false, dx, 1.f, 1.f);

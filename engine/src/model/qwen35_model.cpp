@@ -169,7 +169,7 @@ SeqLayout Qwen35Model::make_layout(const Batch& batch) {
 }
 
 Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, LoraAdapter* lora,
-                                  const StepOptions& opts, Activations* acts) {
+                                  const StepOptions& opts, Activations* acts, Tensor* moe_load) {
   const int64_t T = static_cast<int64_t>(batch.input_ids.size()), H = cfg_.hidden_size;
   const DType dt = be_.compute_dtype();
   Tensor ids = be_.upload_i32(batch.input_ids);
@@ -178,6 +178,11 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
   if (acts) acts->layers.resize(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
     BlockContext ctx{be_, cfg_, seq, opts.lora, static_cast<int>(i)};
+    Tensor load_row;
+    if (moe_load) {
+      load_row = moe_load->index(static_cast<int64_t>(i));
+      ctx.moe_load = &load_row;
+    }
     const LayerLora l = layer_lora_find(lora, static_cast<int>(i));
     LayerCache scratch;
     LayerCache& c = (acts && !opts.gradient_checkpointing) ? acts->layers[i] : scratch;
@@ -200,10 +205,13 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
   const int64_t T = static_cast<int64_t>(batch.input_ids.size()), H = cfg_.hidden_size;
   const DType dt = be_.compute_dtype();
   Activations acts;
-  Tensor h = hidden_states(batch, seq, lora, opts, opts.backward ? &acts : nullptr);
+  StepOutput out;
+  // Router statistics from the first forward only (a checkpointed layer's recompute is not counted twice).
+  if (cfg_.is_moe()) out.moe_load = be_.zeros({static_cast<int64_t>(layers_.size()), cfg_.num_experts}, DType::F32);
+  Tensor h = hidden_states(batch, seq, lora, opts, opts.backward ? &acts : nullptr,
+                           out.moe_load.defined() ? &out.moe_load : nullptr);
   Tensor targets = be_.upload_i32(batch.targets);
 
-  StepOutput out;
   out.targets = batch.num_targets;
   Tensor dh;
   if (opts.backward) dh = be_.alloc({T, H}, dt);

@@ -25,6 +25,9 @@ struct StepOptions {
 struct StepOutput {
   double loss_sum = 0;   // Σ CE over the batch's targets
   int64_t targets = 0;
+  // MoE models: F32 [layers, E] device tensor, tokens routed to each expert in each layer by this step's
+  // forward (accumulated on the device, never synchronised per layer). Undefined for dense models.
+  Tensor moe_load;
 };
 
 class Qwen35Model {
@@ -44,8 +47,9 @@ class Qwen35Model {
  private:
   struct Activations;
   SeqLayout make_layout(const Batch& batch);
+  // moe_load: F32 [layers, E] (+=) router statistics, or null.
   Tensor hidden_states(const Batch& batch, const SeqLayout& seq, LoraAdapter* lora, const StepOptions& opts,
-                       Activations* acts);
+                       Activations* acts, Tensor* moe_load = nullptr);
 
   ModelConfig cfg_;
   Backend& be_;

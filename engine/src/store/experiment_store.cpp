@@ -91,6 +91,11 @@ CREATE TABLE tags (
   PRIMARY KEY (run_id, tag)
 ) WITHOUT ROWID;
 )sql",
+    // 1 -> 2: MoE router load-balance metrics (-1 for dense models and older rows).
+    R"sql(
+ALTER TABLE metrics ADD COLUMN moe_load_max_ratio REAL NOT NULL DEFAULT -1;
+ALTER TABLE metrics ADD COLUMN moe_load_cv REAL NOT NULL DEFAULT -1;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof kMigrations / sizeof kMigrations[0]);
 
@@ -431,8 +436,9 @@ void ExperimentStore::add_metrics(const std::string& run_id, const StepMetrics& 
   SqliteTransaction tx(impl_->db);
   SqliteStmt s(impl_->db,
                "INSERT INTO metrics(run_id, step, total_steps, epoch, loss, eval_loss, lr, grad_norm, "
-               "tokens_per_second, tokens_seen, trained_tokens, vram_allocated, vram_reserved, wall_seconds) "
-               "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+               "tokens_per_second, tokens_seen, trained_tokens, vram_allocated, vram_reserved, wall_seconds, "
+               "moe_load_max_ratio, moe_load_cv) "
+               "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   s.bind(1, run_id)
       .bind(2, m.step)
       .bind(3, m.total_steps)
@@ -441,6 +447,7 @@ void ExperimentStore::add_metrics(const std::string& run_id, const StepMetrics& 
       .bind(6, m.eval_loss);
   s.bind(7, m.lr).bind(8, m.grad_norm).bind(9, m.tokens_per_second).bind(10, m.tokens_seen);
   s.bind(11, m.trained_tokens).bind(12, m.vram_allocated).bind(13, m.vram_reserved).bind(14, m.wall_seconds);
+  s.bind(15, m.moe_load_max_ratio).bind(16, m.moe_load_cv);
   try {
     s.run();
   } catch (const Error&) {
@@ -465,7 +472,8 @@ std::vector<StepMetrics> ExperimentStore::metrics(const std::string& run_id) {
   SqliteStmt s(
       impl_->db,
       "SELECT step, total_steps, epoch, loss, eval_loss, lr, grad_norm, tokens_per_second, tokens_seen, "
-      "trained_tokens, vram_allocated, vram_reserved, wall_seconds FROM metrics WHERE run_id = ? "
+      "trained_tokens, vram_allocated, vram_reserved, wall_seconds, moe_load_max_ratio, moe_load_cv "
+      "FROM metrics WHERE run_id = ? "
       "ORDER BY step, rowid");
   s.bind(1, run_id);
   std::vector<StepMetrics> out;
@@ -484,6 +492,8 @@ std::vector<StepMetrics> ExperimentStore::metrics(const std::string& run_id) {
     m.vram_allocated = s.integer(10);
     m.vram_reserved = s.integer(11);
     m.wall_seconds = s.real(12);
+    m.moe_load_max_ratio = s.real(13);
+    m.moe_load_cv = s.real(14);
     out.push_back(m);
   }
   return out;

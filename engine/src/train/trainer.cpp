@@ -13,6 +13,7 @@
 #include "deltatune/experiment_store.h"
 #include "deltatune/trainer.h"
 #include "lora/peft_io.h"
+#include "model/moe_load_stats.h"
 #include "model/qwen35_model.h"
 #include "model/weights.h"
 #include "train/backend_select.h"
@@ -271,9 +272,15 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
       so.gradient_checkpointing = cfg.gradient_checkpointing;
       so.lora.training = true;
       so.lora.dropout = static_cast<float>(adapter.dropout);
+      Tensor moe_load;  // F32 [layers, E] on the device, summed over the micro-batches
       for (size_t i = 0; i < micro.size(); ++i) {
         so.lora.dropout_seed = step_seed(cfg.seed, step + 1, static_cast<int64_t>(i));
-        loss_sum += model.step(*micro[i], &adapter, so).loss_sum;
+        const StepOutput out = model.step(*micro[i], &adapter, so);
+        loss_sum += out.loss_sum;
+        if (out.moe_load.defined()) {
+          if (!moe_load.defined()) moe_load = out.moe_load;
+          else be->add(moe_load, out.moe_load, 1.f);
+        }
       }
       const double loss = targets > 0 ? loss_sum / static_cast<double>(targets) : 0.0;
       const double gnorm = lora_grad_norm(adapter, *be);
@@ -310,6 +317,11 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
       m.vram_allocated = ms.allocated_bytes;
       m.vram_reserved = ms.reserved_bytes;
       m.wall_seconds = wall_offset + std::chrono::duration<double>(Clock::now() - t_start).count();
+      if (moe_load.defined()) {  // after the step's synchronize: one small download per step
+        const MoeLoadStats ls = moe_load_stats(be->download(moe_load, DType::F32));
+        m.moe_load_max_ratio = ls.max_ratio;
+        m.moe_load_cv = ls.cv;
+      }
       const bool last = step == total_steps;
       if (!data.eval.empty() && ((cfg.eval_steps > 0 && step % cfg.eval_steps == 0) || last)) {
         m.eval_loss = evaluate_examples(model, adapter, data.eval, cfg);

@@ -42,6 +42,7 @@ inline void warp_sync() { ctx.block->warp_bar[warp()]->arrive_and_wait(); }
 // `smem_base` is the kernel's extern __shared__ array, defined by the including file (blocks run one at a time).
 template <class F>
 void launch(dim3 grid, int threads, unsigned char* smem_base, size_t smem, F&& body) {
+  for (unsigned bz = 0; bz < grid.z; ++bz)
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       Block b;
@@ -57,7 +58,7 @@ void launch(dim3 grid, int threads, unsigned char* smem_base, size_t smem, F&& b
         ts.emplace_back([&, t] {
           ctx.block = &b;
           ctx.tid = dim3(t, 0, 0);
-          ctx.bid = dim3(bx, by, 0);
+          ctx.bid = dim3(bx, by, bz);
           ctx.bdim = dim3(threads, 1, 1);
           ctx.gdim = grid;
           body();

@@ -100,6 +100,17 @@ class CpuBackend final : public Backend {
   void row_dot(const Tensor& a, const Tensor& b, Tensor& out) override;
   void scale_rows(const Tensor& x, const Tensor& s, Tensor& y) override;
 
+  // moe_grouped.cpp
+  void moe_dispatch(const Tensor& idx, int num_experts, Tensor& offsets, Tensor& row_token, Tensor& row_slot,
+                    Tensor& slot_row, Tensor* load) override;
+  void moe_combine(const Tensor& y, const Tensor& slot_row, const Tensor& w, Tensor& out) override;
+  void grouped_gemm(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& y, float alpha,
+                    float beta) override;
+  void grouped_gemm_wgrad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& g, float alpha,
+                          float beta) override;
+  void permute3(const Tensor& src, int64_t d0, int64_t d1, int64_t d2, int p0, int p1, int p2,
+                Tensor& dst) override;
+
   // loss.cpp
   double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits) override;
 

@@ -101,6 +101,17 @@ class CudaBackend final : public Backend {
   void scale_rows(const Tensor& x, const Tensor& s, Tensor& y) override;
   void sigmoid(const Tensor& x, Tensor& y) override;
 
+  // cuda_ops_moe.cpp
+  void moe_dispatch(const Tensor& idx, int num_experts, Tensor& offsets, Tensor& row_token, Tensor& row_slot,
+                    Tensor& slot_row, Tensor* load) override;
+  void moe_combine(const Tensor& y, const Tensor& slot_row, const Tensor& w, Tensor& out) override;
+  void grouped_gemm(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& y, float alpha,
+                    float beta) override;
+  void grouped_gemm_wgrad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& g, float alpha,
+                          float beta) override;
+  void permute3(const Tensor& src, int64_t d0, int64_t d1, int64_t d2, int p0, int p1, int p2,
+                Tensor& dst) override;
+
   double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits) override;
   double linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale, Tensor* dh,
                               int64_t chunk_rows) override;
@@ -130,6 +141,8 @@ class CudaBackend final : public Backend {
                                                  bool for_backward);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);
+  // t itself when it is BF16, else a BF16 copy (tensor-core operands of the grouped GEMMs).
+  Tensor as_bf16(const Tensor& t);
 
   int device_ = 0;
   std::string name_;

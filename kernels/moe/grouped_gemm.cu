@@ -1,0 +1,436 @@
+// Grouped expert GEMMs on tensor cores, row ranges read on the device (no host sync on expert counts).
+//
+// Both forms run one tile kernel: C_tile[BM, BN] = Σ_k A(m, k)·B(n, k) with bf16 operands staged in shared
+// memory and fp32 accumulation in mma.sync.m16n8k16 (row.col).
+//   forward   (grouped_gemm):       A(m, k) = x[r0 + m, k]; B(n, k) = W_e[n, k] (trans_w) or W_e[k, n];
+//             C = y rows [r0, r0 + BM) ∩ expert e's rows. Blocks are mapped to (expert, row tile) through
+//             tile_off[E+1] (exclusive scan of ceil(count_e / BM), built on the device by tile_prefix_kernel):
+//             the grid is sized by the bound ceil(M/BM) + E and blocks past tile_off[E] exit.
+//   wgrad     (grouped_gemm_wgrad): C = G_e [N, K]; A(m, k) = a[off_e + k, m]; B(n, k) = b[off_e + k, n]:
+//             the reduction runs over expert e's rows (blockIdx.z = e); experts without rows give beta·G_e.
+//
+// Operand tiles are loaded global -> registers (8 bf16 per vector: 16-byte loads when the run of 8 is
+// contiguous, in bounds and aligned; scalar otherwise, zero outside the matrix) one k-step ahead of the
+// MMAs on the tile in shared memory (register double buffering). An operand whose reduction dimension is
+// contiguous in memory is stored k-major ([rows][k]) and read with ldmatrix; one whose row dimension is
+// contiguous (W_e [K, N] for the dX products, both operands of the weight gradient) is stored as it lies
+// ([k][rows]) and read with ldmatrix.trans, so global loads stay coalesced and shared stores 16 bytes wide.
+//
+// Fragment layout relied on (PTX ISA, mma.m16n8k16 with .bf16 A/B and .f32 C/D; g = lane / 4, q = lane % 4;
+// each .b32 register holds two bf16, the lower column/k index in the low 16 bits):
+//   A (16×16, row-major): a0 = A[g][2q..2q+1], a1 = A[g+8][2q..2q+1], a2 = A[g][2q+8..2q+9], a3 = A[g+8][2q+8..2q+9]
+//   B (16×8, "col" = stored as B[n][k]): b0 = B[k=2q..2q+1][n=g], b1 = B[k=2q+8..2q+9][n=g]
+//   C/D (16×8, f32): c0, c1 = C[g][2q], C[g][2q+1]; c2, c3 = C[g+8][2q], C[g+8][2q+1]
+// and ldmatrix(.trans) as documented in attention/mma.cuh (the address patterns are at frag_a / frag_b2).
+// Shared rows are padded by 8 bf16 (k-major rows of 80 bytes, i-major rows of 272 or 80 bytes): the eight
+// 16-byte row reads of each ldmatrix phase then fall in distinct banks.
+// The MMA and ldmatrix go through attention/mma.cuh, so kernels/moe/emu/grouped_gemm_emu.cpp can run this
+// kernel on the host against the PTX-defined fragment layouts (DT_ATTN_EMU build).
+#include <cuda_bf16.h>
+
+#include "attention/mma.cuh"
+#include "common/device.cuh"
+#include "moe/moe.cuh"
+#ifndef DT_ATTN_EMU
+#include "moe/scan.cuh"
+#endif
+
+namespace deltatune::kernels {
+namespace {
+
+constexpr int kBK = 32;
+constexpr int kPad = 8;
+constexpr int kLd = kBK + kPad;  // shared row length in bf16
+
+struct TileArgs {
+  const void* a;  // bf16 (tensor-core kernel) or f32 (fp32 kernel): element (m, k) at a[m·a_sm + k·a_sk]
+  const void* b;  // element (n, k) at b[e·b_se + n·b_sn + k·b_sk]
+  int64_t a_sm, a_sk, b_sn, b_sk, b_se;  // b_se: expert stride of B (forward form)
+  bool a_vec, b_vec;       // 16-byte loads allowed along the unit-stride dimension
+  KOut c;
+  int64_t ldc, c_se;
+  const int32_t* offsets;  // [E+1]
+  const int32_t* tile_off; // [E+1] forward form only
+  int E;
+  int64_t M, N, K;         // C is M×N (forward: M unused, rows come from offsets); K: reduction (forward)
+  float alpha, beta;
+};
+
+// This block's tile: operand origins (element offsets), valid extents, reduction length. False: no tile
+// (forward blocks past the device-side tile count).
+struct TileLoc {
+  int64_t a_off, b_off, c_off, klen;
+  int mlim, nlim;
+};
+template <int BM, int BN, bool WGRAD>
+__device__ __forceinline__ bool locate_tile(const TileArgs& g, TileLoc& t) {
+  if constexpr (!WGRAD) {
+    const int tile = blockIdx.x;
+    if (tile >= g.tile_off[g.E]) return false;
+    int lo = 0, hi = g.E - 1;  // the expert e with tile_off[e] <= tile < tile_off[e+1]
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (g.tile_off[mid] <= tile) lo = mid;
+      else hi = mid - 1;
+    }
+    const int e = lo;
+    const int64_t r0 = g.offsets[e] + int64_t(tile - g.tile_off[e]) * BM;
+    const int64_t n0 = int64_t(blockIdx.y) * BN;
+    t.mlim = static_cast<int>(min(int64_t(BM), int64_t(g.offsets[e + 1]) - r0));
+    t.nlim = static_cast<int>(min(int64_t(BN), g.N - n0));
+    t.a_off = r0 * g.a_sm;
+    t.b_off = int64_t(e) * g.b_se + n0 * g.b_sn;
+    t.c_off = r0 * g.ldc + n0;
+    t.klen = g.K;
+  } else {
+    const int e = blockIdx.z;
+    const int64_t r0 = g.offsets[e];
+    const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * BN;
+    t.mlim = static_cast<int>(min(int64_t(BM), g.M - m0));
+    t.nlim = static_cast<int>(min(int64_t(BN), g.N - n0));
+    t.a_off = m0 * g.a_sm + r0 * g.a_sk;
+    t.b_off = n0 * g.b_sn + r0 * g.b_sk;
+    t.c_off = int64_t(e) * g.c_se + m0 * g.ldc + n0;
+    t.klen = int64_t(g.offsets[e + 1]) - r0;
+  }
+  return true;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// Eight bf16 starting at p with element stride `stride`, of which the first `count` (0..8) exist.
+__device__ __forceinline__ uint4 load8(const __nv_bfloat16* p, int64_t stride, int count, bool vec) {
+  if (vec && count == 8 && stride == 1) return *reinterpret_cast<const uint4*>(p);
+  __nv_bfloat16 v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = i < count ? p[i * stride] : __float2bfloat16_rn(0.f);
+  return make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
+}
+
+// A ROWS×kBK operand tile: element (i, k) at p[i·si + (k0 + k)·sk], rows i < ilim, reduction k0 + k < klim.
+// Two shared layouts, chosen by which global dimension is contiguous:
+//   k-major (sk == 1, or neither stride is 1): S[i][k], rows of kLd; vector v = 8 consecutive k of row i.
+//   i-major (si == 1):                         S[k][i], rows of ROWS + 8; vector v = 8 consecutive i of row k.
+// Either way consecutive threads take consecutive 16-byte runs of global memory (coalesced) and store them
+// as one 16-byte shared store each (the +8 padding keeps rows 16-byte aligned and ldmatrix conflict-free).
+template <int ROWS, int NT>
+struct TileLoader {
+  static constexpr int kVecs = ROWS * kBK / 8;
+  static constexpr int kPer = (kVecs + NT - 1) / NT;
+  static constexpr int kLdI = ROWS + 8;  // i-major shared row length in bf16
+  static_assert(ROWS * kLd >= kBK * kLdI, "the i-major layout must fit in the k-major allocation");
+  uint4 r[kPer];
+
+  __device__ __forceinline__ void load(const __nv_bfloat16* p, int64_t si, int64_t sk, bool vec, bool kmajor,
+                                       int ilim, int64_t k0, int64_t klim) {
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int v = threadIdx.x + q * NT;
+      if (kVecs % NT != 0 && v >= kVecs) break;
+      if (kmajor) {
+        const int i = v / (kBK / 8), k = (v % (kBK / 8)) * 8;
+        const int64_t left = klim - (k0 + k);
+        const int count = i < ilim ? int(left < 0 ? 0 : (left > 8 ? 8 : left)) : 0;
+        r[q] = load8(p + i * si + (k0 + k) * sk, sk, count, vec);
+      } else {
+        const int i = (v % (ROWS / 8)) * 8, k = v / (ROWS / 8);
+        const int left = ilim - i;
+        const int count = k0 + k < klim ? (left < 0 ? 0 : (left > 8 ? 8 : left)) : 0;
+        r[q] = load8(p + i * si + (k0 + k) * sk, si, count, vec);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(__nv_bfloat16* s, bool kmajor) const {
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int v = threadIdx.x + q * NT;
+      if (kVecs % NT != 0 && v >= kVecs) break;
+      if (kmajor) {
+        const int i = v / (kBK / 8), k = (v % (kBK / 8)) * 8;
+        *reinterpret_cast<uint4*>(s + i * kLd + k) = r[q];
+      } else {
+        const int i = (v % (ROWS / 8)) * 8, k = v / (ROWS / 8);
+        *reinterpret_cast<uint4*>(s + k * kLdI + i) = r[q];
+      }
+    }
+  }
+};
+
+// Fragments of one k16 step through ldmatrix (address patterns of attention/mma.cuh):
+//   A (16 rows from m0):  k-major S[m][k]: lane -> &S[m0 + (lane & 15)][kk + (lane >> 4)·8], no .trans;
+//                         i-major S[k][m]: lane -> &S[kk + (lane & 7) + (lane >> 4)·8][m0 + ((lane >> 3) & 1)·8],
+//                         .trans (matrix i holds rows k 0-7 / 8-15 × cols m 0-7 / 8-15, giving a0..a3).
+//   B (two n-blocks n0, n0 + 8): k-major S[n][k]: lane -> &S[n0 + (lane & 7) + (lane >> 4)·8][kk + ((lane >> 3) & 1)·8];
+//                         i-major S[k][n]: lane -> &S[kk + (lane & 15)][n0 + (lane >> 4)·8], .trans;
+//                         registers (0, 1) = (b0, b1) of n0, (2, 3) = (b0, b1) of n0 + 8.
+template <int ROWS>
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const __nv_bfloat16* s, bool kmajor, int m0, int kk) {
+  const int lane = threadIdx.x & 31;
+  if (kmajor) mma::ldsm_x4(a, mma::smem_addr(s + (m0 + (lane & 15)) * kLd + kk + (lane >> 4) * 8));
+  else
+    mma::ldsm_x4_t(a, mma::smem_addr(s + (kk + (lane & 7) + ((lane >> 4) << 3)) * (ROWS + 8) + m0 +
+                                     ((lane >> 3) & 1) * 8));
+}
+template <int ROWS>
+__device__ __forceinline__ void frag_b2(uint32_t (&b)[4], const __nv_bfloat16* s, bool kmajor, int n0, int kk) {
+  const int lane = threadIdx.x & 31;
+  if (kmajor)
+    mma::ldsm_x4(b, mma::smem_addr(s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * kLd + kk + ((lane >> 3) & 1) * 8));
+  else mma::ldsm_x4_t(b, mma::smem_addr(s + (kk + (lane & 15)) * (ROWS + 8) + n0 + (lane >> 4) * 8));
+}
+
+template <int BM, int BN, int WM, int WN, bool WGRAD>
+__global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g) {
+  constexpr int NT = WM * WN * 32;
+  constexpr int TM = BM / WM, TN = BN / WN;  // warp tile
+  constexpr int FM = TM / 16, FN = TN / 8;   // mma tiles per warp
+  static_assert(TM % 16 == 0 && TN % 16 == 0 && BM % 8 == 0 && BN % 8 == 0, "tile shape");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // BM·kLd: [BM][kLd] or [kBK][BM + 8]
+  __nv_bfloat16* Bs = As + BM * kLd;                                 // BN·kLd: [BN][kLd] or [kBK][BN + 8]
+
+  TileLoc t;
+  if (!locate_tile<BM, BN, WGRAD>(g, t)) return;
+  const __nv_bfloat16* pa = static_cast<const __nv_bfloat16*>(g.a) + t.a_off;
+  const __nv_bfloat16* pb = static_cast<const __nv_bfloat16*>(g.b) + t.b_off;
+  const int64_t c_off = t.c_off, klen = t.klen;
+  const int mlim = t.mlim, nlim = t.nlim;
+  const bool a_kmajor = g.a_sk == 1 || g.a_sm != 1;
+  const bool b_kmajor = g.b_sk == 1 || g.b_sn != 1;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wm = warp / WN, wn = warp % WN;
+  const int gq = lane >> 2, tq = lane & 3;
+
+  float acc[FM][FN][4];
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+
+  TileLoader<BM, NT> la;
+  TileLoader<BN, NT> lb;
+  const int64_t nk = (klen + kBK - 1) / kBK;
+  if (nk > 0) {
+    la.load(pa, g.a_sm, g.a_sk, g.a_vec, a_kmajor, mlim, 0, klen);
+    lb.load(pb, g.b_sn, g.b_sk, g.b_vec, b_kmajor, nlim, 0, klen);
+  }
+  for (int64_t kt = 0; kt < nk; ++kt) {
+    __syncthreads();  // the MMAs of the previous step are done with As/Bs
+    la.store(As, a_kmajor);
+    lb.store(Bs, b_kmajor);
+    __syncthreads();
+    if (kt + 1 < nk) {  // next tile's global loads overlap this step's MMAs
+      la.load(pa, g.a_sm, g.a_sk, g.a_vec, a_kmajor, mlim, (kt + 1) * kBK, klen);
+      lb.load(pb, g.b_sn, g.b_sk, g.b_vec, b_kmajor, nlim, (kt + 1) * kBK, klen);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      uint32_t af[FM][4], bfr[FN / 2][4];
+#pragma unroll
+      for (int i = 0; i < FM; ++i) frag_a<BM>(af[i], As, a_kmajor, wm * TM + i * 16, kk);
+#pragma unroll
+      for (int j = 0; j < FN / 2; ++j) frag_b2<BN>(bfr[j], Bs, b_kmajor, wn * TN + j * 16, kk);
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) mma::mma16816(acc[i][j], af[i], bfr[j / 2][(j & 1) * 2], bfr[j / 2][(j & 1) * 2 + 1]);
+    }
+  }
+
+  // ---- epilogue: C (=) alpha·acc + beta·C inside the valid extents
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = wm * TM + i * 16 + gq + (c >= 2 ? 8 : 0);
+        const int n = wn * TN + j * 8 + tq * 2 + (c & 1);
+        if (r < mlim && n < nlim) {
+          const int64_t o = c_off + int64_t(r) * g.ldc + n;
+          float v = g.alpha * acc[i][j][c];
+          if (g.beta != 0.f) v += g.beta * ld(g.c, o);
+          st(g.c, o, v);
+        }
+      }
+}
+
+// fp32 form of the same tile problem (operands both F32: the LoRA products u·B_eᵀ and du·A_e, and every
+// product in an F32-compute backend), FMA on 64×64×16 shared tiles, 16×16 threads each owning a 4×4
+// strided block of C (rows ty + 16i, columns tx + 16j: conflict-free shared reads). Tiles are stored
+// [k][rows] whatever the operand's orientation; each thread loads 4 elements along the operand's contiguous
+// dimension so global reads stay coalesced.
+constexpr int kFM = 64, kFN = 64, kFK = 16;
+
+template <int ROWS>
+__device__ __forceinline__ void f32_tile(float* s, const float* p, int64_t si, int64_t sk, int ilim, int64_t k0,
+                                         int64_t klim) {
+  const bool kmajor = sk == 1 || si != 1;
+#pragma unroll
+  for (int q = 0; q < ROWS * kFK / 256; ++q) {
+    const int v = threadIdx.x + q * 256;
+    const int i = kmajor ? v / kFK : v % ROWS, k = kmajor ? v % kFK : v / ROWS;
+    s[k * (ROWS + 1) + i] = (i < ilim && k0 + k < klim) ? p[i * si + (k0 + k) * sk] : 0.f;
+  }
+}
+
+template <bool WGRAD>
+__global__ void __launch_bounds__(256) grouped_fma_kernel(TileArgs g) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* As = reinterpret_cast<float*>(smem_raw);  // [kFK][kFM + 1]
+  float* Bs = As + kFK * (kFM + 1);                 // [kFK][kFN + 1]
+  TileLoc t;
+  if (!locate_tile<kFM, kFN, WGRAD>(g, t)) return;
+  const float* pa = static_cast<const float*>(g.a) + t.a_off;
+  const float* pb = static_cast<const float*>(g.b) + t.b_off;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < t.klen; k0 += kFK) {
+    __syncthreads();
+    f32_tile<kFM>(As, pa, g.a_sm, g.a_sk, t.mlim, k0, t.klen);
+    f32_tile<kFN>(Bs, pb, g.b_sn, g.b_sk, t.nlim, k0, t.klen);
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kFK; ++k) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = As[k * (kFM + 1) + ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = Bs[k * (kFN + 1) + tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = ty + 16 * i, n = tx + 16 * j;
+      if (r < t.mlim && n < t.nlim) {
+        const int64_t o = t.c_off + int64_t(r) * g.ldc + n;
+        float v = g.alpha * acc[i][j];
+        if (g.beta != 0.f) v += g.beta * ld(g.c, o);
+        st(g.c, o, v);
+      }
+    }
+}
+constexpr size_t fma_smem() { return sizeof(float) * kFK * (kFM + 1 + kFN + 1); }
+
+// Big tiles for the expert weights (N, K in the hundreds or thousands); skinny N for LoRA ranks (N <= 32).
+constexpr int kBigM = 128, kBigN = 128, kBigWM = 2, kBigWN = 4;
+constexpr int kSkM = 128, kSkN = 32, kSkWM = 4, kSkWN = 2;
+constexpr size_t tile_smem(int bm, int bn) { return sizeof(__nv_bfloat16) * size_t(bm + bn) * kLd; }
+
+#ifndef DT_ATTN_EMU  // the tile map and launchers are not part of the host emulation build
+// tile_off (=) exclusive scan of ceil((off[e+1] - off[e]) / bm) over experts; one block, any E.
+__global__ void tile_prefix_kernel(const int32_t* off, int E, int bm, int32_t* tile_off) {
+  const int per = (E + blockDim.x - 1) / blockDim.x;
+  const int e0 = min(E, int(threadIdx.x) * per), e1 = min(E, e0 + per);
+  int mine = 0;
+  for (int e = e0; e < e1; ++e) mine += (off[e + 1] - off[e] + bm - 1) / bm;
+  int total = 0;
+  int base = block_exclusive_scan(mine, &total);
+  for (int e = e0; e < e1; ++e) {
+    tile_off[e] = base;
+    base += (off[e + 1] - off[e] + bm - 1) / bm;
+  }
+  if (threadIdx.x == 0) tile_off[E] = total;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+
+template <int BM, int BN, int WM, int WN, bool WGRAD>
+void launch_tile(const TileArgs& a, dim3 grid, cudaStream_t s) {
+  grouped_mma_kernel<BM, BN, WM, WN, WGRAD><<<grid, WM * WN * 32, tile_smem(BM, BN), s>>>(a);
+}
+#endif  // DT_ATTN_EMU
+
+}  // namespace
+
+#ifndef DT_ATTN_EMU
+
+cudaError_t launch_grouped_gemm(const void* x, const void* w, bool fp32, bool trans_w, const int32_t* offsets, int E,
+                                int64_t M, int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
+                                cudaStream_t s) {
+  if (E < 1) return cudaErrorInvalidValue;
+  if (M == 0 || N == 0) return cudaGetLastError();
+  TileArgs a{};
+  a.a = x;
+  a.a_sm = K;
+  a.a_sk = 1;
+  a.b = w;
+  a.b_se = N * K;
+  a.b_sn = trans_w ? K : 1;
+  a.b_sk = trans_w ? 1 : N;
+  a.a_vec = aligned16(x) && K % 8 == 0;
+  a.b_vec = aligned16(w) && (trans_w ? K % 8 == 0 : N % 8 == 0);
+  a.c = y;
+  a.ldc = N;
+  a.offsets = offsets;
+  a.tile_off = tile_scratch;
+  a.E = E;
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.alpha = alpha;
+  a.beta = beta;
+  const bool skinny = N <= kSkN;
+  const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
+  tile_prefix_kernel<<<1, 1024, 0, s>>>(offsets, E, bm, tile_scratch);
+  const int64_t tiles = (M + bm - 1) / bm + E;
+  const int64_t ntiles = (N + bn - 1) / bn;
+  if (tiles > 0x7fffffff || ntiles > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(ntiles));
+  if (fp32) grouped_fma_kernel<false><<<grid, 256, fma_smem(), s>>>(a);
+  else if (skinny) launch_tile<kSkM, kSkN, kSkWM, kSkWN, false>(a, grid, s);
+  else launch_tile<kBigM, kBigN, kBigWM, kBigWN, false>(a, grid, s);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_grouped_gemm_wgrad(const void* pa, const void* pb, bool fp32, const int32_t* offsets, int E,
+                                      int64_t M, int64_t N, int64_t K, KOut g, float alpha, float beta, cudaStream_t s) {
+  if (E < 1 || E > 65535) return cudaErrorInvalidValue;
+  if (N == 0 || K == 0) return cudaGetLastError();
+  (void)M;
+  TileArgs a{};
+  // C = G_e [N, K]: A(m, k) = a[r, m] (stride 1 along m, N along the rows r), B(n, k) = b[r, n].
+  a.a = pa;
+  a.a_sm = 1;
+  a.a_sk = N;
+  a.b = pb;
+  a.b_sn = 1;
+  a.b_sk = K;
+  a.a_vec = aligned16(pa) && N % 8 == 0;
+  a.b_vec = aligned16(pb) && K % 8 == 0;
+  a.c = g;
+  a.ldc = K;
+  a.c_se = N * K;
+  a.offsets = offsets;
+  a.E = E;
+  a.M = N;
+  a.N = K;
+  a.alpha = alpha;
+  a.beta = beta;
+  const bool skinny = K <= kSkN;
+  const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
+  const int64_t mt = (N + bm - 1) / bm, nt = (K + bn - 1) / bn;
+  if (mt > 0x7fffffff || nt > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(mt), static_cast<unsigned>(nt), static_cast<unsigned>(E));
+  if (fp32) grouped_fma_kernel<true><<<grid, 256, fma_smem(), s>>>(a);
+  else if (skinny) launch_tile<kSkM, kSkN, kSkWM, kSkWN, true>(a, grid, s);
+  else launch_tile<kBigM, kBigN, kBigWM, kBigWN, true>(a, grid, s);
+  return cudaGetLastError();
+}
+
+#endif  // DT_ATTN_EMU
+
+}  // namespace deltatune::kernels
