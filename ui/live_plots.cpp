@@ -26,12 +26,19 @@ LivePlots::LivePlots(QWidget* parent) : QWidget(parent) {
   graphs_.append({Metric::VramAllocated, addGraph(vram, QColor(0x17, 0xbe, 0xcf), tr("allocated"))});
   graphs_.append({Metric::VramReserved, addGraph(vram, QColor(0xbc, 0xbd, 0x22), tr("reserved"))});
   vram->legend->setVisible(true);
+  // MoE runs only: shown once the first router statistics arrive.
+  moe_ = makePlot(tr("MoE router load"), tr("balance"));
+  graphs_.append({Metric::MoeLoadMaxRatio, addGraph(moe_, QColor(0xe3, 0x77, 0xc2), tr("max/mean"))});
+  graphs_.append({Metric::MoeLoadCv, addGraph(moe_, QColor(0x7f, 0x7f, 0x7f), tr("CV"))});
+  moe_->legend->setVisible(true);
+  moe_->setVisible(false);
 
   grid->addWidget(loss, 0, 0, 1, 2);
   grid->addWidget(lr, 1, 0);
   grid->addWidget(gn, 1, 1);
   grid->addWidget(tps, 2, 0);
   grid->addWidget(vram, 2, 1);
+  grid->addWidget(moe_, 3, 0, 1, 2);
   grid->setRowStretch(0, 3);
   grid->setRowStretch(1, 2);
   grid->setRowStretch(2, 2);
@@ -70,6 +77,7 @@ void LivePlots::clear() {
   pending_.clear();
   for (auto& [metric, g] : graphs_) g->data()->clear();
   for (QCustomPlot* p : plots_) p->replot();
+  moe_->setVisible(false);
 }
 
 void LivePlots::addStep(const deltatune::StepMetrics& m) {
@@ -91,6 +99,7 @@ void LivePlots::flush() {
     if (!s.x.isEmpty()) g->addData(s.x, s.y, true);
   }
   pending_.clear();
+  if (!moe_->isVisible() && pointCount(Metric::MoeLoadMaxRatio) > 0) moe_->setVisible(true);
   for (QCustomPlot* p : plots_) {
     p->rescaleAxes();
     // Leave head-room so the newest point is not glued to the frame.

@@ -1,4 +1,5 @@
-// The Monitor page's plots: loss + eval loss, learning rate, grad norm, tokens/s, VRAM. New steps are
+// The Monitor page's plots: loss + eval loss, learning rate, grad norm, tokens/s, VRAM, and for MoE runs
+// the router load balance. New steps are
 // buffered and drawn by a ~40 ms coalescing timer, so a fast run costs one replot per frame, not per step.
 #pragma once
 #include <QList>
@@ -34,6 +35,7 @@ class LivePlots : public QWidget {
   QCPGraph* addGraph(QCustomPlot* plot, const QColor& color, const QString& name, bool dots = false);
 
   QList<QCustomPlot*> plots_;
+  QCustomPlot* moe_ = nullptr;  // hidden for dense runs
   QList<QPair<Metric, QCPGraph*>> graphs_;
   std::vector<deltatune::StepMetrics> pending_;
   QTimer timer_;

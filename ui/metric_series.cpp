@@ -20,6 +20,10 @@ QString metricName(Metric m) {
       return QStringLiteral("VRAM allocated (GiB)");
     case Metric::VramReserved:
       return QStringLiteral("VRAM reserved (GiB)");
+    case Metric::MoeLoadMaxRatio:
+      return QStringLiteral("MoE load max/mean");
+    case Metric::MoeLoadCv:
+      return QStringLiteral("MoE load CV");
   }
   return {};
 }
@@ -73,6 +77,14 @@ std::optional<double> metricValue(const deltatune::StepMetrics& m, Metric metric
       break;
     case Metric::VramReserved:
       v = static_cast<double>(m.vram_reserved) / kGiB;
+      break;
+    case Metric::MoeLoadMaxRatio:
+      if (m.moe_load_max_ratio < 0) return std::nullopt;  // dense model
+      v = m.moe_load_max_ratio;
+      break;
+    case Metric::MoeLoadCv:
+      if (m.moe_load_cv < 0) return std::nullopt;
+      v = m.moe_load_cv;
       break;
   }
   // A NaN loss is drawn as a gap rather than breaking the axis range.

@@ -9,7 +9,19 @@
 
 namespace studio {
 
-enum class Metric { Loss, EvalLoss, LearningRate, GradNorm, TokensPerSecond, VramAllocated, VramReserved };
+// MoeLoad*: router load balance of MoE runs (max/mean tokens per expert, and its coefficient of variation;
+// 1 and 0 are perfectly balanced); dense runs have none.
+enum class Metric {
+  Loss,
+  EvalLoss,
+  LearningRate,
+  GradNorm,
+  TokensPerSecond,
+  VramAllocated,
+  VramReserved,
+  MoeLoadMaxRatio,
+  MoeLoadCv
+};
 enum class Axis { Step, TokensSeen, WallTime };
 
 QString metricName(Metric m);

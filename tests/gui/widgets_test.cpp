@@ -170,6 +170,27 @@ class WidgetsTest : public QObject {
     plots.clear();
     QCOMPARE(plots.pointCount(Metric::Loss), 0);
   }
+
+  void moeRouterLoadPlotOnlyForMoeRuns() {
+    LivePlots plots;
+    plots.resize(800, 700);
+    plots.show();
+    QCustomPlot* moe = plots.plots().last();
+    plots.setSteps({step(1, 3.0), step(2, 2.9)});  // a dense run reports -1
+    QCOMPARE(plots.pointCount(Metric::MoeLoadMaxRatio), 0);
+    QVERIFY(!moe->isVisible());
+    auto a = step(3, 2.8), b = step(4, 2.7);
+    a.moe_load_max_ratio = 3.5, a.moe_load_cv = 0.9;
+    b.moe_load_max_ratio = 2.5, b.moe_load_cv = 0.6;
+    QCOMPARE(*metricValue(a, Metric::MoeLoadMaxRatio), 3.5);
+    QVERIFY(!metricValue(step(5, 1.0), Metric::MoeLoadCv).has_value());
+    plots.setSteps({a, b});
+    QCOMPARE(plots.pointCount(Metric::MoeLoadMaxRatio), 2);
+    QCOMPARE(plots.pointCount(Metric::MoeLoadCv), 2);
+    QVERIFY(moe->isVisible());
+    plots.clear();
+    QVERIFY(!moe->isVisible());
+  }
 };
 
 QTEST_MAIN(WidgetsTest)

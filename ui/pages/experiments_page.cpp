@@ -85,7 +85,7 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent)
   curveBar->addWidget(new QLabel(tr("Show")));
   metric_ = new QComboBox;
   for (Metric m : {Metric::Loss, Metric::EvalLoss, Metric::LearningRate, Metric::GradNorm,
-                   Metric::TokensPerSecond, Metric::VramAllocated})
+                   Metric::TokensPerSecond, Metric::VramAllocated, Metric::MoeLoadMaxRatio, Metric::MoeLoadCv})
     metric_->addItem(metricName(m), static_cast<int>(m));
   curveBar->addWidget(metric_);
   curveBar->addWidget(new QLabel(tr("against")));
