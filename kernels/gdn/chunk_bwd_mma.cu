@@ -167,7 +167,8 @@ __global__ void __launch_bounds__(NT) gdn_chunk_intra_grad_mma_kernel(
         const int j = n0 + 8 * nb + 2 * t4;
         float x[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) x[e] = (i >= j + e && i < cr.len) ? d[nb][2 * hf + e] * expf(G[i] - G[j + e]) : 0.f;
+        for (int e = 0; e < 2; ++e)
+          x[e] = (i >= j + e && i < cr.len) ? d[nb][2 * hf + e] * expf(G[i] - G[j + e]) : 0.f;
         st_bf16x2(Db + i * LC + j, x[0], x[1]);
       }
     }

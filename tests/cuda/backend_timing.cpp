@@ -171,7 +171,8 @@ TEST(BackendTiming, DISABLED_GdnChunked) {
   Tensor q = rand_dev(b, {T, HK, dk}, BF, -1, 1, 3), k = rand_dev(b, {T, HK, dk}, BF, -1, 1, 4);
   Tensor v = rand_dev(b, {T, HV, dv}, BF, -1, 1, 5), dout = rand_dev(b, {T, HV, dv}, BF, -1, 1, 6);
   Tensor g = rand_dev(b, {T, HV}, DType::F32, -1, 0, 7), beta = rand_dev(b, {T, HV}, BF, 0.05f, 1, 8);
-  Tensor o = b.alloc({T, HV, dv}, BF), dq = b.alloc(q.shape, BF), dk_ = b.alloc(k.shape, BF), dv_ = b.alloc(v.shape, BF);
+  Tensor o = b.alloc({T, HV, dv}, BF), dq = b.alloc(q.shape, BF), dk_ = b.alloc(k.shape, BF);
+  Tensor dv_ = b.alloc(v.shape, BF);
   Tensor dg = b.alloc(g.shape, DType::F32), db = b.alloc(beta.shape, BF);
   const float scale = 1.f / std::sqrt(float(dk));
   std::printf("%s\n", b.name().c_str());

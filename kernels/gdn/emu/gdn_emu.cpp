@@ -1,8 +1,8 @@
 // Runs the tensor-core GDN chunk kernels (chunk_bwd_mma.cu: state products, intra, WY backward) on the
-// host through the emulation of CUDA threads, barriers, ldmatrix and mma.sync in attention/emu (built from the PTX ISA fragment definitions),
-// next to the fp32 FMA kernels (chunk_fwd.cu, chunk_bwd.cu, emulated the same way) on the same inputs,
-// and compares every output. A development check of fragment layouts, masking and tiling without a GPU;
-// not part of the build:
+// host through the emulation of CUDA threads, barriers, ldmatrix and mma.sync in attention/emu (built
+// from the PTX ISA fragment definitions), next to the fp32 FMA kernels (chunk_fwd.cu, chunk_bwd.cu,
+// emulated the same way) on the same inputs, and compares every output. A development check of fragment
+// layouts, masking and tiling without a GPU; not part of the build:
 //   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I /usr/local/cuda/include \
 //       kernels/gdn/emu/*.cpp -o /tmp/gdn_emu -lpthread && /tmp/gdn_emu
 #include <algorithm>
