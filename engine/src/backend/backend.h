@@ -138,6 +138,23 @@ class Backend {
   virtual void gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                        const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
                        Tensor& dv, Tensor& dg, Tensor& dbeta) = 0;  // (=)
+  // The same pair, with what the forward computed kept for the backward that follows it (same inputs, the
+  // inputs unchanged in between) so the backward need not recompute the forward's chunk quantities.
+  // `saved` is consumed by one gdn_bwd_saved. Backends that keep nothing return null and recompute.
+  struct GdnSaved {
+    virtual ~GdnSaved() = default;
+  };
+  virtual std::shared_ptr<GdnSaved> gdn_fwd_keep(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                                 const Tensor& beta, const SeqLayout& seq, float scale, Tensor& o) {
+    gdn_fwd(q, k, v, g, beta, seq, scale, o);
+    return nullptr;
+  }
+  virtual void gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& g, const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq,
+                             Tensor& dk, Tensor& dv, Tensor& dg, Tensor& dbeta) {
+    (void)saved;
+    gdn_bwd(dout, q, k, v, g, beta, seq, scale, dq, dk, dv, dg, dbeta);
+  }
 
   // ---- MoE -------------------------------------------------------------------------------------
   // logits [T, E] -> softmax (fp32) -> top-k -> renormalised weights. idx I32 [T, k] (=), w F32 [T, k] (=).

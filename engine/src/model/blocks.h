@@ -38,6 +38,9 @@ struct BlockContext {
   const SeqLayout& seq;
   const LoraRuntime& rt;
   int layer = 0;
+  // This forward is the recompute right before the layer's backward (gradient checkpointing): ops may keep
+  // per-call state for the backward instead of recomputing it there.
+  bool keep_for_backward = false;
   uint64_t salt(int module) const { return static_cast<uint64_t>(layer) * 64 + static_cast<uint64_t>(module); }
 };
 
@@ -54,6 +57,7 @@ void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, con
 struct GdnCache {
   LinearCache lqkv, lz, lb, la, lout;
   Tensor p, z, bl, al, q, k, v, g, beta, o, y, rstd;
+  std::shared_ptr<Backend::GdnSaved> core;  // what gdn_fwd_keep kept (keep_for_backward), else null
 };
 Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
                      GdnCache& cache);

@@ -36,8 +36,12 @@ Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   k.beta = be.alloc({T, HV}, dt);
   be.gdn_gates_fwd(k.al, k.bl, w.A_log, w.dt_bias, k.g, k.beta);
   k.o = be.alloc({T, HV, dv}, dt);
-  be.gdn_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), k.g, k.beta, c.seq,
-             1.f / std::sqrt(static_cast<float>(dk)), k.o);
+  const float scale = 1.f / std::sqrt(static_cast<float>(dk));
+  if (c.keep_for_backward)
+    k.core = be.gdn_fwd_keep(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), k.g, k.beta, c.seq,
+                             scale, k.o);
+  else
+    be.gdn_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), k.g, k.beta, c.seq, scale, k.o);
 
   k.y = be.alloc({T * HV, dv}, dt);
   k.rstd = be.alloc({T * HV}, DType::F32);
@@ -64,8 +68,9 @@ void gdn_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
 
   Tensor dq = be.alloc({T, HK, dk}, dt), dkk = be.alloc({T, HK, dk}, dt), dvv = be.alloc({T, HV, dv}, dt);
   Tensor dg = be.alloc({T, HV}, DType::F32), dbeta = be.alloc({T, HV}, dt);
-  be.gdn_bwd(d_o.view({T, HV, dv}), k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), k.g,
-             k.beta, c.seq, 1.f / std::sqrt(static_cast<float>(dk)), dq, dkk, dvv, dg, dbeta);
+  be.gdn_bwd_saved(k.core.get(), d_o.view({T, HV, dv}), k.q.view({T, HK, dk}), k.k.view({T, HK, dk}),
+                   k.v.view({T, HV, dv}), k.g, k.beta, c.seq, 1.f / std::sqrt(static_cast<float>(dk)), dq, dkk, dvv,
+                   dg, dbeta);
   Tensor dal = be.alloc({T, HV}, dt), dbl = be.alloc({T, HV}, dt);
   be.gdn_gates_bwd(dg, dbeta, k.al, k.bl, w.A_log, w.dt_bias, dal, dbl);
 

@@ -227,7 +227,9 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
     if (opts.gradient_checkpointing) {
       const Tensor x_in = c.x_in;
       c = LayerCache{};
-      layer_fwd(ctx, *layers_[static_cast<size_t>(i)], l, x_in, c);
+      BlockContext recompute = ctx;
+      recompute.keep_for_backward = true;
+      layer_fwd(recompute, *layers_[static_cast<size_t>(i)], l, x_in, c);
     }
     dx = layer_bwd(ctx, *layers_[static_cast<size_t>(i)], l, dx, c);
     c = LayerCache{};  // free this layer's activations

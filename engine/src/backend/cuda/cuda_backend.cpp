@@ -191,13 +191,20 @@ void CudaBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
     return;
   }
   // Mixed operand types: bring the F32 operand to the other's 16-bit type (bf16 operands, fp32 accumulate).
+  // F32 operands into a 16-bit C (the LoRA up-projection added into a bf16 output) go to C's type as well:
+  // a tensor-core product written straight into C instead of an FP32 GEMM through an F32 copy of C.
   Tensor A = a, B = b;
+  auto to16 = [&](Tensor& t, DType to) {
+    Tensor conv = alloc(t.shape, to);
+    copy(conv, t);
+    t = conv;
+  };
   if (A.dtype != B.dtype) {
     Tensor& f32 = A.dtype == DType::F32 ? A : B;
-    const DType to = A.dtype == DType::F32 ? B.dtype : A.dtype;
-    Tensor conv = alloc(f32.shape, to);
-    copy(conv, f32);
-    f32 = conv;
+    to16(f32, A.dtype == DType::F32 ? B.dtype : A.dtype);
+  } else if (A.dtype == DType::F32 && c.dtype != DType::F32) {
+    to16(A, c.dtype);
+    to16(B, c.dtype);
   }
   // cuBLAS writes C in the operand type or F32; other combinations go through an F32 scratch.
   Tensor C = c;

@@ -14,6 +14,12 @@
 
 namespace deltatune::cuda {
 
+struct CudaGdnSaved;
+struct GdnDims {
+  int64_t T, HK, HV;
+  int dk, dv;
+};
+
 // Chunks of 64 tokens per sequence (the last one partial), for the chunked GDN kernels.
 struct GdnChunks {
   Tensor chunks, off;  // I32 (n, 2): first token, length; I32 (nseq + 1): first chunk of each sequence
@@ -81,6 +87,11 @@ class CudaBackend final : public Backend {
   void gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dg,
                Tensor& dbeta) override;
+  std::shared_ptr<GdnSaved> gdn_fwd_keep(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                         const Tensor& beta, const SeqLayout& seq, float scale, Tensor& o) override;
+  void gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& g, const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
+                     Tensor& dv, Tensor& dg, Tensor& dbeta) override;
 
   void moe_router_fwd(const Tensor& logits, int k, Tensor& idx, Tensor& w) override;
   void moe_router_bwd(const Tensor& dw, const Tensor& idx, const Tensor& w, Tensor& dlogits) override;
@@ -113,6 +124,10 @@ class CudaBackend final : public Backend {
   // (queries after it), most expensive first so the longest blocks start in the first wave.
   Tensor attention_tiles_mma(const SeqLayout& seq);
   GdnChunks gdn_chunks(const SeqLayout& seq);
+  void gdn_check(const char* op, const GdnDims& d, const SeqLayout& seq);
+  std::unique_ptr<CudaGdnSaved> gdn_forward_core(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                                 const Tensor& beta, const SeqLayout& seq, float scale, Tensor* o,
+                                                 bool for_backward);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);
 

@@ -153,10 +153,6 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
 
 // ---- Gated DeltaNet core ------------------------------------------------------------------------------------
 namespace {
-struct GdnDims {
-  int64_t T, HK, HV;
-  int dk, dv;
-};
 GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                  const Tensor& beta) {
   check(q.ndim() == 3 && k.shape == q.shape && v.ndim() == 3 && v.dim(0) == q.dim(0) && q.dim(1) > 0 &&
@@ -188,43 +184,105 @@ GdnChunks CudaBackend::gdn_chunks(const SeqLayout& seq) {
   return r;
 }
 
+// What the chunked forward computes for the backward: normalised q/k and their rstd, the chunk list, and the
+// per-chunk scratch of spec §4.2 (W, M, G, T, chunk-start states, V').
+struct CudaGdnSaved final : Backend::GdnSaved {
+  Tensor qn, kn, rq, rk, W, M, Gc, Tm, states, vnew;
+  GdnChunks ch;
+};
+
+namespace {
+bool gdn_use_recurrent(const GdnDims& d, int smem_optin) {
+  return std::getenv("DT_GDN_RECURRENT") != nullptr ||
+         kernels::gdn_chunk_bwd_smem(d.dk, d.dv) > size_t(smem_optin);
+}
+}  // namespace
+
+void CudaBackend::gdn_check(const char* op, const GdnDims& d, const SeqLayout& seq) {
+  check(std::max(kernels::gdn_chunk_prep_smem(d.dk, d.dv), kernels::gdn_chunk_scan_smem(d.dk, d.dv)) <=
+            size_t(smem_optin_),
+        std::string(op) + ": key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) +
+            " exceed shared memory");
+  check_layout(seq, d.T, op);
+}
+
+// L2 norms, then the chunked forward; `o` may be null (the backward's recompute) and `for_backward` also
+// writes T, the chunk-start states and V'.
+std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                            const Tensor& g, const Tensor& beta,
+                                                            const SeqLayout& seq, float scale, Tensor* o,
+                                                            bool for_backward) {
+  const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
+  auto r = std::make_unique<CudaGdnSaved>();
+  cudaStream_t s = stream();
+  r->qn = alloc({d.T, d.HK, d.dk}, DType::F32);
+  r->kn = alloc({d.T, d.HK, d.dk}, DType::F32);
+  r->rq = alloc({d.T, d.HK}, DType::F32);
+  r->rk = alloc({d.T, d.HK}, DType::F32);
+  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kL2Eps, fptr(r->qn), fptr(r->rq), d.T * d.HK, d.dk, s),
+             "gdn (l2norm q)");
+  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(r->kn), fptr(r->rk), d.T * d.HK, d.dk, s),
+             "gdn (l2norm k)");
+  if (!for_backward && std::getenv("DT_GDN_RECURRENT")) {  // the first (per-token) kernel, kept for A/B timing
+    cuda_check(kernels::launch_gdn_core_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g),
+                                            kin(beta, "gdn beta"), iptr(seq.cu_seqlens),
+                                            static_cast<int>(seq.num_seqs()), kout(*o, "gdn o"), d.HK, d.HV, d.dk,
+                                            d.dv, s),
+               "gdn_fwd (core)");
+    return r;
+  }
+  r->ch = gdn_chunks(seq);
+  constexpr int64_t C = kernels::kGdnChunk;
+  r->W = alloc({d.T, d.HV, d.dk}, DType::F32);
+  Tensor U = alloc({d.T, d.HV, d.dv}, DType::F32);
+  r->M = alloc({r->ch.n, d.HV, C, C}, DType::F32);
+  r->Gc = alloc({d.T, d.HV}, DType::F32);
+  if (for_backward) {
+    r->Tm = alloc({r->ch.n, d.HV, C, C}, DType::F32);
+    r->vnew = alloc({d.T, d.HV, d.dv}, DType::F32);
+    r->states = alloc({r->ch.n, d.HV, d.dk, d.dv}, DType::F32);
+  }
+  cuda_check(kernels::launch_gdn_chunk_fwd(
+                 fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"), iptr(r->ch.chunks),
+                 static_cast<int>(r->ch.n), iptr(r->ch.off), static_cast<int>(seq.num_seqs()),
+                 o ? kout(*o, "gdn o") : kernels::KOut{}, fptr(r->W), fptr(U), fptr(r->M), fptr(r->Gc),
+                 for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
+                 for_backward ? fptr(r->Tm) : nullptr, for_backward ? fptr(r->vnew) : nullptr),
+             "gdn_fwd (chunked core)");
+  return r;
+}
+
 void CudaBackend::gdn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                           const SeqLayout& seq, float scale, Tensor& o) {
   const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
   check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
-  check(std::max(kernels::gdn_chunk_prep_smem(d.dk, d.dv), kernels::gdn_chunk_scan_smem(d.dk, d.dv)) <=
-            size_t(smem_optin_),
-        "gdn_fwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) + " exceed shared memory");
-  check_layout(seq, d.T, "gdn_fwd");
+  gdn_check("gdn_fwd", d, seq);
   if (d.T == 0) return;
-  Tensor qn = alloc({d.T, d.HK, d.dk}, DType::F32), kn = alloc({d.T, d.HK, d.dk}, DType::F32);
-  Tensor rq = alloc({d.T, d.HK}, DType::F32), rk = alloc({d.T, d.HK}, DType::F32);
-  cudaStream_t s = stream();
-  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kL2Eps, fptr(qn), fptr(rq), d.T * d.HK, d.dk, s),
-             "gdn_fwd (l2norm q)");
-  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(kn), fptr(rk), d.T * d.HK, d.dk, s),
-             "gdn_fwd (l2norm k)");
-  if (std::getenv("DT_GDN_RECURRENT")) {  // the first (per-token) kernel, kept for A/B timing
-    cuda_check(kernels::launch_gdn_core_fwd(fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
-                                            iptr(seq.cu_seqlens), static_cast<int>(seq.num_seqs()),
-                                            kout(o, "gdn o"), d.HK, d.HV, d.dk, d.dv, s),
-               "gdn_fwd (core)");
-    return;
+  gdn_forward_core(q, k, v, g, beta, seq, scale, &o, false);
+}
+
+std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_fwd_keep(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                             const Tensor& g, const Tensor& beta,
+                                                             const SeqLayout& seq, float scale, Tensor& o) {
+  const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
+  if (d.T == 0 || gdn_use_recurrent(d, smem_optin_)) {
+    gdn_fwd(q, k, v, g, beta, seq, scale, o);
+    return nullptr;
   }
-  const GdnChunks ch = gdn_chunks(seq);
-  Tensor W = alloc({d.T, d.HV, d.dk}, DType::F32), U = alloc({d.T, d.HV, d.dv}, DType::F32);
-  Tensor M = alloc({ch.n, d.HV, kernels::kGdnChunk, kernels::kGdnChunk}, DType::F32);
-  Tensor Gc = alloc({d.T, d.HV}, DType::F32);
-  cuda_check(kernels::launch_gdn_chunk_fwd(fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
-                                           iptr(ch.chunks), static_cast<int>(ch.n), iptr(ch.off),
-                                           static_cast<int>(seq.num_seqs()), kout(o, "gdn o"), fptr(W), fptr(U),
-                                           fptr(M), fptr(Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s),
-             "gdn_fwd (chunked core)");
+  check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
+  gdn_check("gdn_fwd", d, seq);
+  return gdn_forward_core(q, k, v, g, beta, seq, scale, &o, true);
 }
 
 void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                           const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk, Tensor& dv,
                           Tensor& dg, Tensor& dbeta) {
+  gdn_bwd_saved(nullptr, dout, q, k, v, g, beta, seq, scale, dq, dk, dv, dg, dbeta);
+}
+
+void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                const Tensor& v, const Tensor& g, const Tensor& beta, const SeqLayout& seq,
+                                float scale, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dg, Tensor& dbeta) {
   const GdnDims d = gdn_dims("gdn_bwd", q, k, v, g, beta);
   check(dout.numel() == v.numel() && dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
             dg.numel() == g.numel() && dbeta.numel() == beta.numel(),
@@ -235,16 +293,14 @@ void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, 
   check_layout(seq, d.T, "gdn_bwd");
   if (d.T == 0) return;
   cudaStream_t s = stream();
-  Tensor qn = alloc({d.T, d.HK, d.dk}, DType::F32), kn = alloc({d.T, d.HK, d.dk}, DType::F32);
-  Tensor rq = alloc({d.T, d.HK}, DType::F32), rk = alloc({d.T, d.HK}, DType::F32);
-  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kL2Eps, fptr(qn), fptr(rq), d.T * d.HK, d.dk, s),
-             "gdn_bwd (l2norm q)");
-  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(kn), fptr(rk), d.T * d.HK, d.dk, s),
-             "gdn_bwd (l2norm k)");
   const int nseq = static_cast<int>(seq.num_seqs());
   Tensor dqh, dkh, dg32 = alloc({d.T, d.HV}, DType::F32), db32 = alloc({d.T, d.HV}, DType::F32);
-  if (std::getenv("DT_GDN_RECURRENT") || kernels::gdn_chunk_bwd_smem(d.dk, d.dv) > size_t(smem_optin_)) {
+  std::unique_ptr<CudaGdnSaved> own;
+  CudaGdnSaved* f = dynamic_cast<CudaGdnSaved*>(saved);
+  if (gdn_use_recurrent(d, smem_optin_)) {
     // The first (per-token) kernel: A/B timing, and head dims too large for the chunked kernels' tiles.
+    own = gdn_forward_core(q, k, v, g, beta, seq, scale, nullptr, false);  // only the L2 norms run here
+    f = own.get();
     Tensor ckpt = alloc({kernels::gdn_core_bwd_ckpt_floats(seq.host_cu_seqlens.data(), nseq, d.HV, d.dk, d.dv)},
                         DType::F32);
     // Partial sums over column groups are added atomically: zero the F32 accumulators first.
@@ -252,44 +308,36 @@ void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, 
     dkh = zeros({d.T, d.HV, d.dk}, DType::F32);
     fill(dg32, 0.f);
     fill(db32, 0.f);
-    cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g),
+    cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"), fptr(g),
                                             kin(beta, "gdn beta"), iptr(seq.cu_seqlens), nseq, fptr(dqh), fptr(dkh),
                                             kout(dv, "gdn dv"), fptr(dg32), fptr(db32), fptr(ckpt), d.HK, d.HV,
                                             d.dk, d.dv, s),
                "gdn_bwd (core)");
   } else {
-    // Recompute the forward's per-chunk quantities (T, states, V' included), then the chunked backward.
-    const GdnChunks ch = gdn_chunks(seq);
-    constexpr int64_t C = kernels::kGdnChunk;
-    Tensor W = alloc({d.T, d.HV, d.dk}, DType::F32), U = alloc({d.T, d.HV, d.dv}, DType::F32);
-    Tensor M = alloc({ch.n, d.HV, C, C}, DType::F32), Tm = alloc({ch.n, d.HV, C, C}, DType::F32);
-    Tensor Gc = alloc({d.T, d.HV}, DType::F32), vnew = alloc({d.T, d.HV, d.dv}, DType::F32);
-    Tensor states = alloc({ch.n, d.HV, d.dk, d.dv}, DType::F32);
-    cuda_check(kernels::launch_gdn_chunk_fwd(fptr(qn), fptr(kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
-                                             iptr(ch.chunks), static_cast<int>(ch.n), iptr(ch.off), nseq,
-                                             kernels::KOut{}, fptr(W), fptr(U), fptr(M), fptr(Gc), fptr(states), d.HK,
-                                             d.HV, d.dk, d.dv, s, fptr(Tm), fptr(vnew)),
-               "gdn_bwd (recompute)");
-    U = Tensor();
-    Tensor dh = alloc({ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
-    Tensor gsum = alloc({ch.n, d.HV}, DType::F32);
+    if (!f || !f->states.defined()) {  // nothing kept: recompute the forward's chunk quantities
+      own = gdn_forward_core(q, k, v, g, beta, seq, scale, nullptr, true);
+      f = own.get();
+    }
+    Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
+    Tensor gsum = alloc({f->ch.n, d.HV}, DType::F32);
     dqh = alloc({d.T, d.HV, d.dk}, DType::F32);
     dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
-    cuda_check(kernels::launch_gdn_chunk_bwd(kin(dout, "gdn dout"), fptr(qn), fptr(kn), kin(v, "gdn v"),
-                                             kin(beta, "gdn beta"), iptr(ch.chunks), static_cast<int>(ch.n),
-                                             iptr(ch.off), nseq, fptr(W), fptr(M), fptr(Gc), fptr(Tm), fptr(states),
-                                             fptr(vnew), fptr(dh), fptr(dvn), fptr(gsum), fptr(dqh), fptr(dkh),
-                                             kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv, s,
-                                             gdn_mma_enabled()),
+    cuda_check(kernels::launch_gdn_chunk_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
+                                             kin(beta, "gdn beta"), iptr(f->ch.chunks), static_cast<int>(f->ch.n),
+                                             iptr(f->ch.off), nseq, fptr(f->W), fptr(f->M), fptr(f->Gc), fptr(f->Tm),
+                                             fptr(f->states), fptr(f->vnew), fptr(dh), fptr(dvn), fptr(gsum),
+                                             fptr(dqh), fptr(dkh), kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK,
+                                             d.HV, d.dk, d.dv, s, gdn_mma_enabled()),
                "gdn_bwd (chunked core)");
+    f->states = Tensor();  // consumed: W now holds dW
   }
   copy(dg, dg32);
   copy(dbeta, db32);
-  cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dqh), kin(q, "gdn q"), fptr(rq), scale, kout(dq, "gdn dq"), d.T, d.HK,
-                                            d.HV, d.dk, s),
+  cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dqh), kin(q, "gdn q"), fptr(f->rq), scale, kout(dq, "gdn dq"), d.T,
+                                            d.HK, d.HV, d.dk, s),
              "gdn_bwd (l2norm q)");
-  cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dkh), kin(k, "gdn k"), fptr(rk), 1.f, kout(dk, "gdn dk"), d.T, d.HK,
-                                            d.HV, d.dk, s),
+  cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dkh), kin(k, "gdn k"), fptr(f->rk), 1.f, kout(dk, "gdn dk"), d.T,
+                                            d.HK, d.HV, d.dk, s),
              "gdn_bwd (l2norm k)");
 }
 
