@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "attention/attention.cuh"
-#include "attention/mma.cuh"
+#include "common/mma.cuh"
 #include "common/device.cuh"
 
 namespace deltatune::kernels {

@@ -202,12 +202,15 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_scan_kernel(
 
 }  // namespace
 
+#ifndef DT_ATTN_EMU  // host side: not part of the host emulation build (gdn/emu)
 int gdn_scan_tile_cols(int64_t pairs, int dv) {
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   // Only when the doubled grid still fits in one wave (measured: 128 -> 256 blocks on 132 SMs is slower).
   return 2 * pairs * ((dv + kChunkBV - 1) / kChunkBV) <= sms ? kChunkBV / 2 : kChunkBV;
 }
+
+#endif  // DT_ATTN_EMU
 
 size_t gdn_chunk_prep_smem(int dk, int dv) {
   const int ldx = (dk > dv ? dk : dv) + 1;
@@ -219,6 +222,7 @@ size_t gdn_chunk_scan_smem(int dk, int dv) {
                           size_t(C) * (C + 1) + 2 * C);
 }
 
+#ifndef DT_ATTN_EMU
 cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                  const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq, KOut o,
                                  float* W, float* U, float* M, float* Gc, float* states, int64_t HK, int64_t HV,
@@ -245,5 +249,7 @@ cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const 
   scan<<<grid, kThreads, s2, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, vnew, HK, HV, dk, dv);
   return cudaGetLastError();
 }
+
+#endif  // DT_ATTN_EMU
 
 }  // namespace deltatune::kernels

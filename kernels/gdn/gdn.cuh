@@ -78,6 +78,27 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
                                  int nchunks, const int32_t* chunk_off, int nseq, float* W, const float* M,
                                  const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
                                  float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
-                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
+                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores = false);
+
+// ---- tensor-core (bf16 mma.sync, fp32 accumulate) chunk kernels, chunk_bwd_mma.cu ----
+// Head dims the tensor-core kernels are built for (dk = dv = 128). launch_gdn_chunk_bwd uses them for the
+// state products, intra-chunk terms and the WY backward when called with tensor_cores = true and the dims
+// are supported.
+bool gdn_chunk_mma_supported(int dk, int dv);
+size_t gdn_chunk_bwd_mma_smem(int dk, int dv);  // 0 when unsupported
+// Same contracts as the FMA kernels of chunk_bwd.cu: 2 (state products), 3 (intra-chunk), 4 (WY backward).
+cudaError_t launch_gdn_state_grad_mma(KIn dout, const float* kn, const float* Gc, const int32_t* chunks, int nchunks,
+                                      const float* states, const float* dh, const float* vnew, const float* dvn,
+                                      float* dqh, float* dkh, float* dW, float* gsum, int64_t HK, int64_t HV, int dk,
+                                      int dv, cudaStream_t s);
+// ... 3 (intra-chunk terms).
+cudaError_t launch_gdn_intra_grad_mma(KIn dout, const float* qn, const float* kn, const float* Gc,
+                                      const int32_t* chunks, int nchunks, const float* vnew, const float* gsum,
+                                      float* dqh, float* dkh, float* dg, int64_t HK, int64_t HV, int dk, int dv,
+                                      cudaStream_t s);
+cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks,
+                                   int nchunks, const float* Tm, const float* dW, const float* dvn, float* dkh,
+                                   KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv,
+                                   cudaStream_t s);
 
 }  // namespace deltatune::kernels

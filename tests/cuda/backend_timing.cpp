@@ -220,5 +220,44 @@ TEST(BackendTiming, DISABLED_AttentionHd256) {
   }
 }
 
+// Gated DeltaNet core at the training shape (T=8192 as 2 sequences of 4096, HK 16, HV 32, dk = dv = 128),
+// forward and backward (which recomputes the forward's chunk quantities), on the tensor-core chunk kernels
+// and on the FMA kernels (DT_GDN_FMA=1) for A/B. Per-kernel times: nsys/ncu on this test or bench/gdn.
+TEST(BackendTiming, DISABLED_GdnChunked) {
+  if (!cuda_backend_available()) GTEST_SKIP();
+  auto gpu = make_cuda_backend(0);
+  Backend& b = *gpu;
+  const DType BF = DType::BF16;
+  const int T = 8192, HK = 16, HV = 32, dk = 128, dv = 128;
+  SeqLayout s = one_seq(b, T);
+  s.host_cu_seqlens = {0, T / 2, T};
+  Tensor hc = host_tensor({3}, DType::I32);
+  hc.ptr<int32_t>()[0] = 0, hc.ptr<int32_t>()[1] = T / 2, hc.ptr<int32_t>()[2] = T;
+  s.cu_seqlens = b.upload(hc, DType::I32);
+  Tensor hp = host_tensor({T}, DType::I32);
+  for (int32_t t = 0; t < T; ++t) hp.ptr<int32_t>()[t] = t % (T / 2);
+  s.positions = b.upload(hp, DType::I32);
+  s.max_seqlen = T / 2;
+  Tensor q = rand_dev(b, {T, HK, dk}, BF, -1, 1, 3), k = rand_dev(b, {T, HK, dk}, BF, -1, 1, 4);
+  Tensor v = rand_dev(b, {T, HV, dv}, BF, -1, 1, 5), dout = rand_dev(b, {T, HV, dv}, BF, -1, 1, 6);
+  Tensor g = rand_dev(b, {T, HV}, DType::F32, -1, 0, 7), beta = rand_dev(b, {T, HV}, BF, 0.05f, 1, 8);
+  Tensor o = b.alloc({T, HV, dv}, BF), dq = b.alloc(q.shape, BF), dk_ = b.alloc(k.shape, BF);
+  Tensor dv_ = b.alloc(v.shape, BF);
+  Tensor dg = b.alloc(g.shape, DType::F32), db = b.alloc(beta.shape, BF);
+  const float scale = 1.f / std::sqrt(float(dk));
+  std::printf("%s\n", b.name().c_str());
+  for (const char* path : {"tensor cores", "fma (DT_GDN_FMA=1)"}) {
+    const bool fma = path[0] == 'f';
+    if (fma) setenv("DT_GDN_FMA", "1", 1);
+    const double f = median_ms(b, [&] { b.gdn_fwd(q, k, v, g, beta, s, scale, o); });
+    const double bw = median_ms(b, [&] { b.gdn_bwd(dout, q, k, v, g, beta, s, scale, dq, dk_, dv_, dg, db); });
+    if (fma) unsetenv("DT_GDN_FMA");
+    std::printf("gdn %-20s T=%d (2 seqs) HK=%d HV=%d dk=dv=%d  fwd %8.3f ms  bwd %8.3f ms\n", path, T, HK, HV, dk, f,
+                bw);
+    EXPECT_TRUE(b.all_finite(o) && b.all_finite(dq) && b.all_finite(dk_) && b.all_finite(dv_) && b.all_finite(dg) &&
+                b.all_finite(db));
+  }
+}
+
 }  // namespace
 }  // namespace deltatune::test

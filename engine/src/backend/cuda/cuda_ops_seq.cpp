@@ -71,6 +71,13 @@ bool attention_mma_ok(std::initializer_list<const Tensor*> ins, int hd) {
     if (t->dtype != DType::BF16 || reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
   return true;
 }
+// Tensor-core GDN chunk kernels (bf16 operands, fp32 accumulators) unless switched off with DT_GDN_FMA=1
+// (the fp32 FMA kernels, kept for A/B timing and as a safety net); launch_gdn_chunk_bwd falls back to the
+// FMA kernels by itself for head dims the tensor-core kernels are not built for.
+bool gdn_mma_enabled() {
+  const char* env = std::getenv("DT_GDN_FMA");
+  return !(env && *env && std::string(env) != "0");
+}
 }  // namespace
 
 // ---- attention ------------------------------------------------------------------------------------------
@@ -320,7 +327,7 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tenso
                                              iptr(f->ch.off), nseq, fptr(f->W), fptr(f->M), fptr(f->Gc), fptr(f->Tm),
                                              fptr(f->states), fptr(f->vnew), fptr(dh), fptr(dvn), fptr(gsum),
                                              fptr(dqh), fptr(dkh), kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK,
-                                             d.HV, d.dk, d.dv, s),
+                                             d.HV, d.dk, d.dv, s, gdn_mma_enabled()),
                "gdn_bwd (chunked core)");
     f->states = Tensor();  // consumed: W now holds dW
   }

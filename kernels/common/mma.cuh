@@ -1,4 +1,4 @@
-// Warp-level tensor-core helpers for the attention kernels (device only): bf16 mma.sync m16n8k16 with fp32
+// Warp-level tensor-core helpers for the attention and GDN kernels (device only): bf16 mma.sync m16n8k16 with fp32
 // accumulators, ldmatrix fragment loads from shared memory and cp.async global -> shared copies.
 //
 // Fragment layouts relied on (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .bf16; lane = 0..31,

@@ -1,0 +1,36 @@
+// Host-emulated GDN chunk kernels (see gdn_emu.cpp): one wrapper per kernel, each defined in the
+// translation unit that includes the kernel's .cu file (their anonymous namespaces would collide).
+#pragma once
+#include <cstdint>
+
+#include "common/kptr.h"
+
+namespace deltatune::kernels::gdn_emu {
+struct Shape {
+  const int32_t* chunks;
+  int nchunks;
+  const int32_t* chunk_off;
+  int nseq;
+  int64_t HK, HV;
+  int dk, dv;
+};
+void prep(const Shape& s, const float* qn, const float* kn, KIn v, const float* g, KIn beta, float* W, float* U,
+          float* M, float* Gc, float* Tout);
+void scan(const Shape& s, const float* qn, const float* kn, const float* W, const float* U, const float* M,
+          const float* Gc, KOut o, float* states, float* vnew);
+void dscan(const Shape& s, KIn dout, const float* qn, const float* kn, const float* W, const float* M, const float* Gc,
+           float* dh, float* dvn);
+void state_grad(const Shape& s, KIn dout, const float* kn, const float* Gc, const float* states, const float* dh,
+                const float* vnew, const float* dvn, float* dqh, float* dkh, float* dW, float* gsum);
+void intra_grad(const Shape& s, KIn dout, const float* qn, const float* kn, const float* Gc, const float* vnew,
+                const float* gsum, float* dqh, float* dkh, float* dg);
+void wy_grad(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm, float* dW,
+             const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta);
+// tensor-core versions (chunk_bwd_mma.cu)
+void state_grad_mma(const Shape& s, KIn dout, const float* kn, const float* Gc, const float* states, const float* dh,
+                    const float* vnew, const float* dvn, float* dqh, float* dkh, float* dW, float* gsum);
+void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* Gc, const float* vnew,
+                    const float* gsum, float* dqh, float* dkh, float* dg);
+void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm, float* dW,
+                 const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta);
+}  // namespace deltatune::kernels::gdn_emu

@@ -1,0 +1,123 @@
+// Runs the tensor-core GDN chunk kernels (chunk_bwd_mma.cu: state products, intra, WY backward) on the
+// host through the emulation of CUDA threads, barriers, ldmatrix and mma.sync in attention/emu (built
+// from the PTX ISA fragment definitions), next to the fp32 FMA kernels (chunk_fwd.cu, chunk_bwd.cu,
+// emulated the same way) on the same inputs, and compares every output. A development check of fragment
+// layouts, masking and tiling without a GPU; not part of the build:
+//   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I /usr/local/cuda/include \
+//       kernels/gdn/emu/*.cpp -o /tmp/gdn_emu -lpthread && /tmp/gdn_emu
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_bf16.h>
+
+#include "gdn/emu/emu_api.h"
+
+using namespace deltatune::kernels;
+using F = std::vector<float>;
+
+static double nmse(const F& got, const F& ref, int* nonfinite) {
+  double num = 0, den = 0;
+  *nonfinite = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) ++*nonfinite;
+    num += double(got[i] - ref[i]) * (got[i] - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return num / std::max(den, 1e-300);
+}
+
+int main() {
+  constexpr int dk = 128, dv = 128, C = 64;
+  const int64_t HK = 1, HV = 2;
+  const std::vector<int32_t> cu = {0, 101, 171};  // two sequences: 64 + 37 and 64 + 6 tokens
+  std::vector<int32_t> chunks, off{0};
+  for (size_t n = 0; n + 1 < cu.size(); ++n) {
+    for (int32_t t = cu[n]; t < cu[n + 1]; t += C) chunks.insert(chunks.end(), {t, std::min(C, cu[n + 1] - t)});
+    off.push_back(int32_t(chunks.size() / 2));
+  }
+  const int nchunks = int(chunks.size() / 2), nseq = int(cu.size() - 1);
+  const int64_t T = cu.back();
+  gdn_emu::Shape s{chunks.data(), nchunks, off.data(), nseq, HK, HV, dk, dv};
+
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  auto normed = [&](float scale) {  // L2-normalised rows (T, HK, dk), times scale
+    F x(T * HK * dk);
+    for (int64_t r = 0; r < T * HK; ++r) {
+      double ss = 0;
+      for (int d = 0; d < dk; ++d) ss += double(x[r * dk + d] = u(rng)) * x[r * dk + d];
+      for (int d = 0; d < dk; ++d) x[r * dk + d] = float(scale * x[r * dk + d] / std::sqrt(ss + 1e-6));
+    }
+    return x;
+  };
+  auto bf = [&](int64_t n, float lo, float hi) {
+    std::vector<__nv_bfloat16> b(n);
+    for (auto& x : b) x = __float2bfloat16_rn(lo + (hi - lo) * 0.5f * (u(rng) + 1.f));
+    return b;
+  };
+  F qn = normed(1.f / std::sqrt(float(dk))), kn = normed(1.f);
+  auto v = bf(T * HV * dv, -1.f, 1.f), dout = bf(T * HV * dv, -1.f, 1.f), beta = bf(T * HV, 0.05f, 1.f);
+  F g(T * HV);
+  for (auto& x : g) x = -0.5f * (u(rng) + 1.f);  // log decay in [-1, 0]
+  const KIn vi{v.data(), KType::BF16}, di{dout.data(), KType::BF16}, bi{beta.data(), KType::BF16};
+
+  // Forward recompute (FMA kernels), as launch_gdn_chunk_bwd's caller does.
+  F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(int64_t(nchunks) * HV * C * C);
+  F o(T * HV * dv), states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv);
+  gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(), Tm.data());
+  gdn_emu::scan(s, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
+                states.data(), vnew.data());
+  F dh(states.size()), dvn(T * HV * dv);
+  gdn_emu::dscan(s, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(), dh.data(), dvn.data());
+  std::printf("forward/dscan done (T %lld, %d chunks, HK %lld, HV %lld)\n", (long long)T, nchunks, (long long)HK,
+              (long long)HV);
+
+  const float nan = std::nanf("");
+  struct Out {
+    F dqh, dkh, dW, gsum, dq_sg, dk_sg, dW_sg, dk_in, dg_in, dv, dg, dbeta;
+  };
+  auto run = [&](bool mma) {
+    Out r;
+    r.dqh.assign(T * HV * dk, nan), r.dkh.assign(T * HV * dk, nan), r.dW = W, r.gsum.assign(nchunks * HV, nan);
+    r.dv.assign(T * HV * dv, nan), r.dg.assign(T * HV, nan), r.dbeta.assign(T * HV, nan);
+    (mma ? gdn_emu::state_grad_mma : gdn_emu::state_grad)(s, di, kn.data(), Gc.data(), states.data(), dh.data(),
+                                                          vnew.data(), dvn.data(), r.dqh.data(), r.dkh.data(),
+                                                          r.dW.data(), r.gsum.data());
+    r.dq_sg = r.dqh, r.dk_sg = r.dkh, r.dW_sg = r.dW;
+    (mma ? gdn_emu::intra_grad_mma : gdn_emu::intra_grad)(s, di, qn.data(), kn.data(), Gc.data(), vnew.data(),
+                                                          r.gsum.data(), r.dqh.data(), r.dkh.data(), r.dg.data());
+    r.dk_in = r.dkh, r.dg_in = r.dg;
+    (mma ? gdn_emu::wy_grad_mma : gdn_emu::wy_grad)(s, kn.data(), vi, bi, Gc.data(), Tm.data(), r.dW.data(),
+                                                    dvn.data(), r.dkh.data(), KOut{r.dv.data(), KType::F32},
+                                                    r.dg.data(), r.dbeta.data());
+    return r;
+  };
+  const Out ref = run(false);
+  std::printf("FMA backward done\n");
+  const Out got = run(true);
+  int fails = 0;
+  auto cmp = [&](const char* name, const F& a, const F& b, double tol) {
+    int bad = 0;
+    const double e = nmse(a, b, &bad);
+    const bool fail = !(e <= tol) || bad;
+    std::printf("%-28s nmse %.3e nonfinite %d%s\n", name, e, bad, fail ? "  FAIL" : "");
+    fails += fail;
+  };
+  cmp("state_grad dqh", got.dq_sg, ref.dq_sg, 1e-4);
+  cmp("state_grad dkh", got.dk_sg, ref.dk_sg, 1e-4);
+  cmp("state_grad dW", got.dW_sg, ref.dW_sg, 1e-4);
+  cmp("state_grad gsum", got.gsum, ref.gsum, 1e-4);
+  cmp("intra dqh (final)", got.dqh, ref.dqh, 1e-4);
+  cmp("intra dkh", got.dk_in, ref.dk_in, 1e-4);
+  cmp("intra dg", got.dg_in, ref.dg_in, 1e-4);
+  cmp("wy dkh (final)", got.dkh, ref.dkh, 1e-4);
+  cmp("wy dv", got.dv, ref.dv, 1e-4);
+  cmp("wy dg", got.dg, ref.dg, 1e-4);
+  cmp("wy dbeta", got.dbeta, ref.dbeta, 1e-4);
+  std::printf("%s\n", fails ? "FAIL" : "OK");
+  return fails ? 1 : 0;
+}

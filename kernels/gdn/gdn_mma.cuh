@@ -1,0 +1,87 @@
+// Warp-tile helpers of the tensor-core GDN chunk kernels (chunk_bwd_mma.cu): bf16 operand tiles in shared
+// memory (rows padded by 8 elements so the 8 row addresses of an ldmatrix hit distinct banks), fp32 staging
+// from global memory, and one warp product C[16 x 8·NB] (+)= op(A)·op(B) over a k range.
+//
+// Fragment loaders (see common/mma.cuh for the register layouts; lane = 0..31):
+//   frag_a   A[m][k] stored row-major X[m][k]                    (ldmatrix)
+//   frag_a_t A[m][k] = X[k][m], i.e. the transpose of a stored X  (ldmatrix.trans: matrix i = lane/8 covers
+//            stored rows k0 + 8·(i/2) .. +7 and columns m0 + 8·(i%2) .. +7, so register i gets
+//            (stored rows 2t, 2t+1 at column g) = A(g (+8), k 2t, 2t+1 (+8)) = a_i)
+//   frag_b   B[k][n] = Y[n][k] (Y row-major, e.g. C = A·Yᵀ)       (ldmatrix)
+//   frag_b_t B[k][n] = Y[k][n]                                   (ldmatrix.trans)
+// frag_b / frag_b_t return two n-blocks: (r0, r1) for columns n0..n0+7, (r2, r3) for n0+8..n0+15.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "common/mma.cuh"
+
+namespace deltatune::kernels::gdn_mma {
+
+using bf16 = __nv_bfloat16;
+using mma::smem_addr;
+
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const bf16* X, int ld, int m0, int k0) {
+  const int l = threadIdx.x & 31;
+  mma::ldsm_x4(a, smem_addr(X + (m0 + (l & 15)) * ld + k0 + (l >> 4) * 8));
+}
+__device__ __forceinline__ void frag_a_t(uint32_t (&a)[4], const bf16* X, int ld, int m0, int k0) {
+  const int l = threadIdx.x & 31, i = l >> 3;
+  mma::ldsm_x4_t(a, smem_addr(X + (k0 + (l & 7) + (i >> 1) * 8) * ld + m0 + (i & 1) * 8));
+}
+__device__ __forceinline__ void frag_b(uint32_t (&b)[4], const bf16* Y, int ld, int n0, int k0) {
+  const int l = threadIdx.x & 31;
+  mma::ldsm_x4(b, smem_addr(Y + (n0 + (l & 7) + ((l >> 4) << 3)) * ld + k0 + ((l >> 3) & 1) * 8));
+}
+__device__ __forceinline__ void frag_b_t(uint32_t (&b)[4], const bf16* Y, int ld, int n0, int k0) {
+  const int l = threadIdx.x & 31;
+  mma::ldsm_x4_t(b, smem_addr(Y + (k0 + (l & 15)) * ld + n0 + (l >> 4) * 8));
+}
+
+// acc[nb] (+)= op(A)[m0..m0+15][k] · op(B)[k][n0 + 8·nb ..] for k in [k0, k1) (multiples of 16).
+// AT: A stored transposed (X[k][m]); BT: B stored as Y[k][n] (else Y[n][k]).
+template <int NB, bool AT, bool BT>
+__device__ __forceinline__ void warp_mma(float (&acc)[NB][4], const bf16* A, int lda, int m0, const bf16* B, int ldb,
+                                         int n0, int k0, int k1) {
+  static_assert(NB % 2 == 0, "n-blocks come in pairs");
+  for (int k = k0; k < k1; k += 16) {
+    uint32_t a[4];
+    if (AT) frag_a_t(a, A, lda, m0, k);
+    else frag_a(a, A, lda, m0, k);
+#pragma unroll
+    for (int p = 0; p < NB / 2; ++p) {
+      uint32_t b[4];
+      if (BT) frag_b_t(b, B, ldb, n0 + 16 * p, k);
+      else frag_b(b, B, ldb, n0 + 16 * p, k);
+      mma::mma16816(acc[2 * p], a, b[0], b[1]);
+      mma::mma16816(acc[2 * p + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+template <int NB> __device__ __forceinline__ void zero(float (&acc)[NB][4]) {
+#pragma unroll
+  for (int j = 0; j < NB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+}
+
+__device__ __forceinline__ void st_bf16x2(bf16* p, float lo, float hi) {
+  *reinterpret_cast<uint32_t*>(p) = mma::pack_bf16(lo, hi);
+}
+
+// dst[r][c] (bf16, row stride ld) = src[r·stride + c] for r < rows_ok, 0 for rows_ok ≤ r < ROWS;
+// c in [0, COLS). src rows are 16-byte aligned (COLS and stride multiples of 4). NT threads take part.
+template <int ROWS, int COLS, int NT>
+__device__ __forceinline__ void stage_f32(bf16* dst, int ld, const float* src, int64_t stride, int rows_ok) {
+  static_assert(COLS % 4 == 0, "float4 columns");
+  constexpr int Q = COLS / 4;
+  for (int idx = threadIdx.x; idx < ROWS * Q; idx += NT) {
+    const int r = idx / Q, c = (idx % Q) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < rows_ok) x = *reinterpret_cast<const float4*>(src + r * stride + c);
+    st_bf16x2(dst + r * ld + c, x.x, x.y);
+    st_bf16x2(dst + r * ld + c + 2, x.z, x.w);
+  }
+}
+
+}  // namespace deltatune::kernels::gdn_mma
