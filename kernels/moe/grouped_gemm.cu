@@ -21,14 +21,14 @@
 //   A (16×16, row-major): a0 = A[g][2q..2q+1], a1 = A[g+8][2q..2q+1], a2 = A[g][2q+8..2q+9], a3 = A[g+8][2q+8..2q+9]
 //   B (16×8, "col" = stored as B[n][k]): b0 = B[k=2q..2q+1][n=g], b1 = B[k=2q+8..2q+9][n=g]
 //   C/D (16×8, f32): c0, c1 = C[g][2q], C[g][2q+1]; c2, c3 = C[g+8][2q], C[g+8][2q+1]
-// and ldmatrix(.trans) as documented in attention/mma.cuh (the address patterns are at frag_a / frag_b2).
+// and ldmatrix(.trans) as documented in common/mma.cuh (the address patterns are at frag_a / frag_b2).
 // Shared rows are padded by 8 bf16 (k-major rows of 80 bytes, i-major rows of 272 or 80 bytes): the eight
 // 16-byte row reads of each ldmatrix phase then fall in distinct banks.
-// The MMA and ldmatrix go through attention/mma.cuh, so kernels/moe/emu/grouped_gemm_emu.cpp can run this
+// The MMA and ldmatrix go through common/mma.cuh, so kernels/moe/emu/grouped_gemm_emu.cpp can run this
 // kernel on the host against the PTX-defined fragment layouts (DT_ATTN_EMU build).
 #include <cuda_bf16.h>
 
-#include "attention/mma.cuh"
+#include "common/mma.cuh"
 #include "common/device.cuh"
 #include "moe/moe.cuh"
 #ifndef DT_ATTN_EMU
@@ -159,7 +159,7 @@ struct TileLoader {
   }
 };
 
-// Fragments of one k16 step through ldmatrix (address patterns of attention/mma.cuh):
+// Fragments of one k16 step through ldmatrix (address patterns of common/mma.cuh):
 //   A (16 rows from m0):  k-major S[m][k]: lane -> &S[m0 + (lane & 15)][kk + (lane >> 4)·8], no .trans;
 //                         i-major S[k][m]: lane -> &S[kk + (lane & 7) + (lane >> 4)·8][m0 + ((lane >> 3) & 1)·8],
 //                         .trans (matrix i holds rows k 0-7 / 8-15 × cols m 0-7 / 8-15, giving a0..a3).
