@@ -1,5 +1,6 @@
 #include "data/dataset_reader.h"
 
+#include <cctype>
 #include <filesystem>
 #include <limits>
 
@@ -236,7 +237,13 @@ DatasetFile dataset_read(const std::string& path, const std::string& type, bool 
   check(dataset_type_valid(type), path + ": unknown dataset type '" + type +
                                       "' (expected chat, sharegpt, alpaca, completion or pretokenized)");
   check(std::filesystem::is_regular_file(path), path + ": dataset file not found");
-  std::string content = read_text_file(path);
+  return dataset_parse_text(read_text_file(path), path, type, skip_bad_rows);
+}
+
+DatasetFile dataset_parse_text(std::string content, const std::string& path, const std::string& type,
+                               bool skip_bad_rows) {
+  check(dataset_type_valid(type), path + ": unknown dataset type '" + type +
+                                      "' (expected chat, sharegpt, alpaca, completion or pretokenized)");
   if (content.compare(0, 3, "\xEF\xBB\xBF") == 0) content.erase(0, 3);  // UTF-8 byte order mark
   DatasetFile out;
   out.path = path;
