@@ -276,6 +276,9 @@ DatasetFile dataset_parse_text(std::string content, const std::string& path, con
     } catch (const ojson::parse_error& e) {
       throw Error(path + ":" + std::to_string(line_of_offset(content, e.byte > 0 ? e.byte - 1 : 0)) +
                   ": malformed JSON: " + e.what());
+    } catch (const ojson::exception& e) {
+      // Not a syntax error but still bad data, e.g. a number too large for a double (out_of_range.406).
+      throw Error(path + ": malformed JSON: " + e.what());
     }
     const auto lines = array_element_lines(content);
     for (size_t i = 0; i < arr.size(); ++i) {
@@ -302,7 +305,7 @@ DatasetFile dataset_parse_text(std::string content, const std::string& path, con
         ojson row;
         try {
           row = ojson::parse(text);
-        } catch (const ojson::parse_error& e) {
+        } catch (const ojson::exception& e) {  // syntax, and numbers too large for a double
           bad(source, std::string("malformed JSON: ") + e.what());
         }
         settle_format(row);
