@@ -23,6 +23,12 @@ printf 'base_model: m\ndatasets:\n  - path: a.jsonl\n    type: chat\nlora_r: 8\n
 seed model_config $(find "$root/tests/goldens" -name config.json -size -64k 2>/dev/null)
 seed tokenizer_json $(find "$root/tests/goldens/tokenizer" -name '*.json' -size -256k 2>/dev/null)
 seed safetensors_header $(find "$root/tests/goldens" -name '*.safetensors' -size -100k 2>/dev/null)
+# dataset_lines: the committed seeds (first byte = type and flags, see fuzz_dataset_lines.cpp), plus the
+# repository's small JSONL files behind a 0 byte (format detected from the rows).
+seed dataset_lines "$root"/tests/fuzz/corpus/dataset_lines/*
+for f in $(find "$root/resources" "$root/tests/goldens" -name '*.jsonl' -size -32k 2>/dev/null); do
+  { printf '\0'; cat "$f"; } > "$work/dataset_lines/$(echo "$f" | md5sum | cut -c1-16)"
+done
 
 # Inputs that once crashed a target stay in its corpus: they must keep passing.
 for f in "$root"/tests/fuzz/regressions/*; do
@@ -32,7 +38,7 @@ for f in "$root"/tests/fuzz/regressions/*; do
 done
 
 status=0
-for t in run_yaml model_config tokenizer_json safetensors_header; do
+for t in run_yaml model_config tokenizer_json safetensors_header dataset_lines; do
   bin="$build/tests/fuzz/fuzz_$t"
   [ -x "$bin" ] || { echo "missing $bin (build target dt_fuzz)"; exit 2; }
   echo "== fuzz_$t for ${secs}s ($(ls "$work/$t" | wc -l) seeds)"

@@ -255,7 +255,9 @@ TEST(RunsCheckpoint, LatestSkipsBrokenAndCleansStaleLeftovers) {
   const fs::path stale = fs::path(tmp.out()) / ("checkpoint-30.tmp-" + std::to_string(child));
   const fs::path stale_rm = fs::path(tmp.out()) / ("checkpoint-10.tmp-" + std::to_string(child) + "-rm");
   const fs::path live = fs::path(tmp.out()) / ("checkpoint-30.tmp-" + std::to_string(getppid()));
-  for (const auto& p : {stale, stale_rm, live}) {
+  // Too many digits for a pid: not a leftover of ours (and parsing it must not overflow).
+  const fs::path odd = fs::path(tmp.out()) / "checkpoint-40.tmp-123456789012345678901234567890";
+  for (const auto& p : {stale, stale_rm, live, odd}) {
     fs::create_directories(p);
     std::ofstream(p / "trainer_state.json") << "{}";
   }
@@ -263,6 +265,7 @@ TEST(RunsCheckpoint, LatestSkipsBrokenAndCleansStaleLeftovers) {
   EXPECT_FALSE(fs::exists(stale));
   EXPECT_FALSE(fs::exists(stale_rm));
   EXPECT_TRUE(fs::exists(live));  // its writer may still be at work
+  EXPECT_TRUE(fs::exists(odd));
   EXPECT_EQ(checkpoint_step_of("checkpoint-12"), 12);
   EXPECT_EQ(checkpoint_step_of("checkpoint-12.tmp-5"), -1);
   EXPECT_EQ(checkpoint_step_of("checkpoint-"), -1);

@@ -1,5 +1,6 @@
 #include "data/dataset_reader.h"
 
+#include <cctype>
 #include <filesystem>
 #include <limits>
 
@@ -236,7 +237,13 @@ DatasetFile dataset_read(const std::string& path, const std::string& type, bool 
   check(dataset_type_valid(type), path + ": unknown dataset type '" + type +
                                       "' (expected chat, sharegpt, alpaca, completion or pretokenized)");
   check(std::filesystem::is_regular_file(path), path + ": dataset file not found");
-  std::string content = read_text_file(path);
+  return dataset_parse_text(read_text_file(path), path, type, skip_bad_rows);
+}
+
+DatasetFile dataset_parse_text(std::string content, const std::string& path, const std::string& type,
+                               bool skip_bad_rows) {
+  check(dataset_type_valid(type), path + ": unknown dataset type '" + type +
+                                      "' (expected chat, sharegpt, alpaca, completion or pretokenized)");
   if (content.compare(0, 3, "\xEF\xBB\xBF") == 0) content.erase(0, 3);  // UTF-8 byte order mark
   DatasetFile out;
   out.path = path;
@@ -269,6 +276,9 @@ DatasetFile dataset_read(const std::string& path, const std::string& type, bool 
     } catch (const ojson::parse_error& e) {
       throw Error(path + ":" + std::to_string(line_of_offset(content, e.byte > 0 ? e.byte - 1 : 0)) +
                   ": malformed JSON: " + e.what());
+    } catch (const ojson::exception& e) {
+      // Not a syntax error but still bad data, e.g. a number too large for a double (out_of_range.406).
+      throw Error(path + ": malformed JSON: " + e.what());
     }
     const auto lines = array_element_lines(content);
     for (size_t i = 0; i < arr.size(); ++i) {
@@ -295,7 +305,7 @@ DatasetFile dataset_read(const std::string& path, const std::string& type, bool 
         ojson row;
         try {
           row = ojson::parse(text);
-        } catch (const ojson::parse_error& e) {
+        } catch (const ojson::exception& e) {  // syntax, and numbers too large for a double
           bad(source, std::string("malformed JSON: ") + e.what());
         }
         settle_format(row);

@@ -46,6 +46,10 @@ struct DatasetFile {
 // Valid `type` values ("" = detect).
 bool dataset_type_valid(const std::string& type);
 DatasetFile dataset_read(const std::string& path, const std::string& type, bool skip_bad_rows);
+// dataset_read on text already in memory (`path` only names the rows' sources). Used by dataset_read and
+// by the fuzz target, so the parser is fuzzed without a file system round trip.
+DatasetFile dataset_parse_text(std::string content, const std::string& path, const std::string& type,
+                               bool skip_bad_rows);
 // Normalizes one parsed row (throws Error with `source` on a bad row); `format` "" detects it.
 DatasetRow dataset_parse_row(const nlohmann::ordered_json& row, const std::string& format,
                              const std::string& source);

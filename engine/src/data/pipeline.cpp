@@ -212,6 +212,21 @@ Example data_encode_row(const Tokenizer& tok, const ChatTemplate* tpl, const Dat
   return ex;
 }
 
+std::string data_fingerprint(const std::vector<Example>& examples) {
+  // Per-example hashes, then one hash over them: memory stays small (64 bytes an example) and the
+  // result does not depend on how the examples' bytes happen to be chunked.
+  std::string all;
+  all.reserve(examples.size() * 64);
+  const auto bytes = [](const std::vector<int32_t>& v) {
+    return std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
+  };
+  for (const Example& e : examples) {
+    all += hash_bytes_hex(bytes(e.input_ids));
+    all += hash_bytes_hex(bytes(e.labels));
+  }
+  return hash_bytes_hex(all);
+}
+
 DataStats data_stats(const std::vector<Example>& examples, const RunConfig& cfg) {
   DataStats s;
   s.examples = static_cast<int64_t>(examples.size());

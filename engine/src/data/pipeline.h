@@ -37,6 +37,11 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
 std::vector<Batch> data_epoch_batches(const std::vector<Example>& examples, const RunConfig& cfg,
                                       int64_t epoch);
 
+// Content hash (hex) of examples' ids and labels, in order: a resumed run checks it against the one in its
+// checkpoint, so a dataset edited, replaced or truncated since the run started is not trained on as if
+// the checkpoint's data position still meant the same thing.
+std::string data_fingerprint(const std::vector<Example>& examples);
+
 // Statistics of a set of (already truncated) examples under cfg's packing settings.
 DataStats data_stats(const std::vector<Example>& examples, const RunConfig& cfg);
 

@@ -50,7 +50,7 @@ struct Hasher128 {
       b = mix(b + w * 0x9E3779B97F4A7C15ull) ^ (a >> 7);
     }
     uint64_t w = 0;
-    std::memcpy(&w, p + i, n - i);
+    if (n > i) std::memcpy(&w, p + i, n - i);  // p may be null when n == 0 (an empty string_view)
     a = mix(a ^ w ^ (uint64_t(n - i) << 56));
     b = mix(b + w + 0x85EBCA77C2B2AE63ull);
   }

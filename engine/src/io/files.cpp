@@ -93,4 +93,18 @@ void write_text_file_atomic(const std::string& path, const std::string& content)
   out.commit();
 }
 
+void check_dir_writable(const std::string& dir, const std::string& what) {
+  namespace fs = std::filesystem;
+  const std::string where = what + " '" + dir + "'";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, where + ": cannot create the folder (" + ec.message() + ")");
+  check(fs::is_directory(dir, ec), where + ": not a folder");
+  std::string probe = (fs::path(dir) / ".deltatune-write-probe.XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  check(fd >= 0, where + ": cannot write into the folder (" + errno_str(errno) + ")");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 }  // namespace deltatune

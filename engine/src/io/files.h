@@ -29,4 +29,9 @@ class AtomicFileWriter {
 // read_text_file's counterpart: atomic write of a whole file.
 void write_text_file_atomic(const std::string& path, const std::string& content);
 
+// Creates `dir` if missing and proves a file can be created in it (a probe file, removed again), so a
+// read-only or unusable folder is reported before hours of work are spent. Throws Error
+// "<what> '<dir>': ..." with the system's reason (e.g. Permission denied, Read-only file system).
+void check_dir_writable(const std::string& dir, const std::string& what);
+
 }  // namespace deltatune

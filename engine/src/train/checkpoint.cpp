@@ -63,7 +63,10 @@ int64_t leftover_pid(const std::string& name) {
   if (at == std::string::npos) return -1;
   int64_t pid = 0;
   size_t i = at + 5, digits = 0;
-  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i, ++digits) pid = pid * 10 + (name[i] - '0');
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i, ++digits) {
+    if (digits == 10) return -1;  // no pid is that long; more digits would overflow (UB)
+    pid = pid * 10 + (name[i] - '0');
+  }
   return digits ? pid : -1;
 }
 

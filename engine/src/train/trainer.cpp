@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "data/pipeline.h"
+#include "io/files.h"
 #include "deltatune/experiment_store.h"
 #include "deltatune/trainer.h"
 #include "lora/peft_io.h"
@@ -125,6 +126,16 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
                                             std::to_string(resumed->pid) + ")");
     cfg = run_config_from_yaml_string(resumed->config_yaml, ".");
   }
+  // A resume that cannot start leaves the run as it was (still resumable once the cause is fixed) and
+  // says why in the run's events.
+  auto note_resume_failure = [&](const std::string& why) {
+    if (!resumed) return;
+    try {
+      store->add_event(resumed->id, "error", "resume failed: " + why);
+    } catch (const std::exception&) {
+      // The database itself failing must not hide the reason the resume failed.
+    }
+  };
   check(!cfg.base_model.empty(), "run config: base_model is empty (expected a Hugging Face checkpoint folder)");
   check(!cfg.datasets.empty(), "run config: datasets is empty (expected at least one {path, type})");
 
@@ -139,8 +150,17 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
     adapter = lora_create(mc, lora_spec_from_run_config(cfg), static_cast<uint64_t>(cfg.seed));
   }
   log(LogLevel::Info, describe_groups(adapter));
-  PreparedData data = data_prepare(cfg, [&](const std::string& m) { log(LogLevel::Info, m); });
+  PreparedData data;
+  try {
+    data = data_prepare(cfg, [&](const std::string& m) { log(LogLevel::Info, m); });
+  } catch (const std::exception& e) {
+    note_resume_failure(e.what());
+    throw;
+  }
   check(!data.train.empty(), "datasets: no training examples left after filtering");
+  // Everything is read and tokenized now: the dataset files may change or vanish during the run without
+  // affecting it. The fingerprint goes into every checkpoint for the resume check below.
+  const std::string data_fp = data_fingerprint(data.train);
 
   const std::string class_prefix = peft_class_prefix(weights, cfg.model_class);
   auto be = backend_create(cfg.backend, cfg.gpu);
@@ -170,6 +190,16 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
     const auto ckpt = checkpoint_latest(cfg.output_dir);
     if (ckpt) {
       TrainerState st = checkpoint_restore(*ckpt, adapter, *be, mc);
+      const auto fp = st.extra.find("data_fingerprint");
+      if (fp != st.extra.end() && fp->second != data_fp) {
+        std::string files;
+        for (const auto& d : cfg.datasets) files += (files.empty() ? "" : ", ") + d.path;
+        const std::string why = "the training data (" + files + ") changed since " + *ckpt +
+                                " was written; its data position would point into different examples. "
+                                "Restore the dataset files, or start a new run";
+        note_resume_failure(why);
+        throw Error("--resume: " + why);
+      }
       step = st.step;
       cursor = {st.epoch_index, st.micro_batch_index};
       tokens_seen = st.tokens_seen;
@@ -232,6 +262,7 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
     st.best_eval_loss = best_eval;
     st.run_id = run_id;
     st.seed = cfg.seed;
+    st.extra["data_fingerprint"] = data_fp;
     const std::string path = checkpoint_save(cfg.output_dir, st, adapter, *be, mc, class_prefix, cfg.base_model,
                                              cfg.save_total_limit);
     obs.on_checkpoint(step, path);
@@ -244,6 +275,8 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
   };
 
   try {
+    // A read-only or unusable output folder fails now, not at the first checkpoint hours later.
+    check_dir_writable(cfg.output_dir, "output_dir");
     BatchStream stream(data.train, cfg, cursor);
     while (step < total_steps) {
       if (control.stop.load()) {
@@ -336,8 +369,17 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
     event(LogLevel::Info, "finished " + std::to_string(step) + " steps; adapter written to " + cfg.output_dir);
     obs.on_finished("finished", "adapter written to " + cfg.output_dir);
   } catch (const std::exception& e) {
-    event(LogLevel::Error, e.what());
-    set_status("failed", last_loss, best_eval);
+    // Recording the failure is best effort: when the database fails too (e.g. the same full disk), the
+    // original error is still the one reported; the run is then found `running` by a dead process and
+    // marked crashed later.
+    try {
+      event(LogLevel::Error, e.what());
+    } catch (const std::exception&) {
+    }
+    try {
+      set_status("failed", last_loss, best_eval);
+    } catch (const std::exception&) {
+    }
     obs.on_finished("failed", e.what());
     throw;
   }
