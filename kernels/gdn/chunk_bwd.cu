@@ -407,7 +407,8 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
                                  int nchunks, const int32_t* chunk_off, int nseq, float* W, const float* M,
                                  const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
                                  float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
-                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores) {
+                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores,
+                                 bool wy_tensor_cores) {
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const bool mma = tensor_cores && gdn_chunk_mma_supported(dk, dv);
   const size_t s1 = dscan_smem(dk), s2 = state_grad_smem(), s3 = intra_smem(dk, dv), s4 = wy_smem(dk, dv);
@@ -438,7 +439,7 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
     gdn_chunk_intra_grad_kernel<<<grid, kThreads, s3, s>>>(dout, qn, kn, Gc, chunks, vnew, gsum, dqh, dkh, dg, HK, HV,
                                                            dk, dv);
   if (e != cudaSuccess || (e = cudaGetLastError()) != cudaSuccess) return e;
-  if (mma)
+  if (mma && wy_tensor_cores)
     return launch_gdn_wy_grad_mma(kn, v, beta, Gc, chunks, nchunks, Tm, W, dvn, dkh, dv_out, dg, dbeta, HK, HV, dk, dv,
                                   s);
   gdn_chunk_wy_grad_kernel<<<grid, kThreads, s4, s>>>(kn, v, beta, Gc, chunks, Tm, W, dvn, dkh, dv_out, dg, dbeta, HK,

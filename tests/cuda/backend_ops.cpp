@@ -379,6 +379,23 @@ void case_gdn(Env& e) {
     compare(e, "gdn_bwd dv" + tag.str(), dv, 5e-4);
     compare(e, "gdn_bwd dg" + tag.str(), dg, 5e-4);
     compare(e, "gdn_bwd dbeta" + tag.str(), db, 5e-4);
+    if (c.cu.back() > 2000) continue;
+    // The pair that keeps the forward's chunk quantities for the backward (gradient checkpointing's
+    // recompute): the same results as the plain pair (the CPU backend keeps nothing and recomputes).
+    Pair o2 = e.out({T, c.HV, c.dv}, BF);
+    Pair dq2 = e.out({T, c.HK, c.dk}, BF), dk2 = e.out({T, c.HK, c.dk}, BF), dv2 = e.out({T, c.HV, c.dv}, BF);
+    Pair dg2 = e.out({T, c.HV}, F32), db2 = e.out({T, c.HV}, BF);
+    auto kc = e.cpu->gdn_fwd_keep(q.c, k.c, v.c, g.c, beta.c, sc, scale, o2.c);
+    auto kg = e.gpu->gdn_fwd_keep(q.g, k.g, v.g, g.g, beta.g, sg, scale, o2.g);
+    EXPECT_EQ(kc, nullptr);
+    compare(e, "gdn_fwd_keep o" + tag.str(), o2, 1e-4);
+    e.cpu->gdn_bwd_saved(kc.get(), dout.c, q.c, k.c, v.c, g.c, beta.c, sc, scale, dq2.c, dk2.c, dv2.c, dg2.c, db2.c);
+    e.gpu->gdn_bwd_saved(kg.get(), dout.g, q.g, k.g, v.g, g.g, beta.g, sg, scale, dq2.g, dk2.g, dv2.g, dg2.g, db2.g);
+    compare(e, "gdn_bwd_saved dq" + tag.str(), dq2, 5e-4);
+    compare(e, "gdn_bwd_saved dk" + tag.str(), dk2, 5e-4);
+    compare(e, "gdn_bwd_saved dv" + tag.str(), dv2, 5e-4);
+    compare(e, "gdn_bwd_saved dg" + tag.str(), dg2, 5e-4);
+    compare(e, "gdn_bwd_saved dbeta" + tag.str(), db2, 5e-4);
   }
 }
 
@@ -663,7 +680,7 @@ const std::vector<OpCase>& all_cases() {
       {"attention", {"attention_fwd", "attention_bwd"}, case_attention},
       {"conv", {"conv1d_silu_fwd", "conv1d_silu_bwd"}, case_conv},
       {"gates", {"gdn_gates_fwd", "gdn_gates_bwd"}, case_gates},
-      {"gdn", {"gdn_fwd", "gdn_bwd"}, case_gdn},
+      {"gdn", {"gdn_fwd", "gdn_bwd", "gdn_fwd_keep", "gdn_bwd_saved"}, case_gdn},
       {"moe", {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},
        case_moe},
       {"moe_grouped", {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_wgrad", "permute3"},
