@@ -1,12 +1,17 @@
 // Readers for the golden files under tests/goldens, shared by the CPU and CUDA test binaries.
 #pragma once
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "backend/backend.h"
 #include "data/batch.h"
+#include "io/safetensors.h"
+#include "lora/lora.h"
 #include "model/qwen35_model.h"
 
 namespace deltatune::testing_goldens {
@@ -54,6 +59,68 @@ inline Batch packed_batch(const std::vector<Example>& seqs) {
   std::vector<const Example*> all;
   for (const auto& ex : seqs) all.push_back(&ex);
   return batch_from_examples(all);
+}
+
+// PEFT key "base_model.model.<prefix>layers.N.<module>.lora_A.weight" -> (module path, is_A); expert keys
+// are nested (experts.base_layer.* = gate_up_proj, experts.* = down_proj when both are targeted).
+inline std::pair<std::string, bool> module_of(std::string key) {
+  const bool is_a = key.find(".lora_A.") != std::string::npos;
+  key = key.substr(0, key.find(is_a ? ".lora_A." : ".lora_B."));
+  const auto pos = key.find("layers.");
+  key = key.substr(pos);
+  const std::string base = ".experts.base_layer";
+  if (key.size() > base.size() && key.compare(key.size() - base.size(), base.size(), base) == 0)
+    key = key.substr(0, key.size() - base.size()) + ".experts.gate_up_proj";
+  else if (key.size() > 8 && key.compare(key.size() - 8, 8, ".experts") == 0)
+    key += ".down_proj";
+  return {key, is_a};
+}
+
+// The LoRA golden step (tests/goldens/lora/make_lora_goldens.py): each golden_eval sequence on its own,
+// forward and backward into `adapter` (gradients zeroed first), losses scaled by 1/targets as HF's mean.
+// Returns the mean loss.
+inline double lora_golden_step(Qwen35Model& model, Backend& be, LoraAdapter& adapter, const std::vector<Example>& seqs,
+                               StepOptions so) {
+  lora_zero_grad(adapter, be);
+  int64_t targets = 0;
+  for (const auto& ex : seqs) targets += batch_from_examples({&ex}).num_targets;
+  so.backward = true;
+  so.grad_scale = 1.f / static_cast<float>(targets);
+  double sum = 0;
+  for (const auto& ex : seqs) sum += model.step(batch_from_examples({&ex}), &adapter, so).loss_sum;
+  return sum / static_cast<double>(targets);
+}
+
+// Norm-relative error ‖ours − HF‖/‖HF‖ of each LoRA gradient in grads.safetensors (HF + PEFT), in file
+// order; INFINITY for a key with no module, a size mismatch or a non-finite value.
+struct GradError {
+  std::string name;
+  double rel = 0;
+};
+inline std::vector<GradError> lora_grad_errors(Backend& be, LoraAdapter& adapter, const std::filesystem::path& file) {
+  SafetensorsFile grads(file.string());
+  std::vector<GradError> out;
+  for (const auto& e : grads.entries()) {
+    GradError r{e.name, INFINITY};
+    const auto [path, is_a] = module_of(e.name);
+    if (LoraModule* m = adapter.find(path)) {
+      const std::vector<float> ref = host_to_f32(grads.get(e.name));
+      const Tensor got = be.download(is_a ? m->gA : m->gB, DType::F32);
+      if (got.numel() == static_cast<int64_t>(ref.size())) {
+        double ref2 = 0, err2 = 0;
+        bool finite = true;
+        for (size_t i = 0; i < ref.size(); ++i) {
+          const double g = got.ptr<float>()[i];
+          finite = finite && std::isfinite(g);
+          ref2 += double(ref[i]) * ref[i];
+          err2 += (g - ref[i]) * (g - ref[i]);
+        }
+        if (finite) r.rel = std::sqrt(err2 / std::max(ref2, 1e-30));
+      }
+    }
+    out.push_back(r);
+  }
+  return out;
 }
 
 }  // namespace deltatune::testing_goldens

@@ -57,6 +57,8 @@ fs::path goldens_dir() {
 
 using testing_goldens::read_json;
 using testing_goldens::read_jsonl;
+using testing_goldens::lora_golden_step;
+using testing_goldens::lora_grad_errors;
 
 bool have_gpu() { return cuda_backend_available(); }
 
@@ -109,19 +111,6 @@ TEST_P(CudaModelGolden, ForwardLossAndLogitsMatchHF) {
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaModelGolden,
                          ::testing::Values("dense_vl", "moe_tied", "dense_bf16", "moe_per_expert"));
 
-// PEFT key -> (module path, is_A); see tests/unit/model_golden_test.cpp.
-std::pair<std::string, bool> module_of(std::string key) {
-  const bool is_a = key.find(".lora_A.") != std::string::npos;
-  key = key.substr(0, key.find(is_a ? ".lora_A." : ".lora_B."));
-  key = key.substr(key.find("layers."));
-  const std::string base = ".experts.base_layer";
-  if (key.size() > base.size() && key.compare(key.size() - base.size(), base.size(), base) == 0)
-    key = key.substr(0, key.size() - base.size()) + ".experts.gate_up_proj";
-  else if (key.size() > 8 && key.compare(key.size() - 8, 8, ".experts") == 0)
-    key += ".down_proj";
-  return {key, is_a};
-}
-
 // (checkpoint, gradient checkpointing, fp32 compute). In fp32 the CUDA backend must match HF's fp32 gradients
 // as closely as the CPU reference does (norm-relative 1e-3 per tensor): any larger gap is a formula error,
 // not bf16 rounding.
@@ -141,44 +130,29 @@ TEST_P(CudaLoraGolden, LossAndEveryLoraGradientMatchPeft) {
   Qwen35Model model(w, *be);
   LoraAdapter adapter = peft_adapter_read((gdir / "adapter").string(), w.config);
   lora_to_backend(adapter, *be);
-  lora_zero_grad(adapter, *be);
-
-  const auto seqs = read_jsonl(mdir / "golden_eval.jsonl");
-  int64_t targets = 0;
-  for (const auto& ex : seqs) targets += batch_from_examples({&ex}).num_targets;
   StepOptions so;
-  so.backward = true;
-  so.grad_scale = 1.f / static_cast<float>(targets);
   so.fused_loss = !ckpt;  // both loss paths
   so.gradient_checkpointing = ckpt;
-  double sum = 0;
-  for (const auto& ex : seqs) sum += model.step(batch_from_examples({&ex}), &adapter, so).loss_sum;
+  const double loss = lora_golden_step(model, *be, adapter, read_jsonl(mdir / "golden_eval.jsonl"), so);
   const double hf = golden["loss"].get<double>();
-  EXPECT_LE(std::fabs(sum / targets - hf) / hf, fp32 ? 1e-5 : 1e-2);
+  EXPECT_LE(std::fabs(loss - hf) / hf, fp32 ? 1e-5 : 1e-2);
 
-  SafetensorsFile grads((gdir / "grads.safetensors").string());
-  int checked = 0;
+  const auto errors = lora_grad_errors(*be, adapter, gdir / "grads.safetensors");
   double worst = 0, sq = 0;
   std::string worst_name;
-  for (const auto& e : grads.entries()) {
-    const auto [path, is_a] = module_of(e.name);
-    LoraModule* m = adapter.find(path);
-    ASSERT_NE(m, nullptr) << e.name << " -> " << path;
-    const std::vector<float> ref = host_to_f32(grads.get(e.name));
-    const Tensor got = be->download(is_a ? m->gA : m->gB, DType::F32);
-    ASSERT_EQ(got.numel(), static_cast<int64_t>(ref.size())) << e.name;
-    const double rel = norm_rel(got.ptr<float>(), ref);
-    EXPECT_LE(rel, fp32 ? 1e-3 : w.config.is_moe() ? 20.0 : 1.0) << e.name;
-    if (std::getenv("DT_VERBOSE")) std::printf("  %-80s rel %.2e\n", e.name.c_str(), rel);
-    if (rel > worst) worst = rel, worst_name = e.name;
-    sq += rel * rel;
-    ++checked;
+  for (const auto& e : errors) {
+    EXPECT_LE(e.rel, fp32 ? 1e-3 : w.config.is_moe() ? 20.0 : 1.0) << e.name;
+    if (std::getenv("DT_VERBOSE")) std::printf("  %-80s rel %.2e\n", e.name.c_str(), e.rel);
+    if (e.rel > worst) worst = e.rel, worst_name = e.name;
+    sq += e.rel * e.rel;
   }
+  const int checked = static_cast<int>(errors.size());
   EXPECT_EQ(checked, golden["num_grads"].get<int>());
-  EXPECT_LE(std::sqrt(sq / std::max(checked, 1)), fp32 ? 1e-3 : w.config.is_moe() ? 4.0 : 0.3);
+  const double rms = std::sqrt(sq / std::max(checked, 1));
+  EXPECT_LE(rms, fp32 ? 1e-3 : w.config.is_moe() ? 4.0 : 0.3);
   std::printf("[e2e] lora %-10s ckpt=%d fp32=%d loss hf %.6f cuda %.6f (rel %.2e); %d grads: rms rel %.2e, worst %.2e (%s)\n",
-              name.c_str(), int(ckpt), int(fp32), hf, sum / targets, std::fabs(sum / targets - hf) / hf, checked,
-              std::sqrt(sq / std::max(checked, 1)), worst, worst_name.c_str());
+              name.c_str(), int(ckpt), int(fp32), hf, loss, std::fabs(loss - hf) / hf, checked, rms, worst,
+              worst_name.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaLoraGolden,

@@ -26,6 +26,8 @@ const fs::path kGoldens = fs::path(DT_SOURCE_DIR) / "tests" / "goldens";
 
 using testing_goldens::read_json;
 using testing_goldens::read_jsonl;
+using testing_goldens::lora_golden_step;
+using testing_goldens::lora_grad_errors;
 
 class ModelGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -59,21 +61,6 @@ TEST_P(ModelGolden, ForwardLossAndLogitsMatchHF) {
 INSTANTIATE_TEST_SUITE_P(Checkpoints, ModelGolden,
                          ::testing::Values("dense_vl", "moe_tied", "dense_bf16", "moe_per_expert"));
 
-// PEFT key "base_model.model.<prefix>layers.N.<module>.lora_A.weight" -> (module path, is_A); expert keys
-// are nested (experts.base_layer.* = gate_up_proj, experts.* = down_proj when both are targeted).
-std::pair<std::string, bool> module_of(std::string key) {
-  const bool is_a = key.find(".lora_A.") != std::string::npos;
-  key = key.substr(0, key.find(is_a ? ".lora_A." : ".lora_B."));
-  const auto pos = key.find("layers.");
-  key = key.substr(pos);
-  const std::string base = ".experts.base_layer";
-  if (key.size() > base.size() && key.compare(key.size() - base.size(), base.size(), base) == 0)
-    key = key.substr(0, key.size() - base.size()) + ".experts.gate_up_proj";
-  else if (key.size() > 8 && key.compare(key.size() - 8, 8, ".experts") == 0)
-    key += ".down_proj";
-  return {key, is_a};
-}
-
 class LoraGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LoraGolden, LossAndEveryLoraGradientMatchPeft) {
@@ -86,44 +73,21 @@ TEST_P(LoraGolden, LossAndEveryLoraGradientMatchPeft) {
   Qwen35Model model(w, *be);
   LoraAdapter adapter = peft_adapter_read((gdir / "adapter").string(), w.config);
   lora_to_backend(adapter, *be);
-  lora_zero_grad(adapter, *be);
-
-  const auto seqs = read_jsonl(mdir / "golden_eval.jsonl");
-  int64_t targets = 0;
-  for (const auto& ex : seqs) targets += batch_from_examples({&ex}).num_targets;
   StepOptions so;
-  so.backward = true;
-  so.grad_scale = 1.f / static_cast<float>(targets);
   so.fused_loss = GetParam() == "dense_vl";  // exercise both loss paths
-  double sum = 0;
-  for (const auto& ex : seqs) sum += model.step(batch_from_examples({&ex}), &adapter, so).loss_sum;
+  const double loss = lora_golden_step(model, *be, adapter, read_jsonl(mdir / "golden_eval.jsonl"), so);
   const double hf = golden["loss"].get<double>();
-  EXPECT_NEAR(sum / targets, hf, 1e-4 * hf);
+  EXPECT_NEAR(loss, hf, 1e-4 * hf);
 
-  SafetensorsFile grads((gdir / "grads.safetensors").string());
-  int checked = 0;
-  for (const auto& e : grads.entries()) {
-    const auto [path, is_a] = module_of(e.name);
-    LoraModule* m = adapter.find(path);
-    ASSERT_NE(m, nullptr) << e.name << " -> " << path;
-    const std::vector<float> ref = host_to_f32(grads.get(e.name));
-    const Tensor got_t = be->download(is_a ? m->gA : m->gB, DType::F32);
-    ASSERT_EQ(got_t.numel(), static_cast<int64_t>(ref.size())) << e.name;
-    // Norm-relative error: both sides are fp32 with different summation orders (HF's GDN runs its own
-    // fp32 chunked path), so single elements of the deepest gradients differ by ~1e-4 of the tensor's
-    // largest entry, while the tensor as a whole agrees to ~1e-5.
-    double ref2 = 0, err2 = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      ref2 += double(ref[i]) * ref[i];
-      const double d = double(got_t.ptr<float>()[i]) - ref[i];
-      err2 += d * d;
-    }
-    const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
-    EXPECT_LE(rel, 1e-4) << e.name;
-    if (std::getenv("DT_VERBOSE")) std::printf("%-80s rel %.2e\n", e.name.c_str(), rel);
-    ++checked;
+  // Norm-relative error: both sides are fp32 with different summation orders (HF's GDN runs its own
+  // fp32 chunked path), so single elements of the deepest gradients differ by ~1e-4 of the tensor's
+  // largest entry, while the tensor as a whole agrees to ~1e-5.
+  const auto errors = lora_grad_errors(*be, adapter, gdir / "grads.safetensors");
+  for (const auto& e : errors) {
+    EXPECT_LE(e.rel, 1e-4) << e.name;
+    if (std::getenv("DT_VERBOSE")) std::printf("%-80s rel %.2e\n", e.name.c_str(), e.rel);
   }
-  EXPECT_EQ(checked, golden["num_grads"].get<int>());
+  EXPECT_EQ(static_cast<int>(errors.size()), golden["num_grads"].get<int>());
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, LoraGolden, ::testing::Values("dense_vl", "moe_tied"));
