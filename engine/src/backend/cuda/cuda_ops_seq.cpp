@@ -229,6 +229,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q, con
              "gdn (l2norm q)");
   cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(r->kn), fptr(r->rk), d.T * d.HK, d.dk, s),
              "gdn (l2norm k)");
+  if (!o && !for_backward) return r;  // the per-token backward needs only the normalised inputs
   if (!for_backward && std::getenv("DT_GDN_RECURRENT")) {  // the first (per-token) kernel, kept for A/B timing
     cuda_check(kernels::launch_gdn_core_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g),
                                             kin(beta, "gdn beta"), iptr(seq.cu_seqlens),
