@@ -25,8 +25,11 @@ std::string run(const std::string& cmd, int* rc) {
 
 class DataCli : public ::testing::Test {
  protected:
-  fs::path dir = fs::path(DT_BINARY_DIR) / "test_tmp" / "data_cli";
+  // One folder per test: ctest runs the tests of this fixture in parallel processes.
+  fs::path dir;
   void SetUp() override {
+    dir = fs::path(DT_BINARY_DIR) / "test_tmp" /
+          ("data_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir);
     fs::create_directories(dir / "model");
     fs::copy_file(fs::path(DT_SOURCE_DIR) / "tests/goldens/tokenizer/tiny_qwen.json",
