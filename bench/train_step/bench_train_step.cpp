@@ -5,6 +5,7 @@
 //
 //   bench_train_step --shape 2b [--tokens 4096] [--steps 5] [--warmup 2] [--ckpt 1] [--seqs 1]
 //                    [--layers N (fewer layers of the shape)] [--experts 0|1 (LoRA on MoE experts, default 1)]
+//                    [--rank R (LoRA rank, default 16; alpha = 2R)]
 //
 // FLOPs counted (the usual convention, so numbers compare with HF's): 6·N·T for the linear layers (N =
 // matmul parameters incl. lm_head; a frozen-base LoRA step skips the weight-gradient third, so this
@@ -202,6 +203,7 @@ int main(int argc, char** argv) {
   std::string shape = "2b";
   int64_t tokens = 4096, seqs = 1, layers = 0;
   bool experts = true;
+  int64_t rank = 16;
   int steps = 5, warmup = 2;
   bool ckpt = true;
   double peak = 989e12;
@@ -216,6 +218,7 @@ int main(int argc, char** argv) {
     else if (a == "--peak") peak = std::atof(v.c_str());
     else if (a == "--layers") layers = std::atoll(v.c_str());
     else if (a == "--experts") experts = std::atoi(v.c_str()) != 0;
+    else if (a == "--rank") rank = std::atoll(v.c_str());
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -231,8 +234,8 @@ int main(int argc, char** argv) {
     const double t_load = now_s() - t0;
 
     LoraSpec spec;
-    spec.r = 16;
-    spec.alpha = 32;
+    spec.r = rank;
+    spec.alpha = static_cast<double>(2 * rank);
     spec.groups = lora_default_groups(cfg);
     if (cfg.is_moe() && experts) spec.groups.push_back("experts");
     LoraAdapter adapter = lora_create(cfg, spec, 1);
@@ -284,11 +287,12 @@ int main(int argc, char** argv) {
         "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,\"seqs\":%lld,"
         "\"gradient_checkpointing\":%s,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
         "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
-        "\"matmul_params\":%lld,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\"}\n",
+        "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\"}\n",
         shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
         static_cast<long long>(seqs), ckpt ? "true" : "false", med * 1e3,
         tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
-        static_cast<long long>(f.params), static_cast<long long>(adapter.trainable_params()), loss, t_load,
+        static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
+        static_cast<long long>(adapter.trainable_params()), loss, t_load,
         be->name().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());
