@@ -29,24 +29,25 @@ template <int BV> constexpr size_t scan_mma_smem() {
          sizeof(float) * 2 * C;
 }
 
-// dst[r][0..128) (bf16) = scale_r · src[r·stride ..] for r < rows_ok, else 0; float4 loads.
+// dst[r][0..128) (bf16) = scale_r · src[r·stride ..] for r < rows_ok, else 0. All 16 float4 loads of a
+// thread are issued before the first store: the scan is latency-bound (one chunk after another), and with
+// one block per SM nothing else hides a load's round trip.
 __device__ __forceinline__ void stage_rows128(bf16* dst, const float* src, int64_t stride, int rows_ok,
                                               const float* scale) {
-  constexpr int Q = DKM / 4;
-#pragma unroll 4
-  for (int idx = threadIdx.x; idx < C * Q; idx += NT) {
-    const int r = idx / Q, c = (idx % Q) * 4;
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < rows_ok) {
-      x = *reinterpret_cast<const float4*>(src + r * stride + c);
-      if (scale) {
-        const float s = scale[r];
-        x.x *= s, x.y *= s, x.z *= s, x.w *= s;
-      }
-    }
+  constexpr int Q = DKM / 4, N = C * Q / NT;
+  float4 x[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
+    x[k] = r < rows_ok ? *reinterpret_cast<const float4*>(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
+    const float sc = scale ? scale[r] : 1.f;
     uint2 packed;
-    packed.x = mma::pack_bf16(x.x, x.y);
-    packed.y = mma::pack_bf16(x.z, x.w);
+    packed.x = mma::pack_bf16(x[k].x * sc, x[k].y * sc);
+    packed.y = mma::pack_bf16(x[k].z * sc, x[k].w * sc);
     *reinterpret_cast<uint2*>(dst + r * LDK + c) = packed;
   }
 }
@@ -104,13 +105,19 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_scan_mma_kernel(
     stage_rows128(Kb, kn + (t0 * HK + hk) * DKM, HK * DKM, len, Dc);
     {
       const float* Mi = M + (static_cast<int64_t>(ch) * HV + h) * C * C;
-      constexpr int Q = C / 4;
-      for (int idx = threadIdx.x; idx < C * Q; idx += NT) {
-        const int r = idx / Q, c = (idx % Q) * 4;
-        const float4 x = *reinterpret_cast<const float4*>(Mi + r * C + c);
+      constexpr int Q = C / 4, N = C * Q / NT;
+      float4 x[N];
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int idx = threadIdx.x + k * NT;
+        x[k] = *reinterpret_cast<const float4*>(Mi + (idx / Q) * C + (idx % Q) * 4);
+      }
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
         uint2 packed;
-        packed.x = mma::pack_bf16(x.x, x.y);
-        packed.y = mma::pack_bf16(x.z, x.w);
+        packed.x = mma::pack_bf16(x[k].x, x[k].y);
+        packed.y = mma::pack_bf16(x[k].z, x[k].w);
         *reinterpret_cast<uint2*>(Mb + r * LDM + c) = packed;
       }
     }

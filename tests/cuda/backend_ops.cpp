@@ -309,17 +309,27 @@ void case_attention(Env& e) {
 
 // ---- GDN ------------------------------------------------------------------------------------------------
 void case_conv(Env& e) {
-  const std::vector<int32_t> cu = {0, 1, 3, 8, 19, 90};
-  const int64_t T = cu.back(), C = 13;
-  SeqLayout sc = e.layout(*e.cpu, cu), sg = e.layout(*e.gpu, cu);
-  Pair x = e.in({T, C}, BF, -2.f, 2.f), w = e.in({C, 4}, BF), dy = e.in({T, C}, BF);
-  Pair y = e.out({T, C}, BF), dx = e.out({T, C}, BF);
-  e.cpu->conv1d_silu_fwd(x.c, w.c, sc, y.c);
-  e.gpu->conv1d_silu_fwd(x.g, w.g, sg, y.g);
-  compare(e, "conv1d_silu_fwd", y, 1e-5);
-  e.cpu->conv1d_silu_bwd(dy.c, x.c, w.c, sc, dx.c);
-  e.gpu->conv1d_silu_bwd(dy.g, x.g, w.g, sg, dx.g);
-  compare(e, "conv1d_silu_bwd", dx, 1e-5);
+  struct D {
+    std::vector<int32_t> cu;
+    int64_t C;
+    int K;
+  };
+  // Sequence starts inside 64-token tiles, on their edges (63, 64, 65, 128) and spanning them; more channels
+  // than one block; K = 3 takes the per-element kernels (the tiled ones are built for K = 4).
+  const D cases[] = {{{0, 1, 3, 8, 19, 90}, 13, 4}, {{0, 63, 64, 65, 128, 200}, 300, 4}, {{0, 5, 77}, 9, 3}};
+  for (const D& c : cases) {
+    const int64_t T = c.cu.back();
+    SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
+    Pair x = e.in({T, c.C}, BF, -2.f, 2.f), w = e.in({c.C, c.K}, BF), dy = e.in({T, c.C}, BF);
+    Pair y = e.out({T, c.C}, BF), dx = e.out({T, c.C}, BF);
+    const std::string tag = " T=" + std::to_string(T) + " C=" + std::to_string(c.C) + " K=" + std::to_string(c.K);
+    e.cpu->conv1d_silu_fwd(x.c, w.c, sc, y.c);
+    e.gpu->conv1d_silu_fwd(x.g, w.g, sg, y.g);
+    compare(e, "conv1d_silu_fwd" + tag, y, 1e-5);
+    e.cpu->conv1d_silu_bwd(dy.c, x.c, w.c, sc, dx.c);
+    e.gpu->conv1d_silu_bwd(dy.g, x.g, w.g, sg, dx.g);
+    compare(e, "conv1d_silu_bwd" + tag, dx, 1e-5);
+  }
 }
 
 void case_gates(Env& e) {
