@@ -24,17 +24,24 @@ constexpr int DKM = 128, DVM = 128;
 constexpr int LDK = DKM + 8;  // bf16 row stride of the 64 x dk tiles
 constexpr int LDM = C + 8;
 
-template <int BV> constexpr size_t scan_mma_smem() {
-  return sizeof(bf16) * (3 * size_t(C) * LDK + size_t(C) * LDM + size_t(DKM) * (BV + 8) + size_t(C) * (BV + 8)) +
-         sizeof(float) * 2 * C;
+// PF (prefetch): the next chunk's inputs are copied with cp.async into fp32 staging tiles while this chunk
+// computes, so a chunk costs its math instead of a global round trip; 197 KiB of shared memory (one block
+// per SM), chosen when the grid fits one wave at one block per SM (one or few sequences: the 2B/9B training
+// shapes). Without PF: 77 KiB, 2 blocks per SM overlap each other's loads.
+template <int BV, bool PF> constexpr size_t scan_mma_smem() {
+  const size_t tiles =
+      sizeof(bf16) * (3 * size_t(C) * LDK + size_t(C) * LDM + size_t(DKM) * (BV + 8) + size_t(C) * (BV + 8)) +
+      sizeof(float) * 2 * C;
+  const size_t staging = sizeof(float) * (size_t(C) + 3 * size_t(C) * DKM + size_t(C) * C + 2 * size_t(C) * BV);
+  return tiles + (PF ? staging : 0);
 }
 
 // dst[r][0..128) (bf16) = scale_r · src[r·stride ..] for r < rows_ok, else 0. All 16 float4 loads of a
-// thread are issued before the first store: the scan is latency-bound (one chunk after another), and with
-// one block per SM nothing else hides a load's round trip.
-__device__ __forceinline__ void stage_rows128(bf16* dst, const float* src, int64_t stride, int rows_ok,
-                                              const float* scale) {
-  constexpr int Q = DKM / 4, N = C * Q / NT;
+// thread are issued before the first store: the scan is latency-bound (one chunk after another).
+template <int COLS, int LD>
+__device__ __forceinline__ void stage_rows(bf16* dst, const float* src, int64_t stride, int rows_ok,
+                                           const float* scale) {
+  constexpr int Q = COLS / 4, N = C * Q / NT;
   float4 x[N];
 #pragma unroll
   for (int k = 0; k < N; ++k) {
@@ -48,12 +55,24 @@ __device__ __forceinline__ void stage_rows128(bf16* dst, const float* src, int64
     uint2 packed;
     packed.x = mma::pack_bf16(x[k].x * sc, x[k].y * sc);
     packed.y = mma::pack_bf16(x[k].z * sc, x[k].w * sc);
-    *reinterpret_cast<uint2*>(dst + r * LDK + c) = packed;
+    *reinterpret_cast<uint2*>(dst + r * LD + c) = packed;
   }
 }
 
-template <int BV>
-__global__ void __launch_bounds__(NT, 2) gdn_chunk_scan_mma_kernel(
+// cp.async of rows [0, 64) x COLS floats (row r at src + r·stride) into dst[r][COLS]; rows ≥ rows_ok zeros.
+template <int COLS>
+__device__ __forceinline__ void prefetch_rows(float* dst, const float* src, int64_t stride, int rows_ok) {
+  constexpr int Q = COLS / 4;
+#pragma unroll
+  for (int idx = threadIdx.x; idx < C * Q; idx += NT) {
+    const int r = idx / Q, c = (idx % Q) * 4;
+    const bool ok = r < rows_ok;
+    mma::cp_async16(mma::smem_addr(dst + r * COLS + c), ok ? src + r * stride + c : src, ok);
+  }
+}
+
+template <int BV, bool PF>
+__global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
     const float* qn, const float* kn, const float* W, const float* U, const float* M, const float* Gc,
     const int32_t* chunks, const int32_t* chunk_off, KOut o, float* states, float* vnew, int64_t HK, int64_t HV) {
   constexpr int NB = BV / 8, LDV = BV + 8;
@@ -67,15 +86,39 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_scan_mma_kernel(
   bf16* Vb = Sb + DKM * LDV;                      // [C][LDV]  V'
   float* G = reinterpret_cast<float*>(Vb + C * LDV);  // [C] G_i
   float* Dc = G + C;                                  // [C] Γ/γ_i
+  // PF staging (fp32): the next chunk's G, W, Q̂, K̂, M, U, and this chunk's U.
+  float* Gs = Dc + C;          // [C]
+  float* Wf = Gs + C;          // [C][DK]
+  float* Qf = Wf + C * DKM;    // [C][DK]
+  float* Kf = Qf + C * DKM;    // [C][DK]
+  float* Mf = Kf + C * DKM;    // [C][C]
+  float* Uf = Mf + C * C;      // [C][BV] (staging)
+  float* Us = Uf + C * BV;     // [C][BV] (this chunk)
   const int n = blockIdx.x / HV, h = blockIdx.x % HV;
   const int c0 = blockIdx.y * BV;
   const int64_t hk = h / (HV / HK);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
 
+  auto prefetch = [&](int ch) {
+    const int64_t t0 = chunks[2 * ch];
+    const int len = chunks[2 * ch + 1];
+    if (threadIdx.x < C) {
+      const bool ok = int(threadIdx.x) < len;
+      mma::cp_async4(mma::smem_addr(Gs + threadIdx.x), ok ? Gc + (t0 + threadIdx.x) * HV + h : Gc, ok);
+    }
+    prefetch_rows<DKM>(Wf, W + (t0 * HV + h) * DKM, HV * DKM, len);
+    prefetch_rows<DKM>(Qf, qn + (t0 * HK + hk) * DKM, HK * DKM, len);
+    prefetch_rows<DKM>(Kf, kn + (t0 * HK + hk) * DKM, HK * DKM, len);
+    prefetch_rows<C>(Mf, M + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C);
+    prefetch_rows<BV>(Uf, U + (t0 * HV + h) * DVM + c0, HV * DVM, len);
+    mma::cp_async_commit();
+  };
+
   float S[2][NB][4];  // state rows 32·warp + 16·mt + (gr, gr + 8), columns 8·nb + 2·tq (+1)
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) zero(S[mt]);
   for (int idx = threadIdx.x; idx < DKM * LDV; idx += NT) Sb[idx] = __float2bfloat16_rn(0.f);
+  if (PF && chunk_off[n] < chunk_off[n + 1]) prefetch(chunk_off[n]);
 
   for (int ch = chunk_off[n]; ch < chunk_off[n + 1]; ++ch) {
     const int64_t t0 = chunks[2 * ch];
@@ -91,37 +134,35 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_scan_mma_kernel(
           *reinterpret_cast<float2*>(so + (r + 8) * DVM + c) = make_float2(S[mt][nb][2], S[mt][nb][3]);
         }
     }
+    if (PF) mma::cp_async_wait<0>();
     __syncthreads();  // the previous chunk's readers of every tile are done; Sb holds this chunk's S
     if (threadIdx.x < C) {
       const int i = threadIdx.x;
-      const float gl = Gc[(t0 + len - 1) * HV + h];
-      const float gi = i < len ? Gc[(t0 + i) * HV + h] : 0.f;
+      const float gl = PF ? Gs[len - 1] : Gc[(t0 + len - 1) * HV + h];
+      const float gi = i < len ? (PF ? Gs[i] : Gc[(t0 + i) * HV + h]) : 0.f;
       G[i] = gi;
       Dc[i] = i < len ? expf(gl - gi) : 0.f;
     }
     __syncthreads();
-    stage_rows128(Wb, W + (t0 * HV + h) * DKM, HV * DKM, len, nullptr);
-    stage_rows128(Qb, qn + (t0 * HK + hk) * DKM, HK * DKM, len, nullptr);
-    stage_rows128(Kb, kn + (t0 * HK + hk) * DKM, HK * DKM, len, Dc);
-    {
-      const float* Mi = M + (static_cast<int64_t>(ch) * HV + h) * C * C;
-      constexpr int Q = C / 4, N = C * Q / NT;
-      float4 x[N];
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const int idx = threadIdx.x + k * NT;
-        x[k] = *reinterpret_cast<const float4*>(Mi + (idx / Q) * C + (idx % Q) * 4);
-      }
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
-        uint2 packed;
-        packed.x = mma::pack_bf16(x[k].x, x[k].y);
-        packed.y = mma::pack_bf16(x[k].z, x[k].w);
-        *reinterpret_cast<uint2*>(Mb + r * LDM + c) = packed;
-      }
+    if constexpr (PF) {
+      stage_rows<DKM, LDK>(Wb, Wf, DKM, C, nullptr);
+      stage_rows<DKM, LDK>(Qb, Qf, DKM, C, nullptr);
+      stage_rows<DKM, LDK>(Kb, Kf, DKM, C, Dc);
+      stage_rows<C, LDM>(Mb, Mf, C, C, nullptr);
+      for (int idx = threadIdx.x; idx < C * BV / 4; idx += NT)
+        reinterpret_cast<float4*>(Us)[idx] = reinterpret_cast<const float4*>(Uf)[idx];
+      __syncthreads();  // staging consumed: fetch the next chunk behind this one's math
+      if (ch + 1 < chunk_off[n + 1]) prefetch(ch + 1);
+    } else {
+      stage_rows<DKM, LDK>(Wb, W + (t0 * HV + h) * DKM, HV * DKM, len, nullptr);
+      stage_rows<DKM, LDK>(Qb, qn + (t0 * HK + hk) * DKM, HK * DKM, len, nullptr);
+      stage_rows<DKM, LDK>(Kb, kn + (t0 * HK + hk) * DKM, HK * DKM, len, Dc);
+      stage_rows<C, LDM>(Mb, M + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C, nullptr);
+      __syncthreads();
     }
-    __syncthreads();
+    // U rows of this chunk: staged (PF) or straight from global memory.
+    const float* Ur = PF ? Us : U + (t0 * HV + h) * DVM + c0;
+    const int64_t u_ld = PF ? BV : HV * DVM;
 
     // Phase A: V' = U − W·S and QS = Q̂·S for rows 16·warp .. +15.
     const int m0 = 16 * warp;
@@ -137,12 +178,10 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_scan_mma_kernel(
         const int i = m0 + gr + 8 * hf, c = 8 * nb + 2 * tq;
         float2 v = make_float2(0.f, 0.f);
         if (i < len) {
-          const int64_t at = ((t0 + i) * HV + h) * DVM + c0 + c;
-          const float2 u = *reinterpret_cast<const float2*>(U + at);
+          const float2 u = *reinterpret_cast<const float2*>(Ur + i * u_ld + c);
           v = make_float2(u.x - vp[nb][2 * hf], u.y - vp[nb][2 * hf + 1]);
-          if (vnew) *reinterpret_cast<float2*>(vnew + at) = v;
+          if (vnew) *reinterpret_cast<float2*>(vnew + ((t0 + i) * HV + h) * DVM + c0 + c) = v;
         }
-        vp[nb][2 * hf] = v.x, vp[nb][2 * hf + 1] = v.y;
         st_bf16x2(Vb + i * LDV + c, v.x, v.y);
       }
     __syncthreads();
@@ -185,12 +224,22 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_scan_mma_kernel(
 
 }  // namespace
 
+// The prefetching variant's size (the larger of the two).
 size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv) {
   if (!gdn_chunk_mma_supported(dk, dv)) return 0;
-  return bv == kChunkBV ? scan_mma_smem<kChunkBV>() : scan_mma_smem<kChunkBV / 2>();
+  return bv == kChunkBV ? scan_mma_smem<kChunkBV, true>() : scan_mma_smem<kChunkBV / 2, true>();
 }
 
 #ifndef DT_ATTN_EMU
+namespace {
+// Prefetching variant when the grid fits one wave at one block per SM.
+bool scan_mma_prefetch(int64_t blocks) {
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return blocks <= sms;
+}
+}  // namespace
+
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
                                       const float* M, const float* Gc, const int32_t* chunks,
                                       const int32_t* chunk_off, int nseq, KOut o, float* states, float* vnew,
@@ -198,11 +247,19 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
   const int bv = gdn_scan_tile_cols(nseq * HV, dv);
-  auto* kernel = bv == kChunkBV ? gdn_chunk_scan_mma_kernel<kChunkBV> : gdn_chunk_scan_mma_kernel<kChunkBV / 2>;
-  const size_t smem = gdn_chunk_scan_mma_smem(dk, dv, bv);
+  const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
+  const bool pf = scan_mma_prefetch(int64_t(grid.x) * grid.y);
+  decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true>) kernel;
+  size_t smem;
+  if (bv == kChunkBV) {
+    kernel = pf ? gdn_chunk_scan_mma_kernel<kChunkBV, true> : gdn_chunk_scan_mma_kernel<kChunkBV, false>;
+    smem = pf ? scan_mma_smem<kChunkBV, true>() : scan_mma_smem<kChunkBV, false>();
+  } else {
+    kernel = pf ? gdn_chunk_scan_mma_kernel<kChunkBV / 2, true> : gdn_chunk_scan_mma_kernel<kChunkBV / 2, false>;
+    smem = pf ? scan_mma_smem<kChunkBV / 2, true>() : scan_mma_smem<kChunkBV / 2, false>();
+  }
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
   kernel<<<grid, NT, smem, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, vnew, HK, HV);
   return cudaGetLastError();
 }

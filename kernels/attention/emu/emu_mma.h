@@ -26,6 +26,11 @@ inline void cp_async16(uint32_t dst, const void* src, bool valid) {
   if (valid) std::memcpy(smem_ptr(dst), src, 16);
   else std::memset(smem_ptr(dst), 0, 16);
 }
+inline void cp_async4(uint32_t dst, const void* src, bool valid) {
+  if (dst % 4) { std::fprintf(stderr, "cp.async dst not 4-byte aligned\n"); std::abort(); }
+  if (valid) std::memcpy(smem_ptr(dst), src, 4);
+  else std::memset(smem_ptr(dst), 0, 4);
+}
 inline void cp_async_commit() {}
 template <int N> inline void cp_async_wait() {}
 

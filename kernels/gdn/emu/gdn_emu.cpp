@@ -75,15 +75,18 @@ int main() {
                 states.data(), vnew.data());
   {  // ---- tensor-core forward scan vs the FMA scan ----
     int scan_fails = 0;
-    for (int bv : {32, 16}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const int bv = variant & 1 ? 16 : 32;
+      const bool pf = variant >= 2;
       F o2(o.size(), nan0), st2(states.size(), nan0), vn2(vnew.size(), nan0);
-      gdn_emu::scan_mma(s, bv, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(),
+      gdn_emu::scan_mma(s, bv, pf, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(),
                         KOut{o2.data(), KType::F32}, st2.data(), vn2.data());
       for (auto [name, got, ref] : {std::tuple{"o", &o2, &o}, {"states", &st2, &states}, {"vnew", &vn2, &vnew}}) {
         int bad = 0;
         const double e = nmse(*got, *ref, &bad);
         const bool fail = !(e <= 2e-5) || bad;
-        std::printf("scan_mma bv %2d %-7s nmse %.3e nonfinite %d%s\n", bv, name, e, bad, fail ? "  FAIL" : "");
+        std::printf("scan_mma bv %2d pf %d %-7s nmse %.3e nonfinite %d%s\n", bv, int(pf), name, e, bad,
+                    fail ? "  FAIL" : "");
         scan_fails += fail;
       }
     }
