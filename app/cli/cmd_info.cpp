@@ -45,21 +45,22 @@ int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
 }  // namespace
 
 int cmd_info(const Args& args) {
-  const ParsedArgs a = parse_args(args, {"--model", "--lora-r", "--tokens"},
+  const ParsedArgs a = parse_args(args, {"--model", "--lora-r", "--tokens", "--checkpoint-layers"},
                                   {"--json", "--gradient-checkpointing", "--unfused-loss"});
   check(a.options.count("--model") && a.positionals.empty(),
-        "usage: deltatune info --model DIR [--json] [--lora-r N] [--tokens N] [--gradient-checkpointing] "
-        "[--unfused-loss]");
+        "usage: deltatune info --model DIR [--json] [--lora-r N] [--tokens N] [--gradient-checkpointing "
+        "[--checkpoint-layers N]] [--unfused-loss]");
   const int r = static_cast<int>(parse_int("--lora-r", a.get("--lora-r", "16"), 1));
   const int64_t tokens = parse_int("--tokens", a.get("--tokens", "4096"), 1);
   const bool ckpt = a.flags.count("--gradient-checkpointing") != 0;
   const bool fused = a.flags.count("--unfused-loss") == 0;
+  const int64_t ckpt_layers = parse_int("--checkpoint-layers", a.get("--checkpoint-layers", "-1"), -1);
 
   const ModelInfo info = model_info_load(a.get("--model"));
   const auto lora = lora_params_per_group(info, r);
   int64_t lora_total = 0;
   for (const auto& kv : lora) lora_total += kv.second;
-  const VramEstimate vram = estimate_vram(info, r, tokens, fused, ckpt);
+  const VramEstimate vram = estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers);
 
   if (a.flags.count("--json")) {
     nlohmann::ordered_json j;
@@ -98,6 +99,7 @@ int cmd_info(const Args& args) {
     j["vram_estimate"] = {{"tokens_per_step", tokens},
                           {"fused_loss", fused},
                           {"gradient_checkpointing", ckpt},
+                          {"checkpoint_layers", ckpt_layers},
                           {"weights", vram.weights},
                           {"lora_and_optimizer", vram.lora_and_optimizer},
                           {"activations", vram.activations},

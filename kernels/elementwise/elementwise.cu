@@ -8,7 +8,8 @@
 //   sigmoid_mul: out (=) x·σ(g); dx (=) dout·σ(g), dg (=) dout·x·σ(g)(1−σ(g))
 //   sum_squares: acc (+=) Σ x² (fp64 accumulation per thread and across blocks)
 //   any_nonfinite: flag (=) 1 if some x is NaN/Inf
-// Memory: plain grid-stride loops, one element per iteration, fp32 math in registers.
+// Memory: plain grid-stride loops, one element per iteration, fp32 math in registers; copy_cols and add have
+// 16-byte (8 x bf16) paths for bf16 tensors with aligned rows, the common case in the model's hot loop.
 #include "common/device.cuh"
 #include "elementwise/elementwise.cuh"
 
@@ -33,6 +34,30 @@ __global__ void copy_cols_kernel(KOut y, int64_t y_cols, int64_t y_col, KIn x, i
     st(y, r * y_cols + y_col + c, ld(x, r * x_cols + x_col + c));
   }
 }
+// 8 bf16 per thread: rows of ncols8 16-byte vectors.
+__global__ void copy_cols_bf16x8_kernel(uint4* y, int64_t y_cols8, const uint4* x, int64_t x_cols8, int64_t rows,
+                                        int64_t ncols8) {
+  DT_GRID_STRIDE(i, rows * ncols8) {
+    const int64_t r = i / ncols8, c = i % ncols8;
+    y[r * y_cols8 + c] = x[r * x_cols8 + c];
+  }
+}
+__global__ void add_bf16x8_kernel(uint4* y, const uint4* x, float a, int64_t n8) {
+  DT_GRID_STRIDE(i, n8) {
+    uint4 yv = y[i];
+    const uint4 xv = x[i];
+    auto* yh = reinterpret_cast<__nv_bfloat162*>(&yv);
+    const auto* xh = reinterpret_cast<const __nv_bfloat162*>(&xv);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 yf = __bfloat1622float2(yh[k]), xf = __bfloat1622float2(xh[k]);
+      yh[k] = __floats2bfloat162_rn(yf.x + a * xf.x, yf.y + a * xf.y);
+    }
+    y[i] = yv;
+  }
+}
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 __global__ void add_kernel(KOut y, KIn x, float a, int64_t n) {
   DT_GRID_STRIDE(i, n) st(y, i, ld(y, i) + a * ld(x, i));
 }
@@ -103,13 +128,27 @@ cudaError_t launch_convert(KOut y, KIn x, int64_t n, cudaStream_t s) {
 }
 cudaError_t launch_copy_cols(KOut y, int64_t y_cols, int64_t y_col, KIn x, int64_t x_cols, int64_t x_col,
                              int64_t rows, int64_t ncols, cudaStream_t s) {
-  if (rows * ncols > 0)
-    copy_cols_kernel<<<grid_for(rows * ncols, kThreads), kThreads, 0, s>>>(y, y_cols, y_col, x, x_cols, x_col,
+  if (rows * ncols <= 0) return cudaSuccess;
+  if (y.t == KType::BF16 && x.t == KType::BF16 && (y_cols | y_col | x_cols | x_col | ncols) % 8 == 0 &&
+      aligned16(y.p) && aligned16(x.p)) {
+    const int64_t n8 = rows * (ncols / 8);
+    copy_cols_bf16x8_kernel<<<grid_for(n8, kThreads), kThreads, 0, s>>>(
+        static_cast<uint4*>(y.p) + y_col / 8, y_cols / 8, static_cast<const uint4*>(x.p) + x_col / 8, x_cols / 8, rows,
+        ncols / 8);
+    return cudaGetLastError();
+  }
+  copy_cols_kernel<<<grid_for(rows * ncols, kThreads), kThreads, 0, s>>>(y, y_cols, y_col, x, x_cols, x_col,
                                                                           rows, ncols);
   return cudaGetLastError();
 }
 cudaError_t launch_add(KOut y, KIn x, float a, int64_t n, cudaStream_t s) {
-  if (n > 0) add_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(y, x, a, n);
+  if (n <= 0) return cudaSuccess;
+  if (y.t == KType::BF16 && x.t == KType::BF16 && n % 8 == 0 && aligned16(y.p) && aligned16(x.p)) {
+    add_bf16x8_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, s>>>(static_cast<uint4*>(y.p),
+                                                                     static_cast<const uint4*>(x.p), a, n / 8);
+    return cudaGetLastError();
+  }
+  add_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(y, x, a, n);
   return cudaGetLastError();
 }
 cudaError_t launch_scale(KOut y, float a, int64_t n, cudaStream_t s) {

@@ -94,6 +94,12 @@ void case_fill_copy(Env& e) {
   e.cpu->copy_cols(dst.c, 4, src.c, 3, 5);
   e.gpu->copy_cols(dst.g, 4, src.g, 3, 5);
   compare(e, "copy_cols", dst, 0);
+  // bf16 rows whose widths and offsets are multiples of 8 take the 16-byte path.
+  Pair src8 = e.in({13, 48}, BF);
+  Pair dst8 = e.out_init({13, 40}, BF);
+  e.cpu->copy_cols(dst8.c, 8, src8.c, 16, 24);
+  e.gpu->copy_cols(dst8.g, 8, src8.g, 16, 24);
+  compare(e, "copy_cols (16-byte path)", dst8, 0);
 }
 
 // ---- GEMM -----------------------------------------------------------------------------------------------
@@ -131,6 +137,13 @@ void case_add_scale(Env& e) {
   e.cpu->add(y.c, x.c, 0.375f);
   e.gpu->add(y.g, x.g, 0.375f);
   compare(e, "add (with NaN/Inf)", y, 1e-5);
+  Tensor hx8 = e.host_rand({1032}, BF, -2.f, 2.f);  // a multiple of 8: the 16-byte bf16 path
+  hx8.ptr<float>()[5] = NAN;
+  Pair x8 = e.from_host(hx8, BF);
+  Pair y8 = e.out_init({1032}, BF);
+  e.cpu->add(y8.c, x8.c, -0.625f);
+  e.gpu->add(y8.g, x8.g, -0.625f);
+  compare(e, "add (16-byte path, with NaN)", y8, 1e-5);
   Pair z = e.out_init({1031}, F32);
   e.cpu->scale(z.c, -1.75f);
   e.gpu->scale(z.g, -1.75f);

@@ -74,6 +74,9 @@ class PagesBindingTest : public QObject {
     QCOMPARE(page.findChild<QSpinBox*>("lora_r")->value(), 4);
     QCOMPARE(page.findChild<QSpinBox*>("sequence_len")->value(), 512);
     QVERIFY(page.findChild<QCheckBox*>("gradient_checkpointing")->isChecked());
+    QVERIFY(page.findChild<QSpinBox*>("gradient_checkpointing_layers")->isEnabled());
+    page.findChild<QSpinBox*>("gradient_checkpointing_layers")->setValue(3);
+    QCOMPARE(doc.config().gradient_checkpointing_layers, int64_t(3));
     QCOMPARE(page.findChild<QLineEdit*>("output_dir")->text(), QString("/tmp/out-x"));
   }
 

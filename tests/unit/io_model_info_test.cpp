@@ -209,6 +209,13 @@ TEST(IoModelInfo, VramEstimateParts) {
   const VramEstimate ckpt = estimate_vram(info, 16, T, true, true);
   EXPECT_LT(ckpt.activations, fused.activations);
   EXPECT_GE(ckpt.activations, 2 * T * info.num_layers * info.hidden_size);  // at least the layer inputs
+  // Checkpointing only the first layer lands between; all layers (or more than exist) equals full checkpointing.
+  const VramEstimate part = estimate_vram(info, 16, T, true, true, 1);
+  EXPECT_GT(part.activations, ckpt.activations);
+  EXPECT_LT(part.activations, fused.activations);
+  EXPECT_EQ(estimate_vram(info, 16, T, true, true, info.num_layers).activations, ckpt.activations);
+  EXPECT_EQ(estimate_vram(info, 16, T, true, true, 1000).activations, ckpt.activations);
+  EXPECT_EQ(estimate_vram(info, 16, T, true, true, 0).activations, fused.activations);
   // Activations grow linearly with tokens.
   EXPECT_EQ(estimate_vram(info, 16, 2 * T, true, false).activations, 2 * fused.activations);
   // MoE: the default groups exclude experts.

@@ -81,6 +81,7 @@ RunConfig filled_config() {
   c.gpu = 1;
   c.fused_loss = false;
   c.gradient_checkpointing = true;
+  c.gradient_checkpointing_layers = 7;
   c.nan_policy = "skip";
   c.output_dir = "out/run1";
   c.run_name = "yes";  // a YAML 1.1 boolean word, must stay a string
@@ -172,7 +173,7 @@ TEST(RunsConfig, CanonicalYamlHasEveryKeyInOrder) {
   std::vector<std::string> keys;
   for (const auto& kv : root) keys.push_back(kv.first.Scalar());
   EXPECT_EQ(keys, deltatune::run_config_keys());
-  EXPECT_EQ(keys.size(), 48u);
+  EXPECT_EQ(keys.size(), 49u);
 }
 
 TEST(RunsConfig, UnknownKeySuggestsClosest) {
@@ -190,6 +191,9 @@ TEST(RunsConfig, BadValuesNameKeyValueAndExpectation) {
             "run.yaml:1: learning_rate: '-0.001' is not valid (expected a number > 0)");
   EXPECT_EQ(parse_error("lora_r: 0"), "run.yaml:1: lora_r: '0' is not valid (expected an integer >= 1)");
   EXPECT_EQ(parse_error("lora_r: 8.5"), "run.yaml:1: lora_r: '8.5' is not valid (expected an integer >= 1)");
+  EXPECT_EQ(parse_error("gradient_checkpointing_layers: -2"),
+            "run.yaml:1: gradient_checkpointing_layers: '-2' is not valid (expected an integer >= 0 (layers "
+            "checkpointed, from the first), or -1 for all)");
   EXPECT_EQ(
       parse_error("lr_scheduler: cosin"),
       "run.yaml:1: lr_scheduler: 'cosin' is not valid (expected one of constant, linear, cosine; did you "

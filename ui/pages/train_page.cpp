@@ -245,6 +245,13 @@ void TrainPage::buildUi() {
   gpu_ = named(new QComboBox, "gpu");
   fusedLoss_ = named(new QCheckBox(tr("fused linear cross-entropy")), "fused_loss");
   gradCkpt_ = named(new QCheckBox(tr("gradient checkpointing")), "gradient_checkpointing");
+  ckptLayers_ = named(new QSpinBox, "gradient_checkpointing_layers");
+  ckptLayers_->setRange(-1, 100000);
+  ckptLayers_->setSpecialValueText(tr("all layers"));
+  ckptLayers_->setPrefix(tr("first "));
+  ckptLayers_->setSuffix(tr(" layers"));
+  ckptLayers_->setToolTip(tr("Checkpoint only the first N decoder layers; the others keep their activations "
+                             "(faster, more memory)."));
   outputDir_ = named(new QLineEdit, "output_dir");
   runName_ = named(new QLineEdit, "run_name");
   runName_->setPlaceholderText(tr("(generated)"));
@@ -256,6 +263,7 @@ void TrainPage::buildUi() {
   engForm->addRow(tr("GPU"), gpu_);
   engForm->addRow(tr("Loss"), fusedLoss_);
   engForm->addRow(tr("Memory"), gradCkpt_);
+  engForm->addRow(tr("Checkpointed"), ckptLayers_);
   engForm->addRow(tr("Output folder"), outputDir_);
   engForm->addRow(tr("Run name"), runName_);
   grid->addWidget(eng, 1, 1);
@@ -273,7 +281,8 @@ void TrainPage::buildUi() {
   grid->addWidget(vram, 2, 0, 1, 2);
   grid->setRowStretch(3, 1);
 
-  for (QSpinBox* s : {rank_, seqLen_, microBatch_, accum_, warmup_, maxSteps_, evalSteps_, saveSteps_, seed_})
+  for (QSpinBox* s :
+       {rank_, seqLen_, microBatch_, accum_, warmup_, maxSteps_, evalSteps_, saveSteps_, seed_, ckptLayers_})
     connect(s, &QSpinBox::valueChanged, this, &TrainPage::writeToConfig);
   for (QDoubleSpinBox* s : {alpha_, dropout_, lr_, epochs_, weightDecay_, maxGradNorm_, valSplit_})
     connect(s, &QDoubleSpinBox::valueChanged, this, &TrainPage::writeToConfig);
@@ -323,6 +332,8 @@ void TrainPage::loadFromConfig() {
   gpu_->setCurrentIndex(gi);
   fusedLoss_->setChecked(c.fused_loss);
   gradCkpt_->setChecked(c.gradient_checkpointing);
+  ckptLayers_->setValue(static_cast<int>(c.gradient_checkpointing_layers));
+  ckptLayers_->setEnabled(c.gradient_checkpointing);
   outputDir_->setText(QString::fromStdString(c.output_dir));
   runName_->setText(QString::fromStdString(c.run_name));
   loading_ = false;
@@ -358,6 +369,8 @@ void TrainPage::writeToConfig() {
   c.gpu = gpu_->currentData().isValid() ? gpu_->currentData().toInt() : 0;
   c.fused_loss = fusedLoss_->isChecked();
   c.gradient_checkpointing = gradCkpt_->isChecked();
+  c.gradient_checkpointing_layers = ckptLayers_->value();
+  ckptLayers_->setEnabled(c.gradient_checkpointing);
   c.output_dir = outputDir_->text().toStdString();
   c.run_name = runName_->text().toStdString();
   doc_->setConfig(c, this);
@@ -435,7 +448,7 @@ void TrainPage::updateVram() {
   deltatune::VramEstimate est;
   try {
     est = deltatune::estimate_vram(*info, c.lora_r, c.micro_batch_size * c.sequence_len, c.fused_loss,
-                                   c.gradient_checkpointing);
+                                   c.gradient_checkpointing, c.gradient_checkpointing_layers);
   } catch (const std::exception& e) {
     vramLabel_->setText(tr("No estimate: %1").arg(QString::fromUtf8(e.what())));
     return;

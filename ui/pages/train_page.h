@@ -78,6 +78,7 @@ class TrainPage : public QWidget {
   QComboBox* gpu_ = nullptr;
   QCheckBox* fusedLoss_ = nullptr;
   QCheckBox* gradCkpt_ = nullptr;
+  QSpinBox* ckptLayers_ = nullptr;
   QLineEdit* outputDir_ = nullptr;
   QLineEdit* runName_ = nullptr;
   QProgressBar* vramBar_ = nullptr;

@@ -46,7 +46,9 @@ struct VramEstimate {
   int64_t weights = 0, lora_and_optimizer = 0, activations = 0, logits = 0, total = 0;
   int64_t overhead = 0;  // CUDA context, workspaces, allocator slack (included in total)
 };
+// checkpoint_layers: with gradient_checkpointing, how many decoder layers (from the first) are checkpointed;
+// -1 = all (see RunConfig::gradient_checkpointing_layers).
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
-                           bool gradient_checkpointing);
+                           bool gradient_checkpointing, int64_t checkpoint_layers = -1);
 
 }  // namespace deltatune

@@ -57,6 +57,9 @@ struct RunConfig {
   int gpu = 0;
   bool fused_loss = true;
   bool gradient_checkpointing = false;
+  // With gradient_checkpointing: checkpoint only the first N decoder layers; the rest keep their activations
+  // (no recompute: faster, more memory). -1 = all layers.
+  int64_t gradient_checkpointing_layers = -1;
   std::string nan_policy = "stop";      // stop | skip
   // bookkeeping
   std::string output_dir = "runs/run";

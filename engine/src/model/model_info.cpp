@@ -184,12 +184,14 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
 //                  + r per LoRA-adapted linear of the default groups (the low-rank intermediate)
 //                without checkpointing: T * 2 * sum over layers;
 //                with checkpointing:    T * 2 * (L*H + the largest layer), i.e. only layer inputs are kept
-//                                       and one layer is recomputed at a time.
+//                                       and one layer is recomputed at a time; with only the first N
+//                                       layers checkpointed: T * 2 * (N*H + max(largest of them, the rest's
+//                                       sum)) (the backward frees the rest before the first recompute).
 //   logits       fused loss: a chunk of min(T, 1024) rows of fp32 logits [chunk x V], gradient in place;
 //                unfused:    fp32 logits [T x V] and their fp32 gradient, 8*T*V.
 //   overhead     512 MiB: CUDA context, cuBLAS workspaces, allocator slack.
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
-                           bool gradient_checkpointing) {
+                           bool gradient_checkpointing, int64_t checkpoint_layers) {
   VramEstimate v;
   const int64_t T = std::max<int64_t>(tokens_per_step, 1), H = info.hidden_size;
   v.weights = info.total_params * 2;
@@ -209,13 +211,18 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
                                   : 3 * info.intermediate_size + 3 * r;
   const int64_t lin_layer = 4 * H + 2 * conv + 3 * vd + 6 * HV + 5 * r + mlp;
   const int64_t full_layer = 4 * H + 5 * nq + 3 * nkv + 2 * info.num_attention_heads + 4 * r + mlp;
-  int64_t sum = 0, largest = 0;
-  for (const auto& t : info.layer_types) {
-    const int64_t e = t == "full_attention" ? full_layer : lin_layer;
-    sum += e;
-    largest = std::max(largest, e);
+  // Checkpointed layers keep their input and one of them is recomputed at a time; the others keep everything.
+  const int64_t n_ckpt = !gradient_checkpointing ? 0
+                         : checkpoint_layers < 0 ? info.num_layers
+                                                 : std::min<int64_t>(checkpoint_layers, info.num_layers);
+  int64_t kept = 0, largest = 0;
+  for (size_t i = 0; i < info.layer_types.size(); ++i) {
+    const int64_t e = info.layer_types[i] == "full_attention" ? full_layer : lin_layer;
+    if (static_cast<int64_t>(i) < n_ckpt) largest = std::max(largest, e);
+    else kept += e;
   }
-  v.activations = 2 * T * (gradient_checkpointing ? info.num_layers * H + largest : sum);
+  // The kept layers are the last ones: the backward frees them before the first recompute.
+  v.activations = 2 * T * (n_ckpt * H + std::max(largest, kept));
   v.logits = fused_loss ? std::min<int64_t>(T, 1024) * info.vocab_size * 4 : 8 * T * info.vocab_size;
   v.overhead = int64_t{512} << 20;
   v.total = v.weights + v.lora_and_optimizer + v.activations + v.logits + v.overhead;

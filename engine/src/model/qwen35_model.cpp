@@ -185,9 +185,10 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
     }
     const LayerLora l = layer_lora_find(lora, static_cast<int>(i));
     LayerCache scratch;
-    LayerCache& c = (acts && !opts.gradient_checkpointing) ? acts->layers[i] : scratch;
+    const bool ckpt = opts.checkpointed(static_cast<int64_t>(i));
+    LayerCache& c = (acts && !ckpt) ? acts->layers[i] : scratch;
     Tensor next = layer_fwd(ctx, *layers_[i], l, x, c);
-    if (acts && opts.gradient_checkpointing) acts->layers[i].x_in = x;
+    if (acts && ckpt) acts->layers[i].x_in = x;
     x = next;
   }
   Tensor h = be_.alloc({T, H}, dt);
@@ -232,7 +233,7 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
     BlockContext ctx{be_, cfg_, seq, opts.lora, i};
     const LayerLora l = layer_lora_find(lora, i);
     LayerCache& c = acts.layers[static_cast<size_t>(i)];
-    if (opts.gradient_checkpointing) {
+    if (opts.checkpointed(i)) {
       const Tensor x_in = c.x_in;
       c = LayerCache{};
       BlockContext recompute = ctx;

@@ -19,6 +19,12 @@ struct StepOptions {
   bool fused_loss = true;          // chunked lm_head + CE, never the full [T, V] logits
   int64_t loss_chunk_rows = 1024;
   bool gradient_checkpointing = false;
+  // With gradient_checkpointing: how many decoder layers, from the first, are checkpointed (-1 = all). The
+  // others keep their activations: no recompute for them, more memory.
+  int64_t checkpoint_layers = -1;
+  bool checkpointed(int64_t layer) const {
+    return gradient_checkpointing && (checkpoint_layers < 0 || layer < checkpoint_layers);
+  }
   LoraRuntime lora;                // dropout settings (training only)
 };
 

@@ -423,6 +423,8 @@ const std::vector<Field>& fields() {
     t.push_back(integer("gpu", &C::gpu, at_least(0), "a GPU index >= 0"));
     t.push_back(boolean("fused_loss", &C::fused_loss));
     t.push_back(boolean("gradient_checkpointing", &C::gradient_checkpointing));
+    t.push_back(integer("gradient_checkpointing_layers", &C::gradient_checkpointing_layers, at_least(-1),
+                        "an integer >= 0 (layers checkpointed, from the first), or -1 for all"));
     t.push_back(text("nan_policy", &C::nan_policy, {"stop", "skip"}));
     // bookkeeping
     t.push_back(text("output_dir", &C::output_dir, {}, PathKind::Output, true));

@@ -303,6 +303,7 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
       so.grad_scale = targets > 0 ? 1.f / static_cast<float>(targets) : 0.f;
       so.fused_loss = cfg.fused_loss;
       so.gradient_checkpointing = cfg.gradient_checkpointing;
+      so.checkpoint_layers = cfg.gradient_checkpointing_layers;
       so.lora.training = true;
       so.lora.dropout = static_cast<float>(adapter.dropout);
       Tensor moe_load;  // F32 [layers, E] on the device, summed over the micro-batches
