@@ -243,6 +243,7 @@ __global__ void __launch_bounds__(NT, 2)
         *reinterpret_cast<float4*>(Gs + 16 * q + e) = make_float4(x[e], x[e + 1], x[e + 2], x[e + 3]);
     }
   }
+  __syncwarp();  // the mma below are .aligned: the whole warp, converged after the one-lane cumsum
   if (warp < 4)
     gram<true>(acc, Kh, Kl, Kh, Kl, m0, rb + 1);
   else
