@@ -222,7 +222,7 @@ TEST(BackendTiming, DISABLED_AttentionHd256) {
 
 // Gated DeltaNet core at the training shape (T=8192 as 2 sequences of 4096, HK 16, HV 32, dk = dv = 128),
 // forward and backward (which recomputes the forward's chunk quantities), on the tensor-core chunk kernels
-// on the FMA kernels (the default) and on the opt-in tensor-core backward kernels (DT_GDN_MMA=1) for A/B. Per-kernel times: nsys/ncu on this test or bench/gdn.
+// on every kernel path for A/B: all FMA (DT_GDN_FMA=1), the default, and the opt-in tensor-core backward kernels. Per-kernel times: nsys/ncu on this test or bench/gdn.
 TEST(BackendTiming, DISABLED_GdnChunked) {
   if (!cuda_backend_available()) GTEST_SKIP();
   auto gpu = make_cuda_backend(0);
@@ -246,14 +246,14 @@ TEST(BackendTiming, DISABLED_GdnChunked) {
   Tensor dg = b.alloc(g.shape, DType::F32), db = b.alloc(beta.shape, BF);
   const float scale = 1.f / std::sqrt(float(dk));
   std::printf("%s\n", b.name().c_str());
-  for (const char* path : {"fma (default)", "tensor cores (DT_GDN_MMA=1)"}) {
-    const bool mma = path[0] == 't';
-    if (mma) setenv("DT_GDN_MMA", "1", 1);
+  for (const char* env : {"DT_GDN_FMA", "", "DT_GDN_MMA", "DT_GDN_WY_MMA"}) {
+    const std::string path = *env ? std::string(env) + "=1" : "default";
+    if (*env) setenv(env, "1", 1);
     const double f = median_ms(b, [&] { b.gdn_fwd(q, k, v, g, beta, s, scale, o); });
     const double bw = median_ms(b, [&] { b.gdn_bwd(dout, q, k, v, g, beta, s, scale, dq, dk_, dv_, dg, db); });
-    if (mma) unsetenv("DT_GDN_MMA");
-    std::printf("gdn %-20s T=%d (2 seqs) HK=%d HV=%d dk=dv=%d  fwd %8.3f ms  bwd %8.3f ms\n", path, T, HK, HV, dk, f,
-                bw);
+    if (*env) unsetenv(env);
+    std::printf("gdn %-20s T=%d (2 seqs) HK=%d HV=%d dk=dv=%d  fwd %8.3f ms  bwd %8.3f ms\n", path.c_str(), T, HK, HV,
+                dk, f, bw);
     EXPECT_TRUE(b.all_finite(o) && b.all_finite(dq) && b.all_finite(dk_) && b.all_finite(dv_) && b.all_finite(dg) &&
                 b.all_finite(db));
   }

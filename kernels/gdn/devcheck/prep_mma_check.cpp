@@ -3,7 +3,7 @@
 // HK 16, HV 32, dk = dv = 128. Not part of the CMake build (kernels/ globs *.cu only); on a GPU machine:
 //   nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -I kernels -I engine/src -x cu \
 //       kernels/gdn/devcheck/prep_mma_check.cpp kernels/gdn/devcheck/prep_fma_ref.cpp \
-//       kernels/gdn/chunk_bwd_mma.cu -o /tmp/prep_mma_check && /tmp/prep_mma_check
+//       kernels/gdn/chunk_bwd_mma.cu kernels/gdn/chunk_scan_mma.cu -o /tmp/prep_mma_check && /tmp/prep_mma_check
 // Exit status 1 when an output misses its target (W, U, M nmse ≤ 2e-5; Gc, Tout ≤ 1e-10).
 #include <algorithm>
 #include <cmath>

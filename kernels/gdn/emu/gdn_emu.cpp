@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -150,6 +151,7 @@ int main() {
   auto v = bf(T * HV * dv, -1.f, 1.f), dout = bf(T * HV * dv, -1.f, 1.f), beta = bf(T * HV, 0.05f, 1.f);
   F g(T * HV);
   for (auto& x : g) x = -0.5f * (u(rng) + 1.f);  // log decay in [-1, 0]
+  const float nan0 = std::nanf("");
   const KIn vi{v.data(), KType::BF16}, di{dout.data(), KType::BF16}, bi{beta.data(), KType::BF16};
 
   // Forward recompute (FMA kernels), as launch_gdn_chunk_bwd's caller does.
@@ -158,6 +160,22 @@ int main() {
   gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(), Tm.data());
   gdn_emu::scan(s, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
                 states.data(), vnew.data());
+  {  // ---- tensor-core forward scan vs the FMA scan ----
+    int scan_fails = 0;
+    for (int bv : {32, 16}) {
+      F o2(o.size(), nan0), st2(states.size(), nan0), vn2(vnew.size(), nan0);
+      gdn_emu::scan_mma(s, bv, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(),
+                        KOut{o2.data(), KType::F32}, st2.data(), vn2.data());
+      for (auto [name, got, ref] : {std::tuple{"o", &o2, &o}, {"states", &st2, &states}, {"vnew", &vn2, &vnew}}) {
+        int bad = 0;
+        const double e = nmse(*got, *ref, &bad);
+        const bool fail = !(e <= 2e-5) || bad;
+        std::printf("scan_mma bv %2d %-7s nmse %.3e nonfinite %d%s\n", bv, name, e, bad, fail ? "  FAIL" : "");
+        scan_fails += fail;
+      }
+    }
+    if (scan_fails) return 1;
+  }
   F dh(states.size()), dvn(T * HV * dv);
   gdn_emu::dscan(s, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(), dh.data(), dvn.data());
   std::printf("forward/dscan done (T %lld, %d chunks, HK %lld, HV %lld)\n", (long long)T, nchunks, (long long)HK,
