@@ -113,4 +113,14 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
                                       const int32_t* chunk_off, int nseq, KOut o, float* states, float* vnew,
                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
 
+// ---- tensor-core forward prep, chunk_prep_mma.cu ----
+// Same contract as the prep step of launch_gdn_chunk_fwd (gdn_chunk_prep_kernel): Gc (T, HV), W, U (rows of
+// the chunks), M (nchunks, HV, 64, 64) and, when not null, Tout (nchunks, HV, 64, 64) = (I + A)^{-1} with zeros
+// above the diagonal and identity rows past each chunk's end. dk = dv = 128 only (gdn_chunk_mma_supported;
+// cudaErrorInvalidValue otherwise). Smem size 0 when unsupported.
+size_t gdn_chunk_prep_mma_smem(int dk, int dv);
+cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
+                                      const int32_t* chunks, int nchunks, float* W, float* U, float* M, float* Gc,
+                                      float* Tout, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
+
 }  // namespace deltatune::kernels

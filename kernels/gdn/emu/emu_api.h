@@ -36,4 +36,7 @@ void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* 
 // tensor-core forward scan (chunk_scan_mma.cu), bv = 32 or 16 value columns per block, pf: prefetching variant
 void scan_mma(const Shape& s, int bv, bool pf, const float* qn, const float* kn, const float* W, const float* U, const float* M,
               const float* Gc, KOut o, float* states, float* vnew);
+// tensor-core forward prep (chunk_prep_mma.cu)
+void prep_mma(const Shape& s, const float* qn, const float* kn, KIn v, const float* g, KIn beta, float* W, float* U,
+              float* M, float* Gc, float* Tout);
 }  // namespace deltatune::kernels::gdn_emu

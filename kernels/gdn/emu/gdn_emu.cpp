@@ -31,7 +31,94 @@ static double nmse(const F& got, const F& ref, int* nonfinite) {
   return num / std::max(den, 1e-300);
 }
 
+// ---- tensor-core forward prep (chunk_prep_mma.cu) vs the FMA prep (chunk_fwd.cu) ----
+// Shapes: partial last chunks, a sequence shorter than a chunk, a 1-token sequence, HV/HK 1 and 2, BF16 and
+// F32 values, correlated keys with β near 1 (large A) under weak and strong decay.
+// Targets: W, U, M nmse ≤ 2e-5 (bf16 operands); Gc, Tout ≤ 1e-10 (fp32 either way: K̂K̂ᵀ as hi + lo).
+static int prep_mma_check() {
+  struct Case {
+    const char* name;
+    std::vector<int32_t> cu;
+    int64_t HK, HV;
+    bool v_f32;
+    int hard;  // 1: correlated keys, β near 1, weak decay; 2: the same with strong decay
+  };
+  const Case cases[] = {{"2 seqs 64+37, 64+6; HV/HK 2", {0, 101, 171}, 1, 2, false, 0},
+                        {"1 seq of 37; HV/HK 1", {0, 37}, 2, 2, false, 0},
+                        {"3 seqs 64, 1, 135; F32 v", {0, 64, 65, 200}, 2, 2, true, 0},
+                        {"corr. keys, β~1, weak decay", {0, 128, 150}, 1, 2, false, 1},
+                        {"corr. keys, β~1, g ~ -3", {0, 100}, 1, 1, false, 2}};
+  constexpr int dk = 128, dv = 128, C = 64;
+  int fails = 0;
+  for (const Case& cs : cases) {
+    std::vector<int32_t> chunks, off{0};
+    for (size_t n = 0; n + 1 < cs.cu.size(); ++n) {
+      for (int32_t t = cs.cu[n]; t < cs.cu[n + 1]; t += C)
+        chunks.insert(chunks.end(), {t, std::min(C, cs.cu[n + 1] - t)});
+      off.push_back(int32_t(chunks.size() / 2));
+    }
+    const int nchunks = int(chunks.size() / 2);
+    const int64_t T = cs.cu.back(), HK = cs.HK, HV = cs.HV;
+    gdn_emu::Shape s{chunks.data(), nchunks, off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv};
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    F base(dk);
+    for (auto& x : base) x = u(rng);
+    auto normed = [&](float scale, float corr) {  // rows corr·base + noise, L2-normalised, times scale
+      F x(T * HK * dk);
+      for (int64_t r = 0; r < T * HK; ++r) {
+        double ss = 0;
+        for (int d = 0; d < dk; ++d) ss += double(x[r * dk + d] = corr * base[d] + u(rng)) * x[r * dk + d];
+        for (int d = 0; d < dk; ++d) x[r * dk + d] = float(scale * x[r * dk + d] / std::sqrt(ss + 1e-6));
+      }
+      return x;
+    };
+    F qn = normed(1.f / std::sqrt(float(dk)), 0.f), kn = normed(1.f, cs.hard ? 1.5f : 0.f);
+    F vf(T * HV * dv), g(T * HV);
+    for (auto& x : vf) x = u(rng);
+    std::vector<__nv_bfloat16> vb(vf.size()), bb(T * HV);
+    for (size_t i = 0; i < vf.size(); ++i) vb[i] = __float2bfloat16_rn(vf[i]);
+    for (auto& x : bb)
+      x = __float2bfloat16_rn(cs.hard ? 0.9f + 0.05f * (u(rng) + 1.f) : 0.05f + 0.475f * (u(rng) + 1.f));
+    for (auto& x : g) x = (cs.hard == 2 ? -3.f : cs.hard == 1 ? -0.01f : -0.5f) * (u(rng) + 1.f);
+    const KIn vi = cs.v_f32 ? KIn{vf.data(), KType::F32} : KIn{vb.data(), KType::BF16};
+    const KIn bi{bb.data(), KType::BF16};
+    const float nan = std::nanf("");
+    struct Out {
+      F W, U, M, Gc, Tm;
+    };
+    auto run = [&](bool mma) {
+      Out r{F(T * HV * dk, nan), F(T * HV * dv, nan), F(int64_t(nchunks) * HV * C * C, nan), F(T * HV, nan),
+            F(int64_t(nchunks) * HV * C * C, nan)};
+      (mma ? gdn_emu::prep_mma : gdn_emu::prep)(s, qn.data(), kn.data(), vi, g.data(), bi, r.W.data(),
+                                                r.U.data(), r.M.data(), r.Gc.data(), r.Tm.data());
+      return r;
+    };
+    const Out ref = run(false), got = run(true);
+    double tmax = 0;  // largest off-diagonal |T_ij|: how far from the identity the solve goes
+    for (size_t p = 0; p < ref.Tm.size(); ++p)
+      if ((p / C) % C != p % C) tmax = std::max(tmax, double(std::fabs(ref.Tm[p])));
+    std::printf("prep_mma: %s (T %lld, %d chunks, HK %lld, HV %lld; max |T_ij|, i != j: %.3g)\n", cs.name,
+                (long long)T, nchunks, (long long)HK, (long long)HV, tmax);
+    auto cmp = [&](const char* name, const F& a, const F& b, double tol) {
+      int bad = 0;
+      const double e = nmse(a, b, &bad);
+      const bool fail = !(e <= tol) || bad;
+      std::printf("  %-6s nmse %.3e nonfinite %d%s\n", name, e, bad, fail ? "  FAIL" : "");
+      fails += fail;
+    };
+    cmp("W", got.W, ref.W, 2e-5);
+    cmp("U", got.U, ref.U, 2e-5);
+    cmp("M", got.M, ref.M, 2e-5);
+    cmp("Gc", got.Gc, ref.Gc, 1e-10);
+    cmp("Tout", got.Tm, ref.Tm, 1e-10);
+  }
+  std::printf("prep_mma %s\n", fails ? "FAIL" : "OK");
+  return fails;
+}
+
 int main() {
+  const int prep_fails = prep_mma_check();
   constexpr int dk = 128, dv = 128, C = 64;
   const int64_t HK = 1, HV = 2;
   const std::vector<int32_t> cu = {0, 101, 171};  // two sequences: 64 + 37 and 64 + 6 tokens
@@ -140,5 +227,5 @@ int main() {
   cmp("wy dg", got.dg, ref.dg, 1e-4);
   cmp("wy dbeta", got.dbeta, ref.dbeta, 1e-4);
   std::printf("%s\n", fails ? "FAIL" : "OK");
-  return fails ? 1 : 0;
+  return fails || prep_fails ? 1 : 0;
 }

@@ -1,0 +1,382 @@
+// Tensor-core version (bf16 mma.sync m16n8k16, fp32 accumulators) of the chunked GDN forward prep kernel
+// of chunk_fwd.cu (gdn_chunk_prep_kernel): same inputs, outputs and layouts, dk = dv = 128 only. One block
+// of 8 warps per (chunk, value head). Warps w and w + 4 share an SM sub-partition, so they take row blocks
+// w and 3 − w of the triangular products (even tensor work per sub-partition).
+//  0. Stage K̂ as bf16 hi + lo (lo = K̂ − hi: ~16 mantissa bits together), Q̂ and V as bf16; g, β.
+//  1. G = cumsum(g) by one thread in the FMA kernel's order (Gc bit-identical). Warps 0-3: A_raw = K̂K̂ᵀ
+//     from hi·hiᵀ + hi·loᵀ + lo·hiᵀ (T = (I + A)^{-1} is held to nmse 1e-10; a plain bf16 K̂K̂ᵀ gives
+//     ~1e-5); warps 4-7: M_raw = Q̂·(hi + lo)ᵀ. Only the 16x16 tiles on or below the diagonal.
+//  2. Epilogues in fp32, e^{G_i−G_j} per element and masked before the exponential as in the FMA kernel:
+//     A → shared fp32, M → global. Warp w then inverts the diagonal block (I + A)_ww by forward
+//     substitution, one lane per column held in registers (no barriers).
+//  3. Off-diagonal blocks of T by distance d = 1, 2, 3 from the diagonal, all blocks of one distance at
+//     once: P_rk = Σ_{k≤m<r} A_rm·T_mk, then T_rk = −T_rr·P_rk. Six block barriers instead of 64.
+//  4. Tout (zeros above the diagonal, identity rows past the chunk's end, as the FMA kernel),
+//     W = T·diag(βγ)·K̂ as T'hi·K̂hi + T'lo·K̂hi + T'hi·K̂lo and U = T·diag(β)·V as T''hi·V + T''lo·V (V is
+//     exact in bf16 for BF16 inputs). The T fragments come from the fp32 T in shared memory (scaled by βγ
+//     or β, split hi/lo) instead of ldmatrix; k only runs to the diagonal.
+// ptxas (sm_90a, -O3): 123 registers/thread (cap 128 for 2 blocks/SM), no spills. Shared memory
+// 107,264 B/block (K̂ hi, K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ): 2 blocks/SM.
+// Emulator nmse vs the FMA kernel (gdn/emu): W ~2e-11, U ~1e-13 (BF16 v; 2e-6 for F32 v), M ~3e-6,
+// Gc 0, Tout ≤ 4e-12.
+// Estimate at T = 8192, HV 32, HK 16 (4096 blocks): memory bound. Per block 80 KB in (K̂, Q̂ F32, shared in
+// L2 by the 2 value heads of a key head; V bf16) and 96 KB out (W, U F32, M, Tout): ~600 MB of HBM traffic,
+// ≈ 0.2 ms on an H100 (≈ 0.15 ms on an H200). Tensor work: 1,600 mma.m16n8k16 per block, ~50k per SM
+// ≈ 40 µs at mma.sync rates; the serial parts (cumsum ~400 cycles, 16-row diagonal solve ~600 cycles, six
+// barriers) overlap with the other resident block's loads and stores. Expect 0.2-0.3 ms vs 3.0 ms (FMA).
+#include "common/device.cuh"
+#include "gdn/gdn.cuh"
+#include "gdn/gdn_mma.cuh"
+
+namespace deltatune::kernels {
+namespace {
+
+using namespace gdn_mma;
+constexpr int C = kGdnChunk;
+constexpr int NT = 256;     // 8 warps
+constexpr int PD = 128;     // dk = dv
+constexpr int LK = PD + 8;  // bf16 row stride of the K̂, Q̂, V tiles
+constexpr int LA = C + 8;   // fp32 row stride of A and T: float2 fragment reads conflict-free
+
+constexpr size_t prep_mma_smem() {
+  return sizeof(bf16) * 4 * size_t(C) * LK + sizeof(float) * (2 * size_t(C) * LA + 3 * size_t(C));
+}
+
+__device__ __forceinline__ float bf16_round(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+// Stores 4 floats as bf16 hi (and lo = x − hi when LO) at dst (8-byte aligned).
+template <bool LO>
+__device__ __forceinline__ void st_split4(bf16* hi, bf16* lo, float4 x) {
+  const float h0 = bf16_round(x.x), h1 = bf16_round(x.y), h2 = bf16_round(x.z), h3 = bf16_round(x.w);
+  *reinterpret_cast<uint2*>(hi) = make_uint2(mma::pack_bf16(h0, h1), mma::pack_bf16(h2, h3));
+  if (LO)
+    *reinterpret_cast<uint2*>(lo) =
+        make_uint2(mma::pack_bf16(x.x - h0, x.y - h1), mma::pack_bf16(x.z - h2, x.w - h3));
+}
+
+// acc[nb] += X[m0..m0+15][:]·Yᵀ (Y[n][k] row major, both [C][LK]) over k in [0, PD) and n-pairs p < np, with
+// Y = Yh + Yl and, when XLO, X = Xh + Xl (the lo·lo term is dropped).
+template <bool XLO>
+__device__ __forceinline__ void gram(float (&acc)[8][4], const bf16* Xh, const bf16* Xl, const bf16* Yh,
+                                     const bf16* Yl, int m0, int np) {
+  for (int k = 0; k < PD; k += 16) {
+    uint32_t ah[4], al[4];
+    frag_a(ah, Xh, LK, m0, k);
+    if (XLO) frag_a(al, Xl, LK, m0, k);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      if (p >= np) break;
+      uint32_t bh[4], bl[4];
+      frag_b(bh, Yh, LK, 16 * p, k);
+      frag_b(bl, Yl, LK, 16 * p, k);
+      mma::mma16816(acc[2 * p], ah, bh[0], bh[1]);
+      mma::mma16816(acc[2 * p + 1], ah, bh[2], bh[3]);
+      mma::mma16816(acc[2 * p], ah, bl[0], bl[1]);
+      mma::mma16816(acc[2 * p + 1], ah, bl[2], bl[3]);
+      if (XLO) {
+        mma::mma16816(acc[2 * p], al, bh[0], bh[1]);
+        mma::mma16816(acc[2 * p + 1], al, bh[2], bh[3]);
+      }
+    }
+  }
+}
+
+// A fragments (hi, lo) of X[m][k] = T[m][k]·s[k] for rows m0..m0+15, k0..k0+15 (fp32 T, stride LA).
+__device__ __forceinline__ void t_frag(uint32_t (&hi)[4], uint32_t (&lo)[4], const float* Tf, const float* s,
+                                       int m0, int k0) {
+  const int lane = threadIdx.x & 31, r = m0 + (lane >> 2), c = k0 + 2 * (lane & 3);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int row = r + 8 * (q & 1), col = c + 8 * (q >> 1);
+    const float2 t = *reinterpret_cast<const float2*>(Tf + row * LA + col);
+    const float2 sc = *reinterpret_cast<const float2*>(s + col);
+    const float x0 = t.x * sc.x, x1 = t.y * sc.y;
+    const float h0 = bf16_round(x0), h1 = bf16_round(x1);
+    hi[q] = mma::pack_bf16(h0, h1);
+    lo[q] = mma::pack_bf16(x0 - h0, x1 - h1);
+  }
+}
+
+// acc[nb] = T'[m0..][0..16·nk)·(Yh (+ Yl))[k][n0 + 8nb ..], T' = T·diag(s) split hi + lo, Y[k][n] row-major.
+template <bool YLO>
+__device__ __forceinline__ void t_times(float (&acc)[8][4], const float* Tf, const float* s, const bf16* Yh,
+                                        const bf16* Yl, int m0, int n0, int nk) {
+  zero(acc);
+  for (int kb = 0; kb < nk; ++kb) {
+    uint32_t ah[4], al[4];
+    t_frag(ah, al, Tf, s, m0, 16 * kb);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      uint32_t bh[4];
+      frag_b_t(bh, Yh, LK, n0 + 16 * p, 16 * kb);
+      mma::mma16816(acc[2 * p], ah, bh[0], bh[1]);
+      mma::mma16816(acc[2 * p + 1], ah, bh[2], bh[3]);
+      mma::mma16816(acc[2 * p], al, bh[0], bh[1]);
+      mma::mma16816(acc[2 * p + 1], al, bh[2], bh[3]);
+      if (YLO) {
+        uint32_t bl[4];
+        frag_b_t(bl, Yl, LK, n0 + 16 * p, 16 * kb);
+        mma::mma16816(acc[2 * p], ah, bl[0], bl[1]);
+        mma::mma16816(acc[2 * p + 1], ah, bl[2], bl[3]);
+      }
+    }
+  }
+}
+
+// Rows m0 + lane/4 (+8) of a 16 x 64 warp tile → dst (F32, row stride HV·PD from the chunk's first token),
+// rows < len only.
+__device__ __forceinline__ void store_rows(float* dst, const float (&acc)[8][4], int m0, int n0, int len,
+                                           int64_t rstride) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = m0 + (lane >> 2) + 8 * hf;
+    if (i >= len) continue;
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+      *reinterpret_cast<float2*>(dst + i * rstride + n0 + 8 * nb + 2 * (lane & 3)) =
+          make_float2(acc[nb][2 * hf], acc[nb][2 * hf + 1]);
+  }
+}
+
+__global__ void __launch_bounds__(NT, 2)
+    gdn_chunk_prep_mma_kernel(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
+                              const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
+                              int64_t HK, int64_t HV) {
+  extern __shared__ __align__(16) unsigned char gdn_smem[];
+  bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);       // [C][LK] K̂ hi
+  bf16* Kl = Kh + C * LK;                             // [C][LK] K̂ lo
+  bf16* Qs = Kl + C * LK;                             // [C][LK] Q̂
+  bf16* Vs = Qs + C * LK;                             // [C][LK] V
+  float* Af = reinterpret_cast<float*>(Vs + C * LK);  // [C][LA] A (strictly lower, fp32)
+  float* Tf = Af + C * LA;                            // [C][LA] T; its upper blocks hold the P_rk of step 3
+  float* Gs = Tf + C * LA;                            // [C] g, then G
+  float* Bs = Gs + C;                                 // [C] β
+  float* BGs = Bs + C;                                // [C] β·e^{G}
+  const int ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int r8 = lane >> 2, c2 = 2 * (lane & 3);
+  const int64_t t0 = chunks[2 * ch];
+  const int len = chunks[2 * ch + 1];
+  const int64_t hk = h / (HV / HK);
+
+  // ---- 0. staging: all global loads of a thread are issued before its shared stores ----
+  {
+    const float* kb = kn + (t0 * HK + hk) * PD;
+    const float* qb = qn + (t0 * HK + hk) * PD;
+    const int64_t ks = HK * PD, vs = HV * PD, vbase = (t0 * HV + h) * PD;
+    constexpr int F4 = C * PD / 4 / NT;  // float4 per thread per F32 tile (8)
+    float4 kr[F4], qr[F4];
+    uint4 vr[F4 / 2];
+    const bool vbf = v.t == KType::BF16;
+#pragma unroll
+    for (int i = 0; i < F4; ++i) {
+      const int idx = tid + NT * i, r = idx / (PD / 4), c = (idx % (PD / 4)) * 4;
+      kr[i] = qr[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r < len) {
+        kr[i] = *reinterpret_cast<const float4*>(kb + r * ks + c);
+        qr[i] = *reinterpret_cast<const float4*>(qb + r * ks + c);
+      }
+    }
+    if (vbf) {
+      const bf16* vb = static_cast<const bf16*>(v.p) + vbase;
+#pragma unroll
+      for (int i = 0; i < F4 / 2; ++i) {
+        const int idx = tid + NT * i, r = idx / (PD / 8), c = (idx % (PD / 8)) * 8;
+        vr[i] = r < len ? *reinterpret_cast<const uint4*>(vb + r * vs + c) : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+    if (tid < C) {
+      Gs[tid] = tid < len ? g[(t0 + tid) * HV + h] : 0.f;
+      Bs[tid] = tid < len ? ld(beta, (t0 + tid) * HV + h) : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < F4; ++i) {
+      const int idx = tid + NT * i, r = idx / (PD / 4), c = (idx % (PD / 4)) * 4;
+      st_split4<true>(Kh + r * LK + c, Kl + r * LK + c, kr[i]);
+      st_split4<false>(Qs + r * LK + c, nullptr, qr[i]);
+    }
+    if (vbf) {
+#pragma unroll
+      for (int i = 0; i < F4 / 2; ++i) {
+        const int idx = tid + NT * i, r = idx / (PD / 8), c = (idx % (PD / 8)) * 8;
+        *reinterpret_cast<uint4*>(Vs + r * LK + c) = vr[i];
+      }
+    } else {  // F32 / F16 values: rounded to bf16 (U's extra error ~1e-6 nmse)
+      for (int idx = tid; idx < C * PD / 4; idx += NT) {
+        const int r = idx / (PD / 4), c = (idx % (PD / 4)) * 4;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < len) {
+          const int64_t o = vbase + r * vs + c;
+          x = make_float4(ld(v, o), ld(v, o + 1), ld(v, o + 2), ld(v, o + 3));
+        }
+        st_split4<false>(Vs + r * LK + c, nullptr, x);
+      }
+    }
+  }
+  __syncthreads();
+
+  // ---- 1. G = cumsum(g) (bit-identical to the FMA kernel's order); raw A and M products ----
+  // Row block of this warp in steps 1, 2 and 4: warps w and w + 4 share a scheduler (SM sub-partition), so
+  // they take row blocks w and 3 − w to even out the triangular tensor work.
+  const int rb = warp < 4 ? warp : 7 - warp, m0 = 16 * rb;
+  float acc[8][4];
+  zero(acc);
+  if (tid == NT - 32) {  // warp 7 has the least mma work (M row block 0)
+    float s = 0.f;
+#pragma unroll
+    for (int q = 0; q < C / 16; ++q) {
+      float x[16];
+#pragma unroll
+      for (int e = 0; e < 16; e += 4) {
+        const float4 y = *reinterpret_cast<const float4*>(Gs + 16 * q + e);
+        x[e] = y.x, x[e + 1] = y.y, x[e + 2] = y.z, x[e + 3] = y.w;
+      }
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        s += x[e];
+        x[e] = 16 * q + e < len ? s : 0.f;
+      }
+#pragma unroll
+      for (int e = 0; e < 16; e += 4)
+        *reinterpret_cast<float4*>(Gs + 16 * q + e) = make_float4(x[e], x[e + 1], x[e + 2], x[e + 3]);
+    }
+  }
+  __syncwarp();  // the mma below are .aligned: the whole warp, converged after the one-lane cumsum
+  if (warp < 4)
+    gram<true>(acc, Kh, Kl, Kh, Kl, m0, rb + 1);
+  else
+    gram<false>(acc, Qs, nullptr, Kh, Kl, m0, rb + 1);
+  __syncthreads();  // G
+
+  // ---- 2. epilogues; diagonal blocks of T ----
+  if (warp < 4) {
+    // A_ij = β_i·(k̂_i·k̂_j)·e^{G_i−G_j} (i > j, i < len), column blocks 0..rb of row block rb.
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int i = m0 + r8 + 8 * hf;
+      const float Gi = Gs[i], bi = Bs[i];
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        if (nb >= 2 * (rb + 1)) break;
+        const int j = 8 * nb + c2;
+        float x[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          x[e] = (i > j + e && i < len) ? bi * acc[nb][2 * hf + e] * expf(Gi - Gs[j + e]) : 0.f;
+        *reinterpret_cast<float2*>(Af + i * LA + j) = make_float2(x[0], x[1]);
+      }
+    }
+    __syncwarp();
+    // T_bb = (I + A_bb)^{-1}: lane c (< 16) solves column c, x_i = δ_ic − Σ_{j<i} A_ij·x_j. Rows past the
+    // chunk's end are identity rows (their A rows are zero; set explicitly: exact zeros, as the FMA kernel).
+    if (lane < 16) {
+      const int c = lane;
+      float x[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        float s = 0.f;
+        const float* ar = Af + (m0 + i) * LA + m0;
+#pragma unroll
+        for (int j = 0; j < i; ++j) s += ar[j] * x[j];
+        x[i] = i == c ? 1.f : (i < c || m0 + i >= len ? 0.f : -s);
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) Tf[(m0 + i) * LA + m0 + c] = x[i];
+    }
+  } else {
+    // M_ij = (q̂_i·k̂_j)·e^{G_i−G_j} (i ≥ j, i < len), all 64 columns (zeros above the diagonal).
+    float* Mo = M + (static_cast<int64_t>(ch) * HV + h) * C * C;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int i = m0 + r8 + 8 * hf;
+      const float Gi = Gs[i];
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const int j = 8 * nb + c2;
+        float x[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          x[e] = (i >= j + e && i < len) ? acc[nb][2 * hf + e] * expf(Gi - Gs[j + e]) : 0.f;
+        *reinterpret_cast<float2*>(Mo + i * C + j) = make_float2(x[0], x[1]);
+      }
+    }
+    if (warp < 6) {
+      const int i = tid - NT / 2;  // 0..63
+      BGs[i] = Bs[i] * expf(Gs[i]);
+      if (i < len) Gc[(t0 + i) * HV + h] = Gs[i];
+    }
+  }
+  __syncthreads();
+
+  // ---- 3. off-diagonal blocks of T, by distance d from the diagonal ----
+  {
+    const int i = tid >> 4, c = tid & 15;  // element (i, c) of a 16x16 block
+    for (int d = 1; d < 4; ++d) {
+      for (int k = 0; k + d < 4; ++k) {  // P_rk = Σ_{k≤m<r} A_rm·T_mk → Tf block (k, r)
+        const int r = k + d;
+        const float* ar = Af + (16 * r + i) * LA;
+        float s0 = 0.f, s1 = 0.f;
+        for (int j = 16 * k; j < 16 * r; j += 2) {
+          s0 += ar[j] * Tf[j * LA + 16 * k + c];
+          s1 += ar[j + 1] * Tf[(j + 1) * LA + 16 * k + c];
+        }
+        Tf[(16 * k + i) * LA + 16 * r + c] = s0 + s1;
+      }
+      __syncthreads();
+      for (int k = 0; k + d < 4; ++k) {  // T_rk = −T_rr·P_rk (T_rr lower triangular)
+        const int r = k + d;
+        const float* tr = Tf + (16 * r + i) * LA + 16 * r;
+        float s = 0.f;
+        for (int j = 0; j <= i; ++j) s += tr[j] * Tf[(16 * k + j) * LA + 16 * r + c];
+        Tf[(16 * r + i) * LA + 16 * k + c] = 16 * r + i < len ? -s : 0.f;
+      }
+      __syncthreads();
+    }
+  }
+
+  // ---- 4. Tout, W = T·diag(βγ)·K̂, U = T·diag(β)·V ----
+  if (Tout) {
+    float* To = Tout + (static_cast<int64_t>(ch) * HV + h) * C * C;
+    for (int idx = tid; idx < C * C / 4; idx += NT) {
+      const int i = idx / (C / 4), j = (idx % (C / 4)) * 4;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);  // upper blocks hold the P scratch
+      if (j / 16 <= i / 16) x = *reinterpret_cast<const float4*>(Tf + i * LA + j);
+      *reinterpret_cast<float4*>(To + i * C + j) = x;
+    }
+  }
+  {
+    const int n0 = (PD / 2) * (warp >> 2);
+    const int64_t rs = HV * PD, ob = (t0 * HV + h) * PD;
+    t_times<true>(acc, Tf, BGs, Kh, Kl, m0, n0, rb + 1);
+    store_rows(W + ob, acc, m0, n0, len, rs);
+    t_times<false>(acc, Tf, Bs, Vs, nullptr, m0, n0, rb + 1);
+    store_rows(U + ob, acc, m0, n0, len, rs);
+  }
+}
+
+}  // namespace
+
+size_t gdn_chunk_prep_mma_smem(int dk, int dv) {
+  return gdn_chunk_mma_supported(dk, dv) ? prep_mma_smem() : 0;
+}
+
+#ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
+cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
+                                      const int32_t* chunks, int nchunks, float* W, float* U, float* M,
+                                      float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv,
+                                      cudaStream_t s) {
+  if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
+  if (nchunks == 0 || HV == 0) return cudaSuccess;
+  const size_t smem = prep_mma_smem();
+  cudaError_t e = cudaFuncSetAttribute(gdn_chunk_prep_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  gdn_chunk_prep_mma_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
+      qn, kn, v, g, beta, chunks, W, U, M, Gc, Tout, HK, HV);
+  return cudaGetLastError();
+}
+#endif  // DT_ATTN_EMU
+
+}  // namespace deltatune::kernels
