@@ -63,12 +63,12 @@ size_t gdn_chunk_scan_smem(int dk, int dv);
 // U (T, HV, dv), M (nchunks, HV, 64, 64), Gc (T, HV); states (nchunks, HV, dk, dv) (=) the state at each
 // chunk's start when not null. o (T, HV, dv) (=) unless o.p is null. For the backward's recompute:
 // Tout (nchunks, HV, 64, 64) (=) T = (I + A)^{-1} and vnew (T, HV, dv) (=) V' when not null.
-// scan_mma: the scan on tensor cores (chunk_scan_mma.cu) where the head dims allow.
+// tensor_cores: prep and scan on tensor cores (chunk_prep_mma.cu, chunk_scan_mma.cu) where the head dims allow.
 cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                  const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq, KOut o,
                                  float* W, float* U, float* M, float* Gc, float* states, int64_t HK, int64_t HV,
                                  int dk, int dv, cudaStream_t s, float* Tout = nullptr, float* vnew = nullptr,
-                                 bool scan_mma = false);
+                                 bool tensor_cores = false);
 
 // Chunked backward (spec §4.3, chunk_bwd.cu), after launch_gdn_chunk_fwd ran with states, Tout and vnew:
 // reverse state scan (dh, dV'), state products, intra-chunk and WY backward. Inputs as the forward plus

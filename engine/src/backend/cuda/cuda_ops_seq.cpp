@@ -84,9 +84,10 @@ bool env_flag(const char* name) {
 }
 bool gdn_mma_enabled() { return env_flag("DT_GDN_MMA") || env_flag("DT_GDN_WY_MMA"); }
 bool gdn_wy_mma_enabled() { return env_flag("DT_GDN_WY_MMA"); }
-// The serial chunk scans run on tensor cores by default (dk = dv = 128; bf16 operands, fp32 state in
-// registers); DT_GDN_FMA=1 keeps every GDN chunk kernel on the fp32 FMA path (A/B timing, precision checks).
-bool gdn_scan_mma_enabled() { return !env_flag("DT_GDN_FMA"); }
+// The forward's chunk kernels (prep, scan) run on tensor cores by default (dk = dv = 128; bf16 operands,
+// fp32 state in registers); DT_GDN_FMA=1 keeps every GDN chunk kernel on the fp32 FMA path (A/B timing,
+// precision checks).
+bool gdn_fwd_mma_enabled() { return !env_flag("DT_GDN_FMA"); }
 }  // namespace
 
 // ---- attention ------------------------------------------------------------------------------------------
@@ -258,7 +259,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q, con
                  o ? kout(*o, "gdn o") : kernels::KOut{}, fptr(r->W), fptr(U), fptr(r->M), fptr(r->Gc),
                  for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
                  for_backward ? fptr(r->Tm) : nullptr, for_backward ? fptr(r->vnew) : nullptr,
-                 gdn_scan_mma_enabled()),
+                 gdn_fwd_mma_enabled()),
              "gdn_fwd (chunked core)");
   return r;
 }
