@@ -33,4 +33,8 @@ void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, 
                     const float* gsum, float* dqh, float* dkh, float* dg);
 void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm, float* dW,
                  const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta);
+// tensor-core reverse state scan (chunk_dscan_mma.cu), bv = 16 or 32 value columns per block; lo_s / lo_v
+// (bv 32 only): the bf16 lo halves of dS and dV' take part (the kernel's default: both)
+void dscan_mma(const Shape& s, int bv, bool lo_s, bool lo_v, KIn dout, const float* qn, const float* kn,
+               const float* W, const float* M, const float* Gc, float* dh, float* dvn);
 }  // namespace deltatune::kernels::gdn_emu
