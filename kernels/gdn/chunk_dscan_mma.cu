@@ -14,22 +14,30 @@
 //   [e] dS = Γ·dS + [Q̂ ; W]ᵀ·[γ·dO ; −dV'_hi] + Wᵀ·(−dV'_lo), accumulated into the state registers.
 // Two barriers per chunk. The next chunk's Q̂, W, K̂, M, dO and G are loaded into registers (float4, 122 per
 // thread) when the chunk starts and written to the other of two bf16 operand buffers after [e], so their
-// global latency overlaps the chunk's math; γ·dO and the decays e^{G_last−G_i}, Γ are made at that point.
+// global latency overlaps the chunk's math; γ·dO and the decays e^{G_last−G_i}, Γ are made at that point
+// (no exponential on the serial path). The chunk record after the next is read one chunk early.
 //
-// Precision: every product has fp32 accumulators; the fp32 operands dS and dV' are split into bf16 hi + lo
-// (two mma) because dh accumulates over the whole sequence and the dS update cancels (Γ·dS − Wᵀ·dV' with
-// dV' ∋ K̂·dS). Q̂, W, K̂, M and dO are rounded to bf16 once. Emulator nmse vs the FMA kernel: see
-// kernels/gdn/emu/gdn_emu.cpp (dscan_mma section) and the numbers in the commit/report.
+// Precision: every product has fp32 accumulators and Γ·dS is applied in fp32. The fp32 operands dS (in
+// K̂·dS) and dV' (in Wᵀ·dV') are split into bf16 hi + lo (two mma each): the state accumulates over the whole
+// sequence. Q̂, W, K̂, M (fp32) are rounded to bf16 once; dO is exact when it arrives as bf16. Host-emulator
+// nmse vs the FMA kernel (gdn/emu/gdn_emu.cpp, dscan_mma section): dh 5.7e-6..7.0e-6, dvn 2.5e-6..7.2e-6 over
+// the five shapes; a 2048-token sequence with g ≥ −0.002 (32 chunks, slowest decay): dh 8.2e-6, dvn 9.4e-6
+// (without the lo halves 1.0e-5 / 1.3e-5). The FMA backward fed these dh/dvn gives dg within 1.3e-5 (nmse)
+// of the all-FMA dg: dh's rounding adds little to the bf16 rounding of the other kernels.
 //
-// Resources (nvcc 12, sm_90a, -O3): BV 32: 168 registers, 0 spills; BV 16: 150 registers, 0 spills;
-// shared memory 195,584 B (BV 32) / 159,744 B (BV 16) per block: one block (8 warps) per SM.
+// Resources (nvcc 13, sm_90a, -O3, ptxas -v): BV 32: 229 registers, BV 16: 212 registers, no spills;
+// shared memory 184,864 B (BV 32) / 160,288 B (BV 16) per block: one block (8 warps) per SM.
 //
-// Time estimate at T = 8192 (2 sequences), HV 32 (BV 32: 256 blocks, two waves on 132 SMs; 64 chunks each):
-// every block reads its chunk's Q̂, W, K̂ (32 KiB each, fp32) and M (16 KiB) once per chunk, 116 KiB, so the
-// kernel moves 256 · 64 · 116 KiB ≈ 1.9 GB from L2 (the four column tiles of a head read the same rows; HBM
-// sees ≈ 0.35 GB). At 5-7 TB/s of L2 bandwidth that is 0.28-0.4 ms; the math per chunk (≈ 1.5k cycles:
-// ~100 mma per warp in two dependent stages, two barriers, the 58 KiB bf16 tile write) is ≈ 1 µs, under the
-// 1.5-2 µs per chunk per SM that the loads take. Estimate: 0.35-0.45 ms (FMA kernel: 8.2 ms).
+// Time estimate at T = 8192 (2 sequences), HK 16, HV 32 (BV 32: 256 blocks, two waves on 132 SMs of 64
+// chunks each): every block reads its chunk's Q̂, W, K̂ (32 KiB each, fp32) and M (16 KiB) once per chunk,
+// 116 KiB, so the kernel moves 256 · 64 · 116 KiB ≈ 1.9 GB from L2 (the four column tiles of a head read the
+// same rows; HBM sees ≈ 0.35 GB). At 5-7 TB/s of L2 bandwidth that is 0.28-0.4 ms. The math per chunk is
+// ≈ 1.5k cycles (per warp ~90 mma in dependent chains of 8 ([c]) and 12 ([e]), two barriers, the 58 KiB
+// bf16 tile store), ≈ 0.9 µs, under the ≈ 2-2.8 µs per chunk that an SM's share of L2 bandwidth needs
+// for its loads.
+// Estimate: 0.35-0.45 ms (FMA kernel: 8.2 ms). If it measures compute-bound instead, the lo halves
+// (kLoS, kLoV) are the first thing to drop (precision above); if L2-bound, a 4-block cluster per head
+// sharing Q̂/W/K̂/M through distributed shared memory cuts the traffic 4x.
 #include "common/device.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
@@ -213,8 +221,9 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_dscan_mma_kernel(
     // warp uses the half `sel` of them.
     {
       const int mc = 16 * (warp & 3), cw = (warp >> 2) * CW, n0 = cw & ~15, sel = (cw >> 3) & 1;
-      float ak[NBC][4], am[NBC][4];
+      float ak[NBC][4], al[NBC][4], am[NBC][4];  // K̂·dS_hi, K̂·dS_lo (two chains), Mᵀ·dO
       zero(ak);
+      zero(al);
       zero(am);
       auto mma_b = [&](float (&acc)[NBC][4], const uint32_t (&a)[4], const uint32_t (&bf)[4]) {
         if constexpr (NBC == 2) {
@@ -233,7 +242,7 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_dscan_mma_kernel(
         if constexpr (kLoS) {
           uint32_t bl[4];
           frag_b_t(bl, dSl, LB, n0, k);
-          mma_b(ak, a, bl);
+          mma_b(al, a, bl);
         }
       }
       for (int k = mc; k < C; k += 16) {  // (Mᵀ)_ij = M_ji = 0 for j < i
@@ -250,8 +259,8 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_dscan_mma_kernel(
 #pragma unroll
         for (int nb = 0; nb < NBC; ++nb) {
           const int c = cw + 8 * nb + 2 * t4;
-          const float x0 = ok ? am[nb][2 * hf] + ri * ak[nb][2 * hf] : 0.f;
-          const float x1 = ok ? am[nb][2 * hf + 1] + ri * ak[nb][2 * hf + 1] : 0.f;
+          const float x0 = ok ? am[nb][2 * hf] + ri * (ak[nb][2 * hf] + al[nb][2 * hf]) : 0.f;
+          const float x1 = ok ? am[nb][2 * hf + 1] + ri * (ak[nb][2 * hf + 1] + al[nb][2 * hf + 1]) : 0.f;
           if (ok) *reinterpret_cast<float2*>(dvn + ((cur.t0 + i) * HV + h) * DV + c0 + c) = make_float2(x0, x1);
           const uint32_t hi = mma::pack_bf16(-x0, -x1);
           *reinterpret_cast<uint32_t*>(B.bt + (C + i) * LB + c) = hi;

@@ -10,10 +10,11 @@ alignas(16) unsigned char gdn_smem[232448];
 
 namespace deltatune::kernels::gdn_emu {
 template <int BV, bool LoS, bool LoV>
-static void run_dscan_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* W, const float* M,
-                          const float* Gc, float* dh, float* dvn) {
+static void run_dscan_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* W,
+                          const float* M, const float* Gc, float* dh, float* dvn) {
   emu::launch(dim3(s.nseq * s.HV, 128 / BV), NT, gdn_smem, DscanSmem<BV>::total, [&] {
-    gdn_chunk_dscan_mma_kernel<BV, LoS, LoV>(dout, qn, kn, W, M, Gc, s.chunks, s.chunk_off, dh, dvn, s.HK, s.HV);
+    gdn_chunk_dscan_mma_kernel<BV, LoS, LoV>(dout, qn, kn, W, M, Gc, s.chunks, s.chunk_off, dh, dvn, s.HK,
+                                             s.HV);
   });
 }
 void dscan_mma(const Shape& s, int bv, bool lo_s, bool lo_v, KIn dout, const float* qn, const float* kn,

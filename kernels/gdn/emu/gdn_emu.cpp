@@ -1,4 +1,5 @@
-// Runs the tensor-core GDN chunk kernels (chunk_bwd_mma.cu: state products, intra, WY backward) on the
+// Runs the tensor-core GDN chunk kernels (chunk_bwd_mma.cu: state products, intra, WY backward;
+// chunk_dscan_mma.cu: reverse state scan, in its own section below) on the
 // host through the emulation of CUDA threads, barriers, ldmatrix and mma.sync in attention/emu (built
 // from the PTX ISA fragment definitions), next to the fp32 FMA kernels (chunk_fwd.cu, chunk_bwd.cu,
 // emulated the same way) on the same inputs, and compares every output. A development check of fragment
