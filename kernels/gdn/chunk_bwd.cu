@@ -408,9 +408,10 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
                                  const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
                                  float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
                                  int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores,
-                                 bool wy_tensor_cores) {
+                                 bool wy_tensor_cores, bool dscan_tensor_cores) {
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const bool mma = tensor_cores && gdn_chunk_mma_supported(dk, dv);
+  const bool dscan_mma = dscan_tensor_cores && gdn_chunk_mma_supported(dk, dv);
   const size_t s1 = dscan_smem(dk), s2 = state_grad_smem(), s3 = intra_smem(dk, dv), s4 = wy_smem(dk, dv);
   cudaError_t e = allow_smem(gdn_chunk_dscan_kernel<kChunkBV>, s1);
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_dscan_kernel<kChunkBV / 2>, s1);
@@ -418,12 +419,15 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_intra_grad_kernel, s3);
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_wy_grad_kernel, s4);
   if (e != cudaSuccess) return e;
-  const int bv = gdn_scan_tile_cols(nseq * HV, dv);
-  const dim3 scan_grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + bv - 1) / bv));
-  auto* dscan = bv == kChunkBV ? gdn_chunk_dscan_kernel<kChunkBV> : gdn_chunk_dscan_kernel<kChunkBV / 2>;
-  dscan<<<scan_grid, kThreads, s1, s>>>(dout, qn, kn, W, M, Gc, chunks, chunk_off, dh, dvn, HK, HV,
-                                                         dk, dv);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  if (dscan_mma) {
+    e = launch_gdn_chunk_dscan_mma(dout, qn, kn, W, M, Gc, chunks, chunk_off, nseq, dh, dvn, HK, HV, dk, dv, s);
+  } else {
+    const int bv = gdn_scan_tile_cols(nseq * HV, dv);
+    const dim3 scan_grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + bv - 1) / bv));
+    auto* dscan = bv == kChunkBV ? gdn_chunk_dscan_kernel<kChunkBV> : gdn_chunk_dscan_kernel<kChunkBV / 2>;
+    dscan<<<scan_grid, kThreads, s1, s>>>(dout, qn, kn, W, M, Gc, chunks, chunk_off, dh, dvn, HK, HV, dk, dv);
+  }
+  if (e != cudaSuccess || (e = cudaGetLastError()) != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV));
   // W is read by the reverse scan above and overwritten with dW below (same stream: ordered).
   if (mma)

@@ -81,7 +81,7 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
                                  const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
                                  float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
                                  int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores = false,
-                                 bool wy_tensor_cores = false);
+                                 bool wy_tensor_cores = false, bool dscan_tensor_cores = false);
 
 // ---- tensor-core (bf16 mma.sync, fp32 accumulate) chunk kernels, chunk_bwd_mma.cu ----
 // Head dims the tensor-core kernels are built for (dk = dv = 128). launch_gdn_chunk_bwd uses them for the
@@ -122,5 +122,15 @@ size_t gdn_chunk_prep_mma_smem(int dk, int dv);
 cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                       const int32_t* chunks, int nchunks, float* W, float* U, float* M, float* Gc,
                                       float* Tout, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
+
+// ---- tensor-core reverse state scan, chunk_dscan_mma.cu ----
+// Same contract as step 1 of launch_gdn_chunk_bwd (the FMA dscan kernel): per sequence, chunks in reverse,
+// dh (nchunks, HV, dk, dv) (=) dS at each chunk's end, dvn (T, HV, dv) (=) dV'. Column tiles of bv =
+// gdn_scan_tile_cols(nseq·HV, dv) columns. dk = dv = 128 only (gdn_chunk_mma_supported; else
+// cudaErrorInvalidValue). qn, kn, W, M and the base of dh/dvn must be 16-byte aligned (float4 loads).
+size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv);  // 0 when unsupported
+cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const float* qn, const float* kn, const float* W, const float* M,
+                                       const float* Gc, const int32_t* chunks, const int32_t* chunk_off, int nseq,
+                                       float* dh, float* dvn, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
 
 }  // namespace deltatune::kernels

@@ -39,4 +39,9 @@ void scan_mma(const Shape& s, int bv, bool pf, const float* qn, const float* kn,
 // tensor-core forward prep (chunk_prep_mma.cu)
 void prep_mma(const Shape& s, const float* qn, const float* kn, KIn v, const float* g, KIn beta, float* W, float* U,
               float* M, float* Gc, float* Tout);
+
+// tensor-core reverse state scan (chunk_dscan_mma.cu), bv = 16 or 32 value columns per block; lo_s / lo_v
+// (bv 32 only): the bf16 lo halves of dS and dV' take part (the kernel's default: both)
+void dscan_mma(const Shape& s, int bv, bool lo_s, bool lo_v, KIn dout, const float* qn, const float* kn,
+               const float* W, const float* M, const float* Gc, float* dh, float* dvn);
 }  // namespace deltatune::kernels::gdn_emu

@@ -117,6 +117,109 @@ static int prep_mma_check() {
   return fails;
 }
 
+// ---- tensor-core reverse state scan (chunk_dscan_mma.cu) vs the FMA dscan kernel ----------------------------
+// Shapes: partial last chunks, sequences shorter than a chunk, several sequences, HV/HK 1 and 2, slow decays
+// (dS accumulates over many chunks) and the default fast ones. dh and dvn nmse target 2e-5.
+static int dscan_mma_checks() {
+  constexpr int dk = 128, dv = 128, C = 64;
+  struct Case {
+    const char* name;
+    std::vector<int32_t> cu;
+    int64_t HK, HV;
+    float gmin;  // log decays uniform in [gmin, 0]
+  };
+  const std::vector<Case> cases = {
+      {"2 seqs 101+70, HV/HK 2, g>=-1", {0, 101, 171}, 1, 2, -1.f},
+      {"2 seqs 101+70, HV/HK 2, g>=-0.05", {0, 101, 171}, 1, 2, -0.05f},
+      {"1 seq of 5 tokens, HV/HK 1", {0, 5}, 2, 2, -0.1f},
+      {"3 seqs 200+3+127, HV/HK 1, g>=-0.02", {0, 200, 203, 330}, 1, 1, -0.02f},
+      {"1 seq 640 (10 chunks), g>=-0.01", {0, 640}, 1, 1, -0.01f},
+  };
+  int fails = 0;
+  for (const Case& cs : cases) {
+    std::vector<int32_t> chunks, off{0};
+    for (size_t n = 0; n + 1 < cs.cu.size(); ++n) {
+      for (int32_t t = cs.cu[n]; t < cs.cu[n + 1]; t += C)
+        chunks.insert(chunks.end(), {t, std::min(C, cs.cu[n + 1] - t)});
+      off.push_back(int32_t(chunks.size() / 2));
+    }
+    const int nchunks = int(chunks.size() / 2), nseq = int(cs.cu.size() - 1);
+    const int64_t T = cs.cu.back(), HK = cs.HK, HV = cs.HV;
+    gdn_emu::Shape s{chunks.data(), nchunks, off.data(), nseq, HK, HV, dk, dv};
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    auto normed = [&](float scale) {
+      F x(T * HK * dk);
+      for (int64_t r = 0; r < T * HK; ++r) {
+        double ss = 0;
+        for (int d = 0; d < dk; ++d) ss += double(x[r * dk + d] = u(rng)) * x[r * dk + d];
+        for (int d = 0; d < dk; ++d) x[r * dk + d] = float(scale * x[r * dk + d] / std::sqrt(ss + 1e-6));
+      }
+      return x;
+    };
+    auto bf = [&](int64_t n, float lo, float hi) {
+      std::vector<__nv_bfloat16> b(n);
+      for (auto& x : b) x = __float2bfloat16_rn(lo + (hi - lo) * 0.5f * (u(rng) + 1.f));
+      return b;
+    };
+    F qn = normed(1.f / std::sqrt(float(dk))), kn = normed(1.f);
+    auto v = bf(T * HV * dv, -1.f, 1.f), dout = bf(T * HV * dv, -1.f, 1.f), beta = bf(T * HV, 0.05f, 1.f);
+    F g(T * HV);
+    for (auto& x : g) x = 0.5f * cs.gmin * (u(rng) + 1.f);
+    const KIn vi{v.data(), KType::BF16}, di{dout.data(), KType::BF16}, bi{beta.data(), KType::BF16};
+    F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size());
+    gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(), Tm.data());
+    F dh(int64_t(nchunks) * HV * dk * dv), dvn(T * HV * dv);
+    gdn_emu::dscan(s, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(), dh.data(), dvn.data());
+    std::printf("dscan_mma: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T, nchunks,
+                (long long)HK, (long long)HV);
+    struct Variant {
+      int bv;
+      bool lo_s, lo_v;
+      bool checked;  // the kernel's configuration (dh/dvn held to the target); others are printed only
+    };
+    // What the rest of the (FMA) backward makes of dh and dvn: dg is the cancelling sum to watch.
+    F states(dh.size()), vnew(T * HV * dv), o(T * HV * dv);
+    gdn_emu::scan(s, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
+                  states.data(), vnew.data());
+    struct Grads {
+      F dqh, dkh, dv, dg, dbeta;
+    };
+    auto rest = [&](const F& dh_in, const F& dvn_in) {
+      Grads r{F(T * HV * dk), F(T * HV * dk), F(T * HV * dv), F(T * HV), F(T * HV)};
+      F dW = W, gsum(int64_t(nchunks) * HV);
+      gdn_emu::state_grad(s, di, kn.data(), Gc.data(), states.data(), dh_in.data(), vnew.data(), dvn_in.data(),
+                          r.dqh.data(), r.dkh.data(), dW.data(), gsum.data());
+      gdn_emu::intra_grad(s, di, qn.data(), kn.data(), Gc.data(), vnew.data(), gsum.data(), r.dqh.data(),
+                          r.dkh.data(), r.dg.data());
+      gdn_emu::wy_grad(s, kn.data(), vi, bi, Gc.data(), Tm.data(), dW.data(), dvn_in.data(), r.dkh.data(),
+                       KOut{r.dv.data(), KType::F32}, r.dg.data(), r.dbeta.data());
+      return r;
+    };
+    const Grads gref = rest(dh, dvn);
+    for (const Variant& vr : {Variant{32, true, true, true}, Variant{16, true, true, true},
+                              Variant{32, false, true, false}, Variant{32, true, false, false},
+                              Variant{32, false, false, false}}) {
+      const float nan = std::nanf("");
+      F dh2(dh.size(), nan), dvn2(dvn.size(), nan);
+      gdn_emu::dscan_mma(s, vr.bv, vr.lo_s, vr.lo_v, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(),
+                         dh2.data(), dvn2.data());
+      int bad_h = 0, bad_v = 0, bad = 0;
+      const double eh = nmse(dh2, dh, &bad_h), ev = nmse(dvn2, dvn, &bad_v);
+      const bool fail = vr.checked && (!(eh <= 2e-5) || !(ev <= 2e-5) || bad_h || bad_v);
+      std::printf("  bv %d lo(dS) %d lo(dV') %d: dh nmse %.3e  dvn nmse %.3e  nonfinite %d/%d%s\n", vr.bv,
+                  vr.lo_s, vr.lo_v, eh, ev, bad_h, bad_v, fail ? "  FAIL" : "");
+      fails += fail;
+      if (vr.bv == 16) continue;
+      const Grads gg = rest(dh2, dvn2);
+      std::printf("    then FMA bwd: dg %.3e  dbeta %.3e  dqh %.3e  dkh %.3e  dv %.3e\n", nmse(gg.dg, gref.dg, &bad),
+                  nmse(gg.dbeta, gref.dbeta, &bad), nmse(gg.dqh, gref.dqh, &bad), nmse(gg.dkh, gref.dkh, &bad),
+                  nmse(gg.dv, gref.dv, &bad));
+    }
+  }
+  return fails;
+}
+
 int main() {
   const int prep_fails = prep_mma_check();
   constexpr int dk = 128, dv = 128, C = 64;
@@ -226,6 +329,7 @@ int main() {
   cmp("wy dv", got.dv, ref.dv, 1e-4);
   cmp("wy dg", got.dg, ref.dg, 1e-4);
   cmp("wy dbeta", got.dbeta, ref.dbeta, 1e-4);
+  fails += dscan_mma_checks();
   std::printf("%s\n", fails ? "FAIL" : "OK");
   return fails || prep_fails ? 1 : 0;
 }

@@ -84,9 +84,9 @@ bool env_flag(const char* name) {
 }
 bool gdn_mma_enabled() { return env_flag("DT_GDN_MMA") || env_flag("DT_GDN_WY_MMA"); }
 bool gdn_wy_mma_enabled() { return env_flag("DT_GDN_WY_MMA"); }
-// The forward's chunk kernels (prep, scan) run on tensor cores by default (dk = dv = 128; bf16 operands,
-// fp32 state in registers); DT_GDN_FMA=1 keeps every GDN chunk kernel on the fp32 FMA path (A/B timing,
-// precision checks).
+// The chunk scans (forward and the backward's reverse scan) and the forward prep run on tensor cores by
+// default (dk = dv = 128; bf16 operands with hi+lo splits where precision needs them, fp32 state in
+// registers); DT_GDN_FMA=1 keeps every GDN chunk kernel on the fp32 FMA path (A/B timing, precision checks).
 bool gdn_fwd_mma_enabled() { return !env_flag("DT_GDN_FMA"); }
 }  // namespace
 
@@ -339,7 +339,8 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tenso
                                              iptr(f->ch.off), nseq, fptr(f->W), fptr(f->M), fptr(f->Gc), fptr(f->Tm),
                                              fptr(f->states), fptr(f->vnew), fptr(dh), fptr(dvn), fptr(gsum),
                                              fptr(dqh), fptr(dkh), kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK,
-                                             d.HV, d.dk, d.dv, s, gdn_mma_enabled(), gdn_wy_mma_enabled()),
+                                             d.HV, d.dk, d.dv, s, gdn_mma_enabled(), gdn_wy_mma_enabled(),
+                                             gdn_fwd_mma_enabled()),
                "gdn_bwd (chunked core)");
     f->states = Tensor();  // consumed: W now holds dW
   }
