@@ -6,6 +6,7 @@
 //   bench_train_step --shape 2b [--tokens 4096] [--steps 5] [--warmup 2] [--ckpt 1] [--seqs 1]
 //                    [--layers N (fewer layers of the shape)] [--experts 0|1 (LoRA on MoE experts, default 1)]
 //                    [--rank R (LoRA rank, default 16; alpha = 2R)]
+//                    [--ckpt-layers N (with --ckpt 1: checkpoint only the first N layers; -1 = all)]
 //
 // FLOPs counted (the usual convention, so numbers compare with HF's): 6·N·T for the linear layers (N =
 // matmul parameters incl. lm_head; a frozen-base LoRA step skips the weight-gradient third, so this
@@ -203,7 +204,7 @@ int main(int argc, char** argv) {
   std::string shape = "2b";
   int64_t tokens = 4096, seqs = 1, layers = 0;
   bool experts = true;
-  int64_t rank = 16;
+  int64_t rank = 16, ckpt_layers = -1;
   int steps = 5, warmup = 2;
   bool ckpt = true;
   double peak = 989e12;
@@ -219,6 +220,7 @@ int main(int argc, char** argv) {
     else if (a == "--layers") layers = std::atoll(v.c_str());
     else if (a == "--experts") experts = std::atoi(v.c_str()) != 0;
     else if (a == "--rank") rank = std::atoll(v.c_str());
+    else if (a == "--ckpt-layers") ckpt_layers = std::atoll(v.c_str());
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -259,6 +261,7 @@ int main(int argc, char** argv) {
     so.backward = true;
     so.grad_scale = 1.f / static_cast<float>(batch.num_targets);
     so.gradient_checkpointing = ckpt;
+    so.checkpoint_layers = ckpt_layers;
     so.fused_loss = true;
     std::vector<double> times;
     double loss = 0;
@@ -285,11 +288,11 @@ int main(int argc, char** argv) {
                 ms.reserved_bytes / gib, mfu, loss, be->name().c_str());
     std::printf(
         "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,\"seqs\":%lld,"
-        "\"gradient_checkpointing\":%s,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
+        "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
         "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
         "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\"}\n",
         shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
-        static_cast<long long>(seqs), ckpt ? "true" : "false", med * 1e3,
+        static_cast<long long>(seqs), ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
         tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
         static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
         static_cast<long long>(adapter.trainable_params()), loss, t_load,

@@ -4,7 +4,8 @@
 #
 #   bench/train_step/run_train_step.sh BENCH_BIN [WHEEL_DIR] [SHAPES...]
 #   BENCH_BIN: path to bench_train_step; WHEEL_DIR: folder with flash-linear-attention, fla-core, einops
-#   wheels ("" to skip HF+FLA); SHAPES default "0.8b 2b 9b". Env TOKENS (4096), STEPS (5), HF=0 skips HF.
+#   wheels ("" to skip HF+FLA); SHAPES default "0.8b 2b 9b". Env TOKENS (4096), STEPS (5), HF=0 skips HF,
+#   OURS_ARGS: more options for bench_train_step (e.g. "--ckpt-layers 8": checkpoint only the first 8 layers).
 set -u
 BIN=${1:?bench_train_step binary}
 WHL=${2:-}
@@ -21,7 +22,7 @@ if [ -n "$WHL" ] && ls "$WHL"/*.whl >/dev/null 2>&1; then
     && FLA_PATH=/tmp/fla_site
 fi
 for s in $SHAPES; do
-  "$BIN" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --warmup 2 --ckpt 1 | tee /dev/stderr | grep '^{' >> "$LOG"
+  "$BIN" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --warmup 2 --ckpt 1 ${OURS_ARGS:-} | tee /dev/stderr | grep '^{' >> "$LOG"
   if [ "${HF:-1}" = 1 ]; then
     PYTHONUNBUFFERED=1 python3 "$HERE/hf_train_step.py" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --fla 0 \
       2> >(tail -3 >&2) | grep '^{' >> "$LOG"

@@ -407,11 +407,9 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
                                  int nchunks, const int32_t* chunk_off, int nseq, float* W, const float* M,
                                  const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
                                  float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
-                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores,
-                                 bool wy_tensor_cores, bool dscan_tensor_cores) {
+                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores) {
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const bool mma = tensor_cores && gdn_chunk_mma_supported(dk, dv);
-  const bool dscan_mma = dscan_tensor_cores && gdn_chunk_mma_supported(dk, dv);
   const size_t s1 = dscan_smem(dk), s2 = state_grad_smem(), s3 = intra_smem(dk, dv), s4 = wy_smem(dk, dv);
   cudaError_t e = allow_smem(gdn_chunk_dscan_kernel<kChunkBV>, s1);
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_dscan_kernel<kChunkBV / 2>, s1);
@@ -419,7 +417,7 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_intra_grad_kernel, s3);
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_wy_grad_kernel, s4);
   if (e != cudaSuccess) return e;
-  if (dscan_mma) {
+  if (mma) {
     e = launch_gdn_chunk_dscan_mma(dout, qn, kn, W, M, Gc, chunks, chunk_off, nseq, dh, dvn, HK, HV, dk, dv, s);
   } else {
     const int bv = gdn_scan_tile_cols(nseq * HV, dv);
@@ -443,7 +441,7 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
     gdn_chunk_intra_grad_kernel<<<grid, kThreads, s3, s>>>(dout, qn, kn, Gc, chunks, vnew, gsum, dqh, dkh, dg, HK, HV,
                                                            dk, dv);
   if (e != cudaSuccess || (e = cudaGetLastError()) != cudaSuccess) return e;
-  if (mma && wy_tensor_cores)
+  if (mma)
     return launch_gdn_wy_grad_mma(kn, v, beta, Gc, chunks, nchunks, Tm, W, dvn, dkh, dv_out, dg, dbeta, HK, HV, dk, dv,
                                   s);
   gdn_chunk_wy_grad_kernel<<<grid, kThreads, s4, s>>>(kn, v, beta, Gc, chunks, Tm, W, dvn, dkh, dv_out, dg, dbeta, HK,

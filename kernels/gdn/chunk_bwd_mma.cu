@@ -5,11 +5,29 @@
 //     dS^end rounded to bf16 in shared memory); warp (wr, wc) owns rows 16wr..+15 x key columns
 //     (DK/2)·wc..+DK/2−1 of all three products. Σ(S_n ⊙ dS^end) stays fp32 (from the fp32 global values).
 //  3. intra: D = tril(dO·V'ᵀ ⊙ e^{G_i−G_j}) → bf16 in shared memory, dQ̂ += D·K̂, dK̂ += Dᵀ·Q̂ (triangular
-//     k ranges), dG row sums from the fp32 results.
+//     k ranges; V', K̂, Q̂ as bf16 hi + lo, see Precision), dG row sums from the fp32 results.
 //  4. WY backward: dT = dW·K̂ᵀ·diag(βγ) + dU·Vᵀ·diag(β) and K̂K̂ᵀ (warps 0-3 / 4-7), Y = dT·Tᵀ straight from
 //     the dT accumulators, dÂ = −tril(Tᵀ·Y ⊙ e^{G_i−G_j}), then Xw = Tᵀ·dW, Xu = Tᵀ·dU and
 //     diag(β)dÂ·K̂ + (diag(β)dÂ)ᵀ·K̂ per warp tile with their per-row dot products in the epilogue.
 // Decays stay fp32 and are applied to fp32 accumulators, masked before the exponential as in the FMA path.
+//
+// Precision (host emulator, gdn/emu/gdn_emu.cpp, nmse vs the fp32 FMA kernels): every output ≤ 2e-5 (≤ 5.4e-6
+// measured). dg is a cancelling sum: the intra D-terms enter row i of dQ̂⊙Q̂ and row j of dK̂⊙K̂ with opposite
+// signs and cancel in the chunk's reverse cumsum, so bf16 rounding of K̂ in D·K̂ and of Q̂ in Dᵀ·Q̂ showed ~100x
+// in dg (2.7e-4 and 8.0e-4 on a 171- and a 200-token shape). Leaving one product at a time unsplit in an
+// all-split build (dg 6e-10, 171 tokens): D·K̂ 3.6e-4, Dᵀ·Q̂ 5.9e-5, dO·V'ᵀ 2.2e-6, every state or WY product ≤
+// 1.8e-7. So only the intra kernel splits (gdn_mma.cuh, warp_mma_split): K̂ and Q̂ as bf16 hi + lo (both sides
+// of the pair then see the same q̂_i·k̂_j; D stays one bf16 tile, the same in both) and V' in D = dO·V'ᵀ (dO too
+// when it is not bf16). dg then 2.6e-6 / 3.1e-6 (K̂, Q̂ alone: 3.8e-6 / 8.4e-6). With slow decay (g ≥ −0.05, 256
+// tokens) dg is 7.9e-6 unsplit, 5.0e-6 with these splits, 2.4e-6 with the state products split too (not worth
+// their smem).
+// mma per block (dk = dv = 128): state_grad 1536, intra 1152 (was 576; 1408 with fp32 dO), wy 1616.
+// ptxas (sm_90a, 256 threads, no spills): state_grad 170 regs, 63.4 KiB smem (3 blocks/SM); intra 96 regs,
+// 112.3 KiB smem (2 blocks/SM, as before the splits: the lo tiles of K̂, Q̂ reuse the dO, V' tiles after D);
+// wy 154 regs, 120.3 KiB.
+// Time (estimate, not measured; T=8192, HV 32): the splits add to intra one barrier, a second pass over Q̂/K̂
+// (64 KiB per block from L2) and twice its ldmatrix/mma work; it is bound by staging and barriers, so ~+30% on
+// intra, ≈ +0.2-0.3 ms on the three kernels' ~3-4 ms (the FMA kernels: ~14 ms).
 #include "common/device.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
@@ -41,6 +59,23 @@ __device__ __forceinline__ void stage_kin(bf16* dst, int ld_, KIn src, int64_t b
       hi = ld(src, base + r * stride + c + 1);
     }
     st_bf16x2(dst + r * ld_ + c, lo, hi);
+  }
+}
+
+// stage_kin's lo tile (see split_bf16x2): only for storage types wider than bf16 (bf16 input is exact).
+template <int ROWS, int COLS>
+__device__ __forceinline__ void stage_kin_lo(bf16* dst, int ld_, KIn src, int64_t base, int64_t stride, int rows_ok) {
+  constexpr int P = COLS / 2;
+  for (int idx = threadIdx.x; idx < ROWS * P; idx += NT) {
+    const int r = idx / P, c = (idx % P) * 2;
+    float lo = 0.f, hi = 0.f;
+    if (r < rows_ok) {
+      lo = ld(src, base + r * stride + c);
+      hi = ld(src, base + r * stride + c + 1);
+    }
+    uint32_t h, l;
+    split_bf16x2(h, l, lo, hi);
+    *reinterpret_cast<uint32_t*>(dst + r * ld_ + c) = l;
   }
 }
 
@@ -125,7 +160,7 @@ __global__ void __launch_bounds__(NT) gdn_chunk_state_grad_mma_kernel(
 
 // ---- 3. intra-chunk terms ---------------------------------------------------------------------------------
 template <int DK, int DV> constexpr size_t intra_grad_mma_smem() {
-  return sizeof(bf16) * (2 * size_t(C) * (DK + 8) + 2 * size_t(C) * (DV + 8) + size_t(C) * (C + 8)) +
+  return sizeof(bf16) * (2 * size_t(C) * (DK + 8) + 4 * size_t(C) * (DV + 8) + size_t(C) * (C + 8)) +
          sizeof(float) * (5 * size_t(C));
 }
 
@@ -133,14 +168,18 @@ template <int DK, int DV>
 __global__ void __launch_bounds__(NT) gdn_chunk_intra_grad_mma_kernel(
     KIn dout, const float* qn, const float* kn, const float* Gc, const int32_t* chunks, const float* vnew,
     const float* gsum, float* dqh, float* dkh, float* dg, int64_t HK, int64_t HV) {
-  static_assert(DK % 32 == 0 && DV % 16 == 0, "two warps share DK");
+  static_assert(DK == DV && DK % 32 == 0, "two warps share DK; K̂/Q̂ lo tiles reuse the dO/V' tiles");
   constexpr int LK = DK + 8, LV = DV + 8, LC = C + 8, NB = DK / 16;
   extern __shared__ __align__(16) unsigned char gdn_smem[];
-  bf16* Qb = reinterpret_cast<bf16*>(gdn_smem);  // [C][LK]
-  bf16* Kb = Qb + C * LK;                         // [C][LK]
-  bf16* dOb = Kb + C * LK;                        // [C][LV]
-  bf16* Vpb = dOb + C * LV;                       // [C][LV] V'
-  bf16* Db = Vpb + C * LV;                        // [C][LC] D
+  bf16* Qb = reinterpret_cast<bf16*>(gdn_smem);  // [C][LK] Q̂ (hi)
+  bf16* Kb = Qb + C * LK;                         // [C][LK] K̂ (hi)
+  bf16* dOb = Kb + C * LK;                        // [C][LV] dO, then Q̂ lo
+  bf16* Vpb = dOb + C * LV;                       // [C][LV] V' hi, then K̂ lo
+  bf16* Vpl = Vpb + C * LV;                       // [C][LV] V' lo
+  bf16* dOl = Vpl + C * LV;                       // [C][LV] dO lo (fp32 dO only)
+  bf16* Db = dOl + C * LV;                        // [C][LC] D
+  bf16* Ql = dOb;
+  bf16* Kl = Vpb;
   float* G = reinterpret_cast<float*>(Db + C * LC);  // [C]
   float* rq = G + C;                                 // [2][C] row sums of dQ̂ ⊙ Q̂ per column half
   float* rk = rq + 2 * C;                            // [2][C] row sums of dK̂ ⊙ K̂
@@ -151,14 +190,17 @@ __global__ void __launch_bounds__(NT) gdn_chunk_intra_grad_mma_kernel(
   stage_f32<C, DK, NT>(Qb, LK, qn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
   stage_f32<C, DK, NT>(Kb, LK, kn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
   stage_kin<C, DV>(dOb, LV, dout, (cr.t0 * HV + h) * DV, HV * DV, cr.len);
-  stage_f32<C, DV, NT>(Vpb, LV, vnew + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
+  const bool dO_exact = dout.t == KType::BF16;
+  if (!dO_exact) stage_kin_lo<C, DV>(dOl, LV, dout, (cr.t0 * HV + h) * DV, HV * DV, cr.len);
+  stage_f32_split<C, DV, NT>(Vpb, Vpl, LV, vnew + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
   if (tid < C) G[tid] = tid < cr.len ? Gc[(cr.t0 + tid) * HV + h] : 0.f;
   __syncthreads();
   {  // D = tril(dO·V'ᵀ ⊙ e^{G_i−G_j}): warp tile rows 16wr..+15 x columns 32wc..+31
     const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
     float d[4][4];
     zero(d);
-    warp_mma<4, false, false>(d, dOb, LV, m0, Vpb, LV, n0, 0, DV);
+    if (dO_exact) warp_mma_split<4, false, false, false, true>(d, dOb, dOl, LV, m0, Vpb, Vpl, LV, n0, 0, DV);
+    else warp_mma_split<4, false, false, true, true>(d, dOb, dOl, LV, m0, Vpb, Vpl, LV, n0, 0, DV);
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + g + 8 * hf;
@@ -173,14 +215,20 @@ __global__ void __launch_bounds__(NT) gdn_chunk_intra_grad_mma_kernel(
       }
     }
   }
+  __syncthreads();  // dO and V' are read: their tiles take the lo parts of Q̂ and K̂
+  stage_f32_lo<C, DK, NT>(Ql, LK, qn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
+  stage_f32_lo<C, DK, NT>(Kl, LK, kn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
   __syncthreads();
   {  // dQ̂ += D·K̂ (D_ij = 0 for j > i), dK̂ += Dᵀ·Q̂ (D_ji = 0 for j < i); warp tile rows 16wr x cols (DK/2)·wc
+    // K̂ and Q̂ as hi + lo: dG's row sums Σ_j D_ij (q̂_i·k̂_j) from dQ̂ and Σ_i D_ij (q̂_i·k̂_j) from
+    // dK̂ cancel in the chunk's reverse cumsum only if both products see the same q̂_i·k̂_j (D is
+    // the same bf16 tile in both).
     const int wc = warp >> 2, m0 = 16 * (warp & 3), n0 = (DK / 2) * wc;
     float aq[NB][4], ak[NB][4];
     zero(aq);
     zero(ak);
-    warp_mma<NB, false, true>(aq, Db, LC, m0, Kb, LK, n0, 0, m0 + 16);
-    warp_mma<NB, true, true>(ak, Db, LC, m0, Qb, LK, n0, m0, C);
+    warp_mma_split<NB, false, true, false, true>(aq, Db, nullptr, LC, m0, Kb, Kl, LK, n0, 0, m0 + 16);
+    warp_mma_split<NB, true, true, false, true>(ak, Db, nullptr, LC, m0, Qb, Ql, LK, n0, m0, C);
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + g + 8 * hf;

@@ -80,13 +80,12 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
                                  int nchunks, const int32_t* chunk_off, int nseq, float* W, const float* M,
                                  const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
                                  float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
-                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores = false,
-                                 bool wy_tensor_cores = false, bool dscan_tensor_cores = false);
+                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores = false);
 
 // ---- tensor-core (bf16 mma.sync, fp32 accumulate) chunk kernels, chunk_bwd_mma.cu ----
-// Head dims the tensor-core kernels are built for (dk = dv = 128). launch_gdn_chunk_bwd uses them for the
-// state products, intra-chunk terms and the WY backward when called with tensor_cores = true and the dims
-// are supported.
+// Head dims the tensor-core kernels are built for (dk = dv = 128). launch_gdn_chunk_bwd uses them for all four
+// kernels (reverse scan, state products, intra-chunk terms, WY backward) when called with tensor_cores = true
+// and the dims are supported.
 bool gdn_chunk_mma_supported(int dk, int dv);
 size_t gdn_chunk_bwd_mma_smem(int dk, int dv);  // 0 when unsupported
 // Same contracts as the FMA kernels of chunk_bwd.cu: 2 (state products), 3 (intra-chunk), 4 (WY backward).

@@ -60,6 +60,57 @@ __device__ __forceinline__ void warp_mma(float (&acc)[NB][4], const bf16* A, int
   }
 }
 
+// ---- hi/lo splits for products whose results cancel downstream (dg) ----------------------------------------
+// x = hi + lo + r with hi = bf16(x), lo = bf16(x − hi), |r| ≤ 2^-17·|x|: a bf16 pair carries ~16 significant
+// bits. A·B with both split is hi·hi + hi·lo + lo·hi (the dropped lo·lo is ~2^-18 of it); with one side exact
+// in bf16 (inputs stored as bf16) it is hi·B + lo·B.
+__device__ __forceinline__ void split_bf16x2(uint32_t& hi, uint32_t& lo, float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 f = __bfloat1622float2(h);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = mma::pack_bf16(a - f.x, b - f.y);
+}
+__device__ __forceinline__ void st_split_bf16x2(bf16* hi, bf16* lo, float a, float b) {
+  uint32_t h, l;
+  split_bf16x2(h, l, a, b);
+  *reinterpret_cast<uint32_t*>(hi) = h;
+  *reinterpret_cast<uint32_t*>(lo) = l;
+}
+// warp_mma with split operands: SA: A = A + Alo (Alo a tile of the same layout and ld), SB: B = B + Blo.
+// Per 16-wide k step: 1 mma (neither), 2 (one side) or 3 (both; lo·lo dropped) per 16x8 output block.
+template <int NB, bool AT, bool BT, bool SA, bool SB>
+__device__ __forceinline__ void warp_mma_split(float (&acc)[NB][4], const bf16* A, const bf16* Alo, int lda, int m0,
+                                               const bf16* B, const bf16* Blo, int ldb, int n0, int k0, int k1) {
+  static_assert(NB % 2 == 0, "n-blocks come in pairs");
+  for (int k = k0; k < k1; k += 16) {
+    uint32_t a[4], al[4];
+    if (AT) frag_a_t(a, A, lda, m0, k);
+    else frag_a(a, A, lda, m0, k);
+    if (SA) {
+      if (AT) frag_a_t(al, Alo, lda, m0, k);
+      else frag_a(al, Alo, lda, m0, k);
+    }
+#pragma unroll
+    for (int p = 0; p < NB / 2; ++p) {
+      uint32_t b[4], bl[4];
+      if (BT) frag_b_t(b, B, ldb, n0 + 16 * p, k);
+      else frag_b(b, B, ldb, n0 + 16 * p, k);
+      if (SB) {
+        if (BT) frag_b_t(bl, Blo, ldb, n0 + 16 * p, k);
+        else frag_b(bl, Blo, ldb, n0 + 16 * p, k);
+        mma::mma16816(acc[2 * p], a, bl[0], bl[1]);
+        mma::mma16816(acc[2 * p + 1], a, bl[2], bl[3]);
+      }
+      if (SA) {
+        mma::mma16816(acc[2 * p], al, b[0], b[1]);
+        mma::mma16816(acc[2 * p + 1], al, b[2], b[3]);
+      }
+      mma::mma16816(acc[2 * p], a, b[0], b[1]);
+      mma::mma16816(acc[2 * p + 1], a, b[2], b[3]);
+    }
+  }
+}
+
 template <int NB> __device__ __forceinline__ void zero(float (&acc)[NB][4]) {
 #pragma unroll
   for (int j = 0; j < NB; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
@@ -81,6 +132,37 @@ __device__ __forceinline__ void stage_f32(bf16* dst, int ld, const float* src, i
     if (r < rows_ok) x = *reinterpret_cast<const float4*>(src + r * stride + c);
     st_bf16x2(dst + r * ld + c, x.x, x.y);
     st_bf16x2(dst + r * ld + c + 2, x.z, x.w);
+  }
+}
+
+// Only the lo tile of stage_f32_split (the hi tile staged earlier or not needed).
+template <int ROWS, int COLS, int NT>
+__device__ __forceinline__ void stage_f32_lo(bf16* lo, int ld, const float* src, int64_t stride, int rows_ok) {
+  static_assert(COLS % 4 == 0, "float4 columns");
+  constexpr int Q = COLS / 4;
+  for (int idx = threadIdx.x; idx < ROWS * Q; idx += NT) {
+    const int r = idx / Q, c = (idx % Q) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < rows_ok) x = *reinterpret_cast<const float4*>(src + r * stride + c);
+    uint32_t h, l0, l1;
+    split_bf16x2(h, l0, x.x, x.y);
+    split_bf16x2(h, l1, x.z, x.w);
+    *reinterpret_cast<uint2*>(lo + r * ld + c) = make_uint2(l0, l1);
+  }
+}
+
+// stage_f32 into a hi/lo pair of tiles (see split_bf16x2).
+template <int ROWS, int COLS, int NT>
+__device__ __forceinline__ void stage_f32_split(bf16* hi, bf16* lo, int ld, const float* src, int64_t stride,
+                                                int rows_ok) {
+  static_assert(COLS % 4 == 0, "float4 columns");
+  constexpr int Q = COLS / 4;
+  for (int idx = threadIdx.x; idx < ROWS * Q; idx += NT) {
+    const int r = idx / Q, c = (idx % Q) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < rows_ok) x = *reinterpret_cast<const float4*>(src + r * stride + c);
+    st_split_bf16x2(hi + r * ld + c, lo + r * ld + c, x.x, x.y);
+    st_split_bf16x2(hi + r * ld + c + 2, lo + r * ld + c + 2, x.z, x.w);
   }
 }
 

@@ -421,17 +421,14 @@ void case_gdn(Env& e) {
     compare(e, "gdn_bwd_saved dg" + tag.str(), dg2, 5e-4);
     compare(e, "gdn_bwd_saved dbeta" + tag.str(), db2, 5e-4);
     if (c.dk != 128 || c.dv != 128) continue;
-    // The other kernel paths for these head dims (cuda_ops_seq.cpp): DT_GDN_FMA=1 keeps every chunk kernel on
-    // fp32 FMA (the reference path: tensor-core scans off); DT_GDN_MMA=1 adds the opt-in tensor-core backward
-    // (bf16 operands in the state products and intra-chunk terms). dg = rowsum(dQ̂⊙Q̂) − rowsum(dK̂⊙K̂) cancels,
-    // so operand rounding shows ~100x in it: measured nmse ≤ 6e-4 there (the spec's "O(1e-2) relative in
-    // bf16" for FLA); tolerance 2e-3 for dg on that path only.
+    // The other kernel path for these head dims (cuda_ops_seq.cpp): DT_GDN_FMA=1 keeps every chunk kernel on
+    // fp32 FMA (the default above runs them on tensor cores).
     struct Path {
       const char* env;
       const char* name;
       double dg_tol;
     };
-    for (const Path& p : {Path{"DT_GDN_FMA", "gdn (fma)", 5e-4}, Path{"DT_GDN_MMA", "gdn (tensor-core bwd)", 2e-3}}) {
+    for (const Path& p : {Path{"DT_GDN_FMA", "gdn (fma)", 5e-4}}) {
       setenv(p.env, "1", 1);
       Pair o3 = e.out({T, c.HV, c.dv}, BF);
       Pair dq3 = e.out({T, c.HK, c.dk}, BF), dk3 = e.out({T, c.HK, c.dk}, BF), dv3 = e.out({T, c.HV, c.dv}, BF);

@@ -222,7 +222,7 @@ TEST(BackendTiming, DISABLED_AttentionHd256) {
 
 // Gated DeltaNet core at the training shape (T=8192 as 2 sequences of 4096, HK 16, HV 32, dk = dv = 128),
 // forward and backward (which recomputes the forward's chunk quantities), on the tensor-core chunk kernels
-// on every kernel path for A/B: all FMA (DT_GDN_FMA=1), the default, and the opt-in tensor-core backward kernels. Per-kernel times: nsys/ncu on this test or bench/gdn.
+// on both kernel paths for A/B: all FMA (DT_GDN_FMA=1) and the default (tensor cores). Per-kernel times: nsys/ncu on this test or bench/gdn.
 TEST(BackendTiming, DISABLED_GdnChunked) {
   if (!cuda_backend_available()) GTEST_SKIP();
   auto gpu = make_cuda_backend(0);
@@ -246,7 +246,7 @@ TEST(BackendTiming, DISABLED_GdnChunked) {
   Tensor dg = b.alloc(g.shape, DType::F32), db = b.alloc(beta.shape, BF);
   const float scale = 1.f / std::sqrt(float(dk));
   std::printf("%s\n", b.name().c_str());
-  for (const char* env : {"DT_GDN_FMA", "", "DT_GDN_MMA", "DT_GDN_WY_MMA"}) {
+  for (const char* env : {"DT_GDN_FMA", ""}) {
     const std::string path = *env ? std::string(env) + "=1" : "default";
     if (*env) setenv(env, "1", 1);
     const double f = median_ms(b, [&] { b.gdn_fwd(q, k, v, g, beta, s, scale, o); });

@@ -219,6 +219,104 @@ static int dscan_mma_checks() {
   }
   return fails;
 }
+// ---- tensor-core backward (chunk_bwd_mma.cu) vs the FMA backward (chunk_bwd.cu) ----------------------------
+namespace bwd_mma {
+struct In {  // one shape's inputs and forward recompute (FMA kernels), as launch_gdn_chunk_bwd gets them
+  gdn_emu::Shape s;
+  int64_t T;
+  const float *qn, *kn, *Gc, *Tm, *W, *states, *vnew, *dh, *dvn;
+  KIn v, dout, beta;
+};
+struct Out {
+  F dqh, dkh, dW, gsum, dq_sg, dk_sg, dW_sg, dk_in, dg_in, dv, dg, dbeta;
+};
+static Out run(const In& in, bool mma) {
+  const gdn_emu::Shape& s = in.s;
+  const int64_t T = in.T, HV = s.HV;
+  const float nan = std::nanf("");
+  Out r;
+  r.dqh.assign(T * HV * s.dk, nan), r.dkh.assign(T * HV * s.dk, nan), r.dW.assign(in.W, in.W + T * HV * s.dk);
+  r.gsum.assign(s.nchunks * HV, nan), r.dv.assign(T * HV * s.dv, nan), r.dg.assign(T * HV, nan);
+  r.dbeta.assign(T * HV, nan);
+  (mma ? gdn_emu::state_grad_mma : gdn_emu::state_grad)(s, in.dout, in.kn, in.Gc, in.states, in.dh, in.vnew, in.dvn,
+                                                        r.dqh.data(), r.dkh.data(), r.dW.data(), r.gsum.data());
+  r.dq_sg = r.dqh, r.dk_sg = r.dkh, r.dW_sg = r.dW;
+  (mma ? gdn_emu::intra_grad_mma : gdn_emu::intra_grad)(s, in.dout, in.qn, in.kn, in.Gc, in.vnew, r.gsum.data(),
+                                                        r.dqh.data(), r.dkh.data(), r.dg.data());
+  r.dk_in = r.dkh, r.dg_in = r.dg;
+  (mma ? gdn_emu::wy_grad_mma : gdn_emu::wy_grad)(s, in.kn, in.v, in.beta, in.Gc, in.Tm, r.dW.data(), in.dvn,
+                                                  r.dkh.data(), KOut{r.dv.data(), KType::F32}, r.dg.data(),
+                                                  r.dbeta.data());
+  return r;
+}
+// Every output within nmse 2e-5 of the fp32 FMA kernels (the bf16 operands' rounding; dg's cancelling sums
+// are why the intra kernel splits K̂, Q̂ and V' into bf16 hi + lo).
+static int compare(const char* tag, const In& in) {
+  const Out ref = run(in, false);
+  const Out got = run(in, true);
+  int fails = 0;
+  auto cmp = [&](const char* name, const F& a, const F& b) {
+    int bad = 0;
+    const double e = nmse(a, b, &bad);
+    const bool fail = !(e <= 2e-5) || bad;
+    std::printf("%s%-28s nmse %.3e nonfinite %d%s\n", tag, name, e, bad, fail ? "  FAIL" : "");
+    fails += fail;
+  };
+  cmp("state_grad dqh", got.dq_sg, ref.dq_sg);
+  cmp("state_grad dkh", got.dk_sg, ref.dk_sg);
+  cmp("state_grad dW", got.dW_sg, ref.dW_sg);
+  cmp("state_grad gsum", got.gsum, ref.gsum);
+  cmp("intra dqh (final)", got.dqh, ref.dqh);
+  cmp("intra dkh", got.dk_in, ref.dk_in);
+  cmp("intra dg", got.dg_in, ref.dg_in);
+  cmp("wy dkh (final)", got.dkh, ref.dkh);
+  cmp("wy dv", got.dv, ref.dv);
+  cmp("wy dg", got.dg, ref.dg);
+  cmp("wy dbeta", got.dbeta, ref.dbeta);
+  return fails;
+}
+// One sequence of 200 tokens (3 full chunks + 8), HK 2, HV 4, g in [-3, 0], β in [0.05, 1], and dO in fp32
+// (not bf16-exact: the kernels' lo tiles of dO).
+static int long_case() {
+  constexpr int dk = 128, dv = 128, C = 64;
+  const int64_t HK = 2, HV = 4, T = 200;
+  const std::vector<int32_t> chunks = {0, 64, 64, 64, 128, 64, 192, 8}, off = {0, 4};
+  const int nchunks = 4;
+  const gdn_emu::Shape s{chunks.data(), nchunks, off.data(), 1, HK, HV, dk, dv};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  auto normed = [&](float scale) {
+    F x(T * HK * dk);
+    for (int64_t r = 0; r < T * HK; ++r) {
+      double ss = 0;
+      for (int d = 0; d < dk; ++d) ss += double(x[r * dk + d] = u(rng)) * x[r * dk + d];
+      for (int d = 0; d < dk; ++d) x[r * dk + d] = float(scale * x[r * dk + d] / std::sqrt(ss + 1e-6));
+    }
+    return x;
+  };
+  auto bf = [&](int64_t n, float lo, float hi) {
+    std::vector<__nv_bfloat16> b(n);
+    for (auto& x : b) x = __float2bfloat16_rn(lo + (hi - lo) * 0.5f * (u(rng) + 1.f));
+    return b;
+  };
+  const F qn = normed(1.f / std::sqrt(float(dk))), kn = normed(1.f);
+  const auto v = bf(T * HV * dv, -1.f, 1.f), beta = bf(T * HV, 0.05f, 1.f);
+  F dout(T * HV * dv), g(T * HV);
+  for (auto& x : dout) x = u(rng);
+  for (auto& x : g) x = -1.5f * (u(rng) + 1.f);
+  const KIn vi{v.data(), KType::BF16}, di{dout.data(), KType::F32}, bi{beta.data(), KType::BF16};
+  F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size()), o(T * HV * dv);
+  F states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv), dh(states.size()), dvn(T * HV * dv);
+  gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(), Tm.data());
+  gdn_emu::scan(s, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
+                states.data(), vnew.data());
+  gdn_emu::dscan(s, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(), dh.data(), dvn.data());
+  std::printf("long case: T %lld, %d chunks, HK %lld, HV %lld, g >= -3, fp32 dO\n", (long long)T, nchunks,
+              (long long)HK, (long long)HV);
+  return compare("long ", In{s, T, qn.data(), kn.data(), Gc.data(), Tm.data(), W.data(), states.data(), vnew.data(),
+                             dh.data(), dvn.data(), vi, di, bi});
+}
+}  // namespace bwd_mma
 
 int main() {
   const int prep_fails = prep_mma_check();
@@ -287,48 +385,10 @@ int main() {
   std::printf("forward/dscan done (T %lld, %d chunks, HK %lld, HV %lld)\n", (long long)T, nchunks, (long long)HK,
               (long long)HV);
 
-  const float nan = std::nanf("");
-  struct Out {
-    F dqh, dkh, dW, gsum, dq_sg, dk_sg, dW_sg, dk_in, dg_in, dv, dg, dbeta;
-  };
-  auto run = [&](bool mma) {
-    Out r;
-    r.dqh.assign(T * HV * dk, nan), r.dkh.assign(T * HV * dk, nan), r.dW = W, r.gsum.assign(nchunks * HV, nan);
-    r.dv.assign(T * HV * dv, nan), r.dg.assign(T * HV, nan), r.dbeta.assign(T * HV, nan);
-    (mma ? gdn_emu::state_grad_mma : gdn_emu::state_grad)(s, di, kn.data(), Gc.data(), states.data(), dh.data(),
-                                                          vnew.data(), dvn.data(), r.dqh.data(), r.dkh.data(),
-                                                          r.dW.data(), r.gsum.data());
-    r.dq_sg = r.dqh, r.dk_sg = r.dkh, r.dW_sg = r.dW;
-    (mma ? gdn_emu::intra_grad_mma : gdn_emu::intra_grad)(s, di, qn.data(), kn.data(), Gc.data(), vnew.data(),
-                                                          r.gsum.data(), r.dqh.data(), r.dkh.data(), r.dg.data());
-    r.dk_in = r.dkh, r.dg_in = r.dg;
-    (mma ? gdn_emu::wy_grad_mma : gdn_emu::wy_grad)(s, kn.data(), vi, bi, Gc.data(), Tm.data(), r.dW.data(),
-                                                    dvn.data(), r.dkh.data(), KOut{r.dv.data(), KType::F32},
-                                                    r.dg.data(), r.dbeta.data());
-    return r;
-  };
-  const Out ref = run(false);
-  std::printf("FMA backward done\n");
-  const Out got = run(true);
-  int fails = 0;
-  auto cmp = [&](const char* name, const F& a, const F& b, double tol) {
-    int bad = 0;
-    const double e = nmse(a, b, &bad);
-    const bool fail = !(e <= tol) || bad;
-    std::printf("%-28s nmse %.3e nonfinite %d%s\n", name, e, bad, fail ? "  FAIL" : "");
-    fails += fail;
-  };
-  cmp("state_grad dqh", got.dq_sg, ref.dq_sg, 1e-4);
-  cmp("state_grad dkh", got.dk_sg, ref.dk_sg, 1e-4);
-  cmp("state_grad dW", got.dW_sg, ref.dW_sg, 1e-4);
-  cmp("state_grad gsum", got.gsum, ref.gsum, 1e-4);
-  cmp("intra dqh (final)", got.dqh, ref.dqh, 1e-4);
-  cmp("intra dkh", got.dk_in, ref.dk_in, 1e-4);
-  cmp("intra dg", got.dg_in, ref.dg_in, 1e-4);
-  cmp("wy dkh (final)", got.dkh, ref.dkh, 1e-4);
-  cmp("wy dv", got.dv, ref.dv, 1e-4);
-  cmp("wy dg", got.dg, ref.dg, 1e-4);
-  cmp("wy dbeta", got.dbeta, ref.dbeta, 1e-4);
+  // ---- tensor-core backward vs the FMA backward: the shape above (bf16 dO), then a longer one ----
+  int fails = bwd_mma::compare("", bwd_mma::In{s, T, qn.data(), kn.data(), Gc.data(), Tm.data(), W.data(),
+                                               states.data(), vnew.data(), dh.data(), dvn.data(), vi, di, bi});
+  fails += bwd_mma::long_case();
   fails += dscan_mma_checks();
   std::printf("%s\n", fails ? "FAIL" : "OK");
   return fails || prep_fails ? 1 : 0;

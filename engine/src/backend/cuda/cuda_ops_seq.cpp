@@ -71,23 +71,17 @@ bool attention_mma_ok(std::initializer_list<const Tensor*> ins, int hd) {
     if (t->dtype != DType::BF16 || reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
   return true;
 }
-// GDN backward chunk kernels on tensor cores (bf16 operands, fp32 accumulators) are opt-in: DT_GDN_MMA=1
-// runs the state products and intra-chunk terms on them, DT_GDN_WY_MMA=1 the WY backward too. Measured on
-// an H200 (backend_ops gdn cases): with them dg reaches nmse 5.3-6.0e-4 vs the fp32 reference on 2 of 8
-// shapes (dg = rowsum(dQ̂⊙Q̂) − rowsum(dK̂⊙K̂) cancels, so bf16 operand rounding in dQ̂/dK̂ shows ~100x in
-// it), over the 5e-4 every other GDN gradient meets with room; the fp32 FMA kernels give dg at 1e-11.
-// Speed: bwd 25.6 -> 20.6 ms at T=8192, HV 32 (2B training step ~4% faster). launch_gdn_chunk_bwd uses the
-// FMA kernels by itself for head dims the tensor-core kernels are not built for.
+// Every GDN chunk kernel (forward prep and scan; backward reverse scan, state products, intra-chunk terms and
+// WY backward) runs on tensor cores by default for dk = dv = 128: bf16 operands with fp32 accumulators and
+// fp32 state, fp32 operands split into bf16 hi + lo where a product feeds a cancelling sum (dg, T, W).
+// Measured on an H200 (backend_ops gdn cases) before the splits: dg at nmse 5.3-6.0e-4 vs the fp32 reference;
+// with them see the backend_ops log. DT_GDN_FMA=1 keeps every chunk kernel on the fp32 FMA path (A/B timing,
+// precision checks); launch_gdn_chunk_* fall back to FMA by themselves for other head dims.
 bool env_flag(const char* name) {
   const char* env = std::getenv(name);
   return env && *env && std::string(env) != "0";
 }
-bool gdn_mma_enabled() { return env_flag("DT_GDN_MMA") || env_flag("DT_GDN_WY_MMA"); }
-bool gdn_wy_mma_enabled() { return env_flag("DT_GDN_WY_MMA"); }
-// The chunk scans (forward and the backward's reverse scan) and the forward prep run on tensor cores by
-// default (dk = dv = 128; bf16 operands with hi+lo splits where precision needs them, fp32 state in
-// registers); DT_GDN_FMA=1 keeps every GDN chunk kernel on the fp32 FMA path (A/B timing, precision checks).
-bool gdn_fwd_mma_enabled() { return !env_flag("DT_GDN_FMA"); }
+bool gdn_mma_enabled() { return !env_flag("DT_GDN_FMA"); }
 }  // namespace
 
 // ---- attention ------------------------------------------------------------------------------------------
@@ -259,7 +253,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q, con
                  o ? kout(*o, "gdn o") : kernels::KOut{}, fptr(r->W), fptr(U), fptr(r->M), fptr(r->Gc),
                  for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
                  for_backward ? fptr(r->Tm) : nullptr, for_backward ? fptr(r->vnew) : nullptr,
-                 gdn_fwd_mma_enabled()),
+                 gdn_mma_enabled()),
              "gdn_fwd (chunked core)");
   return r;
 }
@@ -339,8 +333,7 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tenso
                                              iptr(f->ch.off), nseq, fptr(f->W), fptr(f->M), fptr(f->Gc), fptr(f->Tm),
                                              fptr(f->states), fptr(f->vnew), fptr(dh), fptr(dvn), fptr(gsum),
                                              fptr(dqh), fptr(dkh), kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK,
-                                             d.HV, d.dk, d.dv, s, gdn_mma_enabled(), gdn_wy_mma_enabled(),
-                                             gdn_fwd_mma_enabled()),
+                                             d.HV, d.dk, d.dv, s, gdn_mma_enabled()),
                "gdn_bwd (chunked core)");
     f->states = Tensor();  // consumed: W now holds dW
   }
