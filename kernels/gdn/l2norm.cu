@@ -1,4 +1,4 @@
-// L2 normalisation of q and k per head (spec §3.4 step 7, §3.10), one block per row of length n = dk:
+// L2 normalisation of q and k per head (spec §3.4 step 7, §3.10), one warp per row of length n = dk:
 //   forward:  ρ = 1/sqrt(Σx² + eps);  y (=) scale·x·ρ (F32);  rstd (=) ρ
 //   backward (with the GVA sum of spec §4.3 step 7): dŷ = scale·Σ_{value heads of the group} dyh,
 //             x̂ = x·ρ;  dx (=) ρ·(dŷ − x̂·Σ(dŷ⊙x̂))
@@ -8,37 +8,43 @@
 namespace deltatune::kernels {
 namespace {
 
-constexpr int kThreads = 128;
+// One warp per row (rows are short: dk = 128 is 4 values per lane), 8 rows per block: no block barriers and
+// 8x fewer blocks than a block per row (that version was launch/barrier-bound: 127 us for T 4096, HK 16).
+constexpr int kRowsPerBlock = 8;
+constexpr int kThreads = 32 * kRowsPerBlock;
 
-__global__ void l2norm_fwd_kernel(KIn x, float scale, float eps, float* y, float* rstd, int64_t n) {
-  __shared__ float scratch[32];
-  const int64_t base = blockIdx.x * n;
+__global__ void l2norm_fwd_kernel(KIn x, float scale, float eps, float* y, float* rstd, int64_t rows, int64_t n) {
+  const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int64_t base = row * n;
   float ss = 0.f;
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+  for (int64_t c = lane; c < n; c += 32) {
     const float v = ld(x, base + c);
     ss += v * v;
   }
-  const float r = rsqrtf(block_sum(ss, scratch) + eps);
-  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) y[base + c] = scale * ld(x, base + c) * r;
+  const float r = rsqrtf(warp_sum(ss) + eps);
+  if (lane == 0) rstd[row] = r;
+  for (int64_t c = lane; c < n; c += 32) y[base + c] = scale * ld(x, base + c) * r;
 }
 
-// One block per (t, key head).
-__global__ void l2norm_bwd_gva_kernel(const float* dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t HK,
-                                      int64_t HV, int64_t n) {
-  __shared__ float scratch[32];
-  const int64_t row = blockIdx.x;  // t·HK + j
+// One warp per (t, key head).
+__global__ void l2norm_bwd_gva_kernel(const float* dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t rows,
+                                      int64_t HK, int64_t HV, int64_t n) {
+  const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);  // t·HK + j
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
   const int64_t t = row / HK, j = row % HK;
   const int64_t r = HV / HK;
   const float rho = rstd[row];
   float dot = 0.f;
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+  for (int64_t c = lane; c < n; c += 32) {
     float d = 0.f;
     for (int64_t m = 0; m < r; ++m) d += dyh[((t * HV) + j * r + m) * n + c];
     dot += scale * d * ld(x, row * n + c) * rho;
   }
-  dot = block_sum(dot, scratch);
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+  dot = warp_sum(dot);
+  for (int64_t c = lane; c < n; c += 32) {
     float d = 0.f;
     for (int64_t m = 0; m < r; ++m) d += dyh[((t * HV) + j * r + m) * n + c];
     st(dx, row * n + c, rho * (scale * d - ld(x, row * n + c) * rho * dot));
@@ -49,13 +55,15 @@ __global__ void l2norm_bwd_gva_kernel(const float* dyh, KIn x, const float* rstd
 
 cudaError_t launch_l2norm_fwd(KIn x, float scale, float eps, float* y, float* rstd, int64_t rows, int64_t n,
                               cudaStream_t s) {
-  if (rows > 0) l2norm_fwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, scale, eps, y, rstd, n);
+  const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (rows > 0) l2norm_fwd_kernel<<<blocks, kThreads, 0, s>>>(x, scale, eps, y, rstd, rows, n);
   return cudaGetLastError();
 }
 cudaError_t launch_l2norm_bwd_gva(const float* dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t T,
                                   int64_t HK, int64_t HV, int64_t n, cudaStream_t s) {
-  if (T * HK > 0)
-    l2norm_bwd_gva_kernel<<<static_cast<unsigned>(T * HK), kThreads, 0, s>>>(dyh, x, rstd, scale, dx, HK, HV, n);
+  const int64_t rows = T * HK;
+  const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (rows > 0) l2norm_bwd_gva_kernel<<<blocks, kThreads, 0, s>>>(dyh, x, rstd, scale, dx, rows, HK, HV, n);
   return cudaGetLastError();
 }
 

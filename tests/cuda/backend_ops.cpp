@@ -188,6 +188,18 @@ void case_activations(Env& e) {
   e.gpu->swiglu_bwd(dout.g, gate.g, up.g, dg.g, du.g);
   compare(e, "swiglu_bwd dgate", dg, 1e-5);
   compare(e, "swiglu_bwd dup", du, 1e-5);
+  {  // 7 x 152: a multiple of 8 elements, so the 16-byte bf16 kernels run
+    const Shape s8{7, 152};
+    Pair g8 = e.in(s8, BF, -4.f, 4.f), u8 = e.in(s8, BF, -2.f, 2.f), d8 = e.in(s8, BF);
+    Pair o8 = e.out(s8, BF), dg8 = e.out(s8, BF), du8 = e.out(s8, BF);
+    e.cpu->swiglu_fwd(g8.c, u8.c, o8.c);
+    e.gpu->swiglu_fwd(g8.g, u8.g, o8.g);
+    compare(e, "swiglu_fwd (16-byte path)", o8, 1e-5);
+    e.cpu->swiglu_bwd(d8.c, g8.c, u8.c, dg8.c, du8.c);
+    e.gpu->swiglu_bwd(d8.g, g8.g, u8.g, dg8.g, du8.g);
+    compare(e, "swiglu_bwd dgate (16-byte path)", dg8, 1e-5);
+    compare(e, "swiglu_bwd dup (16-byte path)", du8, 1e-5);
+  }
   Pair so = e.out(s, BF);
   e.cpu->sigmoid_mul_fwd(up.c, gate.c, so.c);
   e.gpu->sigmoid_mul_fwd(up.g, gate.g, so.g);
