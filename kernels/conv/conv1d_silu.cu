@@ -63,35 +63,47 @@ __device__ __forceinline__ bool conv_tile(ConvTile& r, const int32_t* cu, int ns
   return true;
 }
 
+// The causal window of one channel walking tokens in order: the weights and the last K−1 inputs of the
+// current sequence in registers. pre(t) must be called for consecutive t; it returns Σ_j w[j]·x[t−(K−1)+j].
+template <int K>
+struct ConvWindow {
+  float wr[K], hist[K - 1];  // hist[K-2] = x[t-1]
+  int sq;
+  int64_t start, end;
+  __device__ ConvWindow(KIn x, KIn w, const int32_t* cu, const ConvTile& tl, int64_t C) : sq(tl.sq) {
+#pragma unroll
+    for (int j = 0; j < K; ++j) wr[j] = ld(w, tl.c * K + j);
+    start = cu[sq], end = cu[sq + 1];
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) {
+      const int64_t src = tl.t0 - (K - 1) + j;
+      hist[j] = src >= start ? ld(x, src * C + tl.c) : 0.f;
+    }
+  }
+  __device__ float pre(KIn x, const int32_t* cu, int64_t t, int64_t c, int64_t C) {
+    if (t == end) {  // a new sequence starts: nothing before it contributes
+      start = end, end = cu[++sq + 1];
+#pragma unroll
+      for (int j = 0; j < K - 1; ++j) hist[j] = 0.f;
+    }
+    const float xt = ld(x, t * C + c);
+    float p = wr[K - 1] * xt;
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) p += wr[j] * hist[j];
+#pragma unroll
+    for (int j = 0; j < K - 2; ++j) hist[j] = hist[j + 1];
+    hist[K - 2] = xt;
+    return p;
+  }
+};
+
 template <int K>
 __global__ void __launch_bounds__(kTileCh) conv_fwd_tiled_kernel(KIn x, KIn w, const int32_t* cu, int nseq, KOut y,
                                                                  int64_t T, int64_t C) {
   ConvTile tl;
   if (!conv_tile(tl, cu, nseq, T, C)) return;
-  float wr[K], hist[K - 1];  // hist[K-2] = x[t-1]
-#pragma unroll
-  for (int j = 0; j < K; ++j) wr[j] = ld(w, tl.c * K + j);
-  int64_t start = cu[tl.sq], end = cu[tl.sq + 1];
-#pragma unroll
-  for (int j = 0; j < K - 1; ++j) {
-    const int64_t src = tl.t0 - (K - 1) + j;
-    hist[j] = src >= start ? ld(x, src * C + tl.c) : 0.f;
-  }
-  for (int64_t t = tl.t0; t < tl.t1; ++t) {
-    if (t == end) {  // a new sequence starts: nothing before it contributes
-      start = end, end = cu[++tl.sq + 1];
-#pragma unroll
-      for (int j = 0; j < K - 1; ++j) hist[j] = 0.f;
-    }
-    const float xt = ld(x, t * C + tl.c);
-    float pre = wr[K - 1] * xt;
-#pragma unroll
-    for (int j = 0; j < K - 1; ++j) pre += wr[j] * hist[j];
-#pragma unroll
-    for (int j = 0; j < K - 2; ++j) hist[j] = hist[j + 1];
-    hist[K - 2] = xt;
-    st(y, t * C + tl.c, siluf_(pre));
-  }
+  ConvWindow<K> win(x, w, cu, tl, C);
+  for (int64_t t = tl.t0; t < tl.t1; ++t) st(y, t * C + tl.c, siluf_(win.pre(x, cu, t, tl.c, C)));
 }
 
 // dx[τ] = Σ_j w[j]·dpre[τ+K−1−j] over t = τ+K−1−j in τ's sequence. Walks t from t0 to t1+K−2 computing
@@ -101,36 +113,19 @@ __global__ void __launch_bounds__(kTileCh) conv_bwd_tiled_kernel(KIn dy, KIn x, 
                                                                  KOut dx, int64_t T, int64_t C) {
   ConvTile tl;
   if (!conv_tile(tl, cu, nseq, T, C)) return;
-  float wr[K], hist[K - 1], dp[K];  // dp[K-1] = dpre[t], dp[0] = dpre[t-K+1]
-  int dsq[K];                       // sequence of each dp slot (-1: none)
+  ConvWindow<K> win(x, w, cu, tl, C);
+  float dp[K];  // dp[K-1] = dpre[t], dp[0] = dpre[t-K+1]
+  int dsq[K];   // sequence of each dp slot (-1: none)
 #pragma unroll
-  for (int j = 0; j < K; ++j) wr[j] = ld(w, tl.c * K + j), dp[j] = 0.f, dsq[j] = -1;
-  int sq = tl.sq;
-  int64_t start = cu[sq], end = cu[sq + 1];
-#pragma unroll
-  for (int j = 0; j < K - 1; ++j) {
-    const int64_t src = tl.t0 - (K - 1) + j;
-    hist[j] = src >= start ? ld(x, src * C + tl.c) : 0.f;
-  }
+  for (int j = 0; j < K; ++j) dp[j] = 0.f, dsq[j] = -1;
   const int64_t t_last = tl.t1 + K - 1 < T ? tl.t1 + K - 1 : T;  // dpre needed for t < t_last
   for (int64_t t = tl.t0; t < tl.t1 + K - 1; ++t) {
 #pragma unroll
     for (int j = 0; j < K - 1; ++j) dp[j] = dp[j + 1], dsq[j] = dsq[j + 1];
     if (t < t_last) {
-      if (t == end) {
-        start = end, end = cu[++sq + 1];
-#pragma unroll
-        for (int j = 0; j < K - 1; ++j) hist[j] = 0.f;
-      }
-      const float xt = ld(x, t * C + tl.c);
-      float pre = wr[K - 1] * xt;
-#pragma unroll
-      for (int j = 0; j < K - 1; ++j) pre += wr[j] * hist[j];
-#pragma unroll
-      for (int j = 0; j < K - 2; ++j) hist[j] = hist[j + 1];
-      hist[K - 2] = xt;
+      const float pre = win.pre(x, cu, t, tl.c, C);
       dp[K - 1] = ld(dy, t * C + tl.c) * dsiluf_(pre);
-      dsq[K - 1] = sq;
+      dsq[K - 1] = win.sq;
     } else {
       dp[K - 1] = 0.f, dsq[K - 1] = -1;
     }
@@ -140,7 +135,7 @@ __global__ void __launch_bounds__(kTileCh) conv_bwd_tiled_kernel(KIn dy, KIn x, 
     float acc = 0.f;
 #pragma unroll
     for (int i = 0; i < K; ++i)
-      if (dsq[i] == dsq[0]) acc += wr[K - 1 - i] * dp[i];
+      if (dsq[i] == dsq[0]) acc += win.wr[K - 1 - i] * dp[i];
     st(dx, tau * C + tl.c, acc);
   }
 }

@@ -47,9 +47,10 @@ __device__ __forceinline__ ChunkRef chunk_at(const int32_t* chunks, int ch) {
   return ChunkRef{chunks[2 * ch], chunks[2 * ch + 1]};
 }
 
-// dst[r][c] (bf16) = src[base + r·stride + c] (any storage type) for r < rows_ok, else 0.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void stage_kin(bf16* dst, int ld_, KIn src, int64_t base, int64_t stride, int rows_ok) {
+// Reads the pairs src[base + r·stride + c, +1] (any storage type; zeros for r ≥ rows_ok) for r < ROWS, c in
+// [0, COLS) step 2 and hands each to put(r, c, lo, hi).
+template <int ROWS, int COLS, class Put>
+__device__ __forceinline__ void for_kin_pairs(KIn src, int64_t base, int64_t stride, int rows_ok, Put&& put) {
   constexpr int P = COLS / 2;
   for (int idx = threadIdx.x; idx < ROWS * P; idx += NT) {
     const int r = idx / P, c = (idx % P) * 2;
@@ -58,25 +59,25 @@ __device__ __forceinline__ void stage_kin(bf16* dst, int ld_, KIn src, int64_t b
       lo = ld(src, base + r * stride + c);
       hi = ld(src, base + r * stride + c + 1);
     }
-    st_bf16x2(dst + r * ld_ + c, lo, hi);
+    put(r, c, lo, hi);
   }
+}
+
+// dst[r][c] (bf16) = src[base + r·stride + c] for r < rows_ok, else 0.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void stage_kin(bf16* dst, int ld_, KIn src, int64_t base, int64_t stride, int rows_ok) {
+  for_kin_pairs<ROWS, COLS>(src, base, stride, rows_ok,
+                            [&](int r, int c, float lo, float hi) { st_bf16x2(dst + r * ld_ + c, lo, hi); });
 }
 
 // stage_kin's lo tile (see split_bf16x2): only for storage types wider than bf16 (bf16 input is exact).
 template <int ROWS, int COLS>
 __device__ __forceinline__ void stage_kin_lo(bf16* dst, int ld_, KIn src, int64_t base, int64_t stride, int rows_ok) {
-  constexpr int P = COLS / 2;
-  for (int idx = threadIdx.x; idx < ROWS * P; idx += NT) {
-    const int r = idx / P, c = (idx % P) * 2;
-    float lo = 0.f, hi = 0.f;
-    if (r < rows_ok) {
-      lo = ld(src, base + r * stride + c);
-      hi = ld(src, base + r * stride + c + 1);
-    }
+  for_kin_pairs<ROWS, COLS>(src, base, stride, rows_ok, [&](int r, int c, float lo, float hi) {
     uint32_t h, l;
     split_bf16x2(h, l, lo, hi);
     *reinterpret_cast<uint32_t*>(dst + r * ld_ + c) = l;
-  }
+  });
 }
 
 // ---- 2. state products ------------------------------------------------------------------------------------

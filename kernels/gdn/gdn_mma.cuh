@@ -120,50 +120,48 @@ __device__ __forceinline__ void st_bf16x2(bf16* p, float lo, float hi) {
   *reinterpret_cast<uint32_t*>(p) = mma::pack_bf16(lo, hi);
 }
 
-// dst[r][c] (bf16, row stride ld) = src[r·stride + c] for r < rows_ok, 0 for rows_ok ≤ r < ROWS;
-// c in [0, COLS). src rows are 16-byte aligned (COLS and stride multiples of 4). NT threads take part.
-template <int ROWS, int COLS, int NT>
-__device__ __forceinline__ void stage_f32(bf16* dst, int ld, const float* src, int64_t stride, int rows_ok) {
+// Reads src[r·stride + c .. +3] (float4; zeros for rows_ok ≤ r < ROWS) for r < ROWS, c in [0, COLS) step 4
+// and hands each to put(r, c, x). src rows are 16-byte aligned (COLS and stride multiples of 4). NT threads.
+template <int ROWS, int COLS, int NT, class Put>
+__device__ __forceinline__ void for_f32_rows(const float* src, int64_t stride, int rows_ok, Put&& put) {
   static_assert(COLS % 4 == 0, "float4 columns");
   constexpr int Q = COLS / 4;
   for (int idx = threadIdx.x; idx < ROWS * Q; idx += NT) {
     const int r = idx / Q, c = (idx % Q) * 4;
     float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
     if (r < rows_ok) x = *reinterpret_cast<const float4*>(src + r * stride + c);
+    put(r, c, x);
+  }
+}
+
+// dst[r][c] (bf16, row stride ld) = src[r·stride + c] for r < rows_ok, 0 for rows_ok ≤ r < ROWS.
+template <int ROWS, int COLS, int NT>
+__device__ __forceinline__ void stage_f32(bf16* dst, int ld, const float* src, int64_t stride, int rows_ok) {
+  for_f32_rows<ROWS, COLS, NT>(src, stride, rows_ok, [&](int r, int c, float4 x) {
     st_bf16x2(dst + r * ld + c, x.x, x.y);
     st_bf16x2(dst + r * ld + c + 2, x.z, x.w);
-  }
+  });
 }
 
 // Only the lo tile of stage_f32_split (the hi tile staged earlier or not needed).
 template <int ROWS, int COLS, int NT>
 __device__ __forceinline__ void stage_f32_lo(bf16* lo, int ld, const float* src, int64_t stride, int rows_ok) {
-  static_assert(COLS % 4 == 0, "float4 columns");
-  constexpr int Q = COLS / 4;
-  for (int idx = threadIdx.x; idx < ROWS * Q; idx += NT) {
-    const int r = idx / Q, c = (idx % Q) * 4;
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < rows_ok) x = *reinterpret_cast<const float4*>(src + r * stride + c);
+  for_f32_rows<ROWS, COLS, NT>(src, stride, rows_ok, [&](int r, int c, float4 x) {
     uint32_t h, l0, l1;
     split_bf16x2(h, l0, x.x, x.y);
     split_bf16x2(h, l1, x.z, x.w);
     *reinterpret_cast<uint2*>(lo + r * ld + c) = make_uint2(l0, l1);
-  }
+  });
 }
 
 // stage_f32 into a hi/lo pair of tiles (see split_bf16x2).
 template <int ROWS, int COLS, int NT>
 __device__ __forceinline__ void stage_f32_split(bf16* hi, bf16* lo, int ld, const float* src, int64_t stride,
                                                 int rows_ok) {
-  static_assert(COLS % 4 == 0, "float4 columns");
-  constexpr int Q = COLS / 4;
-  for (int idx = threadIdx.x; idx < ROWS * Q; idx += NT) {
-    const int r = idx / Q, c = (idx % Q) * 4;
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < rows_ok) x = *reinterpret_cast<const float4*>(src + r * stride + c);
+  for_f32_rows<ROWS, COLS, NT>(src, stride, rows_ok, [&](int r, int c, float4 x) {
     st_split_bf16x2(hi + r * ld + c, lo + r * ld + c, x.x, x.y);
     st_split_bf16x2(hi + r * ld + c + 2, lo + r * ld + c + 2, x.z, x.w);
-  }
+  });
 }
 
 }  // namespace deltatune::kernels::gdn_mma

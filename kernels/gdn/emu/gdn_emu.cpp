@@ -31,6 +31,63 @@ static double nmse(const F& got, const F& ref, int* nonfinite) {
   return num / std::max(den, 1e-300);
 }
 
+// Seeded uniform(-1, 1) draws and the inputs the checks build from them.
+struct Rand {
+  std::mt19937 rng;
+  std::uniform_real_distribution<float> u{-1.f, 1.f};
+  explicit Rand(unsigned seed) : rng(seed) {}
+  float operator()() { return u(rng); }
+  // rows x n of corr·base + noise (base may be null), each L2-normalised, times scale.
+  F normed(int64_t rows, int n, float scale, const F* base = nullptr, float corr = 0.f) {
+    F x(rows * n);
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int d = 0; d < n; ++d) ss += double(x[r * n + d] = (base ? corr * (*base)[d] : 0.f) + u(rng)) * x[r * n + d];
+      for (int d = 0; d < n; ++d) x[r * n + d] = float(scale * x[r * n + d] / std::sqrt(ss + 1e-6));
+    }
+    return x;
+  }
+  std::vector<__nv_bfloat16> bf(int64_t n, float lo, float hi) {
+    std::vector<__nv_bfloat16> b(n);
+    for (auto& x : b) x = __float2bfloat16_rn(lo + (hi - lo) * 0.5f * (u(rng) + 1.f));
+    return b;
+  }
+};
+
+// Chunks of C tokens that never cross a sequence end (the layout launch_gdn_chunk_* take).
+struct ChunkList {
+  std::vector<int32_t> chunks, off{0};
+  int n() const { return int(chunks.size() / 2); }
+};
+static ChunkList chunk_list(const std::vector<int32_t>& cu, int C) {
+  ChunkList l;
+  for (size_t n = 0; n + 1 < cu.size(); ++n) {
+    for (int32_t t = cu[n]; t < cu[n + 1]; t += C) l.chunks.insert(l.chunks.end(), {t, std::min(C, cu[n + 1] - t)});
+    l.off.push_back(int32_t(l.chunks.size() / 2));
+  }
+  return l;
+}
+
+// The core's inputs: normalised q̂ (scaled) and k̂, bf16 v, dO and β in [0.05, 1], log decays in [gmin, 0].
+struct Inputs {
+  F qn, kn, g;
+  std::vector<__nv_bfloat16> v, dout, beta;
+  KIn vi() const { return {v.data(), KType::BF16}; }
+  KIn di() const { return {dout.data(), KType::BF16}; }
+  KIn bi() const { return {beta.data(), KType::BF16}; }
+};
+static Inputs make_inputs(Rand& u, int64_t T, int64_t HK, int64_t HV, int dk, int dv, float gmin) {
+  Inputs in;
+  in.qn = u.normed(T * HK, dk, 1.f / std::sqrt(float(dk)));
+  in.kn = u.normed(T * HK, dk, 1.f);
+  in.v = u.bf(T * HV * dv, -1.f, 1.f);
+  in.dout = u.bf(T * HV * dv, -1.f, 1.f);
+  in.beta = u.bf(T * HV, 0.05f, 1.f);
+  in.g.resize(T * HV);
+  for (auto& x : in.g) x = 0.5f * gmin * (u() + 1.f);
+  return in;
+}
+
 // ---- tensor-core forward prep (chunk_prep_mma.cu) vs the FMA prep (chunk_fwd.cu) ----
 // Shapes: partial last chunks, a sequence shorter than a chunk, a 1-token sequence, HV/HK 1 and 2, BF16 and
 // F32 values, correlated keys with β near 1 (large A) under weak and strong decay.
@@ -51,36 +108,22 @@ static int prep_mma_check() {
   constexpr int dk = 128, dv = 128, C = 64;
   int fails = 0;
   for (const Case& cs : cases) {
-    std::vector<int32_t> chunks, off{0};
-    for (size_t n = 0; n + 1 < cs.cu.size(); ++n) {
-      for (int32_t t = cs.cu[n]; t < cs.cu[n + 1]; t += C)
-        chunks.insert(chunks.end(), {t, std::min(C, cs.cu[n + 1] - t)});
-      off.push_back(int32_t(chunks.size() / 2));
-    }
-    const int nchunks = int(chunks.size() / 2);
+    const ChunkList cl = chunk_list(cs.cu, C);
+    const int nchunks = cl.n();
     const int64_t T = cs.cu.back(), HK = cs.HK, HV = cs.HV;
-    gdn_emu::Shape s{chunks.data(), nchunks, off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv};
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    gdn_emu::Shape s{cl.chunks.data(), nchunks, cl.off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv};
+    Rand u(7);
     F base(dk);
-    for (auto& x : base) x = u(rng);
-    auto normed = [&](float scale, float corr) {  // rows corr·base + noise, L2-normalised, times scale
-      F x(T * HK * dk);
-      for (int64_t r = 0; r < T * HK; ++r) {
-        double ss = 0;
-        for (int d = 0; d < dk; ++d) ss += double(x[r * dk + d] = corr * base[d] + u(rng)) * x[r * dk + d];
-        for (int d = 0; d < dk; ++d) x[r * dk + d] = float(scale * x[r * dk + d] / std::sqrt(ss + 1e-6));
-      }
-      return x;
-    };
+    for (auto& x : base) x = u();
+    auto normed = [&](float scale, float corr) { return u.normed(T * HK, dk, scale, &base, corr); };
     F qn = normed(1.f / std::sqrt(float(dk)), 0.f), kn = normed(1.f, cs.hard ? 1.5f : 0.f);
     F vf(T * HV * dv), g(T * HV);
-    for (auto& x : vf) x = u(rng);
+    for (auto& x : vf) x = u();
     std::vector<__nv_bfloat16> vb(vf.size()), bb(T * HV);
     for (size_t i = 0; i < vf.size(); ++i) vb[i] = __float2bfloat16_rn(vf[i]);
     for (auto& x : bb)
-      x = __float2bfloat16_rn(cs.hard ? 0.9f + 0.05f * (u(rng) + 1.f) : 0.05f + 0.475f * (u(rng) + 1.f));
-    for (auto& x : g) x = (cs.hard == 2 ? -3.f : cs.hard == 1 ? -0.01f : -0.5f) * (u(rng) + 1.f);
+      x = __float2bfloat16_rn(cs.hard ? 0.9f + 0.05f * (u() + 1.f) : 0.05f + 0.475f * (u() + 1.f));
+    for (auto& x : g) x = (cs.hard == 2 ? -3.f : cs.hard == 1 ? -0.01f : -0.5f) * (u() + 1.f);
     const KIn vi = cs.v_f32 ? KIn{vf.data(), KType::F32} : KIn{vb.data(), KType::BF16};
     const KIn bi{bb.data(), KType::BF16};
     const float nan = std::nanf("");
@@ -137,36 +180,14 @@ static int dscan_mma_checks() {
   };
   int fails = 0;
   for (const Case& cs : cases) {
-    std::vector<int32_t> chunks, off{0};
-    for (size_t n = 0; n + 1 < cs.cu.size(); ++n) {
-      for (int32_t t = cs.cu[n]; t < cs.cu[n + 1]; t += C)
-        chunks.insert(chunks.end(), {t, std::min(C, cs.cu[n + 1] - t)});
-      off.push_back(int32_t(chunks.size() / 2));
-    }
-    const int nchunks = int(chunks.size() / 2), nseq = int(cs.cu.size() - 1);
+    const ChunkList cl = chunk_list(cs.cu, C);
+    const int nchunks = cl.n(), nseq = int(cs.cu.size() - 1);
     const int64_t T = cs.cu.back(), HK = cs.HK, HV = cs.HV;
-    gdn_emu::Shape s{chunks.data(), nchunks, off.data(), nseq, HK, HV, dk, dv};
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    auto normed = [&](float scale) {
-      F x(T * HK * dk);
-      for (int64_t r = 0; r < T * HK; ++r) {
-        double ss = 0;
-        for (int d = 0; d < dk; ++d) ss += double(x[r * dk + d] = u(rng)) * x[r * dk + d];
-        for (int d = 0; d < dk; ++d) x[r * dk + d] = float(scale * x[r * dk + d] / std::sqrt(ss + 1e-6));
-      }
-      return x;
-    };
-    auto bf = [&](int64_t n, float lo, float hi) {
-      std::vector<__nv_bfloat16> b(n);
-      for (auto& x : b) x = __float2bfloat16_rn(lo + (hi - lo) * 0.5f * (u(rng) + 1.f));
-      return b;
-    };
-    F qn = normed(1.f / std::sqrt(float(dk))), kn = normed(1.f);
-    auto v = bf(T * HV * dv, -1.f, 1.f), dout = bf(T * HV * dv, -1.f, 1.f), beta = bf(T * HV, 0.05f, 1.f);
-    F g(T * HV);
-    for (auto& x : g) x = 0.5f * cs.gmin * (u(rng) + 1.f);
-    const KIn vi{v.data(), KType::BF16}, di{dout.data(), KType::BF16}, bi{beta.data(), KType::BF16};
+    gdn_emu::Shape s{cl.chunks.data(), nchunks, cl.off.data(), nseq, HK, HV, dk, dv};
+    Rand u(7);
+    const Inputs in = make_inputs(u, T, HK, HV, dk, dv, cs.gmin);
+    const F &qn = in.qn, &kn = in.kn, &g = in.g;
+    const KIn vi = in.vi(), di = in.di(), bi = in.bi();
     F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size());
     gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(), Tm.data());
     F dh(int64_t(nchunks) * HV * dk * dv), dvn(T * HV * dv);
@@ -283,27 +304,14 @@ static int long_case() {
   const std::vector<int32_t> chunks = {0, 64, 64, 64, 128, 64, 192, 8}, off = {0, 4};
   const int nchunks = 4;
   const gdn_emu::Shape s{chunks.data(), nchunks, off.data(), 1, HK, HV, dk, dv};
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  auto normed = [&](float scale) {
-    F x(T * HK * dk);
-    for (int64_t r = 0; r < T * HK; ++r) {
-      double ss = 0;
-      for (int d = 0; d < dk; ++d) ss += double(x[r * dk + d] = u(rng)) * x[r * dk + d];
-      for (int d = 0; d < dk; ++d) x[r * dk + d] = float(scale * x[r * dk + d] / std::sqrt(ss + 1e-6));
-    }
-    return x;
-  };
-  auto bf = [&](int64_t n, float lo, float hi) {
-    std::vector<__nv_bfloat16> b(n);
-    for (auto& x : b) x = __float2bfloat16_rn(lo + (hi - lo) * 0.5f * (u(rng) + 1.f));
-    return b;
-  };
+  Rand u(5);
+  auto normed = [&](float scale) { return u.normed(T * HK, dk, scale); };
+  auto bf = [&](int64_t n, float lo, float hi) { return u.bf(n, lo, hi); };
   const F qn = normed(1.f / std::sqrt(float(dk))), kn = normed(1.f);
   const auto v = bf(T * HV * dv, -1.f, 1.f), beta = bf(T * HV, 0.05f, 1.f);
   F dout(T * HV * dv), g(T * HV);
-  for (auto& x : dout) x = u(rng);
-  for (auto& x : g) x = -1.5f * (u(rng) + 1.f);
+  for (auto& x : dout) x = u();
+  for (auto& x : g) x = -1.5f * (u() + 1.f);
   const KIn vi{v.data(), KType::BF16}, di{dout.data(), KType::F32}, bi{beta.data(), KType::BF16};
   F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size()), o(T * HV * dv);
   F states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv), dh(states.size()), dvn(T * HV * dv);
@@ -323,37 +331,16 @@ int main() {
   constexpr int dk = 128, dv = 128, C = 64;
   const int64_t HK = 1, HV = 2;
   const std::vector<int32_t> cu = {0, 101, 171};  // two sequences: 64 + 37 and 64 + 6 tokens
-  std::vector<int32_t> chunks, off{0};
-  for (size_t n = 0; n + 1 < cu.size(); ++n) {
-    for (int32_t t = cu[n]; t < cu[n + 1]; t += C) chunks.insert(chunks.end(), {t, std::min(C, cu[n + 1] - t)});
-    off.push_back(int32_t(chunks.size() / 2));
-  }
-  const int nchunks = int(chunks.size() / 2), nseq = int(cu.size() - 1);
+  const ChunkList cl = chunk_list(cu, C);
+  const int nchunks = cl.n(), nseq = int(cu.size() - 1);
   const int64_t T = cu.back();
-  gdn_emu::Shape s{chunks.data(), nchunks, off.data(), nseq, HK, HV, dk, dv};
+  gdn_emu::Shape s{cl.chunks.data(), nchunks, cl.off.data(), nseq, HK, HV, dk, dv};
 
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  auto normed = [&](float scale) {  // L2-normalised rows (T, HK, dk), times scale
-    F x(T * HK * dk);
-    for (int64_t r = 0; r < T * HK; ++r) {
-      double ss = 0;
-      for (int d = 0; d < dk; ++d) ss += double(x[r * dk + d] = u(rng)) * x[r * dk + d];
-      for (int d = 0; d < dk; ++d) x[r * dk + d] = float(scale * x[r * dk + d] / std::sqrt(ss + 1e-6));
-    }
-    return x;
-  };
-  auto bf = [&](int64_t n, float lo, float hi) {
-    std::vector<__nv_bfloat16> b(n);
-    for (auto& x : b) x = __float2bfloat16_rn(lo + (hi - lo) * 0.5f * (u(rng) + 1.f));
-    return b;
-  };
-  F qn = normed(1.f / std::sqrt(float(dk))), kn = normed(1.f);
-  auto v = bf(T * HV * dv, -1.f, 1.f), dout = bf(T * HV * dv, -1.f, 1.f), beta = bf(T * HV, 0.05f, 1.f);
-  F g(T * HV);
-  for (auto& x : g) x = -0.5f * (u(rng) + 1.f);  // log decay in [-1, 0]
+  Rand u(11);
+  const Inputs in = make_inputs(u, T, HK, HV, dk, dv, -1.f);
+  const F &qn = in.qn, &kn = in.kn, &g = in.g;
   const float nan0 = std::nanf("");
-  const KIn vi{v.data(), KType::BF16}, di{dout.data(), KType::BF16}, bi{beta.data(), KType::BF16};
+  const KIn vi = in.vi(), di = in.di(), bi = in.bi();
 
   // Forward recompute (FMA kernels), as launch_gdn_chunk_bwd's caller does.
   F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(int64_t(nchunks) * HV * C * C);
