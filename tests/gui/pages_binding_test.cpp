@@ -142,6 +142,11 @@ class PagesBindingTest : public QObject {
     use->setCurrentIndex(1);
     QCOMPARE(doc.config().datasets.size(), size_t(0));
     QCOMPARE(doc.config().test_datasets.size(), size_t(1));
+    auto* thinking = page.findChild<QComboBox*>("enable_thinking");
+    QVERIFY(thinking);
+    QCOMPARE(thinking->currentData().toString(), QString("auto"));
+    thinking->setCurrentIndex(thinking->findData("false"));
+    QCOMPARE(doc.config().enable_thinking, std::string("false"));
     // YAML -> page
     doc.loadFile(guitest::demoDir() + "/demo_run.yaml");
     QCOMPARE(page.table()->rowCount(), 1);

@@ -271,6 +271,35 @@ TEST_F(DataPipeline, TokenCacheIsReusedAndRebuiltWhenCorrupt) {
   EXPECT_EQ(logs[0].find("token cache"), std::string::npos);
 }
 
+// enable_thinking reaches the template as HF's kwarg (only when set; a Python bool, printed True/False as
+// jinja2 does) and is part of the token cache key.
+TEST_F(DataPipeline, EnableThinkingReachesTheTemplate) {
+  nlohmann::json tc;
+  tc["eos_token"] = "<|im_end|>";
+  tc["chat_template"] =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+      "'<|im_end|>\\n'}}{% endfor %}{% if enable_thinking is defined %}{{ 'think=' ~ enable_thinking }}"
+      "{% endif %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  write("model/tokenizer_config.json", tc.dump());
+  const auto chat = write("chat.jsonl",
+                          R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]})"
+                          "\n");
+  Tokenizer tok = Tokenizer::from_file((dir / "model/tokenizer.json").string());
+  std::vector<std::string> texts;
+  for (const char* mode : {"auto", "false", "true"}) {
+    RunConfig cfg = config({{chat, "", ""}});
+    cfg.enable_thinking = mode;
+    std::vector<std::string> logs;
+    const auto prepared = data_prepare(cfg, [&](const std::string& m) { logs.push_back(m); });
+    ASSERT_EQ(prepared.train.size(), 1u);
+    EXPECT_EQ(logs[0].find("token cache"), std::string::npos) << mode << ": a cached encoding of another mode";
+    texts.push_back(tok.decode(prepared.train[0].input_ids));
+  }
+  EXPECT_EQ(texts[0].find("think="), std::string::npos) << texts[0];
+  EXPECT_NE(texts[1].find("think=False"), std::string::npos) << texts[1];
+  EXPECT_NE(texts[2].find("think=True"), std::string::npos) << texts[2];
+}
+
 TEST(DataPacking, ShuffleIsAPinnedPermutation) {
   const auto a = shuffled_indices(10, 42, 1);
   EXPECT_EQ(a, shuffled_indices(10, 42, 1));

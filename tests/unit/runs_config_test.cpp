@@ -52,6 +52,7 @@ RunConfig filled_config() {
   c.sequence_len = 4096;
   c.sample_packing = true;
   c.train_on_inputs = true;
+  c.enable_thinking = "false";
   c.skip_bad_rows = true;
   c.truncation = "drop";
   c.dataset_prepared_path = "cache: with colon";
@@ -173,7 +174,7 @@ TEST(RunsConfig, CanonicalYamlHasEveryKeyInOrder) {
   std::vector<std::string> keys;
   for (const auto& kv : root) keys.push_back(kv.first.Scalar());
   EXPECT_EQ(keys, deltatune::run_config_keys());
-  EXPECT_EQ(keys.size(), 49u);
+  EXPECT_EQ(keys.size(), 50u);
 }
 
 TEST(RunsConfig, UnknownKeySuggestsClosest) {
@@ -190,6 +191,9 @@ TEST(RunsConfig, BadValuesNameKeyValueAndExpectation) {
   EXPECT_EQ(parse_error("learning_rate: -0.001"),
             "run.yaml:1: learning_rate: '-0.001' is not valid (expected a number > 0)");
   EXPECT_EQ(parse_error("lora_r: 0"), "run.yaml:1: lora_r: '0' is not valid (expected an integer >= 1)");
+  EXPECT_NE(parse_error("enable_thinking: maybe").find("enable_thinking: 'maybe' is not valid (expected one of"),
+            std::string::npos)
+      << parse_error("enable_thinking: maybe");
   EXPECT_EQ(parse_error("lora_r: 8.5"), "run.yaml:1: lora_r: '8.5' is not valid (expected an integer >= 1)");
   EXPECT_EQ(parse_error("gradient_checkpointing_layers: -2"),
             "run.yaml:1: gradient_checkpointing_layers: '-2' is not valid (expected an integer >= 0 (layers "

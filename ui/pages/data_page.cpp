@@ -84,6 +84,13 @@ DataPage::DataPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   form->addRow(trainOnInputs_);
   form->addRow(skipBadRows_);
   form->addRow(tr("Too long:"), truncation_);
+  thinking_ = new QComboBox;
+  thinking_->setObjectName("enable_thinking");
+  thinking_->addItem(tr("template default"), "auto");
+  thinking_->addItem(tr("on (enable_thinking=True)"), "true");
+  thinking_->addItem(tr("off (enable_thinking=False)"), "false");
+  thinking_->setToolTip(tr("Passed to the chat template like HF's apply_chat_template(enable_thinking=...)"));
+  form->addRow(tr("Thinking:"), thinking_);
   row->addWidget(optBox, 1);
   auto* statsBox = new QGroupBox(tr("Statistics"));
   auto* statsLayout = new QVBoxLayout(statsBox);
@@ -141,6 +148,7 @@ DataPage::DataPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   connect(trainOnInputs_, &QCheckBox::toggled, this, &DataPage::writeToConfig);
   connect(skipBadRows_, &QCheckBox::toggled, this, &DataPage::writeToConfig);
   connect(truncation_, &QComboBox::currentIndexChanged, this, &DataPage::writeToConfig);
+  connect(thinking_, &QComboBox::currentIndexChanged, this, &DataPage::writeToConfig);
   connect(exampleIndex_, &QSpinBox::valueChanged, this, [this](int v) { showExample(v - 1); });
   connect(doc_, &RunDocument::configChanged, this, &DataPage::onConfigChanged);
   connect(doc_, &RunDocument::modelInfoChanged, this, [this] { debounce_.start(); });
@@ -181,7 +189,8 @@ void DataPage::loadFromConfig() {
   };
   for (const auto& d : cfg.datasets) addSpec(d, false);
   for (const auto& d : cfg.test_datasets) addSpec(d, true);
-  QSignalBlocker b1(trainOnInputs_), b2(skipBadRows_), b3(truncation_);
+  QSignalBlocker b1(trainOnInputs_), b2(skipBadRows_), b3(truncation_), b4(thinking_);
+  thinking_->setCurrentIndex(std::max(0, thinking_->findData(QString::fromStdString(cfg.enable_thinking))));
   trainOnInputs_->setChecked(cfg.train_on_inputs);
   skipBadRows_->setChecked(cfg.skip_bad_rows);
   truncation_->setCurrentIndex(std::max(0, truncation_->findData(QString::fromStdString(cfg.truncation))));
@@ -204,6 +213,7 @@ void DataPage::writeToConfig() {
   cfg.train_on_inputs = trainOnInputs_->isChecked();
   cfg.skip_bad_rows = skipBadRows_->isChecked();
   cfg.truncation = truncation_->currentData().toString().toStdString();
+  cfg.enable_thinking = thinking_->currentData().toString().toStdString();
   doc_->setConfig(cfg, this);
   debounce_.start();
 }

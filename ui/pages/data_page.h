@@ -50,6 +50,7 @@ class DataPage : public QWidget {
   QCheckBox* trainOnInputs_;
   QCheckBox* skipBadRows_;
   QComboBox* truncation_;
+  QComboBox* thinking_ = nullptr;
   QLabel* stats_;
   QLabel* error_;
   QSpinBox* exampleIndex_;

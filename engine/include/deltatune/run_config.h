@@ -25,6 +25,9 @@ struct RunConfig {
   int64_t sequence_len = 2048;
   bool sample_packing = false;
   bool train_on_inputs = false;
+  // Passed to the chat template as HF's apply_chat_template(enable_thinking=...): "auto" passes nothing (the
+  // template's default), "true" / "false" set it (Qwen3.5 templates then keep or drop the reasoning block).
+  std::string enable_thinking = "auto";
   bool skip_bad_rows = false;
   std::string truncation = "truncate";  // "truncate" | "drop"
   std::string dataset_prepared_path;    // token cache folder ("" = <output_dir>/../.cache or XDG cache)

@@ -77,7 +77,7 @@ Example encode_pretokenized(const DatasetRow& row) {
 }
 
 Encoded encode_rows(const Tokenizer* tok, const ChatTemplate* tpl, const std::vector<DatasetRow>& rows,
-                    bool train_on_inputs, int32_t eos_id) {
+                    bool train_on_inputs, int32_t eos_id, const ChatOptions& chat) {
   Encoded out;
   out.examples.resize(rows.size());
   out.errors.resize(rows.size());
@@ -90,7 +90,7 @@ Encoded encode_rows(const Tokenizer* tok, const ChatTemplate* tpl, const std::ve
       if (begin >= rows.size()) return;
       for (size_t i = begin; i < std::min(rows.size(), begin + 64); ++i) {
         try {
-          out.examples[i] = tok ? data_encode_row(*tok, tpl, rows[i], train_on_inputs, eos_id)
+          out.examples[i] = tok ? data_encode_row(*tok, tpl, rows[i], train_on_inputs, eos_id, chat)
                                 : encode_pretokenized(rows[i]);
         } catch (const Error& e) {
           const std::string msg = e.what();
@@ -119,7 +119,8 @@ LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tok
   const std::string key = hash_bytes_hex(std::string(kEncodingVersion) + "|" + hash_file_hex(spec.path) +
                                          "|" + (tok ? tok->content_hash() : std::string("no-tokenizer")) + "|" + (tpl ? tpl->content_hash() : "-") +
                                          "|" + spec.type + "|" + (cfg.train_on_inputs ? "1" : "0") + "|" +
-                                         (cfg.skip_bad_rows ? "1" : "0") + "|" + std::to_string(eos_id));
+                                         (cfg.skip_bad_rows ? "1" : "0") + "|" + std::to_string(eos_id) +
+                                         "|think=" + cfg.enable_thinking);
   const std::string cache_path = token_cache_file(token_cache_dir(cfg.dataset_prepared_path), key);
   LoadedFile out;
   if (auto cached = token_cache_load(cache_path, key)) {
@@ -137,7 +138,7 @@ LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tok
   check(tok != nullptr || file.format == "pretokenized",
         spec.path + ": " + file.format + " data needs a tokenizer, but " + cfg.base_model +
             " has no tokenizer.json (without one only pre-tokenized rows with input_ids can be used)");
-  Encoded enc = encode_rows(tok, tpl, file.rows, cfg.train_on_inputs, eos_id);
+  Encoded enc = encode_rows(tok, tpl, file.rows, cfg.train_on_inputs, eos_id, chat_options(cfg));
   CachedDataset& d = out.data;
   d.format = file.format;
   d.total_rows = file.total_rows;
@@ -181,13 +182,19 @@ int32_t tokenizer_pad_id(const Tokenizer& tok, const std::string& model_dir) {
   return id >= 0 ? id : tokenizer_eos_id(tok, model_dir);
 }
 
+ChatOptions chat_options(const RunConfig& cfg) {
+  ChatOptions o;
+  if (cfg.enable_thinking != "auto") o.enable_thinking = cfg.enable_thinking == "true";
+  return o;
+}
+
 Example data_encode_row(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row,
-                        bool train_on_inputs, int32_t eos_id) {
+                        bool train_on_inputs, int32_t eos_id, const ChatOptions& chat) {
   Example ex;
   switch (row.kind) {
     case RowKind::kChat: {
       check(tpl != nullptr, row.source + ": chat rows need a chat template");
-      ChatEncoding enc = chat_encode(tok, *tpl, row.messages, row.tools, ChatOptions{}, train_on_inputs);
+      ChatEncoding enc = chat_encode(tok, *tpl, row.messages, row.tools, chat, train_on_inputs);
       ex.input_ids = std::move(enc.ids);
       ex.labels = std::move(enc.labels);
       break;
@@ -386,12 +393,12 @@ std::vector<Batch> data_epoch_batches(const std::vector<Example>& examples, cons
 }
 
 RenderedExample render_preview(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row,
-                               bool train_on_inputs, int64_t sequence_len, int32_t eos_id) {
+                               bool train_on_inputs, int64_t sequence_len, int32_t eos_id, const ChatOptions& chat) {
   RenderedExample r;
   r.source = row.source;
   if (row.kind == RowKind::kChat) {
     check(tpl != nullptr, row.source + ": chat rows need a chat template");
-    ChatEncoding enc = chat_encode(tok, *tpl, row.messages, row.tools, ChatOptions{}, train_on_inputs);
+    ChatEncoding enc = chat_encode(tok, *tpl, row.messages, row.tools, chat, train_on_inputs);
     r.text = std::move(enc.text);
     r.ids = std::move(enc.ids);
     r.labels = std::move(enc.labels);
@@ -405,7 +412,7 @@ RenderedExample render_preview(const Tokenizer& tok, const ChatTemplate* tpl, co
     r.token_ends.push_back(static_cast<int64_t>(row.text.size()));
     r.labels = r.ids;
   } else {
-    Example ex = data_encode_row(tok, tpl, row, train_on_inputs, eos_id);
+    Example ex = data_encode_row(tok, tpl, row, train_on_inputs, eos_id, chat);
     r.ids = std::move(ex.input_ids);
     r.labels = std::move(ex.labels);
   }

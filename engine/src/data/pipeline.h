@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "data/chat_template.h"  // ChatOptions
 #include "deltatune/data_preview.h"  // DataStats, DatasetSummary
 #include "deltatune/run_config.h"
 
@@ -48,7 +49,9 @@ DataStats data_stats(const std::vector<Example>& examples, const RunConfig& cfg)
 // Tokenizes one dataset row exactly as data_prepare does (chat rows need `tpl`); throws Error with the
 // row's source on a bad row.
 Example data_encode_row(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row,
-                        bool train_on_inputs, int32_t eos_id);
+                        bool train_on_inputs, int32_t eos_id, const ChatOptions& chat = {});
+// The template options a run config asks for (enable_thinking).
+ChatOptions chat_options(const RunConfig& cfg);
 
 // One example as the studio's Data page shows it.
 struct RenderedExample {
@@ -60,7 +63,8 @@ struct RenderedExample {
   bool truncated = false;
 };
 RenderedExample render_preview(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row,
-                               bool train_on_inputs, int64_t sequence_len, int32_t eos_id);
+                               bool train_on_inputs, int64_t sequence_len, int32_t eos_id,
+                               const ChatOptions& chat = {});
 
 // The eos / pad ids of a checkpoint folder's tokenizer_config.json (eos_token, pad_token), falling back
 // to <|im_end|> / <|endoftext|> when not set.

@@ -48,7 +48,8 @@ DataPreview preview_data(const RunConfig& cfg, int max_examples) {
         p.examples.push_back(std::move(ex));
         continue;
       }
-      const RenderedExample r = render_preview(*tok, tpl.get(), row, cfg.train_on_inputs, cfg.sequence_len, d.eos_id);
+      const RenderedExample r = render_preview(*tok, tpl.get(), row, cfg.train_on_inputs, cfg.sequence_len, d.eos_id,
+                                                   chat_options(cfg));
       ex.source = r.source;
       ex.truncated = r.truncated;
       for (size_t i = 0; i < r.ids.size(); ++i)

@@ -374,6 +374,7 @@ const std::vector<Field>& fields() {
     t.push_back(integer("sequence_len", &C::sequence_len, at_least(2), "an integer >= 2"));
     t.push_back(boolean("sample_packing", &C::sample_packing));
     t.push_back(boolean("train_on_inputs", &C::train_on_inputs));
+    t.push_back(text("enable_thinking", &C::enable_thinking, {"auto", "true", "false"}));
     t.push_back(boolean("skip_bad_rows", &C::skip_bad_rows));
     t.push_back(text("truncation", &C::truncation, {"truncate", "drop"}));
     t.push_back(text("dataset_prepared_path", &C::dataset_prepared_path, {}, PathKind::Output));
