@@ -247,11 +247,9 @@ void TrainPage::buildUi() {
   gradCkpt_ = named(new QCheckBox(tr("gradient checkpointing")), "gradient_checkpointing");
   ckptLayers_ = named(new QSpinBox, "gradient_checkpointing_layers");
   ckptLayers_->setRange(-1, 100000);
-  ckptLayers_->setSpecialValueText(tr("all layers"));
-  ckptLayers_->setPrefix(tr("first "));
-  ckptLayers_->setSuffix(tr(" layers"));
-  ckptLayers_->setToolTip(tr("Checkpoint only the first N decoder layers; the others keep their activations "
-                             "(faster, more memory)."));
+  ckptLayers_->setSpecialValueText(tr("all"));
+  ckptLayers_->setToolTip(tr("With gradient checkpointing: how many decoder layers, counted from the first, are "
+                             "checkpointed; the others keep their activations (faster, more memory)."));
   outputDir_ = named(new QLineEdit, "output_dir");
   runName_ = named(new QLineEdit, "run_name");
   runName_->setPlaceholderText(tr("(generated)"));
@@ -263,7 +261,7 @@ void TrainPage::buildUi() {
   engForm->addRow(tr("GPU"), gpu_);
   engForm->addRow(tr("Loss"), fusedLoss_);
   engForm->addRow(tr("Memory"), gradCkpt_);
-  engForm->addRow(tr("Checkpointed"), ckptLayers_);
+  engForm->addRow(tr("Layers checkpointed"), ckptLayers_);
   engForm->addRow(tr("Output folder"), outputDir_);
   engForm->addRow(tr("Run name"), runName_);
   grid->addWidget(eng, 1, 1);
