@@ -13,6 +13,7 @@
 //     the rest of dK̂ and dG, and dg = reverse cumsum of dG within the chunk.
 // The decomposition was checked in fp64 against the spec's oracle (max rel. error 5e-16).
 #include "common/device.cuh"
+#include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
 
 namespace deltatune::kernels {
@@ -22,13 +23,8 @@ constexpr int C = kGdnChunk;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-struct ChunkRef {
-  int64_t t0;
-  int len;
-};
-__device__ __forceinline__ ChunkRef chunk_at(const int32_t* chunks, int ch) {
-  return ChunkRef{chunks[2 * ch], chunks[2 * ch + 1]};
-}
+using gdn_chunk::chunk_at;
+using gdn_chunk::ChunkRef;
 
 // ---- 1. reverse scan over chunks ------------------------------------------------------------------------
 template <int BV>
@@ -366,13 +362,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_wy_grad_kernel(
     }
   }
   __syncthreads();
-  if (tid == 0) {  // dg_t = Σ_{m ≥ t in this chunk} dG_m
-    float acc = 0.f;
-    for (int i = cr.len - 1; i >= 0; --i) {
-      acc += dGv[i];
-      dg[(cr.t0 + i) * HV + h] = acc;
-    }
-  }
+  if (tid == 0) gdn_chunk::store_reverse_cumsum(dGv, dg, cr, HV, h);  // dg_t = Σ_{m ≥ t in this chunk} dG_m
 }
 
 size_t dscan_smem(int dk) {

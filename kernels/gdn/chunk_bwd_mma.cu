@@ -29,6 +29,7 @@
 // (64 KiB per block from L2) and twice its ldmatrix/mma work; it is bound by staging and barriers, so ~+30% on
 // intra, ≈ +0.2-0.3 ms on the three kernels' ~3-4 ms (the FMA kernels: ~14 ms).
 #include "common/device.cuh"
+#include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
 
@@ -39,13 +40,8 @@ using namespace gdn_mma;
 constexpr int C = kGdnChunk;
 constexpr int NT = 256;  // 8 warps
 
-struct ChunkRef {
-  int64_t t0;
-  int len;
-};
-__device__ __forceinline__ ChunkRef chunk_at(const int32_t* chunks, int ch) {
-  return ChunkRef{chunks[2 * ch], chunks[2 * ch + 1]};
-}
+using gdn_chunk::chunk_at;
+using gdn_chunk::ChunkRef;
 
 // Reads the pairs src[base + r·stride + c, +1] (any storage type; zeros for r ≥ rows_ok) for r < ROWS, c in
 // [0, COLS) step 2 and hands each to put(r, c, lo, hi).
@@ -249,10 +245,8 @@ __global__ void __launch_bounds__(NT) gdn_chunk_intra_grad_mma_kernel(
           sk += k.x * kn[io] + k.y * kn[io + 1];
         }
       }
-      sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-      sq += __shfl_xor_sync(0xffffffffu, sq, 2);
-      sk += __shfl_xor_sync(0xffffffffu, sk, 1);
-      sk += __shfl_xor_sync(0xffffffffu, sk, 2);
+      sq = gdn_chunk::quad_sum(sq);
+      sk = gdn_chunk::quad_sum(sk);
       if (t4 == 0) {
         rq[wc * C + i] = sq;
         rk[wc * C + i] = sk;
@@ -417,10 +411,8 @@ __global__ void __launch_bounds__(NT) gdn_chunk_wy_grad_mma_kernel(
             su += u * ld(v, vo);
           }
       }
-      sw += __shfl_xor_sync(0xffffffffu, sw, 1);
-      sw += __shfl_xor_sync(0xffffffffu, sw, 2);
-      su += __shfl_xor_sync(0xffffffffu, su, 1);
-      su += __shfl_xor_sync(0xffffffffu, su, 2);
+      sw = gdn_chunk::quad_sum(sw);
+      su = gdn_chunk::quad_sum(su);
       if (t4 == 0) {
         xwk[wc * C + i] = sw;
         xuv[wc * C + i] = su;
@@ -445,13 +437,7 @@ __global__ void __launch_bounds__(NT) gdn_chunk_wy_grad_mma_kernel(
     }
   }
   __syncthreads();
-  if (tid == 0) {  // dg_t = Σ_{m ≥ t in this chunk} dG_m
-    float acc = 0.f;
-    for (int i = cr.len - 1; i >= 0; --i) {
-      acc += dGv[i];
-      dg[(cr.t0 + i) * HV + h] = acc;
-    }
-  }
+  if (tid == 0) gdn_chunk::store_reverse_cumsum(dGv, dg, cr, HV, h);  // dg_t = Σ_{m ≥ t in this chunk} dG_m
 }
 
 }  // namespace

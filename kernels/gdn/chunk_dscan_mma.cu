@@ -39,6 +39,7 @@
 // (kLoS, kLoV) are the first thing to drop (precision above); if L2-bound, a 4-block cluster per head
 // sharing Q̂/W/K̂/M through distributed shared memory cuts the traffic 4x.
 #include "common/device.cuh"
+#include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
 
@@ -52,13 +53,8 @@ constexpr int NT = 256;            // 8 warps
 constexpr int LK = DK + 8;         // bf16 row stride of the Q̂, W, K̂ tiles
 constexpr int LM = C + 8;          // of M
 
-struct ChunkRef {
-  int64_t t0;
-  int len;
-};
-__device__ __forceinline__ ChunkRef chunk_at(const int32_t* chunks, int ch) {
-  return ChunkRef{chunks[2 * ch], chunks[2 * ch + 1]};
-}
+using gdn_chunk::chunk_at;
+using gdn_chunk::ChunkRef;
 
 // Shared memory: two operand buffers (chunk parity) and dS's bf16 copies.
 template <int BV> struct DscanSmem {
