@@ -29,15 +29,19 @@ class DataPipeline : public ::testing::Test {
     fs::create_directories(dir / "model");
     fs::copy_file(fs::path(DT_SOURCE_DIR) / "tests/goldens/tokenizer/tiny_qwen.json",
                   dir / "model/tokenizer.json");
+    write_template();
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  // The model's tokenizer_config.json: a ChatML template with `extra` after the messages.
+  void write_template(const std::string& extra = "") {
     nlohmann::json cfg;
     cfg["eos_token"] = "<|im_end|>";
     cfg["chat_template"] =
         "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-        "'<|im_end|>' + "
-        "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+        "'<|im_end|>' + '\\n'}}{% endfor %}" +
+        extra + "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
     write("model/tokenizer_config.json", cfg.dump());
   }
-  void TearDown() override { fs::remove_all(dir); }
   std::string write(const std::string& name, const std::string& content) {
     std::ofstream(dir / name, std::ios::binary) << content;
     return (dir / name).string();
@@ -274,13 +278,7 @@ TEST_F(DataPipeline, TokenCacheIsReusedAndRebuiltWhenCorrupt) {
 // enable_thinking reaches the template as HF's kwarg (only when set; a Python bool, printed True/False as
 // jinja2 does) and is part of the token cache key.
 TEST_F(DataPipeline, EnableThinkingReachesTheTemplate) {
-  nlohmann::json tc;
-  tc["eos_token"] = "<|im_end|>";
-  tc["chat_template"] =
-      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-      "'<|im_end|>\\n'}}{% endfor %}{% if enable_thinking is defined %}{{ 'think=' ~ enable_thinking }}"
-      "{% endif %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-  write("model/tokenizer_config.json", tc.dump());
+  write_template("{% if enable_thinking is defined %}{{ 'think=' ~ enable_thinking }}{% endif %}");
   const auto chat = write("chat.jsonl",
                           R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]})"
                           "\n");
