@@ -150,22 +150,6 @@ __global__ void sigmoid_mul_bwd_kernel(KIn d, KIn x, KIn g, KOut dx, KOut dg, in
     st(dg, i, dv * ld(x, i) * s * (1.f - s));
   }
 }
-__global__ void sum_squares_kernel(KIn x, int64_t n, double* acc) {
-  __shared__ double scratch[32];
-  double v = 0;
-  DT_GRID_STRIDE(i, n) {
-    const double f = ld(x, i);
-    v += f * f;
-  }
-  v = block_sum(v, scratch);
-  if (threadIdx.x == 0) atomicAdd(acc, v);
-}
-__global__ void any_nonfinite_kernel(KIn x, int64_t n, int32_t* flag) {
-  bool bad = false;
-  DT_GRID_STRIDE(i, n) bad |= !isfinite(ld(x, i));
-  if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
-}
-
 }  // namespace
 
 cudaError_t launch_fill(KOut y, int64_t n, float v, cudaStream_t s) {
@@ -238,14 +222,6 @@ cudaError_t launch_sigmoid_mul_fwd(KIn x, KIn g, KOut o, int64_t n, cudaStream_t
 }
 cudaError_t launch_sigmoid_mul_bwd(KIn d, KIn x, KIn g, KOut dx, KOut dg, int64_t n, cudaStream_t s) {
   if (n > 0) sigmoid_mul_bwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(d, x, g, dx, dg, n);
-  return cudaGetLastError();
-}
-cudaError_t launch_sum_squares(KIn x, int64_t n, double* acc, cudaStream_t s) {
-  if (n > 0) sum_squares_kernel<<<grid_for(n, kThreads, 1024), kThreads, 0, s>>>(x, n, acc);
-  return cudaGetLastError();
-}
-cudaError_t launch_any_nonfinite(KIn x, int64_t n, int32_t* flag, cudaStream_t s) {
-  if (n > 0) any_nonfinite_kernel<<<grid_for(n, kThreads, 1024), kThreads, 0, s>>>(x, n, flag);
   return cudaGetLastError();
 }
 

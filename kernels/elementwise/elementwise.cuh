@@ -26,5 +26,8 @@ cudaError_t launch_sigmoid_mul_bwd(KIn dout, KIn x, KIn gate, KOut dx, KOut dgat
 cudaError_t launch_sum_squares(KIn x, int64_t n, double* acc, cudaStream_t s);
 // *flag (=) 1 if any element is NaN/Inf (flag must be zeroed by the caller; only ever set to 1).
 cudaError_t launch_any_nonfinite(KIn x, int64_t n, int32_t* flag, cudaStream_t s);
+// The same over `count` tensors (xs[i] of ns[i] elements) in one launch per 96 tensors (reduce_many.cu).
+cudaError_t launch_sum_squares_many(const KIn* xs, const int64_t* ns, int count, double* acc, cudaStream_t s);
+cudaError_t launch_any_nonfinite_many(const KIn* xs, const int64_t* ns, int count, int32_t* flag, cudaStream_t s);
 
 }  // namespace deltatune::kernels

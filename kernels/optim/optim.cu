@@ -9,21 +9,48 @@
 namespace deltatune::kernels {
 namespace {
 
-// The same operation order as the CPU reference (torch's lerp for m); no FMA contraction, so both agree.
-__global__ void adamw_kernel(float* p, KIn g, float* m, float* v, int64_t n, float decay, bool wd, float lerp_w,
-                             float b2, float omb2, float neg_step, float bc2_sqrt, float eps) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float gi = ld(g, i);
-    float pi = p[i];
-    if (wd) pi = __fmul_rn(pi, decay);
-    float mi = m[i];
-    mi = lerp_w < 0.5f ? __fadd_rn(mi, __fmul_rn(lerp_w, __fsub_rn(gi, mi)))
-                       : __fsub_rn(gi, __fmul_rn(__fsub_rn(gi, mi), __fsub_rn(1.f, lerp_w)));
-    const float vi = __fadd_rn(__fmul_rn(v[i], b2), __fmul_rn(__fmul_rn(omb2, gi), gi));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
-    p[i] = __fadd_rn(pi, __fmul_rn(neg_step, __fdiv_rn(mi, denom)));
-    m[i] = mi;
-    v[i] = vi;
+// One element of the AdamW update, in the same operation order as the CPU reference (torch's lerp for m);
+// no FMA contraction, so both agree. gi is the (already scaled) gradient.
+struct AdamwArgs {
+  float decay;
+  bool wd;
+  float lerp_w, b2, omb2, neg_step, bc2_sqrt, eps;
+};
+__device__ __forceinline__ void adamw_element(float& p, float& m, float& v, float gi, const AdamwArgs& a) {
+  float pi = p;
+  if (a.wd) pi = __fmul_rn(pi, a.decay);
+  float mi = m;
+  mi = a.lerp_w < 0.5f ? __fadd_rn(mi, __fmul_rn(a.lerp_w, __fsub_rn(gi, mi)))
+                       : __fsub_rn(gi, __fmul_rn(__fsub_rn(gi, mi), __fsub_rn(1.f, a.lerp_w)));
+  const float vi = __fadd_rn(__fmul_rn(v, a.b2), __fmul_rn(__fmul_rn(a.omb2, gi), gi));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
+  p = __fadd_rn(pi, __fmul_rn(a.neg_step, __fdiv_rn(mi, denom)));
+  m = mi;
+  v = vi;
+}
+
+__global__ void adamw_kernel(float* p, KIn g, float* m, float* v, int64_t n, AdamwArgs a) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    adamw_element(p[i], m[i], v[i], ld(g, i), a);
+}
+
+// Many tensors per launch: blockIdx.y picks the slot, blockIdx.x strides over its elements. The table
+// travels as a kernel parameter (no upload, nothing to keep alive after the launch).
+constexpr int kAdamwSlotsPerLaunch = 48;
+struct AdamwTable {
+  float* p[kAdamwSlotsPerLaunch];
+  const float* g[kAdamwSlotsPerLaunch];
+  float* m[kAdamwSlotsPerLaunch];
+  float* v[kAdamwSlotsPerLaunch];
+  int64_t n[kAdamwSlotsPerLaunch];
+};
+__global__ void adamw_many_kernel(AdamwTable t, float grad_scale, AdamwArgs a) {
+  const int k = blockIdx.y;
+  float *p = t.p[k], *m = t.m[k], *v = t.v[k];
+  const float* g = t.g[k];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < t.n[k]; i += int64_t(gridDim.x) * blockDim.x) {
+    const float gi = grad_scale == 1.f ? g[i] : __fmul_rn(g[i], grad_scale);
+    adamw_element(p[i], m[i], v[i], gi, a);
   }
 }
 
@@ -38,9 +65,32 @@ cudaError_t launch_adamw(float* param, KIn grad, float* m, float* v, int64_t n, 
                          float lerp_w, float b2, float omb2, float neg_step, float bc2_sqrt, float eps,
                          cudaStream_t s) {
   if (n > 0)
-    adamw_kernel<<<grid_for(n, 256), 256, 0, s>>>(param, grad, m, v, n, decay, weight_decay, lerp_w, b2, omb2,
-                                                  neg_step, bc2_sqrt, eps);
+    adamw_kernel<<<grid_for(n, 256), 256, 0, s>>>(param, grad, m, v, n,
+                                                  AdamwArgs{decay, weight_decay, lerp_w, b2, omb2, neg_step, bc2_sqrt, eps});
   return cudaGetLastError();
+}
+cudaError_t launch_adamw_many(float* const* param, const float* const* grad, float* const* m, float* const* v,
+                              const int64_t* n, int count, float grad_scale, float decay, bool weight_decay,
+                              float lerp_w, float b2, float omb2, float neg_step, float bc2_sqrt, float eps,
+                              cudaStream_t s) {
+  const AdamwArgs a{decay, weight_decay, lerp_w, b2, omb2, neg_step, bc2_sqrt, eps};
+  for (int base = 0; base < count; base += kAdamwSlotsPerLaunch) {
+    const int k = count - base < kAdamwSlotsPerLaunch ? count - base : kAdamwSlotsPerLaunch;
+    AdamwTable t{};
+    int64_t most = 1;
+    for (int j = 0; j < k; ++j) {
+      t.p[j] = param[base + j];
+      t.g[j] = grad[base + j];
+      t.m[j] = m[base + j];
+      t.v[j] = v[base + j];
+      t.n[j] = n[base + j];
+      most = n[base + j] > most ? n[base + j] : most;
+    }
+    adamw_many_kernel<<<dim3(grid_for(most, 256, 1024), static_cast<unsigned>(k)), 256, 0, s>>>(t, grad_scale, a);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 cudaError_t launch_sgd(float* param, KIn grad, int64_t n, float lr, float weight_decay, cudaStream_t s) {
   if (n > 0) sgd_kernel<<<grid_for(n, 256), 256, 0, s>>>(param, grad, n, lr, weight_decay);

@@ -161,6 +161,33 @@ void case_reductions(Env& e) {
   h.ptr<float>()[5] = NAN;
   EXPECT_FALSE(e.gpu->all_finite(e.gpu->upload(h, BF)));
   EXPECT_EQ(e.gpu->all_finite(e.gpu->upload(h, F32)), e.cpu->all_finite(e.cpu->upload(h, F32)));
+
+  // The many-tensor forms: 130 tensors (two launches of 96), mixed dtypes and sizes, one empty.
+  std::vector<Pair> xs;
+  for (int i = 0; i < 130; ++i)
+    xs.push_back(e.in({i == 7 ? 0 : 1 + (i * 397) % 5003}, i % 3 ? F32 : BF, -2.f, 2.f));
+  std::vector<const Tensor*> gs, cs;
+  for (const Pair& p : xs) {
+    gs.push_back(&p.g);
+    cs.push_back(&p.c);
+  }
+  compare_scalar("sum_squares_many", e.gpu->sum_squares_many(gs), e.cpu->sum_squares_many(cs), 1e-6);
+  EXPECT_TRUE(e.gpu->all_finite_many(gs));
+  EXPECT_TRUE(e.gpu->all_finite_many({}));
+  EXPECT_EQ(e.gpu->sum_squares_many({}), 0.0);
+  for (float bad : {NAN, INFINITY}) {  // in the second launch's range, last element of its tensor
+    Tensor hb = e.host_rand({301}, F32, -1.f, 1.f);
+    hb.ptr<float>()[300] = bad;
+    Tensor gb = e.gpu->upload(hb, F32);
+    std::vector<const Tensor*> with_bad = gs;
+    with_bad.insert(with_bad.begin() + 110, &gb);
+    EXPECT_FALSE(e.gpu->all_finite_many(with_bad));
+    Tensor cb = e.cpu->upload(hb, F32);
+    std::vector<const Tensor*> with_bad_cpu = cs;
+    with_bad_cpu.insert(with_bad_cpu.begin() + 110, &cb);
+    EXPECT_FALSE(e.cpu->all_finite_many(with_bad_cpu));
+  }
+  EXPECT_TRUE(e.cpu->all_finite_many(cs));
 }
 
 void case_dropout(Env& e) {
@@ -688,22 +715,26 @@ void case_cross_entropy(Env& e) {
 }
 
 void case_linear_cross_entropy(Env& e) {
-  const int64_t T = 37, H = 64, V = 33000;  // V just past the 32768-column vocabulary chunk
-  std::vector<int32_t> lab(T);
-  std::uniform_int_distribution<int32_t> u(0, V - 1);
-  for (auto& l : lab) l = u(e.rng);
-  lab[0] = -100;
-  lab[20] = 32770;
-  lab[21] = 32767;
-  Pair labels = e.ints({T}, lab);
-  Pair h = e.in({T, H}, BF, -1.f, 1.f), w = e.in({V, H}, BF, -0.5f, 0.5f);
-  Pair dh = e.out({T, H}, BF);
-  const double lc = e.cpu->linear_cross_entropy(h.c, w.c, labels.c, 0.1f, &dh.c, 16);
-  const double lg = e.gpu->linear_cross_entropy(h.g, w.g, labels.g, 0.1f, &dh.g, 16);
-  compare_scalar("linear_cross_entropy loss", lg, lc, 1e-5);
-  compare(e, "linear_cross_entropy dh", dh, 1e-4);
-  compare_scalar("linear_cross_entropy loss (no grad)", e.gpu->linear_cross_entropy(h.g, w.g, labels.g, 1.f, nullptr, 7),
-                 lc, 1e-5);
+  // Row chunks of 16 (the last partial); V % 4 == 0 takes the 16-byte cross-entropy kernel, 1001 the generic one.
+  for (const int64_t V : {int64_t(33000), int64_t(1001)}) {
+    const int64_t T = 37, H = 64;
+    std::vector<int32_t> lab(T);
+    std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V) - 1);
+    for (auto& l : lab) l = u(e.rng);
+    lab[0] = -100;
+    lab[20] = static_cast<int32_t>(V) - 1;
+    lab[21] = 0;
+    Pair labels = e.ints({T}, lab);
+    Pair h = e.in({T, H}, BF, -1.f, 1.f), w = e.in({V, H}, BF, -0.5f, 0.5f);
+    Pair dh = e.out({T, H}, BF);
+    const std::string tag = " V " + std::to_string(V);
+    const double lc = e.cpu->linear_cross_entropy(h.c, w.c, labels.c, 0.1f, &dh.c, 16);
+    const double lg = e.gpu->linear_cross_entropy(h.g, w.g, labels.g, 0.1f, &dh.g, 16);
+    compare_scalar("linear_cross_entropy loss" + tag, lg, lc, 1e-5);
+    compare(e, "linear_cross_entropy dh" + tag, dh, 1e-4);
+    compare_scalar("linear_cross_entropy loss (no grad)" + tag,
+                   e.gpu->linear_cross_entropy(h.g, w.g, labels.g, 1.f, nullptr, 7), lc, 1e-5);
+  }
 }
 
 // ---- optimizers -----------------------------------------------------------------------------------------
@@ -723,6 +754,33 @@ void case_optim(Env& e) {
   e.cpu->sgd_step(q.c, gb.c, 0.05f, 0.1f);
   e.gpu->sgd_step(q.g, gb.g, 0.05f, 0.1f);
   compare(e, "sgd_step (BF16 grad)", q, 1e-12);
+
+  // adamw_step_many: 61 slots (two launches of 48) of mixed sizes, one BF16 gradient (per-tensor path), with
+  // and without a clipping scale; the gradients must come back unchanged.
+  std::vector<Pair> ps, ms, vs, gr;
+  for (int i = 0; i < 61; ++i) {
+    const Shape si{1 + (i * 211) % 3001};
+    ps.push_back(e.out_init(si, F32));
+    ms.push_back(e.out_init(si, F32, -0.1f, 0.1f));
+    vs.push_back(e.out_init(si, F32, 0.f, 0.01f));
+    gr.push_back(e.in(si, i == 13 ? BF : F32));
+  }
+  const std::vector<float> before = e.down(*e.gpu, gr[5].g);
+  for (auto [step, scale] : {std::pair<int64_t, float>{1, 1.f}, {2, 0.37f}, {5, 0.37f}}) {
+    std::vector<Backend::AdamWSlot> sc, sg;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      sc.push_back({&ps[i].c, &gr[i].c, &ms[i].c, &vs[i].c});
+      sg.push_back({&ps[i].g, &gr[i].g, &ms[i].g, &vs[i].g});
+    }
+    e.cpu->adamw_step_many(sc, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, scale);
+    e.gpu->adamw_step_many(sg, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, step, scale);
+  }
+  for (size_t i : {size_t(0), size_t(13), size_t(47), size_t(48), size_t(60)}) {
+    compare(e, "adamw_step_many param " + std::to_string(i), ps[i], 1e-12);
+    compare(e, "adamw_step_many m " + std::to_string(i), ms[i], 1e-12);
+    compare(e, "adamw_step_many v " + std::to_string(i), vs[i], 1e-12);
+  }
+  EXPECT_EQ(e.down(*e.gpu, gr[5].g), before) << "adamw_step_many changed a gradient";
 }
 
 const std::vector<OpCase>& all_cases() {
@@ -732,7 +790,7 @@ const std::vector<OpCase>& all_cases() {
       {"fill_copy", {"fill", "copy", "copy_cols"}, case_fill_copy},
       {"gemm", {"gemm"}, case_gemm},
       {"add_scale", {"add", "scale"}, case_add_scale},
-      {"reductions", {"sum_squares", "all_finite"}, case_reductions},
+      {"reductions", {"sum_squares", "all_finite", "sum_squares_many", "all_finite_many"}, case_reductions},
       {"dropout", {"dropout"}, case_dropout},
       {"activations", {"swiglu_fwd", "swiglu_bwd", "sigmoid_mul_fwd", "sigmoid_mul_bwd", "sigmoid"}, case_activations},
       {"embedding", {"embedding_fwd"}, case_embedding},
@@ -749,7 +807,7 @@ const std::vector<OpCase>& all_cases() {
        case_moe_grouped},
       {"cross_entropy", {"cross_entropy"}, case_cross_entropy},
       {"linear_cross_entropy", {"linear_cross_entropy"}, case_linear_cross_entropy},
-      {"optim", {"adamw_step", "sgd_step"}, case_optim},
+      {"optim", {"adamw_step", "sgd_step", "adamw_step_many"}, case_optim},
   };
   return cases;
 }

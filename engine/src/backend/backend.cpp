@@ -39,6 +39,32 @@ double Backend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Ten
   return total;
 }
 
+double Backend::sum_squares_many(const std::vector<const Tensor*>& xs) {
+  double total = 0;
+  for (const Tensor* x : xs) total += sum_squares(*x);
+  return total;
+}
+
+bool Backend::all_finite_many(const std::vector<const Tensor*>& xs) {
+  for (const Tensor* x : xs)
+    if (!all_finite(*x)) return false;
+  return true;
+}
+
+void Backend::adamw_step_many(const std::vector<AdamWSlot>& slots, float lr, float beta1, float beta2, float eps,
+                              float weight_decay, int64_t step, float grad_scale) {
+  for (const AdamWSlot& s : slots) {
+    if (grad_scale == 1.f) {
+      adamw_step(*s.param, *s.grad, *s.m, *s.v, lr, beta1, beta2, eps, weight_decay, step);
+      continue;
+    }
+    Tensor g = alloc(s.grad->shape, DType::F32);  // scaled in fp32 whatever the gradient's type
+    copy(g, *s.grad);
+    scale(g, grad_scale);
+    adamw_step(*s.param, g, *s.m, *s.v, lr, beta1, beta2, eps, weight_decay, step);
+  }
+}
+
 #ifndef DT_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(int, DType) {
   throw Error("this build of DeltaTune has no CUDA backend (configure with -DDT_CUDA=ON on a machine with nvcc)");

@@ -75,6 +75,10 @@ class Backend {
   virtual void scale(Tensor& y, float alpha) = 0;                 // y *= alpha
   virtual double sum_squares(const Tensor& x) = 0;                // Σ x² in fp64/fp32 accumulation
   virtual bool all_finite(const Tensor& x) = 0;
+  // Σ x² over all tensors / whether every element of every tensor is finite: one host round trip on
+  // device backends (the per-tensor forms above synchronise once per call).
+  virtual double sum_squares_many(const std::vector<const Tensor*>& xs);
+  virtual bool all_finite_many(const std::vector<const Tensor*>& xs);
   // Inverted dropout with a counter-based RNG, identical on every backend:
   // keep(i) = hash(seed, i) >= p; y = keep ? x / (1-p) : 0. Backward: same call on dy.
   virtual void dropout(const Tensor& x, float p, uint64_t seed, Tensor& y) = 0;
@@ -220,6 +224,16 @@ class Backend {
                           float beta2, float eps, float weight_decay, int64_t step) = 0;
   // SGD: param -= lr·(grad + weight_decay·param).
   virtual void sgd_step(Tensor& param, const Tensor& grad, float lr, float weight_decay) = 0;
+  // adamw_step on every slot with each gradient read as grad_scale·grad (gradient clipping; the gradient
+  // tensors are not modified). Device backends update many tensors per launch.
+  struct AdamWSlot {
+    Tensor* param;
+    const Tensor* grad;
+    Tensor* m;
+    Tensor* v;
+  };
+  virtual void adamw_step_many(const std::vector<AdamWSlot>& slots, float lr, float beta1, float beta2, float eps,
+                               float weight_decay, int64_t step, float grad_scale);
 };
 
 // The reference backend (always available).

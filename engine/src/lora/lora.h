@@ -27,6 +27,7 @@ struct LoraModule {
   // Linear: A [r, in], B [out, r]. Experts (PEFT ≥ 0.19.1 layout, peft-adapter.md §6.2):
   // A [r*E, in] with row e*r+k = row k of expert e; B [out, r*E] with column k*E+e = column k of expert e.
   Tensor A, B;          // F32 master weights on the backend device
+  Tensor Ac, Bc;        // compute-dtype copies of A and B while a LoraComputeCopies scope holds them, else empty
   Tensor gA, gB;        // gradients (+=), F32
   Tensor mA, vA, mB, vB;  // AdamW moments (allocated by the optimizer)
 };

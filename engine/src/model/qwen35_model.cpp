@@ -207,6 +207,7 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
   const DType dt = be_.compute_dtype();
   Activations acts;
   StepOutput out;
+  const LoraComputeCopies lora_copies(be_, lora);
   // Router statistics from the first forward only (a checkpointed layer's recompute is not counted twice).
   if (cfg_.is_moe()) out.moe_load = be_.zeros({static_cast<int64_t>(layers_.size()), cfg_.num_experts}, DType::F32);
   Tensor h = hidden_states(batch, seq, lora, opts, opts.backward ? &acts : nullptr,
@@ -249,6 +250,7 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
 Tensor Qwen35Model::logits(const Batch& batch, LoraAdapter* lora) {
   const SeqLayout seq = make_layout(batch);
   StepOptions opts;
+  const LoraComputeCopies lora_copies(be_, lora);
   Tensor h = hidden_states(batch, seq, lora, opts, nullptr);
   Tensor logits = be_.alloc({h.rows(), cfg_.vocab_size}, be_.compute_dtype());
   be_.gemm(h, false, lm_head_, true, logits, 1.f, 0.f);

@@ -247,18 +247,41 @@ void CudaBackend::check_layout(const SeqLayout& seq, int64_t T, const char* op) 
         std::string(op) + ": SeqLayout.cu_seqlens must be an I32 CUDA tensor matching host_cu_seqlens");
 }
 
-double CudaBackend::sum_squares(const Tensor& x) {
+double CudaBackend::sum_squares(const Tensor& x) { return sum_squares_many({&x}); }
+
+bool CudaBackend::all_finite(const Tensor& x) { return all_finite_many({&x}); }
+
+namespace {
+// The kernel views and element counts of a list of tensors (the many-tensor reductions).
+struct KInList {
+  std::vector<kernels::KIn> ins;
+  std::vector<int64_t> ns;
+  KInList(const std::vector<const Tensor*>& xs, const char* what) {
+    for (const Tensor* x : xs) {
+      ins.push_back(kin(*x, what));
+      ns.push_back(x->numel());
+    }
+  }
+};
+}  // namespace
+
+double CudaBackend::sum_squares_many(const std::vector<const Tensor*>& xs) {
+  const KInList l(xs, "sum_squares: tensor");
   double* acc = zero_acc();
-  cuda_check(kernels::launch_sum_squares(kin(x, "sum_squares: x"), x.numel(), acc, stream()), "sum_squares");
+  cuda_check(kernels::launch_sum_squares_many(l.ins.data(), l.ns.data(), static_cast<int>(l.ins.size()), acc, stream()),
+             "sum_squares_many");
   return read_acc();
 }
 
-bool CudaBackend::all_finite(const Tensor& x) {
+bool CudaBackend::all_finite_many(const std::vector<const Tensor*>& xs) {
+  const KInList l(xs, "all_finite: tensor");
   zero_acc();
   int32_t* flag = reinterpret_cast<int32_t*>(static_cast<char*>(scalars_.data) + 8);
-  cuda_check(kernels::launch_any_nonfinite(kin(x, "all_finite: x"), x.numel(), flag, stream()), "all_finite");
+  cuda_check(kernels::launch_any_nonfinite_many(l.ins.data(), l.ns.data(), static_cast<int>(l.ins.size()), flag,
+                                                       stream()),
+             "all_finite_many");
   int32_t h = 0;
-  cuda_check(cudaMemcpyAsync(&h, flag, sizeof(h), cudaMemcpyDeviceToHost, stream()), "all_finite");
+  cuda_check(cudaMemcpyAsync(&h, flag, sizeof(h), cudaMemcpyDeviceToHost, stream()), "all_finite_many");
   synchronize();
   return h == 0;
 }

@@ -52,6 +52,8 @@ class CudaBackend final : public Backend {
   void scale(Tensor& y, float alpha) override;
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;
+  double sum_squares_many(const std::vector<const Tensor*>& xs) override;
+  bool all_finite_many(const std::vector<const Tensor*>& xs) override;
   void dropout(const Tensor& x, float p, uint64_t seed, Tensor& y) override;
 
   void embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) override;
@@ -119,6 +121,8 @@ class CudaBackend final : public Backend {
   void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int64_t step) override;
   void sgd_step(Tensor& param, const Tensor& grad, float lr, float weight_decay) override;
+  void adamw_step_many(const std::vector<AdamWSlot>& slots, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int64_t step, float grad_scale) override;
 
  private:
   // The stream, after making this backend's device current on the calling thread.

@@ -273,6 +273,31 @@ void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tenso
              "adamw_step");
 }
 
+void CudaBackend::adamw_step_many(const std::vector<AdamWSlot>& slots, float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, int64_t step, float grad_scale) {
+  check(step >= 1, "adamw_step: step counts from 1");
+  std::vector<float*> p, m, v;
+  std::vector<const float*> g;
+  std::vector<int64_t> n;
+  for (const AdamWSlot& s : slots) {
+    same_numel("adamw_step", {s.param, s.grad, s.m, s.v});
+    if (s.grad->dtype != DType::F32) {  // the multi-tensor kernel reads F32 gradients only
+      Backend::adamw_step_many({s}, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+      continue;
+    }
+    p.push_back(f32(*s.param, "adamw param"));
+    g.push_back(f32c(*s.grad, "adamw grad"));
+    m.push_back(f32(*s.m, "adamw m"));
+    v.push_back(f32(*s.v, "adamw v"));
+    n.push_back(s.param->numel());
+  }
+  const AdamwScalars sc = adamw_scalars(lr, beta1, beta2, eps, weight_decay, step);
+  cuda_check(kernels::launch_adamw_many(p.data(), g.data(), m.data(), v.data(), n.data(), static_cast<int>(p.size()),
+                                        grad_scale, sc.decay, sc.weight_decay, sc.lerp_w, sc.b2, sc.one_minus_b2,
+                                        sc.neg_step_size, sc.bc2_sqrt, sc.eps, stream()),
+             "adamw_step_many");
+}
+
 void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, float lr, float weight_decay) {
   same_numel("sgd_step", {&param, &grad});
   cuda_check(kernels::launch_sgd(f32(param, "sgd param"), kin(grad, "sgd grad"), param.numel(), lr, weight_decay,

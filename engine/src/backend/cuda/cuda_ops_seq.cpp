@@ -20,13 +20,6 @@ namespace deltatune::cuda {
 namespace {
 float* fptr(const Tensor& t) { return static_cast<float*>(t.data); }
 const int32_t* iptr(const Tensor& t) { return static_cast<const int32_t*>(t.data); }
-// A view of the first numel(shape) elements of a larger contiguous buffer.
-Tensor prefix(const Tensor& buf, Shape shape) {
-  Tensor t = buf;
-  t.shape = std::move(shape);
-  check(t.numel() <= buf.numel(), "internal: prefix view larger than its buffer");
-  return t;
-}
 }  // namespace
 
 Tensor CudaBackend::attention_tiles(const SeqLayout& seq) {
@@ -366,9 +359,10 @@ double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& labels, fl
   return read_acc();
 }
 
-// Column-chunked: per row chunk, pass 1 runs the lm_head GEMM one vocabulary chunk at a time into an F32
-// buffer and merges an online log-sum-exp; pass 2 (only with dh) recomputes each chunk's logits, turns them
-// into the gradient in place of the logits and accumulates dh in F32. Memory: rows × vocab_chunk floats.
+// Row-chunked, two GEMM passes: per chunk of n rows, the lm_head GEMM writes the whole vocabulary's logits
+// (F32, about 64 Mi floats at most), one cross-entropy kernel turns each row into its loss and, with dh, its
+// gradient (in the weight's type, so the dh GEMM needs no conversion), and one GEMM gives the chunk's dh.
+// The [T, V] logits never exist; memory: n × V floats + n × V gradient values.
 double CudaBackend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
                                          Tensor* dh, int64_t chunk_rows) {
   const int64_t T = h.rows(), H = h.cols(), V = w.dim(0);
@@ -377,50 +371,24 @@ double CudaBackend::linear_cross_entropy(const Tensor& h, const Tensor& w, const
             shape_str(labels.shape) + " (expected w [V, H], labels I32 [T])");
   check(!dh || dh->numel() == h.numel(), "linear_cross_entropy: dh must match h");
   if (T == 0) return 0.0;
-  const int64_t n_max = std::max<int64_t>(1, std::min(chunk_rows, T));
-  // Vocabulary chunk: about 64 Mi floats (256 MiB) of logits at most, whole multiples of 256 columns.
-  int64_t vc_max = std::max<int64_t>(256, (int64_t(1) << 26) / n_max / 256 * 256);
-  vc_max = std::min(vc_max, V);
-  const DType gdt = w.dtype;  // gradient chunk in the weight's type so the dh GEMM needs no conversion
-  Tensor logits = alloc({n_max * vc_max}, DType::F32);
-  Tensor grad = dh ? alloc({n_max * vc_max}, gdt) : Tensor();
-  Tensor m = alloc({n_max}, DType::F32), l = alloc({n_max}, DType::F32), xl = alloc({n_max}, DType::F32),
-         lse = alloc({n_max}, DType::F32);
-  Tensor dh32 = dh ? alloc({n_max, H}, DType::F32) : Tensor();
+  const int64_t cap_rows = std::max<int64_t>(1, (int64_t(1) << 26) / std::max<int64_t>(V, 1));
+  const int64_t n_max = std::max<int64_t>(1, std::min({chunk_rows, T, cap_rows >= 32 ? cap_rows / 16 * 16 : cap_rows}));
+  Tensor logits = alloc({n_max, V}, DType::F32);
+  Tensor grad = dh ? alloc({n_max, V}, w.dtype) : Tensor();
   double* acc = zero_acc();
-  cudaStream_t s = stream();
   const Tensor h2 = h.view({T, H});
   for (int64_t t0 = 0; t0 < T; t0 += n_max) {
     const int64_t n = std::min(n_max, T - t0);
-    const Tensor hc = h2.slice(t0, t0 + n);
-    const Tensor lab = labels.view({T}).slice(t0, t0 + n);
-    Tensor mc = prefix(m, {n}), lc = prefix(l, {n}), xc = prefix(xl, {n}), lsec = prefix(lse, {n});
-    fill(mc, -INFINITY);
-    fill(lc, 0.f);
-    fill(xc, 0.f);
-    for (int64_t v0 = 0; v0 < V; v0 += vc_max) {
-      const int64_t vc = std::min(vc_max, V - v0);
-      Tensor lg = prefix(logits, {n, vc});
-      gemm(hc, false, w.slice(v0, v0 + vc), true, lg, 1.f, 0.f);
-      cuda_check(kernels::launch_lse_update(fptr(lg), n, vc, v0, iptr(lab), fptr(mc), fptr(lc), fptr(xc), s),
-                 "linear_cross_entropy (lse)");
-    }
-    cuda_check(kernels::launch_lse_finish(n, V, iptr(lab), fptr(mc), fptr(lc), fptr(xc), fptr(lsec), acc, s),
-               "linear_cross_entropy (loss)");
+    Tensor lg = logits.slice(0, n), gr = dh ? grad.slice(0, n) : Tensor();
+    gemm(h2.slice(t0, t0 + n), false, w, true, lg, 1.f, 0.f);
+    cuda_check(kernels::launch_cross_entropy(kin(lg, "linear_cross_entropy logits"), n, V,
+                                             iptr(labels.view({T}).slice(t0, t0 + n)), grad_scale,
+                                             dh ? kout(gr, "linear_cross_entropy grad") : kernels::KOut{}, acc,
+                                             stream()),
+               "linear_cross_entropy");
     if (!dh) continue;
-    Tensor dhc = prefix(dh32, {n, H});
-    for (int64_t v0 = 0; v0 < V; v0 += vc_max) {
-      const int64_t vc = std::min(vc_max, V - v0);
-      Tensor lg = prefix(logits, {n, vc}), gr = prefix(grad, {n, vc});
-      const Tensor wc = w.slice(v0, v0 + vc);
-      gemm(hc, false, wc, true, lg, 1.f, 0.f);
-      cuda_check(kernels::launch_ce_grad_chunk(fptr(lg), n, vc, v0, iptr(lab), fptr(lsec), grad_scale,
-                                               kout(gr, "linear_cross_entropy grad"), s),
-                 "linear_cross_entropy (grad)");
-      gemm(gr, false, wc, false, dhc, 1.f, v0 == 0 ? 0.f : 1.f);
-    }
-    Tensor dst = dh->view({T, H}).slice(t0, t0 + n);
-    copy(dst, dhc);
+    Tensor dhc = dh->view({T, H}).slice(t0, t0 + n);
+    gemm(gr, false, w, false, dhc, 1.f, 0.f);
   }
   return read_acc();
 }
