@@ -10,6 +10,7 @@
 //   any_nonfinite: flag (=) 1 if some x is NaN/Inf
 // Memory: plain grid-stride loops, one element per iteration, fp32 math in registers; copy_cols and add have
 // 16-byte (8 x bf16) paths for bf16 tensors with aligned rows, the common case in the model's hot loop.
+#include "common/bf16x8.cuh"
 #include "common/device.cuh"
 #include "elementwise/elementwise.cuh"
 
@@ -90,28 +91,6 @@ __global__ void swiglu_bwd_kernel(KIn d, KIn g, KIn u, KOut dg, KOut du, int64_t
     st(du, i, dv * siluf_(gv));
   }
 }
-// 8 bf16 values per thread (16-byte loads/stores) when every operand is bf16.
-struct Bf16x8 {
-  float v[8];
-};
-__device__ __forceinline__ Bf16x8 ld8(const void* p, int64_t i) {
-  const uint4 raw = static_cast<const uint4*>(p)[i];
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-  Bf16x8 r;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 f = __bfloat1622float2(h[k]);
-    r.v[2 * k] = f.x, r.v[2 * k + 1] = f.y;
-  }
-  return r;
-}
-__device__ __forceinline__ void st8(void* p, int64_t i, const Bf16x8& x) {
-  uint4 raw;
-  auto* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(x.v[2 * k], x.v[2 * k + 1]);
-  static_cast<uint4*>(p)[i] = raw;
-}
 __global__ void swiglu_fwd_bf16x8_kernel(const void* g, const void* u, void* o, int64_t n8) {
   DT_GRID_STRIDE(i, n8) {
     const Bf16x8 gv = ld8(g, i), uv = ld8(u, i);
@@ -135,11 +114,6 @@ __global__ void swiglu_bwd_bf16x8_kernel(const void* d, const void* g, const voi
     st8(du, i, ru);
   }
 }
-// Every pointer bf16 and 16-byte aligned, n a multiple of 8.
-template <class... P> bool all_bf16x8(int64_t n, const P&... p) {
-  return n % 8 == 0 && ((p.t == KType::BF16 && reinterpret_cast<uintptr_t>(p.p) % 16 == 0) && ...);
-}
-
 __global__ void sigmoid_mul_fwd_kernel(KIn x, KIn g, KOut o, int64_t n) {
   DT_GRID_STRIDE(i, n) st(o, i, ld(x, i) * sigmoidf_(ld(g, i)));
 }

@@ -7,9 +7,13 @@
 // S lives in registers in the mma accumulator layout (the update is an accumulation into it) and is copied
 // to a bf16 tile for phase A's products; V' goes through a bf16 tile to be phase B's operand. Three block
 // barriers per chunk. The inputs (F32 scratch of the prep kernel) are rounded to bf16 while staged.
+// WITH_O = false (o.p null: the backward's recompute, or the scan before chunk_out_mma.cu computes O chunk-
+// parallel) leaves out everything that only serves the output: the Q̂ and M tiles, QS and phase B's M·V'.
 // Resources (BV 32): 128 threads, smem 77 KiB (2 blocks per SM), registers: see ptxas -v.
 // Estimate at T=8192 (2 sequences), HV 32: 256 blocks, 64 chunks each; per chunk 112 KiB of (mostly L2)
 // loads and ~100 mma per warp -> ~4 us, so ~0.3 ms for the scan (FMA kernel: 6.1 ms).
+#include <type_traits>
+
 #include "common/device.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
@@ -27,36 +31,16 @@ constexpr int LDM = C + 8;
 // PF (prefetch): the next chunk's inputs are copied with cp.async into fp32 staging tiles while this chunk
 // computes, so a chunk costs its math instead of a global round trip; 197 KiB of shared memory (one block
 // per SM), chosen when the grid fits one wave at one block per SM (one or few sequences: the 2B/9B training
-// shapes). Without PF: 77 KiB, 2 blocks per SM overlap each other's loads.
-template <int BV, bool PF> constexpr size_t scan_mma_smem() {
+// shapes). Without PF: 77 KiB, 2 blocks per SM overlap each other's loads. Without O (BV 32): 50 KiB, and
+// 130 KiB with PF (still one block per SM).
+template <int BV, bool PF, bool WITH_O> constexpr size_t scan_mma_smem() {
+  const size_t o_tiles = WITH_O ? size_t(C) * LDK + size_t(C) * LDM : 0;  // Q̂, M
   const size_t tiles =
-      sizeof(bf16) * (3 * size_t(C) * LDK + size_t(C) * LDM + size_t(DKM) * (BV + 8) + size_t(C) * (BV + 8)) +
+      sizeof(bf16) * (2 * size_t(C) * LDK + o_tiles + size_t(DKM) * (BV + 8) + size_t(C) * (BV + 8)) +
       sizeof(float) * 2 * C;
-  const size_t staging = sizeof(float) * (size_t(C) + 3 * size_t(C) * DKM + size_t(C) * C + 2 * size_t(C) * BV);
+  const size_t o_staging = WITH_O ? size_t(C) * DKM + size_t(C) * C : 0;
+  const size_t staging = sizeof(float) * (size_t(C) + 2 * size_t(C) * DKM + o_staging + 2 * size_t(C) * BV);
   return tiles + (PF ? staging : 0);
-}
-
-// dst[r][0..128) (bf16) = scale_r · src[r·stride ..] for r < rows_ok, else 0. All 16 float4 loads of a
-// thread are issued before the first store: the scan is latency-bound (one chunk after another).
-template <int COLS, int LD>
-__device__ __forceinline__ void stage_rows(bf16* dst, const float* src, int64_t stride, int rows_ok,
-                                           const float* scale) {
-  constexpr int Q = COLS / 4, N = C * Q / NT;
-  float4 x[N];
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
-    x[k] = r < rows_ok ? *reinterpret_cast<const float4*>(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
-    const float sc = scale ? scale[r] : 1.f;
-    uint2 packed;
-    packed.x = mma::pack_bf16(x[k].x * sc, x[k].y * sc);
-    packed.y = mma::pack_bf16(x[k].z * sc, x[k].w * sc);
-    *reinterpret_cast<uint2*>(dst + r * LD + c) = packed;
-  }
 }
 
 // cp.async of rows [0, 64) x COLS floats (row r at src + r·stride) into dst[r][COLS]; rows ≥ rows_ok zeros.
@@ -71,29 +55,30 @@ __device__ __forceinline__ void prefetch_rows(float* dst, const float* src, int6
   }
 }
 
-template <int BV, bool PF>
+template <int BV, bool PF, bool WITH_O>
 __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
     const float* qn, const float* kn, const float* W, const float* U, const float* M, const float* Gc,
     const int32_t* chunks, const int32_t* chunk_off, KOut o, float* states, float* vnew, int64_t HK, int64_t HV) {
   constexpr int NB = BV / 8, LDV = BV + 8;
   static_assert(NB % 2 == 0, "n-blocks come in pairs");
   extern __shared__ __align__(16) unsigned char gdn_smem[];
+  // The Q̂ and M tiles (and their staging) take no space without O.
   bf16* Wb = reinterpret_cast<bf16*>(gdn_smem);  // [C][LDK]  W
   bf16* Qb = Wb + C * LDK;                        // [C][LDK]  Q̂
-  bf16* Kb = Qb + C * LDK;                        // [C][LDK]  diag(Γ/γ)·K̂
+  bf16* Kb = Qb + (WITH_O ? C * LDK : 0);         // [C][LDK]  diag(Γ/γ)·K̂
   bf16* Mb = Kb + C * LDK;                        // [C][LDM]  M
-  bf16* Sb = Mb + C * LDM;                        // [DK][LDV] S (bf16 copy)
+  bf16* Sb = Mb + (WITH_O ? C * LDM : 0);         // [DK][LDV] S (bf16 copy)
   bf16* Vb = Sb + DKM * LDV;                      // [C][LDV]  V'
   float* G = reinterpret_cast<float*>(Vb + C * LDV);  // [C] G_i
   float* Dc = G + C;                                  // [C] Γ/γ_i
   // PF staging (fp32): the next chunk's G, W, Q̂, K̂, M, U, and this chunk's U.
-  float* Gs = Dc + C;          // [C]
-  float* Wf = Gs + C;          // [C][DK]
-  float* Qf = Wf + C * DKM;    // [C][DK]
-  float* Kf = Qf + C * DKM;    // [C][DK]
-  float* Mf = Kf + C * DKM;    // [C][C]
-  float* Uf = Mf + C * C;      // [C][BV] (staging)
-  float* Us = Uf + C * BV;     // [C][BV] (this chunk)
+  float* Gs = Dc + C;                          // [C]
+  float* Wf = Gs + C;                          // [C][DK]
+  float* Qf = Wf + C * DKM;                    // [C][DK]
+  float* Kf = Qf + (WITH_O ? C * DKM : 0);     // [C][DK]
+  float* Mf = Kf + C * DKM;                    // [C][C]
+  float* Uf = Mf + (WITH_O ? C * C : 0);       // [C][BV] (staging)
+  float* Us = Uf + C * BV;                     // [C][BV] (this chunk)
   const int n = blockIdx.x / HV, h = blockIdx.x % HV;
   const int c0 = blockIdx.y * BV;
   const int64_t hk = h / (HV / HK);
@@ -107,9 +92,9 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
       mma::cp_async4(mma::smem_addr(Gs + threadIdx.x), ok ? Gc + (t0 + threadIdx.x) * HV + h : Gc, ok);
     }
     prefetch_rows<DKM>(Wf, W + (t0 * HV + h) * DKM, HV * DKM, len);
-    prefetch_rows<DKM>(Qf, qn + (t0 * HK + hk) * DKM, HK * DKM, len);
+    if (WITH_O) prefetch_rows<DKM>(Qf, qn + (t0 * HK + hk) * DKM, HK * DKM, len);
     prefetch_rows<DKM>(Kf, kn + (t0 * HK + hk) * DKM, HK * DKM, len);
-    prefetch_rows<C>(Mf, M + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C);
+    if (WITH_O) prefetch_rows<C>(Mf, M + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C);
     prefetch_rows<BV>(Uf, U + (t0 * HV + h) * DVM + c0, HV * DVM, len);
     mma::cp_async_commit();
   };
@@ -145,19 +130,19 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
     }
     __syncthreads();
     if constexpr (PF) {
-      stage_rows<DKM, LDK>(Wb, Wf, DKM, C, nullptr);
-      stage_rows<DKM, LDK>(Qb, Qf, DKM, C, nullptr);
-      stage_rows<DKM, LDK>(Kb, Kf, DKM, C, Dc);
-      stage_rows<C, LDM>(Mb, Mf, C, C, nullptr);
+      stage_rows<C, DKM, LDK, NT>(Wb, Wf, DKM, C, nullptr);
+      if (WITH_O) stage_rows<C, DKM, LDK, NT>(Qb, Qf, DKM, C, nullptr);
+      stage_rows<C, DKM, LDK, NT>(Kb, Kf, DKM, C, Dc);
+      if (WITH_O) stage_rows<C, C, LDM, NT>(Mb, Mf, C, C, nullptr);
       for (int idx = threadIdx.x; idx < C * BV / 4; idx += NT)
         reinterpret_cast<float4*>(Us)[idx] = reinterpret_cast<const float4*>(Uf)[idx];
       __syncthreads();  // staging consumed: fetch the next chunk behind this one's math
       if (ch + 1 < chunk_off[n + 1]) prefetch(ch + 1);
     } else {
-      stage_rows<DKM, LDK>(Wb, W + (t0 * HV + h) * DKM, HV * DKM, len, nullptr);
-      stage_rows<DKM, LDK>(Qb, qn + (t0 * HK + hk) * DKM, HK * DKM, len, nullptr);
-      stage_rows<DKM, LDK>(Kb, kn + (t0 * HK + hk) * DKM, HK * DKM, len, Dc);
-      stage_rows<C, LDM>(Mb, M + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C, nullptr);
+      stage_rows<C, DKM, LDK, NT>(Wb, W + (t0 * HV + h) * DKM, HV * DKM, len, nullptr);
+      if (WITH_O) stage_rows<C, DKM, LDK, NT>(Qb, qn + (t0 * HK + hk) * DKM, HK * DKM, len, nullptr);
+      stage_rows<C, DKM, LDK, NT>(Kb, kn + (t0 * HK + hk) * DKM, HK * DKM, len, Dc);
+      if (WITH_O) stage_rows<C, C, LDM, NT>(Mb, M + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C, nullptr);
       __syncthreads();
     }
     // U rows of this chunk: staged (PF) or straight from global memory.
@@ -168,9 +153,11 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
     const int m0 = 16 * warp;
     float vp[NB][4], qs[NB][4];
     zero(vp);
-    zero(qs);
     warp_mma<NB, false, true>(vp, Wb, LDK, m0, Sb, LDV, 0, 0, DKM);
-    warp_mma<NB, false, true>(qs, Qb, LDK, m0, Sb, LDV, 0, 0, DKM);
+    if constexpr (WITH_O) {
+      zero(qs);
+      warp_mma<NB, false, true>(qs, Qb, LDK, m0, Sb, LDV, 0, 0, DKM);
+    }
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
@@ -187,7 +174,7 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
     __syncthreads();
 
     // Phase B: O = diag(γ)·QS + M·V' (M is causal: k only up to this warp's last row).
-    if (o.p) {
+    if constexpr (WITH_O) {
       float mv[NB][4];
       zero(mv);
       warp_mma<NB, false, true>(mv, Mb, LDM, m0, Vb, LDV, 0, 0, m0 + 16);
@@ -222,12 +209,26 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
   }
 }
 
+// f(BV, PF, WITH_O), each a std::integral_constant, for the variant chosen at run time (bv: kChunkBV or half).
+template <class F> void with_scan_variant(int bv, bool pf, bool with_o, F&& f) {
+  auto by_o = [&](auto bv_c, auto pf_c) {
+    if (with_o) f(bv_c, pf_c, std::true_type{});
+    else f(bv_c, pf_c, std::false_type{});
+  };
+  auto by_pf = [&](auto bv_c) {
+    if (pf) by_o(bv_c, std::true_type{});
+    else by_o(bv_c, std::false_type{});
+  };
+  if (bv == kChunkBV) by_pf(std::integral_constant<int, kChunkBV>{});
+  else by_pf(std::integral_constant<int, kChunkBV / 2>{});
+}
+
 }  // namespace
 
-// The prefetching variant's size (the larger of the two).
+// The prefetching variant with output's size (the largest).
 size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv) {
   if (!gdn_chunk_mma_supported(dk, dv)) return 0;
-  return bv == kChunkBV ? scan_mma_smem<kChunkBV, true>() : scan_mma_smem<kChunkBV / 2, true>();
+  return bv == kChunkBV ? scan_mma_smem<kChunkBV, true, true>() : scan_mma_smem<kChunkBV / 2, true, true>();
 }
 
 #ifndef DT_ATTN_EMU
@@ -249,15 +250,14 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
   const int bv = gdn_scan_tile_cols(nseq * HV, dv);
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
   const bool pf = scan_mma_prefetch(int64_t(grid.x) * grid.y);
-  decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true>) kernel;
-  size_t smem;
-  if (bv == kChunkBV) {
-    kernel = pf ? gdn_chunk_scan_mma_kernel<kChunkBV, true> : gdn_chunk_scan_mma_kernel<kChunkBV, false>;
-    smem = pf ? scan_mma_smem<kChunkBV, true>() : scan_mma_smem<kChunkBV, false>();
-  } else {
-    kernel = pf ? gdn_chunk_scan_mma_kernel<kChunkBV / 2, true> : gdn_chunk_scan_mma_kernel<kChunkBV / 2, false>;
-    smem = pf ? scan_mma_smem<kChunkBV / 2, true>() : scan_mma_smem<kChunkBV / 2, false>();
-  }
+  decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true, true>) kernel = nullptr;
+  size_t smem = 0;
+  with_scan_variant(bv, pf, o.p != nullptr, [&](auto bv_c, auto pf_c, auto o_c) {
+    constexpr int BV = decltype(bv_c)::value;
+    constexpr bool PF = decltype(pf_c)::value, WITH_O = decltype(o_c)::value;
+    kernel = gdn_chunk_scan_mma_kernel<BV, PF, WITH_O>;
+    smem = scan_mma_smem<BV, PF, WITH_O>();
+  });
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   kernel<<<grid, NT, smem, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, vnew, HK, HV);

@@ -105,7 +105,8 @@ cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float
 
 // ---- tensor-core forward scan, chunk_scan_mma.cu (dk = dv = 128) ----
 // Same contract as the FMA scan of launch_gdn_chunk_fwd (after its prep): o (=) unless o.p is null, states
-// and vnew (=) when not null. bv: the column tile gdn_scan_tile_cols picks.
+// and vnew (=) when not null. With o.p null the scan leaves out the output's tiles and products (a shorter
+// serial path). bv: the column tile gdn_scan_tile_cols picks.
 size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv);
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
                                       const float* M, const float* Gc, const int32_t* chunks,

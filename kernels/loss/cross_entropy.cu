@@ -59,7 +59,8 @@ __global__ void ce_kernel(KIn x, int64_t V, const int32_t* labels, float grad_sc
   }
 }
 
-// The same for F32 logits with V % 4 == 0 (the linear cross-entropy's chunks): 16-byte loads. A thread
+// The same for F32 logits with V % 4 == 0 (the linear cross-entropy's chunks): 16-byte loads and 1024 threads
+// per row (a 248K-vocabulary row is 1 MB: more loads in flight per block). A thread
 // writes exactly the elements it read, so dlogits may alias logits here too.
 __global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels, float grad_scale, KOut d,
                                 double* loss_acc) {
@@ -105,7 +106,7 @@ cudaError_t launch_cross_entropy(KIn logits, int64_t T, int64_t V, const int32_t
   if (T <= 0) return cudaSuccess;
   const bool x4 = logits.t == KType::F32 && V % 4 == 0 && reinterpret_cast<uintptr_t>(logits.p) % 16 == 0;
   if (x4)
-    ce_f32x4_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(static_cast<const float*>(logits.p), V, labels,
+    ce_f32x4_kernel<<<static_cast<unsigned>(T), 4 * kThreads, 0, s>>>(static_cast<const float*>(logits.p), V, labels,
                                                                    grad_scale, dlogits, loss_acc);
   else
     ce_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(logits, V, labels, grad_scale, dlogits, loss_acc);

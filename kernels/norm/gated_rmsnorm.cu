@@ -1,9 +1,11 @@
-// Gated RMSNorm of the GDN output (spec §3.3, §3.10), rows of length n = dv, one block per row, fp32 math.
+// Gated RMSNorm of the GDN output (spec §3.3, §3.10), rows of length n = dv, fp32 math; bf16 rows with n % 8 == 0
+// on lane groups (rows8.cuh: 16 lanes per 128-value row), others one block per row.
 //   forward:  r = 1/sqrt(mean(x²) + eps), x̂ = x·r;  y (=) x̂·w·silu(z);  rstd (=) r
 //   backward: dz (=) dy·x̂·w·silu'(z);  dx̂ = dy·silu(z)·w;  dx (=) r·(dx̂ − x̂·mean(dx̂·x̂))
 // (The whole product is formed in fp32 before one cast, as FLA's fused kernel does.)
 #include "common/device.cuh"
 #include "norm/norm.cuh"
+#include "norm/rows8.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -44,17 +46,98 @@ __global__ void gated_rmsnorm_bwd_kernel(KIn dy, KIn x, KIn z, KIn w, const floa
   }
 }
 
+template <int L, int CH>
+__global__ void __launch_bounds__(kRows8Threads) gated_rmsnorm_fwd_rows8_kernel(const void* x, const void* z, KIn w,
+                                                                                float eps, void* y, float* rstd,
+                                                                                int64_t rows, int n8) {
+  const RowLane<L> rl(rows);
+  Bf16x8 xv[CH];
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (!rl.valid || j >= n8) continue;
+    xv[k] = ld8(x, rl.row * n8 + j);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += xv[k].v[e] * xv[k].v[e];
+  }
+  ss = group_sum<L>(ss);
+  const float r = rsqrtf(ss / float(8 * n8) + eps);
+  if (!rl.valid) return;
+  if (rl.lane == 0) rstd[rl.row] = r;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (j >= n8) continue;
+    const Bf16x8 zv = ld8(z, rl.row * n8 + j);
+    Bf16x8 out;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out.v[e] = xv[k].v[e] * r * ld(w, 8 * j + e) * siluf_(zv.v[e]);
+    st8(y, rl.row * n8 + j, out);
+  }
+}
+
+template <int L, int CH>
+__global__ void __launch_bounds__(kRows8Threads)
+    gated_rmsnorm_bwd_rows8_kernel(const void* dy, const void* x, const void* z, KIn w, const float* rstd, void* dx,
+                                   void* dz, int64_t rows, int n8) {
+  const RowLane<L> rl(rows);
+  const float r = rl.valid ? rstd[rl.row] : 0.f;
+  Bf16x8 xh[CH], gs[CH];  // x̂, and dy·silu(z)·w (= dx̂)
+  float dot = 0.f;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (!rl.valid || j >= n8) continue;
+    const Bf16x8 xv = ld8(x, rl.row * n8 + j), zv = ld8(z, rl.row * n8 + j), gv = ld8(dy, rl.row * n8 + j);
+    Bf16x8 dzv;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float wv = ld(w, 8 * j + e);
+      xh[k].v[e] = xv.v[e] * r;
+      gs[k].v[e] = gv.v[e] * siluf_(zv.v[e]) * wv;
+      dot += gs[k].v[e] * xh[k].v[e];
+      dzv.v[e] = gv.v[e] * xh[k].v[e] * wv * dsiluf_(zv.v[e]);
+    }
+    st8(dz, rl.row * n8 + j, dzv);
+  }
+  const float mean = group_sum<L>(dot) / float(8 * n8);
+  if (!rl.valid) return;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (j >= n8) continue;
+    Bf16x8 out;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out.v[e] = r * (gs[k].v[e] - xh[k].v[e] * mean);
+    st8(dx, rl.row * n8 + j, out);
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_gated_rmsnorm_fwd(KIn x, KIn z, KIn w, float eps, KOut y, float* rstd, int64_t rows, int64_t n,
                                      cudaStream_t s) {
-  if (rows > 0) gated_rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, z, w, eps, y, rstd, n);
+  if (rows <= 0) return cudaSuccess;
+  if (all_bf16x8(n, x, z, KIn{y.p, y.t}) &&
+      dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
+        gated_rmsnorm_fwd_rows8_kernel<L.value, CH.value><<<grid, kRows8Threads, 0, s>>>(x.p, z.p, w, eps, y.p, rstd,
+                                                                                        rows, static_cast<int>(n / 8));
+      }))
+    return cudaGetLastError();
+  gated_rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, z, w, eps, y, rstd, n);
   return cudaGetLastError();
 }
 cudaError_t launch_gated_rmsnorm_bwd(KIn dy, KIn x, KIn z, KIn w, const float* rstd, KOut dx, KOut dz, int64_t rows,
                                      int64_t n, cudaStream_t s) {
-  if (rows > 0)
-    gated_rmsnorm_bwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, z, w, rstd, dx, dz, n);
+  if (rows <= 0) return cudaSuccess;
+  if (all_bf16x8(n, dy, x, z, KIn{dx.p, dx.t}, KIn{dz.p, dz.t}) &&
+      dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
+        gated_rmsnorm_bwd_rows8_kernel<L.value, CH.value><<<grid, kRows8Threads, 0, s>>>(
+            dy.p, x.p, z.p, w, rstd, dx.p, dz.p, rows, static_cast<int>(n / 8));
+      }))
+    return cudaGetLastError();
+  gated_rmsnorm_bwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, z, w, rstd, dx, dz, n);
   return cudaGetLastError();
 }
 

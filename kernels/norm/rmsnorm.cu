@@ -1,9 +1,11 @@
 // RMSNorm over rows of length n (spec §3.3, §3.10), one block per row, fp32 math.
 //   forward:  r = 1/sqrt(mean(x²) + eps);  y (=) x·r·w'   with w' = 1 + w (zero-centred) or w;  rstd (=) r
 //   backward: x̂ = x·r, dx̂ = dy·w';  dx (=) r·(dx̂ − x̂·mean(dx̂·x̂))
-// Memory: each row is read twice (reduction pass, then output pass); rows are contiguous.
+// Memory: bf16 rows (n % 8 == 0, n <= 4096) are read once into registers (rows8.cuh); otherwise one block per row
+// reads each row twice (reduction pass, then output pass).
 #include "common/device.cuh"
 #include "norm/norm.cuh"
+#include "norm/rows8.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -44,16 +46,98 @@ __global__ void rmsnorm_bwd_kernel(KIn dy, KIn x, KIn w, const float* rstd, bool
   }
 }
 
+template <int L, int CH>
+__global__ void __launch_bounds__(kRows8Threads)
+    rmsnorm_fwd_rows8_kernel(const void* x, KIn w, float eps, bool zc, void* y, float* rstd, int64_t rows, int n8) {
+  const RowLane<L> rl(rows);
+  Bf16x8 xv[CH];
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (!rl.valid || j >= n8) continue;
+    xv[k] = ld8(x, rl.row * n8 + j);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += xv[k].v[e] * xv[k].v[e];
+  }
+  ss = group_sum<L>(ss);
+  const float r = rsqrtf(ss / float(8 * n8) + eps);
+  if (!rl.valid) return;
+  if (rl.lane == 0) rstd[rl.row] = r;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (j >= n8) continue;
+    Bf16x8 out;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float wv = zc ? 1.f + ld(w, 8 * j + e) : ld(w, 8 * j + e);
+      out.v[e] = xv[k].v[e] * r * wv;
+    }
+    st8(y, rl.row * n8 + j, out);
+  }
+}
+
+template <int L, int CH>
+__global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const void* dy, const void* x, KIn w,
+                                                                          const float* rstd, bool zc, void* dx,
+                                                                          int64_t rows, int n8) {
+  const RowLane<L> rl(rows);
+  const float r = rl.valid ? rstd[rl.row] : 0.f;
+  Bf16x8 xv[CH], gv[CH];
+  float dot = 0.f;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (!rl.valid || j >= n8) continue;
+    xv[k] = ld8(x, rl.row * n8 + j);
+    gv[k] = ld8(dy, rl.row * n8 + j);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float wv = zc ? 1.f + ld(w, 8 * j + e) : ld(w, 8 * j + e);
+      dot += gv[k].v[e] * wv * xv[k].v[e] * r;
+    }
+  }
+  const float mean = group_sum<L>(dot) / float(8 * n8);
+  if (!rl.valid) return;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (j >= n8) continue;
+    Bf16x8 out;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float wv = zc ? 1.f + ld(w, 8 * j + e) : ld(w, 8 * j + e);
+      out.v[e] = r * (gv[k].v[e] * wv - xv[k].v[e] * r * mean);
+    }
+    st8(dx, rl.row * n8 + j, out);
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_rmsnorm_fwd(KIn x, KIn w, float eps, bool zc, KOut y, float* rstd, int64_t rows, int64_t n,
                                cudaStream_t s) {
-  if (rows > 0) rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, w, eps, zc, y, rstd, n);
+  if (rows <= 0) return cudaSuccess;
+  if (all_bf16x8(n, x, KIn{y.p, y.t}) &&
+      dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
+        rmsnorm_fwd_rows8_kernel<L.value, CH.value><<<grid, kRows8Threads, 0, s>>>(x.p, w, eps, zc, y.p, rstd, rows,
+                                                                                  static_cast<int>(n / 8));
+      }))
+    return cudaGetLastError();
+  rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, w, eps, zc, y, rstd, n);
   return cudaGetLastError();
 }
 cudaError_t launch_rmsnorm_bwd(KIn dy, KIn x, KIn w, const float* rstd, bool zc, KOut dx, int64_t rows, int64_t n,
                                cudaStream_t s) {
-  if (rows > 0) rmsnorm_bwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, w, rstd, zc, dx, n);
+  if (rows <= 0) return cudaSuccess;
+  if (all_bf16x8(n, dy, x, KIn{dx.p, dx.t}) &&
+      dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
+        rmsnorm_bwd_rows8_kernel<L.value, CH.value><<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, w, rstd, zc, dx.p,
+                                                                                  rows, static_cast<int>(n / 8));
+      }))
+    return cudaGetLastError();
+  rmsnorm_bwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, w, rstd, zc, dx, n);
   return cudaGetLastError();
 }
 

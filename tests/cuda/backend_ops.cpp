@@ -254,10 +254,13 @@ void case_embedding(Env& e) {
 
 // ---- norms ----------------------------------------------------------------------------------------------
 void case_rmsnorm(Env& e) {
-  for (int64_t n : {13, 256, 1030})
+  // n % 8 == 0 runs the lane-group kernels (16 lanes for 24, 32 lanes with 1..16 chunks of 8 per lane, F32
+  // weights at 2048); 13 and 1030 the one-block-per-row kernels. 21 rows: the last block is partly empty.
+  for (int64_t n : {13, 24, 256, 1030, 2048, 4096})
     for (bool zc : {true, false}) {
       const int64_t rows = 21;
-      Pair x = e.in({rows, n}, BF, -3.f, 3.f), w = e.in({n}, BF, -0.5f, 0.5f), dy = e.in({rows, n}, BF);
+      Pair x = e.in({rows, n}, BF, -3.f, 3.f), w = e.in({n}, n == 2048 ? F32 : BF, -0.5f, 0.5f);
+      Pair dy = e.in({rows, n}, BF);
       Pair y = e.out({rows, n}, BF), r = e.out({rows}, F32), dx = e.out({rows, n}, BF);
       e.cpu->rmsnorm_fwd(x.c, w.c, 1e-6f, zc, y.c, r.c);
       e.gpu->rmsnorm_fwd(x.g, w.g, 1e-6f, zc, y.g, r.g);
@@ -271,7 +274,7 @@ void case_rmsnorm(Env& e) {
 }
 
 void case_gated_rmsnorm(Env& e) {
-  for (int64_t n : {24, 128}) {
+  for (int64_t n : {12, 24, 128, 136}) {  // 12: one block per row; 24, 128: 16-lane groups; 136: 32 lanes
     const int64_t rows = 19;
     Pair x = e.in({rows, n}, BF, -2.f, 2.f), z = e.in({rows, n}, BF, -3.f, 3.f), w = e.in({n}, BF, 0.5f, 1.5f);
     Pair dy = e.in({rows, n}, BF);

@@ -33,7 +33,8 @@ void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, 
                     const float* gsum, float* dqh, float* dkh, float* dg);
 void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm, float* dW,
                  const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta);
-// tensor-core forward scan (chunk_scan_mma.cu), bv = 32 or 16 value columns per block, pf: prefetching variant
+// tensor-core forward scan (chunk_scan_mma.cu), bv = 32 or 16 value columns per block, pf: prefetching variant;
+// o.p null: the variant without output
 void scan_mma(const Shape& s, int bv, bool pf, const float* qn, const float* kn, const float* W, const float* U, const float* M,
               const float* Gc, KOut o, float* states, float* vnew);
 // tensor-core forward prep (chunk_prep_mma.cu)

@@ -5,6 +5,7 @@
 // layouts, masking and tiling without a GPU; not part of the build:
 //   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I /usr/local/cuda/include \
 //       kernels/gdn/emu/*.cpp -o /tmp/gdn_emu -lpthread && /tmp/gdn_emu
+// (`/tmp/gdn_emu noout`: only the scan without output (the backward's recompute) vs the fused scan.)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -240,6 +241,63 @@ static int dscan_mma_checks() {
   }
   return fails;
 }
+// ---- the scan without output (chunk_scan_mma.cu with o null: the backward's recompute): states and V' vs the
+// FMA forward (nmse target 2e-5) and vs the scan with output (the same bf16 roundings: expected equal). Every
+// scan variant (bv 32/16, prefetch or not).
+static int no_output_scan_checks() {
+  constexpr int dk = 128, dv = 128, C = 64;
+  struct Case {
+    const char* name;
+    std::vector<int32_t> cu;
+    int64_t HK, HV;
+    float gmin;
+  };
+  const std::vector<Case> cases = {
+      {"2 seqs 101+70, HV/HK 2, g>=-1", {0, 101, 171}, 1, 2, -1.f},
+      {"1 seq of 5 tokens, HV/HK 1", {0, 5}, 2, 2, -0.1f},
+      {"3 seqs 200+3+127, HV/HK 2, g>=-0.02", {0, 200, 203, 330}, 1, 2, -0.02f},
+  };
+  int fails = 0;
+  for (const Case& cs : cases) {
+    const ChunkList cl = chunk_list(cs.cu, C);
+    const int nchunks = cl.n();
+    const int64_t T = cs.cu.back(), HK = cs.HK, HV = cs.HV;
+    gdn_emu::Shape s{cl.chunks.data(), nchunks, cl.off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv};
+    Rand u(3);
+    const Inputs in = make_inputs(u, T, HK, HV, dk, dv, cs.gmin);
+    F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size());
+    gdn_emu::prep(s, in.qn.data(), in.kn.data(), in.vi(), in.g.data(), in.bi(), W.data(), U.data(), M.data(),
+                  Gc.data(), Tm.data());
+    F o(T * HV * dv), states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv);
+    gdn_emu::scan(s, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
+                  states.data(), vnew.data());
+    std::printf("scan without output: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T, nchunks,
+                (long long)HK, (long long)HV);
+    for (int variant = 0; variant < 4; ++variant) {
+      const int bv = variant & 1 ? 16 : 32;
+      const bool pf = variant >= 2;
+      const float nan = std::nanf("");
+      F of(o.size(), nan), stf(states.size(), nan), vnf(vnew.size(), nan);  // fused
+      F sts(states.size(), nan), vns(vnew.size(), nan);  // without output
+      gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(),
+                        KOut{of.data(), KType::F32}, stf.data(), vnf.data());
+      gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{},
+                        sts.data(), vns.data());
+      for (auto [name, got, fused, ref] : {std::tuple{"states", &sts, &stf, &states}, {"vnew", &vns, &vnf, &vnew}}) {
+        int bad = 0, bad_f = 0;
+        const double e = nmse(*got, *ref, &bad), ef = nmse(*got, *fused, &bad_f);
+        double dmax = 0;
+        for (size_t i = 0; i < got->size(); ++i) dmax = std::max(dmax, double(std::fabs((*got)[i] - (*fused)[i])));
+        const bool fail = !(e <= 2e-5) || !(ef <= 1e-12) || bad;
+        std::printf("  bv %2d pf %d %-7s nmse vs FMA %.3e  vs fused mma %.3e (max |diff| %.2e)  nonfinite %d%s\n",
+                    bv, int(pf), name, e, ef, dmax, bad, fail ? "  FAIL" : "");
+        fails += fail;
+      }
+    }
+  }
+  return fails;
+}
+
 // ---- tensor-core backward (chunk_bwd_mma.cu) vs the FMA backward (chunk_bwd.cu) ----------------------------
 namespace bwd_mma {
 struct In {  // one shape's inputs and forward recompute (FMA kernels), as launch_gdn_chunk_bwd gets them
@@ -326,7 +384,8 @@ static int long_case() {
 }
 }  // namespace bwd_mma
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "noout") return no_output_scan_checks() ? 1 : 0;
   const int prep_fails = prep_mma_check();
   constexpr int dk = 128, dv = 128, C = 64;
   const int64_t HK = 1, HV = 2;
@@ -377,6 +436,7 @@ int main() {
                                                states.data(), vnew.data(), dh.data(), dvn.data(), vi, di, bi});
   fails += bwd_mma::long_case();
   fails += dscan_mma_checks();
+  fails += no_output_scan_checks();
   std::printf("%s\n", fails ? "FAIL" : "OK");
   return fails || prep_fails ? 1 : 0;
 }

@@ -1,0 +1,48 @@
+// Row-wise norms over bf16 rows with n % 8 == 0: a row is spread over a group of L lanes of one warp (L = 16 for
+// rows of at most 128 values, else 32), each lane holding CH groups of 8 values in registers. A row is read once,
+// and its reduction is a few shuffles inside the group (no shared memory, no block barrier). Used by the RMSNorm
+// kernels when every row operand is bf16; the one-block-per-row kernels handle the rest.
+#pragma once
+#include <type_traits>
+
+#include "common/bf16x8.cuh"
+#include "common/device.cuh"
+
+namespace deltatune::kernels {
+
+constexpr int kRows8Threads = 256;
+
+// Sum over the L lanes of this lane's group (every lane of the warp must call it).
+template <int L> __device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// This thread's row and lane within the row's group; valid = false past the last row (such lanes still take part
+// in the shuffles).
+template <int L> struct RowLane {
+  int64_t row;
+  int lane;
+  bool valid;
+  __device__ explicit RowLane(int64_t rows)
+      : row(int64_t(blockIdx.x) * (kRows8Threads / L) + threadIdx.x / L), lane(threadIdx.x % L), valid(row < rows) {}
+};
+
+// Calls launch(std::integral_constant<int, L>{}, std::integral_constant<int, CH>{}, grid) with the group size and
+// chunks per lane for rows of n values; false (nothing launched) when n is not a multiple of 8 or over 4096.
+template <class Launch> bool dispatch_rows8(int64_t rows, int64_t n, Launch&& launch) {
+  if (n % 8 != 0 || n <= 0 || n > 4096) return false;
+  const int64_t n8 = n / 8;
+  const auto grid = [&](int lanes) { return grid_for(rows, kRows8Threads / lanes, int64_t(1) << 31); };
+  using std::integral_constant;
+  if (n8 <= 16) launch(integral_constant<int, 16>{}, integral_constant<int, 1>{}, grid(16));
+  else if (n8 <= 32) launch(integral_constant<int, 32>{}, integral_constant<int, 1>{}, grid(32));
+  else if (n8 <= 64) launch(integral_constant<int, 32>{}, integral_constant<int, 2>{}, grid(32));
+  else if (n8 <= 128) launch(integral_constant<int, 32>{}, integral_constant<int, 4>{}, grid(32));
+  else if (n8 <= 256) launch(integral_constant<int, 32>{}, integral_constant<int, 8>{}, grid(32));
+  else launch(integral_constant<int, 32>{}, integral_constant<int, 16>{}, grid(32));
+  return true;
+}
+
+}  // namespace deltatune::kernels
