@@ -29,5 +29,8 @@ cudaError_t launch_any_nonfinite(KIn x, int64_t n, int32_t* flag, cudaStream_t s
 // The same over `count` tensors (xs[i] of ns[i] elements) in one launch per 96 tensors (reduce_many.cu).
 cudaError_t launch_sum_squares_many(const KIn* xs, const int64_t* ns, int count, double* acc, cudaStream_t s);
 cudaError_t launch_any_nonfinite_many(const KIn* xs, const int64_t* ns, int count, int32_t* flag, cudaStream_t s);
+// dst[i] (=) src[i] (ns[i] elements) converted to dst[i]'s type, for `count` tensors in a few launches
+// (convert_many.cu).
+cudaError_t launch_convert_many(const KOut* dst, const KIn* src, const int64_t* ns, int count, cudaStream_t s);
 
 }  // namespace deltatune::kernels

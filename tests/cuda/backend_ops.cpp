@@ -148,6 +148,30 @@ void case_add_scale(Env& e) {
   e.cpu->scale(z.c, -1.75f);
   e.gpu->scale(z.g, -1.75f);
   compare(e, "scale", z, 1e-12);
+
+  // copy_many: 70 pairs (two launches of 64) F32 -> BF16, BF16 -> F32, one same-type pair, one empty tensor;
+  // each result equal to copy() of the same pair (whose conversion the fill_copy case checks against the host).
+  std::vector<Tensor> srcs, many, one;
+  std::vector<Backend::CopyPair> pairs;
+  for (int i = 0; i < 70; ++i) {
+    const int64_t n = i == 3 ? 0 : 1 + (i * 331) % 4099;
+    const DType from = i % 2 ? BF : F32, to = i == 9 ? from : (i % 2 ? F32 : BF);
+    srcs.push_back(e.gpu->upload(e.host_rand({n}, F32, -5.f, 5.f), from));
+    many.push_back(e.gpu->alloc({n}, to));
+    one.push_back(e.gpu->alloc({n}, to));
+  }
+  for (size_t i = 0; i < srcs.size(); ++i) {
+    pairs.push_back({&many[i], &srcs[i]});
+    e.gpu->copy(one[i], srcs[i]);
+  }
+  e.gpu->copy_many(pairs);
+  for (size_t i = 0; i < srcs.size(); ++i)
+    EXPECT_EQ(e.down(*e.gpu, many[i]), e.down(*e.gpu, one[i])) << "copy_many pair " << i;
+  std::vector<Backend::CopyPair> cpu_pairs;  // the CPU's generic form runs too
+  Tensor cs = e.cpu->upload(e.host_rand({33}, F32, -1.f, 1.f), F32), cd = e.cpu->alloc({33}, F32);
+  cpu_pairs.push_back({&cd, &cs});
+  e.cpu->copy_many(cpu_pairs);
+  EXPECT_EQ(e.down(*e.cpu, cd), e.down(*e.cpu, cs));
 }
 
 void case_reductions(Env& e) {
@@ -792,7 +816,7 @@ const std::vector<OpCase>& all_cases() {
                   "memory_stats", "synchronize"}, case_memory},
       {"fill_copy", {"fill", "copy", "copy_cols"}, case_fill_copy},
       {"gemm", {"gemm"}, case_gemm},
-      {"add_scale", {"add", "scale"}, case_add_scale},
+      {"add_scale", {"add", "scale", "copy_many"}, case_add_scale},
       {"reductions", {"sum_squares", "all_finite", "sum_squares_many", "all_finite_many"}, case_reductions},
       {"dropout", {"dropout"}, case_dropout},
       {"activations", {"swiglu_fwd", "swiglu_bwd", "sigmoid_mul_fwd", "sigmoid_mul_bwd", "sigmoid"}, case_activations},

@@ -39,6 +39,10 @@ double Backend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Ten
   return total;
 }
 
+void Backend::copy_many(const std::vector<CopyPair>& pairs) {
+  for (const CopyPair& p : pairs) copy(*p.dst, *p.src);
+}
+
 double Backend::sum_squares_many(const std::vector<const Tensor*>& xs) {
   double total = 0;
   for (const Tensor* x : xs) total += sum_squares(*x);

@@ -265,6 +265,25 @@ struct KInList {
 };
 }  // namespace
 
+void CudaBackend::copy_many(const std::vector<CopyPair>& pairs) {
+  std::vector<kernels::KOut> dst;
+  std::vector<kernels::KIn> src;
+  std::vector<int64_t> ns;
+  for (const CopyPair& p : pairs) {
+    check(p.dst->numel() == p.src->numel(), "copy_many: dst " + shape_str(p.dst->shape) + " and src " +
+                                                shape_str(p.src->shape) + " differ in element count");
+    if (p.dst->dtype == p.src->dtype || !is_float(p.dst->dtype) || !is_float(p.src->dtype)) {
+      copy(*p.dst, *p.src);  // plain copies and non-float types keep copy()'s path and messages
+      continue;
+    }
+    dst.push_back(kout(*p.dst, "copy_many: dst"));
+    src.push_back(kin(*p.src, "copy_many: src"));
+    ns.push_back(p.src->numel());
+  }
+  cuda_check(kernels::launch_convert_many(dst.data(), src.data(), ns.data(), static_cast<int>(dst.size()), stream()),
+             "copy_many");
+}
+
 double CudaBackend::sum_squares_many(const std::vector<const Tensor*>& xs) {
   const KInList l(xs, "sum_squares: tensor");
   double* acc = zero_acc();
