@@ -52,6 +52,7 @@ class CudaBackend final : public Backend {
   void scale(Tensor& y, float alpha) override;
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;
+  void copy_many(const std::vector<CopyPair>& pairs) override;
   double sum_squares_many(const std::vector<const Tensor*>& xs) override;
   bool all_finite_many(const std::vector<const Tensor*>& xs) override;
   void dropout(const Tensor& x, float p, uint64_t seed, Tensor& y) override;
