@@ -4,7 +4,12 @@
 // forward + backward, achieved TFLOP/s, and the allocator's peak above the inputs (sizes run in increasing
 // order, so the running peak is the largest size's).
 //
-//   bench_gdn [--tokens 4096,8192,16384,32768] [--seq 4096] [--hk 16] [--hv 32] [--iters 10]
+//   bench_gdn [--tokens 4096,8192,16384,32768] [--seq 4096] [--hk 16] [--hv 32] [--iters 10] [--keep 0|1]
+//
+// --keep 0 (default): gdn_fwd, then gdn_bwd recomputes the forward's chunk quantities (nothing kept between
+// the passes but the inputs). --keep 1: gdn_fwd_keep keeps them (W, M, T, chunk states, V', normalised q/k)
+// and gdn_bwd_saved uses them, as a training step does for a layer it recomputes under checkpointing; the
+// peak then includes what is kept.
 //
 // FLOPs (chunk 64, per value head and token, the same count for FLA): forward ≈ 4·dk·dv (state read,
 // W·S, state update K̂ᵀV') + 2·64·(dk + dv) (intra-chunk scores and M·V') + prep ≈ 64·dk·2; backward ≈ 2×
@@ -64,6 +69,7 @@ double median_ms(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::vector<int64_t> sizes{4096, 8192, 16384, 32768};
   int64_t seq = 4096, HK = 16, HV = 32, iters = 10;
+  bool keep = false;
   const int dk = 128, dv = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -72,6 +78,7 @@ int main(int argc, char** argv) {
     else if (a == "--hk") HK = std::stoll(v);
     else if (a == "--hv") HV = std::stoll(v);
     else if (a == "--iters") iters = std::stoll(v);
+    else if (a == "--keep") keep = std::stoll(v) != 0;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -103,10 +110,13 @@ int main(int argc, char** argv) {
       for (int64_t it = 0; it < iters + 2; ++it) {
         be->synchronize();
         const auto t0 = std::chrono::steady_clock::now();
-        be->gdn_fwd(q, k, v, g, beta, layout, scale, o);
+        std::shared_ptr<Backend::GdnSaved> saved;
+        if (keep) saved = be->gdn_fwd_keep(q, k, v, g, beta, layout, scale, o);
+        else be->gdn_fwd(q, k, v, g, beta, layout, scale, o);
         be->synchronize();
         const auto t1 = std::chrono::steady_clock::now();
-        be->gdn_bwd(dout, q, k, v, g, beta, layout, scale, dq, dkk, dvv, dg, db);
+        be->gdn_bwd_saved(saved.get(), dout, q, k, v, g, beta, layout, scale, dq, dkk, dvv, dg, db);
+        saved.reset();
         be->synchronize();
         const auto t2 = std::chrono::steady_clock::now();
         peak = std::max(peak, be->memory_stats().peak_allocated_bytes - base);
@@ -119,10 +129,11 @@ int main(int argc, char** argv) {
       const double mf = median_ms(fwd), mb = median_ms(both);
       std::printf("%8lld %6zu %10.3f %10.3f %12.1f %12.1f %10.1f\n", static_cast<long long>(T), cu.size() - 1, mf, mb,
                   ffl / mf * 1e-9, bfl / mb * 1e-9, double(peak) / (1 << 20));
-      std::printf("{\"bench\": \"gdn\", \"impl\": \"deltatune\", \"tokens\": %lld, \"seq\": %lld, \"hk\": %lld, "
+      std::printf("{\"bench\": \"gdn\", \"impl\": \"%s\", \"tokens\": %lld, \"seq\": %lld, \"hk\": %lld, "
                   "\"hv\": %lld, \"fwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwd_bwd_tflops\": "
                   "%.2f, \"peak_mib\": %.1f}\n",
-                  static_cast<long long>(T), static_cast<long long>(seq), static_cast<long long>(HK),
+                  keep ? "deltatune_keep" : "deltatune", static_cast<long long>(T), static_cast<long long>(seq),
+                  static_cast<long long>(HK),
                   static_cast<long long>(HV), mf, mb, ffl / mf * 1e-9, bfl / mb * 1e-9, double(peak) / (1 << 20));
     }
   } catch (const std::exception& e) {

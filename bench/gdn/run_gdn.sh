@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Our GDN core vs flash-linear-attention on the same GPU: prints a table with the ratios and the JSON lines.
+# Ours runs twice: recomputing the forward's chunk quantities in the backward, and keeping them (--keep 1).
 #   bench/gdn/run_gdn.sh BENCH_GDN_BIN WHEEL_DIR   (WHEEL_DIR: flash-linear-attention, fla-core, einops wheels)
 # Env TOKENS (4096,8192,16384,32768), SEQ (4096).
 set -u
@@ -11,6 +12,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 LOG=${OUT:-/tmp}/gdn.jsonl
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/fla_site "$WHL"/*.whl
 "$BIN" --tokens "$TOKENS" --seq "$SEQ" | tee /dev/stderr | grep '^{' > "$LOG"
+"$BIN" --tokens "$TOKENS" --seq "$SEQ" --keep 1 | tee /dev/stderr | grep '^{' >> "$LOG"
 PYTHONPATH=/tmp/fla_site PYTHONUNBUFFERED=1 python3 "$HERE/fla_gdn.py" --tokens "$TOKENS" --seq "$SEQ" \
   2> >(tail -5 >&2) | grep '^{' >> "$LOG"
 python3 - "$LOG" <<'PY'
@@ -19,12 +21,17 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
     by.setdefault(r["tokens"], {})[r["impl"]] = r
-print(f"{'tokens':>7} {'ours fwd':>9} {'FLA fwd':>9} {'x':>6} {'ours f+b':>9} {'FLA f+b':>9} {'x':>6} {'ours MiB':>9} {'FLA MiB':>9}")
+print(f"{'tokens':>7} {'ours':>9} {'ours fwd':>9} {'FLA fwd':>9} {'x':>6} {'ours f+b':>9} {'FLA f+b':>9} {'x':>6} "
+      f"{'ours MiB':>9} {'FLA MiB':>9}")
 for t, d in sorted(by.items()):
-    o, f = d.get("deltatune"), d.get("fla")
-    if not (o and f):
-        continue
-    print(f"{t:7d} {o['fwd_ms']:9.2f} {f['fwd_ms']:9.2f} {f['fwd_ms'] / o['fwd_ms']:6.2f} {o['fwd_bwd_ms']:9.2f} "
-          f"{f['fwd_bwd_ms']:9.2f} {f['fwd_bwd_ms'] / o['fwd_bwd_ms']:6.2f} {o['peak_mib']:9.0f} {f['peak_mib']:9.0f}")
+    f = d.get("fla")
+    for mode in ("deltatune", "deltatune_keep"):
+        o = d.get(mode)
+        if not (o and f):
+            continue
+        name = "keep" if mode.endswith("keep") else "recompute"
+        print(f"{t:7d} {name:>9} {o['fwd_ms']:9.2f} {f['fwd_ms']:9.2f} {f['fwd_ms'] / o['fwd_ms']:6.2f} "
+              f"{o['fwd_bwd_ms']:9.2f} {f['fwd_bwd_ms']:9.2f} {f['fwd_bwd_ms'] / o['fwd_bwd_ms']:6.2f} "
+              f"{o['peak_mib']:9.0f} {f['peak_mib']:9.0f}")
 print(json.dumps({"bench": "gdn_summary", "rows": rows}))
 PY

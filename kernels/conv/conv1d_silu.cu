@@ -6,6 +6,11 @@
 // inputs (forward) or the next K pre-activation gradients (backward) in registers, so each input is read
 // once per tile instead of K (forward) or K² (backward) times, and the sequence is looked up once per tile.
 // Other K: one thread per (t, c), the backward recomputing the K pre-activations it needs.
+// Backward with bf16 tensors and C % 8 == 0 (the training case): a thread owns 8 channels (16-byte accesses) of
+// a shorter tile (kTile8 tokens), 8x fewer memory instructions for the same bytes (2.79 -> 2.18 ms per 2B step).
+#include <initializer_list>
+
+#include "common/bf16x8.cuh"
 #include "common/device.cuh"
 #include "conv/conv.cuh"
 
@@ -140,13 +145,121 @@ __global__ void __launch_bounds__(kTileCh) conv_bwd_tiled_kernel(KIn dy, KIn x, 
   }
 }
 
+// ---- 8 channels per thread (bf16, C % 8 == 0) ----
+constexpr int kTile8 = 32;     // tokens per thread
+constexpr int kTile8Ch = 128;  // threads (groups of 8 channels) per block
+
+// ConvWindow for 8 adjacent channels: weights and the last K−1 inputs of the current sequence in registers.
+template <int K>
+struct ConvWindow8 {
+  float wr[8][K], hist[8][K - 1];
+  int sq;
+  int64_t start, end;
+  __device__ ConvWindow8(const void* x, KIn w, const int32_t* cu, int sq0, int64_t c8, int64_t t0, int64_t C8)
+      : sq(sq0) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+#pragma unroll
+      for (int j = 0; j < K; ++j) wr[e][j] = ld(w, (8 * c8 + e) * K + j);
+    start = cu[sq], end = cu[sq + 1];
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) {
+      const int64_t src = t0 - (K - 1) + j;
+      Bf16x8 v{};
+      if (src >= start) v = ld8(x, src * C8 + c8);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) hist[e][j] = v.v[e];
+    }
+  }
+  // Pre-activations of token t (consecutive t), as ConvWindow::pre per channel.
+  __device__ Bf16x8 pre(const void* x, const int32_t* cu, int64_t t, int64_t c8, int64_t C8) {
+    if (t == end) {
+      start = end, end = cu[++sq + 1];
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+#pragma unroll
+        for (int j = 0; j < K - 1; ++j) hist[e][j] = 0.f;
+    }
+    const Bf16x8 xt = ld8(x, t * C8 + c8);
+    Bf16x8 p;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float a = wr[e][K - 1] * xt.v[e];
+#pragma unroll
+      for (int j = 0; j < K - 1; ++j) a += wr[e][j] * hist[e][j];
+#pragma unroll
+      for (int j = 0; j < K - 2; ++j) hist[e][j] = hist[e][j + 1];
+      hist[e][K - 2] = xt.v[e];
+      p.v[e] = a;
+    }
+    return p;
+  }
+};
+
+// As conv_bwd_tiled_kernel, 8 channels at a time (the sequence bookkeeping is shared by the 8).
+template <int K>
+__global__ void __launch_bounds__(kTile8Ch) conv_bwd_tiled8_kernel(const void* dy, const void* x, KIn w,
+                                                                   const int32_t* cu, int nseq, void* dx, int64_t T,
+                                                                   int64_t C8) {
+  const int64_t c8 = blockIdx.x * int64_t(kTile8Ch) + threadIdx.x, t0 = blockIdx.y * int64_t(kTile8);
+  const int64_t t1 = t0 + kTile8 < T ? t0 + kTile8 : T;
+  if (c8 >= C8) return;
+  ConvWindow8<K> win(x, w, cu, seq_of_token(cu, nseq, t0), c8, t0, C8);
+  float dp[K][8];  // dp[K-1] = dpre[t], dp[0] = dpre[t-K+1]
+  int dsq[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    dsq[j] = -1;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dp[j][e] = 0.f;
+  }
+  const int64_t t_last = t1 + K - 1 < T ? t1 + K - 1 : T;
+  for (int64_t t = t0; t < t1 + K - 1; ++t) {
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) {
+      dsq[j] = dsq[j + 1];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dp[j][e] = dp[j + 1][e];
+    }
+    if (t < t_last) {
+      const Bf16x8 pre = win.pre(x, cu, t, c8, C8), g = ld8(dy, t * C8 + c8);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dp[K - 1][e] = g.v[e] * dsiluf_(pre.v[e]);
+      dsq[K - 1] = win.sq;
+    } else {
+      dsq[K - 1] = -1;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dp[K - 1][e] = 0.f;
+    }
+    const int64_t tau = t - (K - 1);
+    if (tau < t0) continue;
+    Bf16x8 acc{};
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (dsq[i] == dsq[0])
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc.v[e] += win.wr[e][K - 1 - i] * dp[i][e];
+    st8(dx, tau * C8 + c8, acc);
+  }
+}
+
+bool conv_bf16x8(int64_t C, std::initializer_list<KIn> ts) {
+  if (C % 8 != 0) return false;
+  for (const KIn& t : ts)
+    if (t.t != KType::BF16 || reinterpret_cast<uintptr_t>(t.p) % 16 != 0) return false;
+  return true;
+}
+dim3 conv_grid8(int64_t T, int64_t C) {
+  return dim3(static_cast<unsigned>((C / 8 + kTile8Ch - 1) / kTile8Ch), static_cast<unsigned>((T + kTile8 - 1) / kTile8));
+}
+
 }  // namespace
 
 #ifndef DT_ATTN_EMU  // host launchers: not part of a host emulation build
 cudaError_t launch_conv1d_silu_fwd(KIn x, KIn w, const int32_t* cu, int nseq, KOut y, int64_t T, int64_t C, int K,
                                    cudaStream_t s) {
   if (T * C == 0) return cudaSuccess;
-  if (K == 4) {
+  if (K == 4) {  // (an 8-channel forward measured slower: 2.27 vs 1.98 ms per 2B step on an H100)
     const dim3 grid(static_cast<unsigned>((C + kTileCh - 1) / kTileCh), static_cast<unsigned>((T + kTile - 1) / kTile));
     conv_fwd_tiled_kernel<4><<<grid, kTileCh, 0, s>>>(x, w, cu, nseq, y, T, C);
   } else {
@@ -157,7 +270,9 @@ cudaError_t launch_conv1d_silu_fwd(KIn x, KIn w, const int32_t* cu, int nseq, KO
 cudaError_t launch_conv1d_silu_bwd(KIn dy, KIn x, KIn w, const int32_t* cu, int nseq, KOut dx, int64_t T, int64_t C,
                                    int K, cudaStream_t s) {
   if (T * C == 0) return cudaSuccess;
-  if (K == 4) {
+  if (K == 4 && conv_bf16x8(C, {dy, x, KIn{dx.p, dx.t}})) {
+    conv_bwd_tiled8_kernel<4><<<conv_grid8(T, C), kTile8Ch, 0, s>>>(dy.p, x.p, w, cu, nseq, dx.p, T, C / 8);
+  } else if (K == 4) {
     const dim3 grid(static_cast<unsigned>((C + kTileCh - 1) / kTileCh), static_cast<unsigned>((T + kTile - 1) / kTile));
     conv_bwd_tiled_kernel<4><<<grid, kTileCh, 0, s>>>(dy, x, w, cu, nseq, dx, T, C);
   } else {

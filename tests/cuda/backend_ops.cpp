@@ -394,8 +394,13 @@ void case_conv(Env& e) {
     int K;
   };
   // Sequence starts inside 64-token tiles, on their edges (63, 64, 65, 128) and spanning them; more channels
-  // than one block; K = 3 takes the per-element kernels (the tiled ones are built for K = 4).
-  const D cases[] = {{{0, 1, 3, 8, 19, 90}, 13, 4}, {{0, 63, 64, 65, 128, 200}, 300, 4}, {{0, 5, 77}, 9, 3}};
+  // than one block; K = 3 takes the per-element kernels (the tiled ones are built for K = 4). C % 8 == 0 takes
+  // the 8-channel backward (32-token tiles: starts on 31, 32, 33, 64; 1032 channels = two blocks of 128 x 8).
+  const D cases[] = {{{0, 1, 3, 8, 19, 90}, 13, 4},
+                     {{0, 63, 64, 65, 128, 200}, 300, 4},
+                     {{0, 5, 77}, 9, 3},
+                     {{0, 1, 3, 8, 19, 90}, 16, 4},
+                     {{0, 31, 32, 33, 64, 100, 161}, 1032, 4}};
   for (const D& c : cases) {
     const int64_t T = c.cu.back();
     SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
