@@ -1,7 +1,7 @@
 // dst[i] (=) src[i] converted to dst[i]'s storage type, for many small tensors per launch (the per-step bf16
 // copies of every LoRA factor: ~370 tensors at 2B in two launches instead of one launch each).
-// blockIdx.y picks the tensor, blockIdx.x strides over its elements; the table is a kernel parameter.
 #include "common/device.cuh"
+#include "common/multi_tensor.cuh"
 #include "elementwise/elementwise.cuh"
 
 namespace deltatune::kernels {
@@ -24,21 +24,15 @@ __global__ void convert_many_kernel(ConvertTable t) {
 }  // namespace
 
 cudaError_t launch_convert_many(const KOut* dst, const KIn* src, const int64_t* ns, int count, cudaStream_t s) {
-  for (int base = 0; base < count; base += kPerLaunch) {
-    const int k = count - base < kPerLaunch ? count - base : kPerLaunch;
-    ConvertTable t{};
-    int64_t most = 1;
-    for (int j = 0; j < k; ++j) {
-      t.src[j] = src[base + j];
-      t.dst[j] = dst[base + j];
-      t.n[j] = ns[base + j];
-      most = ns[base + j] > most ? ns[base + j] : most;
-    }
-    convert_many_kernel<<<dim3(grid_for(most, kThreads, 256), static_cast<unsigned>(k)), kThreads, 0, s>>>(t);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+  return launch_in_batches<kPerLaunch, ConvertTable>(
+      count,
+      [&](ConvertTable& t, int j, int i) {
+        t.src[j] = src[i], t.dst[j] = dst[i], t.n[j] = ns[i];
+        return ns[i];
+      },
+      [&](const ConvertTable& t, int k, int64_t most) {
+        convert_many_kernel<<<dim3(grid_for(most, kThreads, 256), static_cast<unsigned>(k)), kThreads, 0, s>>>(t);
+      });
 }
 
 }  // namespace deltatune::kernels

@@ -1,7 +1,7 @@
 // Σ x² and the non-finite check over one or many tensors per launch (the gradient norm and NaN guard over every
 // LoRA tensor: ~350 tensors at 2B, one launch and one host round trip instead of one of each per tensor).
-// blockIdx.y picks the tensor, blockIdx.x strides over its elements; the table is a kernel parameter.
 #include "common/device.cuh"
+#include "common/multi_tensor.cuh"
 #include "elementwise/elementwise.cuh"
 
 namespace deltatune::kernels {
@@ -36,21 +36,16 @@ __global__ void any_nonfinite_many_kernel(KInTable t, int32_t* flag) {
 
 template <class Kernel, class Out>
 cudaError_t launch_many(Kernel kernel, const KIn* xs, const int64_t* ns, int count, Out* out, cudaStream_t s) {
-  for (int base = 0; base < count; base += kPerLaunch) {
-    const int k = count - base < kPerLaunch ? count - base : kPerLaunch;
-    KInTable t{};
-    int64_t most = 1;
-    for (int j = 0; j < k; ++j) {
-      t.x[j] = xs[base + j];
-      t.n[j] = ns[base + j];
-      most = ns[base + j] > most ? ns[base + j] : most;
-    }
-    const int max_blocks = k > 4 ? 256 : 1024;  // one big tensor (the single-tensor forms) gets more blocks
-    kernel<<<dim3(grid_for(most, kThreads, max_blocks), static_cast<unsigned>(k)), kThreads, 0, s>>>(t, out);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+  return launch_in_batches<kPerLaunch, KInTable>(
+      count,
+      [&](KInTable& t, int j, int i) {
+        t.x[j] = xs[i], t.n[j] = ns[i];
+        return ns[i];
+      },
+      [&](const KInTable& t, int k, int64_t most) {
+        const int max_blocks = k > 4 ? 256 : 1024;  // one big tensor (the single-tensor forms) gets more blocks
+        kernel<<<dim3(grid_for(most, kThreads, max_blocks), static_cast<unsigned>(k)), kThreads, 0, s>>>(t, out);
+      });
 }
 
 }  // namespace

@@ -52,17 +52,7 @@ __global__ void __launch_bounds__(kRows8Threads) gated_rmsnorm_fwd_rows8_kernel(
                                                                                 int64_t rows, int n8) {
   const RowLane<L> rl(rows);
   Bf16x8 xv[CH];
-  float ss = 0.f;
-#pragma unroll
-  for (int k = 0; k < CH; ++k) {
-    const int j = rl.lane + L * k;
-    if (!rl.valid || j >= n8) continue;
-    xv[k] = ld8(x, rl.row * n8 + j);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) ss += xv[k].v[e] * xv[k].v[e];
-  }
-  ss = group_sum<L>(ss);
-  const float r = rsqrtf(ss / float(8 * n8) + eps);
+  const float r = rsqrtf(load_row_sumsq<L, CH>(x, rl, n8, xv) / float(8 * n8) + eps);
   if (!rl.valid) return;
   if (rl.lane == 0) rstd[rl.row] = r;
 #pragma unroll

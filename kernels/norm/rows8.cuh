@@ -29,6 +29,22 @@ template <int L> struct RowLane {
       : row(int64_t(blockIdx.x) * (kRows8Threads / L) + threadIdx.x / L), lane(threadIdx.x % L), valid(row < rows) {}
 };
 
+// Loads this lane's CH groups of 8 of row rl.row of x (rows of n8 groups) into xv and returns the row's Σx²
+// (every lane gets it; groups past the row or rows past the end are left unread and count 0).
+template <int L, int CH>
+__device__ __forceinline__ float load_row_sumsq(const void* x, const RowLane<L>& rl, int n8, Bf16x8 (&xv)[CH]) {
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (!rl.valid || j >= n8) continue;
+    xv[k] = ld8(x, rl.row * n8 + j);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += xv[k].v[e] * xv[k].v[e];
+  }
+  return group_sum<L>(ss);
+}
+
 // Calls launch(std::integral_constant<int, L>{}, std::integral_constant<int, CH>{}, grid) with the group size and
 // chunks per lane for rows of n values; false (nothing launched) when n is not a multiple of 8 or over 4096.
 template <class Launch> bool dispatch_rows8(int64_t rows, int64_t n, Launch&& launch) {

@@ -4,6 +4,7 @@
 //   SGD:   p ← p − lr·(g + wd·p)
 // Memory: param, m, v updated in place (one read and one write each), grad read once.
 #include "common/device.cuh"
+#include "common/multi_tensor.cuh"
 #include "optim/optim.cuh"
 
 namespace deltatune::kernels {
@@ -34,8 +35,7 @@ __global__ void adamw_kernel(float* p, KIn g, float* m, float* v, int64_t n, Ada
     adamw_element(p[i], m[i], v[i], ld(g, i), a);
 }
 
-// Many tensors per launch: blockIdx.y picks the slot, blockIdx.x strides over its elements. The table
-// travels as a kernel parameter (no upload, nothing to keep alive after the launch).
+// Many tensors per launch (common/multi_tensor.cuh).
 constexpr int kAdamwSlotsPerLaunch = 48;
 struct AdamwTable {
   float* p[kAdamwSlotsPerLaunch];
@@ -74,23 +74,16 @@ cudaError_t launch_adamw_many(float* const* param, const float* const* grad, flo
                               float lerp_w, float b2, float omb2, float neg_step, float bc2_sqrt, float eps,
                               cudaStream_t s) {
   const AdamwArgs a{decay, weight_decay, lerp_w, b2, omb2, neg_step, bc2_sqrt, eps};
-  for (int base = 0; base < count; base += kAdamwSlotsPerLaunch) {
-    const int k = count - base < kAdamwSlotsPerLaunch ? count - base : kAdamwSlotsPerLaunch;
-    AdamwTable t{};
-    int64_t most = 1;
-    for (int j = 0; j < k; ++j) {
-      t.p[j] = param[base + j];
-      t.g[j] = grad[base + j];
-      t.m[j] = m[base + j];
-      t.v[j] = v[base + j];
-      t.n[j] = n[base + j];
-      most = n[base + j] > most ? n[base + j] : most;
-    }
-    adamw_many_kernel<<<dim3(grid_for(most, 256, 1024), static_cast<unsigned>(k)), 256, 0, s>>>(t, grad_scale, a);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+  return launch_in_batches<kAdamwSlotsPerLaunch, AdamwTable>(
+      count,
+      [&](AdamwTable& t, int j, int i) {
+        t.p[j] = param[i], t.g[j] = grad[i], t.m[j] = m[i], t.v[j] = v[i], t.n[j] = n[i];
+        return n[i];
+      },
+      [&](const AdamwTable& t, int k, int64_t most) {
+        adamw_many_kernel<<<dim3(grid_for(most, 256, 1024), static_cast<unsigned>(k)), 256, 0, s>>>(t, grad_scale,
+                                                                                                      a);
+      });
 }
 cudaError_t launch_sgd(float* param, KIn grad, int64_t n, float lr, float weight_decay, cudaStream_t s) {
   if (n > 0) sgd_kernel<<<grid_for(n, 256), 256, 0, s>>>(param, grad, n, lr, weight_decay);
