@@ -14,8 +14,10 @@
 //  4. Tout (zeros above the diagonal, identity rows past the chunk's end, as the FMA kernel),
 //     W = T·diag(βγ)·K̂ as T'hi·K̂hi + T'lo·K̂hi + T'hi·K̂lo and U = T·diag(β)·V as T''hi·V + T''lo·V (V is
 //     exact in bf16 for BF16 inputs). The T fragments come from the fp32 T in shared memory (scaled by βγ
-//     or β, split hi/lo) instead of ldmatrix; k only runs to the diagonal.
-// ptxas (sm_90a, -O3): 123 registers/thread (cap 128 for 2 blocks/SM), no spills. Shared memory
+//     or β, split hi/lo) instead of ldmatrix; k only runs to the diagonal. When asked (GdnScanBf16), also
+//     the forward scan's bf16 operands: W and M with their fp32 stores, diag(Γ/γ)·K̂ from K̂ reread (L2),
+//     Q̂ from its tile. They move the scan's per-block fp32 → bf16 staging here, once per value head.
+// ptxas (sm_90a, -O3): 124 registers/thread (cap 128 for 2 blocks/SM), no spills. Shared memory
 // 107,264 B/block (K̂ hi, K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ): 2 blocks/SM.
 // Emulator nmse vs the FMA kernel (gdn/emu): W ~2e-11, U ~1e-13 (BF16 v; 2e-6 for F32 v), M ~3e-6,
 // Gc 0, Tout ≤ 4e-12.
@@ -125,26 +127,49 @@ __device__ __forceinline__ void t_times(float (&acc)[8][4], const float* Tf, con
   }
 }
 
-// Rows m0 + lane/4 (+8) of a 16 x 64 warp tile → dst (F32, row stride HV·PD from the chunk's first token),
-// rows < len only.
-__device__ __forceinline__ void store_rows(float* dst, const float (&acc)[8][4], int m0, int n0, int len,
-                                           int64_t rstride) {
+// Rows m0 + lane/4 (+8) of a 16 x 64 warp tile → dst (F32, row stride HV·PD from the chunk's first token) and,
+// when not null, dsth (its bf16 copy, same layout), rows < len only.
+__device__ __forceinline__ void store_rows(float* dst, bf16* dsth, const float (&acc)[8][4], int m0, int n0,
+                                           int len, int64_t rstride) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int i = m0 + (lane >> 2) + 8 * hf;
     if (i >= len) continue;
 #pragma unroll
-    for (int nb = 0; nb < 8; ++nb)
-      *reinterpret_cast<float2*>(dst + i * rstride + n0 + 8 * nb + 2 * (lane & 3)) =
-          make_float2(acc[nb][2 * hf], acc[nb][2 * hf + 1]);
+    for (int nb = 0; nb < 8; ++nb) {
+      const int64_t at = i * rstride + n0 + 8 * nb + 2 * (lane & 3);
+      *reinterpret_cast<float2*>(dst + at) = make_float2(acc[nb][2 * hf], acc[nb][2 * hf + 1]);
+      if (dsth) st_bf16x2(dsth + at, acc[nb][2 * hf], acc[nb][2 * hf + 1]);
+    }
+  }
+}
+
+// The scan's bf16 K̂ and Q̂ operands (GdnScanBf16) for rows < len: Kd = bf16(K̂_i·e^{G_last − G_i}) with the
+// scan's own expression for the factor (its staging computes it so from Gc), Q = the Q̂ tile (bf16(Q̂)).
+__device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, const float* kn, const bf16* Qs, const float* Gs,
+                                              int64_t t0, int len, int64_t h, int64_t hk, int64_t HK, int64_t HV) {
+  constexpr int R8 = PD / 8;  // 8-element pieces per row
+  const float gl = Gs[len - 1];
+  for (int idx = threadIdx.x; idx < len * R8; idx += NT) {
+    const int r = idx / R8, c = (idx % R8) * 8;
+    if (Kd) {
+      const float dc = expf(gl - Gs[r]);
+      const float* src = kn + ((t0 + r) * HK + hk) * PD + c;
+      const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
+      *reinterpret_cast<uint4*>(Kd + ((t0 + r) * HV + h) * PD + c) =
+          make_uint4(mma::pack_bf16(a.x * dc, a.y * dc), mma::pack_bf16(a.z * dc, a.w * dc),
+                     mma::pack_bf16(b.x * dc, b.y * dc), mma::pack_bf16(b.z * dc, b.w * dc));
+    }
+    if (Q)
+      *reinterpret_cast<uint4*>(Q + ((t0 + r) * HK + hk) * PD + c) = *reinterpret_cast<const uint4*>(Qs + r * LK + c);
   }
 }
 
 __global__ void __launch_bounds__(NT, 2)
     gdn_chunk_prep_mma_kernel(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
-                              int64_t HK, int64_t HV) {
+                              int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh) {
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);       // [C][LK] K̂ hi
   bf16* Kl = Kh + C * LK;                             // [C][LK] K̂ lo
@@ -288,6 +313,7 @@ __global__ void __launch_bounds__(NT, 2)
   } else {
     // M_ij = (q̂_i·k̂_j)·e^{G_i−G_j} (i ≥ j, i < len), all 64 columns (zeros above the diagonal).
     float* Mo = M + (static_cast<int64_t>(ch) * HV + h) * C * C;
+    bf16* Moh = Mh ? Mh + (static_cast<int64_t>(ch) * HV + h) * C * C : nullptr;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + r8 + 8 * hf;
@@ -300,6 +326,7 @@ __global__ void __launch_bounds__(NT, 2)
         for (int e = 0; e < 2; ++e)
           x[e] = (i >= j + e && i < len) ? acc[nb][2 * hf + e] * expf(Gi - Gs[j + e]) : 0.f;
         *reinterpret_cast<float2*>(Mo + i * C + j) = make_float2(x[0], x[1]);
+        if (Moh) st_bf16x2(Moh + i * C + j, x[0], x[1]);
       }
     }
     if (warp < 6) {
@@ -336,7 +363,9 @@ __global__ void __launch_bounds__(NT, 2)
     }
   }
 
-  // ---- 4. Tout, W = T·diag(βγ)·K̂, U = T·diag(β)·V ----
+  // ---- 4. the scan's bf16 K̂, Q̂; Tout, W = T·diag(βγ)·K̂, U = T·diag(β)·V ----
+  if (Kdh || Qh)
+    store_scan_kq(Kdh, h % (HV / HK) == 0 ? Qh : nullptr, kn, Qs, Gs, t0, len, h, hk, HK, HV);
   if (Tout) {
     float* To = Tout + (static_cast<int64_t>(ch) * HV + h) * C * C;
     for (int idx = tid; idx < C * C / 4; idx += NT) {
@@ -350,9 +379,9 @@ __global__ void __launch_bounds__(NT, 2)
     const int n0 = (PD / 2) * (warp >> 2);
     const int64_t rs = HV * PD, ob = (t0 * HV + h) * PD;
     t_times<true>(acc, Tf, BGs, Kh, Kl, m0, n0, rb + 1);
-    store_rows(W + ob, acc, m0, n0, len, rs);
+    store_rows(W + ob, Wh ? Wh + ob : nullptr, acc, m0, n0, len, rs);
     t_times<false>(acc, Tf, Bs, Vs, nullptr, m0, n0, rb + 1);
-    store_rows(U + ob, acc, m0, n0, len, rs);
+    store_rows(U + ob, nullptr, acc, m0, n0, len, rs);
   }
 }
 
@@ -366,7 +395,7 @@ size_t gdn_chunk_prep_mma_smem(int dk, int dv) {
 cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                       const int32_t* chunks, int nchunks, float* W, float* U, float* M,
                                       float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv,
-                                      cudaStream_t s) {
+                                      cudaStream_t s, const GdnScanBf16* b16) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t smem = prep_mma_smem();
@@ -374,7 +403,9 @@ cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, c
                                        static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   gdn_chunk_prep_mma_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
-      qn, kn, v, g, beta, chunks, W, U, M, Gc, Tout, HK, HV);
+      qn, kn, v, g, beta, chunks, W, U, M, Gc, Tout, HK, HV, b16 ? static_cast<bf16*>(b16->W) : nullptr,
+      b16 ? static_cast<bf16*>(b16->Kd) : nullptr, b16 ? static_cast<bf16*>(b16->Q) : nullptr,
+      b16 ? static_cast<bf16*>(b16->M) : nullptr);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

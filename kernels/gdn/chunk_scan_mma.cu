@@ -5,11 +5,14 @@
 //   phase B (warp w: rows 16w..16w+15):  O = diag(γ)·QS + M·V'                (causal k range only)
 //           (warp w: state rows 32w..32w+31):  S ← Γ·S + (diag(Γ/γ)K̂)ᵀ·V'     (k = the chunk's 64 rows)
 // S lives in registers in the mma accumulator layout (the update is an accumulation into it) and is copied
-// to a bf16 tile for phase A's products; V' goes through a bf16 tile to be phase B's operand. Three block
-// barriers per chunk. The inputs (F32 scratch of the prep kernel) are rounded to bf16 while staged.
+// to a bf16 tile for phase A's products; V' goes through a bf16 tile to be phase B's operand. The inputs
+// (F32 scratch of the prep kernel) are rounded to bf16 while staged (3 block barriers per chunk, 4 with PF),
+// or (B16) come already rounded from the prep (GdnScanBf16) and are copied straight into the tiles by
+// cp.async: no conversion and no G/Dc step in the chunk loop, 2 barriers per chunk with PF (3 without).
 // WITH_O = false (o.p null: the backward's recompute, or the scan before chunk_out_mma.cu computes O chunk-
 // parallel) leaves out everything that only serves the output: the Q̂ and M tiles, QS and phase B's M·V'.
-// Resources (BV 32): 128 threads, smem 77 KiB (2 blocks per SM), registers: see ptxas -v.
+// Resources (BV 32): 128 threads, smem 77 KiB (2 blocks per SM), registers: see ptxas -v (sm_90a, B16: 128-160,
+// no spills).
 // Estimate at T=8192 (2 sequences), HV 32: 256 blocks, 64 chunks each; per chunk 112 KiB of (mostly L2)
 // loads and ~100 mma per warp -> ~4 us, so ~0.3 ms for the scan (FMA kernel: 6.1 ms).
 #include <type_traits>
@@ -33,11 +36,24 @@ constexpr int LDM = C + 8;
 // per SM), chosen when the grid fits one wave at one block per SM (one or few sequences: the 2B/9B training
 // shapes). Without PF: 77 KiB, 2 blocks per SM overlap each other's loads. Without O (BV 32): 50 KiB, and
 // 130 KiB with PF (still one block per SM).
-template <int BV, bool PF, bool WITH_O> constexpr size_t scan_mma_smem() {
+// B16 with PF: two sets of the bf16 tiles with G and U (fp32), one filling while the other is computed on:
+// 151.5 KiB (BV 32) / 137.5 KiB (BV 16) with output, 99.5 / 85.5 KiB without, one block per SM. B16 without
+// PF: one set, loaded at the chunk's start (83.3 / 73.3 KiB with output, 2 blocks per SM).
+template <int BV, bool WITH_O> struct Set16 {  // byte offsets in one set of the B16 tiles
+  static constexpr size_t W = 0;                                                      // bf16 [C][LDK]
+  static constexpr size_t Q = W + sizeof(bf16) * C * LDK;                             // bf16 [C][LDK]
+  static constexpr size_t K = Q + (WITH_O ? sizeof(bf16) * C * LDK : 0);              // bf16 [C][LDK]
+  static constexpr size_t M = K + sizeof(bf16) * C * LDK;                             // bf16 [C][LDM]
+  static constexpr size_t G = M + (WITH_O ? sizeof(bf16) * C * LDM : 0);              // fp32 [C]
+  static constexpr size_t U = G + sizeof(float) * C;                                  // fp32 [C][BV]
+  static constexpr size_t bytes = U + sizeof(float) * C * BV;
+};
+
+template <int BV, bool PF, bool WITH_O, bool B16> constexpr size_t scan_mma_smem() {
+  const size_t sv = sizeof(bf16) * (size_t(DKM) * (BV + 8) + size_t(C) * (BV + 8));  // S, V'
+  if (B16) return sv + (PF ? 2 : 1) * Set16<BV, WITH_O>::bytes;
   const size_t o_tiles = WITH_O ? size_t(C) * LDK + size_t(C) * LDM : 0;  // Q̂, M
-  const size_t tiles =
-      sizeof(bf16) * (2 * size_t(C) * LDK + o_tiles + size_t(DKM) * (BV + 8) + size_t(C) * (BV + 8)) +
-      sizeof(float) * 2 * C;
+  const size_t tiles = sv + sizeof(bf16) * (2 * size_t(C) * LDK + o_tiles) + sizeof(float) * 2 * C;
   const size_t o_staging = WITH_O ? size_t(C) * DKM + size_t(C) * C : 0;
   const size_t staging = sizeof(float) * (size_t(C) + 2 * size_t(C) * DKM + o_staging + 2 * size_t(C) * BV);
   return tiles + (PF ? staging : 0);
@@ -55,21 +71,37 @@ __device__ __forceinline__ void prefetch_rows(float* dst, const float* src, int6
   }
 }
 
-template <int BV, bool PF, bool WITH_O>
+// cp.async of rows [0, 64) x COLS bf16 (row r at src + r·stride) into dst[r][LD]; rows ≥ rows_ok zeros.
+template <int COLS, int LD>
+__device__ __forceinline__ void prefetch_rows16(bf16* dst, const bf16* src, int64_t stride, int rows_ok) {
+  constexpr int Q = COLS / 8;
+  static_assert(C * Q % NT == 0, "16-byte pieces split evenly over the threads");
+#pragma unroll
+  for (int k = 0; k < C * Q / NT; ++k) {
+    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 8;
+    const bool ok = r < rows_ok;
+    mma::cp_async16(mma::smem_addr(dst + r * LD + c), ok ? src + r * stride + c : src, ok);
+  }
+}
+
+template <int BV, bool PF, bool WITH_O, bool B16>
 __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
     const float* qn, const float* kn, const float* W, const float* U, const float* M, const float* Gc,
-    const int32_t* chunks, const int32_t* chunk_off, KOut o, float* states, float* vnew, int64_t HK, int64_t HV) {
+    const int32_t* chunks, const int32_t* chunk_off, KOut o, float* states, float* vnew, int64_t HK, int64_t HV,
+    const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh) {
   constexpr int NB = BV / 8, LDV = BV + 8;
   static_assert(NB % 2 == 0, "n-blocks come in pairs");
+  using S16 = Set16<BV, WITH_O>;
   extern __shared__ __align__(16) unsigned char gdn_smem[];
-  // The Q̂ and M tiles (and their staging) take no space without O.
-  bf16* Wb = reinterpret_cast<bf16*>(gdn_smem);  // [C][LDK]  W
+  bf16* Sb = reinterpret_cast<bf16*>(gdn_smem);  // [DK][LDV] S (bf16 copy)
+  bf16* Vb = Sb + DKM * LDV;                      // [C][LDV]  V'
+  unsigned char* sets = reinterpret_cast<unsigned char*>(Vb + C * LDV);  // B16: the tile sets (Set16)
+  // fp32-staging path (not B16). The Q̂ and M tiles (and their staging) take no space without O.
+  bf16* Wb = reinterpret_cast<bf16*>(sets);       // [C][LDK]  W
   bf16* Qb = Wb + C * LDK;                        // [C][LDK]  Q̂
   bf16* Kb = Qb + (WITH_O ? C * LDK : 0);         // [C][LDK]  diag(Γ/γ)·K̂
   bf16* Mb = Kb + C * LDK;                        // [C][LDM]  M
-  bf16* Sb = Mb + (WITH_O ? C * LDM : 0);         // [DK][LDV] S (bf16 copy)
-  bf16* Vb = Sb + DKM * LDV;                      // [C][LDV]  V'
-  float* G = reinterpret_cast<float*>(Vb + C * LDV);  // [C] G_i
+  float* G = reinterpret_cast<float*>(Mb + (WITH_O ? C * LDM : 0));  // [C] G_i
   float* Dc = G + C;                                  // [C] Γ/γ_i
   // PF staging (fp32): the next chunk's G, W, Q̂, K̂, M, U, and this chunk's U.
   float* Gs = Dc + C;                          // [C]
@@ -98,12 +130,34 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
     prefetch_rows<BV>(Uf, U + (t0 * HV + h) * DVM + c0, HV * DVM, len);
     mma::cp_async_commit();
   };
+  auto load16 = [&](int ch, int b) {  // chunk ch's bf16 tiles, G and U into set b
+    const int64_t t0 = chunks[2 * ch];
+    const int len = chunks[2 * ch + 1];
+    unsigned char* set = sets + b * S16::bytes;
+    if (threadIdx.x < C) {
+      const bool ok = int(threadIdx.x) < len;
+      mma::cp_async4(mma::smem_addr(reinterpret_cast<float*>(set + S16::G) + threadIdx.x),
+                     ok ? Gc + (t0 + threadIdx.x) * HV + h : Gc, ok);
+    }
+    prefetch_rows16<DKM, LDK>(reinterpret_cast<bf16*>(set + S16::W), Wh + (t0 * HV + h) * DKM, HV * DKM, len);
+    if (WITH_O)
+      prefetch_rows16<DKM, LDK>(reinterpret_cast<bf16*>(set + S16::Q), Qh + (t0 * HK + hk) * DKM, HK * DKM, len);
+    prefetch_rows16<DKM, LDK>(reinterpret_cast<bf16*>(set + S16::K), Kdh + (t0 * HV + h) * DKM, HV * DKM, len);
+    if (WITH_O)
+      prefetch_rows16<C, LDM>(reinterpret_cast<bf16*>(set + S16::M), Mh + (static_cast<int64_t>(ch) * HV + h) * C * C,
+                              C, C);
+    prefetch_rows<BV>(reinterpret_cast<float*>(set + S16::U), U + (t0 * HV + h) * DVM + c0, HV * DVM, len);
+    mma::cp_async_commit();
+  };
 
   float S[2][NB][4];  // state rows 32·warp + 16·mt + (gr, gr + 8), columns 8·nb + 2·tq (+1)
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) zero(S[mt]);
   for (int idx = threadIdx.x; idx < DKM * LDV; idx += NT) Sb[idx] = __float2bfloat16_rn(0.f);
-  if (PF && chunk_off[n] < chunk_off[n + 1]) prefetch(chunk_off[n]);
+  if (PF && chunk_off[n] < chunk_off[n + 1]) {
+    if (B16) load16(chunk_off[n], 0);
+    else prefetch(chunk_off[n]);
+  }
 
   for (int ch = chunk_off[n]; ch < chunk_off[n + 1]; ++ch) {
     const int64_t t0 = chunks[2 * ch];
@@ -119,44 +173,65 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
           *reinterpret_cast<float2*>(so + (r + 8) * DVM + c) = make_float2(S[mt][nb][2], S[mt][nb][3]);
         }
     }
-    if (PF) mma::cp_async_wait<0>();
-    __syncthreads();  // the previous chunk's readers of every tile are done; Sb holds this chunk's S
-    if (threadIdx.x < C) {
-      const int i = threadIdx.x;
-      const float gl = PF ? Gs[len - 1] : Gc[(t0 + len - 1) * HV + h];
-      const float gi = i < len ? (PF ? Gs[i] : Gc[(t0 + i) * HV + h]) : 0.f;
-      G[i] = gi;
-      Dc[i] = i < len ? expf(gl - gi) : 0.f;
-    }
-    __syncthreads();
-    if constexpr (PF) {
-      stage_rows<C, DKM, LDK, NT>(Wb, Wf, DKM, C, nullptr);
-      if (WITH_O) stage_rows<C, DKM, LDK, NT>(Qb, Qf, DKM, C, nullptr);
-      stage_rows<C, DKM, LDK, NT>(Kb, Kf, DKM, C, Dc);
-      if (WITH_O) stage_rows<C, C, LDM, NT>(Mb, Mf, C, C, nullptr);
-      for (int idx = threadIdx.x; idx < C * BV / 4; idx += NT)
-        reinterpret_cast<float4*>(Us)[idx] = reinterpret_cast<const float4*>(Uf)[idx];
-      __syncthreads();  // staging consumed: fetch the next chunk behind this one's math
-      if (ch + 1 < chunk_off[n + 1]) prefetch(ch + 1);
+    // This chunk's tiles: Wt, Qt, Kt (diag(Γ/γ)·K̂), Mt (bf16), Gt (G_i, i < len) and U rows Ur (fp32, row
+    // stride u_ld).
+    const bf16 *Wt = Wb, *Qt = Qb, *Kt = Kb, *Mt = Mb;
+    const float *Gt = G, *Ur = PF ? Us : U + (t0 * HV + h) * DVM + c0;
+    int64_t u_ld = PF ? BV : HV * DVM;
+    if constexpr (B16) {
+      const int b = PF ? (ch - chunk_off[n]) & 1 : 0;
+      if (!PF) {
+        __syncthreads();  // the previous chunk's readers of the set are done
+        load16(ch, 0);
+      }
+      mma::cp_async_wait<0>();
+      __syncthreads();  // set b landed for all threads; the previous chunk is done with set b ^ 1 and Vb
+      if (PF && ch + 1 < chunk_off[n + 1]) load16(ch + 1, b ^ 1);
+      const unsigned char* set = sets + b * S16::bytes;
+      Wt = reinterpret_cast<const bf16*>(set + S16::W);
+      Qt = reinterpret_cast<const bf16*>(set + S16::Q);
+      Kt = reinterpret_cast<const bf16*>(set + S16::K);
+      Mt = reinterpret_cast<const bf16*>(set + S16::M);
+      Gt = reinterpret_cast<const float*>(set + S16::G);
+      Ur = reinterpret_cast<const float*>(set + S16::U);
+      u_ld = BV;
     } else {
-      stage_rows<C, DKM, LDK, NT>(Wb, W + (t0 * HV + h) * DKM, HV * DKM, len, nullptr);
-      if (WITH_O) stage_rows<C, DKM, LDK, NT>(Qb, qn + (t0 * HK + hk) * DKM, HK * DKM, len, nullptr);
-      stage_rows<C, DKM, LDK, NT>(Kb, kn + (t0 * HK + hk) * DKM, HK * DKM, len, Dc);
-      if (WITH_O) stage_rows<C, C, LDM, NT>(Mb, M + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C, nullptr);
+      if (PF) mma::cp_async_wait<0>();
+      __syncthreads();  // the previous chunk's readers of every tile are done; Sb holds this chunk's S
+      if (threadIdx.x < C) {
+        const int i = threadIdx.x;
+        const float gl = PF ? Gs[len - 1] : Gc[(t0 + len - 1) * HV + h];
+        const float gi = i < len ? (PF ? Gs[i] : Gc[(t0 + i) * HV + h]) : 0.f;
+        G[i] = gi;
+        Dc[i] = i < len ? expf(gl - gi) : 0.f;
+      }
       __syncthreads();
+      if constexpr (PF) {
+        stage_rows<C, DKM, LDK, NT>(Wb, Wf, DKM, C, nullptr);
+        if (WITH_O) stage_rows<C, DKM, LDK, NT>(Qb, Qf, DKM, C, nullptr);
+        stage_rows<C, DKM, LDK, NT>(Kb, Kf, DKM, C, Dc);
+        if (WITH_O) stage_rows<C, C, LDM, NT>(Mb, Mf, C, C, nullptr);
+        for (int idx = threadIdx.x; idx < C * BV / 4; idx += NT)
+          reinterpret_cast<float4*>(Us)[idx] = reinterpret_cast<const float4*>(Uf)[idx];
+        __syncthreads();  // staging consumed: fetch the next chunk behind this one's math
+        if (ch + 1 < chunk_off[n + 1]) prefetch(ch + 1);
+      } else {
+        stage_rows<C, DKM, LDK, NT>(Wb, W + (t0 * HV + h) * DKM, HV * DKM, len, nullptr);
+        if (WITH_O) stage_rows<C, DKM, LDK, NT>(Qb, qn + (t0 * HK + hk) * DKM, HK * DKM, len, nullptr);
+        stage_rows<C, DKM, LDK, NT>(Kb, kn + (t0 * HK + hk) * DKM, HK * DKM, len, Dc);
+        if (WITH_O) stage_rows<C, C, LDM, NT>(Mb, M + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C, nullptr);
+        __syncthreads();
+      }
     }
-    // U rows of this chunk: staged (PF) or straight from global memory.
-    const float* Ur = PF ? Us : U + (t0 * HV + h) * DVM + c0;
-    const int64_t u_ld = PF ? BV : HV * DVM;
 
     // Phase A: V' = U − W·S and QS = Q̂·S for rows 16·warp .. +15.
     const int m0 = 16 * warp;
     float vp[NB][4], qs[NB][4];
     zero(vp);
-    warp_mma<NB, false, true>(vp, Wb, LDK, m0, Sb, LDV, 0, 0, DKM);
+    warp_mma<NB, false, true>(vp, Wt, LDK, m0, Sb, LDV, 0, 0, DKM);
     if constexpr (WITH_O) {
       zero(qs);
-      warp_mma<NB, false, true>(qs, Qb, LDK, m0, Sb, LDV, 0, 0, DKM);
+      warp_mma<NB, false, true>(qs, Qt, LDK, m0, Sb, LDV, 0, 0, DKM);
     }
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
@@ -177,28 +252,28 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
     if constexpr (WITH_O) {
       float mv[NB][4];
       zero(mv);
-      warp_mma<NB, false, true>(mv, Mb, LDM, m0, Vb, LDV, 0, 0, m0 + 16);
+      warp_mma<NB, false, true>(mv, Mt, LDM, m0, Vb, LDV, 0, 0, m0 + 16);
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int i = m0 + gr + 8 * hf, c = 8 * nb + 2 * tq;
           if (i >= len) continue;
-          const float gam = expf(G[i]);
+          const float gam = expf(Gt[i]);
           const int64_t at = ((t0 + i) * HV + h) * DVM + c0 + c;
           st(o, at, gam * qs[nb][2 * hf] + mv[nb][2 * hf]);
           st(o, at + 1, gam * qs[nb][2 * hf + 1] + mv[nb][2 * hf + 1]);
         }
     }
     // S ← Γ·S + (diag(Γ/γ)K̂)ᵀ·V' for state rows 32·warp .. +31, then its bf16 copy for the next chunk.
-    const float gam_l = expf(G[len - 1]);
+    const float gam_l = expf(Gt[len - 1]);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
         for (int e = 0; e < 4; ++e) S[mt][nb][e] *= gam_l;
-      warp_mma<NB, true, true>(S[mt], Kb, LDK, 32 * warp + 16 * mt, Vb, LDV, 0, 0, C);
+      warp_mma<NB, true, true>(S[mt], Kt, LDK, 32 * warp + 16 * mt, Vb, LDV, 0, 0, C);
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
         const int r = 32 * warp + 16 * mt + gr, c = 8 * nb + 2 * tq;
@@ -209,11 +284,16 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
   }
 }
 
-// f(BV, PF, WITH_O), each a std::integral_constant, for the variant chosen at run time (bv: kChunkBV or half).
-template <class F> void with_scan_variant(int bv, bool pf, bool with_o, F&& f) {
+// f(BV, PF, WITH_O, B16), each a std::integral_constant, for the variant chosen at run time (bv: kChunkBV or
+// half).
+template <class F> void with_scan_variant(int bv, bool pf, bool with_o, bool b16, F&& f) {
+  auto by_b16 = [&](auto bv_c, auto pf_c, auto o_c) {
+    if (b16) f(bv_c, pf_c, o_c, std::true_type{});
+    else f(bv_c, pf_c, o_c, std::false_type{});
+  };
   auto by_o = [&](auto bv_c, auto pf_c) {
-    if (with_o) f(bv_c, pf_c, std::true_type{});
-    else f(bv_c, pf_c, std::false_type{});
+    if (with_o) by_b16(bv_c, pf_c, std::true_type{});
+    else by_b16(bv_c, pf_c, std::false_type{});
   };
   auto by_pf = [&](auto bv_c) {
     if (pf) by_o(bv_c, std::true_type{});
@@ -223,12 +303,21 @@ template <class F> void with_scan_variant(int bv, bool pf, bool with_o, F&& f) {
   else by_pf(std::integral_constant<int, kChunkBV / 2>{});
 }
 
+// The bf16 operands (GdnScanBf16) of the variant with output when given: W and Kd (and Q and M with output).
+bool scan_mma_b16(const GdnScanBf16* b16, bool with_o) {
+  return b16 && b16->W && b16->Kd && (!with_o || (b16->Q && b16->M));
+}
+
 }  // namespace
 
-// The prefetching variant with output's size (the largest).
+// The fp32-staging prefetching variant with output's size (the largest).
 size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv) {
   if (!gdn_chunk_mma_supported(dk, dv)) return 0;
-  return bv == kChunkBV ? scan_mma_smem<kChunkBV, true, true>() : scan_mma_smem<kChunkBV / 2, true, true>();
+  static_assert(scan_mma_smem<kChunkBV, true, true, false>() >= scan_mma_smem<kChunkBV, true, true, true>() &&
+                    scan_mma_smem<kChunkBV / 2, true, true, false>() >= scan_mma_smem<kChunkBV / 2, true, true, true>(),
+                "the largest variant");
+  return bv == kChunkBV ? scan_mma_smem<kChunkBV, true, true, false>()
+                        : scan_mma_smem<kChunkBV / 2, true, true, false>();
 }
 
 #ifndef DT_ATTN_EMU
@@ -244,23 +333,30 @@ bool scan_mma_prefetch(int64_t blocks) {
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
                                       const float* M, const float* Gc, const int32_t* chunks,
                                       const int32_t* chunk_off, int nseq, KOut o, float* states, float* vnew,
-                                      int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
+                                      int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
+                                      const GdnScanBf16* b16) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
   const int bv = gdn_scan_tile_cols(nseq * HV, dv);
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
   const bool pf = scan_mma_prefetch(int64_t(grid.x) * grid.y);
-  decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true, true>) kernel = nullptr;
+  const bool with_o = o.p != nullptr, use_b16 = scan_mma_b16(b16, with_o);
+  decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true, true, false>) kernel = nullptr;
   size_t smem = 0;
-  with_scan_variant(bv, pf, o.p != nullptr, [&](auto bv_c, auto pf_c, auto o_c) {
+  with_scan_variant(bv, pf, with_o, use_b16, [&](auto bv_c, auto pf_c, auto o_c, auto b16_c) {
     constexpr int BV = decltype(bv_c)::value;
-    constexpr bool PF = decltype(pf_c)::value, WITH_O = decltype(o_c)::value;
-    kernel = gdn_chunk_scan_mma_kernel<BV, PF, WITH_O>;
-    smem = scan_mma_smem<BV, PF, WITH_O>();
+    constexpr bool PF = decltype(pf_c)::value, WITH_O = decltype(o_c)::value, B16 = decltype(b16_c)::value;
+    kernel = gdn_chunk_scan_mma_kernel<BV, PF, WITH_O, B16>;
+    smem = scan_mma_smem<BV, PF, WITH_O, B16>();
   });
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  kernel<<<grid, NT, smem, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, vnew, HK, HV);
+  const bf16 *Wh = nullptr, *Kdh = nullptr, *Qh = nullptr, *Mh = nullptr;
+  if (use_b16) {
+    Wh = static_cast<const bf16*>(b16->W), Kdh = static_cast<const bf16*>(b16->Kd);
+    Qh = static_cast<const bf16*>(b16->Q), Mh = static_cast<const bf16*>(b16->M);
+  }
+  kernel<<<grid, NT, smem, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, vnew, HK, HV, Wh, Kdh, Qh, Mh);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

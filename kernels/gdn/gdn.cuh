@@ -63,12 +63,14 @@ size_t gdn_chunk_scan_smem(int dk, int dv);
 // U (T, HV, dv), M (nchunks, HV, 64, 64), Gc (T, HV); states (nchunks, HV, dk, dv) (=) the state at each
 // chunk's start when not null. o (T, HV, dv) (=) unless o.p is null. For the backward's recompute:
 // Tout (nchunks, HV, 64, 64) (=) T = (I + A)^{-1} and vnew (T, HV, dv) (=) V' when not null.
-// tensor_cores: prep and scan on tensor cores (chunk_prep_mma.cu, chunk_scan_mma.cu) where the head dims allow.
+// tensor_cores: prep and scan on tensor cores (chunk_prep_mma.cu, chunk_scan_mma.cu) where the head dims allow;
+// b16: their bf16 operand scratch (see GdnScanBf16), used only on that path.
+struct GdnScanBf16;
 cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                  const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq, KOut o,
                                  float* W, float* U, float* M, float* Gc, float* states, int64_t HK, int64_t HV,
                                  int dk, int dv, cudaStream_t s, float* Tout = nullptr, float* vnew = nullptr,
-                                 bool tensor_cores = false);
+                                 bool tensor_cores = false, const GdnScanBf16* b16 = nullptr);
 
 // Chunked backward (spec §4.3, chunk_bwd.cu), after launch_gdn_chunk_fwd ran with states, Tout and vnew:
 // reverse state scan (dh, dV'), state products, intra-chunk and WY backward. Inputs as the forward plus
@@ -103,6 +105,22 @@ cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float
                                    KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv,
                                    cudaStream_t s);
 
+// ---- bf16 operands of the tensor-core forward scan, written by its prep (BF16 scratch, bf16 bit patterns) ----
+// Rounded (round to nearest even) from the fp32 values exactly as the scan's fp32 staging rounds them, so the
+// scan's results do not depend on which it reads. Rows past a chunk's end are not written (the scan zero-fills).
+//   W  (T, HV, dk)               bf16(W)
+//   Kd (T, HV, dk)               bf16(K̂_i·e^{G_last − G_i}), G the chunk-local cumsum (Gc), G_last its last row
+//   Q  (T, HK, dk)               bf16(Q̂) (written by the first value head of each key head)
+//   M  (nchunks, HV, 64, 64)     bf16(M), all 64 rows
+// A null member is not written; the scan reads the set when W and Kd (and, with output, Q and M) are given,
+// else it stages the fp32 scratch.
+struct GdnScanBf16 {
+  void* W = nullptr;
+  void* Kd = nullptr;
+  void* Q = nullptr;
+  void* M = nullptr;
+};
+
 // ---- tensor-core forward scan, chunk_scan_mma.cu (dk = dv = 128) ----
 // Same contract as the FMA scan of launch_gdn_chunk_fwd (after its prep): o (=) unless o.p is null, states
 // and vnew (=) when not null. With o.p null the scan leaves out the output's tiles and products (a shorter
@@ -111,17 +129,19 @@ size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv);
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
                                       const float* M, const float* Gc, const int32_t* chunks,
                                       const int32_t* chunk_off, int nseq, KOut o, float* states, float* vnew,
-                                      int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
+                                      int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
+                                      const GdnScanBf16* b16 = nullptr);
 
 // ---- tensor-core forward prep, chunk_prep_mma.cu ----
 // Same contract as the prep step of launch_gdn_chunk_fwd (gdn_chunk_prep_kernel): Gc (T, HV), W, U (rows of
 // the chunks), M (nchunks, HV, 64, 64) and, when not null, Tout (nchunks, HV, 64, 64) = (I + A)^{-1} with zeros
 // above the diagonal and identity rows past each chunk's end. dk = dv = 128 only (gdn_chunk_mma_supported;
-// cudaErrorInvalidValue otherwise). Smem size 0 when unsupported.
+// cudaErrorInvalidValue otherwise). Smem size 0 when unsupported. b16: the scan's bf16 operands (=) where not null.
 size_t gdn_chunk_prep_mma_smem(int dk, int dv);
 cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                       const int32_t* chunks, int nchunks, float* W, float* U, float* M, float* Gc,
-                                      float* Tout, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
+                                      float* Tout, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
+                                      const GdnScanBf16* b16 = nullptr);
 
 // ---- tensor-core reverse state scan, chunk_dscan_mma.cu ----
 // Same contract as step 1 of launch_gdn_chunk_bwd (the FMA dscan kernel): per sequence, chunks in reverse,

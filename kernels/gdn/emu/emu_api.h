@@ -5,6 +5,9 @@
 
 #include "common/kptr.h"
 
+namespace deltatune::kernels {
+struct GdnScanBf16;  // gdn/gdn.cuh
+}
 namespace deltatune::kernels::gdn_emu {
 struct Shape {
   const int32_t* chunks;
@@ -34,12 +37,14 @@ void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, 
 void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm, float* dW,
                  const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta);
 // tensor-core forward scan (chunk_scan_mma.cu), bv = 32 or 16 value columns per block, pf: prefetching variant;
-// o.p null: the variant without output
-void scan_mma(const Shape& s, int bv, bool pf, const float* qn, const float* kn, const float* W, const float* U, const float* M,
-              const float* Gc, KOut o, float* states, float* vnew);
-// tensor-core forward prep (chunk_prep_mma.cu)
+// o.p null: the variant without output; b16: the prep's bf16 operands (the variant that copies them, when
+// complete), else the fp32-staging variant
+void scan_mma(const Shape& s, int bv, bool pf, const float* qn, const float* kn, const float* W, const float* U,
+              const float* M, const float* Gc, KOut o, float* states, float* vnew,
+              const GdnScanBf16* b16 = nullptr);
+// tensor-core forward prep (chunk_prep_mma.cu); b16: the scan's bf16 operands (=) where not null
 void prep_mma(const Shape& s, const float* qn, const float* kn, KIn v, const float* g, KIn beta, float* W, float* U,
-              float* M, float* Gc, float* Tout);
+              float* M, float* Gc, float* Tout, const GdnScanBf16* b16 = nullptr);
 
 // tensor-core reverse state scan (chunk_dscan_mma.cu), bv = 16 or 32 value columns per block; lo_s / lo_v
 // (bv 32 only): the bf16 lo halves of dS and dV' take part (the kernel's default: both)

@@ -5,10 +5,12 @@
 // layouts, masking and tiling without a GPU; not part of the build:
 //   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I /usr/local/cuda/include \
 //       kernels/gdn/emu/*.cpp -o /tmp/gdn_emu -lpthread && /tmp/gdn_emu
-// (`/tmp/gdn_emu noout`: only the scan without output (the backward's recompute) vs the fused scan.)
+// (`/tmp/gdn_emu noout`: only the scan without output (the backward's recompute) vs the fused scan;
+// `/tmp/gdn_emu b16`: only the prep's bf16 scan operands and the scan that copies them.)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -17,6 +19,7 @@
 #include <cuda_bf16.h>
 
 #include "gdn/emu/emu_api.h"
+#include "gdn/gdn.cuh"
 
 using namespace deltatune::kernels;
 using F = std::vector<float>;
@@ -134,8 +137,12 @@ static int prep_mma_check() {
     auto run = [&](bool mma) {
       Out r{F(T * HV * dk, nan), F(T * HV * dv, nan), F(int64_t(nchunks) * HV * C * C, nan), F(T * HV, nan),
             F(int64_t(nchunks) * HV * C * C, nan)};
-      (mma ? gdn_emu::prep_mma : gdn_emu::prep)(s, qn.data(), kn.data(), vi, g.data(), bi, r.W.data(),
-                                                r.U.data(), r.M.data(), r.Gc.data(), r.Tm.data());
+      if (mma)
+        gdn_emu::prep_mma(s, qn.data(), kn.data(), vi, g.data(), bi, r.W.data(), r.U.data(), r.M.data(),
+                          r.Gc.data(), r.Tm.data());
+      else
+        gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, r.W.data(), r.U.data(), r.M.data(), r.Gc.data(),
+                      r.Tm.data());
       return r;
     };
     const Out ref = run(false), got = run(true);
@@ -298,6 +305,109 @@ static int no_output_scan_checks() {
   return fails;
 }
 
+// ---- the prep's bf16 scan operands (GdnScanBf16) and the scan that copies them into its tiles ----------------
+// The operands must equal the host's rounding of the prep's fp32 outputs (K̂ scaled by e^{G_last − G_i} from
+// Gc); the scan reading them must give o, states and V' bit-identical to the fp32-staging scan on the same
+// prep outputs (every variant: bv 32/16, prefetch or not, with and without output), and so within nmse 2e-5
+// of the FMA forward.
+static int b16_scan_checks() {
+  using bf = __nv_bfloat16;
+  constexpr int dk = 128, dv = 128, C = 64;
+  struct Case {
+    const char* name;
+    std::vector<int32_t> cu;
+    int64_t HK, HV;
+    float gmin;
+  };
+  const std::vector<Case> cases = {
+      {"2 seqs 101+70, HV/HK 2, g>=-1", {0, 101, 171}, 1, 2, -1.f},
+      {"1 seq of 5 tokens, HV/HK 1", {0, 5}, 2, 2, -0.1f},
+      {"3 seqs 200+3+127, HV/HK 2, g>=-0.02", {0, 200, 203, 330}, 1, 2, -0.02f},
+  };
+  auto bits = [](bf x) {
+    uint16_t u;
+    std::memcpy(&u, &x, 2);
+    return u;
+  };
+  int fails = 0;
+  for (const Case& cs : cases) {
+    const ChunkList cl = chunk_list(cs.cu, C);
+    const int nchunks = cl.n();
+    const int64_t T = cs.cu.back(), HK = cs.HK, HV = cs.HV;
+    gdn_emu::Shape s{cl.chunks.data(), nchunks, cl.off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv};
+    Rand u(5);
+    const Inputs in = make_inputs(u, T, HK, HV, dk, dv, cs.gmin);
+    std::printf("bf16 scan operands: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T, nchunks,
+                (long long)HK, (long long)HV);
+    // FMA forward: the reference.
+    F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size());
+    F o(T * HV * dv), states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv);
+    gdn_emu::prep(s, in.qn.data(), in.kn.data(), in.vi(), in.g.data(), in.bi(), W.data(), U.data(), M.data(),
+                  Gc.data(), Tm.data());
+    gdn_emu::scan(s, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
+                  states.data(), vnew.data());
+    // Tensor-core prep with the bf16 operands (NaN where not written).
+    const bf bnan = __float2bfloat16_rn(std::nanf(""));
+    std::vector<bf> Wb(T * HV * dk, bnan), Kb(T * HV * dk, bnan), Qb(T * HK * dk, bnan), Mb(M.size(), bnan);
+    GdnScanBf16 b16{Wb.data(), Kb.data(), Qb.data(), Mb.data()};
+    gdn_emu::prep_mma(s, in.qn.data(), in.kn.data(), in.vi(), in.g.data(), in.bi(), W.data(), U.data(), M.data(),
+                      Gc.data(), Tm.data(), &b16);
+    {
+      int64_t bad_w = 0, bad_k = 0, bad_q = 0, bad_m = 0;
+      for (int ch = 0; ch < nchunks; ++ch) {
+        const int64_t t0 = cl.chunks[2 * ch];
+        const int len = cl.chunks[2 * ch + 1];
+        for (int64_t h = 0; h < HV; ++h) {
+          const int64_t hk = h / (HV / HK);
+          const float gl = Gc[(t0 + len - 1) * HV + h];
+          for (int i = 0; i < len; ++i) {
+            const float dc = std::exp(gl - Gc[(t0 + i) * HV + h]);
+            for (int d = 0; d < dk; ++d) {
+              const int64_t at = ((t0 + i) * HV + h) * dk + d, aq = ((t0 + i) * HK + hk) * dk + d;
+              bad_w += bits(Wb[at]) != bits(__float2bfloat16_rn(W[at]));
+              bad_k += bits(Kb[at]) != bits(__float2bfloat16_rn(in.kn[aq] * dc));
+              bad_q += bits(Qb[aq]) != bits(__float2bfloat16_rn(in.qn[aq]));
+            }
+          }
+          for (int e = 0; e < C * C; ++e) {
+            const int64_t at = (int64_t(ch) * HV + h) * C * C + e;
+            bad_m += bits(Mb[at]) != bits(__float2bfloat16_rn(M[at]));
+          }
+        }
+      }
+      const bool fail = bad_w || bad_k || bad_q || bad_m;
+      std::printf("  prep operands vs host rounding: mismatches W %lld Kd %lld Q %lld M %lld%s\n", (long long)bad_w,
+                  (long long)bad_k, (long long)bad_q, (long long)bad_m, fail ? "  FAIL" : "");
+      fails += fail;
+    }
+    for (int variant = 0; variant < 8; ++variant) {
+      const int bv = variant & 1 ? 16 : 32;
+      const bool pf = variant & 2, with_o = !(variant & 4);
+      const float nan = std::nanf("");
+      F o1(o.size(), nan), st1(states.size(), nan), vn1(vnew.size(), nan);  // fp32 staging
+      F o2(o.size(), nan), st2(states.size(), nan), vn2(vnew.size(), nan);  // bf16 operands
+      const KOut ko1 = with_o ? KOut{o1.data(), KType::F32} : KOut{}, ko2 = with_o ? KOut{o2.data(), KType::F32} : KOut{};
+      gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), ko1,
+                        st1.data(), vn1.data());
+      gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), ko2,
+                        st2.data(), vn2.data(), &b16);
+      std::vector<std::tuple<const char*, F*, F*, F*>> outs = {{"states", &st2, &st1, &states}, {"vnew", &vn2, &vn1, &vnew}};
+      if (with_o) outs.insert(outs.begin(), {"o", &o2, &o1, &o});
+      for (auto [name, got, f32, ref] : outs) {
+        int bad = 0;
+        const double e = nmse(*got, *ref, &bad);
+        int64_t ndiff = 0;
+        for (size_t i = 0; i < got->size(); ++i) ndiff += std::memcmp(&(*got)[i], &(*f32)[i], 4) != 0;
+        const bool fail = !(e <= 2e-5) || ndiff || bad;
+        std::printf("  bv %2d pf %d out %d %-7s nmse vs FMA %.3e  bits differing from fp32 staging %lld  nonfinite %d%s\n",
+                    bv, int(pf), int(with_o), name, e, (long long)ndiff, bad, fail ? "  FAIL" : "");
+        fails += fail;
+      }
+    }
+  }
+  return fails;
+}
+
 // ---- tensor-core backward (chunk_bwd_mma.cu) vs the FMA backward (chunk_bwd.cu) ----------------------------
 namespace bwd_mma {
 struct In {  // one shape's inputs and forward recompute (FMA kernels), as launch_gdn_chunk_bwd gets them
@@ -386,6 +496,7 @@ static int long_case() {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "noout") return no_output_scan_checks() ? 1 : 0;
+  if (argc > 1 && std::string(argv[1]) == "b16") return b16_scan_checks() ? 1 : 0;
   const int prep_fails = prep_mma_check();
   constexpr int dk = 128, dv = 128, C = 64;
   const int64_t HK = 1, HV = 2;
@@ -437,6 +548,7 @@ int main(int argc, char** argv) {
   fails += bwd_mma::long_case();
   fails += dscan_mma_checks();
   fails += no_output_scan_checks();
+  fails += b16_scan_checks();
   std::printf("%s\n", fails ? "FAIL" : "OK");
   return fails || prep_fails ? 1 : 0;
 }

@@ -240,13 +240,26 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q, con
     r->vnew = alloc({d.T, d.HV, d.dv}, DType::F32);
     r->states = alloc({r->ch.n, d.HV, d.dk, d.dv}, DType::F32);
   }
+  // The tensor-core scan's bf16 operands, written by its prep: needed only between the two kernels.
+  const bool mma = gdn_mma_enabled();
+  Tensor Wb, Kdb, Qb, Mb;
+  kernels::GdnScanBf16 b16;
+  if (mma && kernels::gdn_chunk_mma_supported(d.dk, d.dv)) {
+    Wb = alloc({d.T, d.HV, d.dk}, DType::BF16);
+    Kdb = alloc({d.T, d.HV, d.dk}, DType::BF16);
+    b16.W = Wb.data, b16.Kd = Kdb.data;
+    if (o) {
+      Qb = alloc({d.T, d.HK, d.dk}, DType::BF16);
+      Mb = alloc({r->ch.n, d.HV, C, C}, DType::BF16);
+      b16.Q = Qb.data, b16.M = Mb.data;
+    }
+  }
   cuda_check(kernels::launch_gdn_chunk_fwd(
                  fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"), iptr(r->ch.chunks),
                  static_cast<int>(r->ch.n), iptr(r->ch.off), static_cast<int>(seq.num_seqs()),
                  o ? kout(*o, "gdn o") : kernels::KOut{}, fptr(r->W), fptr(U), fptr(r->M), fptr(r->Gc),
                  for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
-                 for_backward ? fptr(r->Tm) : nullptr, for_backward ? fptr(r->vnew) : nullptr,
-                 gdn_mma_enabled()),
+                 for_backward ? fptr(r->Tm) : nullptr, for_backward ? fptr(r->vnew) : nullptr, mma, &b16),
              "gdn_fwd (chunked core)");
   return r;
 }
