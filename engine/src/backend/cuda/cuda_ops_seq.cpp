@@ -384,7 +384,11 @@ double CudaBackend::linear_cross_entropy(const Tensor& h, const Tensor& w, const
             shape_str(labels.shape) + " (expected w [V, H], labels I32 [T])");
   check(!dh || dh->numel() == h.numel(), "linear_cross_entropy: dh must match h");
   if (T == 0) return 0.0;
-  const int64_t cap_rows = std::max<int64_t>(1, (int64_t(1) << 26) / std::max<int64_t>(V, 1));
+  // Logits buffer: 2^26 floats (256 MiB) unless DT_CE_LOG2_FLOATS (20..30) says otherwise (A/B timing).
+  int log2_floats = 26;
+  if (const char* env = std::getenv("DT_CE_LOG2_FLOATS"); env && std::atoi(env) >= 20 && std::atoi(env) <= 30)
+    log2_floats = std::atoi(env);
+  const int64_t cap_rows = std::max<int64_t>(1, (int64_t(1) << log2_floats) / std::max<int64_t>(V, 1));
   const int64_t n_max = std::max<int64_t>(1, std::min({chunk_rows, T, cap_rows >= 32 ? cap_rows / 16 * 16 : cap_rows}));
   Tensor logits = alloc({n_max, V}, DType::F32);
   Tensor grad = dh ? alloc({n_max, V}, w.dtype) : Tensor();
