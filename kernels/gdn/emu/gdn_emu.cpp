@@ -248,38 +248,57 @@ static int dscan_mma_checks() {
   }
   return fails;
 }
-// ---- the scan without output (chunk_scan_mma.cu with o null: the backward's recompute): states and V' vs the
-// FMA forward (nmse target 2e-5) and vs the scan with output (the same bf16 roundings: expected equal). Every
-// scan variant (bv 32/16, prefetch or not).
-static int no_output_scan_checks() {
-  constexpr int dk = 128, dv = 128, C = 64;
-  struct Case {
-    const char* name;
-    std::vector<int32_t> cu;
-    int64_t HK, HV;
-    float gmin;
-  };
-  const std::vector<Case> cases = {
+// ---- forward-scan checks: their shapes, and one shape's inputs with the FMA forward's outputs (the reference)
+struct ScanShape {
+  const char* name;
+  std::vector<int32_t> cu;
+  int64_t HK, HV;
+  float gmin;
+};
+static const std::vector<ScanShape>& scan_shapes() {
+  static const std::vector<ScanShape> shapes = {
       {"2 seqs 101+70, HV/HK 2, g>=-1", {0, 101, 171}, 1, 2, -1.f},
       {"1 seq of 5 tokens, HV/HK 1", {0, 5}, 2, 2, -0.1f},
       {"3 seqs 200+3+127, HV/HK 2, g>=-0.02", {0, 200, 203, 330}, 1, 2, -0.02f},
   };
-  int fails = 0;
-  for (const Case& cs : cases) {
-    const ChunkList cl = chunk_list(cs.cu, C);
-    const int nchunks = cl.n();
-    const int64_t T = cs.cu.back(), HK = cs.HK, HV = cs.HV;
-    gdn_emu::Shape s{cl.chunks.data(), nchunks, cl.off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv};
-    Rand u(3);
-    const Inputs in = make_inputs(u, T, HK, HV, dk, dv, cs.gmin);
-    F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size());
+  return shapes;
+}
+struct ScanRef {
+  static constexpr int dk = 128, dv = 128, C = 64;
+  ChunkList cl;  // before s: s points into it
+  int nchunks;
+  int64_t T, HK, HV;
+  gdn_emu::Shape s;
+  Inputs in;
+  F W, U, M, Gc, Tm, o, states, vnew;
+  ScanRef(const ScanShape& cs, unsigned seed)
+      : cl(chunk_list(cs.cu, C)), nchunks(cl.n()), T(cs.cu.back()), HK(cs.HK), HV(cs.HV),
+        s{cl.chunks.data(), nchunks, cl.off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv},
+        W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size()),
+        o(T * HV * dv), states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv) {
+    Rand u(seed);
+    in = make_inputs(u, T, HK, HV, dk, dv, cs.gmin);
     gdn_emu::prep(s, in.qn.data(), in.kn.data(), in.vi(), in.g.data(), in.bi(), W.data(), U.data(), M.data(),
                   Gc.data(), Tm.data());
-    F o(T * HV * dv), states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv);
     gdn_emu::scan(s, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
                   states.data(), vnew.data());
-    std::printf("scan without output: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T, nchunks,
-                (long long)HK, (long long)HV);
+  }
+  ScanRef(const ScanRef&) = delete;
+  ScanRef& operator=(const ScanRef&) = delete;
+};
+
+// ---- the scan without output (chunk_scan_mma.cu with o null: the backward's recompute): states and V' vs the
+// FMA forward (nmse target 2e-5) and vs the scan with output (the same bf16 roundings: expected equal). Every
+// scan variant (bv 32/16, prefetch or not).
+static int no_output_scan_checks() {
+  int fails = 0;
+  for (const ScanShape& cs : scan_shapes()) {
+    const ScanRef r(cs, 3);
+    const gdn_emu::Shape& s = r.s;
+    const Inputs& in = r.in;
+    const F &W = r.W, &U = r.U, &M = r.M, &Gc = r.Gc, &o = r.o, &states = r.states, &vnew = r.vnew;
+    std::printf("scan without output: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)r.T,
+                r.nchunks, (long long)r.HK, (long long)r.HV);
     for (int variant = 0; variant < 4; ++variant) {
       const int bv = variant & 1 ? 16 : 32;
       const bool pf = variant >= 2;
@@ -312,40 +331,24 @@ static int no_output_scan_checks() {
 // of the FMA forward.
 static int b16_scan_checks() {
   using bf = __nv_bfloat16;
-  constexpr int dk = 128, dv = 128, C = 64;
-  struct Case {
-    const char* name;
-    std::vector<int32_t> cu;
-    int64_t HK, HV;
-    float gmin;
-  };
-  const std::vector<Case> cases = {
-      {"2 seqs 101+70, HV/HK 2, g>=-1", {0, 101, 171}, 1, 2, -1.f},
-      {"1 seq of 5 tokens, HV/HK 1", {0, 5}, 2, 2, -0.1f},
-      {"3 seqs 200+3+127, HV/HK 2, g>=-0.02", {0, 200, 203, 330}, 1, 2, -0.02f},
-  };
+  constexpr int dk = ScanRef::dk, C = ScanRef::C;
   auto bits = [](bf x) {
     uint16_t u;
     std::memcpy(&u, &x, 2);
     return u;
   };
   int fails = 0;
-  for (const Case& cs : cases) {
-    const ChunkList cl = chunk_list(cs.cu, C);
-    const int nchunks = cl.n();
-    const int64_t T = cs.cu.back(), HK = cs.HK, HV = cs.HV;
-    gdn_emu::Shape s{cl.chunks.data(), nchunks, cl.off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv};
-    Rand u(5);
-    const Inputs in = make_inputs(u, T, HK, HV, dk, dv, cs.gmin);
+  for (const ScanShape& cs : scan_shapes()) {
+    ScanRef r(cs, 5);
+    const gdn_emu::Shape& s = r.s;
+    const Inputs& in = r.in;
+    const ChunkList& cl = r.cl;
+    const int nchunks = r.nchunks;
+    const int64_t T = r.T, HK = r.HK, HV = r.HV;
+    F &W = r.W, &U = r.U, &M = r.M, &Gc = r.Gc, &Tm = r.Tm;
+    const F &o = r.o, &states = r.states, &vnew = r.vnew;
     std::printf("bf16 scan operands: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T, nchunks,
                 (long long)HK, (long long)HV);
-    // FMA forward: the reference.
-    F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size());
-    F o(T * HV * dv), states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv);
-    gdn_emu::prep(s, in.qn.data(), in.kn.data(), in.vi(), in.g.data(), in.bi(), W.data(), U.data(), M.data(),
-                  Gc.data(), Tm.data());
-    gdn_emu::scan(s, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
-                  states.data(), vnew.data());
     // Tensor-core prep with the bf16 operands (NaN where not written).
     const bf bnan = __float2bfloat16_rn(std::nanf(""));
     std::vector<bf> Wb(T * HV * dk, bnan), Kb(T * HV * dk, bnan), Qb(T * HK * dk, bnan), Mb(M.size(), bnan);
@@ -391,7 +394,7 @@ static int b16_scan_checks() {
                         st1.data(), vn1.data());
       gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), ko2,
                         st2.data(), vn2.data(), &b16);
-      std::vector<std::tuple<const char*, F*, F*, F*>> outs = {{"states", &st2, &st1, &states}, {"vnew", &vn2, &vn1, &vnew}};
+      std::vector<std::tuple<const char*, F*, F*, const F*>> outs = {{"states", &st2, &st1, &states}, {"vnew", &vn2, &vn1, &vnew}};
       if (with_o) outs.insert(outs.begin(), {"o", &o2, &o1, &o});
       for (auto [name, got, f32, ref] : outs) {
         int bad = 0;
