@@ -75,14 +75,14 @@ class Backend {
   virtual void scale(Tensor& y, float alpha) = 0;                 // y *= alpha
   virtual double sum_squares(const Tensor& x) = 0;                // Σ x² in fp64/fp32 accumulation
   virtual bool all_finite(const Tensor& x) = 0;
-  // Σ x² over all tensors / whether every element of every tensor is finite: one host round trip on
-  // device backends (the per-tensor forms above synchronise once per call).
   // copy() on every pair (dst[i] (=) src[i] in dst's type): device backends convert many tensors per launch.
   struct CopyPair {
     Tensor* dst;
     const Tensor* src;
   };
   virtual void copy_many(const std::vector<CopyPair>& pairs);
+  // Σ x² over all tensors / whether every element of every tensor is finite: one host round trip on
+  // device backends (the per-tensor forms above synchronise once per call).
   virtual double sum_squares_many(const std::vector<const Tensor*>& xs);
   virtual bool all_finite_many(const std::vector<const Tensor*>& xs);
   // Inverted dropout with a counter-based RNG, identical on every backend:
