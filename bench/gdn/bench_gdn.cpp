@@ -2,7 +2,8 @@
 // use_qk_l2norm_in_kernel) at Qwen3.5-9B shapes (HK 16, HV 32, dk = dv = 128) for packed rows of
 // sequences of --seq tokens. Prints a table and one JSON line per size: median ms of forward and of
 // forward + backward, achieved TFLOP/s, and the allocator's peak above the inputs (sizes run in increasing
-// order, so the running peak is the largest size's).
+// order, so the running peak is the largest size's) and what the forward leaves allocated for the backward
+// ("saved": besides the inputs and the output, which the caller owns).
 //
 //   bench_gdn [--tokens 4096,8192,16384,32768] [--seq 4096] [--hk 16] [--hv 32] [--iters 10] [--keep 0|1]
 //
@@ -87,8 +88,8 @@ int main(int argc, char** argv) {
   try {
     auto be = make_cuda_backend();
     std::mt19937 rng(1);
-    std::printf("%8s %6s %10s %10s %12s %12s %10s\n", "tokens", "seqs", "fwd ms", "fwd+bwd ms", "fwd TFLOP/s",
-                "f+b TFLOP/s", "peak MiB");
+    std::printf("%8s %6s %10s %10s %12s %12s %10s %10s\n", "tokens", "seqs", "fwd ms", "fwd+bwd ms", "fwd TFLOP/s",
+                "f+b TFLOP/s", "peak MiB", "saved MiB");
     for (int64_t T : sizes) {
       std::vector<int32_t> cu{0};
       while (cu.back() < T) cu.push_back(static_cast<int32_t>(std::min<int64_t>(T, cu.back() + seq)));
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
       Tensor db = be->alloc({T, HV}, DType::BF16);
       std::vector<double> fwd, both;
       const int64_t base = be->memory_stats().allocated_bytes;
-      int64_t peak = 0;
+      int64_t peak = 0, saved_bytes = 0;
       for (int64_t it = 0; it < iters + 2; ++it) {
         be->synchronize();
         const auto t0 = std::chrono::steady_clock::now();
@@ -115,6 +116,7 @@ int main(int argc, char** argv) {
         else be->gdn_fwd(q, k, v, g, beta, layout, scale, o);
         be->synchronize();
         const auto t1 = std::chrono::steady_clock::now();
+        saved_bytes = std::max(saved_bytes, be->memory_stats().allocated_bytes - base);
         be->gdn_bwd_saved(saved.get(), dout, q, k, v, g, beta, layout, scale, dq, dkk, dvv, dg, db);
         saved.reset();
         be->synchronize();
@@ -127,14 +129,15 @@ int main(int argc, char** argv) {
       const double per_tok_head = 4.0 * dk * dv + 2.0 * 64 * (dk + dv) + 2.0 * 64 * dk;
       const double ffl = per_tok_head * double(T) * double(HV), bfl = 3 * ffl;
       const double mf = median_ms(fwd), mb = median_ms(both);
-      std::printf("%8lld %6zu %10.3f %10.3f %12.1f %12.1f %10.1f\n", static_cast<long long>(T), cu.size() - 1, mf, mb,
-                  ffl / mf * 1e-9, bfl / mb * 1e-9, double(peak) / (1 << 20));
+      std::printf("%8lld %6zu %10.3f %10.3f %12.1f %12.1f %10.1f %10.1f\n", static_cast<long long>(T), cu.size() - 1,
+                  mf, mb, ffl / mf * 1e-9, bfl / mb * 1e-9, double(peak) / (1 << 20), double(saved_bytes) / (1 << 20));
       std::printf("{\"bench\": \"gdn\", \"impl\": \"%s\", \"tokens\": %lld, \"seq\": %lld, \"hk\": %lld, "
                   "\"hv\": %lld, \"fwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwd_bwd_tflops\": "
-                  "%.2f, \"peak_mib\": %.1f}\n",
+                  "%.2f, \"peak_mib\": %.1f, \"saved_mib\": %.1f}\n",
                   keep ? "deltatune_keep" : "deltatune", static_cast<long long>(T), static_cast<long long>(seq),
                   static_cast<long long>(HK),
-                  static_cast<long long>(HV), mf, mb, ffl / mf * 1e-9, bfl / mb * 1e-9, double(peak) / (1 << 20));
+                  static_cast<long long>(HV), mf, mb, ffl / mf * 1e-9, bfl / mb * 1e-9, double(peak) / (1 << 20),
+                  double(saved_bytes) / (1 << 20));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gdn: %s\n", e.what());

@@ -20,6 +20,7 @@ ap.add_argument("--seq", type=int, default=4096)
 ap.add_argument("--hk", type=int, default=16)
 ap.add_argument("--hv", type=int, default=32)
 ap.add_argument("--iters", type=int, default=10)
+ap.add_argument("--profile", action="store_true", help="also print FLA's GPU kernel time per fwd+bwd (torch.profiler)")
 a = ap.parse_args()
 dk = dv = 128
 dev = "cuda"
@@ -51,22 +52,37 @@ for T in [int(x) for x in a.tokens.split(",")]:
     def fwd():
         return chunk_gated_delta_rule(q, k, v, g, beta, scale=scale, cu_seqlens=cu_t, use_qk_l2norm_in_kernel=True)[0]
 
-    fw, fb = [], []
+    fw, fb, saved = [], [], 0
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     for it in range(a.iters + 2):
         for t in (q, k, v, g, beta):
             t.grad = None
         o, tf = timed(fwd)
+        # what autograd keeps for the backward: allocated after the forward, less the output
+        saved = max(saved, torch.cuda.memory_allocated() - base - o.numel() * o.element_size())
         _, tb = timed(lambda: o.backward(do))
         if it >= 2:
             fw.append(tf)
             fb.append(tf + tb)
         del o
     peak = torch.cuda.max_memory_allocated() - base
+    if a.profile:  # GPU time of one fwd+bwd by kernel: does the wall time above wait on the GPU or on Python?
+        from torch.profiler import ProfilerActivity, profile
+        for t in (q, k, v, g, beta):
+            t.grad = None
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fwd().backward(do)
+            torch.cuda.synchronize()
+        ev = [e for e in prof.key_averages() if e.device_type.name == "CUDA" or "cuda" in str(e.device_type).lower()]
+        tot = sum(e.self_device_time_total for e in ev) / 1e3
+        for e in sorted(ev, key=lambda e: -e.self_device_time_total)[:25]:
+            print(f"  fla {T:6d} {e.key[:60]:60} {e.count:3d} {e.self_device_time_total / 1e3:8.3f} ms", flush=True)
+        print(f"  fla {T:6d} GPU kernel sum per fwd+bwd {tot:.3f} ms", flush=True)
     mf, mb = sorted(fw)[len(fw) // 2], sorted(fb)[len(fb) // 2]
     per = 4.0 * dk * dv + 2.0 * 64 * (dk + dv) + 2.0 * 64 * dk
     ffl = per * T * a.hv
     print(json.dumps({"bench": "gdn", "impl": "fla", "tokens": T, "seq": a.seq, "hk": a.hk, "hv": a.hv,
                       "fwd_ms": mf, "fwd_bwd_ms": mb, "fwd_tflops": ffl / mf * 1e-9,
-                      "fwd_bwd_tflops": 3 * ffl / mb * 1e-9, "peak_mib": peak / 2**20}), flush=True)
+                      "fwd_bwd_tflops": 3 * ffl / mb * 1e-9, "peak_mib": peak / 2**20,
+                      "saved_mib": saved / 2**20}), flush=True)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Our GDN core vs flash-linear-attention on the same GPU: prints a table with the ratios and the JSON lines.
 # Ours runs twice: recomputing the forward's chunk quantities in the backward, and keeping them (--keep 1).
+# MiB columns: the allocator's peak above the inputs, and "kept": what the forward leaves allocated for the
+# backward (besides inputs and output).
 #   bench/gdn/run_gdn.sh BENCH_GDN_BIN WHEEL_DIR   (WHEEL_DIR: flash-linear-attention, fla-core, einops wheels)
 # Env TOKENS (4096,8192,16384,32768), SEQ (4096).
 set -u
@@ -22,7 +24,7 @@ by = {}
 for r in rows:
     by.setdefault(r["tokens"], {})[r["impl"]] = r
 print(f"{'tokens':>7} {'ours':>9} {'ours fwd':>9} {'FLA fwd':>9} {'x':>6} {'ours f+b':>9} {'FLA f+b':>9} {'x':>6} "
-      f"{'ours MiB':>9} {'FLA MiB':>9}")
+      f"{'ours MiB':>9} {'FLA MiB':>9} {'ours kept':>9} {'FLA kept':>9}")
 for t, d in sorted(by.items()):
     f = d.get("fla")
     for mode in ("deltatune", "deltatune_keep"):
@@ -32,6 +34,6 @@ for t, d in sorted(by.items()):
         name = "keep" if mode.endswith("keep") else "recompute"
         print(f"{t:7d} {name:>9} {o['fwd_ms']:9.2f} {f['fwd_ms']:9.2f} {f['fwd_ms'] / o['fwd_ms']:6.2f} "
               f"{o['fwd_bwd_ms']:9.2f} {f['fwd_bwd_ms']:9.2f} {f['fwd_bwd_ms'] / o['fwd_bwd_ms']:6.2f} "
-              f"{o['peak_mib']:9.0f} {f['peak_mib']:9.0f}")
+              f"{o['peak_mib']:9.0f} {f['peak_mib']:9.0f} {o.get('saved_mib', -1):9.0f} {f.get('saved_mib', -1):9.0f}")
 print(json.dumps({"bench": "gdn_summary", "rows": rows}))
 PY

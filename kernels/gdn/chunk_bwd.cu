@@ -397,9 +397,8 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
                                  int nchunks, const int32_t* chunk_off, int nseq, float* W, const float* M,
                                  const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
                                  float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
-                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores) {
+                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
   if (nchunks == 0 || HV == 0) return cudaSuccess;
-  const bool mma = tensor_cores && gdn_chunk_mma_supported(dk, dv);
   const size_t s1 = dscan_smem(dk), s2 = state_grad_smem(), s3 = intra_smem(dk, dv), s4 = wy_smem(dk, dv);
   cudaError_t e = allow_smem(gdn_chunk_dscan_kernel<kChunkBV>, s1);
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_dscan_kernel<kChunkBV / 2>, s1);
@@ -407,36 +406,40 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_intra_grad_kernel, s3);
   if (e == cudaSuccess) e = allow_smem(gdn_chunk_wy_grad_kernel, s4);
   if (e != cudaSuccess) return e;
-  if (mma) {
-    e = launch_gdn_chunk_dscan_mma(dout, qn, kn, W, M, Gc, chunks, chunk_off, nseq, dh, dvn, HK, HV, dk, dv, s);
-  } else {
-    const int bv = gdn_scan_tile_cols(nseq * HV, dv);
-    const dim3 scan_grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + bv - 1) / bv));
-    auto* dscan = bv == kChunkBV ? gdn_chunk_dscan_kernel<kChunkBV> : gdn_chunk_dscan_kernel<kChunkBV / 2>;
-    dscan<<<scan_grid, kThreads, s1, s>>>(dout, qn, kn, W, M, Gc, chunks, chunk_off, dh, dvn, HK, HV, dk, dv);
-  }
-  if (e != cudaSuccess || (e = cudaGetLastError()) != cudaSuccess) return e;
+  const int bv = gdn_scan_tile_cols(nseq * HV, dv);
+  const dim3 scan_grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + bv - 1) / bv));
+  auto* dscan = bv == kChunkBV ? gdn_chunk_dscan_kernel<kChunkBV> : gdn_chunk_dscan_kernel<kChunkBV / 2>;
+  dscan<<<scan_grid, kThreads, s1, s>>>(dout, qn, kn, W, M, Gc, chunks, chunk_off, dh, dvn, HK, HV, dk, dv);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV));
   // W is read by the reverse scan above and overwritten with dW below (same stream: ordered).
-  if (mma)
-    e = launch_gdn_state_grad_mma(dout, kn, Gc, chunks, nchunks, states, dh, vnew, dvn, dqh, dkh, W, gsum, HK, HV, dk,
-                                  dv, s);
-  else
-    gdn_chunk_state_grad_kernel<<<grid, kThreads, s2, s>>>(dout, kn, Gc, chunks, states, dh, vnew, dvn, dqh, dkh, W,
-                                                           gsum, HK, HV, dk, dv);
-  if (e != cudaSuccess || (e = cudaGetLastError()) != cudaSuccess) return e;
-  if (mma)
-    e = launch_gdn_intra_grad_mma(dout, qn, kn, Gc, chunks, nchunks, vnew, gsum, dqh, dkh, dg, HK, HV, dk, dv, s);
-  else
-    gdn_chunk_intra_grad_kernel<<<grid, kThreads, s3, s>>>(dout, qn, kn, Gc, chunks, vnew, gsum, dqh, dkh, dg, HK, HV,
-                                                           dk, dv);
-  if (e != cudaSuccess || (e = cudaGetLastError()) != cudaSuccess) return e;
-  if (mma)
-    return launch_gdn_wy_grad_mma(kn, v, beta, Gc, chunks, nchunks, Tm, W, dvn, dkh, dv_out, dg, dbeta, HK, HV, dk, dv,
-                                  s);
+  gdn_chunk_state_grad_kernel<<<grid, kThreads, s2, s>>>(dout, kn, Gc, chunks, states, dh, vnew, dvn, dqh, dkh, W,
+                                                         gsum, HK, HV, dk, dv);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  gdn_chunk_intra_grad_kernel<<<grid, kThreads, s3, s>>>(dout, qn, kn, Gc, chunks, vnew, gsum, dqh, dkh, dg, HK, HV,
+                                                         dk, dv);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
   gdn_chunk_wy_grad_kernel<<<grid, kThreads, s4, s>>>(kn, v, beta, Gc, chunks, Tm, W, dvn, dkh, dv_out, dg, dbeta, HK,
                                                       HV, dk, dv);
   return cudaGetLastError();
+}
+
+cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const float* qn, const float* kn, KIn v, KIn beta,
+                                     const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
+                                     const float* Gc, const GdnBwdBf16& b, float* gsum, float* dqh, float* dkh,
+                                     KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv,
+                                     cudaStream_t s) {
+  if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
+  if (nchunks == 0 || HV == 0) return cudaSuccess;
+  cudaError_t e = launch_gdn_chunk_dscan_mma(dout, qn, kn, b.W16, b.M16, Gc, chunks, chunk_off, nseq, b.dh16,
+                                             b.dvn16, HK, HV, dk, dv, s);
+  if (e == cudaSuccess)
+    e = launch_gdn_chunk_grad_mma(dout, qn, kn, Gc, chunks, nchunks, b.states16, b.dh16, b.vnew16, b.dvn16, dqh, dkh,
+                                  b.dW16, gsum, dg, HK, HV, dk, dv, s);
+  if (e == cudaSuccess)
+    e = launch_gdn_wy_grad_mma(kn, v, beta, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dkh, dv_out, dg, dbeta, HK,
+                               HV, dk, dv, s);
+  return e;
 }
 #endif  // DT_ATTN_EMU
 

@@ -1,33 +1,53 @@
-// Tensor-core versions (bf16 mma.sync, fp32 accumulators) of the chunk-parallel GDN backward kernels of
-// chunk_bwd.cu, same contracts and formulas (see the decomposition at the top of chunk_bwd.cu):
-//  2. state products: dQ̂ (=) diag(γ)·dO·S_nᵀ, dK̂ (=) diag(Γ/γ)·V'·dS^endᵀ, dW = −dV'·S_nᵀ and the chunk's
-//     extra dG term. The value dimension is the reduction: it streams in 64-column steps (dO, V', dV', S_n,
-//     dS^end rounded to bf16 in shared memory); warp (wr, wc) owns rows 16wr..+15 x key columns
-//     (DK/2)·wc..+DK/2−1 of all three products. Σ(S_n ⊙ dS^end) stays fp32 (from the fp32 global values).
-//  3. intra: D = tril(dO·V'ᵀ ⊙ e^{G_i−G_j}) → bf16 in shared memory, dQ̂ += D·K̂, dK̂ += Dᵀ·Q̂ (triangular
-//     k ranges; V', K̂, Q̂ as bf16 hi + lo, see Precision), dG row sums from the fp32 results.
-//  4. WY backward: dT = dW·K̂ᵀ·diag(βγ) + dU·Vᵀ·diag(β) and K̂K̂ᵀ (warps 0-3 / 4-7), Y = dT·Tᵀ straight from
-//     the dT accumulators, dÂ = −tril(Tᵀ·Y ⊙ e^{G_i−G_j}), then Xw = Tᵀ·dW, Xu = Tᵀ·dU and
-//     diag(β)dÂ·K̂ + (diag(β)dÂ)ᵀ·K̂ per warp tile with their per-row dot products in the epilogue.
-// Decays stay fp32 and are applied to fp32 accumulators, masked before the exponential as in the FMA path.
+// Tensor-core version (bf16 mma.sync, fp32 accumulators) of kernels 2 and 3 of the chunk-parallel GDN
+// backward (chunk_bwd.cu, same formulas; see the decomposition at its top), fused into one kernel:
+//  state products: dW = −dV'·S_nᵀ, dQ̂_s = diag(γ)·dO·S_nᵀ, dK̂_s = diag(Γ/γ)·V'·dS^endᵀ, gsum = Γ·Σ(S_n ⊙ dS^end)
+//    + Σ(dK̂_s ⊙ K̂) (the chunk's extra dG term, on its last row);
+//  intra: D = tril(dO·V'ᵀ ⊙ e^{G_i−G_j}) → bf16 in shared memory, dQ̂ = dQ̂_s + D·K̂, dK̂ = dK̂_s + Dᵀ·Q̂
+//    (triangular k ranges), dG = rowsum(dQ̂ ⊙ Q̂) − rowsum(dK̂ ⊙ K̂) (+ gsum on the last row).
+// dQ̂ and dK̂ stay in registers from the state product to the store: written once (=), fp32. Σ(S_n ⊙ dS^end) is
+// the trace of the diagonal 16x16 blocks of S_n·dS^endᵀ (one per warp; exact bf16 products, fp32 sums).
 //
-// Precision (host emulator, gdn/emu/gdn_emu.cpp, nmse vs the fp32 FMA kernels): every output ≤ 2e-5 (≤ 5.4e-6
-// measured). dg is a cancelling sum: the intra D-terms enter row i of dQ̂⊙Q̂ and row j of dK̂⊙K̂ with opposite
-// signs and cancel in the chunk's reverse cumsum, so bf16 rounding of K̂ in D·K̂ and of Q̂ in Dᵀ·Q̂ showed ~100x
-// in dg (2.7e-4 and 8.0e-4 on a 171- and a 200-token shape). Leaving one product at a time unsplit in an
-// all-split build (dg 6e-10, 171 tokens): D·K̂ 3.6e-4, Dᵀ·Q̂ 5.9e-5, dO·V'ᵀ 2.2e-6, every state or WY product ≤
-// 1.8e-7. So only the intra kernel splits (gdn_mma.cuh, warp_mma_split): K̂ and Q̂ as bf16 hi + lo (both sides
-// of the pair then see the same q̂_i·k̂_j; D stays one bf16 tile, the same in both) and V' in D = dO·V'ᵀ (dO too
-// when it is not bf16). dg then 2.6e-6 / 3.1e-6 (K̂, Q̂ alone: 3.8e-6 / 8.4e-6). With slow decay (g ≥ −0.05, 256
-// tokens) dg is 7.9e-6 unsplit, 5.0e-6 with these splits, 2.4e-6 with the state products split too (not worth
-// their smem).
-// mma per block (dk = dv = 128): state_grad 1536, intra 1152 (was 576; 1408 with fp32 dO), wy 1616.
-// ptxas (sm_90a, 256 threads, no spills): state_grad 170 regs, 63.4 KiB smem (3 blocks/SM); intra 96 regs,
-// 112.3 KiB smem (2 blocks/SM, as before the splits: the lo tiles of K̂, Q̂ reuse the dO, V' tiles after D);
-// wy 154 regs, 120.3 KiB.
-// Time (estimate, not measured; T=8192, HV 32): the splits add to intra one barrier, a second pass over Q̂/K̂
-// (64 KiB per block from L2) and twice its ldmatrix/mma work; it is bound by staging and barriers, so ~+30% on
-// intra, ≈ +0.2-0.3 ms on the three kernels' ~3-4 ms (the FMA kernels: ~14 ms).
+// Layout: a work item is (chunk of 64 tokens, value head); a persistent grid of one 256-thread block per SM
+// loops over the items, value heads fastest (the second value head of a key head finds K̂, Q̂ in L2). Warp
+// (wr, wc) owns rows 16wr..+15 x key columns 64wc..+63 of each 64 x 128 product. An item's inputs are all in
+// shared memory at once, copied by cp.async: region A (S_n, dV', bf16 dO, G) and the fp32 K̂, Q̂ tiles during
+// the previous item, as soon as their readers there are done; region B (dS^end, V') when the item starts,
+// landing behind dW and dQ̂_s. Once dK̂_s, D and the trace have read region B, it takes K̂ and Q̂ as bf16
+// hi + lo tiles. fp32/fp16 dO goes through registers into hi + lo tiles.
+//
+// Why fused (not two kernels at two blocks per SM): per item the inputs are 176 KiB (bf16 dO, V', dV' 16
+// each, S_n, dS^end 32 each, fp32 K̂, Q̂ 32 each) and the outputs 80 KiB (dQ̂, dK̂ 32 each, bf16 dW 16); two
+// kernels move 448 KiB (the intra kernel re-stages dO, V', K̂, Q̂ and reads dQ̂, dK̂ back to add to them).
+//
+// Resources (ptxas, sm_90a): 255 registers, no spills; 215,584 bytes of shared memory: one block per SM.
+// mma per item (dk = dv = 128): 2560 (state products 1536, D 256, intra 640 with the hi/lo splits, trace 128);
+// 2816 with fp32 dO.
+//
+// Time (H100, measured against the two kernels it replaces, their fp32-scratch version): T = 8192 tokens as
+// 2 x 4096, HK 16, HV 32 (4096 items): 0.418 ms (was 0.741 + 0.575); as 82 sequences of 100 tokens (5248
+// items, partial chunks): 0.482 ms (was 1.460); fp32 dO: 0.507 ms (was 1.561). At 2 x 4096 the ~0.94 GB of
+// inputs and outputs move at ~2.25 TB/s. One block per SM leaves 2 warps per scheduler: ncu shows ~0.26
+// instructions issued per cycle and scheduler, stalls on shared-memory/mma dependencies and barriers. Earlier
+// variants took 0.34-0.37 ms with their global loads dropped and ~0.39 ms with their mma dropped: compute and
+// memory time overlap well, and both would have to shrink. 512 threads per block (16 warps, 128 registers)
+// was slower (more ldmatrix traffic and instructions per mma).
+//
+// Precision (host emulator, gdn/emu/gdn_emu.cpp, nmse vs the fp32 FMA kernels): every output ≤ 2e-5. dg is a
+// cancelling sum: the intra D-terms enter row i of dQ̂⊙Q̂ and row j of dK̂⊙K̂ with opposite signs and cancel
+// in the chunk's reverse cumsum, so bf16 rounding of K̂ in D·K̂ and of Q̂ in Dᵀ·Q̂ showed ~100x in dg (2.7e-4
+// and 8.0e-4 on a 171- and a 200-token shape). Leaving one product at a time unsplit in an all-split build
+// (dg 6e-10, 171 tokens): D·K̂ 3.6e-4, Dᵀ·Q̂ 5.9e-5, dO·V'ᵀ 2.2e-6, every state or WY product ≤ 1.8e-7. So K̂
+// and Q̂ are split into bf16 hi + lo (gdn_mma.cuh, warp_mma_split; both sides of the pair then see the same
+// q̂_i·k̂_j; D stays one bf16 tile, the same in both), and dO in D = dO·V'ᵀ when it is not bf16. V', S_n,
+// dS^end, dV' arrive in bf16 (rounded where they are written) and dW leaves in bf16. Measured on the 171-token
+// (bf16 dO) / 200-token (fp32 dO) shapes: dqh 5.2e-6 / 5.2e-6, dkh 5.2e-6 / 5.2e-6, dg 4.2e-6 / 5.5e-6, gsum
+// 3.4e-6 / 4.0e-6, dW 7.9e-6 / 8.2e-6 (the two kernels before, V' split and fp32 scratch: 2.5e-6, 2.5e-6,
+// 2.0e-6 / 3.3e-6, 3.4e-6 / 4.0e-6, 5.3e-6 / 5.4e-6). The rise is V' in bf16 against the FMA kernels' fp32 V'
+// (with V' rounded for both: dqh 2.6e-6, dg 2.0e-6 / 3.0e-6) and dW's output rounding.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
 #include "common/device.cuh"
 #include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
@@ -38,211 +58,280 @@ namespace {
 
 using namespace gdn_mma;
 constexpr int C = kGdnChunk;
-constexpr int NT = 256;  // 8 warps
+constexpr int NT = 256;  // 8 warps: 4 row groups (16 rows) x NWC column groups
+constexpr int NWC = NT / 32 / (C / 16);
 
 using gdn_chunk::chunk_at;
 using gdn_chunk::ChunkRef;
 
-// Reads the pairs src[base + r·stride + c, +1] (any storage type; zeros for r ≥ rows_ok) for r < ROWS, c in
-// [0, COLS) step 2 and hands each to put(r, c, lo, hi).
-template <int ROWS, int COLS, class Put>
-__device__ __forceinline__ void for_kin_pairs(KIn src, int64_t base, int64_t stride, int rows_ok, Put&& put) {
-  constexpr int P = COLS / 2;
-  for (int idx = threadIdx.x; idx < ROWS * P; idx += NT) {
-    const int r = idx / P, c = (idx % P) * 2;
-    float lo = 0.f, hi = 0.f;
-    if (r < rows_ok) {
-      lo = ld(src, base + r * stride + c);
-      hi = ld(src, base + r * stride + c + 1);
-    }
-    put(r, c, lo, hi);
+// dst[r][0..COLS) (row stride LD elements) = src[r·stride ..] for r < rows_ok, zeros for rows_ok ≤ r < ROWS,
+// as 16-byte cp.async copies (the caller commits the group).
+template <int ROWS, int COLS, int LD, class T>
+__device__ __forceinline__ void cp_rows(T* dst, const T* src, int64_t stride, int rows_ok) {
+  constexpr int E = 16 / sizeof(T), CPR = COLS / E;
+  static_assert(COLS % E == 0 && ROWS * CPR % NT == 0, "16-byte pieces split evenly over the threads");
+#pragma unroll
+  for (int k = 0; k < ROWS * CPR / NT; ++k) {
+    const int idx = threadIdx.x + k * NT, r = idx / CPR, c = (idx % CPR) * E;
+    const bool ok = r < rows_ok;
+    mma::cp_async16(mma::smem_addr(dst + r * LD + c), ok ? src + r * stride + c : src, ok);
   }
 }
 
-// dst[r][c] (bf16) = src[base + r·stride + c] for r < rows_ok, else 0.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void stage_kin(bf16* dst, int ld_, KIn src, int64_t base, int64_t stride, int rows_ok) {
-  for_kin_pairs<ROWS, COLS>(src, base, stride, rows_ok,
-                            [&](int r, int c, float lo, float hi) { st_bf16x2(dst + r * ld_ + c, lo, hi); });
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 ld4(const __half* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const __half* h = reinterpret_cast<const __half*>(&u);
+  return make_float4(__half2float(h[0]), __half2float(h[1]), __half2float(h[2]), __half2float(h[3]));
 }
 
-// stage_kin's lo tile (see split_bf16x2): only for storage types wider than bf16 (bf16 input is exact).
-template <int ROWS, int COLS>
-__device__ __forceinline__ void stage_kin_lo(bf16* dst, int ld_, KIn src, int64_t base, int64_t stride, int rows_ok) {
-  for_kin_pairs<ROWS, COLS>(src, base, stride, rows_ok, [&](int r, int c, float lo, float hi) {
-    uint32_t h, l;
-    split_bf16x2(h, l, lo, hi);
-    *reinterpret_cast<uint32_t*>(dst + r * ld_ + c) = l;
-  });
-}
-
-// ---- 2. state products ------------------------------------------------------------------------------------
-constexpr int kSgStep = 64;  // value columns per step
-template <int DK, int DV> constexpr size_t state_grad_mma_smem() {
-  return sizeof(bf16) * (3 * size_t(C) + 2 * size_t(DK)) * (kSgStep + 8) + sizeof(float) * (C + 32);
-}
-
-template <int DK, int DV>
-__global__ void __launch_bounds__(NT) gdn_chunk_state_grad_mma_kernel(
-    KIn dout, const float* kn, const float* Gc, const int32_t* chunks, const float* states, const float* dh,
-    const float* vnew, const float* dvn, float* dqh, float* dkh, float* dW, float* gsum, int64_t HK, int64_t HV) {
-  static_assert(DK % 32 == 0 && DV % kSgStep == 0, "two warps share DK; DV streams in whole steps");
-  constexpr int LD = kSgStep + 8, NB = DK / 16;
-  extern __shared__ __align__(16) unsigned char gdn_smem[];
-  bf16* dOs = reinterpret_cast<bf16*>(gdn_smem);  // [C][LD]
-  bf16* Vps = dOs + C * LD;                        // [C][LD]
-  bf16* dUs = Vps + C * LD;                        // [C][LD]
-  bf16* Ss = dUs + C * LD;                         // [DK][LD]
-  bf16* dSs = Ss + DK * LD;                        // [DK][LD]
-  float* G = reinterpret_cast<float*>(dSs + DK * LD);  // [C]
-  float* red = G + C;                                  // [32]
-  const int ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int m0 = 16 * (warp & 3), n0 = (DK / 2) * (warp >> 2);
-  const ChunkRef cr = chunk_at(chunks, ch);
-  const int64_t hk = h / (HV / HK);
-  if (tid < C) G[tid] = tid < cr.len ? Gc[(cr.t0 + tid) * HV + h] : 0.f;
-  const float* Sn = states + (static_cast<int64_t>(ch) * HV + h) * DK * DV;
-  const float* dSn = dh + (static_cast<int64_t>(ch) * HV + h) * DK * DV;
-  float aq[NB][4], ak[NB][4], aw[NB][4];
-  zero(aq);
-  zero(ak);
-  zero(aw);
-  float local = 0.f;  // this thread's share of Σ(S_n ⊙ dS^end), fp32
-  const int64_t rstride = HV * DV;
-  for (int c0 = 0; c0 < DV; c0 += kSgStep) {
-    __syncthreads();  // the previous step's readers are done
-    const int64_t rbase = (cr.t0 * HV + h) * DV + c0;
-    stage_kin<C, kSgStep>(dOs, LD, dout, rbase, rstride, cr.len);
-    stage_f32<C, kSgStep, NT>(Vps, LD, vnew + rbase, rstride, cr.len);
-    stage_f32<C, kSgStep, NT>(dUs, LD, dvn + rbase, rstride, cr.len);
-    constexpr int Q = kSgStep / 4;
-    for (int idx = tid; idx < DK * Q; idx += NT) {
-      const int r = idx / Q, c = (idx % Q) * 4;
-      const float4 s = *reinterpret_cast<const float4*>(Sn + r * DV + c0 + c);
-      const float4 ds = *reinterpret_cast<const float4*>(dSn + r * DV + c0 + c);
-      local += s.x * ds.x + s.y * ds.y + s.z * ds.z + s.w * ds.w;
-      st_bf16x2(Ss + r * LD + c, s.x, s.y);
-      st_bf16x2(Ss + r * LD + c + 2, s.z, s.w);
-      st_bf16x2(dSs + r * LD + c, ds.x, ds.y);
-      st_bf16x2(dSs + r * LD + c + 2, ds.z, ds.w);
-    }
-    __syncthreads();
-    warp_mma<NB, false, false>(aq, dOs, LD, m0, Ss, LD, n0, 0, kSgStep);
-    warp_mma<NB, false, false>(ak, Vps, LD, m0, dSs, LD, n0, 0, kSgStep);
-    warp_mma<NB, false, false>(aw, dUs, LD, m0, Ss, LD, n0, 0, kSgStep);
+// hi/lo bf16 tiles (row stride LD) of rows r < rows_ok of src (fp32 or fp16; zeros for rows_ok ≤ r < C).
+template <int COLS, int LD, class T>
+__device__ __forceinline__ void stage_split_rows(bf16* hi, bf16* lo, const T* src, int64_t stride, int rows_ok) {
+  constexpr int Q = COLS / 4, N = C * Q / NT;
+  static_assert(C * Q % NT == 0, "4-element pieces split evenly over the threads");
+  float4 x[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
+    x[k] = r < rows_ok ? ld4(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  const int g = lane >> 2, t4 = lane & 3;
-  const float Gl = G[cr.len - 1];
-  float kpart = 0.f;  // Σ(dK̂_state ⊙ K̂) over this thread's elements
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
+    st_split_bf16x2(hi + r * LD + c, lo + r * LD + c, x[k].x, x[k].y);
+    st_split_bf16x2(hi + r * LD + c + 2, lo + r * LD + c + 2, x[k].z, x[k].w);
+  }
+}
+
+// hi/lo bf16 tiles [C][LD] of the fp32 tile src [C][LDF] (COLS columns).
+template <int COLS, int LD, int LDF>
+__device__ __forceinline__ void split_tile(bf16* hi, bf16* lo, const float* src) {
+  constexpr int Q = COLS / 4;
+  for (int idx = threadIdx.x; idx < C * Q; idx += NT) {
+    const int r = idx / Q, c = (idx % Q) * 4;
+    const float4 x = *reinterpret_cast<const float4*>(src + r * LDF + c);
+    uint32_t h0, l0, h1, l1;
+    split_bf16x2(h0, l0, x.x, x.y);
+    split_bf16x2(h1, l1, x.z, x.w);
+    *reinterpret_cast<uint2*>(hi + r * LD + c) = make_uint2(h0, h1);
+    *reinterpret_cast<uint2*>(lo + r * LD + c) = make_uint2(l0, l1);
+  }
+}
+
+// Σ_c X[r][c]·Y[r][c] over rows r0..r0+15 of two bf16 tiles (K columns), on the tensor cores: the trace of the
+// 16x16 block (X·Yᵀ)[r0.., r0..], this lane's share (its diagonal accumulator elements).
+__device__ __forceinline__ float warp_trace(const bf16* X, const bf16* Y, int ld, int r0, int K) {
+  float c[2][4];
+  zero(c);
+  warp_mma<2, false, false>(c, X, ld, r0, Y, ld, r0, 0, K);
+  const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+  if ((g >> 1) != t) return 0.f;
+  return g & 1 ? c[0][1] + c[1][3] : c[0][0] + c[1][2];  // (g, g) and (g + 8, g + 8)
+}
+
+// (hi + lo)[o], [o + 1] of a pair of bf16 tiles: the fp32 value to 2^-17.
+__device__ __forceinline__ float2 ld_split(const bf16* hi, const bf16* lo, int o) {
+  const float2 h = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(hi + o));
+  const float2 l = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(lo + o));
+  return make_float2(h.x + l.x, h.y + l.y);
+}
+
+// Rows m0 + g (+8) < rows_ok of a warp's 16 x 8·NB tile, times s, to dst[row·rs + n0 + ..] as bf16. Lanes
+// t4, t4^1 swap one pair so that each stores 4 consecutive columns (8 bytes; 32 per row and instruction).
+template <int NB>
+__device__ __forceinline__ void store_tile_bf16(bf16* dst, int64_t rs, const float (&acc)[NB][4], int m0, int n0,
+                                                int rows_ok, float s) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const bool odd = t4 & 1;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int i = m0 + g + 8 * hf;
-    if (i >= cr.len) continue;
-    const float eq = expf(G[i]), ek = expf(Gl - G[i]);
-    const int64_t t = cr.t0 + i;
 #pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-      const int d = n0 + 8 * nb + 2 * t4;
-      const int64_t o = (t * HV + h) * DK + d, ok_ = (t * HK + hk) * DK + d;
-      const float k0 = ek * ak[nb][2 * hf], k1 = ek * ak[nb][2 * hf + 1];
-      *reinterpret_cast<float2*>(dqh + o) = make_float2(eq * aq[nb][2 * hf], eq * aq[nb][2 * hf + 1]);
-      *reinterpret_cast<float2*>(dkh + o) = make_float2(k0, k1);
-      *reinterpret_cast<float2*>(dW + o) = make_float2(-aw[nb][2 * hf], -aw[nb][2 * hf + 1]);
-      kpart += k0 * kn[ok_] + k1 * kn[ok_ + 1];
-    }
-  }
-  const float total = block_sum(expf(Gl) * local + kpart, red);
-  if (tid == 0) gsum[static_cast<int64_t>(ch) * HV + h] = total;
-}
-
-// ---- 3. intra-chunk terms ---------------------------------------------------------------------------------
-template <int DK, int DV> constexpr size_t intra_grad_mma_smem() {
-  return sizeof(bf16) * (2 * size_t(C) * (DK + 8) + 4 * size_t(C) * (DV + 8) + size_t(C) * (C + 8)) +
-         sizeof(float) * (5 * size_t(C));
-}
-
-template <int DK, int DV>
-__global__ void __launch_bounds__(NT) gdn_chunk_intra_grad_mma_kernel(
-    KIn dout, const float* qn, const float* kn, const float* Gc, const int32_t* chunks, const float* vnew,
-    const float* gsum, float* dqh, float* dkh, float* dg, int64_t HK, int64_t HV) {
-  static_assert(DK == DV && DK % 32 == 0, "two warps share DK; K̂/Q̂ lo tiles reuse the dO/V' tiles");
-  constexpr int LK = DK + 8, LV = DV + 8, LC = C + 8, NB = DK / 16;
-  extern __shared__ __align__(16) unsigned char gdn_smem[];
-  bf16* Qb = reinterpret_cast<bf16*>(gdn_smem);  // [C][LK] Q̂ (hi)
-  bf16* Kb = Qb + C * LK;                         // [C][LK] K̂ (hi)
-  bf16* dOb = Kb + C * LK;                        // [C][LV] dO, then Q̂ lo
-  bf16* Vpb = dOb + C * LV;                       // [C][LV] V' hi, then K̂ lo
-  bf16* Vpl = Vpb + C * LV;                       // [C][LV] V' lo
-  bf16* dOl = Vpl + C * LV;                       // [C][LV] dO lo (fp32 dO only)
-  bf16* Db = dOl + C * LV;                        // [C][LC] D
-  bf16* Ql = dOb;
-  bf16* Kl = Vpb;
-  float* G = reinterpret_cast<float*>(Db + C * LC);  // [C]
-  float* rq = G + C;                                 // [2][C] row sums of dQ̂ ⊙ Q̂ per column half
-  float* rk = rq + 2 * C;                            // [2][C] row sums of dK̂ ⊙ K̂
-  const int ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const ChunkRef cr = chunk_at(chunks, ch);
-  const int64_t hk = h / (HV / HK);
-  stage_f32<C, DK, NT>(Qb, LK, qn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
-  stage_f32<C, DK, NT>(Kb, LK, kn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
-  stage_kin<C, DV>(dOb, LV, dout, (cr.t0 * HV + h) * DV, HV * DV, cr.len);
-  const bool dO_exact = dout.t == KType::BF16;
-  if (!dO_exact) stage_kin_lo<C, DV>(dOl, LV, dout, (cr.t0 * HV + h) * DV, HV * DV, cr.len);
-  stage_f32_split<C, DV, NT>(Vpb, Vpl, LV, vnew + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
-  if (tid < C) G[tid] = tid < cr.len ? Gc[(cr.t0 + tid) * HV + h] : 0.f;
-  __syncthreads();
-  {  // D = tril(dO·V'ᵀ ⊙ e^{G_i−G_j}): warp tile rows 16wr..+15 x columns 32wc..+31
-    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    float d[4][4];
-    zero(d);
-    if (dO_exact) warp_mma_split<4, false, false, false, true>(d, dOb, dOl, LV, m0, Vpb, Vpl, LV, n0, 0, DV);
-    else warp_mma_split<4, false, false, true, true>(d, dOb, dOl, LV, m0, Vpb, Vpl, LV, n0, 0, DV);
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int i = m0 + g + 8 * hf;
-#pragma unroll
-      for (int nb = 0; nb < 4; ++nb) {
-        const int j = n0 + 8 * nb + 2 * t4;
-        float x[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          x[e] = (i >= j + e && i < cr.len) ? d[nb][2 * hf + e] * expf(G[i] - G[j + e]) : 0.f;
-        st_bf16x2(Db + i * LC + j, x[0], x[1]);
+    for (int p = 0; p < NB / 2; ++p) {
+      const uint32_t v0 = mma::pack_bf16(s * acc[2 * p][2 * hf], s * acc[2 * p][2 * hf + 1]);
+      const uint32_t v1 = mma::pack_bf16(s * acc[2 * p + 1][2 * hf], s * acc[2 * p + 1][2 * hf + 1]);
+      const uint32_t r = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 1);
+      if (i < rows_ok) {
+        const int c = n0 + 16 * p + (odd ? 8 + 2 * (t4 - 1) : 2 * t4);
+        *reinterpret_cast<uint2*>(dst + i * rs + c) = odd ? make_uint2(r, v1) : make_uint2(v0, r);
       }
     }
   }
-  __syncthreads();  // dO and V' are read: their tiles take the lo parts of Q̂ and K̂
-  stage_f32_lo<C, DK, NT>(Ql, LK, qn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
-  stage_f32_lo<C, DK, NT>(Kl, LK, kn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
-  __syncthreads();
-  {  // dQ̂ += D·K̂ (D_ij = 0 for j > i), dK̂ += Dᵀ·Q̂ (D_ji = 0 for j < i); warp tile rows 16wr x cols (DK/2)·wc
-    // K̂ and Q̂ as hi + lo: dG's row sums Σ_j D_ij (q̂_i·k̂_j) from dQ̂ and Σ_i D_ij (q̂_i·k̂_j) from
-    // dK̂ cancel in the chunk's reverse cumsum only if both products see the same q̂_i·k̂_j (D is
-    // the same bf16 tile in both).
-    const int wc = warp >> 2, m0 = 16 * (warp & 3), n0 = (DK / 2) * wc;
+}
+
+// Shared memory of the fused kernel (byte offsets), dk = dv = DK. Region A (S_n, dV', dO) is refilled with the
+// next item's while region B (dS^end, V', dO lo) holds the hi/lo tiles of K̂ and Q̂.
+template <int DK> struct GradSmem {
+  static constexpr int LB = DK + 8;  // bf16 rows: 16 bytes of padding, ldmatrix rows on distinct banks
+  static constexpr int LC = C + 8;
+  static constexpr size_t kBig = 2 * size_t(DK) * LB, kRow = 2 * size_t(C) * LB, kF = 4 * size_t(C) * DK;
+  static constexpr size_t Sn = 0, dU = Sn + kBig, dO = dU + kRow,  // A
+      dS = dO + kRow, Vp = dS + kBig, dOl = Vp + kRow,               // B
+      Kf = dOl + kRow, Qf = Kf + kF, D = Qf + kF, G = D + 2 * size_t(C) * LC, rq = G + 4 * 2 * C, rk = rq + 4 * NWC * C,
+      red = rk + 4 * NWC * C, bytes = red + 4 * (NT / 32);
+  static_assert(kBig + 2 * kRow == 4 * kRow, "B takes four 64-row tiles");
+};
+
+template <int DK, int DV> constexpr size_t grad_mma_smem() { return GradSmem<DK>::bytes; }
+
+// One work item: (chunk, value head), value heads fastest (the two of a key head share its K̂, Q̂ through L2).
+struct GradItem {
+  int h;
+  ChunkRef cr;
+  int64_t hs, rv, rkq;  // (chunk, head) row of states/dh/gsum; first elements of the chunk's rows
+};
+template <int DK, int DV>
+__device__ __forceinline__ GradItem grad_item(int item, const int32_t* chunks, int64_t HK, int64_t HV) {
+  GradItem it;
+  const int ch = item / static_cast<int>(HV);
+  it.h = item % static_cast<int>(HV);
+  it.cr = chunk_at(chunks, ch);
+  it.hs = static_cast<int64_t>(ch) * HV + it.h;
+  it.rv = (it.cr.t0 * HV + it.h) * DV, it.rkq = (it.cr.t0 * HK + it.h / (HV / HK)) * DK;
+  return it;
+}
+
+// Persistent: block b takes items b, b + gridDim.x, ... While one item's intra products and epilogue run, the
+// next item's S_n, dV', dO, G (region A) and K̂, Q̂ (fp32 tiles) land; its dS^end and V' (region B, which holds
+// the hi/lo tiles until then) are issued when it starts, behind its first two products. cp.async groups per
+// item, in commit order: A (during the previous item), KQ (likewise), B.
+template <int DK, int DV>
+__global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
+    KIn dout, const float* qn, const float* kn, const float* Gc, const int32_t* chunks, int nitems, const bf16* states,
+    const bf16* dh, const bf16* vnew, const bf16* dvn, float* dqh, float* dkh, bf16* dW, float* gsum, float* dg,
+    int64_t HK, int64_t HV) {
+  static_assert(DK == DV && DK % (16 * NWC) == 0 && DK / 16 <= NT / 32, "NWC warps share DK; a warp per trace");
+  using L = GradSmem<DK>;
+  constexpr int LB = L::LB, LC = L::LC, NB = DK / NWC / 8, DNB = C / NWC / 8;
+  extern __shared__ __align__(16) unsigned char gdn_smem[];
+  bf16* Ss = reinterpret_cast<bf16*>(gdn_smem + L::Sn);    // [DK][LB]
+  bf16* dUs = reinterpret_cast<bf16*>(gdn_smem + L::dU);   // [C][LB]
+  bf16* dOs = reinterpret_cast<bf16*>(gdn_smem + L::dO);   // [C][LB]
+  bf16* dSs = reinterpret_cast<bf16*>(gdn_smem + L::dS);   // [DK][LB]
+  bf16* Vps = reinterpret_cast<bf16*>(gdn_smem + L::Vp);   // [C][LB]
+  bf16* dOl = reinterpret_cast<bf16*>(gdn_smem + L::dOl);  // [C][LB] dO lo (dO not bf16)
+  bf16 *Kh = dSs, *Kl = Kh + C * LB, *Qh = Kl + C * LB, *Ql = Qh + C * LB;  // region B after the state products
+  float* Kf = reinterpret_cast<float*>(gdn_smem + L::Kf);  // [C][DK]
+  float* Qf = reinterpret_cast<float*>(gdn_smem + L::Qf);  // [C][DK]
+  bf16* Db = reinterpret_cast<bf16*>(gdn_smem + L::D);     // [C][LC]
+  float* Gb = reinterpret_cast<float*>(gdn_smem + L::G);   // [2][C], by item parity
+  float* rq = reinterpret_cast<float*>(gdn_smem + L::rq);  // [NWC][C] row sums of dQ̂ ⊙ Q̂ per column group
+  float* rk = reinterpret_cast<float*>(gdn_smem + L::rk);  // [NWC][C] row sums of dK̂ ⊙ K̂
+  float* red = reinterpret_cast<float*>(gdn_smem + L::red);  // [NT / 32] per-warp shares of gsum
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3, wc = warp >> 2, m0 = 16 * (warp & 3), n0 = (DK / NWC) * wc;
+  const int64_t rs = HV * DV, ks = HK * DK;  // row strides of (T, HV, ·) and (T, HK, dk) tensors
+  const bool dO16 = dout.t == KType::BF16;
+  auto load_a = [&](const GradItem& it, float* G) {
+    cp_rows<DK, DV, LB>(Ss, states + it.hs * DK * DV, DV, DK);
+    cp_rows<C, DV, LB>(dUs, dvn + it.rv, rs, it.cr.len);
+    if (dO16) cp_rows<C, DV, LB>(dOs, static_cast<const bf16*>(dout.p) + it.rv, rs, it.cr.len);
+    if (tid < C) {
+      const bool ok = tid < it.cr.len;
+      mma::cp_async4(mma::smem_addr(G + tid), ok ? Gc + (it.cr.t0 + tid) * HV + it.h : Gc, ok);
+    }
+  };
+  auto load_kq = [&](const GradItem& it) {
+    cp_rows<C, DK, DK>(Kf, kn + it.rkq, ks, it.cr.len);
+    cp_rows<C, DK, DK>(Qf, qn + it.rkq, ks, it.cr.len);
+  };
+
+  GradItem it = grad_item<DK, DV>(blockIdx.x, chunks, HK, HV);
+  load_a(it, Gb);
+  mma::cp_async_commit();
+  load_kq(it);
+  mma::cp_async_commit();
+  for (int item = blockIdx.x, par = 0; item < nitems; item += gridDim.x, par ^= 1) {
+    const ChunkRef cr = it.cr;
+    const bool more = item + static_cast<int>(gridDim.x) < nitems;
+    const GradItem next = more ? grad_item<DK, DV>(item + gridDim.x, chunks, HK, HV) : it;
+    const float* G = Gb + par * C;
+    cp_rows<DK, DV, LB>(dSs, dh + it.hs * DK * DV, DV, DK);
+    cp_rows<C, DV, LB>(Vps, vnew + it.rv, rs, cr.len);
+    mma::cp_async_commit();
+    if (dout.t == KType::F32)
+      stage_split_rows<DV, LB>(dOs, dOl, static_cast<const float*>(dout.p) + it.rv, rs, cr.len);
+    else if (!dO16)
+      stage_split_rows<DV, LB>(dOs, dOl, static_cast<const __half*>(dout.p) + it.rv, rs, cr.len);
+    mma::cp_async_wait<2>();
+    __syncthreads();  // A
     float aq[NB][4], ak[NB][4];
+    {  // dW = −dV'·S_nᵀ
+      float aw[NB][4];
+      zero(aw);
+      warp_mma<NB, false, false>(aw, dUs, LB, m0, Ss, LB, n0, 0, DV);
+      store_tile_bf16(dW + it.rv, HV * DK, aw, m0, n0, cr.len, -1.f);
+    }
     zero(aq);
+    warp_mma<NB, false, false>(aq, dOs, LB, m0, Ss, LB, n0, 0, DV);
+    mma::cp_async_wait<0>();
+    __syncthreads();  // B, K̂, Q̂
+    {  // D = tril(dO·V'ᵀ ⊙ e^{G_i−G_j}): warp tile rows 16wr..+15 x columns (C/NWC)·wc..
+      const int j0 = (C / NWC) * wc;
+      float d[DNB][4];
+      zero(d);
+      if (dO16) warp_mma<DNB, false, false>(d, dOs, LB, m0, Vps, LB, j0, 0, DV);
+      else warp_mma_split<DNB, false, false, true, false>(d, dOs, dOl, LB, m0, Vps, nullptr, LB, j0, 0, DV);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = m0 + g + 8 * hf;
+#pragma unroll
+        for (int nb = 0; nb < DNB; ++nb) {
+          const int j = j0 + 8 * nb + 2 * t4;
+          float x[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            x[e] = (i >= j + e && i < cr.len) ? d[nb][2 * hf + e] * expf(G[i] - G[j + e]) : 0.f;
+          st_bf16x2(Db + i * LC + j, x[0], x[1]);
+        }
+      }
+    }
     zero(ak);
-    warp_mma_split<NB, false, true, false, true>(aq, Db, nullptr, LC, m0, Kb, Kl, LK, n0, 0, m0 + 16);
-    warp_mma_split<NB, true, true, false, true>(ak, Db, nullptr, LC, m0, Qb, Ql, LK, n0, m0, C);
+    warp_mma<NB, false, false>(ak, Vps, LB, m0, dSs, LB, n0, 0, DV);
+    // this lane's share of Σ(S_n ⊙ dS^end)
+    const float local = warp < DK / 16 ? warp_trace(Ss, dSs, LB, 16 * warp, DV) : 0.f;
+    __syncthreads();  // regions A and B read; D complete
+    if (more) load_a(next, Gb + (par ^ 1) * C);
+    mma::cp_async_commit();
+    split_tile<DK, LB, DK>(Kh, Kl, Kf);
+    split_tile<DK, LB, DK>(Qh, Ql, Qf);
+    __syncthreads();  // the hi/lo tiles; K̂, Q̂ fp32 read
+    if (more) load_kq(next);
+    mma::cp_async_commit();
+    const float Gl = G[cr.len - 1];
+    float kpart = 0.f;  // Σ(dK̂_s ⊙ K̂) over this thread's elements
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + g + 8 * hf;
-      const int64_t t = cr.t0 + i;
+      const float eq = expf(G[i]), ek = i < cr.len ? expf(Gl - G[i]) : 0.f;
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb) {
+        const float2 k = ld_split(Kh, Kl, i * LB + n0 + 8 * nb + 2 * t4);
+        aq[nb][2 * hf] *= eq, aq[nb][2 * hf + 1] *= eq;
+        ak[nb][2 * hf] *= ek, ak[nb][2 * hf + 1] *= ek;
+        kpart += ak[nb][2 * hf] * k.x + ak[nb][2 * hf + 1] * k.y;
+      }
+    }
+    // dQ̂ += D·K̂ (D_ij = 0 for j > i), dK̂ += Dᵀ·Q̂ (D_ji = 0 for j < i)
+    warp_mma_split<NB, false, true, false, true>(aq, Db, nullptr, LC, m0, Kh, Kl, LB, n0, 0, m0 + 16);
+    warp_mma_split<NB, true, true, false, true>(ak, Db, nullptr, LC, m0, Qh, Ql, LB, n0, m0, C);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int i = m0 + g + 8 * hf;
       float sq = 0.f, sk = 0.f;
       if (i < cr.len) {
+        const int64_t o = it.rv + i * rs;
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb) {
           const int d = n0 + 8 * nb + 2 * t4;
-          const int64_t o = (t * HV + h) * DK + d, io = (t * HK + hk) * DK + d;
-          float2 q = *reinterpret_cast<const float2*>(dqh + o), k = *reinterpret_cast<const float2*>(dkh + o);
-          q.x += aq[nb][2 * hf], q.y += aq[nb][2 * hf + 1];
-          k.x += ak[nb][2 * hf], k.y += ak[nb][2 * hf + 1];
-          *reinterpret_cast<float2*>(dqh + o) = q;
-          *reinterpret_cast<float2*>(dkh + o) = k;
-          sq += q.x * qn[io] + q.y * qn[io + 1];
-          sk += k.x * kn[io] + k.y * kn[io + 1];
+          const float2 q = make_float2(aq[nb][2 * hf], aq[nb][2 * hf + 1]);
+          const float2 k = make_float2(ak[nb][2 * hf], ak[nb][2 * hf + 1]);
+          *reinterpret_cast<float2*>(dqh + o + d) = q;
+          *reinterpret_cast<float2*>(dkh + o + d) = k;
+          const float2 qv = ld_split(Qh, Ql, i * LB + d), kv = ld_split(Kh, Kl, i * LB + d);
+          sq += q.x * qv.x + q.y * qv.y;
+          sk += k.x * kv.x + k.y * kv.y;
         }
       }
       sq = gdn_chunk::quad_sum(sq);
@@ -252,192 +341,22 @@ __global__ void __launch_bounds__(NT) gdn_chunk_intra_grad_mma_kernel(
         rk[wc * C + i] = sk;
       }
     }
-  }
-  __syncthreads();
-  if (tid < cr.len)
-    dg[(cr.t0 + tid) * HV + h] = (rq[tid] + rq[C + tid]) - (rk[tid] + rk[C + tid]) +
-                                 (tid == cr.len - 1 ? gsum[static_cast<int64_t>(ch) * HV + h] : 0.f);
-}
-
-// ---- 4. WY backward ----------------------------------------------------------------------------------------
-template <int DK, int DV> constexpr size_t wy_grad_mma_smem() {
-  return sizeof(bf16) * (2 * size_t(C) * (DK + 8) + 2 * size_t(C) * (DV + 8) + 2 * size_t(C) * (C + 8)) +
-         sizeof(float) * (2 * size_t(C) * (C + 1) + 7 * size_t(C));
-}
-
-template <int DK, int DV>
-__global__ void __launch_bounds__(NT) gdn_chunk_wy_grad_mma_kernel(
-    const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks, const float* Tm, const float* dW,
-    const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV) {
-  static_assert(DK == DV && DK % 32 == 0, "one warp tile shape serves the key and value products");
-  constexpr int LK = DK + 8, LV = DV + 8, LC = C + 8, LF = C + 1, NB = DK / 16;
-  extern __shared__ __align__(16) unsigned char gdn_smem[];
-  bf16* Kb = reinterpret_cast<bf16*>(gdn_smem);  // [C][LK] K̂
-  bf16* dWb = Kb + C * LK;                        // [C][LK] dW
-  bf16* Vb = dWb + C * LK;                        // [C][LV] V
-  bf16* dUb = Vb + C * LV;                        // [C][LV] dU = dV'
-  bf16* Tb = dUb + C * LV;                        // [C][LC] T = (I + A)^{-1}
-  bf16* Yb = Tb + C * LC;                         // [C][LC] Y = dT·Tᵀ, then diag(β)·dÂ
-  float* dAf = reinterpret_cast<float*>(Yb + C * LC);  // [C][LF] dÂ (fp32)
-  float* KKf = dAf + C * LF;                           // [C][LF] K̂K̂ᵀ
-  float* G = KKf + C * LF;                             // [C]
-  float* B = G + C;                                    // [C] β
-  float* dGv = B + C;                                  // [C]
-  float* xwk = dGv + C;                                // [2][C] row sums of Xw ⊙ K̂ per column half
-  float* xuv = xwk + 2 * C;                            // [2][C] row sums of Xu ⊙ V
-  const int ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const ChunkRef cr = chunk_at(chunks, ch);
-  const int64_t hk = h / (HV / HK);
-  stage_f32<C, DK, NT>(Kb, LK, kn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
-  stage_f32<C, DK, NT>(dWb, LK, dW + (cr.t0 * HV + h) * DK, HV * DK, cr.len);
-  stage_kin<C, DV>(Vb, LV, v, (cr.t0 * HV + h) * DV, HV * DV, cr.len);
-  stage_f32<C, DV, NT>(dUb, LV, dvn + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
-  // All 64 rows of T are valid: the prep stores identity rows/columns past the chunk's end.
-  stage_f32<C, C, NT>(Tb, LC, Tm + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C);
-  if (tid < C) {
-    const bool ok = tid < cr.len;
-    G[tid] = ok ? Gc[(cr.t0 + tid) * HV + h] : 0.f;
-    B[tid] = ok ? ld(beta, (cr.t0 + tid) * HV + h) : 0.f;
-  }
-  __syncthreads();
-  if (warp < 4) {
-    // dT rows 16w..+15 (all 64 columns), then Y = dT·Tᵀ with dT's accumulators as the A operand.
-    const int m0 = 16 * warp;
-    float a[8][4], b[8][4];
-    zero(a);
-    zero(b);
-    warp_mma<8, false, false>(a, dWb, LK, m0, Kb, LK, 0, 0, DK);
-    warp_mma<8, false, false>(b, dUb, LV, m0, Vb, LV, 0, 0, DV);
+    const float part = warp_sum(expf(Gl) * local + kpart);
+    if (lane == 0) red[warp] = part;
+    __syncthreads();
+    float total = 0.f;  // gsum, summed in the same order by every thread
 #pragma unroll
-    for (int nb = 0; nb < 8; ++nb)
+    for (int w = 0; w < NT / 32; ++w) total += red[w];
+    if (tid == 0) gsum[it.hs] = total;
+    if (tid < cr.len) {
+      float sq = 0.f, sk = 0.f;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = 8 * nb + 2 * t4 + (e & 1);
-        a[nb][e] = B[j] * (expf(G[j]) * a[nb][e] + b[nb][e]);
-      }
-    zero(b);  // Y
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      uint32_t af[4];
-      mma::c_to_a(af, a[2 * c], a[2 * c + 1]);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        uint32_t bf[4];
-        frag_b(bf, Tb, LC, 16 * p, 16 * c);
-        mma::mma16816(b[2 * p], af, bf[0], bf[1]);
-        mma::mma16816(b[2 * p + 1], af, bf[2], bf[3]);
-      }
+      for (int w = 0; w < NWC; ++w) sq += rq[w * C + tid], sk += rk[w * C + tid];
+      dg[(cr.t0 + tid) * HV + it.h] = sq - sk + (tid == cr.len - 1 ? total : 0.f);
     }
-#pragma unroll
-    for (int nb = 0; nb < 8; ++nb) {
-      const int j = 8 * nb + 2 * t4;
-      st_bf16x2(Yb + (m0 + g) * LC + j, b[nb][0], b[nb][1]);
-      st_bf16x2(Yb + (m0 + g + 8) * LC + j, b[nb][2], b[nb][3]);
-    }
-  } else {
-    const int m0 = 16 * (warp - 4);
-    float kk[8][4];
-    zero(kk);
-    warp_mma<8, false, false>(kk, Kb, LK, m0, Kb, LK, 0, 0, DK);
-#pragma unroll
-    for (int nb = 0; nb < 8; ++nb) {
-      const int j = 8 * nb + 2 * t4;
-      KKf[(m0 + g) * LF + j] = kk[nb][0];
-      KKf[(m0 + g) * LF + j + 1] = kk[nb][1];
-      KKf[(m0 + g + 8) * LF + j] = kk[nb][2];
-      KKf[(m0 + g + 8) * LF + j + 1] = kk[nb][3];
-    }
+    __syncthreads();  // the item's shared memory reads are done
+    it = next;
   }
-  __syncthreads();
-  // dÂ = −(Tᵀ·Y) ⊙ e^{G_i−G_j}, strictly lower rows of the chunk. T_mi = 0 for m < i: k starts at the tile.
-  float da[4][4];
-  {
-    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    zero(da);
-    warp_mma<4, true, true>(da, Tb, LC, m0, Yb, LC, n0, m0, C);
-  }
-  __syncthreads();  // Y is read by all warps before its buffer takes diag(β)·dÂ
-  {
-    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int i = m0 + g + 8 * hf;
-#pragma unroll
-      for (int nb = 0; nb < 4; ++nb) {
-        const int j = n0 + 8 * nb + 2 * t4;
-        float x[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          x[e] = (i > j + e && i < cr.len) ? -da[nb][2 * hf + e] * expf(G[i] - G[j + e]) : 0.f;
-        dAf[i * LF + j] = x[0];
-        dAf[i * LF + j + 1] = x[1];
-        st_bf16x2(Yb + i * LC + j, B[i] * x[0], B[i] * x[1]);
-      }
-    }
-  }
-  __syncthreads();
-  {
-    // Warp tile rows 16wr..+15 x columns (DK/2)·wc..: Xw = Tᵀ·dW, Xu = Tᵀ·dU and
-    // dK̂ += diag(β)dÂ·K̂ + (diag(β)dÂ)ᵀ·K̂ (row i of diag(β)dÂ is zero past the diagonal: j < i only).
-    const int wc = warp >> 2, m0 = 16 * (warp & 3), n0 = (DK / 2) * wc;
-    constexpr int NH = NB;  // DK/2 columns
-    float xw[NH][4], xu[NH][4], dk2[NH][4];
-    zero(xw);
-    zero(xu);
-    zero(dk2);
-    warp_mma<NH, true, true>(xw, Tb, LC, m0, dWb, LK, n0, m0, C);
-    warp_mma<NH, true, true>(xu, Tb, LC, m0, dUb, LV, n0, m0, C);
-    warp_mma<NH, false, true>(dk2, Yb, LC, m0, Kb, LK, n0, 0, m0 + 16);
-    warp_mma<NH, true, true>(dk2, Yb, LC, m0, Kb, LK, n0, m0, C);
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int i = m0 + g + 8 * hf;
-      const bool ok = i < cr.len;
-      const float bi = B[i], bg = bi * expf(G[i]);
-      const int64_t t = cr.t0 + i;
-      float sw = 0.f, su = 0.f;
-      if (ok) {
-#pragma unroll
-        for (int nb = 0; nb < NH; ++nb)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int d = n0 + 8 * nb + 2 * t4 + e;
-            const int64_t o = (t * HV + h) * DK + d, vo = (t * HV + h) * DV + d;
-            const float w = xw[nb][2 * hf + e], u = xu[nb][2 * hf + e];
-            dkh[o] += bg * w + dk2[nb][2 * hf + e];
-            sw += w * kn[(t * HK + hk) * DK + d];
-            st(dv_out, vo, bi * u);
-            su += u * ld(v, vo);
-          }
-      }
-      sw = gdn_chunk::quad_sum(sw);
-      su = gdn_chunk::quad_sum(su);
-      if (t4 == 0) {
-        xwk[wc * C + i] = sw;
-        xuv[wc * C + i] = su;
-      }
-    }
-  }
-  __syncthreads();
-  for (int i = warp; i < cr.len; i += NT / 32) {
-    float ra = 0.f, ca = 0.f;
-    for (int j = lane; j < cr.len; j += 32) {
-      if (j < i) ra += dAf[i * LF + j] * KKf[i * LF + j];
-      if (j > i) ca += B[j] * dAf[j * LF + i] * KKf[j * LF + i];
-    }
-    ra = warp_sum(ra);
-    ca = warp_sum(ca);
-    if (lane == 0) {
-      const int64_t t = cr.t0 + i;
-      const float bi = B[i], gi = expf(G[i]);
-      const float xw = xwk[i] + xwk[C + i], xu = xuv[i] + xuv[C + i];
-      dbeta[t * HV + h] = xu + gi * xw + ra;
-      dGv[i] = dg[t * HV + h] + bi * gi * xw + bi * ra - ca;
-    }
-  }
-  __syncthreads();
-  if (tid == 0) gdn_chunk::store_reverse_cumsum(dGv, dg, cr, HV, h);  // dg_t = Σ_{m ≥ t in this chunk} dG_m
 }
 
 }  // namespace
@@ -445,54 +364,34 @@ __global__ void __launch_bounds__(NT) gdn_chunk_wy_grad_mma_kernel(
 bool gdn_chunk_mma_supported(int dk, int dv) { return dk == 128 && dv == 128; }
 
 size_t gdn_chunk_bwd_mma_smem(int dk, int dv) {
-  if (!gdn_chunk_mma_supported(dk, dv)) return 0;
-  size_t m = state_grad_mma_smem<128, 128>();
-  for (size_t b : {intra_grad_mma_smem<128, 128>(), wy_grad_mma_smem<128, 128>()}) m = b > m ? b : m;
-  return m;
+  return gdn_chunk_mma_supported(dk, dv) ? grad_mma_smem<128, 128>() : 0;
 }
 
-#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_state_grad_mma(KIn dout, const float* kn, const float* Gc, const int32_t* chunks, int nchunks,
-                                      const float* states, const float* dh, const float* vnew, const float* dvn,
-                                      float* dqh, float* dkh, float* dW, float* gsum, int64_t HK, int64_t HV, int dk,
-                                      int dv, cudaStream_t s) {
-  if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
-  auto* kern = gdn_chunk_state_grad_mma_kernel<128, 128>;
-  const size_t smem = state_grad_mma_smem<128, 128>();
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
-  kern<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
-      dout, kn, Gc, chunks, states, dh, vnew, dvn, dqh, dkh, dW, gsum, HK, HV);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_gdn_intra_grad_mma(KIn dout, const float* qn, const float* kn, const float* Gc,
-                                      const int32_t* chunks, int nchunks, const float* vnew, const float* gsum,
-                                      float* dqh, float* dkh, float* dg, int64_t HK, int64_t HV, int dk, int dv,
+#ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
+cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const float* qn, const float* kn, const float* Gc,
+                                      const int32_t* chunks, int nchunks, const void* states16, const void* dh16,
+                                      const void* vnew16, const void* dvn16, float* dqh, float* dkh, void* dW16,
+                                      float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
                                       cudaStream_t s) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
-  auto* kern = gdn_chunk_intra_grad_mma_kernel<128, 128>;
-  const size_t smem = intra_grad_mma_smem<128, 128>();
+  if (nchunks == 0 || HV == 0) return cudaSuccess;
+  auto* kern = gdn_chunk_grad_mma_kernel<128, 128>;
+  const size_t smem = grad_mma_smem<128, 128>();
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  kern<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
-      dout, qn, kn, Gc, chunks, vnew, gsum, dqh, dkh, dg, HK, HV);
+  const int items = nchunks * static_cast<int>(HV);
+  int dev = 0, sms = 132, per_sm = 1;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NT, smem);
+  if (e != cudaSuccess) return e;
+  const int grid = std::min(items, sms * std::max(per_sm, 1));
+  kern<<<grid, NT, smem, s>>>(
+      dout, qn, kn, Gc, chunks, items, static_cast<const bf16*>(states16), static_cast<const bf16*>(dh16),
+      static_cast<const bf16*>(vnew16), static_cast<const bf16*>(dvn16), dqh, dkh, static_cast<bf16*>(dW16), gsum,
+      dg, HK, HV);
   return cudaGetLastError();
 }
 
-cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks,
-                                   int nchunks, const float* Tm, const float* dW, const float* dvn, float* dkh,
-                                   KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv,
-                                   cudaStream_t s) {
-  if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
-  auto* kern = gdn_chunk_wy_grad_mma_kernel<128, 128>;
-  const size_t smem = wy_grad_mma_smem<128, 128>();
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
-  kern<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
-      kn, v, beta, Gc, chunks, Tm, dW, dvn, dkh, dv_out, dg, dbeta, HK, HV);
-  return cudaGetLastError();
-}
 #endif  // DT_ATTN_EMU
 
 }  // namespace deltatune::kernels

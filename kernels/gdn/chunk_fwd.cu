@@ -226,16 +226,8 @@ size_t gdn_chunk_scan_smem(int dk, int dv) {
 cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                  const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq, KOut o,
                                  float* W, float* U, float* M, float* Gc, float* states, int64_t HK, int64_t HV,
-                                 int dk, int dv, cudaStream_t s, float* Tout, float* vnew, bool tensor_cores,
-                                 const GdnScanBf16* b16) {
+                                 int dk, int dv, cudaStream_t s, float* Tout, float* vnew) {
   if (nchunks == 0 || HV == 0) return cudaSuccess;
-  if (tensor_cores && gdn_chunk_mma_supported(dk, dv)) {
-    cudaError_t e =
-        launch_gdn_chunk_prep_mma(qn, kn, v, g, beta, chunks, nchunks, W, U, M, Gc, Tout, HK, HV, dk, dv, s, b16);
-    if (e != cudaSuccess) return e;
-    return launch_gdn_chunk_scan_mma(qn, kn, W, U, M, Gc, chunks, chunk_off, nseq, o, states, vnew, HK, HV, dk, dv, s,
-                                     b16);
-  }
   const size_t s1 = gdn_chunk_prep_smem(dk, dv), s2 = gdn_chunk_scan_smem(dk, dv);
   cudaError_t e = cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(s1));

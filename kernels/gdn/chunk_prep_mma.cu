@@ -139,7 +139,7 @@ __device__ __forceinline__ void store_rows(float* dst, bf16* dsth, const float (
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
       const int64_t at = i * rstride + n0 + 8 * nb + 2 * (lane & 3);
-      *reinterpret_cast<float2*>(dst + at) = make_float2(acc[nb][2 * hf], acc[nb][2 * hf + 1]);
+      if (dst) *reinterpret_cast<float2*>(dst + at) = make_float2(acc[nb][2 * hf], acc[nb][2 * hf + 1]);
       if (dsth) st_bf16x2(dsth + at, acc[nb][2 * hf], acc[nb][2 * hf + 1]);
     }
   }
@@ -169,7 +169,7 @@ __device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, const float* kn
 __global__ void __launch_bounds__(NT, 2)
     gdn_chunk_prep_mma_kernel(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
-                              int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh) {
+                              int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th) {
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);       // [C][LK] K̂ hi
   bf16* Kl = Kh + C * LK;                             // [C][LK] K̂ lo
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(NT, 2)
     }
   } else {
     // M_ij = (q̂_i·k̂_j)·e^{G_i−G_j} (i ≥ j, i < len), all 64 columns (zeros above the diagonal).
-    float* Mo = M + (static_cast<int64_t>(ch) * HV + h) * C * C;
+    float* Mo = M ? M + (static_cast<int64_t>(ch) * HV + h) * C * C : nullptr;
     bf16* Moh = Mh ? Mh + (static_cast<int64_t>(ch) * HV + h) * C * C : nullptr;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
           x[e] = (i >= j + e && i < len) ? acc[nb][2 * hf + e] * expf(Gi - Gs[j + e]) : 0.f;
-        *reinterpret_cast<float2*>(Mo + i * C + j) = make_float2(x[0], x[1]);
+        if (Mo) *reinterpret_cast<float2*>(Mo + i * C + j) = make_float2(x[0], x[1]);
         if (Moh) st_bf16x2(Moh + i * C + j, x[0], x[1]);
       }
     }
@@ -366,20 +366,24 @@ __global__ void __launch_bounds__(NT, 2)
   // ---- 4. the scan's bf16 K̂, Q̂; Tout, W = T·diag(βγ)·K̂, U = T·diag(β)·V ----
   if (Kdh || Qh)
     store_scan_kq(Kdh, h % (HV / HK) == 0 ? Qh : nullptr, kn, Qs, Gs, t0, len, h, hk, HK, HV);
-  if (Tout) {
-    float* To = Tout + (static_cast<int64_t>(ch) * HV + h) * C * C;
+  if (Tout || Th) {
+    const int64_t tb = (static_cast<int64_t>(ch) * HV + h) * C * C;
     for (int idx = tid; idx < C * C / 4; idx += NT) {
       const int i = idx / (C / 4), j = (idx % (C / 4)) * 4;
       float4 x = make_float4(0.f, 0.f, 0.f, 0.f);  // upper blocks hold the P scratch
       if (j / 16 <= i / 16) x = *reinterpret_cast<const float4*>(Tf + i * LA + j);
-      *reinterpret_cast<float4*>(To + i * C + j) = x;
+      if (Tout) *reinterpret_cast<float4*>(Tout + tb + i * C + j) = x;
+      if (Th) {
+        st_bf16x2(Th + tb + i * C + j, x.x, x.y);
+        st_bf16x2(Th + tb + i * C + j + 2, x.z, x.w);
+      }
     }
   }
   {
     const int n0 = (PD / 2) * (warp >> 2);
     const int64_t rs = HV * PD, ob = (t0 * HV + h) * PD;
     t_times<true>(acc, Tf, BGs, Kh, Kl, m0, n0, rb + 1);
-    store_rows(W + ob, Wh ? Wh + ob : nullptr, acc, m0, n0, len, rs);
+    store_rows(W ? W + ob : nullptr, Wh ? Wh + ob : nullptr, acc, m0, n0, len, rs);
     t_times<false>(acc, Tf, Bs, Vs, nullptr, m0, n0, rb + 1);
     store_rows(U + ob, nullptr, acc, m0, n0, len, rs);
   }
@@ -405,7 +409,7 @@ cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, c
   gdn_chunk_prep_mma_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
       qn, kn, v, g, beta, chunks, W, U, M, Gc, Tout, HK, HV, b16 ? static_cast<bf16*>(b16->W) : nullptr,
       b16 ? static_cast<bf16*>(b16->Kd) : nullptr, b16 ? static_cast<bf16*>(b16->Q) : nullptr,
-      b16 ? static_cast<bf16*>(b16->M) : nullptr);
+      b16 ? static_cast<bf16*>(b16->M) : nullptr, b16 ? static_cast<bf16*>(b16->T) : nullptr);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

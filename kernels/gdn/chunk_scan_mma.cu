@@ -15,6 +15,7 @@
 // no spills).
 // Estimate at T=8192 (2 sequences), HV 32: 256 blocks, 64 chunks each; per chunk 112 KiB of (mostly L2)
 // loads and ~100 mma per warp -> ~4 us, so ~0.3 ms for the scan (FMA kernel: 6.1 ms).
+#include <cstdlib>
 #include <type_traits>
 
 #include "common/device.cuh"
@@ -37,7 +38,8 @@ constexpr int LDM = C + 8;
 // shapes). Without PF: 77 KiB, 2 blocks per SM overlap each other's loads. Without O (BV 32): 50 KiB, and
 // 130 KiB with PF (still one block per SM).
 // B16 with PF: two sets of the bf16 tiles with G and U (fp32), one filling while the other is computed on:
-// 151.5 KiB (BV 32) / 137.5 KiB (BV 16) with output, 99.5 / 85.5 KiB without, one block per SM. B16 without
+// 151.5 KiB (BV 32) / 137.5 KiB (BV 16) with output (one block per SM), 99.5 / 85.5 KiB without (two blocks
+// per SM: chosen whenever the grid fits one wave at two, e.g. the backward's recompute at 8K tokens). B16 without
 // PF: one set, loaded at the chunk's start (83.3 / 73.3 KiB with output, 2 blocks per SM).
 template <int BV, bool WITH_O> struct Set16 {  // byte offsets in one set of the B16 tiles
   static constexpr size_t W = 0;                                                      // bf16 [C][LDK]
@@ -85,9 +87,9 @@ __device__ __forceinline__ void prefetch_rows16(bf16* dst, const bf16* src, int6
 }
 
 template <int BV, bool PF, bool WITH_O, bool B16>
-__global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
+__global__ void __launch_bounds__(NT, PF && WITH_O ? 1 : 2) gdn_chunk_scan_mma_kernel(
     const float* qn, const float* kn, const float* W, const float* U, const float* M, const float* Gc,
-    const int32_t* chunks, const int32_t* chunk_off, KOut o, float* states, float* vnew, int64_t HK, int64_t HV,
+    const int32_t* chunks, const int32_t* chunk_off, KOut o, bf16* states, bf16* vnew, int64_t HK, int64_t HV,
     const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh) {
   constexpr int NB = BV / 8, LDV = BV + 8;
   static_assert(NB % 2 == 0, "n-blocks come in pairs");
@@ -162,15 +164,15 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
   for (int ch = chunk_off[n]; ch < chunk_off[n + 1]; ++ch) {
     const int64_t t0 = chunks[2 * ch];
     const int len = chunks[2 * ch + 1];
-    if (states) {  // chunk-start state for the backward pass: (chunk, HV, dk, dv)
-      float* so = states + (static_cast<int64_t>(ch) * HV + h) * DKM * DVM + c0;
+    if (states) {  // chunk-start state for the backward pass, bf16: (chunk, HV, dk, dv)
+      bf16* so = states + (static_cast<int64_t>(ch) * HV + h) * DKM * DVM + c0;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb) {
           const int r = 32 * warp + 16 * mt + gr, c = 8 * nb + 2 * tq;
-          *reinterpret_cast<float2*>(so + r * DVM + c) = make_float2(S[mt][nb][0], S[mt][nb][1]);
-          *reinterpret_cast<float2*>(so + (r + 8) * DVM + c) = make_float2(S[mt][nb][2], S[mt][nb][3]);
+          st_bf16x2(so + r * DVM + c, S[mt][nb][0], S[mt][nb][1]);
+          st_bf16x2(so + (r + 8) * DVM + c, S[mt][nb][2], S[mt][nb][3]);
         }
     }
     // This chunk's tiles: Wt, Qt, Kt (diag(Γ/γ)·K̂), Mt (bf16), Gt (G_i, i < len) and U rows Ur (fp32, row
@@ -242,7 +244,7 @@ __global__ void __launch_bounds__(NT, PF ? 1 : 2) gdn_chunk_scan_mma_kernel(
         if (i < len) {
           const float2 u = *reinterpret_cast<const float2*>(Ur + i * u_ld + c);
           v = make_float2(u.x - vp[nb][2 * hf], u.y - vp[nb][2 * hf + 1]);
-          if (vnew) *reinterpret_cast<float2*>(vnew + ((t0 + i) * HV + h) * DVM + c0 + c) = v;
+          if (vnew) st_bf16x2(vnew + ((t0 + i) * HV + h) * DVM + c0 + c, v.x, v.y);
         }
         st_bf16x2(Vb + i * LDV + c, v.x, v.y);
       }
@@ -322,25 +324,27 @@ size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv) {
 
 #ifndef DT_ATTN_EMU
 namespace {
-// Prefetching variant when the grid fits one wave at one block per SM.
-bool scan_mma_prefetch(int64_t blocks) {
+// Prefetching variant when the grid fits one wave at the blocks per SM its shared memory allows: one, or two
+// for the bf16 variant without output (99.5 KiB at BV 32). DT_GDN_SCAN_PF=0/1 forces it (A/B timing).
+bool scan_mma_prefetch(int64_t blocks, bool two_per_sm) {
+  if (const char* f = std::getenv("DT_GDN_SCAN_PF")) return f[0] == '1';
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  return blocks <= sms;
+  return blocks <= (two_per_sm ? 2 : 1) * int64_t(sms);
 }
 }  // namespace
 
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
                                       const float* M, const float* Gc, const int32_t* chunks,
-                                      const int32_t* chunk_off, int nseq, KOut o, float* states, float* vnew,
+                                      const int32_t* chunk_off, int nseq, KOut o, void* states16, void* vnew16,
                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
                                       const GdnScanBf16* b16) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
   const int bv = gdn_scan_tile_cols(nseq * HV, dv);
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
-  const bool pf = scan_mma_prefetch(int64_t(grid.x) * grid.y);
   const bool with_o = o.p != nullptr, use_b16 = scan_mma_b16(b16, with_o);
+  const bool pf = scan_mma_prefetch(int64_t(grid.x) * grid.y, !with_o && use_b16);
   decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true, true, false>) kernel = nullptr;
   size_t smem = 0;
   with_scan_variant(bv, pf, with_o, use_b16, [&](auto bv_c, auto pf_c, auto o_c, auto b16_c) {
@@ -356,7 +360,8 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
     Wh = static_cast<const bf16*>(b16->W), Kdh = static_cast<const bf16*>(b16->Kd);
     Qh = static_cast<const bf16*>(b16->Q), Mh = static_cast<const bf16*>(b16->M);
   }
-  kernel<<<grid, NT, smem, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, vnew, HK, HV, Wh, Kdh, Qh, Mh);
+  kernel<<<grid, NT, smem, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, static_cast<bf16*>(states16),
+                                static_cast<bf16*>(vnew16), HK, HV, Wh, Kdh, Qh, Mh);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

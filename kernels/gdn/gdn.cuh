@@ -63,14 +63,12 @@ size_t gdn_chunk_scan_smem(int dk, int dv);
 // U (T, HV, dv), M (nchunks, HV, 64, 64), Gc (T, HV); states (nchunks, HV, dk, dv) (=) the state at each
 // chunk's start when not null. o (T, HV, dv) (=) unless o.p is null. For the backward's recompute:
 // Tout (nchunks, HV, 64, 64) (=) T = (I + A)^{-1} and vnew (T, HV, dv) (=) V' when not null.
-// tensor_cores: prep and scan on tensor cores (chunk_prep_mma.cu, chunk_scan_mma.cu) where the head dims allow;
-// b16: their bf16 operand scratch (see GdnScanBf16), used only on that path.
-struct GdnScanBf16;
+// fp32 FMA kernels (any head dims); the tensor-core path runs launch_gdn_chunk_prep_mma and
+// launch_gdn_chunk_scan_mma instead.
 cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                  const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq, KOut o,
                                  float* W, float* U, float* M, float* Gc, float* states, int64_t HK, int64_t HV,
-                                 int dk, int dv, cudaStream_t s, float* Tout = nullptr, float* vnew = nullptr,
-                                 bool tensor_cores = false, const GdnScanBf16* b16 = nullptr);
+                                 int dk, int dv, cudaStream_t s, float* Tout = nullptr, float* vnew = nullptr);
 
 // Chunked backward (spec §4.3, chunk_bwd.cu), after launch_gdn_chunk_fwd ran with states, Tout and vnew:
 // reverse state scan (dh, dV'), state products, intra-chunk and WY backward. Inputs as the forward plus
@@ -82,28 +80,53 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
                                  int nchunks, const int32_t* chunk_off, int nseq, float* W, const float* M,
                                  const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
                                  float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
-                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool tensor_cores = false);
+                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
 
-// ---- tensor-core (bf16 mma.sync, fp32 accumulate) chunk kernels, chunk_bwd_mma.cu ----
-// Head dims the tensor-core kernels are built for (dk = dv = 128). launch_gdn_chunk_bwd uses them for all four
-// kernels (reverse scan, state products, intra-chunk terms, WY backward) when called with tensor_cores = true
-// and the dims are supported.
+// ---- tensor-core (bf16 mma.sync, fp32 accumulate) chunk kernels ----
+// The tensor-core path keeps its chunk scratch in bf16 (bf16 bit patterns behind void pointers): every one of
+// these tensors is only ever an mma operand, so rounding it once where it is written gives the same products
+// as rounding it where it is staged, at half the bytes (and copied into shared memory without conversion):
+//   W16      (T, HV, dk)             prep (GdnScanBf16::W)
+//   M16, T16 (nchunks, HV, 64, 64)   prep (GdnScanBf16::M, ::T)
+//   states16 (nchunks, HV, dk, dv)   forward scan: the state at each chunk's start
+//   vnew16   (T, HV, dv)             forward scan: V'
+//   dh16     (nchunks, HV, dk, dv)   reverse scan: dS at each chunk's end
+//   dvn16    (T, HV, dv)             reverse scan: dV'
+//   dW16     (T, HV, dk)             state products
+// q̂, k̂ (fp32, per key head), G (fp32), the dq̂/dk̂ accumulators (fp32, per value head) stay fp32.
+// Head dims the tensor-core kernels are built for: dk = dv = 128.
 bool gdn_chunk_mma_supported(int dk, int dv);
 size_t gdn_chunk_bwd_mma_smem(int dk, int dv);  // 0 when unsupported
-// Same contracts as the FMA kernels of chunk_bwd.cu: 2 (state products), 3 (intra-chunk), 4 (WY backward).
-cudaError_t launch_gdn_state_grad_mma(KIn dout, const float* kn, const float* Gc, const int32_t* chunks, int nchunks,
-                                      const float* states, const float* dh, const float* vnew, const float* dvn,
-                                      float* dqh, float* dkh, float* dW, float* gsum, int64_t HK, int64_t HV, int dk,
-                                      int dv, cudaStream_t s);
-// ... 3 (intra-chunk terms).
-cudaError_t launch_gdn_intra_grad_mma(KIn dout, const float* qn, const float* kn, const float* Gc,
-                                      const int32_t* chunks, int nchunks, const float* vnew, const float* gsum,
-                                      float* dqh, float* dkh, float* dg, int64_t HK, int64_t HV, int dk, int dv,
+// 2 + 3. state products and intra-chunk terms in one persistent kernel (chunk_bwd_mma.cu): dqh, dkh (=), dW16 (=),
+// gsum (=) and dg (=) (the intra row sums plus the chunk's gsum term on its last row); the contracts of
+// chunk_bwd.cu's kernels 2 and 3 together.
+cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const float* qn, const float* kn, const float* Gc,
+                                      const int32_t* chunks, int nchunks, const void* states16, const void* dh16,
+                                      const void* vnew16, const void* dvn16, float* dqh, float* dkh, void* dW16,
+                                      float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
                                       cudaStream_t s);
+// 4. WY backward (chunk_wy_mma.cu): dkh (+=), dv (=), dg (+= then reverse cumsum within each chunk), dbeta (=);
+// contract of chunk_bwd.cu's kernel 4.
 cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks,
-                                   int nchunks, const float* Tm, const float* dW, const float* dvn, float* dkh,
+                                   int nchunks, const void* T16, const void* dW16, const void* dvn16, float* dkh,
                                    KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv,
                                    cudaStream_t s);
+// The whole tensor-core backward after the recompute: reverse scan, 2 + 3, 4 (chunk_bwd.cu).
+struct GdnBwdBf16 {
+  const void* W16 = nullptr;
+  const void* M16 = nullptr;
+  const void* T16 = nullptr;
+  const void* states16 = nullptr;
+  const void* vnew16 = nullptr;
+  void* dh16 = nullptr;
+  void* dvn16 = nullptr;
+  void* dW16 = nullptr;
+};
+cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const float* qn, const float* kn, KIn v, KIn beta,
+                                     const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
+                                     const float* Gc, const GdnBwdBf16& b, float* gsum, float* dqh, float* dkh,
+                                     KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv,
+                                     cudaStream_t s);
 
 // ---- bf16 operands of the tensor-core forward scan, written by its prep (BF16 scratch, bf16 bit patterns) ----
 // Rounded (round to nearest even) from the fp32 values exactly as the scan's fp32 staging rounds them, so the
@@ -112,6 +135,7 @@ cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float
 //   Kd (T, HV, dk)               bf16(K̂_i·e^{G_last − G_i}), G the chunk-local cumsum (Gc), G_last its last row
 //   Q  (T, HK, dk)               bf16(Q̂) (written by the first value head of each key head)
 //   M  (nchunks, HV, 64, 64)     bf16(M), all 64 rows
+//   T  (nchunks, HV, 64, 64)     bf16(T), T = (I + A)^{-1} as Tout (the backward's WY kernel reads it)
 // A null member is not written; the scan reads the set when W and Kd (and, with output, Q and M) are given,
 // else it stages the fp32 scratch.
 struct GdnScanBf16 {
@@ -119,16 +143,17 @@ struct GdnScanBf16 {
   void* Kd = nullptr;
   void* Q = nullptr;
   void* M = nullptr;
+  void* T = nullptr;
 };
 
 // ---- tensor-core forward scan, chunk_scan_mma.cu (dk = dv = 128) ----
-// Same contract as the FMA scan of launch_gdn_chunk_fwd (after its prep): o (=) unless o.p is null, states
-// and vnew (=) when not null. With o.p null the scan leaves out the output's tiles and products (a shorter
+// Same contract as the FMA scan of launch_gdn_chunk_fwd (after its prep): o (=) unless o.p is null, states16
+// and vnew16 (bf16, see GdnBwdBf16) (=) when not null. With o.p null the scan leaves out the output's tiles and products (a shorter
 // serial path). bv: the column tile gdn_scan_tile_cols picks.
 size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv);
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
                                       const float* M, const float* Gc, const int32_t* chunks,
-                                      const int32_t* chunk_off, int nseq, KOut o, float* states, float* vnew,
+                                      const int32_t* chunk_off, int nseq, KOut o, void* states16, void* vnew16,
                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
                                       const GdnScanBf16* b16 = nullptr);
 
@@ -136,7 +161,8 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
 // Same contract as the prep step of launch_gdn_chunk_fwd (gdn_chunk_prep_kernel): Gc (T, HV), W, U (rows of
 // the chunks), M (nchunks, HV, 64, 64) and, when not null, Tout (nchunks, HV, 64, 64) = (I + A)^{-1} with zeros
 // above the diagonal and identity rows past each chunk's end. dk = dv = 128 only (gdn_chunk_mma_supported;
-// cudaErrorInvalidValue otherwise). Smem size 0 when unsupported. b16: the scan's bf16 operands (=) where not null.
+// cudaErrorInvalidValue otherwise). Smem size 0 when unsupported. b16: the bf16 copies (=) where not null; the fp32
+// W, M and Tout may then be null (the tensor-core path reads only the bf16 ones; U stays fp32).
 size_t gdn_chunk_prep_mma_smem(int dk, int dv);
 cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
                                       const int32_t* chunks, int nchunks, float* W, float* U, float* M, float* Gc,
@@ -145,12 +171,13 @@ cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, c
 
 // ---- tensor-core reverse state scan, chunk_dscan_mma.cu ----
 // Same contract as step 1 of launch_gdn_chunk_bwd (the FMA dscan kernel): per sequence, chunks in reverse,
-// dh (nchunks, HV, dk, dv) (=) dS at each chunk's end, dvn (T, HV, dv) (=) dV'. Column tiles of bv =
-// gdn_scan_tile_cols(nseq·HV, dv) columns. dk = dv = 128 only (gdn_chunk_mma_supported; else
-// cudaErrorInvalidValue). qn, kn, W, M and the base of dh/dvn must be 16-byte aligned (float4 loads).
+// dh16 (nchunks, HV, dk, dv) (=) dS at each chunk's end, dvn16 (T, HV, dv) (=) dV' (bf16, see GdnBwdBf16);
+// W16, M16: the prep's bf16 W and M. dk = dv = 128 only (gdn_chunk_mma_supported; else
+// cudaErrorInvalidValue). Every pointer 16-byte aligned.
 size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv);  // 0 when unsupported
-cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const float* qn, const float* kn, const float* W, const float* M,
-                                       const float* Gc, const int32_t* chunks, const int32_t* chunk_off, int nseq,
-                                       float* dh, float* dvn, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
+cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const float* qn, const float* kn, const void* W16,
+                                       const void* M16, const float* Gc, const int32_t* chunks,
+                                       const int32_t* chunk_off, int nseq, void* dh16, void* dvn16, int64_t HK,
+                                       int64_t HV, int dk, int dv, cudaStream_t s);
 
 }  // namespace deltatune::kernels

@@ -1,7 +1,10 @@
 // Host-emulated GDN chunk kernels (see gdn_emu.cpp): one wrapper per kernel, each defined in the
 // translation unit that includes the kernel's .cu file (their anonymous namespaces would collide).
 #pragma once
+#include <cuda_bf16.h>
+
 #include <cstdint>
+#include <vector>
 
 #include "common/kptr.h"
 
@@ -9,6 +12,16 @@ namespace deltatune::kernels {
 struct GdnScanBf16;  // gdn/gdn.cuh
 }
 namespace deltatune::kernels::gdn_emu {
+// The tensor-core path's bf16 scratch (gdn.cuh, GdnBwdBf16): the wrappers below keep fp32 arguments and round
+// them (to nearest even, as the producing kernels do) into bf16 copies for the kernels, and widen bf16 outputs.
+inline std::vector<__nv_bfloat16> to_bf16(const float* x, int64_t n) {
+  std::vector<__nv_bfloat16> r(n);
+  for (int64_t i = 0; i < n; ++i) r[i] = __float2bfloat16_rn(x[i]);
+  return r;
+}
+inline void from_bf16(const std::vector<__nv_bfloat16>& x, float* out) {
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
+}
 struct Shape {
   const int32_t* chunks;
   int nchunks;
@@ -29,7 +42,7 @@ void intra_grad(const Shape& s, KIn dout, const float* qn, const float* kn, cons
                 const float* gsum, float* dqh, float* dkh, float* dg);
 void wy_grad(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm, float* dW,
              const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta);
-// tensor-core versions (chunk_bwd_mma.cu)
+// tensor-core versions (chunk_bwd_mma.cu, chunk_wy_mma.cu)
 void state_grad_mma(const Shape& s, KIn dout, const float* kn, const float* Gc, const float* states, const float* dh,
                     const float* vnew, const float* dvn, float* dqh, float* dkh, float* dW, float* gsum);
 void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* Gc, const float* vnew,
@@ -46,8 +59,9 @@ void scan_mma(const Shape& s, int bv, bool pf, const float* qn, const float* kn,
 void prep_mma(const Shape& s, const float* qn, const float* kn, KIn v, const float* g, KIn beta, float* W, float* U,
               float* M, float* Gc, float* Tout, const GdnScanBf16* b16 = nullptr);
 
-// tensor-core reverse state scan (chunk_dscan_mma.cu), bv = 16 or 32 value columns per block; lo_s / lo_v
-// (bv 32 only): the bf16 lo halves of dS and dV' take part (the kernel's default: both)
+// tensor-core reverse state scan (chunk_dscan_mma.cu), bv = 16, 32 or 64 value columns per block; lo_s / lo_v:
+// the bf16 lo halves of dS and dV' take part (the launcher's configuration: neither). W and M are rounded to
+// bf16 (the prep's W16, M16) and the kernel's bf16 dh, dvn widened.
 void dscan_mma(const Shape& s, int bv, bool lo_s, bool lo_v, KIn dout, const float* qn, const float* kn,
                const float* W, const float* M, const float* Gc, float* dh, float* dvn);
 }  // namespace deltatune::kernels::gdn_emu

@@ -5,27 +5,47 @@ namespace {
 alignas(16) unsigned char gdn_smem[232448];
 }
 }  // namespace deltatune::kernels
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
 #include "gdn/chunk_bwd_mma.cu"
 #include "gdn/emu/emu_api.h"
 
 namespace deltatune::kernels::gdn_emu {
+namespace {
+// State products and intra terms are one kernel (gdn_chunk_grad_mma_kernel) that needs the arguments of both
+// wrappers, as the launchers: state_grad_mma keeps its bf16 inputs and outputs, intra_grad_mma runs the kernel.
+struct StateGrad {
+  bool set = false;
+  std::vector<bf16> states, dh, vnew, dvn, dW;
+  float *dqh, *dkh, *dW32, *gsum;
+};
+StateGrad pending;
+}  // namespace
+
 void state_grad_mma(const Shape& s, KIn dout, const float* kn, const float* Gc, const float* states, const float* dh,
                     const float* vnew, const float* dvn, float* dqh, float* dkh, float* dW, float* gsum) {
-  emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, state_grad_mma_smem<128, 128>(), [&] {
-    gdn_chunk_state_grad_mma_kernel<128, 128>(dout, kn, Gc, s.chunks, states, dh, vnew, dvn, dqh, dkh, dW, gsum, s.HK,
-                                              s.HV);
-  });
+  int64_t T = 0;
+  for (int c = 0; c < s.nchunks; ++c) T = std::max<int64_t>(T, s.chunks[2 * c] + s.chunks[2 * c + 1]);
+  const int64_t ns = int64_t(s.nchunks) * s.HV * s.dk * s.dv, nv = T * s.HV * s.dv;
+  pending = StateGrad{true,          to_bf16(states, ns), to_bf16(dh, ns), to_bf16(vnew, nv), to_bf16(dvn, nv),
+                      to_bf16(dW, nv), dqh, dkh, dW, gsum};
 }
 void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* Gc, const float* vnew,
                     const float* gsum, float* dqh, float* dkh, float* dg) {
-  emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, intra_grad_mma_smem<128, 128>(), [&] {
-    gdn_chunk_intra_grad_mma_kernel<128, 128>(dout, qn, kn, Gc, s.chunks, vnew, gsum, dqh, dkh, dg, s.HK, s.HV);
+  StateGrad& p = pending;
+  if (!p.set || p.dqh != dqh || p.dkh != dkh || p.gsum != gsum) {
+    std::fprintf(stderr, "intra_grad_mma without the matching state_grad_mma\n");
+    std::abort();
+  }
+  // A persistent grid of 3 blocks: several items per block, and blocks with different item counts.
+  const int items = s.nchunks * int(s.HV);
+  emu::launch(dim3(std::min(items, 3)), NT, gdn_smem, grad_mma_smem<128, 128>(), [&] {
+    gdn_chunk_grad_mma_kernel<128, 128>(dout, qn, kn, Gc, s.chunks, items, p.states.data(), p.dh.data(),
+                                        p.vnew.data(), p.dvn.data(), dqh, dkh, p.dW.data(), p.gsum, dg, s.HK, s.HV);
   });
-}
-void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm, float* dW,
-                 const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta) {
-  emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, wy_grad_mma_smem<128, 128>(), [&] {
-    gdn_chunk_wy_grad_mma_kernel<128, 128>(kn, v, beta, Gc, s.chunks, Tm, dW, dvn, dkh, dv_out, dg, dbeta, s.HK, s.HV);
-  });
+  from_bf16(p.dW, p.dW32);
+  p = StateGrad{};
 }
 }  // namespace deltatune::kernels::gdn_emu

@@ -14,7 +14,8 @@ void prep_mma(const Shape& s, const float* qn, const float* kn, KIn v, const flo
   const GdnScanBf16 h = b16 ? *b16 : GdnScanBf16{};
   emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, gdn_chunk_prep_mma_smem(s.dk, s.dv), [&] {
     gdn_chunk_prep_mma_kernel(qn, kn, v, g, beta, s.chunks, W, U, M, Gc, Tout, s.HK, s.HV, static_cast<bf16*>(h.W),
-                              static_cast<bf16*>(h.Kd), static_cast<bf16*>(h.Q), static_cast<bf16*>(h.M));
+                              static_cast<bf16*>(h.Kd), static_cast<bf16*>(h.Q), static_cast<bf16*>(h.M),
+                              static_cast<bf16*>(h.T));
   });
 }
 }  // namespace deltatune::kernels::gdn_emu

@@ -6,7 +6,8 @@
 //   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I /usr/local/cuda/include \
 //       kernels/gdn/emu/*.cpp -o /tmp/gdn_emu -lpthread && /tmp/gdn_emu
 // (`/tmp/gdn_emu noout`: only the scan without output (the backward's recompute) vs the fused scan;
-// `/tmp/gdn_emu b16`: only the prep's bf16 scan operands and the scan that copies them.)
+// `/tmp/gdn_emu b16`: only the prep's bf16 scan operands and the scan that copies them;
+// `/tmp/gdn_emu dscan`: only the tensor-core reverse scan's checks.)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -206,7 +207,10 @@ static int dscan_mma_checks() {
       int bv;
       bool lo_s, lo_v;
       bool checked;  // the kernel's configuration (dh/dvn held to the target); others are printed only
+      bool f32_do = false;  // dO passed as F32 (the kernel's non-bf16 path; same values)
     };
+    F dout32(in.dout.size());
+    for (size_t i = 0; i < dout32.size(); ++i) dout32[i] = __bfloat162float(in.dout[i]);
     // What the rest of the (FMA) backward makes of dh and dvn: dg is the cancelling sum to watch.
     F states(dh.size()), vnew(T * HV * dv), o(T * HV * dv);
     gdn_emu::scan(s, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
@@ -226,20 +230,22 @@ static int dscan_mma_checks() {
       return r;
     };
     const Grads gref = rest(dh, dvn);
-    for (const Variant& vr : {Variant{32, true, true, true}, Variant{16, true, true, true},
-                              Variant{32, false, true, false}, Variant{32, true, false, false},
-                              Variant{32, false, false, false}}) {
+    for (const Variant& vr : {Variant{64, false, false, true}, Variant{32, false, false, true},
+                              Variant{16, false, false, true}, Variant{64, false, false, true, true},
+                              Variant{64, true, true, false}, Variant{64, false, true, false},
+                              Variant{64, true, false, false}}) {
       const float nan = std::nanf("");
       F dh2(dh.size(), nan), dvn2(dvn.size(), nan);
-      gdn_emu::dscan_mma(s, vr.bv, vr.lo_s, vr.lo_v, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(),
+      const KIn dov = vr.f32_do ? KIn{dout32.data(), KType::F32} : di;
+      gdn_emu::dscan_mma(s, vr.bv, vr.lo_s, vr.lo_v, dov, qn.data(), kn.data(), W.data(), M.data(), Gc.data(),
                          dh2.data(), dvn2.data());
       int bad_h = 0, bad_v = 0, bad = 0;
       const double eh = nmse(dh2, dh, &bad_h), ev = nmse(dvn2, dvn, &bad_v);
       const bool fail = vr.checked && (!(eh <= 2e-5) || !(ev <= 2e-5) || bad_h || bad_v);
-      std::printf("  bv %d lo(dS) %d lo(dV') %d: dh nmse %.3e  dvn nmse %.3e  nonfinite %d/%d%s\n", vr.bv,
-                  vr.lo_s, vr.lo_v, eh, ev, bad_h, bad_v, fail ? "  FAIL" : "");
+      std::printf("  bv %d lo(dS) %d lo(dV') %d%s: dh nmse %.3e  dvn nmse %.3e  nonfinite %d/%d%s\n", vr.bv,
+                  vr.lo_s, vr.lo_v, vr.f32_do ? " F32 dO" : "", eh, ev, bad_h, bad_v, fail ? "  FAIL" : "");
       fails += fail;
-      if (vr.bv == 16) continue;
+      if (vr.bv != 64 || vr.f32_do) continue;
       const Grads gg = rest(dh2, dvn2);
       std::printf("    then FMA bwd: dg %.3e  dbeta %.3e  dqh %.3e  dkh %.3e  dv %.3e\n", nmse(gg.dg, gref.dg, &bad),
                   nmse(gg.dbeta, gref.dbeta, &bad), nmse(gg.dqh, gref.dqh, &bad), nmse(gg.dkh, gref.dkh, &bad),
@@ -420,7 +426,7 @@ struct In {  // one shape's inputs and forward recompute (FMA kernels), as launc
   KIn v, dout, beta;
 };
 struct Out {
-  F dqh, dkh, dW, gsum, dq_sg, dk_sg, dW_sg, dk_in, dg_in, dv, dg, dbeta;
+  F dqh, dkh, dW, gsum, dW_sg, dk_in, dg_in, dv, dg, dbeta;
 };
 static Out run(const In& in, bool mma) {
   const gdn_emu::Shape& s = in.s;
@@ -432,17 +438,16 @@ static Out run(const In& in, bool mma) {
   r.dbeta.assign(T * HV, nan);
   (mma ? gdn_emu::state_grad_mma : gdn_emu::state_grad)(s, in.dout, in.kn, in.Gc, in.states, in.dh, in.vnew, in.dvn,
                                                         r.dqh.data(), r.dkh.data(), r.dW.data(), r.gsum.data());
-  r.dq_sg = r.dqh, r.dk_sg = r.dkh, r.dW_sg = r.dW;
   (mma ? gdn_emu::intra_grad_mma : gdn_emu::intra_grad)(s, in.dout, in.qn, in.kn, in.Gc, in.vnew, r.gsum.data(),
                                                         r.dqh.data(), r.dkh.data(), r.dg.data());
-  r.dk_in = r.dkh, r.dg_in = r.dg;
+  r.dW_sg = r.dW, r.dk_in = r.dkh, r.dg_in = r.dg;  // tensor cores: state products and intra are one kernel
   (mma ? gdn_emu::wy_grad_mma : gdn_emu::wy_grad)(s, in.kn, in.v, in.beta, in.Gc, in.Tm, r.dW.data(), in.dvn,
                                                   r.dkh.data(), KOut{r.dv.data(), KType::F32}, r.dg.data(),
                                                   r.dbeta.data());
   return r;
 }
 // Every output within nmse 2e-5 of the fp32 FMA kernels (the bf16 operands' rounding; dg's cancelling sums
-// are why the intra kernel splits K̂, Q̂ and V' into bf16 hi + lo).
+// are why the intra kernel splits K̂ and Q̂ into bf16 hi + lo).
 static int compare(const char* tag, const In& in) {
   const Out ref = run(in, false);
   const Out got = run(in, true);
@@ -454,8 +459,6 @@ static int compare(const char* tag, const In& in) {
     std::printf("%s%-28s nmse %.3e nonfinite %d%s\n", tag, name, e, bad, fail ? "  FAIL" : "");
     fails += fail;
   };
-  cmp("state_grad dqh", got.dq_sg, ref.dq_sg);
-  cmp("state_grad dkh", got.dk_sg, ref.dk_sg);
   cmp("state_grad dW", got.dW_sg, ref.dW_sg);
   cmp("state_grad gsum", got.gsum, ref.gsum);
   cmp("intra dqh (final)", got.dqh, ref.dqh);
@@ -498,6 +501,7 @@ static int long_case() {
 }  // namespace bwd_mma
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "dscan") return dscan_mma_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "noout") return no_output_scan_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "b16") return b16_scan_checks() ? 1 : 0;
   const int prep_fails = prep_mma_check();

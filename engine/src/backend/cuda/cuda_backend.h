@@ -141,6 +141,8 @@ class CudaBackend final : public Backend {
   Tensor attention_tiles_mma(const SeqLayout& seq);
   GdnChunks gdn_chunks(const SeqLayout& seq);
   void gdn_check(const char* op, const GdnDims& d, const SeqLayout& seq);
+  // q̂ = scale·q/‖q‖, k̂ = k/‖k‖ (fp32) and their rstd into r.
+  void gdn_l2norms(const Tensor& q, const Tensor& k, float scale, CudaGdnSaved& r);
   std::unique_ptr<CudaGdnSaved> gdn_forward_core(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                                  const Tensor& beta, const SeqLayout& seq, float scale, Tensor* o,
                                                  bool for_backward);
@@ -148,6 +150,9 @@ class CudaBackend final : public Backend {
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);
   // t itself when it is BF16, else a BF16 copy (tensor-core operands of the grouped GEMMs).
   Tensor as_bf16(const Tensor& t);
+  // t itself when its data is 16-byte aligned, else a copy (the GDN kernels load rows with 16-byte vector
+  // loads and cp.async; a caller's tensor may be a view at any element offset).
+  Tensor aligned16(const Tensor& t);
 
   int device_ = 0;
   std::string name_;

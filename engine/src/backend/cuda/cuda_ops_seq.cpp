@@ -186,6 +186,7 @@ GdnChunks CudaBackend::gdn_chunks(const SeqLayout& seq) {
 struct CudaGdnSaved final : Backend::GdnSaved {
   Tensor qn, kn, rq, rk, W, M, Gc, Tm, states, vnew;
   GdnChunks ch;
+  bool mma = false;  // tensor-core path: W, M, Tm, states, vnew are BF16
 };
 
 namespace {
@@ -203,23 +204,37 @@ void CudaBackend::gdn_check(const char* op, const GdnDims& d, const SeqLayout& s
   check_layout(seq, d.T, op);
 }
 
+Tensor CudaBackend::aligned16(const Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 == 0) return t;
+  Tensor c = alloc(t.shape, t.dtype);
+  copy(c, t);
+  return c;
+}
+
+void CudaBackend::gdn_l2norms(const Tensor& q, const Tensor& k, float scale, CudaGdnSaved& r) {
+  const int64_t T = q.dim(0), HK = q.dim(1);
+  const int dk = static_cast<int>(q.dim(2));
+  r.qn = alloc({T, HK, dk}, DType::F32);
+  r.kn = alloc({T, HK, dk}, DType::F32);
+  r.rq = alloc({T, HK}, DType::F32);
+  r.rk = alloc({T, HK}, DType::F32);
+  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kL2Eps, fptr(r.qn), fptr(r.rq), T * HK, dk, stream()),
+             "gdn (l2norm q)");
+  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(r.kn), fptr(r.rk), T * HK, dk, stream()),
+             "gdn (l2norm k)");
+}
+
 // L2 norms, then the chunked forward; `o` may be null (the backward's recompute) and `for_backward` also
 // writes T, the chunk-start states and V'.
-std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                            const Tensor& g, const Tensor& beta,
+std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, const Tensor& k_in,
+                                                            const Tensor& v_in, const Tensor& g, const Tensor& beta,
                                                             const SeqLayout& seq, float scale, Tensor* o,
                                                             bool for_backward) {
+  const Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
   const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
   auto r = std::make_unique<CudaGdnSaved>();
   cudaStream_t s = stream();
-  r->qn = alloc({d.T, d.HK, d.dk}, DType::F32);
-  r->kn = alloc({d.T, d.HK, d.dk}, DType::F32);
-  r->rq = alloc({d.T, d.HK}, DType::F32);
-  r->rk = alloc({d.T, d.HK}, DType::F32);
-  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kL2Eps, fptr(r->qn), fptr(r->rq), d.T * d.HK, d.dk, s),
-             "gdn (l2norm q)");
-  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(r->kn), fptr(r->rk), d.T * d.HK, d.dk, s),
-             "gdn (l2norm k)");
+  gdn_l2norms(q, k, scale, *r);
   if (!o && !for_backward) return r;  // the per-token backward needs only the normalised inputs
   if (!for_backward && std::getenv("DT_GDN_RECURRENT")) {  // the first (per-token) kernel, kept for A/B timing
     cuda_check(kernels::launch_gdn_core_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g),
@@ -231,36 +246,49 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q, con
   }
   r->ch = gdn_chunks(seq);
   constexpr int64_t C = kernels::kGdnChunk;
-  r->W = alloc({d.T, d.HV, d.dk}, DType::F32);
+  // The tensor-core path keeps its scratch in bf16 (kernels/gdn/gdn.cuh, GdnBwdBf16); U stays fp32.
+  r->mma = gdn_mma_enabled() && kernels::gdn_chunk_mma_supported(d.dk, d.dv);
+  const DType st = r->mma ? DType::BF16 : DType::F32;
+  r->W = alloc({d.T, d.HV, d.dk}, st);
   Tensor U = alloc({d.T, d.HV, d.dv}, DType::F32);
-  r->M = alloc({r->ch.n, d.HV, C, C}, DType::F32);
+  r->M = alloc({r->ch.n, d.HV, C, C}, st);
   r->Gc = alloc({d.T, d.HV}, DType::F32);
   if (for_backward) {
-    r->Tm = alloc({r->ch.n, d.HV, C, C}, DType::F32);
-    r->vnew = alloc({d.T, d.HV, d.dv}, DType::F32);
-    r->states = alloc({r->ch.n, d.HV, d.dk, d.dv}, DType::F32);
+    r->Tm = alloc({r->ch.n, d.HV, C, C}, st);
+    r->vnew = alloc({d.T, d.HV, d.dv}, st);
+    r->states = alloc({r->ch.n, d.HV, d.dk, d.dv}, st);
   }
-  // The tensor-core scan's bf16 operands, written by its prep: needed only between the two kernels.
-  const bool mma = gdn_mma_enabled();
-  Tensor Wb, Kdb, Qb, Mb;
+  const int nch = static_cast<int>(r->ch.n), nseq = static_cast<int>(seq.num_seqs());
+  const kernels::KOut ko = o ? kout(*o, "gdn o") : kernels::KOut{};
+  if (!r->mma) {
+    cuda_check(kernels::launch_gdn_chunk_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g),
+                                             kin(beta, "gdn beta"), iptr(r->ch.chunks), nch, iptr(r->ch.off), nseq,
+                                             ko, fptr(r->W), fptr(U), fptr(r->M), fptr(r->Gc),
+                                             for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
+                                             for_backward ? fptr(r->Tm) : nullptr,
+                                             for_backward ? fptr(r->vnew) : nullptr),
+               "gdn_fwd (chunked core)");
+    return r;
+  }
+  // The scan's other bf16 operands (diag(Γ/γ)·K̂, Q̂) are needed only between the two kernels.
+  Tensor Kdb = alloc({d.T, d.HV, d.dk}, DType::BF16), Qb;
   kernels::GdnScanBf16 b16;
-  if (mma && kernels::gdn_chunk_mma_supported(d.dk, d.dv)) {
-    Wb = alloc({d.T, d.HV, d.dk}, DType::BF16);
-    Kdb = alloc({d.T, d.HV, d.dk}, DType::BF16);
-    b16.W = Wb.data, b16.Kd = Kdb.data;
-    if (o) {
-      Qb = alloc({d.T, d.HK, d.dk}, DType::BF16);
-      Mb = alloc({r->ch.n, d.HV, C, C}, DType::BF16);
-      b16.Q = Qb.data, b16.M = Mb.data;
-    }
+  b16.W = r->W.data, b16.Kd = Kdb.data, b16.M = r->M.data;
+  if (o) {
+    Qb = alloc({d.T, d.HK, d.dk}, DType::BF16);
+    b16.Q = Qb.data;
   }
-  cuda_check(kernels::launch_gdn_chunk_fwd(
-                 fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"), iptr(r->ch.chunks),
-                 static_cast<int>(r->ch.n), iptr(r->ch.off), static_cast<int>(seq.num_seqs()),
-                 o ? kout(*o, "gdn o") : kernels::KOut{}, fptr(r->W), fptr(U), fptr(r->M), fptr(r->Gc),
-                 for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
-                 for_backward ? fptr(r->Tm) : nullptr, for_backward ? fptr(r->vnew) : nullptr, mma, &b16),
-             "gdn_fwd (chunked core)");
+  if (for_backward) b16.T = r->Tm.data;
+  cuda_check(kernels::launch_gdn_chunk_prep_mma(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g),
+                                                kin(beta, "gdn beta"), iptr(r->ch.chunks), nch, nullptr, fptr(U),
+                                                nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s, &b16),
+             "gdn_fwd (chunk prep)");
+  cuda_check(kernels::launch_gdn_chunk_scan_mma(fptr(r->qn), fptr(r->kn), nullptr, fptr(U), nullptr, fptr(r->Gc),
+                                                iptr(r->ch.chunks), iptr(r->ch.off), nseq, ko,
+                                                for_backward ? r->states.data : nullptr,
+                                                for_backward ? r->vnew.data : nullptr, d.HK, d.HV, d.dk, d.dv, s,
+                                                &b16),
+             "gdn_fwd (chunk scan)");
   return r;
 }
 
@@ -283,7 +311,11 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_fwd_keep(const Tensor& q, co
   }
   check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
   gdn_check("gdn_fwd", d, seq);
-  return gdn_forward_core(q, k, v, g, beta, seq, scale, &o, true);
+  auto r = gdn_forward_core(q, k, v, g, beta, seq, scale, &o, true);
+  // q̂, k̂ (fp32, 2·T·HK·dk floats) are cheaper to recompute in the backward than to keep.
+  r->qn = Tensor();
+  r->kn = Tensor();
+  return r;
 }
 
 void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
@@ -292,9 +324,10 @@ void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, 
   gdn_bwd_saved(nullptr, dout, q, k, v, g, beta, seq, scale, dq, dk, dv, dg, dbeta);
 }
 
-void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k,
-                                const Tensor& v, const Tensor& g, const Tensor& beta, const SeqLayout& seq,
+void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in,
+                                const Tensor& v_in, const Tensor& g, const Tensor& beta, const SeqLayout& seq,
                                 float scale, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dg, Tensor& dbeta) {
+  const Tensor dout = aligned16(dout_in), q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
   const GdnDims d = gdn_dims("gdn_bwd", q, k, v, g, beta);
   check(dout.numel() == v.numel() && dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
             dg.numel() == g.numel() && dbeta.numel() == beta.numel(),
@@ -329,18 +362,34 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tenso
     if (!f || !f->states.defined()) {  // nothing kept: recompute the forward's chunk quantities
       own = gdn_forward_core(q, k, v, g, beta, seq, scale, nullptr, true);
       f = own.get();
+    } else if (!f->qn.defined()) {
+      gdn_l2norms(q, k, scale, *f);
     }
-    Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
     Tensor gsum = alloc({f->ch.n, d.HV}, DType::F32);
     dqh = alloc({d.T, d.HV, d.dk}, DType::F32);
     dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
-    cuda_check(kernels::launch_gdn_chunk_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
-                                             kin(beta, "gdn beta"), iptr(f->ch.chunks), static_cast<int>(f->ch.n),
-                                             iptr(f->ch.off), nseq, fptr(f->W), fptr(f->M), fptr(f->Gc), fptr(f->Tm),
-                                             fptr(f->states), fptr(f->vnew), fptr(dh), fptr(dvn), fptr(gsum),
-                                             fptr(dqh), fptr(dkh), kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK,
-                                             d.HV, d.dk, d.dv, s, gdn_mma_enabled()),
-               "gdn_bwd (chunked core)");
+    const int nch = static_cast<int>(f->ch.n);
+    if (f->mma) {
+      Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::BF16), dvn = alloc({d.T, d.HV, d.dv}, DType::BF16);
+      kernels::GdnBwdBf16 b;
+      b.W16 = f->W.data, b.M16 = f->M.data, b.T16 = f->Tm.data, b.states16 = f->states.data;
+      b.vnew16 = f->vnew.data, b.dh16 = dh.data, b.dvn16 = dvn.data;
+      b.dW16 = f->W.data;  // W is read only by the reverse scan, before the state products write dW
+      cuda_check(kernels::launch_gdn_chunk_bwd_mma(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
+                                                   kin(beta, "gdn beta"), iptr(f->ch.chunks), nch, iptr(f->ch.off),
+                                                   nseq, fptr(f->Gc), b, fptr(gsum), fptr(dqh), fptr(dkh),
+                                                   kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv,
+                                                   s),
+                 "gdn_bwd (chunked core, tensor cores)");
+    } else {
+      Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
+      cuda_check(kernels::launch_gdn_chunk_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
+                                               kin(beta, "gdn beta"), iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
+                                               fptr(f->W), fptr(f->M), fptr(f->Gc), fptr(f->Tm), fptr(f->states),
+                                               fptr(f->vnew), fptr(dh), fptr(dvn), fptr(gsum), fptr(dqh), fptr(dkh),
+                                               kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv, s),
+                 "gdn_bwd (chunked core)");
+    }
     f->states = Tensor();  // consumed: W now holds dW
   }
   copy(dg, dg32);

@@ -1,0 +1,24 @@
+// Host-emulated tensor-core WY backward kernel (see gdn_emu.cpp).
+#include "attention/emu/emu_rt.h"
+namespace deltatune::kernels {
+namespace {
+alignas(16) unsigned char gdn_smem[232448];
+}
+}  // namespace deltatune::kernels
+#include "gdn/chunk_wy_mma.cu"
+#include "gdn/emu/emu_api.h"
+
+namespace deltatune::kernels::gdn_emu {
+void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm,
+                 float* dW, const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta) {
+  int64_t T = 0;  // tokens: the end of the last chunk
+  for (int c = 0; c < s.nchunks; ++c)
+    T = std::max<int64_t>(T, int64_t(s.chunks[2 * c]) + s.chunks[2 * c + 1]);
+  const auto T16 = to_bf16(Tm, int64_t(s.nchunks) * s.HV * C * C);
+  const auto dW16 = to_bf16(dW, T * s.HV * s.dk), dvn16 = to_bf16(dvn, T * s.HV * s.dv);
+  emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, wy_grad_mma_smem<128, 128>(), [&] {
+    gdn_chunk_wy_grad_mma_kernel<128, 128>(kn, v, beta, Gc, s.chunks, T16.data(), dW16.data(), dvn16.data(),
+                                           dkh, dv_out, dg, dbeta, s.HK, s.HV);
+  });
+}
+}  // namespace deltatune::kernels::gdn_emu
