@@ -64,20 +64,6 @@ constexpr int NWC = NT / 32 / (C / 16);
 using gdn_chunk::chunk_at;
 using gdn_chunk::ChunkRef;
 
-// dst[r][0..COLS) (row stride LD elements) = src[r·stride ..] for r < rows_ok, zeros for rows_ok ≤ r < ROWS,
-// as 16-byte cp.async copies (the caller commits the group).
-template <int ROWS, int COLS, int LD, class T>
-__device__ __forceinline__ void cp_rows(T* dst, const T* src, int64_t stride, int rows_ok) {
-  constexpr int E = 16 / sizeof(T), CPR = COLS / E;
-  static_assert(COLS % E == 0 && ROWS * CPR % NT == 0, "16-byte pieces split evenly over the threads");
-#pragma unroll
-  for (int k = 0; k < ROWS * CPR / NT; ++k) {
-    const int idx = threadIdx.x + k * NT, r = idx / CPR, c = (idx % CPR) * E;
-    const bool ok = r < rows_ok;
-    mma::cp_async16(mma::smem_addr(dst + r * LD + c), ok ? src + r * stride + c : src, ok);
-  }
-}
-
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ float4 ld4(const __half* p) {
   const uint2 u = *reinterpret_cast<const uint2*>(p);
@@ -224,17 +210,17 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
   const int64_t rs = HV * DV, ks = HK * DK;  // row strides of (T, HV, ·) and (T, HK, dk) tensors
   const bool dO16 = dout.t == KType::BF16;
   auto load_a = [&](const GradItem& it, float* G) {
-    cp_rows<DK, DV, LB>(Ss, states + it.hs * DK * DV, DV, DK);
-    cp_rows<C, DV, LB>(dUs, dvn + it.rv, rs, it.cr.len);
-    if (dO16) cp_rows<C, DV, LB>(dOs, static_cast<const bf16*>(dout.p) + it.rv, rs, it.cr.len);
+    cp_rows<DK, DV, LB, NT>(Ss, states + it.hs * DK * DV, DV, DK);
+    cp_rows<C, DV, LB, NT>(dUs, dvn + it.rv, rs, it.cr.len);
+    if (dO16) cp_rows<C, DV, LB, NT>(dOs, static_cast<const bf16*>(dout.p) + it.rv, rs, it.cr.len);
     if (tid < C) {
       const bool ok = tid < it.cr.len;
       mma::cp_async4(mma::smem_addr(G + tid), ok ? Gc + (it.cr.t0 + tid) * HV + it.h : Gc, ok);
     }
   };
   auto load_kq = [&](const GradItem& it) {
-    cp_rows<C, DK, DK>(Kf, kn + it.rkq, ks, it.cr.len);
-    cp_rows<C, DK, DK>(Qf, qn + it.rkq, ks, it.cr.len);
+    cp_rows<C, DK, DK, NT>(Kf, kn + it.rkq, ks, it.cr.len);
+    cp_rows<C, DK, DK, NT>(Qf, qn + it.rkq, ks, it.cr.len);
   };
 
   GradItem it = grad_item<DK, DV>(blockIdx.x, chunks, HK, HV);
@@ -247,8 +233,8 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
     const bool more = item + static_cast<int>(gridDim.x) < nitems;
     const GradItem next = more ? grad_item<DK, DV>(item + gridDim.x, chunks, HK, HV) : it;
     const float* G = Gb + par * C;
-    cp_rows<DK, DV, LB>(dSs, dh + it.hs * DK * DV, DV, DK);
-    cp_rows<C, DV, LB>(Vps, vnew + it.rv, rs, cr.len);
+    cp_rows<DK, DV, LB, NT>(dSs, dh + it.hs * DK * DV, DV, DK);
+    cp_rows<C, DV, LB, NT>(Vps, vnew + it.rv, rs, cr.len);
     mma::cp_async_commit();
     if (dout.t == KType::F32)
       stage_split_rows<DV, LB>(dOs, dOl, static_cast<const float*>(dout.p) + it.rv, rs, cr.len);

@@ -61,28 +61,15 @@ template <int BV, bool PF, bool WITH_O, bool B16> constexpr size_t scan_mma_smem
   return tiles + (PF ? staging : 0);
 }
 
-// cp.async of rows [0, 64) x COLS floats (row r at src + r·stride) into dst[r][COLS]; rows ≥ rows_ok zeros.
+// cp.async of rows [0, 64) x COLS floats (row r at src + r·stride) into dst[r][COLS]; rows ≥ rows_ok zeros. A
+// loop the compiler keeps rolled (cp_rows unrolls: the fp32-staging prefetch variant would spill).
 template <int COLS>
 __device__ __forceinline__ void prefetch_rows(float* dst, const float* src, int64_t stride, int rows_ok) {
   constexpr int Q = COLS / 4;
-#pragma unroll
   for (int idx = threadIdx.x; idx < C * Q; idx += NT) {
     const int r = idx / Q, c = (idx % Q) * 4;
     const bool ok = r < rows_ok;
     mma::cp_async16(mma::smem_addr(dst + r * COLS + c), ok ? src + r * stride + c : src, ok);
-  }
-}
-
-// cp.async of rows [0, 64) x COLS bf16 (row r at src + r·stride) into dst[r][LD]; rows ≥ rows_ok zeros.
-template <int COLS, int LD>
-__device__ __forceinline__ void prefetch_rows16(bf16* dst, const bf16* src, int64_t stride, int rows_ok) {
-  constexpr int Q = COLS / 8;
-  static_assert(C * Q % NT == 0, "16-byte pieces split evenly over the threads");
-#pragma unroll
-  for (int k = 0; k < C * Q / NT; ++k) {
-    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 8;
-    const bool ok = r < rows_ok;
-    mma::cp_async16(mma::smem_addr(dst + r * LD + c), ok ? src + r * stride + c : src, ok);
   }
 }
 
@@ -141,12 +128,12 @@ __global__ void __launch_bounds__(NT, PF && WITH_O ? 1 : 2) gdn_chunk_scan_mma_k
       mma::cp_async4(mma::smem_addr(reinterpret_cast<float*>(set + S16::G) + threadIdx.x),
                      ok ? Gc + (t0 + threadIdx.x) * HV + h : Gc, ok);
     }
-    prefetch_rows16<DKM, LDK>(reinterpret_cast<bf16*>(set + S16::W), Wh + (t0 * HV + h) * DKM, HV * DKM, len);
+    cp_rows<C, DKM, LDK, NT>(reinterpret_cast<bf16*>(set + S16::W), Wh + (t0 * HV + h) * DKM, HV * DKM, len);
     if (WITH_O)
-      prefetch_rows16<DKM, LDK>(reinterpret_cast<bf16*>(set + S16::Q), Qh + (t0 * HK + hk) * DKM, HK * DKM, len);
-    prefetch_rows16<DKM, LDK>(reinterpret_cast<bf16*>(set + S16::K), Kdh + (t0 * HV + h) * DKM, HV * DKM, len);
+      cp_rows<C, DKM, LDK, NT>(reinterpret_cast<bf16*>(set + S16::Q), Qh + (t0 * HK + hk) * DKM, HK * DKM, len);
+    cp_rows<C, DKM, LDK, NT>(reinterpret_cast<bf16*>(set + S16::K), Kdh + (t0 * HV + h) * DKM, HV * DKM, len);
     if (WITH_O)
-      prefetch_rows16<C, LDM>(reinterpret_cast<bf16*>(set + S16::M), Mh + (static_cast<int64_t>(ch) * HV + h) * C * C,
+      cp_rows<C, C, LDM, NT>(reinterpret_cast<bf16*>(set + S16::M), Mh + (static_cast<int64_t>(ch) * HV + h) * C * C,
                               C, C);
     prefetch_rows<BV>(reinterpret_cast<float*>(set + S16::U), U + (t0 * HV + h) * DVM + c0, HV * DVM, len);
     mma::cp_async_commit();

@@ -46,19 +46,6 @@ constexpr int NT = 256;  // 8 warps
 using gdn_chunk::chunk_at;
 using gdn_chunk::ChunkRef;
 
-// cp.async of rows [0, C) x COLS bf16 (row r at src + r·stride) into dst[r][LD]; rows ≥ rows_ok zeros.
-template <int COLS, int LD>
-__device__ __forceinline__ void copy_rows16(bf16* dst, const bf16* src, int64_t stride, int rows_ok) {
-  constexpr int Q = COLS / 8;
-  static_assert(C * Q % NT == 0, "16-byte pieces split evenly over the threads");
-#pragma unroll
-  for (int k = 0; k < C * Q / NT; ++k) {
-    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 8;
-    const bool ok = r < rows_ok;
-    mma::cp_async16(mma::smem_addr(dst + r * LD + c), ok ? src + r * stride + c : src, ok);
-  }
-}
-
 // Rows [0, C) x COLS floats (row r at src + r·stride; zeros for r ≥ rows_ok) as float4s x[k] = element
 // threadIdx.x + k·NT of the row-major tile; store_bf16_rows writes them to hi[r][LD] and lo[r][LD] as the
 // bf16 pair bf16(x), bf16(x − bf16(x)) (see split_bf16x2).
@@ -208,14 +195,14 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
   const int64_t hk = h / (HV / HK);
   const bool v16 = v.t == KType::BF16 && (reinterpret_cast<uintptr_t>(v.p) & 15) == 0;
 
-  copy_rows16<DK, LK>(dWb, dW16 + (cr.t0 * HV + h) * DK, HV * DK, cr.len);
+  cp_rows<C, DK, LK, NT>(dWb, dW16 + (cr.t0 * HV + h) * DK, HV * DK, cr.len);
   // All 64 rows of T are valid: the prep stores identity rows/columns past the chunk's end.
-  copy_rows16<C, LC>(Tb, T16 + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C);
+  cp_rows<C, C, LC, NT>(Tb, T16 + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C);
   mma::cp_async_commit();
   float4 kx[C * DK / 4 / NT];  // K̂ (fp32), stored as bf16 hi + lo once every load of the thread is in flight
   load_f32_rows<DK>(kx, kn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
-  copy_rows16<DV, LV>(dUb, dvn16 + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
-  if (v16) copy_rows16<DV, LV>(Vb, static_cast<const bf16*>(v.p) + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
+  cp_rows<C, DV, LV, NT>(dUb, dvn16 + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
+  if (v16) cp_rows<C, DV, LV, NT>(Vb, static_cast<const bf16*>(v.p) + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
   mma::cp_async_commit();
   float gi = 0.f, bi = 0.f, dgi = 0.f;
   if (tid < cr.len) {

@@ -143,6 +143,20 @@ __device__ __forceinline__ void stage_f32(bf16* dst, int ld, const float* src, i
   });
 }
 
+// dst[r][0..COLS) (row stride LD elements) = src[r·stride ..] for r < rows_ok, zeros for rows_ok ≤ r < ROWS,
+// as 16-byte cp.async copies by NT threads (the caller commits the group).
+template <int ROWS, int COLS, int LD, int NT, class T>
+__device__ __forceinline__ void cp_rows(T* dst, const T* src, int64_t stride, int rows_ok) {
+  constexpr int E = 16 / sizeof(T), CPR = COLS / E;
+  static_assert(COLS % E == 0 && ROWS * CPR % NT == 0, "16-byte pieces split evenly over the threads");
+#pragma unroll
+  for (int k = 0; k < ROWS * CPR / NT; ++k) {
+    const int idx = threadIdx.x + k * NT, r = idx / CPR, c = (idx % CPR) * E;
+    const bool ok = r < rows_ok;
+    mma::cp_async16(mma::smem_addr(dst + r * LD + c), ok ? src + r * stride + c : src, ok);
+  }
+}
+
 // dst[r][0..COLS) (bf16, row stride LD) = scale_r · src[r·stride ..] for r < rows_ok, else 0 (scale null: 1),
 // r < ROWS. All float4 loads of a thread are issued before the first store (latency-bound callers: the scans).
 template <int ROWS, int COLS, int LD, int NT>
