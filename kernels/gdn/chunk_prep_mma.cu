@@ -17,6 +17,8 @@
 //     or β, split hi/lo) instead of ldmatrix; k only runs to the diagonal. When asked (GdnScanBf16), also
 //     the forward scan's bf16 operands: W and M with their fp32 stores, diag(Γ/γ)·K̂ from K̂ reread (L2),
 //     Q̂ from its tile. They move the scan's per-block fp32 → bf16 staging here, once per value head.
+//     The tensor-core path (cuda_ops_seq.cpp) passes the fp32 W, M and Tout as null and keeps only the bf16
+//     W, M and T (GdnScanBf16::T, read by the backward's WY kernel); U stays fp32.
 // ptxas (sm_90a, -O3): 124 registers/thread (cap 128 for 2 blocks/SM), no spills. Shared memory
 // 107,264 B/block (K̂ hi, K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ): 2 blocks/SM.
 // Emulator nmse vs the FMA kernel (gdn/emu): W ~2e-11, U ~1e-13 (BF16 v; 2e-6 for F32 v), M ~3e-6,
