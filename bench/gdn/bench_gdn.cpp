@@ -5,12 +5,14 @@
 // order, so the running peak is the largest size's) and what the forward leaves allocated for the backward
 // ("saved": besides the inputs and the output, which the caller owns).
 //
-//   bench_gdn [--tokens 4096,8192,16384,32768] [--seq 4096] [--hk 16] [--hv 32] [--iters 10] [--keep 0|1]
+//   bench_gdn [--tokens 4096,8192,16384,32768] [--seq 4096] [--hk 16] [--hv 32] [--iters 10]
+//             [--keep none|all|states]
 //
-// --keep 0 (default): gdn_fwd, then gdn_bwd recomputes the forward's chunk quantities (nothing kept between
-// the passes but the inputs). --keep 1: gdn_fwd_keep keeps them (W, M, T, chunk states, V', normalised q/k)
-// and gdn_bwd_saved uses them, as a training step does for a layer it recomputes under checkpointing; the
-// peak then includes what is kept.
+// --keep none (0, default): gdn_fwd, then gdn_bwd recomputes the forward's chunk quantities (nothing kept
+// between the passes but the inputs). --keep all (1): gdn_fwd_keep keeps them (W, M, T, chunk states, V')
+// and gdn_bwd_saved uses them, as a training step does for a layer it recomputes under checkpointing.
+// --keep states: only the chunk-start states are kept; the backward recomputes the rest chunk-parallel from
+// them (no serial scan). The peak then includes what is kept.
 //
 // FLOPs (chunk 64, per value head and token, the same count for FLA): forward ≈ 4·dk·dv (state read,
 // W·S, state update K̂ᵀV') + 2·64·(dk + dv) (intra-chunk scores and M·V') + prep ≈ 64·dk·2; backward ≈ 2×
@@ -71,6 +73,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sizes{4096, 8192, 16384, 32768};
   int64_t seq = 4096, HK = 16, HV = 32, iters = 10;
   bool keep = false;
+  Backend::GdnKeep keep_what = Backend::GdnKeep::All;
   const int dk = 128, dv = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -79,7 +82,15 @@ int main(int argc, char** argv) {
     else if (a == "--hk") HK = std::stoll(v);
     else if (a == "--hv") HV = std::stoll(v);
     else if (a == "--iters") iters = std::stoll(v);
-    else if (a == "--keep") keep = std::stoll(v) != 0;
+    else if (a == "--keep") {
+      if (v == "0" || v == "none") keep = false;
+      else if (v == "1" || v == "all") keep = true, keep_what = Backend::GdnKeep::All;
+      else if (v == "states") keep = true, keep_what = Backend::GdnKeep::States;
+      else {
+        std::fprintf(stderr, "--keep: expected none, all or states, got %s\n", v.c_str());
+        return 2;
+      }
+    }
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -112,7 +123,7 @@ int main(int argc, char** argv) {
         be->synchronize();
         const auto t0 = std::chrono::steady_clock::now();
         std::shared_ptr<Backend::GdnSaved> saved;
-        if (keep) saved = be->gdn_fwd_keep(q, k, v, g, beta, layout, scale, o);
+        if (keep) saved = be->gdn_fwd_keep(q, k, v, g, beta, layout, scale, o, keep_what);
         else be->gdn_fwd(q, k, v, g, beta, layout, scale, o);
         be->synchronize();
         const auto t1 = std::chrono::steady_clock::now();
@@ -134,7 +145,8 @@ int main(int argc, char** argv) {
       std::printf("{\"bench\": \"gdn\", \"impl\": \"%s\", \"tokens\": %lld, \"seq\": %lld, \"hk\": %lld, "
                   "\"hv\": %lld, \"fwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwd_bwd_tflops\": "
                   "%.2f, \"peak_mib\": %.1f, \"saved_mib\": %.1f}\n",
-                  keep ? "deltatune_keep" : "deltatune", static_cast<long long>(T), static_cast<long long>(seq),
+                  !keep ? "deltatune" : keep_what == Backend::GdnKeep::All ? "deltatune_keep" : "deltatune_states",
+                  static_cast<long long>(T), static_cast<long long>(seq),
                   static_cast<long long>(HK),
                   static_cast<long long>(HV), mf, mb, ffl / mf * 1e-9, bfl / mb * 1e-9, double(peak) / (1 << 20),
                   double(saved_bytes) / (1 << 20));

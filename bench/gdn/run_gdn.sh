@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Our GDN core vs flash-linear-attention on the same GPU: prints a table with the ratios and the JSON lines.
-# Ours runs twice: recomputing the forward's chunk quantities in the backward, and keeping them (--keep 1).
+# Ours runs three times: recomputing the forward's chunk quantities in the backward, keeping them all
+# (--keep all), and keeping only the chunk-start states (--keep states).
 # MiB columns: the allocator's peak above the inputs, and "kept": what the forward leaves allocated for the
 # backward (besides inputs and output).
 #   bench/gdn/run_gdn.sh BENCH_GDN_BIN WHEEL_DIR   (WHEEL_DIR: flash-linear-attention, fla-core, einops wheels)
@@ -14,7 +15,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 LOG=${OUT:-/tmp}/gdn.jsonl
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/fla_site "$WHL"/*.whl
 "$BIN" --tokens "$TOKENS" --seq "$SEQ" | tee /dev/stderr | grep '^{' > "$LOG"
-"$BIN" --tokens "$TOKENS" --seq "$SEQ" --keep 1 | tee /dev/stderr | grep '^{' >> "$LOG"
+"$BIN" --tokens "$TOKENS" --seq "$SEQ" --keep all | tee /dev/stderr | grep '^{' >> "$LOG"
+"$BIN" --tokens "$TOKENS" --seq "$SEQ" --keep states | tee /dev/stderr | grep '^{' >> "$LOG"
 PYTHONPATH=/tmp/fla_site PYTHONUNBUFFERED=1 python3 "$HERE/fla_gdn.py" --tokens "$TOKENS" --seq "$SEQ" \
   2> >(tail -5 >&2) | grep '^{' >> "$LOG"
 python3 - "$LOG" <<'PY'
@@ -27,11 +29,10 @@ print(f"{'tokens':>7} {'ours':>9} {'ours fwd':>9} {'FLA fwd':>9} {'x':>6} {'ours
       f"{'ours MiB':>9} {'FLA MiB':>9} {'ours kept':>9} {'FLA kept':>9}")
 for t, d in sorted(by.items()):
     f = d.get("fla")
-    for mode in ("deltatune", "deltatune_keep"):
+    for mode, name in (("deltatune", "recompute"), ("deltatune_keep", "keep all"), ("deltatune_states", "states")):
         o = d.get(mode)
         if not (o and f):
             continue
-        name = "keep" if mode.endswith("keep") else "recompute"
         print(f"{t:7d} {name:>9} {o['fwd_ms']:9.2f} {f['fwd_ms']:9.2f} {f['fwd_ms'] / o['fwd_ms']:6.2f} "
               f"{o['fwd_bwd_ms']:9.2f} {f['fwd_bwd_ms']:9.2f} {f['fwd_bwd_ms'] / o['fwd_bwd_ms']:6.2f} "
               f"{o['peak_mib']:9.0f} {f['peak_mib']:9.0f} {o.get('saved_mib', -1):9.0f} {f.get('saved_mib', -1):9.0f}")

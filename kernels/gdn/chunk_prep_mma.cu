@@ -31,6 +31,7 @@
 #include "common/device.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
+#include "gdn/l2norm_row.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -43,7 +44,7 @@ constexpr int LK = PD + 8;  // bf16 row stride of the K̂, Q̂, V tiles
 constexpr int LA = C + 8;   // fp32 row stride of A and T: float2 fragment reads conflict-free
 
 constexpr size_t prep_mma_smem() {
-  return sizeof(bf16) * 4 * size_t(C) * LK + sizeof(float) * (2 * size_t(C) * LA + 3 * size_t(C));
+  return sizeof(bf16) * 4 * size_t(C) * LK + sizeof(float) * (2 * size_t(C) * LA + 4 * size_t(C));
 }
 
 __device__ __forceinline__ float bf16_round(float x) {
@@ -147,18 +148,33 @@ __device__ __forceinline__ void store_rows(float* dst, bf16* dsth, const float (
   }
 }
 
+// −bf16(x) of a 16 x 64 warp tile (rows m0 + lane/4 (+8), columns n0..n0+63) into a [C][LK] tile.
+__device__ __forceinline__ void store_tile_neg(bf16* dst, const float (&acc)[8][4], int m0, int n0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+      st_bf16x2(dst + (m0 + (lane >> 2) + 8 * hf) * LK + n0 + 8 * nb + 2 * (lane & 3), -acc[nb][2 * hf],
+                -acc[nb][2 * hf + 1]);
+}
+
 // The scan's bf16 K̂ and Q̂ operands (GdnScanBf16) for rows < len: Kd = bf16(K̂_i·e^{G_last − G_i}) with the
-// scan's own expression for the factor (its staging computes it so from Gc), Q = the Q̂ tile (bf16(Q̂)).
-__device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, const float* kn, const bf16* Qs, const float* Gs,
-                                              int64_t t0, int len, int64_t h, int64_t hk, int64_t HK, int64_t HV) {
+// scan's own expression for the factor (its staging computes it so from Gc) and K̂ = k·ρ_k reread (L2) as the
+// staging formed it, Q = the Q̂ tile (bf16(Q̂)).
+__device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const float* Rk, const bf16* Qs,
+                                              const float* Gs, int64_t t0, int len, int64_t h, int64_t hk, int64_t HK,
+                                              int64_t HV) {
   constexpr int R8 = PD / 8;  // 8-element pieces per row
   const float gl = Gs[len - 1];
   for (int idx = threadIdx.x; idx < len * R8; idx += NT) {
     const int r = idx / R8, c = (idx % R8) * 8;
     if (Kd) {
-      const float dc = expf(gl - Gs[r]);
-      const float* src = kn + ((t0 + r) * HK + hk) * PD + c;
-      const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
+      const float dc = expf(gl - Gs[r]), rho = Rk[r];
+      const int64_t src = ((t0 + r) * HK + hk) * PD + c;
+      float4 a = l2_row_load4(k, src), b = l2_row_load4(k, src + 4);
+      a = make_float4(a.x * rho, a.y * rho, a.z * rho, a.w * rho);
+      b = make_float4(b.x * rho, b.y * rho, b.z * rho, b.w * rho);
       *reinterpret_cast<uint4*>(Kd + ((t0 + r) * HV + h) * PD + c) =
           make_uint4(mma::pack_bf16(a.x * dc, a.y * dc), mma::pack_bf16(a.z * dc, a.w * dc),
                      mma::pack_bf16(b.x * dc, b.y * dc), mma::pack_bf16(b.z * dc, b.w * dc));
@@ -169,9 +185,10 @@ __device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, const float* kn
 }
 
 __global__ void __launch_bounds__(NT, 2)
-    gdn_chunk_prep_mma_kernel(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
+    gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, const float* g, KIn beta,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
-                              int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th) {
+                              int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th,
+                              const bf16* S16, bf16* Vn16) {
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);       // [C][LK] K̂ hi
   bf16* Kl = Kh + C * LK;                             // [C][LK] K̂ lo
@@ -182,16 +199,17 @@ __global__ void __launch_bounds__(NT, 2)
   float* Gs = Tf + C * LA;                            // [C] g, then G
   float* Bs = Gs + C;                                 // [C] β
   float* BGs = Bs + C;                                // [C] β·e^{G}
+  float* Rk = BGs + C;                                // [C] ρ_k = 1/‖k_i‖
   const int ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int r8 = lane >> 2, c2 = 2 * (lane & 3);
   const int64_t t0 = chunks[2 * ch];
   const int len = chunks[2 * ch + 1];
   const int64_t hk = h / (HV / HK);
 
-  // ---- 0. staging: all global loads of a thread are issued before its shared stores ----
+  // ---- 0. staging: all global loads of a thread are issued before its shared stores. Row r of q and k is
+  // one warp's (lane: columns 4·lane ..), so the warp L2-normalises it in registers (l2norm_row.cuh) ----
   {
-    const float* kb = kn + (t0 * HK + hk) * PD;
-    const float* qb = qn + (t0 * HK + hk) * PD;
+    const int64_t qkb = (t0 * HK + hk) * PD;
     const int64_t ks = HK * PD, vs = HV * PD, vbase = (t0 * HV + h) * PD;
     constexpr int F4 = C * PD / 4 / NT;  // float4 per thread per F32 tile (8)
     float4 kr[F4], qr[F4];
@@ -202,8 +220,8 @@ __global__ void __launch_bounds__(NT, 2)
       const int idx = tid + NT * i, r = idx / (PD / 4), c = (idx % (PD / 4)) * 4;
       kr[i] = qr[i] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (r < len) {
-        kr[i] = *reinterpret_cast<const float4*>(kb + r * ks + c);
-        qr[i] = *reinterpret_cast<const float4*>(qb + r * ks + c);
+        kr[i] = l2_row_load4(k, qkb + r * ks + c);
+        qr[i] = l2_row_load4(q, qkb + r * ks + c);
       }
     }
     if (vbf) {
@@ -218,9 +236,23 @@ __global__ void __launch_bounds__(NT, 2)
       Gs[tid] = tid < len ? g[(t0 + tid) * HV + h] : 0.f;
       Bs[tid] = tid < len ? ld(beta, (t0 + tid) * HV + h) : 0.f;
     }
+    // The first value head of each key head writes q̂, k̂ and ρ when asked (the backward's other kernels).
+    const bool put_norms = nout.qn && h % (HV / HK) == 0;
 #pragma unroll
     for (int i = 0; i < F4; ++i) {
       const int idx = tid + NT * i, r = idx / (PD / 4), c = (idx % (PD / 4)) * 4;
+      float rq, rk;
+      kr[i] = l2_row_normalise(kr[i], 1.f, nout.eps, rk);
+      qr[i] = l2_row_normalise(qr[i], scale, nout.eps, rq);
+      if (lane == 0) Rk[r] = rk;
+      if (put_norms && r < len) {
+        *reinterpret_cast<float4*>(nout.kn + qkb + r * ks + c) = kr[i];
+        *reinterpret_cast<float4*>(nout.qn + qkb + r * ks + c) = qr[i];
+        if (lane == 0) {
+          nout.rk[(t0 + r) * HK + hk] = rk;
+          nout.rq[(t0 + r) * HK + hk] = rq;
+        }
+      }
       st_split4<true>(Kh + r * LK + c, Kl + r * LK + c, kr[i]);
       st_split4<false>(Qs + r * LK + c, nullptr, qr[i]);
     }
@@ -367,7 +399,7 @@ __global__ void __launch_bounds__(NT, 2)
 
   // ---- 4. the scan's bf16 K̂, Q̂; Tout, W = T·diag(βγ)·K̂, U = T·diag(β)·V ----
   if (Kdh || Qh)
-    store_scan_kq(Kdh, h % (HV / HK) == 0 ? Qh : nullptr, kn, Qs, Gs, t0, len, h, hk, HK, HV);
+    store_scan_kq(Kdh, h % (HV / HK) == 0 ? Qh : nullptr, k, Rk, Qs, Gs, t0, len, h, hk, HK, HV);
   if (Tout || Th) {
     const int64_t tb = (static_cast<int64_t>(ch) * HV + h) * C * C;
     for (int idx = tid; idx < C * C / 4; idx += NT) {
@@ -386,8 +418,23 @@ __global__ void __launch_bounds__(NT, 2)
     const int64_t rs = HV * PD, ob = (t0 * HV + h) * PD;
     t_times<true>(acc, Tf, BGs, Kh, Kl, m0, n0, rb + 1);
     store_rows(W ? W + ob : nullptr, Wh ? Wh + ob : nullptr, acc, m0, n0, len, rs);
+    if (S16) {  // −bf16(W) into the free Q̂ tile; then S (bf16 [dk][dv]) over the K̂ hi + lo tiles (no longer read)
+      __syncthreads();  // store_scan_kq's readers of Q̂ are done
+      store_tile_neg(Qs, acc, m0, n0);
+      __syncthreads();
+      cp_rows<PD, PD, LK, NT>(Kh, S16 + (static_cast<int64_t>(ch) * HV + h) * PD * PD, PD, PD);
+      mma::cp_async_commit();
+    }
     t_times<false>(acc, Tf, Bs, Vs, nullptr, m0, n0, rb + 1);
-    store_rows(U + ob, nullptr, acc, m0, n0, len, rs);
+    if (!S16) {
+      store_rows(U + ob, nullptr, acc, m0, n0, len, rs);
+      return;
+    }
+    // V' = U − W·S exactly as the forward scan forms it from the same bf16 W and S (fp32 accumulation).
+    mma::cp_async_wait<0>();
+    __syncthreads();
+    warp_mma<8, false, true>(acc, Qs, LK, m0, Kh, LK, n0, 0, PD);
+    store_rows(nullptr, Vn16 + ob, acc, m0, n0, len, rs);
   }
 }
 
@@ -398,20 +445,24 @@ size_t gdn_chunk_prep_mma_smem(int dk, int dv) {
 }
 
 #ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
-                                      const int32_t* chunks, int nchunks, float* W, float* U, float* M,
+cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v, const float* g,
+                                      KIn beta, const int32_t* chunks, int nchunks, float* W, float* U, float* M,
                                       float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv,
-                                      cudaStream_t s, const GdnScanBf16* b16) {
-  if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
+                                      cudaStream_t s, const GdnScanBf16* b16, const void* states16,
+                                      void* vnew16) {
+  if (!gdn_chunk_mma_supported(dk, dv) || (states16 == nullptr) != (vnew16 == nullptr) ||
+      (states16 == nullptr && U == nullptr))
+    return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t smem = prep_mma_smem();
   cudaError_t e = cudaFuncSetAttribute(gdn_chunk_prep_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   gdn_chunk_prep_mma_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
-      qn, kn, v, g, beta, chunks, W, U, M, Gc, Tout, HK, HV, b16 ? static_cast<bf16*>(b16->W) : nullptr,
+      q, k, scale, nout, v, g, beta, chunks, W, U, M, Gc, Tout, HK, HV, b16 ? static_cast<bf16*>(b16->W) : nullptr,
       b16 ? static_cast<bf16*>(b16->Kd) : nullptr, b16 ? static_cast<bf16*>(b16->Q) : nullptr,
-      b16 ? static_cast<bf16*>(b16->M) : nullptr, b16 ? static_cast<bf16*>(b16->T) : nullptr);
+      b16 ? static_cast<bf16*>(b16->M) : nullptr, b16 ? static_cast<bf16*>(b16->T) : nullptr,
+      static_cast<const bf16*>(states16), static_cast<bf16*>(vnew16));
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

@@ -158,16 +158,32 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
                                       const GdnScanBf16* b16 = nullptr);
 
 // ---- tensor-core forward prep, chunk_prep_mma.cu ----
-// Same contract as the prep step of launch_gdn_chunk_fwd (gdn_chunk_prep_kernel): Gc (T, HV), W, U (rows of
-// the chunks), M (nchunks, HV, 64, 64) and, when not null, Tout (nchunks, HV, 64, 64) = (I + A)^{-1} with zeros
-// above the diagonal and identity rows past each chunk's end. dk = dv = 128 only (gdn_chunk_mma_supported;
+// Same contract as the prep step of launch_gdn_chunk_fwd (gdn_chunk_prep_kernel), except that it takes q and k
+// before the L2 norm (T, HK, dk) and normalises them while loading (q̂ = scale·q/‖q‖, k̂ = k/‖k‖ with
+// GdnNormOut::eps, bit-identical to launch_l2norm_fwd): Gc (T, HV), W, U (rows of the chunks),
+// M (nchunks, HV, 64, 64) and, when not null, Tout (nchunks, HV, 64, 64) = (I + A)^{-1} with zeros above the
+// diagonal and identity rows past each chunk's end. dk = dv = 128 only (gdn_chunk_mma_supported;
 // cudaErrorInvalidValue otherwise). Smem size 0 when unsupported. b16: the bf16 copies (=) where not null; the fp32
 // W, M and Tout may then be null (the tensor-core path reads only the bf16 ones; U stays fp32).
+// Backward with the chunk-start states kept from the forward (states16, bf16 as the forward scan writes them):
+// vnew16 (T, HV, dv) (=) V' = U − bf16(W)·S as the forward scan forms it, instead of U (then null), so the
+// backward needs no serial recompute scan.
+// q, k: 16-byte aligned rows.
+struct GdnNormOut {
+  float eps = 1e-6f;
+  // When qn is not null: q̂, k̂ F32 (T, HK, dk) and ρ_q, ρ_k F32 (T, HK) (=), as launch_l2norm_fwd's y and rstd
+  // (the backward's other kernels read them).
+  float* qn = nullptr;
+  float* kn = nullptr;
+  float* rq = nullptr;
+  float* rk = nullptr;
+};
 size_t gdn_chunk_prep_mma_smem(int dk, int dv);
-cudaError_t launch_gdn_chunk_prep_mma(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
-                                      const int32_t* chunks, int nchunks, float* W, float* U, float* M, float* Gc,
-                                      float* Tout, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
-                                      const GdnScanBf16* b16 = nullptr);
+cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v, const float* g,
+                                      KIn beta, const int32_t* chunks, int nchunks, float* W, float* U, float* M,
+                                      float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv,
+                                      cudaStream_t s, const GdnScanBf16* b16 = nullptr,
+                                      const void* states16 = nullptr, void* vnew16 = nullptr);
 
 // ---- tensor-core reverse state scan, chunk_dscan_mma.cu ----
 // Same contract as step 1 of launch_gdn_chunk_bwd (the FMA dscan kernel): per sequence, chunks in reverse,

@@ -4,6 +4,7 @@
 //             x̂ = x·ρ;  dx (=) ρ·(dŷ − x̂·Σ(dŷ⊙x̂))
 #include "common/device.cuh"
 #include "gdn/gdn.cuh"
+#include "gdn/l2norm_row.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -60,16 +61,10 @@ __global__ void l2norm_fwd_n128_kernel(KIn x, float scale, float eps, float* y, 
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const int64_t base = row * kVecN + 4 * lane;
-  float v[4], ss = 0.f;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    v[e] = ld(x, base + e);
-    ss += v[e] * v[e];
-  }
-  const float r = rsqrtf(warp_sum(ss) + eps);
+  float r;
+  const float4 y4 = l2_row_normalise(l2_row_load4(x, base), scale, eps, r);
   if (lane == 0) rstd[row] = r;
-  *reinterpret_cast<float4*>(y + base) = make_float4(scale * v[0] * r, scale * v[1] * r, scale * v[2] * r,
-                                                     scale * v[3] * r);
+  *reinterpret_cast<float4*>(y + base) = y4;
 }
 
 __global__ void l2norm_bwd_gva_n128_kernel(const float* dyh, KIn x, const float* rstd, float scale, KOut dx,
@@ -99,7 +94,8 @@ __global__ void l2norm_bwd_gva_n128_kernel(const float* dyh, KIn x, const float*
 cudaError_t launch_l2norm_fwd(KIn x, float scale, float eps, float* y, float* rstd, int64_t rows, int64_t n,
                               cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  if (rows > 0 && n == kVecN && reinterpret_cast<uintptr_t>(y) % 16 == 0)
+  if (rows > 0 && n == kVecN && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(x.p) % 16 == 0)
     l2norm_fwd_n128_kernel<<<blocks, kThreads, 0, s>>>(x, scale, eps, y, rstd, rows);
   else if (rows > 0)
     l2norm_fwd_kernel<<<blocks, kThreads, 0, s>>>(x, scale, eps, y, rstd, rows, n);

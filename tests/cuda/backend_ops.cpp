@@ -475,22 +475,28 @@ void case_gdn(Env& e) {
     compare(e, "gdn_bwd dg" + tag.str(), dg, 5e-4);
     compare(e, "gdn_bwd dbeta" + tag.str(), db, 5e-4);
     if (c.cu.back() > 2000) continue;
-    // The pair that keeps the forward's chunk quantities for the backward (gradient checkpointing's
-    // recompute): the same results as the plain pair (the CPU backend keeps nothing and recomputes).
-    Pair o2 = e.out({T, c.HV, c.dv}, BF);
-    Pair dq2 = e.out({T, c.HK, c.dk}, BF), dk2 = e.out({T, c.HK, c.dk}, BF), dv2 = e.out({T, c.HV, c.dv}, BF);
-    Pair dg2 = e.out({T, c.HV}, F32), db2 = e.out({T, c.HV}, BF);
-    auto kc = e.cpu->gdn_fwd_keep(q.c, k.c, v.c, g.c, beta.c, sc, scale, o2.c);
-    auto kg = e.gpu->gdn_fwd_keep(q.g, k.g, v.g, g.g, beta.g, sg, scale, o2.g);
-    EXPECT_EQ(kc, nullptr);
-    compare(e, "gdn_fwd_keep o" + tag.str(), o2, 1e-4);
-    e.cpu->gdn_bwd_saved(kc.get(), dout.c, q.c, k.c, v.c, g.c, beta.c, sc, scale, dq2.c, dk2.c, dv2.c, dg2.c, db2.c);
-    e.gpu->gdn_bwd_saved(kg.get(), dout.g, q.g, k.g, v.g, g.g, beta.g, sg, scale, dq2.g, dk2.g, dv2.g, dg2.g, db2.g);
-    compare(e, "gdn_bwd_saved dq" + tag.str(), dq2, 5e-4);
-    compare(e, "gdn_bwd_saved dk" + tag.str(), dk2, 5e-4);
-    compare(e, "gdn_bwd_saved dv" + tag.str(), dv2, 5e-4);
-    compare(e, "gdn_bwd_saved dg" + tag.str(), dg2, 5e-4);
-    compare(e, "gdn_bwd_saved dbeta" + tag.str(), db2, 5e-4);
+    // The pair that keeps the forward's chunk quantities for the backward (All: gradient checkpointing's
+    // recompute; States: only the chunk-start states, for layers not checkpointed): the same results as the
+    // plain pair (the CPU backend keeps nothing and recomputes).
+    for (Backend::GdnKeep what : {Backend::GdnKeep::All, Backend::GdnKeep::States}) {
+      const std::string kt = what == Backend::GdnKeep::All ? " keep all" : " keep states";
+      Pair o2 = e.out({T, c.HV, c.dv}, BF);
+      Pair dq2 = e.out({T, c.HK, c.dk}, BF), dk2 = e.out({T, c.HK, c.dk}, BF), dv2 = e.out({T, c.HV, c.dv}, BF);
+      Pair dg2 = e.out({T, c.HV}, F32), db2 = e.out({T, c.HV}, BF);
+      auto kc = e.cpu->gdn_fwd_keep(q.c, k.c, v.c, g.c, beta.c, sc, scale, o2.c, what);
+      auto kg = e.gpu->gdn_fwd_keep(q.g, k.g, v.g, g.g, beta.g, sg, scale, o2.g, what);
+      EXPECT_EQ(kc, nullptr);
+      compare(e, "gdn_fwd_keep o" + kt + tag.str(), o2, 1e-4);
+      e.cpu->gdn_bwd_saved(kc.get(), dout.c, q.c, k.c, v.c, g.c, beta.c, sc, scale, dq2.c, dk2.c, dv2.c, dg2.c,
+                           db2.c);
+      e.gpu->gdn_bwd_saved(kg.get(), dout.g, q.g, k.g, v.g, g.g, beta.g, sg, scale, dq2.g, dk2.g, dv2.g, dg2.g,
+                           db2.g);
+      compare(e, "gdn_bwd_saved dq" + kt + tag.str(), dq2, 5e-4);
+      compare(e, "gdn_bwd_saved dk" + kt + tag.str(), dk2, 5e-4);
+      compare(e, "gdn_bwd_saved dv" + kt + tag.str(), dv2, 5e-4);
+      compare(e, "gdn_bwd_saved dg" + kt + tag.str(), dg2, 5e-4);
+      compare(e, "gdn_bwd_saved dbeta" + kt + tag.str(), db2, 5e-4);
+    }
     if (c.dk != 128 || c.dv != 128) continue;
     // The other kernel path for these head dims (cuda_ops_seq.cpp): DT_GDN_FMA=1 keeps every chunk kernel on
     // fp32 FMA (the default above runs them on tensor cores).

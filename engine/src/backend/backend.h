@@ -151,11 +151,18 @@ class Backend {
   // The same pair, with what the forward computed kept for the backward that follows it (same inputs, the
   // inputs unchanged in between) so the backward need not recompute the forward's chunk quantities.
   // `saved` is consumed by one gdn_bwd_saved. Backends that keep nothing return null and recompute.
+  // GdnKeep::All keeps everything the backward would recompute (fastest backward: for a backward that follows
+  // at once, as after a checkpointed layer's recompute); GdnKeep::States only the chunk-start states, so the
+  // backward recomputes the chunk-parallel parts but not the serial scan (for activations that live through
+  // the rest of the forward: ~2/5 of All's memory at dk = dv = 128).
   struct GdnSaved {
     virtual ~GdnSaved() = default;
   };
+  enum class GdnKeep { All, States };
   virtual std::shared_ptr<GdnSaved> gdn_fwd_keep(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                                                 const Tensor& beta, const SeqLayout& seq, float scale, Tensor& o) {
+                                                 const Tensor& beta, const SeqLayout& seq, float scale, Tensor& o,
+                                                 GdnKeep what) {
+    (void)what;
     gdn_fwd(q, k, v, g, beta, seq, scale, o);
     return nullptr;
   }

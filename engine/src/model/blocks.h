@@ -41,6 +41,9 @@ struct BlockContext {
   // This forward is the recompute right before the layer's backward (gradient checkpointing): ops may keep
   // per-call state for the backward instead of recomputing it there.
   bool keep_for_backward = false;
+  // This forward's activations are kept for a backward after the rest of the forward (a layer not
+  // checkpointed): ops may keep what is cheap in memory and saves work in that backward.
+  bool activations_kept = false;
   Tensor* moe_load = nullptr;  // F32 [E] (+=) tokens per expert of this layer (router statistics), or null
   uint64_t salt(int module) const { return static_cast<uint64_t>(layer) * 64 + static_cast<uint64_t>(module); }
 };

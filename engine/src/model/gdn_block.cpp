@@ -1,10 +1,20 @@
 // Gated DeltaNet layer (spec §3.4): projections, causal depthwise conv + SiLU over q|k|v channels,
 // gates, the gated delta rule, gated RMSNorm with z, output projection.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "model/blocks.h"
 
 namespace deltatune {
+namespace {
+// Layers that are not checkpointed keep the GDN core's chunk-start states for the backward (it then skips its
+// serial recompute scan) when DT_GDN_KEEP_STATES=1: A/B timing against the memory it costs.
+bool gdn_keep_states() {
+  const char* env = std::getenv("DT_GDN_KEEP_STATES");
+  return env && *env && std::string(env) != "0";
+}
+}  // namespace
 
 Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
                      GdnCache& k) {
@@ -37,9 +47,9 @@ Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   be.gdn_gates_fwd(k.al, k.bl, w.A_log, w.dt_bias, k.g, k.beta);
   k.o = be.alloc({T, HV, dv}, dt);
   const float scale = 1.f / std::sqrt(static_cast<float>(dk));
-  if (c.keep_for_backward)
+  if (c.keep_for_backward || (c.activations_kept && gdn_keep_states()))
     k.core = be.gdn_fwd_keep(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), k.g, k.beta, c.seq,
-                             scale, k.o);
+                             scale, k.o, c.keep_for_backward ? Backend::GdnKeep::All : Backend::GdnKeep::States);
   else
     be.gdn_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), k.g, k.beta, c.seq, scale, k.o);
 

@@ -187,6 +187,7 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
     LayerCache scratch;
     const bool ckpt = opts.checkpointed(static_cast<int64_t>(i));
     LayerCache& c = (acts && !ckpt) ? acts->layers[i] : scratch;
+    ctx.activations_kept = acts && !ckpt;
     Tensor next = layer_fwd(ctx, *layers_[i], l, x, c);
     if (acts && ckpt) acts->layers[i].x_in = x;
     x = next;

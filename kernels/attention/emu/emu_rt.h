@@ -90,3 +90,5 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int o) { return emu::shfl_xo
 #define __launch_bounds__(...)
 using std::max;
 using std::min;
+// The device's rsqrtf is an approximation (MUFU.RSQ); the emulation and its host references share this one.
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }

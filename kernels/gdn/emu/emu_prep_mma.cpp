@@ -9,13 +9,44 @@ alignas(16) unsigned char gdn_smem[232448];
 #include "gdn/emu/emu_api.h"
 
 namespace deltatune::kernels::gdn_emu {
-void prep_mma(const Shape& s, const float* qn, const float* kn, KIn v, const float* g, KIn beta, float* W,
-              float* U, float* M, float* Gc, float* Tout, const GdnScanBf16* b16) {
+void prep_mma(const Shape& s, const float* q, const float* k, float scale, const GdnNormOut* nout, KIn v,
+              const float* g, KIn beta, float* W, float* U, float* M, float* Gc, float* Tout,
+              const GdnScanBf16* b16, const float* states, float* vnew, int64_t T) {
+  const GdnNormOut no = nout ? *nout : GdnNormOut{};
   const GdnScanBf16 h = b16 ? *b16 : GdnScanBf16{};
+  // The kept states as the forward scan writes them (bf16), V' widened back.
+  std::vector<bf16> st16 =
+      states ? to_bf16(states, int64_t(s.nchunks) * s.HV * s.dk * s.dv) : std::vector<bf16>{};
+  std::vector<bf16> vn16(vnew ? size_t(T) * s.HV * s.dv : 0, __float2bfloat16_rn(0.f));
   emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, gdn_chunk_prep_mma_smem(s.dk, s.dv), [&] {
-    gdn_chunk_prep_mma_kernel(qn, kn, v, g, beta, s.chunks, W, U, M, Gc, Tout, s.HK, s.HV, static_cast<bf16*>(h.W),
-                              static_cast<bf16*>(h.Kd), static_cast<bf16*>(h.Q), static_cast<bf16*>(h.M),
-                              static_cast<bf16*>(h.T));
+    gdn_chunk_prep_mma_kernel(KIn{q, KType::F32}, KIn{k, KType::F32}, scale, no, v, g, beta, s.chunks, W, U,
+                              M, Gc, Tout, s.HK, s.HV, static_cast<bf16*>(h.W), static_cast<bf16*>(h.Kd),
+                              static_cast<bf16*>(h.Q), static_cast<bf16*>(h.M), static_cast<bf16*>(h.T),
+                              states ? st16.data() : nullptr, vnew ? vn16.data() : nullptr);
   });
+  if (vnew) from_bf16(vn16, vnew);
+}
+
+std::vector<float> l2_rows(const std::vector<float>& x, float scale, std::vector<float>* rho) {
+  constexpr int n = 128;
+  std::vector<float> y(x.size());
+  if (rho) rho->assign(x.size() / n, 0.f);
+  for (size_t r = 0; r < x.size() / n; ++r) {
+    float lane[32];
+    for (int l = 0; l < 32; ++l) {
+      float ss = 0.f;
+      for (int e = 0; e < 4; ++e) ss += x[r * n + 4 * l + e] * x[r * n + 4 * l + e];
+      lane[l] = ss;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      float nx[32];
+      for (int l = 0; l < 32; ++l) nx[l] = lane[l] + lane[l ^ o];
+      std::memcpy(lane, nx, sizeof lane);
+    }
+    const float p = rsqrtf(lane[0] + 1e-6f);
+    if (rho) (*rho)[r] = p;
+    for (int c = 0; c < n; ++c) y[r * n + c] = scale * x[r * n + c] * p;
+  }
+  return y;
 }
 }  // namespace deltatune::kernels::gdn_emu

@@ -7,8 +7,13 @@
 //       kernels/gdn/emu/*.cpp -o /tmp/gdn_emu -lpthread && /tmp/gdn_emu
 // (`/tmp/gdn_emu noout`: only the scan without output (the backward's recompute) vs the fused scan;
 // `/tmp/gdn_emu b16`: only the prep's bf16 scan operands and the scan that copies them;
-// `/tmp/gdn_emu dscan`: only the tensor-core reverse scan's checks.)
+// `/tmp/gdn_emu dscan`: only the tensor-core reverse scan's checks;
+// `/tmp/gdn_emu vnew`: only the backward's prep from kept chunk-start states;
+// `/tmp/gdn_emu prep`: only the tensor-core prep vs the FMA prep.)
+#include <cuda_bf16.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,8 +21,6 @@
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <cuda_bf16.h>
 
 #include "gdn/emu/emu_api.h"
 #include "gdn/gdn.cuh"
@@ -47,7 +50,8 @@ struct Rand {
     F x(rows * n);
     for (int64_t r = 0; r < rows; ++r) {
       double ss = 0;
-      for (int d = 0; d < n; ++d) ss += double(x[r * n + d] = (base ? corr * (*base)[d] : 0.f) + u(rng)) * x[r * n + d];
+      for (int d = 0; d < n; ++d)
+        ss += double(x[r * n + d] = (base ? corr * (*base)[d] : 0.f) + u(rng)) * x[r * n + d];
       for (int d = 0; d < n; ++d) x[r * n + d] = float(scale * x[r * n + d] / std::sqrt(ss + 1e-6));
     }
     return x;
@@ -67,7 +71,8 @@ struct ChunkList {
 static ChunkList chunk_list(const std::vector<int32_t>& cu, int C) {
   ChunkList l;
   for (size_t n = 0; n + 1 < cu.size(); ++n) {
-    for (int32_t t = cu[n]; t < cu[n + 1]; t += C) l.chunks.insert(l.chunks.end(), {t, std::min(C, cu[n + 1] - t)});
+    for (int32_t t = cu[n]; t < cu[n + 1]; t += C)
+      l.chunks.insert(l.chunks.end(), {t, std::min(C, cu[n + 1] - t)});
     l.off.push_back(int32_t(l.chunks.size() / 2));
   }
   return l;
@@ -75,7 +80,9 @@ static ChunkList chunk_list(const std::vector<int32_t>& cu, int C) {
 
 // The core's inputs: normalised q̂ (scaled) and k̂, bf16 v, dO and β in [0.05, 1], log decays in [gmin, 0].
 struct Inputs {
-  F qn, kn, g;
+  F q, k;    // before the L2 norm (what the tensor-core prep reads)
+  F qn, kn;  // after it, exactly as the device computes it (gdn_emu::l2_rows)
+  F g;
   std::vector<__nv_bfloat16> v, dout, beta;
   KIn vi() const { return {v.data(), KType::BF16}; }
   KIn di() const { return {dout.data(), KType::BF16}; }
@@ -83,8 +90,10 @@ struct Inputs {
 };
 static Inputs make_inputs(Rand& u, int64_t T, int64_t HK, int64_t HV, int dk, int dv, float gmin) {
   Inputs in;
-  in.qn = u.normed(T * HK, dk, 1.f / std::sqrt(float(dk)));
-  in.kn = u.normed(T * HK, dk, 1.f);
+  in.q = u.normed(T * HK, dk, 1.f);
+  in.k = u.normed(T * HK, dk, 1.f);
+  in.qn = gdn_emu::l2_rows(in.q, 1.f / std::sqrt(float(dk)));
+  in.kn = gdn_emu::l2_rows(in.k, 1.f);
   in.v = u.bf(T * HV * dv, -1.f, 1.f);
   in.dout = u.bf(T * HV * dv, -1.f, 1.f);
   in.beta = u.bf(T * HV, 0.05f, 1.f);
@@ -121,7 +130,10 @@ static int prep_mma_check() {
     F base(dk);
     for (auto& x : base) x = u();
     auto normed = [&](float scale, float corr) { return u.normed(T * HK, dk, scale, &base, corr); };
-    F qn = normed(1.f / std::sqrt(float(dk)), 0.f), kn = normed(1.f, cs.hard ? 1.5f : 0.f);
+    const float qscale = 1.f / std::sqrt(float(dk));
+    const F q = normed(1.f, 0.f), k = normed(1.f, cs.hard ? 1.5f : 0.f);
+    F rq, rk;
+    const F qn = gdn_emu::l2_rows(q, qscale, &rq), kn = gdn_emu::l2_rows(k, 1.f, &rk);
     F vf(T * HV * dv), g(T * HV);
     for (auto& x : vf) x = u();
     std::vector<__nv_bfloat16> vb(vf.size()), bb(T * HV);
@@ -138,12 +150,22 @@ static int prep_mma_check() {
     auto run = [&](bool mma) {
       Out r{F(T * HV * dk, nan), F(T * HV * dv, nan), F(int64_t(nchunks) * HV * C * C, nan), F(T * HV, nan),
             F(int64_t(nchunks) * HV * C * C, nan)};
-      if (mma)
-        gdn_emu::prep_mma(s, qn.data(), kn.data(), vi, g.data(), bi, r.W.data(), r.U.data(), r.M.data(),
-                          r.Gc.data(), r.Tm.data());
-      else
-        gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, r.W.data(), r.U.data(), r.M.data(), r.Gc.data(),
-                      r.Tm.data());
+      if (mma) {  // with the L2 norm's outputs, which must equal the host's bit for bit
+        F qn2(qn.size(), nan), kn2(kn.size(), nan), rq2(rq.size(), nan), rk2(rk.size(), nan);
+        GdnNormOut no;
+        no.qn = qn2.data(), no.kn = kn2.data(), no.rq = rq2.data(), no.rk = rk2.data();
+        gdn_emu::prep_mma(s, q.data(), k.data(), qscale, &no, vi, g.data(), bi, r.W.data(), r.U.data(),
+                          r.M.data(), r.Gc.data(), r.Tm.data());
+        const bool same = !std::memcmp(qn2.data(), qn.data(), 4 * qn.size()) &&
+                          !std::memcmp(kn2.data(), kn.data(), 4 * kn.size()) &&
+                          !std::memcmp(rq2.data(), rq.data(), 4 * rq.size()) &&
+                          !std::memcmp(rk2.data(), rk.data(), 4 * rk.size());
+        std::printf("  L2 norm outputs (q-hat, k-hat, rho) bit-identical to the host's: %s\n",
+                    same ? "yes" : "NO  FAIL");
+        fails += !same;
+      } else
+        gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, r.W.data(), r.U.data(), r.M.data(),
+                      r.Gc.data(), r.Tm.data());
       return r;
     };
     const Out ref = run(false), got = run(true);
@@ -169,9 +191,10 @@ static int prep_mma_check() {
   return fails;
 }
 
-// ---- tensor-core reverse state scan (chunk_dscan_mma.cu) vs the FMA dscan kernel ----------------------------
-// Shapes: partial last chunks, sequences shorter than a chunk, several sequences, HV/HK 1 and 2, slow decays
-// (dS accumulates over many chunks) and the default fast ones. dh and dvn nmse target 2e-5.
+// ---- tensor-core reverse state scan (chunk_dscan_mma.cu) vs the FMA dscan kernel
+// ---------------------------- Shapes: partial last chunks, sequences shorter than a chunk, several
+// sequences, HV/HK 1 and 2, slow decays (dS accumulates over many chunks) and the default fast ones. dh and
+// dvn nmse target 2e-5.
 static int dscan_mma_checks() {
   constexpr int dk = 128, dv = 128, C = 64;
   struct Case {
@@ -198,7 +221,8 @@ static int dscan_mma_checks() {
     const F &qn = in.qn, &kn = in.kn, &g = in.g;
     const KIn vi = in.vi(), di = in.di(), bi = in.bi();
     F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size());
-    gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(), Tm.data());
+    gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(),
+                  Tm.data());
     F dh(int64_t(nchunks) * HV * dk * dv), dvn(T * HV * dv);
     gdn_emu::dscan(s, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(), dh.data(), dvn.data());
     std::printf("dscan_mma: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T, nchunks,
@@ -206,23 +230,23 @@ static int dscan_mma_checks() {
     struct Variant {
       int bv;
       bool lo_s, lo_v;
-      bool checked;  // the kernel's configuration (dh/dvn held to the target); others are printed only
+      bool checked;         // the kernel's configuration (dh/dvn held to the target); others are printed only
       bool f32_do = false;  // dO passed as F32 (the kernel's non-bf16 path; same values)
     };
     F dout32(in.dout.size());
     for (size_t i = 0; i < dout32.size(); ++i) dout32[i] = __bfloat162float(in.dout[i]);
     // What the rest of the (FMA) backward makes of dh and dvn: dg is the cancelling sum to watch.
     F states(dh.size()), vnew(T * HV * dv), o(T * HV * dv);
-    gdn_emu::scan(s, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
-                  states.data(), vnew.data());
+    gdn_emu::scan(s, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(),
+                  KOut{o.data(), KType::F32}, states.data(), vnew.data());
     struct Grads {
       F dqh, dkh, dv, dg, dbeta;
     };
     auto rest = [&](const F& dh_in, const F& dvn_in) {
       Grads r{F(T * HV * dk), F(T * HV * dk), F(T * HV * dv), F(T * HV), F(T * HV)};
       F dW = W, gsum(int64_t(nchunks) * HV);
-      gdn_emu::state_grad(s, di, kn.data(), Gc.data(), states.data(), dh_in.data(), vnew.data(), dvn_in.data(),
-                          r.dqh.data(), r.dkh.data(), dW.data(), gsum.data());
+      gdn_emu::state_grad(s, di, kn.data(), Gc.data(), states.data(), dh_in.data(), vnew.data(),
+                          dvn_in.data(), r.dqh.data(), r.dkh.data(), dW.data(), gsum.data());
       gdn_emu::intra_grad(s, di, qn.data(), kn.data(), Gc.data(), vnew.data(), gsum.data(), r.dqh.data(),
                           r.dkh.data(), r.dg.data());
       gdn_emu::wy_grad(s, kn.data(), vi, bi, Gc.data(), Tm.data(), dW.data(), dvn_in.data(), r.dkh.data(),
@@ -230,10 +254,10 @@ static int dscan_mma_checks() {
       return r;
     };
     const Grads gref = rest(dh, dvn);
-    for (const Variant& vr : {Variant{64, false, false, true}, Variant{32, false, false, true},
-                              Variant{16, false, false, true}, Variant{64, false, false, true, true},
-                              Variant{64, true, true, false}, Variant{64, false, true, false},
-                              Variant{64, true, false, false}}) {
+    for (const Variant& vr :
+         {Variant{64, false, false, true}, Variant{32, false, false, true}, Variant{16, false, false, true},
+          Variant{64, false, false, true, true}, Variant{64, true, true, false},
+          Variant{64, false, true, false}, Variant{64, true, false, false}}) {
       const float nan = std::nanf("");
       F dh2(dh.size(), nan), dvn2(dvn.size(), nan);
       const KIn dov = vr.f32_do ? KIn{dout32.data(), KType::F32} : di;
@@ -247,14 +271,15 @@ static int dscan_mma_checks() {
       fails += fail;
       if (vr.bv != 64 || vr.f32_do) continue;
       const Grads gg = rest(dh2, dvn2);
-      std::printf("    then FMA bwd: dg %.3e  dbeta %.3e  dqh %.3e  dkh %.3e  dv %.3e\n", nmse(gg.dg, gref.dg, &bad),
-                  nmse(gg.dbeta, gref.dbeta, &bad), nmse(gg.dqh, gref.dqh, &bad), nmse(gg.dkh, gref.dkh, &bad),
-                  nmse(gg.dv, gref.dv, &bad));
+      std::printf("    then FMA bwd: dg %.3e  dbeta %.3e  dqh %.3e  dkh %.3e  dv %.3e\n",
+                  nmse(gg.dg, gref.dg, &bad), nmse(gg.dbeta, gref.dbeta, &bad), nmse(gg.dqh, gref.dqh, &bad),
+                  nmse(gg.dkh, gref.dkh, &bad), nmse(gg.dv, gref.dv, &bad));
     }
   }
   return fails;
 }
-// ---- forward-scan checks: their shapes, and one shape's inputs with the FMA forward's outputs (the reference)
+// ---- forward-scan checks: their shapes, and one shape's inputs with the FMA forward's outputs (the
+// reference)
 struct ScanShape {
   const char* name;
   std::vector<int32_t> cu;
@@ -278,24 +303,34 @@ struct ScanRef {
   Inputs in;
   F W, U, M, Gc, Tm, o, states, vnew;
   ScanRef(const ScanShape& cs, unsigned seed)
-      : cl(chunk_list(cs.cu, C)), nchunks(cl.n()), T(cs.cu.back()), HK(cs.HK), HV(cs.HV),
+      : cl(chunk_list(cs.cu, C)),
+        nchunks(cl.n()),
+        T(cs.cu.back()),
+        HK(cs.HK),
+        HV(cs.HV),
         s{cl.chunks.data(), nchunks, cl.off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv},
-        W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size()),
-        o(T * HV * dv), states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv) {
+        W(T * HV * dk),
+        U(T * HV * dv),
+        M(int64_t(nchunks) * HV * C * C),
+        Gc(T * HV),
+        Tm(M.size()),
+        o(T * HV * dv),
+        states(int64_t(nchunks) * HV * dk * dv),
+        vnew(T * HV * dv) {
     Rand u(seed);
     in = make_inputs(u, T, HK, HV, dk, dv, cs.gmin);
     gdn_emu::prep(s, in.qn.data(), in.kn.data(), in.vi(), in.g.data(), in.bi(), W.data(), U.data(), M.data(),
                   Gc.data(), Tm.data());
-    gdn_emu::scan(s, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
-                  states.data(), vnew.data());
+    gdn_emu::scan(s, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(),
+                  KOut{o.data(), KType::F32}, states.data(), vnew.data());
   }
   ScanRef(const ScanRef&) = delete;
   ScanRef& operator=(const ScanRef&) = delete;
 };
 
-// ---- the scan without output (chunk_scan_mma.cu with o null: the backward's recompute): states and V' vs the
-// FMA forward (nmse target 2e-5) and vs the scan with output (the same bf16 roundings: expected equal). Every
-// scan variant (bv 32/16, prefetch or not).
+// ---- the scan without output (chunk_scan_mma.cu with o null: the backward's recompute): states and V' vs
+// the FMA forward (nmse target 2e-5) and vs the scan with output (the same bf16 roundings: expected equal).
+// Every scan variant (bv 32/16, prefetch or not).
 static int no_output_scan_checks() {
   int fails = 0;
   for (const ScanShape& cs : scan_shapes()) {
@@ -310,19 +345,22 @@ static int no_output_scan_checks() {
       const bool pf = variant >= 2;
       const float nan = std::nanf("");
       F of(o.size(), nan), stf(states.size(), nan), vnf(vnew.size(), nan);  // fused
-      F sts(states.size(), nan), vns(vnew.size(), nan);  // without output
+      F sts(states.size(), nan), vns(vnew.size(), nan);                     // without output
       gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(),
                         KOut{of.data(), KType::F32}, stf.data(), vnf.data());
-      gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{},
-                        sts.data(), vns.data());
-      for (auto [name, got, fused, ref] : {std::tuple{"states", &sts, &stf, &states}, {"vnew", &vns, &vnf, &vnew}}) {
+      gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(),
+                        KOut{}, sts.data(), vns.data());
+      for (auto [name, got, fused, ref] :
+           {std::tuple{"states", &sts, &stf, &states}, {"vnew", &vns, &vnf, &vnew}}) {
         int bad = 0, bad_f = 0;
         const double e = nmse(*got, *ref, &bad), ef = nmse(*got, *fused, &bad_f);
         double dmax = 0;
-        for (size_t i = 0; i < got->size(); ++i) dmax = std::max(dmax, double(std::fabs((*got)[i] - (*fused)[i])));
+        for (size_t i = 0; i < got->size(); ++i)
+          dmax = std::max(dmax, double(std::fabs((*got)[i] - (*fused)[i])));
         const bool fail = !(e <= 2e-5) || !(ef <= 1e-12) || bad;
-        std::printf("  bv %2d pf %d %-7s nmse vs FMA %.3e  vs fused mma %.3e (max |diff| %.2e)  nonfinite %d%s\n",
-                    bv, int(pf), name, e, ef, dmax, bad, fail ? "  FAIL" : "");
+        std::printf(
+            "  bv %2d pf %d %-7s nmse vs FMA %.3e  vs fused mma %.3e (max |diff| %.2e)  nonfinite %d%s\n", bv,
+            int(pf), name, e, ef, dmax, bad, fail ? "  FAIL" : "");
         fails += fail;
       }
     }
@@ -330,11 +368,11 @@ static int no_output_scan_checks() {
   return fails;
 }
 
-// ---- the prep's bf16 scan operands (GdnScanBf16) and the scan that copies them into its tiles ----------------
-// The operands must equal the host's rounding of the prep's fp32 outputs (K̂ scaled by e^{G_last − G_i} from
-// Gc); the scan reading them must give o, states and V' bit-identical to the fp32-staging scan on the same
-// prep outputs (every variant: bv 32/16, prefetch or not, with and without output), and so within nmse 2e-5
-// of the FMA forward.
+// ---- the prep's bf16 scan operands (GdnScanBf16) and the scan that copies them into its tiles
+// ---------------- The operands must equal the host's rounding of the prep's fp32 outputs (K̂ scaled by
+// e^{G_last − G_i} from Gc); the scan reading them must give o, states and V' bit-identical to the
+// fp32-staging scan on the same prep outputs (every variant: bv 32/16, prefetch or not, with and without
+// output), and so within nmse 2e-5 of the FMA forward.
 static int b16_scan_checks() {
   using bf = __nv_bfloat16;
   constexpr int dk = ScanRef::dk, C = ScanRef::C;
@@ -353,14 +391,14 @@ static int b16_scan_checks() {
     const int64_t T = r.T, HK = r.HK, HV = r.HV;
     F &W = r.W, &U = r.U, &M = r.M, &Gc = r.Gc, &Tm = r.Tm;
     const F &o = r.o, &states = r.states, &vnew = r.vnew;
-    std::printf("bf16 scan operands: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T, nchunks,
-                (long long)HK, (long long)HV);
+    std::printf("bf16 scan operands: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T,
+                nchunks, (long long)HK, (long long)HV);
     // Tensor-core prep with the bf16 operands (NaN where not written).
     const bf bnan = __float2bfloat16_rn(std::nanf(""));
     std::vector<bf> Wb(T * HV * dk, bnan), Kb(T * HV * dk, bnan), Qb(T * HK * dk, bnan), Mb(M.size(), bnan);
     GdnScanBf16 b16{Wb.data(), Kb.data(), Qb.data(), Mb.data()};
-    gdn_emu::prep_mma(s, in.qn.data(), in.kn.data(), in.vi(), in.g.data(), in.bi(), W.data(), U.data(), M.data(),
-                      Gc.data(), Tm.data(), &b16);
+    gdn_emu::prep_mma(s, in.q.data(), in.k.data(), 1.f / std::sqrt(float(dk)), nullptr, in.vi(), in.g.data(),
+                      in.bi(), W.data(), U.data(), M.data(), Gc.data(), Tm.data(), &b16);
     {
       int64_t bad_w = 0, bad_k = 0, bad_q = 0, bad_m = 0;
       for (int ch = 0; ch < nchunks; ++ch) {
@@ -385,8 +423,9 @@ static int b16_scan_checks() {
         }
       }
       const bool fail = bad_w || bad_k || bad_q || bad_m;
-      std::printf("  prep operands vs host rounding: mismatches W %lld Kd %lld Q %lld M %lld%s\n", (long long)bad_w,
-                  (long long)bad_k, (long long)bad_q, (long long)bad_m, fail ? "  FAIL" : "");
+      std::printf("  prep operands vs host rounding: mismatches W %lld Kd %lld Q %lld M %lld%s\n",
+                  (long long)bad_w, (long long)bad_k, (long long)bad_q, (long long)bad_m,
+                  fail ? "  FAIL" : "");
       fails += fail;
     }
     for (int variant = 0; variant < 8; ++variant) {
@@ -395,12 +434,14 @@ static int b16_scan_checks() {
       const float nan = std::nanf("");
       F o1(o.size(), nan), st1(states.size(), nan), vn1(vnew.size(), nan);  // fp32 staging
       F o2(o.size(), nan), st2(states.size(), nan), vn2(vnew.size(), nan);  // bf16 operands
-      const KOut ko1 = with_o ? KOut{o1.data(), KType::F32} : KOut{}, ko2 = with_o ? KOut{o2.data(), KType::F32} : KOut{};
+      const KOut ko1 = with_o ? KOut{o1.data(), KType::F32} : KOut{},
+                 ko2 = with_o ? KOut{o2.data(), KType::F32} : KOut{};
       gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), ko1,
                         st1.data(), vn1.data());
       gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), ko2,
                         st2.data(), vn2.data(), &b16);
-      std::vector<std::tuple<const char*, F*, F*, const F*>> outs = {{"states", &st2, &st1, &states}, {"vnew", &vn2, &vn1, &vnew}};
+      std::vector<std::tuple<const char*, F*, F*, const F*>> outs = {{"states", &st2, &st1, &states},
+                                                                     {"vnew", &vn2, &vn1, &vnew}};
       if (with_o) outs.insert(outs.begin(), {"o", &o2, &o1, &o});
       for (auto [name, got, f32, ref] : outs) {
         int bad = 0;
@@ -408,8 +449,10 @@ static int b16_scan_checks() {
         int64_t ndiff = 0;
         for (size_t i = 0; i < got->size(); ++i) ndiff += std::memcmp(&(*got)[i], &(*f32)[i], 4) != 0;
         const bool fail = !(e <= 2e-5) || ndiff || bad;
-        std::printf("  bv %2d pf %d out %d %-7s nmse vs FMA %.3e  bits differing from fp32 staging %lld  nonfinite %d%s\n",
-                    bv, int(pf), int(with_o), name, e, (long long)ndiff, bad, fail ? "  FAIL" : "");
+        std::printf(
+            "  bv %2d pf %d out %d %-7s nmse vs FMA %.3e  bits differing from fp32 staging %lld  nonfinite "
+            "%d%s\n",
+            bv, int(pf), int(with_o), name, e, (long long)ndiff, bad, fail ? "  FAIL" : "");
         fails += fail;
       }
     }
@@ -417,7 +460,60 @@ static int b16_scan_checks() {
   return fails;
 }
 
-// ---- tensor-core backward (chunk_bwd_mma.cu) vs the FMA backward (chunk_bwd.cu) ----------------------------
+// ---- the backward's prep with the forward's chunk-start states kept (V' chunk-parallel instead of a scan)
+// ------ V' from the prep (U − bf16(W)·S with the kept bf16 S) vs the scan's V' (same bf16 operands, another
+// fp32 accumulation order: a few last-bit bf16 differences expected) and vs the FMA forward (nmse target
+// 2e-5); the prep's bf16 W, M and T must not change with the mode.
+static int vnew_prep_checks() {
+  using bf = __nv_bfloat16;
+  int fails = 0;
+  for (const ScanShape& cs : scan_shapes()) {
+    ScanRef r(cs, 7);
+    const gdn_emu::Shape& s = r.s;
+    const Inputs& in = r.in;
+    const int64_t T = r.T, HK = r.HK, HV = r.HV;
+    constexpr int dk = ScanRef::dk;
+    std::printf("prep with kept states: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T,
+                r.nchunks, (long long)HK, (long long)HV);
+    const bf bnan = __float2bfloat16_rn(std::nanf(""));
+    auto bf16_set = [&] {
+      return std::array<std::vector<bf>, 5>{
+          std::vector<bf>(T * HV * dk, bnan), std::vector<bf>(T * HV * dk, bnan),
+          std::vector<bf>(T * HK * dk, bnan), std::vector<bf>(r.M.size(), bnan),
+          std::vector<bf>(r.M.size(), bnan)};
+    };
+    auto fw = bf16_set(), bw = bf16_set();
+    GdnScanBf16 b16f{fw[0].data(), fw[1].data(), nullptr, fw[3].data(), fw[4].data()};
+    GdnScanBf16 b16b{bw[0].data(), nullptr, nullptr, bw[3].data(), bw[4].data()};
+    F U(r.U.size()), Gc(r.Gc.size()), Gc2(r.Gc.size());
+    const float nan = std::nanf("");
+    F states(r.states.size(), nan), vscan(r.vnew.size(), nan), vprep(r.vnew.size(), nan);
+    const float qscale = 1.f / std::sqrt(float(dk));
+    gdn_emu::prep_mma(s, in.q.data(), in.k.data(), qscale, nullptr, in.vi(), in.g.data(), in.bi(), nullptr,
+                      U.data(), nullptr, Gc.data(), nullptr, &b16f);
+    gdn_emu::scan_mma(s, 32, false, in.qn.data(), in.kn.data(), nullptr, U.data(), nullptr, Gc.data(), KOut{},
+                      states.data(), vscan.data(), &b16f);
+    gdn_emu::prep_mma(s, in.q.data(), in.k.data(), qscale, nullptr, in.vi(), in.g.data(), in.bi(), nullptr,
+                      nullptr, nullptr, Gc2.data(), nullptr, &b16b, states.data(), vprep.data(), T);
+    int64_t changed = 0;
+    for (int k : {0, 3, 4})
+      for (size_t i = 0; i < fw[k].size(); ++i) changed += std::memcmp(&fw[k][i], &bw[k][i], 2) != 0;
+    changed += std::memcmp(Gc.data(), Gc2.data(), Gc.size() * 4) != 0;
+    int64_t ndiff = 0;
+    for (size_t i = 0; i < vprep.size(); ++i) ndiff += std::memcmp(&vprep[i], &vscan[i], 4) != 0;
+    int bad = 0, bad2 = 0;
+    const double e_fma = nmse(vprep, r.vnew, &bad), e_scan = nmse(vprep, vscan, &bad2);
+    const bool fail = !(e_fma <= 2e-5) || !(e_scan <= 1e-6) || bad || changed;
+    std::printf(
+        "  vnew nmse vs FMA %.3e, vs the scan's %.3e (%lld of %zu values differ); W/M/T/Gc changed %lld%s\n",
+        e_fma, e_scan, (long long)ndiff, vprep.size(), (long long)changed, fail ? "  FAIL" : "");
+    fails += fail;
+  }
+  return fails;
+}
+
+// ---- tensor-core backward (chunk_bwd_mma.cu) vs the FMA backward (chunk_bwd.cu)
+// ----------------------------
 namespace bwd_mma {
 struct In {  // one shape's inputs and forward recompute (FMA kernels), as launch_gdn_chunk_bwd gets them
   gdn_emu::Shape s;
@@ -436,10 +532,11 @@ static Out run(const In& in, bool mma) {
   r.dqh.assign(T * HV * s.dk, nan), r.dkh.assign(T * HV * s.dk, nan), r.dW.assign(in.W, in.W + T * HV * s.dk);
   r.gsum.assign(s.nchunks * HV, nan), r.dv.assign(T * HV * s.dv, nan), r.dg.assign(T * HV, nan);
   r.dbeta.assign(T * HV, nan);
-  (mma ? gdn_emu::state_grad_mma : gdn_emu::state_grad)(s, in.dout, in.kn, in.Gc, in.states, in.dh, in.vnew, in.dvn,
-                                                        r.dqh.data(), r.dkh.data(), r.dW.data(), r.gsum.data());
-  (mma ? gdn_emu::intra_grad_mma : gdn_emu::intra_grad)(s, in.dout, in.qn, in.kn, in.Gc, in.vnew, r.gsum.data(),
-                                                        r.dqh.data(), r.dkh.data(), r.dg.data());
+  (mma ? gdn_emu::state_grad_mma : gdn_emu::state_grad)(s, in.dout, in.kn, in.Gc, in.states, in.dh, in.vnew,
+                                                        in.dvn, r.dqh.data(), r.dkh.data(), r.dW.data(),
+                                                        r.gsum.data());
+  (mma ? gdn_emu::intra_grad_mma : gdn_emu::intra_grad)(
+      s, in.dout, in.qn, in.kn, in.Gc, in.vnew, r.gsum.data(), r.dqh.data(), r.dkh.data(), r.dg.data());
   r.dW_sg = r.dW, r.dk_in = r.dkh, r.dg_in = r.dg;  // tensor cores: state products and intra are one kernel
   (mma ? gdn_emu::wy_grad_mma : gdn_emu::wy_grad)(s, in.kn, in.v, in.beta, in.Gc, in.Tm, r.dW.data(), in.dvn,
                                                   r.dkh.data(), KOut{r.dv.data(), KType::F32}, r.dg.data(),
@@ -487,16 +584,18 @@ static int long_case() {
   for (auto& x : dout) x = u();
   for (auto& x : g) x = -1.5f * (u() + 1.f);
   const KIn vi{v.data(), KType::BF16}, di{dout.data(), KType::F32}, bi{beta.data(), KType::BF16};
-  F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size()), o(T * HV * dv);
+  F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(M.size()),
+      o(T * HV * dv);
   F states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv), dh(states.size()), dvn(T * HV * dv);
-  gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(), Tm.data());
+  gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(),
+                Tm.data());
   gdn_emu::scan(s, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
                 states.data(), vnew.data());
   gdn_emu::dscan(s, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(), dh.data(), dvn.data());
   std::printf("long case: T %lld, %d chunks, HK %lld, HV %lld, g >= -3, fp32 dO\n", (long long)T, nchunks,
               (long long)HK, (long long)HV);
-  return compare("long ", In{s, T, qn.data(), kn.data(), Gc.data(), Tm.data(), W.data(), states.data(), vnew.data(),
-                             dh.data(), dvn.data(), vi, di, bi});
+  return compare("long ", In{s, T, qn.data(), kn.data(), Gc.data(), Tm.data(), W.data(), states.data(),
+                             vnew.data(), dh.data(), dvn.data(), vi, di, bi});
 }
 }  // namespace bwd_mma
 
@@ -504,6 +603,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "dscan") return dscan_mma_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "noout") return no_output_scan_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "b16") return b16_scan_checks() ? 1 : 0;
+  if (argc > 1 && std::string(argv[1]) == "vnew") return vnew_prep_checks() ? 1 : 0;
+  if (argc > 1 && std::string(argv[1]) == "prep") return prep_mma_check() ? 1 : 0;
   const int prep_fails = prep_mma_check();
   constexpr int dk = 128, dv = 128, C = 64;
   const int64_t HK = 1, HV = 2;
@@ -520,9 +621,11 @@ int main(int argc, char** argv) {
   const KIn vi = in.vi(), di = in.di(), bi = in.bi();
 
   // Forward recompute (FMA kernels), as launch_gdn_chunk_bwd's caller does.
-  F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV), Tm(int64_t(nchunks) * HV * C * C);
+  F W(T * HV * dk), U(T * HV * dv), M(int64_t(nchunks) * HV * C * C), Gc(T * HV),
+      Tm(int64_t(nchunks) * HV * C * C);
   F o(T * HV * dv), states(int64_t(nchunks) * HV * dk * dv), vnew(T * HV * dv);
-  gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(), Tm.data());
+  gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, W.data(), U.data(), M.data(), Gc.data(),
+                Tm.data());
   gdn_emu::scan(s, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
                 states.data(), vnew.data());
   {  // ---- tensor-core forward scan vs the FMA scan ----
@@ -533,7 +636,8 @@ int main(int argc, char** argv) {
       F o2(o.size(), nan0), st2(states.size(), nan0), vn2(vnew.size(), nan0);
       gdn_emu::scan_mma(s, bv, pf, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(),
                         KOut{o2.data(), KType::F32}, st2.data(), vn2.data());
-      for (auto [name, got, ref] : {std::tuple{"o", &o2, &o}, {"states", &st2, &states}, {"vnew", &vn2, &vnew}}) {
+      for (auto [name, got, ref] :
+           {std::tuple{"o", &o2, &o}, {"states", &st2, &states}, {"vnew", &vn2, &vnew}}) {
         int bad = 0;
         const double e = nmse(*got, *ref, &bad);
         const bool fail = !(e <= 2e-5) || bad;
@@ -546,16 +650,18 @@ int main(int argc, char** argv) {
   }
   F dh(states.size()), dvn(T * HV * dv);
   gdn_emu::dscan(s, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(), dh.data(), dvn.data());
-  std::printf("forward/dscan done (T %lld, %d chunks, HK %lld, HV %lld)\n", (long long)T, nchunks, (long long)HK,
-              (long long)HV);
+  std::printf("forward/dscan done (T %lld, %d chunks, HK %lld, HV %lld)\n", (long long)T, nchunks,
+              (long long)HK, (long long)HV);
 
   // ---- tensor-core backward vs the FMA backward: the shape above (bf16 dO), then a longer one ----
-  int fails = bwd_mma::compare("", bwd_mma::In{s, T, qn.data(), kn.data(), Gc.data(), Tm.data(), W.data(),
-                                               states.data(), vnew.data(), dh.data(), dvn.data(), vi, di, bi});
+  int fails =
+      bwd_mma::compare("", bwd_mma::In{s, T, qn.data(), kn.data(), Gc.data(), Tm.data(), W.data(),
+                                       states.data(), vnew.data(), dh.data(), dvn.data(), vi, di, bi});
   fails += bwd_mma::long_case();
   fails += dscan_mma_checks();
   fails += no_output_scan_checks();
   fails += b16_scan_checks();
+  fails += vnew_prep_checks();
   std::printf("%s\n", fails ? "FAIL" : "OK");
   return fails || prep_fails ? 1 : 0;
 }

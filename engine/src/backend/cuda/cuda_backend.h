@@ -12,6 +12,9 @@
 #include "backend/cuda/device_allocator.h"
 #include "common/kptr.h"
 
+namespace deltatune::kernels {
+struct GdnNormOut;  // gdn/gdn.cuh
+}
 namespace deltatune::cuda {
 
 struct CudaGdnSaved;
@@ -91,7 +94,8 @@ class CudaBackend final : public Backend {
                const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dg,
                Tensor& dbeta) override;
   std::shared_ptr<GdnSaved> gdn_fwd_keep(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                                         const Tensor& beta, const SeqLayout& seq, float scale, Tensor& o) override;
+                                         const Tensor& beta, const SeqLayout& seq, float scale, Tensor& o,
+                                         GdnKeep what) override;
   void gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                      const Tensor& g, const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
                      Tensor& dv, Tensor& dg, Tensor& dbeta) override;
@@ -143,9 +147,17 @@ class CudaBackend final : public Backend {
   void gdn_check(const char* op, const GdnDims& d, const SeqLayout& seq);
   // q̂ = scale·q/‖q‖, k̂ = k/‖k‖ (fp32) and their rstd into r.
   void gdn_l2norms(const Tensor& q, const Tensor& k, float scale, CudaGdnSaved& r);
+  // What gdn_forward_core writes besides o: nothing, everything the backward reads, or the chunk-start states.
+  enum class GdnScratch { None, ForBackward, States };
   std::unique_ptr<CudaGdnSaved> gdn_forward_core(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                                  const Tensor& beta, const SeqLayout& seq, float scale, Tensor* o,
-                                                 bool for_backward);
+                                                 GdnScratch scratch);
+  // The backward's chunk quantities from the states GdnScratch::States kept (tensor-core path): W, M, G, T, V',
+  // and q̂, k̂, ρ.
+  void gdn_scratch_from_states(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                               const Tensor& beta, float scale, const GdnDims& d, CudaGdnSaved& f);
+  // The tensor-core prep's L2 norm settings; with r, r->qn, kn, rq, rk allocated as its outputs.
+  kernels::GdnNormOut gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);
   // t itself when it is BF16, else a BF16 copy (tensor-core operands of the grouped GEMMs).

@@ -186,7 +186,8 @@ GdnChunks CudaBackend::gdn_chunks(const SeqLayout& seq) {
 struct CudaGdnSaved final : Backend::GdnSaved {
   Tensor qn, kn, rq, rk, W, M, Gc, Tm, states, vnew;
   GdnChunks ch;
-  bool mma = false;  // tensor-core path: W, M, Tm, states, vnew are BF16
+  bool mma = false;          // tensor-core path: W, M, Tm, states, vnew are BF16
+  bool states_only = false;  // GdnKeep::States: only `states` (and ch) kept; the rest is recomputed from them
 };
 
 namespace {
@@ -224,19 +225,24 @@ void CudaBackend::gdn_l2norms(const Tensor& q, const Tensor& k, float scale, Cud
              "gdn (l2norm k)");
 }
 
-// L2 norms, then the chunked forward; `o` may be null (the backward's recompute) and `for_backward` also
-// writes T, the chunk-start states and V'.
+// L2 norms, then the chunked forward; `o` may be null (the backward's recompute). ForBackward also writes T,
+// the chunk-start states and V'; States (tensor-core path only) also writes the chunk-start states.
 std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, const Tensor& k_in,
                                                             const Tensor& v_in, const Tensor& g, const Tensor& beta,
                                                             const SeqLayout& seq, float scale, Tensor* o,
-                                                            bool for_backward) {
+                                                            GdnScratch scratch) {
+  const bool for_backward = scratch == GdnScratch::ForBackward;
   const Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
   const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
   auto r = std::make_unique<CudaGdnSaved>();
   cudaStream_t s = stream();
-  gdn_l2norms(q, k, scale, *r);
-  if (!o && !for_backward) return r;  // the per-token backward needs only the normalised inputs
-  if (!for_backward && std::getenv("DT_GDN_RECURRENT")) {  // the first (per-token) kernel, kept for A/B timing
+  // The tensor-core path keeps its scratch in bf16 (kernels/gdn/gdn.cuh, GdnBwdBf16; U stays fp32) and its prep
+  // L2-normalises q and k while loading them.
+  r->mma = gdn_mma_enabled() && kernels::gdn_chunk_mma_supported(d.dk, d.dv);
+  const bool per_token = scratch == GdnScratch::None && (!o || std::getenv("DT_GDN_RECURRENT"));
+  if (per_token || !r->mma) gdn_l2norms(q, k, scale, *r);
+  if (!o && scratch == GdnScratch::None) return r;  // the per-token backward needs only the normalised inputs
+  if (per_token) {  // the first (per-token) kernel, kept for A/B timing
     cuda_check(kernels::launch_gdn_core_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g),
                                             kin(beta, "gdn beta"), iptr(seq.cu_seqlens),
                                             static_cast<int>(seq.num_seqs()), kout(*o, "gdn o"), d.HK, d.HV, d.dk,
@@ -246,8 +252,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   }
   r->ch = gdn_chunks(seq);
   constexpr int64_t C = kernels::kGdnChunk;
-  // The tensor-core path keeps its scratch in bf16 (kernels/gdn/gdn.cuh, GdnBwdBf16); U stays fp32.
-  r->mma = gdn_mma_enabled() && kernels::gdn_chunk_mma_supported(d.dk, d.dv);
+  check(r->mma || scratch != GdnScratch::States, "internal: gdn states-only keep needs the tensor-core path");
+  r->states_only = scratch == GdnScratch::States;
   const DType st = r->mma ? DType::BF16 : DType::F32;
   r->W = alloc({d.T, d.HV, d.dk}, st);
   Tensor U = alloc({d.T, d.HV, d.dv}, DType::F32);
@@ -256,8 +262,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   if (for_backward) {
     r->Tm = alloc({r->ch.n, d.HV, C, C}, st);
     r->vnew = alloc({d.T, d.HV, d.dv}, st);
-    r->states = alloc({r->ch.n, d.HV, d.dk, d.dv}, st);
   }
+  if (scratch != GdnScratch::None) r->states = alloc({r->ch.n, d.HV, d.dk, d.dv}, st);
   const int nch = static_cast<int>(r->ch.n), nseq = static_cast<int>(seq.num_seqs());
   const kernels::KOut ko = o ? kout(*o, "gdn o") : kernels::KOut{};
   if (!r->mma) {
@@ -279,13 +285,16 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
     b16.Q = Qb.data;
   }
   if (for_backward) b16.T = r->Tm.data;
-  cuda_check(kernels::launch_gdn_chunk_prep_mma(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g),
-                                                kin(beta, "gdn beta"), iptr(r->ch.chunks), nch, nullptr, fptr(U),
-                                                nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s, &b16),
+  // The backward's recompute (no output) also has the prep write q̂, k̂ and ρ for the backward's other kernels.
+  const kernels::GdnNormOut nout = gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr);
+  cuda_check(kernels::launch_gdn_chunk_prep_mma(kin(q, "gdn q"), kin(k, "gdn k"), scale, nout, kin(v, "gdn v"),
+                                                fptr(g), kin(beta, "gdn beta"), iptr(r->ch.chunks), nch, nullptr,
+                                                fptr(U), nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s,
+                                                &b16),
              "gdn_fwd (chunk prep)");
-  cuda_check(kernels::launch_gdn_chunk_scan_mma(fptr(r->qn), fptr(r->kn), nullptr, fptr(U), nullptr, fptr(r->Gc),
+  cuda_check(kernels::launch_gdn_chunk_scan_mma(nullptr, nullptr, nullptr, fptr(U), nullptr, fptr(r->Gc),
                                                 iptr(r->ch.chunks), iptr(r->ch.off), nseq, ko,
-                                                for_backward ? r->states.data : nullptr,
+                                                r->states.defined() ? r->states.data : nullptr,
                                                 for_backward ? r->vnew.data : nullptr, d.HK, d.HV, d.dk, d.dv, s,
                                                 &b16),
              "gdn_fwd (chunk scan)");
@@ -298,24 +307,65 @@ void CudaBackend::gdn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, con
   check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
   gdn_check("gdn_fwd", d, seq);
   if (d.T == 0) return;
-  gdn_forward_core(q, k, v, g, beta, seq, scale, &o, false);
+  gdn_forward_core(q, k, v, g, beta, seq, scale, &o, GdnScratch::None);
 }
 
 std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_fwd_keep(const Tensor& q, const Tensor& k, const Tensor& v,
                                                              const Tensor& g, const Tensor& beta,
-                                                             const SeqLayout& seq, float scale, Tensor& o) {
+                                                             const SeqLayout& seq, float scale, Tensor& o,
+                                                             GdnKeep what) {
   const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
-  if (d.T == 0 || gdn_use_recurrent(d, smem_optin_)) {
-    gdn_fwd(q, k, v, g, beta, seq, scale, o);
+  const bool states_ok = gdn_mma_enabled() && kernels::gdn_chunk_mma_supported(d.dk, d.dv);
+  if (d.T == 0 || gdn_use_recurrent(d, smem_optin_) || (what == GdnKeep::States && !states_ok)) {
+    gdn_fwd(q, k, v, g, beta, seq, scale, o);  // nothing kept: the backward recomputes
     return nullptr;
   }
   check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
   gdn_check("gdn_fwd", d, seq);
-  auto r = gdn_forward_core(q, k, v, g, beta, seq, scale, &o, true);
+  auto r = gdn_forward_core(q, k, v, g, beta, seq, scale, &o,
+                            what == GdnKeep::States ? GdnScratch::States : GdnScratch::ForBackward);
   // q̂, k̂ (fp32, 2·T·HK·dk floats) are cheaper to recompute in the backward than to keep.
   r->qn = Tensor();
   r->kn = Tensor();
+  if (r->states_only) {  // the backward recomputes these chunk-parallel from the states
+    r->W = Tensor();
+    r->M = Tensor();
+    r->Gc = Tensor();
+    r->rq = Tensor();
+    r->rk = Tensor();
+  }
   return r;
+}
+
+kernels::GdnNormOut CudaBackend::gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r) {
+  kernels::GdnNormOut n;
+  n.eps = kL2Eps;
+  if (!r) return n;
+  r->qn = alloc({d.T, d.HK, d.dk}, DType::F32);
+  r->kn = alloc({d.T, d.HK, d.dk}, DType::F32);
+  r->rq = alloc({d.T, d.HK}, DType::F32);
+  r->rk = alloc({d.T, d.HK}, DType::F32);
+  n.qn = fptr(r->qn), n.kn = fptr(r->kn), n.rq = fptr(r->rq), n.rk = fptr(r->rk);
+  return n;
+}
+
+void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                          const Tensor& beta, float scale, const GdnDims& d, CudaGdnSaved& f) {
+  constexpr int64_t C = kernels::kGdnChunk;
+  f.W = alloc({d.T, d.HV, d.dk}, DType::BF16);
+  f.M = alloc({f.ch.n, d.HV, C, C}, DType::BF16);
+  f.Tm = alloc({f.ch.n, d.HV, C, C}, DType::BF16);
+  f.Gc = alloc({d.T, d.HV}, DType::F32);
+  f.vnew = alloc({d.T, d.HV, d.dv}, DType::BF16);
+  kernels::GdnScanBf16 b16;
+  b16.W = f.W.data, b16.M = f.M.data, b16.T = f.Tm.data;
+  cuda_check(kernels::launch_gdn_chunk_prep_mma(kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f),
+                                                kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
+                                                iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr,
+                                                nullptr, fptr(f.Gc), nullptr, d.HK, d.HV, d.dk, d.dv, stream(), &b16,
+                                                f.states.data, f.vnew.data),
+             "gdn_bwd (chunk prep from the kept states)");
+  f.states_only = false;
 }
 
 void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
@@ -344,7 +394,7 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout_in, const Te
   CudaGdnSaved* f = dynamic_cast<CudaGdnSaved*>(saved);
   if (gdn_use_recurrent(d, smem_optin_)) {
     // The first (per-token) kernel: A/B timing, and head dims too large for the chunked kernels' tiles.
-    own = gdn_forward_core(q, k, v, g, beta, seq, scale, nullptr, false);  // only the L2 norms run here
+    own = gdn_forward_core(q, k, v, g, beta, seq, scale, nullptr, GdnScratch::None);  // only the L2 norms run
     f = own.get();
     Tensor ckpt = alloc({kernels::gdn_core_bwd_ckpt_floats(seq.host_cu_seqlens.data(), nseq, d.HV, d.dk, d.dv)},
                         DType::F32);
@@ -360,8 +410,10 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout_in, const Te
                "gdn_bwd (core)");
   } else {
     if (!f || !f->states.defined()) {  // nothing kept: recompute the forward's chunk quantities
-      own = gdn_forward_core(q, k, v, g, beta, seq, scale, nullptr, true);
+      own = gdn_forward_core(q, k, v, g, beta, seq, scale, nullptr, GdnScratch::ForBackward);
       f = own.get();
+    } else if (f->states_only) {
+      gdn_scratch_from_states(q, k, v, g, beta, scale, d, *f);  // the prep also writes q̂, k̂, ρ
     } else if (!f->qn.defined()) {
       gdn_l2norms(q, k, scale, *f);
     }

@@ -1,0 +1,32 @@
+// One row of the GDN L2 norm (spec §3.4 step 7) held by a warp, 4 consecutive values per lane (dk = 128):
+// the one definition of its arithmetic, shared by the L2 norm kernel (l2norm.cu) and the tensor-core prep
+// that normalises q and k while loading them (chunk_prep_mma.cu), so both give bit-identical q̂, k̂.
+#pragma once
+#include "common/device.cuh"
+
+namespace deltatune::kernels {
+
+// Lane's 4 values of row `at` (element offset of the lane's first value; 16-byte loads for BF16 and F32).
+__device__ __forceinline__ float4 l2_row_load4(KIn x, int64_t at) {
+  if (x.t == KType::BF16) {
+    const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(x.p) + at);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+  }
+  if (x.t == KType::F32) return *reinterpret_cast<const float4*>(static_cast<const float*>(x.p) + at);
+  return make_float4(ld(x, at), ld(x, at + 1), ld(x, at + 2), ld(x, at + 3));
+}
+
+// ρ = 1/sqrt(Σx² + eps) over the warp's row (every lane of the warp must call it); returns scale·x·ρ.
+__device__ __forceinline__ float4 l2_row_normalise(float4 v, float scale, float eps, float& rho) {
+  float ss = 0.f;
+  ss += v.x * v.x;
+  ss += v.y * v.y;
+  ss += v.z * v.z;
+  ss += v.w * v.w;
+  rho = rsqrtf(warp_sum(ss) + eps);
+  return make_float4(scale * v.x * rho, scale * v.y * rho, scale * v.z * rho, scale * v.w * rho);
+}
+
+}  // namespace deltatune::kernels
