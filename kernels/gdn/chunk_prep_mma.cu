@@ -61,18 +61,20 @@ __device__ __forceinline__ void st_split4(bf16* hi, bf16* lo, float4 x) {
         make_uint2(mma::pack_bf16(x.x - h0, x.y - h1), mma::pack_bf16(x.z - h2, x.w - h3));
 }
 
-// acc[nb] += X[m0..m0+15][:]·Yᵀ (Y[n][k] row major, both [C][LK]) over k in [0, PD) and n-pairs p < np, with
-// Y = Yh + Yl and, when XLO, X = Xh + Xl (the lo·lo term is dropped).
-template <bool XLO>
-__device__ __forceinline__ void gram(float (&acc)[8][4], const bf16* Xh, const bf16* Xl, const bf16* Yh,
-                                     const bf16* Yl, int m0, int np) {
+// acc[nb] += X[m0..m0+15][:]·Yᵀ (Y[n][k] row major, both [C][LK]) over k in [0, PD) and n-pairs p < NP, with
+// Y = Yh + Yl and, when XLO, X = Xh + Xl (the lo·lo term is dropped). NP is a template argument so that the
+// mma of all n-pairs form one block of independent work (a run-time bound splits them by branches and the
+// three dependent products of each accumulator stall on each other).
+template <bool XLO, int NP>
+__device__ __forceinline__ void gram_np(float (&acc)[8][4], const bf16* Xh, const bf16* Xl, const bf16* Yh,
+                                        const bf16* Yl, int m0) {
+#pragma unroll 2
   for (int k = 0; k < PD; k += 16) {
     uint32_t ah[4], al[4];
     frag_a(ah, Xh, LK, m0, k);
     if (XLO) frag_a(al, Xl, LK, m0, k);
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      if (p >= np) break;
+    for (int p = 0; p < NP; ++p) {
       uint32_t bh[4], bl[4];
       frag_b(bh, Yh, LK, 16 * p, k);
       frag_b(bl, Yl, LK, 16 * p, k);
@@ -85,6 +87,16 @@ __device__ __forceinline__ void gram(float (&acc)[8][4], const bf16* Xh, const b
         mma::mma16816(acc[2 * p + 1], al, bh[2], bh[3]);
       }
     }
+  }
+}
+template <bool XLO>
+__device__ __forceinline__ void gram(float (&acc)[8][4], const bf16* Xh, const bf16* Xl, const bf16* Yh,
+                                     const bf16* Yl, int m0, int np) {
+  switch (np) {
+    case 1: gram_np<XLO, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 2: gram_np<XLO, 2>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 3: gram_np<XLO, 3>(acc, Xh, Xl, Yh, Yl, m0); break;
+    default: gram_np<XLO, 4>(acc, Xh, Xl, Yh, Yl, m0); break;
   }
 }
 
@@ -238,19 +250,19 @@ __global__ void __launch_bounds__(NT, 2)
     }
     // The first value head of each key head writes q̂, k̂ and ρ when asked (the backward's other kernels).
     const bool put_norms = nout.qn && h % (HV / HK) == 0;
+    float rk[F4], rq[F4];
+    l2_rows_normalise(kr, 1.f, nout.eps, rk);
+    l2_rows_normalise(qr, scale, nout.eps, rq);
 #pragma unroll
     for (int i = 0; i < F4; ++i) {
       const int idx = tid + NT * i, r = idx / (PD / 4), c = (idx % (PD / 4)) * 4;
-      float rq, rk;
-      kr[i] = l2_row_normalise(kr[i], 1.f, nout.eps, rk);
-      qr[i] = l2_row_normalise(qr[i], scale, nout.eps, rq);
-      if (lane == 0) Rk[r] = rk;
+      if (lane == 0) Rk[r] = rk[i];
       if (put_norms && r < len) {
         *reinterpret_cast<float4*>(nout.kn + qkb + r * ks + c) = kr[i];
         *reinterpret_cast<float4*>(nout.qn + qkb + r * ks + c) = qr[i];
         if (lane == 0) {
-          nout.rk[(t0 + r) * HK + hk] = rk;
-          nout.rq[(t0 + r) * HK + hk] = rq;
+          nout.rk[(t0 + r) * HK + hk] = rk[i];
+          nout.rq[(t0 + r) * HK + hk] = rq[i];
         }
       }
       st_split4<true>(Kh + r * LK + c, Kl + r * LK + c, kr[i]);

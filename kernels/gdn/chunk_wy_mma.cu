@@ -26,7 +26,8 @@
 // dg stay fp32. Emulator, on the FMA WY kernel's inputs: nmse dk̂ ≤ 5e-7, dg ≤ 5e-8, dβ ≤ 4e-6, dv ≤ 6e-6
 // (bf16 dv), the same as the fp32-staging version.
 // Time at T = 8192 (2 x 4096), HK 16, HV 32 (4096 blocks, 15.5 per SM slot): DRAM traffic is ~0.64 GB per
-// launch (reads: 128 MB dk̂, 64 MB K̂, 64 MB each dW, dV', V, 32 MB T; writes: 128 MB dk̂, 64 MB dv), i.e.
+// launch (reads: 128 MB dk̂, 64 MB K̂, 64 MB each dW, dV', V, 32 MB T; writes: 64 MB dk̂ (the final sum in bf16:
+// only the L2 backward reads it; 128 MB as fp32 before session 6), 64 MB dv), i.e.
 // ~0.21 ms at ~3 TB/s; the ~1.7k mma per block (~1.5 us per block at 2 blocks per SM) overlap only partly,
 // since the co-resident blocks tend to stage together. Measured with a standalone harness on an H100 SXM
 // (bf16 v/dv): 0.31 ms (was 1.20 ms with synchronous fp32 staging at 1 block per SM); ~34k cycles per block,
@@ -167,8 +168,8 @@ template <int DK, int DV> constexpr size_t wy_grad_mma_smem() {
 template <int DK, int DV>
 __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
     const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks, const bf16* T16,
-    const bf16* dW16, const bf16* dvn16, float* dkh, KOut dv_out, float* dg, float* dbeta, int64_t HK,
-    int64_t HV) {
+    const bf16* dW16, const bf16* dvn16, const float* dkh, bf16* dkh16, KOut dv_out, float* dg, float* dbeta,
+    int64_t HK, int64_t HV) {
   static_assert(DK == DV && DK % 32 == 0, "one warp tile shape serves the key and value products");
   constexpr int LK = DK + 8, LV = DV + 8, LC = C + 8, NH = DK / 16;  // NH: n-blocks of a dk/2-wide tile
   extern __shared__ __align__(16) unsigned char gdn_smem[];
@@ -352,8 +353,8 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
       if (ok[hf])
 #pragma unroll
         for (int nb = 0; nb < NH; ++nb)
-          *reinterpret_cast<float2*>(dkh + (tr[hf] * HV + h) * DK + n4 + 8 * nb + 2 * t4) =
-              make_float2(df[hf][nb].x + acc[nb][2 * hf], df[hf][nb].y + acc[nb][2 * hf + 1]);
+          st_bf16x2(dkh16 + (tr[hf] * HV + h) * DK + n4 + 8 * nb + 2 * t4, df[hf][nb].x + acc[nb][2 * hf],
+                    df[hf][nb].y + acc[nb][2 * hf + 1]);
     zero(acc);
     warp_mma<NH, true, true>(acc, Tb, LC, m0, dUb, LV, n4, m0, C);
 #pragma unroll
@@ -419,8 +420,8 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (gdn/emu)
 cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks,
                                    int nchunks, const void* T16, const void* dW16, const void* dvn16,
-                                   float* dkh, KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV,
-                                   int dk, int dv, cudaStream_t s) {
+                                   const float* dkh, void* dkh16, KOut dv_out, float* dg, float* dbeta, int64_t HK,
+                                   int64_t HV, int dk, int dv, cudaStream_t s) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   auto* kern = gdn_chunk_wy_grad_mma_kernel<128, 128>;
   const int smem = static_cast<int>(wy_grad_mma_smem<128, 128>());
@@ -428,7 +429,7 @@ cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float
   if (e != cudaSuccess) return e;
   kern<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
       kn, v, beta, Gc, chunks, static_cast<const bf16*>(T16), static_cast<const bf16*>(dW16),
-      static_cast<const bf16*>(dvn16), dkh, dv_out, dg, dbeta, HK, HV);
+      static_cast<const bf16*>(dvn16), dkh, static_cast<bf16*>(dkh16), dv_out, dg, dbeta, HK, HV);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

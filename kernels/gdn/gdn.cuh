@@ -19,11 +19,11 @@ cudaError_t launch_gdn_gates_bwd(KIn dg, KIn dbeta, KIn a, KIn b, KIn A_log, KIn
 // y F32 (rows, n) (=) scale·x/sqrt(Σx² + eps); rstd F32 (rows) (=) 1/sqrt(Σx² + eps).
 cudaError_t launch_l2norm_fwd(KIn x, float scale, float eps, float* y, float* rstd, int64_t rows, int64_t n,
                               cudaStream_t s);
-// Sum of GVA groups then L2-norm backward. dyh F32 (T, HV, n) holds the gradient w.r.t. scale·x̂ per value
-// head; value heads r·j .. r·j+r−1 share key head j. dx (T, HK, n) (=) rstd·(dŷ − x̂·Σ(dŷ⊙x̂)),
-// dŷ = scale·Σ_group dyh.
-cudaError_t launch_l2norm_bwd_gva(const float* dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t T,
-                                  int64_t HK, int64_t HV, int64_t n, cudaStream_t s);
+// Sum of GVA groups then L2-norm backward. dyh (T, HV, n; F32, or BF16 from the tensor-core backward) holds
+// the gradient w.r.t. scale·x̂ per value head; value heads r·j .. r·j+r−1 share key head j.
+// dx (T, HK, n) (=) rstd·(dŷ − x̂·Σ(dŷ⊙x̂)), dŷ = scale·Σ_group dyh.
+cudaError_t launch_l2norm_bwd_gva(KIn dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t T, int64_t HK,
+                                  int64_t HV, int64_t n, cudaStream_t s);
 
 // Core forward. qn, kn F32 (T, HK, dk) already normalised (qn also scaled); v (T, HV, dv); g F32 (T, HV);
 // beta (T, HV); o (T, HV, dv) (=).
@@ -93,24 +93,26 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
 //   dh16     (nchunks, HV, dk, dv)   reverse scan: dS at each chunk's end
 //   dvn16    (T, HV, dv)             reverse scan: dV'
 //   dW16     (T, HV, dk)             state products
-// q̂, k̂ (fp32, per key head), G (fp32), the dq̂/dk̂ accumulators (fp32, per value head) stay fp32.
+//   dqh16    (T, HV, dk)             state products + intra: dq̂ per value head (only the L2 backward reads it)
+//   dkh16    (T, HV, dk)             WY backward: the final dk̂ per value head (likewise)
+// q̂, k̂ (fp32, per key head), G (fp32) and the dk̂ partial sums between the two kernels (fp32) stay fp32.
 // Head dims the tensor-core kernels are built for: dk = dv = 128.
 bool gdn_chunk_mma_supported(int dk, int dv);
 size_t gdn_chunk_bwd_mma_smem(int dk, int dv);  // 0 when unsupported
-// 2 + 3. state products and intra-chunk terms in one persistent kernel (chunk_bwd_mma.cu): dqh, dkh (=), dW16 (=),
-// gsum (=) and dg (=) (the intra row sums plus the chunk's gsum term on its last row); the contracts of
-// chunk_bwd.cu's kernels 2 and 3 together.
+// 2 + 3. state products and intra-chunk terms in one persistent kernel (chunk_bwd_mma.cu): dqh16 (bf16), dkh
+// (fp32) (=), dW16 (=), gsum (=) and dg (=) (the intra row sums plus the chunk's gsum term on its last row); the
+// contracts of chunk_bwd.cu's kernels 2 and 3 together.
 cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const float* qn, const float* kn, const float* Gc,
                                       const int32_t* chunks, int nchunks, const void* states16, const void* dh16,
-                                      const void* vnew16, const void* dvn16, float* dqh, float* dkh, void* dW16,
+                                      const void* vnew16, const void* dvn16, void* dqh16, float* dkh, void* dW16,
                                       float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
                                       cudaStream_t s);
-// 4. WY backward (chunk_wy_mma.cu): dkh (+=), dv (=), dg (+= then reverse cumsum within each chunk), dbeta (=);
-// contract of chunk_bwd.cu's kernel 4.
+// 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dkh + the WY terms (bf16), dv (=), dg (+= then reverse cumsum
+// within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16 elsewhere.
 cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks,
-                                   int nchunks, const void* T16, const void* dW16, const void* dvn16, float* dkh,
-                                   KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv,
-                                   cudaStream_t s);
+                                   int nchunks, const void* T16, const void* dW16, const void* dvn16,
+                                   const float* dkh, void* dkh16, KOut dv_out, float* dg, float* dbeta, int64_t HK,
+                                   int64_t HV, int dk, int dv, cudaStream_t s);
 // The whole tensor-core backward after the recompute: reverse scan, 2 + 3, 4 (chunk_bwd.cu).
 struct GdnBwdBf16 {
   const void* W16 = nullptr;
@@ -121,11 +123,14 @@ struct GdnBwdBf16 {
   void* dh16 = nullptr;
   void* dvn16 = nullptr;
   void* dW16 = nullptr;
+  void* dqh16 = nullptr;  // outputs: dq̂, dk̂ per value head (for launch_l2norm_bwd_gva)
+  void* dkh16 = nullptr;
 };
+// dkh: fp32 scratch (T, HV, dk) for the dk̂ partial sums between the kernels.
 cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const float* qn, const float* kn, KIn v, KIn beta,
                                      const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
-                                     const float* Gc, const GdnBwdBf16& b, float* gsum, float* dqh, float* dkh,
-                                     KOut dv_out, float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv,
+                                     const float* Gc, const GdnBwdBf16& b, float* gsum, float* dkh, KOut dv_out,
+                                     float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv,
                                      cudaStream_t s);
 
 // ---- bf16 operands of the tensor-core forward scan, written by its prep (BF16 scratch, bf16 bit patterns) ----

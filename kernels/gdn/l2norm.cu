@@ -30,7 +30,7 @@ __global__ void l2norm_fwd_kernel(KIn x, float scale, float eps, float* y, float
 }
 
 // One warp per (t, key head).
-__global__ void l2norm_bwd_gva_kernel(const float* dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t rows,
+__global__ void l2norm_bwd_gva_kernel(KIn dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t rows,
                                       int64_t HK, int64_t HV, int64_t n) {
   const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);  // t·HK + j
   const int lane = threadIdx.x & 31;
@@ -41,13 +41,13 @@ __global__ void l2norm_bwd_gva_kernel(const float* dyh, KIn x, const float* rstd
   float dot = 0.f;
   for (int64_t c = lane; c < n; c += 32) {
     float d = 0.f;
-    for (int64_t m = 0; m < r; ++m) d += dyh[((t * HV) + j * r + m) * n + c];
+    for (int64_t m = 0; m < r; ++m) d += ld(dyh, ((t * HV) + j * r + m) * n + c);
     dot += scale * d * ld(x, row * n + c) * rho;
   }
   dot = warp_sum(dot);
   for (int64_t c = lane; c < n; c += 32) {
     float d = 0.f;
-    for (int64_t m = 0; m < r; ++m) d += dyh[((t * HV) + j * r + m) * n + c];
+    for (int64_t m = 0; m < r; ++m) d += ld(dyh, ((t * HV) + j * r + m) * n + c);
     st(dx, row * n + c, rho * (scale * d - ld(x, row * n + c) * rho * dot));
   }
 }
@@ -67,7 +67,7 @@ __global__ void l2norm_fwd_n128_kernel(KIn x, float scale, float eps, float* y, 
   *reinterpret_cast<float4*>(y + base) = y4;
 }
 
-__global__ void l2norm_bwd_gva_n128_kernel(const float* dyh, KIn x, const float* rstd, float scale, KOut dx,
+__global__ void l2norm_bwd_gva_n128_kernel(KIn dyh, KIn x, const float* rstd, float scale, KOut dx,
                                            int64_t rows, int64_t HK, int64_t HV) {
   const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);  // t·HK + j
   const int lane = threadIdx.x & 31;
@@ -76,7 +76,7 @@ __global__ void l2norm_bwd_gva_n128_kernel(const float* dyh, KIn x, const float*
   const float rho = rstd[row];
   float d[4] = {0.f, 0.f, 0.f, 0.f}, xv[4], dot = 0.f;
   for (int64_t m = 0; m < r; ++m) {
-    const float4 g = *reinterpret_cast<const float4*>(dyh + ((t * HV) + j * r + m) * kVecN + 4 * lane);
+    const float4 g = l2_row_load4(dyh, ((t * HV) + j * r + m) * kVecN + 4 * lane);
     d[0] += g.x, d[1] += g.y, d[2] += g.z, d[3] += g.w;
   }
 #pragma unroll
@@ -101,11 +101,11 @@ cudaError_t launch_l2norm_fwd(KIn x, float scale, float eps, float* y, float* rs
     l2norm_fwd_kernel<<<blocks, kThreads, 0, s>>>(x, scale, eps, y, rstd, rows, n);
   return cudaGetLastError();
 }
-cudaError_t launch_l2norm_bwd_gva(const float* dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t T,
-                                  int64_t HK, int64_t HV, int64_t n, cudaStream_t s) {
+cudaError_t launch_l2norm_bwd_gva(KIn dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t T, int64_t HK,
+                                  int64_t HV, int64_t n, cudaStream_t s) {
   const int64_t rows = T * HK;
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  if (rows > 0 && n == kVecN && reinterpret_cast<uintptr_t>(dyh) % 16 == 0)
+  if (rows > 0 && n == kVecN && reinterpret_cast<uintptr_t>(dyh.p) % 16 == 0)
     l2norm_bwd_gva_n128_kernel<<<blocks, kThreads, 0, s>>>(dyh, x, rstd, scale, dx, rows, HK, HV);
   else if (rows > 0)
     l2norm_bwd_gva_kernel<<<blocks, kThreads, 0, s>>>(dyh, x, rstd, scale, dx, rows, HK, HV, n);

@@ -18,15 +18,40 @@ __device__ __forceinline__ float4 l2_row_load4(KIn x, int64_t at) {
   return make_float4(ld(x, at), ld(x, at + 1), ld(x, at + 2), ld(x, at + 3));
 }
 
-// ρ = 1/sqrt(Σx² + eps) over the warp's row (every lane of the warp must call it); returns scale·x·ρ.
-__device__ __forceinline__ float4 l2_row_normalise(float4 v, float scale, float eps, float& rho) {
+__device__ __forceinline__ float l2_lane_sumsq(float4 v) {
   float ss = 0.f;
   ss += v.x * v.x;
   ss += v.y * v.y;
   ss += v.z * v.z;
   ss += v.w * v.w;
-  rho = rsqrtf(warp_sum(ss) + eps);
+  return ss;
+}
+__device__ __forceinline__ float4 l2_scaled(float4 v, float scale, float rho) {
   return make_float4(scale * v.x * rho, scale * v.y * rho, scale * v.z * rho, scale * v.w * rho);
+}
+
+// ρ = 1/sqrt(Σx² + eps) over the warp's row (every lane of the warp must call it); returns scale·x·ρ.
+__device__ __forceinline__ float4 l2_row_normalise(float4 v, float scale, float eps, float& rho) {
+  rho = rsqrtf(warp_sum(l2_lane_sumsq(v)) + eps);
+  return l2_scaled(v, scale, rho);
+}
+
+// N rows at once (v[i]: the lane's values of row i), the same arithmetic per row as l2_row_normalise; the N
+// butterfly sums advance in lockstep so their shuffles overlap instead of forming one long dependency chain.
+template <int N>
+__device__ __forceinline__ void l2_rows_normalise(float4 (&v)[N], float scale, float eps, float (&rho)[N]) {
+  float ss[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) ss[i] = l2_lane_sumsq(v[i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < N; ++i) ss[i] += __shfl_xor_sync(0xffffffffu, ss[i], o);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    rho[i] = rsqrtf(ss[i] + eps);
+    v[i] = l2_scaled(v[i], scale, rho[i]);
+  }
 }
 
 }  // namespace deltatune::kernels

@@ -15,7 +15,8 @@ alignas(16) unsigned char gdn_smem[232448];
 namespace deltatune::kernels::gdn_emu {
 namespace {
 // State products and intra terms are one kernel (gdn_chunk_grad_mma_kernel) that needs the arguments of both
-// wrappers, as the launchers: state_grad_mma keeps its bf16 inputs and outputs, intra_grad_mma runs the kernel.
+// wrappers, as the launchers: state_grad_mma keeps its bf16 inputs and outputs, intra_grad_mma runs the
+// kernel.
 struct StateGrad {
   bool set = false;
   std::vector<bf16> states, dh, vnew, dvn, dW;
@@ -24,16 +25,25 @@ struct StateGrad {
 StateGrad pending;
 }  // namespace
 
-void state_grad_mma(const Shape& s, KIn dout, const float* kn, const float* Gc, const float* states, const float* dh,
-                    const float* vnew, const float* dvn, float* dqh, float* dkh, float* dW, float* gsum) {
+void state_grad_mma(const Shape& s, KIn dout, const float* kn, const float* Gc, const float* states,
+                    const float* dh, const float* vnew, const float* dvn, float* dqh, float* dkh, float* dW,
+                    float* gsum) {
   int64_t T = 0;
   for (int c = 0; c < s.nchunks; ++c) T = std::max<int64_t>(T, s.chunks[2 * c] + s.chunks[2 * c + 1]);
   const int64_t ns = int64_t(s.nchunks) * s.HV * s.dk * s.dv, nv = T * s.HV * s.dv;
-  pending = StateGrad{true,          to_bf16(states, ns), to_bf16(dh, ns), to_bf16(vnew, nv), to_bf16(dvn, nv),
-                      to_bf16(dW, nv), dqh, dkh, dW, gsum};
+  pending = StateGrad{true,
+                      to_bf16(states, ns),
+                      to_bf16(dh, ns),
+                      to_bf16(vnew, nv),
+                      to_bf16(dvn, nv),
+                      to_bf16(dW, nv),
+                      dqh,
+                      dkh,
+                      dW,
+                      gsum};
 }
-void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* Gc, const float* vnew,
-                    const float* gsum, float* dqh, float* dkh, float* dg) {
+void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* Gc,
+                    const float* vnew, const float* gsum, float* dqh, float* dkh, float* dg) {
   StateGrad& p = pending;
   if (!p.set || p.dqh != dqh || p.dkh != dkh || p.gsum != gsum) {
     std::fprintf(stderr, "intra_grad_mma without the matching state_grad_mma\n");
@@ -41,10 +51,18 @@ void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, 
   }
   // A persistent grid of 3 blocks: several items per block, and blocks with different item counts.
   const int items = s.nchunks * int(s.HV);
+  std::vector<bf16> dq16(p.vnew.size() / s.dv * s.dk,
+                         __float2bfloat16_rn(0.f));  // the kernel's bf16 dq̂, widened
   emu::launch(dim3(std::min(items, 3)), NT, gdn_smem, grad_mma_smem<128, 128>(), [&] {
     gdn_chunk_grad_mma_kernel<128, 128>(dout, qn, kn, Gc, s.chunks, items, p.states.data(), p.dh.data(),
-                                        p.vnew.data(), p.dvn.data(), dqh, dkh, p.dW.data(), p.gsum, dg, s.HK, s.HV);
+                                        p.vnew.data(), p.dvn.data(), dq16.data(), dkh, p.dW.data(), p.gsum,
+                                        dg, s.HK, s.HV);
   });
+  // Rows the kernel writes (those of the chunks) are widened; the others keep what the caller put there.
+  for (int c = 0; c < s.nchunks; ++c)
+    for (int64_t e = int64_t(s.chunks[2 * c]) * s.HV * s.dk;
+         e < int64_t(s.chunks[2 * c] + s.chunks[2 * c + 1]) * s.HV * s.dk; ++e)
+      dqh[e] = __bfloat162float(dq16[e]);
   from_bf16(p.dW, p.dW32);
   p = StateGrad{};
 }

@@ -16,9 +16,15 @@ void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* 
     T = std::max<int64_t>(T, int64_t(s.chunks[2 * c]) + s.chunks[2 * c + 1]);
   const auto T16 = to_bf16(Tm, int64_t(s.nchunks) * s.HV * C * C);
   const auto dW16 = to_bf16(dW, T * s.HV * s.dk), dvn16 = to_bf16(dvn, T * s.HV * s.dv);
+  // The kernel writes the sum (dkh + its terms) as bf16 into another buffer: widened back into dkh (+=).
+  std::vector<bf16> dk16(T * s.HV * s.dk, __float2bfloat16_rn(0.f));
   emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, wy_grad_mma_smem<128, 128>(), [&] {
     gdn_chunk_wy_grad_mma_kernel<128, 128>(kn, v, beta, Gc, s.chunks, T16.data(), dW16.data(), dvn16.data(),
-                                           dkh, dv_out, dg, dbeta, s.HK, s.HV);
+                                           dkh, dk16.data(), dv_out, dg, dbeta, s.HK, s.HV);
   });
+  for (int c = 0; c < s.nchunks; ++c)
+    for (int64_t e = int64_t(s.chunks[2 * c]) * s.HV * s.dk;
+         e < int64_t(s.chunks[2 * c] + s.chunks[2 * c + 1]) * s.HV * s.dk; ++e)
+      dkh[e] = __bfloat162float(dk16[e]);
 }
 }  // namespace deltatune::kernels::gdn_emu

@@ -418,22 +418,28 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout_in, const Te
       gdn_l2norms(q, k, scale, *f);
     }
     Tensor gsum = alloc({f->ch.n, d.HV}, DType::F32);
-    dqh = alloc({d.T, d.HV, d.dk}, DType::F32);
-    dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
     const int nch = static_cast<int>(f->ch.n);
     if (f->mma) {
+      // dq̂ and the final dk̂ per value head come out in bf16 (only the L2 backward reads them); the dk̂ partial
+      // sums between the state/intra kernel and the WY kernel stay fp32.
       Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::BF16), dvn = alloc({d.T, d.HV, d.dv}, DType::BF16);
+      Tensor dk_part = alloc({d.T, d.HV, d.dk}, DType::F32);
+      dqh = alloc({d.T, d.HV, d.dk}, DType::BF16);
+      dkh = alloc({d.T, d.HV, d.dk}, DType::BF16);
       kernels::GdnBwdBf16 b;
       b.W16 = f->W.data, b.M16 = f->M.data, b.T16 = f->Tm.data, b.states16 = f->states.data;
       b.vnew16 = f->vnew.data, b.dh16 = dh.data, b.dvn16 = dvn.data;
       b.dW16 = f->W.data;  // W is read only by the reverse scan, before the state products write dW
+      b.dqh16 = dqh.data, b.dkh16 = dkh.data;
       cuda_check(kernels::launch_gdn_chunk_bwd_mma(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
                                                    kin(beta, "gdn beta"), iptr(f->ch.chunks), nch, iptr(f->ch.off),
-                                                   nseq, fptr(f->Gc), b, fptr(gsum), fptr(dqh), fptr(dkh),
+                                                   nseq, fptr(f->Gc), b, fptr(gsum), fptr(dk_part),
                                                    kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv,
                                                    s),
                  "gdn_bwd (chunked core, tensor cores)");
     } else {
+      dqh = alloc({d.T, d.HV, d.dk}, DType::F32);
+      dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
       Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
       cuda_check(kernels::launch_gdn_chunk_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
                                                kin(beta, "gdn beta"), iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
@@ -446,10 +452,10 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout_in, const Te
   }
   copy(dg, dg32);
   copy(dbeta, db32);
-  cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dqh), kin(q, "gdn q"), fptr(f->rq), scale, kout(dq, "gdn dq"), d.T,
+  cuda_check(kernels::launch_l2norm_bwd_gva(kin(dqh, "gdn dq-hat"), kin(q, "gdn q"), fptr(f->rq), scale, kout(dq, "gdn dq"), d.T,
                                             d.HK, d.HV, d.dk, s),
              "gdn_bwd (l2norm q)");
-  cuda_check(kernels::launch_l2norm_bwd_gva(fptr(dkh), kin(k, "gdn k"), fptr(f->rk), 1.f, kout(dk, "gdn dk"), d.T,
+  cuda_check(kernels::launch_l2norm_bwd_gva(kin(dkh, "gdn dk-hat"), kin(k, "gdn k"), fptr(f->rk), 1.f, kout(dk, "gdn dk"), d.T,
                                             d.HK, d.HV, d.dk, s),
              "gdn_bwd (l2norm k)");
 }
