@@ -2,7 +2,9 @@
 // of chunk_fwd.cu (gdn_chunk_prep_kernel): same inputs, outputs and layouts, dk = dv = 128 only. One block
 // of 8 warps per (chunk, value head). Warps w and w + 4 share an SM sub-partition, so they take row blocks
 // w and 3 − w of the triangular products (even tensor work per sub-partition).
-//  0. Stage K̂ as bf16 hi + lo (lo = K̂ − hi: ~16 mantissa bits together), Q̂ and V as bf16; g, β.
+//  0. Load q and k before their L2 norm and normalise them in registers (a warp holds a row: l2norm_row.cuh,
+//     bit-identical to the L2 norm kernel; the backward's recompute also writes q̂, k̂, ρ for its other
+//     kernels). Stage K̂ as bf16 hi + lo (lo = K̂ − hi: ~16 mantissa bits together), Q̂ and V as bf16; g, β.
 //  1. G = cumsum(g) by one thread in the FMA kernel's order (Gc bit-identical). Warps 0-3: A_raw = K̂K̂ᵀ
 //     from hi·hiᵀ + hi·loᵀ + lo·hiᵀ (T = (I + A)^{-1} is held to nmse 1e-10; a plain bf16 K̂K̂ᵀ gives
 //     ~1e-5); warps 4-7: M_raw = Q̂·(hi + lo)ᵀ. Only the 16x16 tiles on or below the diagonal.
@@ -19,8 +21,13 @@
 //     Q̂ from its tile. They move the scan's per-block fp32 → bf16 staging here, once per value head.
 //     The tensor-core path (cuda_ops_seq.cpp) passes the fp32 W, M and Tout as null and keeps only the bf16
 //     W, M and T (GdnScanBf16::T, read by the backward's WY kernel); U stays fp32.
-// ptxas (sm_90a, -O3): 124 registers/thread (cap 128 for 2 blocks/SM), no spills. Shared memory
-// 107,264 B/block (K̂ hi, K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ): 2 blocks/SM.
+// ptxas (sm_90a, -O3): 127 registers/thread (cap 128 for 2 blocks/SM), no spills. Shared memory
+// 107,520 B/block (K̂ hi, K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ, ρ_k): 2 blocks/SM.
+// Measured (H100, T = 8192, HK 16, HV 32, session 6): 0.40-0.44 ms per call; ncu's stall samples by phase:
+// staging ~34% (mostly waiting for the q/k/v loads), gram 11%, epilogues + diagonal solve 13%, off-diagonal
+// T 19% (before its float4 operand reads: 22%, 43M instructions -> 30M), products and stores 16%, the
+// backward's V' 7%. Running the value heads of a key head side by side (one-dimensional grid) and copying V
+// by cp.async behind the staging changed nothing measurable.
 // Emulator nmse vs the FMA kernel (gdn/emu): W ~2e-11, U ~1e-13 (BF16 v; 2e-6 for F32 v), M ~3e-6,
 // Gc 0, Tout ≤ 4e-12.
 // Estimate at T = 8192, HV 32, HK 16 (4096 blocks): memory bound. Per block 80 KB in (K̂, Q̂ F32, shared in
@@ -384,26 +391,41 @@ __global__ void __launch_bounds__(NT, 2)
   __syncthreads();
 
   // ---- 3. off-diagonal blocks of T, by distance d from the diagonal ----
+  // Thread (i, c) forms element (i, c) of each block. Row operands are read as float4 (the 16 threads of a row
+  // read the same address: a broadcast), into four partial sums (independent FMA chains).
   {
     const int i = tid >> 4, c = tid & 15;  // element (i, c) of a 16x16 block
     for (int d = 1; d < 4; ++d) {
       for (int k = 0; k + d < 4; ++k) {  // P_rk = Σ_{k≤m<r} A_rm·T_mk → Tf block (k, r)
         const int r = k + d;
-        const float* ar = Af + (16 * r + i) * LA;
-        float s0 = 0.f, s1 = 0.f;
-        for (int j = 16 * k; j < 16 * r; j += 2) {
-          s0 += ar[j] * Tf[j * LA + 16 * k + c];
-          s1 += ar[j + 1] * Tf[(j + 1) * LA + 16 * k + c];
+        const float* ar = Af + (16 * r + i) * LA + 16 * k;
+        const float* tc = Tf + 16 * k * LA + 16 * k + c;
+        float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll 4
+        for (int j = 0; j < 16 * d; j += 4) {
+          const float4 a = *reinterpret_cast<const float4*>(ar + j);
+          s0 += a.x * tc[j * LA];
+          s1 += a.y * tc[(j + 1) * LA];
+          s2 += a.z * tc[(j + 2) * LA];
+          s3 += a.w * tc[(j + 3) * LA];
         }
-        Tf[(16 * k + i) * LA + 16 * r + c] = s0 + s1;
+        Tf[(16 * k + i) * LA + 16 * r + c] = (s0 + s1) + (s2 + s3);
       }
       __syncthreads();
-      for (int k = 0; k + d < 4; ++k) {  // T_rk = −T_rr·P_rk (T_rr lower triangular)
+      for (int k = 0; k + d < 4; ++k) {  // T_rk = −T_rr·P_rk (T_rr is zero above its diagonal: all 16 terms)
         const int r = k + d;
         const float* tr = Tf + (16 * r + i) * LA + 16 * r;
-        float s = 0.f;
-        for (int j = 0; j <= i; ++j) s += tr[j] * Tf[(16 * k + j) * LA + 16 * r + c];
-        Tf[(16 * r + i) * LA + 16 * k + c] = 16 * r + i < len ? -s : 0.f;
+        const float* pc = Tf + 16 * k * LA + 16 * r + c;
+        float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+        for (int j = 0; j < 16; j += 4) {
+          const float4 t = *reinterpret_cast<const float4*>(tr + j);
+          s0 += t.x * pc[j * LA];
+          s1 += t.y * pc[(j + 1) * LA];
+          s2 += t.z * pc[(j + 2) * LA];
+          s3 += t.w * pc[(j + 3) * LA];
+        }
+        Tf[(16 * r + i) * LA + 16 * k + c] = 16 * r + i < len ? -((s0 + s1) + (s2 + s3)) : 0.f;
       }
       __syncthreads();
     }

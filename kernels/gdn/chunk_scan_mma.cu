@@ -1,9 +1,11 @@
 // Tensor-core version (bf16 mma.sync, fp32 accumulators and fp32 state) of the chunked GDN forward scan
 // (gdn_chunk_scan_kernel in chunk_fwd.cu), same contract: one block per (sequence, value head, tile of BV
 // value columns), chunks of the sequence in order. Per chunk, with S the state at the chunk's start:
-//   phase A (warp w: rows 16w..16w+15):  V' = U − W·S,  QS = Q̂·S             (k = dk over bf16 S)
-//   phase B (warp w: rows 16w..16w+15):  O = diag(γ)·QS + M·V'                (causal k range only)
-//           (warp w: state rows 32w..32w+31):  S ← Γ·S + (diag(Γ/γ)K̂)ᵀ·V'     (k = the chunk's 64 rows)
+//   phase A (warp tile: rows m0..m0+15):  V' = U − W·S,  QS = Q̂·S             (k = dk over bf16 S)
+//   phase B (the same tile):              O = diag(γ)·QS + M·V'                (causal k range only)
+//           (warp tile: state rows s0..s0+31):  S ← Γ·S + (diag(Γ/γ)K̂)ᵀ·V'    (k = the chunk's 64 rows)
+// Warps: 4 at BV 16/32 (warp w: m0 = 16w, s0 = 32w, all BV columns); 8 at BV 64, 4 x 2 (warp w: m0 =
+// 16·(w/2), s0 = 32·(w/2), columns 32·(w%2)..+31: the warp tiles of BV 32).
 // S lives in registers in the mma accumulator layout (the update is an accumulation into it) and is copied
 // to a bf16 tile for phase A's products; V' goes through a bf16 tile to be phase B's operand. The inputs
 // (F32 scratch of the prep kernel) are rounded to bf16 while staged (3 block barriers per chunk, 4 with PF),
@@ -11,10 +13,24 @@
 // cp.async: no conversion and no G/Dc step in the chunk loop, 2 barriers per chunk with PF (3 without).
 // WITH_O = false (o.p null: the backward's recompute, or the scan before chunk_out_mma.cu computes O chunk-
 // parallel) leaves out everything that only serves the output: the Q̂ and M tiles, QS and phase B's M·V'.
-// Resources (BV 32): 128 threads, smem 77 KiB (2 blocks per SM), registers: see ptxas -v (sm_90a, B16: 128-160,
-// no spills).
-// Estimate at T=8192 (2 sequences), HV 32: 256 blocks, 64 chunks each; per chunk 112 KiB of (mostly L2)
-// loads and ~100 mma per warp -> ~4 us, so ~0.3 ms for the scan (FMA kernel: 6.1 ms).
+//
+// BV 64 (B16 with PF only; 8 warps, one block per SM): for grids that BV 32 runs in more than one wave at
+// its blocks per SM (launcher below). At 2 sequences of HV 32: 128 blocks, one wave, each chunk's tiles
+// prefetched behind the chunk before, where BV 32 runs 256 blocks without prefetch (its prefetching variant
+// with output, 151.5 KiB, fits one block per SM: two waves), every chunk step waiting for its loads; W, Q̂,
+// Kd and M are also loaded once per 64 columns instead of per 32. Each output element accumulates exactly as
+// at BV 32/16 (k ascending in steps of 16, one accumulator): states, V' and o are bit-identical (gdn_emu
+// b16). BV 64 loads each S / V' fragment once for its two products (warp_mma2) and writes states and V' from
+// their bf16 tiles (the same values) as 16-byte row pieces.
+// Resources (nvcc 13.0, sm_90a, -O3, ptxas -v), B16, no spills in any instance:
+//   BV 64 PF, with / without O: 224 / 164 registers, 256 threads, smem 183,808 / 130,560 B (1 block per SM)
+//   BV 32 PF: 160 / 128 registers, 128 threads, 151.5 / 99.5 KiB; BV 32 without PF: 156 / 128 registers
+// Estimate at T = 8192 (2 sequences of 4096), HK 16, HV 32, BV 64: 128 blocks, 64 chunks each. Per chunk and
+// warp ~106 mma (phase A 64, M·V' 10, state 32) and ~56 ldmatrix.x4; per SM ~3k cycles of shared-memory
+// traffic (ldmatrix 230 KB, cp.async fills 72 KB, V'/S tiles and U) against ~1.7k of the tensor pipe, as in
+// the reverse scan's BV 64 (4.2 µs per chunk step): ~3.5-4.5 µs per step, ~0.25 ms (BV 32 without PF:
+// 0.38 ms, ~5.9 µs per step, latency of the chunk's loads). 72 KiB of loads per block and chunk (9 MB per
+// step, mostly L2: the two column tiles and HV/HK heads share them).
 #include <cstdlib>
 #include <type_traits>
 
@@ -27,7 +43,8 @@ namespace {
 
 using namespace gdn_mma;
 constexpr int C = kGdnChunk;
-constexpr int NT = 128;  // 4 warps
+// Threads per block: 4 warps, or 8 at BV 64 (a 4 x 2 grid of BV 32's warp tiles).
+template <int BV> constexpr int scan_threads() { return BV == 64 ? 256 : 128; }
 constexpr int DKM = 128, DVM = 128;
 constexpr int LDK = DKM + 8;  // bf16 row stride of the 64 x dk tiles
 constexpr int LDM = C + 8;
@@ -41,6 +58,7 @@ constexpr int LDM = C + 8;
 // 151.5 KiB (BV 32) / 137.5 KiB (BV 16) with output (one block per SM), 99.5 / 85.5 KiB without (two blocks
 // per SM: chosen whenever the grid fits one wave at two, e.g. the backward's recompute at 8K tokens). B16 without
 // PF: one set, loaded at the chunk's start (83.3 / 73.3 KiB with output, 2 blocks per SM).
+// BV 64 (B16 with PF only): 179.5 KiB with output, 127.5 KiB without (one block of 8 warps per SM).
 template <int BV, bool WITH_O> struct Set16 {  // byte offsets in one set of the B16 tiles
   static constexpr size_t W = 0;                                                      // bf16 [C][LDK]
   static constexpr size_t Q = W + sizeof(bf16) * C * LDK;                             // bf16 [C][LDK]
@@ -63,7 +81,7 @@ template <int BV, bool PF, bool WITH_O, bool B16> constexpr size_t scan_mma_smem
 
 // cp.async of rows [0, 64) x COLS floats (row r at src + r·stride) into dst[r][COLS]; rows ≥ rows_ok zeros. A
 // loop the compiler keeps rolled (cp_rows unrolls: the fp32-staging prefetch variant would spill).
-template <int COLS>
+template <int COLS, int NT>
 __device__ __forceinline__ void prefetch_rows(float* dst, const float* src, int64_t stride, int rows_ok) {
   constexpr int Q = COLS / 4;
   for (int idx = threadIdx.x; idx < C * Q; idx += NT) {
@@ -73,13 +91,62 @@ __device__ __forceinline__ void prefetch_rows(float* dst, const float* src, int6
   }
 }
 
+// dst[r·ld + c] = src[r·(COLS + 8) + c] (bf16) for r < rows, c < COLS, 16 bytes a thread: whole row pieces
+// out instead of the mma layout's 4-byte ones.
+template <int COLS, int NT>
+__device__ __forceinline__ void store_rows(bf16* dst, int64_t ld, const bf16* src, int rows) {
+  constexpr int Q = COLS / 8;
+  for (int idx = threadIdx.x; idx < rows * Q; idx += NT) {
+    const int r = idx / Q, c = (idx % Q) * 8;
+    *reinterpret_cast<uint4*>(dst + r * ld + c) = *reinterpret_cast<const uint4*>(src + r * (COLS + 8) + c);
+  }
+}
+
+// warp_mma (B stored [k][n]) into two accumulators at once: c0 (+)= A0·B and, with TWO, c1 (+)= A1·B, A0/A1
+// rows m0/m1 of stored (AT: transposed) tiles, each B fragment loaded once for both (warp_mma twice loads it
+// twice). Per element the same accumulation as warp_mma: k ascending in steps of 16 into one accumulator.
+template <int NB, bool AT, bool TWO>
+__device__ __forceinline__ void warp_mma2(float (&c0)[NB][4], float (&c1)[NB][4], const bf16* A0,
+                                          const bf16* A1, int lda, int m0, int m1, const bf16* B, int ldb,
+                                          int n0, int k1) {
+  for (int k = 0; k < k1; k += 16) {
+    uint32_t a0[4], a1[4];
+    if (AT) frag_a_t(a0, A0, lda, m0, k);
+    else frag_a(a0, A0, lda, m0, k);
+    if (TWO) {
+      if (AT) frag_a_t(a1, A1, lda, m1, k);
+      else frag_a(a1, A1, lda, m1, k);
+    }
+#pragma unroll
+    for (int p = 0; p < NB / 2; ++p) {
+      uint32_t b[4];
+      frag_b_t(b, B, ldb, n0 + 16 * p, k);
+      mma::mma16816(c0[2 * p], a0, b[0], b[1]);
+      mma::mma16816(c0[2 * p + 1], a0, b[2], b[3]);
+      if (TWO) {
+        mma::mma16816(c1[2 * p], a1, b[0], b[1]);
+        mma::mma16816(c1[2 * p + 1], a1, b[2], b[3]);
+      }
+    }
+  }
+}
+
 template <int BV, bool PF, bool WITH_O, bool B16>
-__global__ void __launch_bounds__(NT, PF && WITH_O ? 1 : 2) gdn_chunk_scan_mma_kernel(
-    const float* qn, const float* kn, const float* W, const float* U, const float* M, const float* Gc,
-    const int32_t* chunks, const int32_t* chunk_off, KOut o, bf16* states, bf16* vnew, int64_t HK, int64_t HV,
-    const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh) {
-  constexpr int NB = BV / 8, LDV = BV + 8;
+__global__ void __launch_bounds__(scan_threads<BV>(), (PF && WITH_O) || BV == 64 ? 1 : 2)
+    gdn_chunk_scan_mma_kernel(const float* qn, const float* kn, const float* W, const float* U,
+                              const float* M, const float* Gc, const int32_t* chunks,
+                              const int32_t* chunk_off, KOut o, bf16* states, bf16* vnew, int64_t HK,
+                              int64_t HV, const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh) {
+  static_assert(BV != 64 || (PF && B16), "BV 64: the bf16 operands, prefetched");
+  constexpr int NT = scan_threads<BV>(), LDV = BV + 8;
+  // Warp tiles: WC warps side by side over the BV columns (1, or 2 at BV 64), each NB n-blocks wide from
+  // column n0; phase A/B rows m0 .. +15 and state rows 32·(warp / WC) .. +31 (4 warps down each).
+  constexpr int WC = NT / 128, NB = BV / WC / 8;
   static_assert(NB % 2 == 0, "n-blocks come in pairs");
+  // BV 64 writes states and V' from their bf16 tiles as row pieces and loads each B fragment once for two
+  // products (warp_mma2; shared memory is its busiest unit). The 4-warp variants keep their mma-layout
+  // stores and one warp_mma per product (as measured).
+  constexpr bool kRowStores = WC == 2, kPairs = WC == 2;
   using S16 = Set16<BV, WITH_O>;
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   bf16* Sb = reinterpret_cast<bf16*>(gdn_smem);  // [DK][LDV] S (bf16 copy)
@@ -104,6 +171,7 @@ __global__ void __launch_bounds__(NT, PF && WITH_O ? 1 : 2) gdn_chunk_scan_mma_k
   const int c0 = blockIdx.y * BV;
   const int64_t hk = h / (HV / HK);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  const int m0 = 16 * (warp / WC), s0 = 32 * (warp / WC), n0 = 8 * NB * (warp % WC);
 
   auto prefetch = [&](int ch) {
     const int64_t t0 = chunks[2 * ch];
@@ -112,11 +180,11 @@ __global__ void __launch_bounds__(NT, PF && WITH_O ? 1 : 2) gdn_chunk_scan_mma_k
       const bool ok = int(threadIdx.x) < len;
       mma::cp_async4(mma::smem_addr(Gs + threadIdx.x), ok ? Gc + (t0 + threadIdx.x) * HV + h : Gc, ok);
     }
-    prefetch_rows<DKM>(Wf, W + (t0 * HV + h) * DKM, HV * DKM, len);
-    if (WITH_O) prefetch_rows<DKM>(Qf, qn + (t0 * HK + hk) * DKM, HK * DKM, len);
-    prefetch_rows<DKM>(Kf, kn + (t0 * HK + hk) * DKM, HK * DKM, len);
-    if (WITH_O) prefetch_rows<C>(Mf, M + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C);
-    prefetch_rows<BV>(Uf, U + (t0 * HV + h) * DVM + c0, HV * DVM, len);
+    prefetch_rows<DKM, NT>(Wf, W + (t0 * HV + h) * DKM, HV * DKM, len);
+    if (WITH_O) prefetch_rows<DKM, NT>(Qf, qn + (t0 * HK + hk) * DKM, HK * DKM, len);
+    prefetch_rows<DKM, NT>(Kf, kn + (t0 * HK + hk) * DKM, HK * DKM, len);
+    if (WITH_O) prefetch_rows<C, NT>(Mf, M + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C);
+    prefetch_rows<BV, NT>(Uf, U + (t0 * HV + h) * DVM + c0, HV * DVM, len);
     mma::cp_async_commit();
   };
   auto load16 = [&](int ch, int b) {  // chunk ch's bf16 tiles, G and U into set b
@@ -135,11 +203,12 @@ __global__ void __launch_bounds__(NT, PF && WITH_O ? 1 : 2) gdn_chunk_scan_mma_k
     if (WITH_O)
       cp_rows<C, C, LDM, NT>(reinterpret_cast<bf16*>(set + S16::M), Mh + (static_cast<int64_t>(ch) * HV + h) * C * C,
                               C, C);
-    prefetch_rows<BV>(reinterpret_cast<float*>(set + S16::U), U + (t0 * HV + h) * DVM + c0, HV * DVM, len);
+    prefetch_rows<BV, NT>(reinterpret_cast<float*>(set + S16::U), U + (t0 * HV + h) * DVM + c0, HV * DVM,
+                          len);
     mma::cp_async_commit();
   };
 
-  float S[2][NB][4];  // state rows 32·warp + 16·mt + (gr, gr + 8), columns 8·nb + 2·tq (+1)
+  float S[2][NB][4];  // state rows s0 + 16·mt + (gr, gr + 8), columns n0 + 8·nb + 2·tq (+1)
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) zero(S[mt]);
   for (int idx = threadIdx.x; idx < DKM * LDV; idx += NT) Sb[idx] = __float2bfloat16_rn(0.f);
@@ -151,13 +220,13 @@ __global__ void __launch_bounds__(NT, PF && WITH_O ? 1 : 2) gdn_chunk_scan_mma_k
   for (int ch = chunk_off[n]; ch < chunk_off[n + 1]; ++ch) {
     const int64_t t0 = chunks[2 * ch];
     const int len = chunks[2 * ch + 1];
-    if (states) {  // chunk-start state for the backward pass, bf16: (chunk, HV, dk, dv)
+    if (states && !kRowStores) {  // chunk-start state for the backward pass, bf16: (chunk, HV, dk, dv)
       bf16* so = states + (static_cast<int64_t>(ch) * HV + h) * DKM * DVM + c0;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb) {
-          const int r = 32 * warp + 16 * mt + gr, c = 8 * nb + 2 * tq;
+          const int r = s0 + 16 * mt + gr, c = n0 + 8 * nb + 2 * tq;
           st_bf16x2(so + r * DVM + c, S[mt][nb][0], S[mt][nb][1]);
           st_bf16x2(so + (r + 8) * DVM + c, S[mt][nb][2], S[mt][nb][3]);
         }
@@ -213,40 +282,45 @@ __global__ void __launch_bounds__(NT, PF && WITH_O ? 1 : 2) gdn_chunk_scan_mma_k
       }
     }
 
-    // Phase A: V' = U − W·S and QS = Q̂·S for rows 16·warp .. +15.
-    const int m0 = 16 * warp;
+    // Phase A: V' = U − W·S and QS = Q̂·S for rows m0 .. +15, columns n0 ..
     float vp[NB][4], qs[NB][4];
     zero(vp);
-    warp_mma<NB, false, true>(vp, Wt, LDK, m0, Sb, LDV, 0, 0, DKM);
-    if constexpr (WITH_O) {
-      zero(qs);
-      warp_mma<NB, false, true>(qs, Qt, LDK, m0, Sb, LDV, 0, 0, DKM);
+    if constexpr (WITH_O) zero(qs);
+    if constexpr (kPairs) {
+      warp_mma2<NB, false, WITH_O>(vp, qs, Wt, Qt, LDK, m0, m0, Sb, LDV, n0, DKM);
+    } else {
+      warp_mma<NB, false, true>(vp, Wt, LDK, m0, Sb, LDV, n0, 0, DKM);
+      if constexpr (WITH_O) warp_mma<NB, false, true>(qs, Qt, LDK, m0, Sb, LDV, n0, 0, DKM);
     }
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        const int i = m0 + gr + 8 * hf, c = 8 * nb + 2 * tq;
+        const int i = m0 + gr + 8 * hf, c = n0 + 8 * nb + 2 * tq;
         float2 v = make_float2(0.f, 0.f);
         if (i < len) {
           const float2 u = *reinterpret_cast<const float2*>(Ur + i * u_ld + c);
           v = make_float2(u.x - vp[nb][2 * hf], u.y - vp[nb][2 * hf + 1]);
-          if (vnew) st_bf16x2(vnew + ((t0 + i) * HV + h) * DVM + c0 + c, v.x, v.y);
+          if (vnew && !kRowStores) st_bf16x2(vnew + ((t0 + i) * HV + h) * DVM + c0 + c, v.x, v.y);
         }
         st_bf16x2(Vb + i * LDV + c, v.x, v.y);
       }
+    // The chunk-start state from its bf16 copy (= bf16(S); rewritten only after the barrier below).
+    if (kRowStores && states)
+      store_rows<BV, NT>(states + (static_cast<int64_t>(ch) * HV + h) * DKM * DVM + c0, DVM, Sb, DKM);
     __syncthreads();
+    if (kRowStores && vnew) store_rows<BV, NT>(vnew + (t0 * HV + h) * DVM + c0, HV * DVM, Vb, len);
 
     // Phase B: O = diag(γ)·QS + M·V' (M is causal: k only up to this warp's last row).
     if constexpr (WITH_O) {
       float mv[NB][4];
       zero(mv);
-      warp_mma<NB, false, true>(mv, Mt, LDM, m0, Vb, LDV, 0, 0, m0 + 16);
+      warp_mma<NB, false, true>(mv, Mt, LDM, m0, Vb, LDV, n0, 0, m0 + 16);
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          const int i = m0 + gr + 8 * hf, c = 8 * nb + 2 * tq;
+          const int i = m0 + gr + 8 * hf, c = n0 + 8 * nb + 2 * tq;
           if (i >= len) continue;
           const float gam = expf(Gt[i]);
           const int64_t at = ((t0 + i) * HV + h) * DVM + c0 + c;
@@ -254,18 +328,21 @@ __global__ void __launch_bounds__(NT, PF && WITH_O ? 1 : 2) gdn_chunk_scan_mma_k
           st(o, at + 1, gam * qs[nb][2 * hf + 1] + mv[nb][2 * hf + 1]);
         }
     }
-    // S ← Γ·S + (diag(Γ/γ)K̂)ᵀ·V' for state rows 32·warp .. +31, then its bf16 copy for the next chunk.
+    // S ← Γ·S + (diag(Γ/γ)K̂)ᵀ·V' for state rows s0 .. +31, then its bf16 copy for the next chunk.
     const float gam_l = expf(Gt[len - 1]);
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
         for (int e = 0; e < 4; ++e) S[mt][nb][e] *= gam_l;
-      warp_mma<NB, true, true>(S[mt], Kt, LDK, 32 * warp + 16 * mt, Vb, LDV, 0, 0, C);
+    if constexpr (kPairs) warp_mma2<NB, true, true>(S[0], S[1], Kt, Kt, LDK, s0, s0 + 16, Vb, LDV, n0, C);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      if constexpr (!kPairs) warp_mma<NB, true, true>(S[mt], Kt, LDK, s0 + 16 * mt, Vb, LDV, n0, 0, C);
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
-        const int r = 32 * warp + 16 * mt + gr, c = 8 * nb + 2 * tq;
+        const int r = s0 + 16 * mt + gr, c = n0 + 8 * nb + 2 * tq;
         st_bf16x2(Sb + r * LDV + c, S[mt][nb][0], S[mt][nb][1]);
         st_bf16x2(Sb + (r + 8) * LDV + c, S[mt][nb][2], S[mt][nb][3]);
       }
@@ -273,9 +350,9 @@ __global__ void __launch_bounds__(NT, PF && WITH_O ? 1 : 2) gdn_chunk_scan_mma_k
   }
 }
 
-// f(BV, PF, WITH_O, B16), each a std::integral_constant, for the variant chosen at run time (bv: kChunkBV or
-// half).
-template <class F> void with_scan_variant(int bv, bool pf, bool with_o, bool b16, F&& f) {
+// f(BV, PF, WITH_O, B16), each a std::integral_constant, for the variant chosen at run time (bv: kChunkBV,
+// half that, or 64: only with b16 and pf). False (f not called) for a variant that does not exist.
+template <class F> bool with_scan_variant(int bv, bool pf, bool with_o, bool b16, F&& f) {
   auto by_b16 = [&](auto bv_c, auto pf_c, auto o_c) {
     if (b16) f(bv_c, pf_c, o_c, std::true_type{});
     else f(bv_c, pf_c, o_c, std::false_type{});
@@ -288,8 +365,17 @@ template <class F> void with_scan_variant(int bv, bool pf, bool with_o, bool b16
     if (pf) by_o(bv_c, std::true_type{});
     else by_o(bv_c, std::false_type{});
   };
+  if (bv == 64) {
+    if (!b16 || !pf) return false;
+    const auto bv_c = std::integral_constant<int, 64>{};
+    if (with_o) f(bv_c, std::true_type{}, std::true_type{}, std::true_type{});
+    else f(bv_c, std::true_type{}, std::false_type{}, std::true_type{});
+    return true;
+  }
   if (bv == kChunkBV) by_pf(std::integral_constant<int, kChunkBV>{});
-  else by_pf(std::integral_constant<int, kChunkBV / 2>{});
+  else if (bv == kChunkBV / 2) by_pf(std::integral_constant<int, kChunkBV / 2>{});
+  else return false;
+  return true;
 }
 
 // The bf16 operands (GdnScanBf16) of the variant with output when given: W and Kd (and Q and M with output).
@@ -299,9 +385,10 @@ bool scan_mma_b16(const GdnScanBf16* b16, bool with_o) {
 
 }  // namespace
 
-// The fp32-staging prefetching variant with output's size (the largest).
+// The fp32-staging prefetching variant with output's size (the largest), at BV 64 the bf16 one with output.
 size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv) {
   if (!gdn_chunk_mma_supported(dk, dv)) return 0;
+  if (bv == 64) return scan_mma_smem<64, true, true, true>();
   static_assert(scan_mma_smem<kChunkBV, true, true, false>() >= scan_mma_smem<kChunkBV, true, true, true>() &&
                     scan_mma_smem<kChunkBV / 2, true, true, false>() >= scan_mma_smem<kChunkBV / 2, true, true, true>(),
                 "the largest variant");
@@ -311,12 +398,32 @@ size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv) {
 
 #ifndef DT_ATTN_EMU
 namespace {
-// Prefetching variant when the grid fits one wave at the blocks per SM its shared memory allows: one, or two
-// for the bf16 variant without output (99.5 KiB at BV 32). DT_GDN_SCAN_PF=0/1 forces it (A/B timing).
-bool scan_mma_prefetch(int64_t blocks, bool two_per_sm) {
-  if (const char* f = std::getenv("DT_GDN_SCAN_PF")) return f[0] == '1';
+int sm_count() {
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return sms;
+}
+
+// Column tile: gdn_scan_tile_cols's 32 (16 where even that grid fits one wave), or, with the bf16 operands,
+// 64 where BV 32's grid (pairs · dv/32 blocks) takes more than one wave at the blocks per SM of the variant
+// it would get: more than SMs blocks with output (the prefetching BV 32 variant with output runs one per SM,
+// so the grid ran without prefetch), more than 2·SMs without (its prefetching variant runs two per SM). E.g.
+// 2 sequences of HV 32 with output: 128 blocks of BV 64 instead of 256 of BV 32; 1 sequence of HV 16 / 32
+// keeps BV 16 / 32. DT_GDN_SCAN_BV=16/32/64 forces it (A/B timing; 64 only with the bf16 operands).
+int scan_mma_tile_cols(int64_t pairs, int dv, bool b16, bool with_o, int sms) {
+  if (const char* f = std::getenv("DT_GDN_SCAN_BV")) {
+    const int bv = std::atoi(f);
+    if (bv == 16 || bv == 32 || (bv == 64 && b16)) return bv;
+  }
+  if (b16 && pairs * (dv / kChunkBV) > (with_o ? 1 : 2) * int64_t(sms)) return 64;
+  return gdn_scan_tile_cols(pairs, dv);
+}
+
+// BV 16/32: the prefetching variant when the grid fits one wave at the blocks per SM its shared memory
+// allows: one, or two for the bf16 variant without output (99.5 KiB at BV 32). DT_GDN_SCAN_PF=0/1 forces it
+// (A/B timing). BV 64 always prefetches (its only variant).
+bool scan_mma_prefetch(int64_t blocks, bool two_per_sm, int sms) {
+  if (const char* f = std::getenv("DT_GDN_SCAN_PF")) return f[0] == '1';
   return blocks <= (two_per_sm ? 2 : 1) * int64_t(sms);
 }
 }  // namespace
@@ -328,18 +435,24 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
                                       const GdnScanBf16* b16) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
-  const int bv = gdn_scan_tile_cols(nseq * HV, dv);
-  const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
   const bool with_o = o.p != nullptr, use_b16 = scan_mma_b16(b16, with_o);
-  const bool pf = scan_mma_prefetch(int64_t(grid.x) * grid.y, !with_o && use_b16);
+  const int sms = sm_count();
+  const int bv = scan_mma_tile_cols(int64_t(nseq) * HV, dv, use_b16, with_o, sms);
+  const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
+  const bool pf = bv == 64 || scan_mma_prefetch(int64_t(grid.x) * grid.y, !with_o && use_b16, sms);
   decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true, true, false>) kernel = nullptr;
   size_t smem = 0;
-  with_scan_variant(bv, pf, with_o, use_b16, [&](auto bv_c, auto pf_c, auto o_c, auto b16_c) {
-    constexpr int BV = decltype(bv_c)::value;
-    constexpr bool PF = decltype(pf_c)::value, WITH_O = decltype(o_c)::value, B16 = decltype(b16_c)::value;
-    kernel = gdn_chunk_scan_mma_kernel<BV, PF, WITH_O, B16>;
-    smem = scan_mma_smem<BV, PF, WITH_O, B16>();
-  });
+  int threads = 0;
+  const bool found =
+      with_scan_variant(bv, pf, with_o, use_b16, [&](auto bv_c, auto pf_c, auto o_c, auto b16_c) {
+        constexpr int BV = decltype(bv_c)::value;
+        constexpr bool PF = decltype(pf_c)::value, WITH_O = decltype(o_c)::value,
+                       B16 = decltype(b16_c)::value;
+        kernel = gdn_chunk_scan_mma_kernel<BV, PF, WITH_O, B16>;
+        smem = scan_mma_smem<BV, PF, WITH_O, B16>();
+        threads = scan_threads<BV>();
+      });
+  if (!found) return cudaErrorInvalidValue;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const bf16 *Wh = nullptr, *Kdh = nullptr, *Qh = nullptr, *Mh = nullptr;
@@ -347,8 +460,8 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
     Wh = static_cast<const bf16*>(b16->W), Kdh = static_cast<const bf16*>(b16->Kd);
     Qh = static_cast<const bf16*>(b16->Q), Mh = static_cast<const bf16*>(b16->M);
   }
-  kernel<<<grid, NT, smem, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, static_cast<bf16*>(states16),
-                                static_cast<bf16*>(vnew16), HK, HV, Wh, Kdh, Qh, Mh);
+  kernel<<<grid, threads, smem, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, static_cast<bf16*>(states16),
+                                     static_cast<bf16*>(vnew16), HK, HV, Wh, Kdh, Qh, Mh);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

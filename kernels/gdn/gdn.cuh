@@ -154,7 +154,8 @@ struct GdnScanBf16 {
 // ---- tensor-core forward scan, chunk_scan_mma.cu (dk = dv = 128) ----
 // Same contract as the FMA scan of launch_gdn_chunk_fwd (after its prep): o (=) unless o.p is null, states16
 // and vnew16 (bf16, see GdnBwdBf16) (=) when not null. With o.p null the scan leaves out the output's tiles and products (a shorter
-// serial path). bv: the column tile gdn_scan_tile_cols picks.
+// serial path). bv: the column tile the launcher picks (gdn_scan_tile_cols, or 64 with the bf16 operands when
+// BV 32 would take more than one wave).
 size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv);
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
                                       const float* M, const float* Gc, const int32_t* chunks,

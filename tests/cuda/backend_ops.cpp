@@ -449,7 +449,8 @@ void case_gdn(Env& e) {
                      {2, 2, 64, 96, {0, 200}, -12.f},                // strongly decaying gates (g down to -12)
                      {1, 1, 128, 128, {0, 129}, -1.f, 0.f, 0.02f},   // β near 0
                      {1, 2, 128, 128, {0, 190}, -1.f, 0.98f, 1.f},   // β near 1
-                     {1, 2, 128, 128, {0, 8192}, -1.f}};             // one long sequence (8K)
+                     {1, 2, 128, 128, {0, 8192}, -1.f},              // one long sequence (8K)
+                     {16, 32, 128, 128, {0, 300, 557}}};             // 9B's heads, 2 sequences: wide scan tiles
   for (const D& c : cases) {
     const int64_t T = c.cu.back();
     SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);

@@ -53,7 +53,8 @@ void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, 
                     const float* vnew, const float* gsum, float* dqh, float* dkh, float* dg);
 void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm,
                  float* dW, const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta);
-// tensor-core forward scan (chunk_scan_mma.cu), bv = 32 or 16 value columns per block, pf: prefetching
+// tensor-core forward scan (chunk_scan_mma.cu), bv = 16, 32 or 64 (8 warps; bf16 operands and pf
+// only) value columns per block, pf: prefetching
 // variant; o.p null: the variant without output; b16: the prep's bf16 operands (the variant that copies them,
 // when complete), else the fp32-staging variant
 void scan_mma(const Shape& s, int bv, bool pf, const float* qn, const float* kn, const float* W,

@@ -9,7 +9,8 @@
 // `/tmp/gdn_emu b16`: only the prep's bf16 scan operands and the scan that copies them;
 // `/tmp/gdn_emu dscan`: only the tensor-core reverse scan's checks;
 // `/tmp/gdn_emu vnew`: only the backward's prep from kept chunk-start states;
-// `/tmp/gdn_emu prep`: only the tensor-core prep vs the FMA prep.)
+// `/tmp/gdn_emu prep`: only the tensor-core prep vs the FMA prep;
+// `/tmp/gdn_emu bwd`: only the tensor-core backward (state products + intra, WY) vs the FMA backward.)
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -330,26 +331,40 @@ struct ScanRef {
 
 // ---- the scan without output (chunk_scan_mma.cu with o null: the backward's recompute): states and V' vs
 // the FMA forward (nmse target 2e-5) and vs the scan with output (the same bf16 roundings: expected equal).
-// Every scan variant (bv 32/16, prefetch or not).
+// Every scan variant (bv 32/16, prefetch or not, on the fp32 scratch; bv 64 (prefetch, 8 warps) on the
+// tensor-core prep's bf16 operands, its only inputs).
 static int no_output_scan_checks() {
+  using bf = __nv_bfloat16;
   int fails = 0;
   for (const ScanShape& cs : scan_shapes()) {
     const ScanRef r(cs, 3);
     const gdn_emu::Shape& s = r.s;
     const Inputs& in = r.in;
-    const F &W = r.W, &U = r.U, &M = r.M, &Gc = r.Gc, &o = r.o, &states = r.states, &vnew = r.vnew;
+    const F &o = r.o, &states = r.states, &vnew = r.vnew;
     std::printf("scan without output: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)r.T,
                 r.nchunks, (long long)r.HK, (long long)r.HV);
-    for (int variant = 0; variant < 4; ++variant) {
-      const int bv = variant & 1 ? 16 : 32;
+    // The tensor-core prep's fp32 scratch and bf16 operands (bv 64).
+    constexpr int dk = ScanRef::dk;
+    const bf bnan = __float2bfloat16_rn(std::nanf(""));
+    std::vector<bf> Wb(r.W.size(), bnan), Kb(r.W.size(), bnan), Qb(r.T * r.HK * dk, bnan),
+        Mb(r.M.size(), bnan);
+    GdnScanBf16 b16{Wb.data(), Kb.data(), Qb.data(), Mb.data()};
+    F W2(r.W.size()), U2(r.U.size()), M2(r.M.size()), Gc2(r.Gc.size()), Tm2(r.Tm.size());
+    gdn_emu::prep_mma(s, in.q.data(), in.k.data(), 1.f / std::sqrt(float(dk)), nullptr, in.vi(), in.g.data(),
+                      in.bi(), W2.data(), U2.data(), M2.data(), Gc2.data(), Tm2.data(), &b16);
+    for (int variant = 0; variant < 5; ++variant) {
+      const bool v64 = variant == 4;
+      const int bv = v64 ? 64 : variant & 1 ? 16 : 32;
       const bool pf = variant >= 2;
+      const F &W = v64 ? W2 : r.W, &U = v64 ? U2 : r.U, &M = v64 ? M2 : r.M, &Gc = v64 ? Gc2 : r.Gc;
+      const GdnScanBf16* ops = v64 ? &b16 : nullptr;
       const float nan = std::nanf("");
       F of(o.size(), nan), stf(states.size(), nan), vnf(vnew.size(), nan);  // fused
       F sts(states.size(), nan), vns(vnew.size(), nan);                     // without output
       gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(),
-                        KOut{of.data(), KType::F32}, stf.data(), vnf.data());
+                        KOut{of.data(), KType::F32}, stf.data(), vnf.data(), ops);
       gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(),
-                        KOut{}, sts.data(), vns.data());
+                        KOut{}, sts.data(), vns.data(), ops);
       for (auto [name, got, fused, ref] :
            {std::tuple{"states", &sts, &stf, &states}, {"vnew", &vns, &vnf, &vnew}}) {
         int bad = 0, bad_f = 0;
@@ -372,7 +387,8 @@ static int no_output_scan_checks() {
 // ---------------- The operands must equal the host's rounding of the prep's fp32 outputs (K̂ scaled by
 // e^{G_last − G_i} from Gc); the scan reading them must give o, states and V' bit-identical to the
 // fp32-staging scan on the same prep outputs (every variant: bv 32/16, prefetch or not, with and without
-// output), and so within nmse 2e-5 of the FMA forward.
+// output; bv 64, prefetching (its only form, 8 warps), with and without output, vs the fp32-staging bv 32
+// with prefetch), and so within nmse 2e-5 of the FMA forward.
 static int b16_scan_checks() {
   using bf = __nv_bfloat16;
   constexpr int dk = ScanRef::dk, C = ScanRef::C;
@@ -428,16 +444,17 @@ static int b16_scan_checks() {
                   fail ? "  FAIL" : "");
       fails += fail;
     }
-    for (int variant = 0; variant < 8; ++variant) {
-      const int bv = variant & 1 ? 16 : 32;
-      const bool pf = variant & 2, with_o = !(variant & 4);
+    for (int variant = 0; variant < 10; ++variant) {
+      const bool v64 = variant >= 8;  // 8, 9: bv 64 with / without output
+      const int bv = v64 ? 64 : variant & 1 ? 16 : 32, bv_ref = v64 ? 32 : bv;
+      const bool pf = v64 || (variant & 2), with_o = v64 ? variant == 8 : !(variant & 4);
       const float nan = std::nanf("");
       F o1(o.size(), nan), st1(states.size(), nan), vn1(vnew.size(), nan);  // fp32 staging
       F o2(o.size(), nan), st2(states.size(), nan), vn2(vnew.size(), nan);  // bf16 operands
       const KOut ko1 = with_o ? KOut{o1.data(), KType::F32} : KOut{},
                  ko2 = with_o ? KOut{o2.data(), KType::F32} : KOut{};
-      gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), ko1,
-                        st1.data(), vn1.data());
+      gdn_emu::scan_mma(s, bv_ref, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(),
+                        ko1, st1.data(), vn1.data());
       gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), ko2,
                         st2.data(), vn2.data(), &b16);
       std::vector<std::tuple<const char*, F*, F*, const F*>> outs = {{"states", &st2, &st1, &states},
@@ -605,7 +622,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "b16") return b16_scan_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "vnew") return vnew_prep_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "prep") return prep_mma_check() ? 1 : 0;
-  const int prep_fails = prep_mma_check();
+  const bool bwd_only = argc > 1 && std::string(argv[1]) == "bwd";
+  const int prep_fails = bwd_only ? 0 : prep_mma_check();
   constexpr int dk = 128, dv = 128, C = 64;
   const int64_t HK = 1, HV = 2;
   const std::vector<int32_t> cu = {0, 101, 171};  // two sequences: 64 + 37 and 64 + 6 tokens
@@ -628,14 +646,24 @@ int main(int argc, char** argv) {
                 Tm.data());
   gdn_emu::scan(s, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(), KOut{o.data(), KType::F32},
                 states.data(), vnew.data());
-  {  // ---- tensor-core forward scan vs the FMA scan ----
+  if (!bwd_only) {  // ---- tensor-core forward scan vs the FMA scan ----
+    // bv 64 (prefetching, 8 warps) reads the tensor-core prep's bf16 operands (with its fp32 U and Gc).
+    using bf = __nv_bfloat16;
+    const bf bnan = __float2bfloat16_rn(nan0);
+    std::vector<bf> Wb(W.size(), bnan), Kb(W.size(), bnan), Qb(T * HK * dk, bnan), Mb(M.size(), bnan);
+    GdnScanBf16 b16{Wb.data(), Kb.data(), Qb.data(), Mb.data()};
+    F W2(W.size()), U2(U.size()), M2(M.size()), Gc2(Gc.size()), Tm2(Tm.size());
+    gdn_emu::prep_mma(s, in.q.data(), in.k.data(), 1.f / std::sqrt(float(dk)), nullptr, vi, g.data(), bi,
+                      W2.data(), U2.data(), M2.data(), Gc2.data(), Tm2.data(), &b16);
     int scan_fails = 0;
-    for (int variant = 0; variant < 4; ++variant) {
-      const int bv = variant & 1 ? 16 : 32;
+    for (int variant = 0; variant < 5; ++variant) {
+      const bool v64 = variant == 4;
+      const int bv = v64 ? 64 : variant & 1 ? 16 : 32;
       const bool pf = variant >= 2;
       F o2(o.size(), nan0), st2(states.size(), nan0), vn2(vnew.size(), nan0);
-      gdn_emu::scan_mma(s, bv, pf, qn.data(), kn.data(), W.data(), U.data(), M.data(), Gc.data(),
-                        KOut{o2.data(), KType::F32}, st2.data(), vn2.data());
+      gdn_emu::scan_mma(s, bv, pf, qn.data(), kn.data(), (v64 ? W2 : W).data(), (v64 ? U2 : U).data(),
+                        (v64 ? M2 : M).data(), (v64 ? Gc2 : Gc).data(), KOut{o2.data(), KType::F32},
+                        st2.data(), vn2.data(), v64 ? &b16 : nullptr);
       for (auto [name, got, ref] :
            {std::tuple{"o", &o2, &o}, {"states", &st2, &states}, {"vnew", &vn2, &vnew}}) {
         int bad = 0;
@@ -658,6 +686,10 @@ int main(int argc, char** argv) {
       bwd_mma::compare("", bwd_mma::In{s, T, qn.data(), kn.data(), Gc.data(), Tm.data(), W.data(),
                                        states.data(), vnew.data(), dh.data(), dvn.data(), vi, di, bi});
   fails += bwd_mma::long_case();
+  if (bwd_only) {
+    std::printf("%s\n", fails ? "FAIL" : "OK");
+    return fails ? 1 : 0;
+  }
   fails += dscan_mma_checks();
   fails += no_output_scan_checks();
   fails += b16_scan_checks();
