@@ -3,7 +3,7 @@
 # Ours runs three times: recomputing the forward's chunk quantities in the backward, keeping them all
 # (--keep all), and keeping only the chunk-start states (--keep states).
 # MiB columns: the allocator's peak above the inputs, and "kept": what the forward leaves allocated for the
-# backward (besides inputs and output).
+# backward (besides inputs and output). TFLOP/s: ours, forward + backward (bench_gdn's FLOP convention).
 #   bench/gdn/run_gdn.sh BENCH_GDN_BIN WHEEL_DIR   (WHEEL_DIR: flash-linear-attention, fla-core, einops wheels)
 # Env TOKENS (4096,8192,16384,32768), SEQ (4096).
 set -u
@@ -26,7 +26,7 @@ by = {}
 for r in rows:
     by.setdefault(r["tokens"], {})[r["impl"]] = r
 print(f"{'tokens':>7} {'ours':>9} {'ours fwd':>9} {'FLA fwd':>9} {'x':>6} {'ours f+b':>9} {'FLA f+b':>9} {'x':>6} "
-      f"{'ours MiB':>9} {'FLA MiB':>9} {'ours kept':>9} {'FLA kept':>9}")
+      f"{'TFLOP/s':>8} {'ours MiB':>9} {'FLA MiB':>9} {'ours kept':>9} {'FLA kept':>9}")
 for t, d in sorted(by.items()):
     f = d.get("fla")
     for mode, name in (("deltatune", "recompute"), ("deltatune_keep", "keep all"), ("deltatune_states", "states")):
@@ -35,6 +35,7 @@ for t, d in sorted(by.items()):
             continue
         print(f"{t:7d} {name:>9} {o['fwd_ms']:9.2f} {f['fwd_ms']:9.2f} {f['fwd_ms'] / o['fwd_ms']:6.2f} "
               f"{o['fwd_bwd_ms']:9.2f} {f['fwd_bwd_ms']:9.2f} {f['fwd_bwd_ms'] / o['fwd_bwd_ms']:6.2f} "
+              f"{o.get('fwd_bwd_tflops', -1):8.1f} "
               f"{o['peak_mib']:9.0f} {f['peak_mib']:9.0f} {o.get('saved_mib', -1):9.0f} {f.get('saved_mib', -1):9.0f}")
 print(json.dumps({"bench": "gdn_summary", "rows": rows}))
 PY
