@@ -14,8 +14,9 @@
 // WITH_O = false (o.p null: the backward's recompute, or the scan before chunk_out_mma.cu computes O chunk-
 // parallel) leaves out everything that only serves the output: the Q̂ and M tiles, QS and phase B's M·V'.
 //
-// BV 64 (B16 with PF only; 8 warps, one block per SM): for grids that BV 32 runs in more than one wave at
-// its blocks per SM (launcher below). At 2 sequences of HV 32: 128 blocks, one wave, each chunk's tiles
+// BV 64 (B16 with PF only; 8 warps, one block per SM): for grids of more BV 32 blocks than SMs (launcher
+// below). Measured (H100, session 6) at 2 sequences of HV 32: with output 0.264-0.277 ms (BV 32 without
+// prefetch: 0.367-0.383), without output 0.185 ms (BV 32 with prefetch, two per SM: 0.284). At 2 sequences of HV 32: 128 blocks, one wave, each chunk's tiles
 // prefetched behind the chunk before, where BV 32 runs 256 blocks without prefetch (its prefetching variant
 // with output, 151.5 KiB, fits one block per SM: two waves), every chunk step waiting for its loads; W, Q̂,
 // Kd and M are also loaded once per 64 columns instead of per 32. Each output element accumulates exactly as
@@ -405,17 +406,19 @@ int sm_count() {
 }
 
 // Column tile: gdn_scan_tile_cols's 32 (16 where even that grid fits one wave), or, with the bf16 operands,
-// 64 where BV 32's grid (pairs · dv/32 blocks) takes more than one wave at the blocks per SM of the variant
-// it would get: more than SMs blocks with output (the prefetching BV 32 variant with output runs one per SM,
-// so the grid ran without prefetch), more than 2·SMs without (its prefetching variant runs two per SM). E.g.
-// 2 sequences of HV 32 with output: 128 blocks of BV 64 instead of 256 of BV 32; 1 sequence of HV 16 / 32
-// keeps BV 16 / 32. DT_GDN_SCAN_BV=16/32/64 forces it (A/B timing; 64 only with the bf16 operands).
+// 64 where BV 32's grid (pairs · dv/32 blocks) has more blocks than the GPU has SMs, with or without output
+// (with output the prefetching BV 32 variant runs one block per SM, so such a grid ran without prefetch;
+// without output two per SM fit, but BV 64 was still faster: measured below). E.g. 2 sequences of HV 32:
+// 128 blocks of BV 64 instead of 256 of BV 32; 1 sequence of HV 16 / 32 keeps BV 16 / 32.
+// DT_GDN_SCAN_BV=16/32/64 forces it (A/B timing; 64 only with the bf16 operands).
 int scan_mma_tile_cols(int64_t pairs, int dv, bool b16, bool with_o, int sms) {
   if (const char* f = std::getenv("DT_GDN_SCAN_BV")) {
     const int bv = std::atoi(f);
     if (bv == 16 || bv == 32 || (bv == 64 && b16)) return bv;
   }
-  if (b16 && pairs * (dv / kChunkBV) > (with_o ? 1 : 2) * int64_t(sms)) return 64;
+  // Without output too: at 2 sequences of HV 32 (256 BV-32 blocks, one wave at two per SM with prefetch)
+  // BV 64 took 0.186 ms against 0.284 (H100, session 6).
+  if (b16 && pairs * (dv / kChunkBV) > int64_t(sms)) return 64;
   return gdn_scan_tile_cols(pairs, dv);
 }
 
