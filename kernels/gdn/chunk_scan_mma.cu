@@ -112,12 +112,8 @@ __device__ __forceinline__ void warp_mma2(float (&c0)[NB][4], float (&c1)[NB][4]
                                           int n0, int k1) {
   for (int k = 0; k < k1; k += 16) {
     uint32_t a0[4], a1[4];
-    if (AT) frag_a_t(a0, A0, lda, m0, k);
-    else frag_a(a0, A0, lda, m0, k);
-    if (TWO) {
-      if (AT) frag_a_t(a1, A1, lda, m1, k);
-      else frag_a(a1, A1, lda, m1, k);
-    }
+    frag_a_op<AT>(a0, A0, lda, m0, k);
+    if (TWO) frag_a_op<AT>(a1, A1, lda, m1, k);
 #pragma unroll
     for (int p = 0; p < NB / 2; ++p) {
       uint32_t b[4];

@@ -39,6 +39,16 @@ __device__ __forceinline__ void frag_b_t(uint32_t (&b)[4], const bf16* Y, int ld
   mma::ldsm_x4_t(b, smem_addr(Y + (k0 + (l & 15)) * ld + n0 + (l >> 4) * 8));
 }
 
+// The A fragment of X (AT: stored transposed) and the B fragments of Y (BT: stored [k][n]).
+template <bool AT> __device__ __forceinline__ void frag_a_op(uint32_t (&a)[4], const bf16* X, int ld, int m0, int k0) {
+  if (AT) frag_a_t(a, X, ld, m0, k0);
+  else frag_a(a, X, ld, m0, k0);
+}
+template <bool BT> __device__ __forceinline__ void frag_b_op(uint32_t (&b)[4], const bf16* Y, int ld, int n0, int k0) {
+  if (BT) frag_b_t(b, Y, ld, n0, k0);
+  else frag_b(b, Y, ld, n0, k0);
+}
+
 // acc[nb] (+)= op(A)[m0..m0+15][k] · op(B)[k][n0 + 8·nb ..] for k in [k0, k1) (multiples of 16).
 // AT: A stored transposed (X[k][m]); BT: B stored as Y[k][n] (else Y[n][k]).
 template <int NB, bool AT, bool BT>
@@ -47,13 +57,11 @@ __device__ __forceinline__ void warp_mma(float (&acc)[NB][4], const bf16* A, int
   static_assert(NB % 2 == 0, "n-blocks come in pairs");
   for (int k = k0; k < k1; k += 16) {
     uint32_t a[4];
-    if (AT) frag_a_t(a, A, lda, m0, k);
-    else frag_a(a, A, lda, m0, k);
+    frag_a_op<AT>(a, A, lda, m0, k);
 #pragma unroll
     for (int p = 0; p < NB / 2; ++p) {
       uint32_t b[4];
-      if (BT) frag_b_t(b, B, ldb, n0 + 16 * p, k);
-      else frag_b(b, B, ldb, n0 + 16 * p, k);
+      frag_b_op<BT>(b, B, ldb, n0 + 16 * p, k);
       mma::mma16816(acc[2 * p], a, b[0], b[1]);
       mma::mma16816(acc[2 * p + 1], a, b[2], b[3]);
     }
@@ -84,20 +92,14 @@ __device__ __forceinline__ void warp_mma_split(float (&acc)[NB][4], const bf16* 
   static_assert(NB % 2 == 0, "n-blocks come in pairs");
   for (int k = k0; k < k1; k += 16) {
     uint32_t a[4], al[4];
-    if (AT) frag_a_t(a, A, lda, m0, k);
-    else frag_a(a, A, lda, m0, k);
-    if (SA) {
-      if (AT) frag_a_t(al, Alo, lda, m0, k);
-      else frag_a(al, Alo, lda, m0, k);
-    }
+    frag_a_op<AT>(a, A, lda, m0, k);
+    if (SA) frag_a_op<AT>(al, Alo, lda, m0, k);
 #pragma unroll
     for (int p = 0; p < NB / 2; ++p) {
       uint32_t b[4], bl[4];
-      if (BT) frag_b_t(b, B, ldb, n0 + 16 * p, k);
-      else frag_b(b, B, ldb, n0 + 16 * p, k);
+      frag_b_op<BT>(b, B, ldb, n0 + 16 * p, k);
       if (SB) {
-        if (BT) frag_b_t(bl, Blo, ldb, n0 + 16 * p, k);
-        else frag_b(bl, Blo, ldb, n0 + 16 * p, k);
+        frag_b_op<BT>(bl, Blo, ldb, n0 + 16 * p, k);
         mma::mma16816(acc[2 * p], a, bl[0], bl[1]);
         mma::mma16816(acc[2 * p + 1], a, bl[2], bl[3]);
       }
