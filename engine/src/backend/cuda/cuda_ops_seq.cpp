@@ -74,7 +74,8 @@ bool env_flag(const char* name) {
   const char* env = std::getenv(name);
   return env && *env && std::string(env) != "0";
 }
-bool gdn_mma_enabled() { return !env_flag("DT_GDN_FMA"); }
+// The tensor-core chunk kernels run these head dims (bf16 scratch, L2 norm in the prep, the States keep).
+bool gdn_mma_path(int dk, int dv) { return !env_flag("DT_GDN_FMA") && kernels::gdn_chunk_mma_supported(dk, dv); }
 }  // namespace
 
 // ---- attention ------------------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   cudaStream_t s = stream();
   // The tensor-core path keeps its scratch in bf16 (kernels/gdn/gdn.cuh, GdnBwdBf16; U stays fp32) and its prep
   // L2-normalises q and k while loading them.
-  r->mma = gdn_mma_enabled() && kernels::gdn_chunk_mma_supported(d.dk, d.dv);
+  r->mma = gdn_mma_path(d.dk, d.dv);
   const bool per_token = scratch == GdnScratch::None && (!o || std::getenv("DT_GDN_RECURRENT"));
   if (per_token || !r->mma) gdn_l2norms(q, k, scale, *r);
   if (!o && scratch == GdnScratch::None) return r;  // the per-token backward needs only the normalised inputs
@@ -315,8 +316,7 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_fwd_keep(const Tensor& q, co
                                                              const SeqLayout& seq, float scale, Tensor& o,
                                                              GdnKeep what) {
   const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
-  const bool states_ok = gdn_mma_enabled() && kernels::gdn_chunk_mma_supported(d.dk, d.dv);
-  if (d.T == 0 || gdn_use_recurrent(d, smem_optin_) || (what == GdnKeep::States && !states_ok)) {
+  if (d.T == 0 || gdn_use_recurrent(d, smem_optin_) || (what == GdnKeep::States && !gdn_mma_path(d.dk, d.dv))) {
     gdn_fwd(q, k, v, g, beta, seq, scale, o);  // nothing kept: the backward recomputes
     return nullptr;
   }
