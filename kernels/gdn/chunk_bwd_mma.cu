@@ -75,20 +75,12 @@ __device__ __forceinline__ float4 ld4(const __half* p) {
 // hi/lo bf16 tiles (row stride LD) of rows r < rows_ok of src (fp32 or fp16; zeros for rows_ok ≤ r < C).
 template <int COLS, int LD, class T>
 __device__ __forceinline__ void stage_split_rows(bf16* hi, bf16* lo, const T* src, int64_t stride, int rows_ok) {
-  constexpr int Q = COLS / 4, N = C * Q / NT;
-  static_assert(C * Q % NT == 0, "4-element pieces split evenly over the threads");
-  float4 x[N];
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
-    x[k] = r < rows_ok ? ld4(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
-    st_split_bf16x2(hi + r * LD + c, lo + r * LD + c, x[k].x, x[k].y);
-    st_split_bf16x2(hi + r * LD + c + 2, lo + r * LD + c + 2, x[k].z, x[k].w);
-  }
+  for_rows_batched<C, COLS, NT>(
+      rows_ok, [&](int r, int c) { return ld4(src + r * stride + c); },
+      [&](int r, int c, float4 x) {
+        st_split_bf16x2(hi + r * LD + c, lo + r * LD + c, x.x, x.y);
+        st_split_bf16x2(hi + r * LD + c + 2, lo + r * LD + c + 2, x.z, x.w);
+      });
 }
 
 // hi/lo bf16 tiles [C][LD] of the fp32 tile src [C][LDF] (COLS columns).

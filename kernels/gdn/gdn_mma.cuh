@@ -159,28 +159,39 @@ __device__ __forceinline__ void cp_rows(T* dst, const T* src, int64_t stride, in
   }
 }
 
-// dst[r][0..COLS) (bf16, row stride LD) = scale_r · src[r·stride ..] for r < rows_ok, else 0 (scale null: 1),
-// r < ROWS. All float4 loads of a thread are issued before the first store (latency-bound callers: the scans).
-template <int ROWS, int COLS, int LD, int NT>
-__device__ __forceinline__ void stage_rows(bf16* dst, const float* src, int64_t stride, int rows_ok,
-                                           const float* scale) {
+// For r < ROWS, c in [0, COLS) step 4 (NT threads): x = load(r, c) for r < rows_ok, else zeros, then put(r, c, x).
+// All loads of a thread are issued before its first put (latency-bound callers: the scans, the fused backward).
+template <int ROWS, int COLS, int NT, class Load, class Put>
+__device__ __forceinline__ void for_rows_batched(int rows_ok, Load&& load, Put&& put) {
   constexpr int Q = COLS / 4, N = ROWS * Q / NT;
-  static_assert(ROWS * Q % NT == 0, "float4s split evenly over the threads");
+  static_assert(ROWS * Q % NT == 0, "4-element pieces split evenly over the threads");
   float4 x[N];
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
-    x[k] = r < rows_ok ? *reinterpret_cast<const float4*>(src + r * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    x[k] = r < rows_ok ? load(r, c) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
-    const float sc = scale ? scale[r] : 1.f;
-    uint2 packed;
-    packed.x = mma::pack_bf16(x[k].x * sc, x[k].y * sc);
-    packed.y = mma::pack_bf16(x[k].z * sc, x[k].w * sc);
-    *reinterpret_cast<uint2*>(dst + r * LD + c) = packed;
+    put(r, c, x[k]);
   }
+}
+
+// dst[r][0..COLS) (bf16, row stride LD) = scale_r · src[r·stride ..] for r < rows_ok, else 0 (scale null: 1),
+// r < ROWS.
+template <int ROWS, int COLS, int LD, int NT>
+__device__ __forceinline__ void stage_rows(bf16* dst, const float* src, int64_t stride, int rows_ok,
+                                           const float* scale) {
+  for_rows_batched<ROWS, COLS, NT>(
+      rows_ok, [&](int r, int c) { return *reinterpret_cast<const float4*>(src + r * stride + c); },
+      [&](int r, int c, float4 x) {
+        const float sc = scale ? scale[r] : 1.f;
+        uint2 packed;
+        packed.x = mma::pack_bf16(x.x * sc, x.y * sc);
+        packed.y = mma::pack_bf16(x.z * sc, x.w * sc);
+        *reinterpret_cast<uint2*>(dst + r * LD + c) = packed;
+      });
 }
 
 // Only the lo tile of stage_f32_split (the hi tile staged earlier or not needed).
