@@ -36,6 +36,7 @@
 // ≈ 40 µs at mma.sync rates; the serial parts (cumsum ~400 cycles, 16-row diagonal solve ~600 cycles, six
 // barriers) overlap with the other resident block's loads and stores. Expect 0.2-0.3 ms vs 3.0 ms (FMA).
 #include "common/device.cuh"
+#include "gdn/gate_math.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
 #include "gdn/l2norm_row.cuh"
@@ -204,7 +205,7 @@ __device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const fl
 }
 
 __global__ void __launch_bounds__(NT, 2)
-    gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, const float* g, KIn beta,
+    gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, GdnGates gates,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
                               int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th,
                               const bf16* S16, bf16* Vn16) {
@@ -252,8 +253,9 @@ __global__ void __launch_bounds__(NT, 2)
       }
     }
     if (tid < C) {
-      Gs[tid] = tid < len ? g[(t0 + tid) * HV + h] : 0.f;
-      Bs[tid] = tid < len ? ld(beta, (t0 + tid) * HV + h) : 0.f;
+      const int64_t o = (t0 + tid) * HV + h;
+      Gs[tid] = tid < len ? gdn_g_at(gates, o, h) : 0.f;
+      Bs[tid] = tid < len ? gdn_beta_at(gates, o) : 0.f;
     }
     // The first value head of each key head writes q̂, k̂ and ρ when asked (the backward's other kernels).
     const bool put_norms = nout.qn && h % (HV / HK) == 0;
@@ -479,8 +481,8 @@ size_t gdn_chunk_prep_mma_smem(int dk, int dv) {
 }
 
 #ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v, const float* g,
-                                      KIn beta, const int32_t* chunks, int nchunks, float* W, float* U, float* M,
+cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
+                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* W, float* U, float* M,
                                       float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv,
                                       cudaStream_t s, const GdnScanBf16* b16, const void* states16,
                                       void* vnew16) {
@@ -493,7 +495,7 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
                                        static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   gdn_chunk_prep_mma_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
-      q, k, scale, nout, v, g, beta, chunks, W, U, M, Gc, Tout, HK, HV, b16 ? static_cast<bf16*>(b16->W) : nullptr,
+      q, k, scale, nout, v, gates, chunks, W, U, M, Gc, Tout, HK, HV, b16 ? static_cast<bf16*>(b16->W) : nullptr,
       b16 ? static_cast<bf16*>(b16->Kd) : nullptr, b16 ? static_cast<bf16*>(b16->Q) : nullptr,
       b16 ? static_cast<bf16*>(b16->M) : nullptr, b16 ? static_cast<bf16*>(b16->T) : nullptr,
       static_cast<const bf16*>(states16), static_cast<bf16*>(vnew16));

@@ -34,6 +34,7 @@
 // a third of it the staging's wait for DRAM, the rest mostly phases 3-4 (the dk̂ read-modify-write).
 #include "common/device.cuh"
 #include "gdn/chunk_util.cuh"
+#include "gdn/gate_math.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
 
@@ -167,8 +168,8 @@ template <int DK, int DV> constexpr size_t wy_grad_mma_smem() {
 
 template <int DK, int DV>
 __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
-    const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks, const bf16* T16,
-    const bf16* dW16, const bf16* dvn16, const float* dkh, bf16* dkh16, KOut dv_out, float* dg, float* dbeta,
+    const float* kn, KIn v, GdnGates gates, const float* Gc, const int32_t* chunks, const bf16* T16,
+    const bf16* dW16, const bf16* dvn16, const float* dkh, bf16* dkh16, KOut dv_out, GdnGateGrads gr,
     int64_t HK, int64_t HV) {
   static_assert(DK == DV && DK % 32 == 0, "one warp tile shape serves the key and value products");
   constexpr int LK = DK + 8, LV = DV + 8, LC = C + 8, NH = DK / 16;  // NH: n-blocks of a dk/2-wide tile
@@ -209,8 +210,8 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
   if (tid < cr.len) {
     const int64_t o = (cr.t0 + tid) * HV + h;
     gi = Gc[o];
-    bi = ld(beta, o);
-    dgi = dg[o];
+    bi = gdn_beta_at(gates, o);
+    dgi = gr.dg[o];
   }
   store_bf16_rows<DK, LK>(Kb, Klo, kx);
   if (!v16) stage_kin<DV>(Vb, LV, v, (cr.t0 * HV + h) * DV, HV * DV, cr.len);
@@ -393,7 +394,9 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
         const float xw_ = xwk[i] + xwk[C + i] + xwk[2 * C + i] + xwk[3 * C + i];
         const float xu_ = xuv[i] + xuv[C + i] + xuv[2 * C + i] + xuv[3 * C + i];
         const float ra_ = ra[i] + ra[C + i], ca_ = ca[i] + ca[C + i] + ca[2 * C + i] + ca[3 * C + i];
-        dbeta[o] = xu_ + gi * xw_ + ra_;
+        const float dbeta = xu_ + gi * xw_ + ra_;
+        if (gates.a.p) st(gr.db, o, gate_db(dbeta, bi));
+        else gr.dbeta[o] = dbeta;
         d[r] = dGin[i] + bi * gi * xw_ + bi * ra_ - ca_;
       }
     }
@@ -410,7 +413,10 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = 2 * lane + r;
-      if (i < cr.len) dg[(cr.t0 + i) * HV + h] = d[r] + after;
+      if (i >= cr.len) continue;
+      const int64_t o = (cr.t0 + i) * HV + h;
+      if (gates.a.p) st(gr.da, o, gate_da(d[r] + after, gates.a, gates.A_log, gates.dt_bias, o, h));
+      else gr.dg[o] = d[r] + after;
     }
   }
 }
@@ -418,18 +424,18 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
 }  // namespace
 
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks,
-                                   int nchunks, const void* T16, const void* dW16, const void* dvn16,
-                                   const float* dkh, void* dkh16, KOut dv_out, float* dg, float* dbeta, int64_t HK,
-                                   int64_t HV, int dk, int dv, cudaStream_t s) {
+cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, const GdnGates& gates, const float* Gc,
+                                   const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
+                                   const void* dvn16, const float* dkh, void* dkh16, KOut dv_out,
+                                   const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   auto* kern = gdn_chunk_wy_grad_mma_kernel<128, 128>;
   const int smem = static_cast<int>(wy_grad_mma_smem<128, 128>());
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   kern<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
-      kn, v, beta, Gc, chunks, static_cast<const bf16*>(T16), static_cast<const bf16*>(dW16),
-      static_cast<const bf16*>(dvn16), dkh, static_cast<bf16*>(dkh16), dv_out, dg, dbeta, HK, HV);
+      kn, v, gates, Gc, chunks, static_cast<const bf16*>(T16), static_cast<const bf16*>(dW16),
+      static_cast<const bf16*>(dvn16), dkh, static_cast<bf16*>(dkh16), dv_out, gr, HK, HV);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

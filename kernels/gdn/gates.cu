@@ -2,6 +2,7 @@
 //   forward:  β (=) σ(b);  g (=) −exp(A_log)·softplus(a + dt_bias)   (g F32)
 //   backward: db (=) dβ·β(1−β);  da (=) dg·(−exp(A_log))·σ(a + dt_bias)
 #include "common/device.cuh"
+#include "gdn/gate_math.cuh"
 #include "gdn/gdn.cuh"
 
 namespace deltatune::kernels {
@@ -10,8 +11,8 @@ namespace {
 __global__ void gates_fwd_kernel(KIn a, KIn b, KIn A_log, KIn dt_bias, float* g, KOut beta, int64_t T, int64_t HV) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * HV; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t h = i % HV;
-    st(beta, i, sigmoidf_(ld(b, i)));
-    g[i] = -expf(ld(A_log, h)) * softplusf_(ld(a, i) + ld(dt_bias, h));
+    st(beta, i, gate_beta(b, i));
+    g[i] = gate_g(a, A_log, dt_bias, i, h);
   }
 }
 
@@ -19,9 +20,8 @@ __global__ void gates_bwd_kernel(KIn dg, KIn dbeta, KIn a, KIn b, KIn A_log, KIn
                                  int64_t HV) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * HV; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t h = i % HV;
-    const float be = sigmoidf_(ld(b, i));
-    st(db, i, ld(dbeta, i) * be * (1.f - be));
-    st(da, i, ld(dg, i) * (-expf(ld(A_log, h))) * sigmoidf_(ld(a, i) + ld(dt_bias, h)));
+    st(db, i, gate_db(ld(dbeta, i), gate_beta(b, i)));
+    st(da, i, gate_da(ld(dg, i), a, A_log, dt_bias, i, h));
   }
 }
 

@@ -83,6 +83,22 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
                                  int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
 
 // ---- tensor-core (bf16 mma.sync, fp32 accumulate) chunk kernels ----
+// Where they read the gates (T, HV): g (F32) and beta as given, or, when a.p is set, formed from the raw
+// inputs while loading exactly as launch_gdn_gates_fwd forms them (gdn/gate_math.cuh): g = −e^{A_log}·
+// softplus(a + dt_bias), β = σ(b); a, b (T, HV), A_log, dt_bias (HV). g and beta are then not read, and the
+// backward writes da, db (GdnGateGrads) in place of dg, dβ: no gate tensors and no gate kernels around the core.
+struct GdnGates {
+  const float* g = nullptr;
+  KIn beta{};
+  KIn a{}, b{}, A_log{}, dt_bias{};
+};
+// The backward's gate gradients: dg, dbeta F32 (T, HV) (=), or with raw gates da, db (T, HV) (=) (dg is then
+// still the F32 scratch the kernels accumulate dg in).
+struct GdnGateGrads {
+  float* dg = nullptr;
+  float* dbeta = nullptr;
+  KOut da{}, db{};
+};
 // The tensor-core path keeps its chunk scratch in bf16 (bf16 bit patterns behind void pointers): every one of
 // these tensors is only ever an mma operand, so rounding it once where it is written gives the same products
 // as rounding it where it is staged, at half the bytes (and copied into shared memory without conversion):
@@ -109,10 +125,11 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const float* qn, const float* kn
                                       cudaStream_t s);
 // 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dkh + the WY terms (bf16), dv (=), dg (+= then reverse cumsum
 // within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16 elsewhere.
-cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, KIn beta, const float* Gc, const int32_t* chunks,
-                                   int nchunks, const void* T16, const void* dW16, const void* dvn16,
-                                   const float* dkh, void* dkh16, KOut dv_out, float* dg, float* dbeta, int64_t HK,
-                                   int64_t HV, int dk, int dv, cudaStream_t s);
+// With raw gates it writes da, db from the final dg, dβ instead (gr.dg is still read and written).
+cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, const GdnGates& gates, const float* Gc,
+                                   const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
+                                   const void* dvn16, const float* dkh, void* dkh16, KOut dv_out,
+                                   const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
 // The whole tensor-core backward after the recompute: reverse scan, 2 + 3, 4 (chunk_bwd.cu).
 struct GdnBwdBf16 {
   const void* W16 = nullptr;
@@ -127,10 +144,10 @@ struct GdnBwdBf16 {
   void* dkh16 = nullptr;
 };
 // dkh: fp32 scratch (T, HV, dk) for the dk̂ partial sums between the kernels.
-cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const float* qn, const float* kn, KIn v, KIn beta,
+cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const float* qn, const float* kn, KIn v, const GdnGates& gates,
                                      const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
                                      const float* Gc, const GdnBwdBf16& b, float* gsum, float* dkh, KOut dv_out,
-                                     float* dg, float* dbeta, int64_t HK, int64_t HV, int dk, int dv,
+                                     const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
                                      cudaStream_t s);
 
 // ---- bf16 operands of the tensor-core forward scan, written by its prep (BF16 scratch, bf16 bit patterns) ----
@@ -185,8 +202,8 @@ struct GdnNormOut {
   float* rk = nullptr;
 };
 size_t gdn_chunk_prep_mma_smem(int dk, int dv);
-cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v, const float* g,
-                                      KIn beta, const int32_t* chunks, int nchunks, float* W, float* U, float* M,
+cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
+                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* W, float* U, float* M,
                                       float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv,
                                       cudaStream_t s, const GdnScanBf16* b16 = nullptr,
                                       const void* states16 = nullptr, void* vnew16 = nullptr);

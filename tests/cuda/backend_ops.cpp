@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -498,6 +499,29 @@ void case_gdn(Env& e) {
       compare(e, "gdn_bwd_saved dg" + kt + tag.str(), dg2, 5e-4);
       compare(e, "gdn_bwd_saved dbeta" + kt + tag.str(), db2, 5e-4);
     }
+    // The gate inputs in place of g and β (the tensor-core path forms the gates while loading and its WY
+    // backward writes da, db; other paths compose the gate ops), each keep mode.
+    Pair a = e.in({T, c.HV}, BF, -6.f, 6.f), bl = e.in({T, c.HV}, BF, -4.f, 4.f);
+    Pair A_log = e.in({c.HV}, F32, -1.f, 1.5f), dt = e.in({c.HV}, F32, -1.f, 1.f);
+    const Backend::GdnGateInputs gin_c{a.c, bl.c, A_log.c, dt.c}, gin_g{a.g, bl.g, A_log.g, dt.g};
+    using Keep = std::optional<Backend::GdnKeep>;
+    for (Keep keep : {Keep{}, Keep{Backend::GdnKeep::All}, Keep{Backend::GdnKeep::States}}) {
+      const std::string kt = std::string(" gated") +
+                             (!keep ? "" : *keep == Backend::GdnKeep::All ? " keep all" : " keep states");
+      Pair o4 = e.out({T, c.HV, c.dv}, BF);
+      Pair dq4 = e.out({T, c.HK, c.dk}, BF), dk4 = e.out({T, c.HK, c.dk}, BF), dv4 = e.out({T, c.HV, c.dv}, BF);
+      Pair da4 = e.out({T, c.HV}, BF), db4 = e.out({T, c.HV}, BF);
+      auto kc = e.cpu->gdn_gated_fwd(q.c, k.c, v.c, gin_c, sc, scale, o4.c, keep);
+      auto kg = e.gpu->gdn_gated_fwd(q.g, k.g, v.g, gin_g, sg, scale, o4.g, keep);
+      compare(e, "gdn_gated_fwd o" + kt + tag.str(), o4, 1e-4);
+      e.cpu->gdn_gated_bwd(kc.get(), dout.c, q.c, k.c, v.c, gin_c, sc, scale, dq4.c, dk4.c, dv4.c, da4.c, db4.c);
+      e.gpu->gdn_gated_bwd(kg.get(), dout.g, q.g, k.g, v.g, gin_g, sg, scale, dq4.g, dk4.g, dv4.g, da4.g, db4.g);
+      compare(e, "gdn_gated_bwd dq" + kt + tag.str(), dq4, 5e-4);
+      compare(e, "gdn_gated_bwd dk" + kt + tag.str(), dk4, 5e-4);
+      compare(e, "gdn_gated_bwd dv" + kt + tag.str(), dv4, 5e-4);
+      compare(e, "gdn_gated_bwd da" + kt + tag.str(), da4, 5e-4);
+      compare(e, "gdn_gated_bwd db" + kt + tag.str(), db4, 5e-4);
+    }
     if (c.dk != 128 || c.dv != 128) continue;
     // The other kernel path for these head dims (cuda_ops_seq.cpp): DT_GDN_FMA=1 keeps every chunk kernel on
     // fp32 FMA (the default above runs them on tensor cores).
@@ -839,7 +863,7 @@ const std::vector<OpCase>& all_cases() {
       {"attention", {"attention_fwd", "attention_bwd"}, case_attention},
       {"conv", {"conv1d_silu_fwd", "conv1d_silu_bwd"}, case_conv},
       {"gates", {"gdn_gates_fwd", "gdn_gates_bwd"}, case_gates},
-      {"gdn", {"gdn_fwd", "gdn_bwd", "gdn_fwd_keep", "gdn_bwd_saved"}, case_gdn},
+      {"gdn", {"gdn_fwd", "gdn_bwd", "gdn_fwd_keep", "gdn_bwd_saved", "gdn_gated_fwd", "gdn_gated_bwd"}, case_gdn},
       {"moe", {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},
        case_moe},
       {"moe_grouped", {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_wgrad", "permute3"},

@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 
@@ -16,6 +17,34 @@ Tensor Backend::upload_i32(const std::vector<int32_t>& values) {
   Tensor h = host_tensor({static_cast<int64_t>(values.size())}, DType::I32);
   std::copy(values.begin(), values.end(), h.ptr<int32_t>());
   return upload(h, DType::I32);
+}
+
+namespace {
+// g (F32) and β (compute dtype) [T, HV] from the gate inputs.
+std::pair<Tensor, Tensor> gdn_gate_tensors(Backend& be, const Backend::GdnGateInputs& gates) {
+  const int64_t HV = gates.A_log.numel(), T = HV ? gates.a.numel() / HV : 0;
+  Tensor g = be.alloc({T, HV}, DType::F32), beta = be.alloc({T, HV}, be.compute_dtype());
+  be.gdn_gates_fwd(gates.a, gates.b, gates.A_log, gates.dt_bias, g, beta);
+  return {g, beta};
+}
+}  // namespace
+
+std::shared_ptr<Backend::GdnSaved> Backend::gdn_gated_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                          const GdnGateInputs& gates, const SeqLayout& seq,
+                                                          float scale, Tensor& o, std::optional<GdnKeep> keep) {
+  const auto [g, beta] = gdn_gate_tensors(*this, gates);
+  if (keep) return gdn_fwd_keep(q, k, v, g, beta, seq, scale, o, *keep);
+  gdn_fwd(q, k, v, g, beta, seq, scale, o);
+  return nullptr;
+}
+
+void Backend::gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const GdnGateInputs& gates, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
+                            Tensor& dv, Tensor& da, Tensor& db) {
+  const auto [g, beta] = gdn_gate_tensors(*this, gates);
+  Tensor dg = alloc(g.shape, DType::F32), dbeta = alloc(beta.shape, beta.dtype);
+  gdn_bwd_saved(saved, dout, q, k, v, g, beta, seq, scale, dq, dk, dv, dg, dbeta);
+  gdn_gates_bwd(dg, dbeta, gates.a, gates.b, gates.A_log, gates.dt_bias, da, db);
 }
 
 double Backend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,

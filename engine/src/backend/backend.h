@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,23 @@ class Backend {
     (void)saved;
     gdn_bwd(dout, q, k, v, g, beta, seq, scale, dq, dk, dv, dg, dbeta);
   }
+  // The gated delta rule fed the gate inputs in place of g and β: gdn_gates_fwd, then gdn_fwd (keep: none) or
+  // gdn_fwd_keep, and gdn_bwd_saved, then gdn_gates_bwd, as one op each way, so that a backend may form the
+  // gates inside the core (the CUDA tensor-core path does, while loading them: no g/β tensors, no gate
+  // kernels). a, b [T, HV]; A_log, dt_bias [HV]. The backward returns da, db (=) [T, HV]. The defaults compose
+  // the separate ops.
+  struct GdnGateInputs {
+    const Tensor& a;
+    const Tensor& b;
+    const Tensor& A_log;
+    const Tensor& dt_bias;
+  };
+  virtual std::shared_ptr<GdnSaved> gdn_gated_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                  const GdnGateInputs& gates, const SeqLayout& seq, float scale,
+                                                  Tensor& o, std::optional<GdnKeep> keep);
+  virtual void gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const GdnGateInputs& gates, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
+                             Tensor& dv, Tensor& da, Tensor& db);
 
   // ---- MoE -------------------------------------------------------------------------------------
   // logits [T, E] -> softmax (fp32) -> top-k -> renormalised weights. idx I32 [T, k] (=), w F32 [T, k] (=).

@@ -60,7 +60,7 @@ void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, con
 
 struct GdnCache {
   LinearCache lqkv, lz, lb, la, lout;
-  Tensor p, z, bl, al, q, k, v, g, beta, o, y, rstd;
+  Tensor p, z, bl, al, q, k, v, o, y, rstd;
   std::shared_ptr<Backend::GdnSaved> core;  // what gdn_fwd_keep kept (keep_for_backward), else null
 };
 Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,

@@ -2,6 +2,7 @@
 // gates, the gated delta rule, gated RMSNorm with z, output projection.
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "model/blocks.h"
@@ -42,16 +43,14 @@ Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   be.copy_cols(k.k, 0, pc, kd, kd);
   be.copy_cols(k.v, 0, pc, 2 * kd, vd);
 
-  k.g = be.alloc({T, HV}, DType::F32);
-  k.beta = be.alloc({T, HV}, dt);
-  be.gdn_gates_fwd(k.al, k.bl, w.A_log, w.dt_bias, k.g, k.beta);
   k.o = be.alloc({T, HV, dv}, dt);
-  const float scale = 1.f / std::sqrt(static_cast<float>(dk));
-  if (c.keep_for_backward || (c.activations_kept && gdn_keep_states()))
-    k.core = be.gdn_fwd_keep(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), k.g, k.beta, c.seq,
-                             scale, k.o, c.keep_for_backward ? Backend::GdnKeep::All : Backend::GdnKeep::States);
-  else
-    be.gdn_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), k.g, k.beta, c.seq, scale, k.o);
+  std::optional<Backend::GdnKeep> keep;
+  if (c.keep_for_backward) keep = Backend::GdnKeep::All;
+  else if (c.activations_kept && gdn_keep_states()) keep = Backend::GdnKeep::States;
+  // The gates (β = σ(b), g = −e^{A_log}·softplus(a + dt_bias)) are formed inside the core.
+  k.core = be.gdn_gated_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}),
+                            {k.al, k.bl, w.A_log, w.dt_bias}, c.seq, 1.f / std::sqrt(static_cast<float>(dk)), k.o,
+                            keep);
 
   k.y = be.alloc({T * HV, dv}, dt);
   k.rstd = be.alloc({T * HV}, DType::F32);
@@ -77,12 +76,10 @@ void gdn_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
                        k.rstd, d_o, dz);
 
   Tensor dq = be.alloc({T, HK, dk}, dt), dkk = be.alloc({T, HK, dk}, dt), dvv = be.alloc({T, HV, dv}, dt);
-  Tensor dg = be.alloc({T, HV}, DType::F32), dbeta = be.alloc({T, HV}, dt);
-  be.gdn_bwd_saved(k.core.get(), d_o.view({T, HV, dv}), k.q.view({T, HK, dk}), k.k.view({T, HK, dk}),
-                   k.v.view({T, HV, dv}), k.g, k.beta, c.seq, 1.f / std::sqrt(static_cast<float>(dk)), dq, dkk, dvv,
-                   dg, dbeta);
   Tensor dal = be.alloc({T, HV}, dt), dbl = be.alloc({T, HV}, dt);
-  be.gdn_gates_bwd(dg, dbeta, k.al, k.bl, w.A_log, w.dt_bias, dal, dbl);
+  be.gdn_gated_bwd(k.core.get(), d_o.view({T, HV, dv}), k.q.view({T, HK, dk}), k.k.view({T, HK, dk}),
+                   k.v.view({T, HV, dv}), {k.al, k.bl, w.A_log, w.dt_bias}, c.seq,
+                   1.f / std::sqrt(static_cast<float>(dk)), dq, dkk, dvv, dal, dbl);
 
   Tensor dpc = be.alloc({T, C}, dt);
   be.copy_cols(dpc, 0, dq.view({T, kd}), 0, kd);

@@ -14,6 +14,7 @@
 
 namespace deltatune::kernels {
 struct GdnNormOut;  // gdn/gdn.cuh
+struct GdnGates;    // gdn/gdn.cuh
 }
 namespace deltatune::cuda {
 
@@ -99,6 +100,12 @@ class CudaBackend final : public Backend {
   void gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                      const Tensor& g, const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
                      Tensor& dv, Tensor& dg, Tensor& dbeta) override;
+  std::shared_ptr<GdnSaved> gdn_gated_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const GdnGateInputs& gates, const SeqLayout& seq, float scale, Tensor& o,
+                                          std::optional<GdnKeep> keep) override;
+  void gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const GdnGateInputs& gates, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk, Tensor& dv,
+                     Tensor& da, Tensor& db) override;
 
   void moe_router_fwd(const Tensor& logits, int k, Tensor& idx, Tensor& w) override;
   void moe_router_bwd(const Tensor& dw, const Tensor& idx, const Tensor& w, Tensor& dlogits) override;
@@ -149,13 +156,27 @@ class CudaBackend final : public Backend {
   void gdn_l2norms(const Tensor& q, const Tensor& k, float scale, CudaGdnSaved& r);
   // What gdn_forward_core writes besides o: nothing, everything the backward reads, or the chunk-start states.
   enum class GdnScratch { None, ForBackward, States };
-  std::unique_ptr<CudaGdnSaved> gdn_forward_core(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                                                 const Tensor& beta, const SeqLayout& seq, float scale, Tensor* o,
-                                                 GdnScratch scratch);
+  // gates: g and β tensors, or the gate inputs (tensor-core path only: its kernels form the gates).
+  std::unique_ptr<CudaGdnSaved> gdn_forward_core(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const kernels::GdnGates& gates, const SeqLayout& seq, float scale,
+                                                 Tensor* o, GdnScratch scratch);
+  std::shared_ptr<GdnSaved> gdn_keep_core(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const kernels::GdnGates& gates, const GdnDims& d, const SeqLayout& seq,
+                                          float scale, Tensor& o, GdnKeep what);
   // The backward's chunk quantities from the states GdnScratch::States kept (tensor-core path): W, M, G, T, V',
   // and q̂, k̂, ρ.
-  void gdn_scratch_from_states(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                               const Tensor& beta, float scale, const GdnDims& d, CudaGdnSaved& f);
+  void gdn_scratch_from_states(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::GdnGates& gates,
+                               float scale, const GdnDims& d, CudaGdnSaved& f);
+  // The backward's gate gradients: dg, dβ (gates given as tensors) or da, db (gate inputs).
+  struct GdnGateGradOut {
+    Tensor* dg = nullptr;
+    Tensor* dbeta = nullptr;
+    Tensor* da = nullptr;
+    Tensor* db = nullptr;
+  };
+  void gdn_bwd_core(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const kernels::GdnGates& gates, const GdnDims& d, const SeqLayout& seq, float scale, Tensor& dq,
+                    Tensor& dk, Tensor& dv, const GdnGateGradOut& gout);
   // The tensor-core prep's L2 norm settings; with r, r->qn, kn, rq, rk allocated as its outputs.
   kernels::GdnNormOut gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).

@@ -151,15 +151,43 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
 
 // ---- Gated DeltaNet core ------------------------------------------------------------------------------------
 namespace {
+GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  check(q.ndim() == 3 && k.shape == q.shape && v.ndim() == 3 && v.dim(0) == q.dim(0) && q.dim(1) > 0 &&
+            v.dim(1) % q.dim(1) == 0,
+        std::string(op) + ": q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", v " + shape_str(v.shape) +
+            " (expected q/k [T, HK, dk], v [T, HV, dv], HV % HK == 0)");
+  return GdnDims{q.dim(0), q.dim(1), v.dim(1), static_cast<int>(q.dim(2)), static_cast<int>(v.dim(2))};
+}
 GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                  const Tensor& beta) {
-  check(q.ndim() == 3 && k.shape == q.shape && v.ndim() == 3 && v.dim(0) == q.dim(0) && q.dim(1) > 0 &&
-            v.dim(1) % q.dim(1) == 0 && g.numel() == v.dim(0) * v.dim(1) && beta.numel() == g.numel(),
-        std::string(op) + ": q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", v " + shape_str(v.shape) +
-            ", g " + shape_str(g.shape) + ", beta " + shape_str(beta.shape) +
-            " (expected q/k [T, HK, dk], v [T, HV, dv], g/beta [T, HV], HV % HK == 0)");
+  const GdnDims d = gdn_dims(op, q, k, v);
+  check(g.numel() == d.T * d.HV && beta.numel() == g.numel(),
+        std::string(op) + ": g " + shape_str(g.shape) + ", beta " + shape_str(beta.shape) + " for v " +
+            shape_str(v.shape) + " (expected g/beta [T, HV])");
   check(g.dtype == DType::F32, std::string(op) + ": g must be F32");
-  return GdnDims{q.dim(0), q.dim(1), v.dim(1), static_cast<int>(q.dim(2)), static_cast<int>(v.dim(2))};
+  return d;
+}
+GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const Backend::GdnGateInputs& gi) {
+  const GdnDims d = gdn_dims(op, q, k, v);
+  check(gi.a.numel() == d.T * d.HV && gi.b.numel() == gi.a.numel() && gi.A_log.numel() == d.HV &&
+            gi.dt_bias.numel() == d.HV,
+        std::string(op) + ": gate inputs a " + shape_str(gi.a.shape) + ", b " + shape_str(gi.b.shape) + ", A_log " +
+            shape_str(gi.A_log.shape) + ", dt_bias " + shape_str(gi.dt_bias.shape) + " for v " + shape_str(v.shape) +
+            " (expected a/b [T, HV], A_log/dt_bias [HV])");
+  return d;
+}
+kernels::GdnGates gate_ptrs(const Tensor& g, const Tensor& beta) {
+  kernels::GdnGates r;
+  r.g = static_cast<const float*>(g.data);
+  r.beta = kin(beta, "gdn beta");
+  return r;
+}
+kernels::GdnGates gate_ptrs(const Backend::GdnGateInputs& gi) {
+  kernels::GdnGates r;
+  r.a = kin(gi.a, "gdn gate a"), r.b = kin(gi.b, "gdn gate b");
+  r.A_log = kin(gi.A_log, "gdn A_log"), r.dt_bias = kin(gi.dt_bias, "gdn dt_bias");
+  return r;
 }
 constexpr float kL2Eps = 1e-6f;  // spec §3.4 step 7: fixed, not rms_norm_eps
 }  // namespace
@@ -229,23 +257,24 @@ void CudaBackend::gdn_l2norms(const Tensor& q, const Tensor& k, float scale, Cud
 // L2 norms, then the chunked forward; `o` may be null (the backward's recompute). ForBackward also writes T,
 // the chunk-start states and V'; States (tensor-core path only) also writes the chunk-start states.
 std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, const Tensor& k_in,
-                                                            const Tensor& v_in, const Tensor& g, const Tensor& beta,
+                                                            const Tensor& v_in, const kernels::GdnGates& gates,
                                                             const SeqLayout& seq, float scale, Tensor* o,
                                                             GdnScratch scratch) {
   const bool for_backward = scratch == GdnScratch::ForBackward;
   const Tensor q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
-  const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
+  const GdnDims d = gdn_dims("gdn_fwd", q, k, v);
   auto r = std::make_unique<CudaGdnSaved>();
   cudaStream_t s = stream();
   // The tensor-core path keeps its scratch in bf16 (kernels/gdn/gdn.cuh, GdnBwdBf16; U stays fp32) and its prep
   // L2-normalises q and k while loading them.
   r->mma = gdn_mma_path(d.dk, d.dv);
+  check(r->mma || !gates.a.p, "internal: gdn gates formed in the core need the tensor-core path");
   const bool per_token = scratch == GdnScratch::None && (!o || std::getenv("DT_GDN_RECURRENT"));
   if (per_token || !r->mma) gdn_l2norms(q, k, scale, *r);
   if (!o && scratch == GdnScratch::None) return r;  // the per-token backward needs only the normalised inputs
   if (per_token) {  // the first (per-token) kernel, kept for A/B timing
-    cuda_check(kernels::launch_gdn_core_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g),
-                                            kin(beta, "gdn beta"), iptr(seq.cu_seqlens),
+    cuda_check(kernels::launch_gdn_core_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), gates.g, gates.beta,
+                                            iptr(seq.cu_seqlens),
                                             static_cast<int>(seq.num_seqs()), kout(*o, "gdn o"), d.HK, d.HV, d.dk,
                                             d.dv, s),
                "gdn_fwd (core)");
@@ -268,8 +297,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   const int nch = static_cast<int>(r->ch.n), nseq = static_cast<int>(seq.num_seqs());
   const kernels::KOut ko = o ? kout(*o, "gdn o") : kernels::KOut{};
   if (!r->mma) {
-    cuda_check(kernels::launch_gdn_chunk_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), fptr(g),
-                                             kin(beta, "gdn beta"), iptr(r->ch.chunks), nch, iptr(r->ch.off), nseq,
+    cuda_check(kernels::launch_gdn_chunk_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), gates.g, gates.beta,
+                                             iptr(r->ch.chunks), nch, iptr(r->ch.off), nseq,
                                              ko, fptr(r->W), fptr(U), fptr(r->M), fptr(r->Gc),
                                              for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
                                              for_backward ? fptr(r->Tm) : nullptr,
@@ -289,7 +318,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   // The backward's recompute (no output) also has the prep write q̂, k̂ and ρ for the backward's other kernels.
   const kernels::GdnNormOut nout = gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr);
   cuda_check(kernels::launch_gdn_chunk_prep_mma(kin(q, "gdn q"), kin(k, "gdn k"), scale, nout, kin(v, "gdn v"),
-                                                fptr(g), kin(beta, "gdn beta"), iptr(r->ch.chunks), nch, nullptr,
+                                                gates, iptr(r->ch.chunks), nch, nullptr,
                                                 fptr(U), nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s,
                                                 &b16),
              "gdn_fwd (chunk prep)");
@@ -308,7 +337,7 @@ void CudaBackend::gdn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, con
   check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
   gdn_check("gdn_fwd", d, seq);
   if (d.T == 0) return;
-  gdn_forward_core(q, k, v, g, beta, seq, scale, &o, GdnScratch::None);
+  gdn_forward_core(q, k, v, gate_ptrs(g, beta), seq, scale, &o, GdnScratch::None);
 }
 
 std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_fwd_keep(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -320,9 +349,16 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_fwd_keep(const Tensor& q, co
     gdn_fwd(q, k, v, g, beta, seq, scale, o);  // nothing kept: the backward recomputes
     return nullptr;
   }
+  return gdn_keep_core(q, k, v, gate_ptrs(g, beta), d, seq, scale, o, what);
+}
+
+std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_keep_core(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                              const kernels::GdnGates& gates, const GdnDims& d,
+                                                              const SeqLayout& seq, float scale, Tensor& o,
+                                                              GdnKeep what) {
   check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
   gdn_check("gdn_fwd", d, seq);
-  auto r = gdn_forward_core(q, k, v, g, beta, seq, scale, &o,
+  auto r = gdn_forward_core(q, k, v, gates, seq, scale, &o,
                             what == GdnKeep::States ? GdnScratch::States : GdnScratch::ForBackward);
   // q̂, k̂ (fp32, 2·T·HK·dk floats) are cheaper to recompute in the backward than to keep.
   r->qn = Tensor();
@@ -349,8 +385,9 @@ kernels::GdnNormOut CudaBackend::gdn_norm_outputs(const GdnDims& d, CudaGdnSaved
   return n;
 }
 
-void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                                          const Tensor& beta, float scale, const GdnDims& d, CudaGdnSaved& f) {
+void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const kernels::GdnGates& gates, float scale, const GdnDims& d,
+                                          CudaGdnSaved& f) {
   constexpr int64_t C = kernels::kGdnChunk;
   f.W = alloc({d.T, d.HV, d.dk}, DType::BF16);
   f.M = alloc({f.ch.n, d.HV, C, C}, DType::BF16);
@@ -360,8 +397,7 @@ void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, cons
   kernels::GdnScanBf16 b16;
   b16.W = f.W.data, b16.M = f.M.data, b16.T = f.Tm.data;
   cuda_check(kernels::launch_gdn_chunk_prep_mma(kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f),
-                                                kin(v, "gdn v"), fptr(g), kin(beta, "gdn beta"),
-                                                iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr,
+                                                kin(v, "gdn v"), gates, iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr,
                                                 nullptr, fptr(f.Gc), nullptr, d.HK, d.HV, d.dk, d.dv, stream(), &b16,
                                                 f.states.data, f.vnew.data),
              "gdn_bwd (chunk prep from the kept states)");
@@ -374,27 +410,72 @@ void CudaBackend::gdn_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, 
   gdn_bwd_saved(nullptr, dout, q, k, v, g, beta, seq, scale, dq, dk, dv, dg, dbeta);
 }
 
-void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in,
-                                const Tensor& v_in, const Tensor& g, const Tensor& beta, const SeqLayout& seq,
+void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                const Tensor& v, const Tensor& g, const Tensor& beta, const SeqLayout& seq,
                                 float scale, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dg, Tensor& dbeta) {
-  const Tensor dout = aligned16(dout_in), q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
   const GdnDims d = gdn_dims("gdn_bwd", q, k, v, g, beta);
-  check(dout.numel() == v.numel() && dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
-            dg.numel() == g.numel() && dbeta.numel() == beta.numel(),
-        "gdn_bwd: gradient shapes must match their inputs (dq " + shape_str(dq.shape) + ", dv " + shape_str(dv.shape) +
-            ", dg " + shape_str(dg.shape) + ")");
+  check(dg.numel() == g.numel() && dbeta.numel() == beta.numel(),
+        "gdn_bwd: dg " + shape_str(dg.shape) + ", dbeta " + shape_str(dbeta.shape) + " must match g, beta " +
+            shape_str(g.shape));
+  gdn_bwd_core(saved, dout, q, k, v, gate_ptrs(g, beta), d, seq, scale, dq, dk, dv, GdnGateGradOut{&dg, &dbeta});
+}
+
+std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_gated_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                              const GdnGateInputs& gates, const SeqLayout& seq,
+                                                              float scale, Tensor& o, std::optional<GdnKeep> keep) {
+  const GdnDims d = gdn_dims("gdn_fwd", q, k, v, gates);
+  if (d.T == 0 || gdn_use_recurrent(d, smem_optin_) || !gdn_mma_path(d.dk, d.dv))
+    return Backend::gdn_gated_fwd(q, k, v, gates, seq, scale, o, keep);  // g and β as tensors
+  if (keep) return gdn_keep_core(q, k, v, gate_ptrs(gates), d, seq, scale, o, *keep);
+  check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
+  gdn_check("gdn_fwd", d, seq);
+  gdn_forward_core(q, k, v, gate_ptrs(gates), seq, scale, &o, GdnScratch::None);
+  return nullptr;
+}
+
+void CudaBackend::gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k,
+                                const Tensor& v, const GdnGateInputs& gates, const SeqLayout& seq, float scale,
+                                Tensor& dq, Tensor& dk, Tensor& dv, Tensor& da, Tensor& db) {
+  const GdnDims d = gdn_dims("gdn_bwd", q, k, v, gates);
+  if (d.T == 0 || gdn_use_recurrent(d, smem_optin_) || !gdn_mma_path(d.dk, d.dv))
+    return Backend::gdn_gated_bwd(saved, dout, q, k, v, gates, seq, scale, dq, dk, dv, da, db);
+  check(da.numel() == gates.a.numel() && db.numel() == gates.b.numel(),
+        "gdn_bwd: da " + shape_str(da.shape) + ", db " + shape_str(db.shape) + " must match a, b " +
+            shape_str(gates.a.shape));
+  GdnGateGradOut out;
+  out.da = &da, out.db = &db;
+  gdn_bwd_core(saved, dout, q, k, v, gate_ptrs(gates), d, seq, scale, dq, dk, dv, out);
+}
+
+void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in,
+                               const Tensor& v_in, const kernels::GdnGates& gates, const GdnDims& d,
+                               const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk, Tensor& dv,
+                               const GdnGateGradOut& gout) {
+  const Tensor dout = aligned16(dout_in), q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
+  check(dout.numel() == v.numel() && dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel(),
+        "gdn_bwd: gradient shapes must match their inputs (dout " + shape_str(dout.shape) + ", dq " +
+            shape_str(dq.shape) + ", dk " + shape_str(dk.shape) + ", dv " + shape_str(dv.shape) + ")");
   check(std::min(kernels::gdn_core_bwd_smem(d.dk, d.dv), kernels::gdn_chunk_bwd_smem(d.dk, d.dv)) <= size_t(smem_optin_),
         "gdn_bwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) + " exceed shared memory");
   check_layout(seq, d.T, "gdn_bwd");
   if (d.T == 0) return;
   cudaStream_t s = stream();
   const int nseq = static_cast<int>(seq.num_seqs());
-  Tensor dqh, dkh, dg32 = alloc({d.T, d.HV}, DType::F32), db32 = alloc({d.T, d.HV}, DType::F32);
+  // With the gate inputs (gates.a set: tensor-core path only) the WY kernel writes da, db itself; dg32 is
+  // still the kernels' dg accumulator.
+  const bool raw_gates = gates.a.p != nullptr;
+  Tensor dqh, dkh, dg32 = alloc({d.T, d.HV}, DType::F32), db32;
+  if (!raw_gates) db32 = alloc({d.T, d.HV}, DType::F32);
+  kernels::GdnGateGrads gr;
+  gr.dg = fptr(dg32);
+  if (raw_gates) gr.da = kout(*gout.da, "gdn da"), gr.db = kout(*gout.db, "gdn db");
+  else gr.dbeta = fptr(db32);
   std::unique_ptr<CudaGdnSaved> own;
   CudaGdnSaved* f = dynamic_cast<CudaGdnSaved*>(saved);
   if (gdn_use_recurrent(d, smem_optin_)) {
+    check(!raw_gates, "internal: gdn gates formed in the core need the tensor-core path");
     // The first (per-token) kernel: A/B timing, and head dims too large for the chunked kernels' tiles.
-    own = gdn_forward_core(q, k, v, g, beta, seq, scale, nullptr, GdnScratch::None);  // only the L2 norms run
+    own = gdn_forward_core(q, k, v, gates, seq, scale, nullptr, GdnScratch::None);  // only the L2 norms run
     f = own.get();
     Tensor ckpt = alloc({kernels::gdn_core_bwd_ckpt_floats(seq.host_cu_seqlens.data(), nseq, d.HV, d.dk, d.dv)},
                         DType::F32);
@@ -403,17 +484,17 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout_in, const Te
     dkh = zeros({d.T, d.HV, d.dk}, DType::F32);
     fill(dg32, 0.f);
     fill(db32, 0.f);
-    cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"), fptr(g),
-                                            kin(beta, "gdn beta"), iptr(seq.cu_seqlens), nseq, fptr(dqh), fptr(dkh),
+    cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"), gates.g,
+                                            gates.beta, iptr(seq.cu_seqlens), nseq, fptr(dqh), fptr(dkh),
                                             kout(dv, "gdn dv"), fptr(dg32), fptr(db32), fptr(ckpt), d.HK, d.HV,
                                             d.dk, d.dv, s),
                "gdn_bwd (core)");
   } else {
     if (!f || !f->states.defined()) {  // nothing kept: recompute the forward's chunk quantities
-      own = gdn_forward_core(q, k, v, g, beta, seq, scale, nullptr, GdnScratch::ForBackward);
+      own = gdn_forward_core(q, k, v, gates, seq, scale, nullptr, GdnScratch::ForBackward);
       f = own.get();
     } else if (f->states_only) {
-      gdn_scratch_from_states(q, k, v, g, beta, scale, d, *f);  // the prep also writes q̂, k̂, ρ
+      gdn_scratch_from_states(q, k, v, gates, scale, d, *f);  // the prep also writes q̂, k̂, ρ
     } else if (!f->qn.defined()) {
       gdn_l2norms(q, k, scale, *f);
     }
@@ -432,17 +513,16 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout_in, const Te
       b.dW16 = f->W.data;  // W is read only by the reverse scan, before the state products write dW
       b.dqh16 = dqh.data, b.dkh16 = dkh.data;
       cuda_check(kernels::launch_gdn_chunk_bwd_mma(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
-                                                   kin(beta, "gdn beta"), iptr(f->ch.chunks), nch, iptr(f->ch.off),
-                                                   nseq, fptr(f->Gc), b, fptr(gsum), fptr(dk_part),
-                                                   kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv,
-                                                   s),
+                                                   gates, iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
+                                                   fptr(f->Gc), b, fptr(gsum), fptr(dk_part), kout(dv, "gdn dv"), gr,
+                                                   d.HK, d.HV, d.dk, d.dv, s),
                  "gdn_bwd (chunked core, tensor cores)");
     } else {
       dqh = alloc({d.T, d.HV, d.dk}, DType::F32);
       dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
       Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
       cuda_check(kernels::launch_gdn_chunk_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
-                                               kin(beta, "gdn beta"), iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
+                                               gates.beta, iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
                                                fptr(f->W), fptr(f->M), fptr(f->Gc), fptr(f->Tm), fptr(f->states),
                                                fptr(f->vnew), fptr(dh), fptr(dvn), fptr(gsum), fptr(dqh), fptr(dkh),
                                                kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv, s),
@@ -450,8 +530,10 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout_in, const Te
     }
     f->states = Tensor();  // consumed: W now holds dW
   }
-  copy(dg, dg32);
-  copy(dbeta, db32);
+  if (!raw_gates) {
+    copy(*gout.dg, dg32);
+    copy(*gout.dbeta, db32);
+  }
   cuda_check(kernels::launch_l2norm_bwd_gva(kin(dqh, "gdn dq-hat"), kin(q, "gdn q"), fptr(f->rq), scale, kout(dq, "gdn dq"), d.T,
                                             d.HK, d.HV, d.dk, s),
              "gdn_bwd (l2norm q)");
