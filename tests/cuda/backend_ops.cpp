@@ -414,6 +414,38 @@ void case_conv(Env& e) {
     e.cpu->conv1d_silu_bwd(dy.c, x.c, w.c, sc, dx.c);
     e.gpu->conv1d_silu_bwd(dy.g, x.g, w.g, sg, dx.g);
     compare(e, "conv1d_silu_bwd" + tag, dx, 1e-5);
+    // The output (input gradient) as separate column blocks (the GDN layer's q | k | v): widths that keep the
+    // 8-channel backward where C % 8 == 0.
+    std::vector<int64_t> widths;
+    const int64_t unit = c.C % 8 == 0 ? 8 : 1, units = c.C / unit;
+    for (int64_t u0 = 0, i = 0; u0 < units; ++i) {
+      const int64_t n = i == 2 ? units - u0 : std::max<int64_t>(1, units / 3);
+      widths.push_back(n * unit);
+      u0 += n;
+    }
+    std::vector<Pair> ys, dys;
+    for (int64_t wd : widths) ys.push_back(e.out({T, wd}, BF));
+    std::vector<Tensor*> yc, yg;
+    for (Pair& p : ys) yc.push_back(&p.c), yg.push_back(&p.g);
+    e.cpu->conv1d_silu_fwd_split(x.c, w.c, sc, yc);
+    e.gpu->conv1d_silu_fwd_split(x.g, w.g, sg, yg);
+    int64_t c0 = 0;
+    for (size_t i = 0; i < ys.size(); ++i) {
+      const std::string pt = tag + " part " + std::to_string(i) + " cols " + std::to_string(c0) + "+" +
+                             std::to_string(widths[i]);
+      compare(e, "conv1d_silu_fwd_split" + pt, ys[i], 1e-5);
+      // The part's gradient: the same columns of dy.
+      dys.push_back(e.out({T, widths[i]}, BF));
+      e.cpu->copy_cols(dys.back().c, 0, dy.c, c0, widths[i]);
+      e.gpu->copy_cols(dys.back().g, 0, dy.g, c0, widths[i]);
+      c0 += widths[i];
+    }
+    std::vector<const Tensor*> dyc, dyg;
+    for (const Pair& p : dys) dyc.push_back(&p.c), dyg.push_back(&p.g);
+    Pair dx2 = e.out({T, c.C}, BF);
+    e.cpu->conv1d_silu_bwd_split(dyc, x.c, w.c, sc, dx2.c);
+    e.gpu->conv1d_silu_bwd_split(dyg, x.g, w.g, sg, dx2.g);
+    compare(e, "conv1d_silu_bwd_split" + tag + " parts " + std::to_string(widths.size()), dx2, 1e-5);
   }
 }
 
@@ -861,7 +893,7 @@ const std::vector<OpCase>& all_cases() {
       {"gated_rmsnorm", {"gated_rmsnorm_fwd", "gated_rmsnorm_bwd"}, case_gated_rmsnorm},
       {"rope", {"rope"}, case_rope},
       {"attention", {"attention_fwd", "attention_bwd"}, case_attention},
-      {"conv", {"conv1d_silu_fwd", "conv1d_silu_bwd"}, case_conv},
+      {"conv", {"conv1d_silu_fwd", "conv1d_silu_bwd", "conv1d_silu_fwd_split", "conv1d_silu_bwd_split"}, case_conv},
       {"gates", {"gdn_gates_fwd", "gdn_gates_bwd"}, case_gates},
       {"gdn", {"gdn_fwd", "gdn_bwd", "gdn_fwd_keep", "gdn_bwd_saved", "gdn_gated_fwd", "gdn_gated_bwd"}, case_gdn},
       {"moe", {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},

@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "core/error.h"
@@ -17,6 +18,45 @@ Tensor Backend::upload_i32(const std::vector<int32_t>& values) {
   Tensor h = host_tensor({static_cast<int64_t>(values.size())}, DType::I32);
   std::copy(values.begin(), values.end(), h.ptr<int32_t>());
   return upload(h, DType::I32);
+}
+
+namespace {
+template <class Parts> void check_column_parts(const char* op, int64_t T, int64_t C, const Parts& parts) {
+  int64_t cols = 0;
+  for (const Tensor* p : parts) {
+    check(p && p->ndim() == 2 && p->rows() == T,
+          std::string(op) + ": every part must be a [T, C_i] tensor with T = " + std::to_string(T) + " rows" +
+              (p ? ", got " + shape_str(p->shape) : std::string(", got none")));
+    cols += p->cols();
+  }
+  check(!parts.empty() && parts.size() <= 4 && cols == C,
+        std::string(op) + ": " + std::to_string(parts.size()) + " parts of " + std::to_string(cols) +
+            " columns in all for " + std::to_string(C) + " channels (expected 1-4 parts covering every channel)");
+}
+}  // namespace
+
+void Backend::conv1d_silu_fwd_split(const Tensor& x, const Tensor& w, const SeqLayout& seq,
+                                    std::span<Tensor* const> ys) {
+  check_column_parts("conv1d_silu_fwd_split", x.rows(), x.cols(), ys);
+  Tensor y = alloc(x.shape, ys.front()->dtype);
+  conv1d_silu_fwd(x, w, seq, y);
+  int64_t c0 = 0;
+  for (Tensor* p : ys) {
+    copy_cols(*p, 0, y, c0, p->cols());
+    c0 += p->cols();
+  }
+}
+
+void Backend::conv1d_silu_bwd_split(std::span<const Tensor* const> dys, const Tensor& x, const Tensor& w,
+                                    const SeqLayout& seq, Tensor& dx) {
+  check_column_parts("conv1d_silu_bwd_split", x.rows(), x.cols(), dys);
+  Tensor dy = alloc(x.shape, dys.front()->dtype);
+  int64_t c0 = 0;
+  for (const Tensor* p : dys) {
+    copy_cols(dy, c0, *p, 0, p->cols());
+    c0 += p->cols();
+  }
+  conv1d_silu_bwd(dy, x, w, seq, dx);
 }
 
 namespace {

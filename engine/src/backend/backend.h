@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,13 @@ class Backend {
   virtual void conv1d_silu_fwd(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& y) = 0;
   virtual void conv1d_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const SeqLayout& seq,
                                Tensor& dx) = 0;  // (=)
+  // The same conv with y (dy) held as contiguous column blocks side by side, ys[i] [T, C_i], ΣC_i = C (at most
+  // 4): the GDN layer's q | k | v come out as their own tensors and their gradients go in as they are, with no
+  // copies. The defaults go through one [T, C] tensor and copy_cols.
+  virtual void conv1d_silu_fwd_split(const Tensor& x, const Tensor& w, const SeqLayout& seq,
+                                     std::span<Tensor* const> ys);
+  virtual void conv1d_silu_bwd_split(std::span<const Tensor* const> dys, const Tensor& x, const Tensor& w,
+                                     const SeqLayout& seq, Tensor& dx);  // (=)
   // beta (=) σ(b); g (=) -exp(A_log)·softplus(a + dt_bias) (F32). a, b [T, HV]; A_log, dt_bias [HV].
   virtual void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                              Tensor& g, Tensor& beta) = 0;

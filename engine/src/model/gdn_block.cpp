@@ -34,14 +34,11 @@ Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   k.al = be.alloc({T, HV}, dt);
   linear_fwd(be, x, w.in_a, l.a, c.rt, c.salt(7), k.al, k.la);
 
-  Tensor pc = be.alloc({T, C}, dt);
-  be.conv1d_silu_fwd(k.p, w.conv, c.seq, pc);
   k.q = be.alloc({T, kd}, dt);
   k.k = be.alloc({T, kd}, dt);
   k.v = be.alloc({T, vd}, dt);
-  be.copy_cols(k.q, 0, pc, 0, kd);
-  be.copy_cols(k.k, 0, pc, kd, kd);
-  be.copy_cols(k.v, 0, pc, 2 * kd, vd);
+  Tensor* qkv[] = {&k.q, &k.k, &k.v};  // the conv's q | k | v channel blocks, each its own tensor
+  be.conv1d_silu_fwd_split(k.p, w.conv, c.seq, qkv);
 
   k.o = be.alloc({T, HV, dv}, dt);
   std::optional<Backend::GdnKeep> keep;
@@ -81,12 +78,10 @@ void gdn_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
                    k.v.view({T, HV, dv}), {k.al, k.bl, w.A_log, w.dt_bias}, c.seq,
                    1.f / std::sqrt(static_cast<float>(dk)), dq, dkk, dvv, dal, dbl);
 
-  Tensor dpc = be.alloc({T, C}, dt);
-  be.copy_cols(dpc, 0, dq.view({T, kd}), 0, kd);
-  be.copy_cols(dpc, kd, dkk.view({T, kd}), 0, kd);
-  be.copy_cols(dpc, 2 * kd, dvv.view({T, vd}), 0, vd);
+  const Tensor dq2 = dq.view({T, kd}), dk2 = dkk.view({T, kd}), dv2 = dvv.view({T, vd});
+  const Tensor* dqkv[] = {&dq2, &dk2, &dv2};
   Tensor dp = be.alloc({T, C}, dt);
-  be.conv1d_silu_bwd(dpc, k.p, w.conv, c.seq, dp);
+  be.conv1d_silu_bwd_split(dqkv, k.p, w.conv, c.seq, dp);
 
   linear_bwd(be, dp, w.in_qkv, l.qkv, c.rt, c.salt(4), k.lqkv, dx, false);
   linear_bwd(be, dz.view({T, vd}), w.in_z, l.z, c.rt, c.salt(5), k.lz, dx, true);

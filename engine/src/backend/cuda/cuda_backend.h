@@ -85,6 +85,10 @@ class CudaBackend final : public Backend {
 
   void conv1d_silu_fwd(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& y) override;
   void conv1d_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& dx) override;
+  void conv1d_silu_fwd_split(const Tensor& x, const Tensor& w, const SeqLayout& seq,
+                             std::span<Tensor* const> ys) override;
+  void conv1d_silu_bwd_split(std::span<const Tensor* const> dys, const Tensor& x, const Tensor& w,
+                             const SeqLayout& seq, Tensor& dx) override;
   void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& g,
                      Tensor& beta) override;
   void gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Tensor& a, const Tensor& b, const Tensor& A_log,

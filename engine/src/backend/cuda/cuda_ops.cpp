@@ -156,26 +156,68 @@ void CudaBackend::rope(Tensor& x, const Tensor& positions, int rot_dim, float th
 }
 
 // ---- GDN pre/post ops ------------------------------------------------------------------------------------
+namespace {
+// The column parts of a conv output / gradient (rows T, ≤ kMaxColParts parts covering C columns) for the kernels.
+template <class K, class Parts, class Ptr>
+kernels::ColParts<K> conv_parts(const char* op, int64_t T, int64_t C, const Parts& parts, Ptr ptr) {
+  kernels::ColParts<K> r;
+  check(!parts.empty() && parts.size() <= size_t(kernels::kMaxColParts),
+        std::string(op) + ": 1 to " + std::to_string(kernels::kMaxColParts) + " column parts, got " +
+            std::to_string(parts.size()));
+  int64_t end = 0;
+  for (auto* p : parts) {
+    check(p && p->ndim() == 2 && p->rows() == T && p->cols() > 0,
+          std::string(op) + ": every part must be a [T, C_i] tensor with T = " + std::to_string(T) + " rows" +
+              (p ? ", got " + shape_str(p->shape) : std::string(", got none")));
+    end += p->cols();
+    r.part[r.n] = ptr(*p);
+    r.end[r.n++] = end;
+  }
+  check(end == C, std::string(op) + ": the parts hold " + std::to_string(end) + " columns for " + std::to_string(C) +
+                      " channels");
+  return r;
+}
+}  // namespace
+
 void CudaBackend::conv1d_silu_fwd(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& y) {
-  const int64_t T = x.rows(), C = x.cols();
-  check(w.ndim() == 2 && w.dim(0) == C && y.numel() == x.numel(),
-        "conv1d_silu_fwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + " (expected [C, K])");
-  check_layout(seq, T, "conv1d_silu_fwd");
-  cuda_check(kernels::launch_conv1d_silu_fwd(kin(x, "conv x"), kin(w, "conv w"), i32(seq.cu_seqlens, "cu_seqlens"),
-                                             static_cast<int>(seq.num_seqs()), kout(y, "conv y"), T, C,
-                                             static_cast<int>(w.dim(1)), stream()),
-             "conv1d_silu_fwd");
+  check(y.numel() == x.numel(), "conv1d_silu_fwd: y " + shape_str(y.shape) + " for x " + shape_str(x.shape));
+  Tensor yv = y.view({x.rows(), x.cols()});
+  Tensor* parts[] = {&yv};
+  conv1d_silu_fwd_split(x, w, seq, parts);
 }
 
 void CudaBackend::conv1d_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const SeqLayout& seq,
                                   Tensor& dx) {
+  check(dy.numel() == x.numel(), "conv1d_silu_bwd: dy " + shape_str(dy.shape) + " for x " + shape_str(x.shape));
+  const Tensor dyv = dy.view({x.rows(), x.cols()});
+  const Tensor* parts[] = {&dyv};
+  conv1d_silu_bwd_split(parts, x, w, seq, dx);
+}
+
+void CudaBackend::conv1d_silu_fwd_split(const Tensor& x, const Tensor& w, const SeqLayout& seq,
+                                        std::span<Tensor* const> ys) {
   const int64_t T = x.rows(), C = x.cols();
-  check(w.ndim() == 2 && w.dim(0) == C && dy.numel() == x.numel() && dx.numel() == x.numel(),
-        "conv1d_silu_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape));
+  check(w.ndim() == 2 && w.dim(0) == C,
+        "conv1d_silu_fwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + " (expected [C, K])");
+  check_layout(seq, T, "conv1d_silu_fwd");
+  const auto y = conv_parts<kernels::KOut>("conv1d_silu_fwd", T, C, ys, [](Tensor& t) { return kout(t, "conv y"); });
+  cuda_check(kernels::launch_conv1d_silu_fwd(kin(x, "conv x"), kin(w, "conv w"), i32(seq.cu_seqlens, "cu_seqlens"),
+                                             static_cast<int>(seq.num_seqs()), y, T, C, static_cast<int>(w.dim(1)),
+                                             stream()),
+             "conv1d_silu_fwd");
+}
+
+void CudaBackend::conv1d_silu_bwd_split(std::span<const Tensor* const> dys, const Tensor& x, const Tensor& w,
+                                        const SeqLayout& seq, Tensor& dx) {
+  const int64_t T = x.rows(), C = x.cols();
+  check(w.ndim() == 2 && w.dim(0) == C && dx.numel() == x.numel(),
+        "conv1d_silu_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", dx " + shape_str(dx.shape));
   check_layout(seq, T, "conv1d_silu_bwd");
-  cuda_check(kernels::launch_conv1d_silu_bwd(kin(dy, "conv dy"), kin(x, "conv x"), kin(w, "conv w"),
-                                             i32(seq.cu_seqlens, "cu_seqlens"), static_cast<int>(seq.num_seqs()),
-                                             kout(dx, "conv dx"), T, C, static_cast<int>(w.dim(1)), stream()),
+  const auto dy =
+      conv_parts<kernels::KIn>("conv1d_silu_bwd", T, C, dys, [](const Tensor& t) { return kin(t, "conv dy"); });
+  cuda_check(kernels::launch_conv1d_silu_bwd(dy, kin(x, "conv x"), kin(w, "conv w"), i32(seq.cu_seqlens, "cu_seqlens"),
+                                             static_cast<int>(seq.num_seqs()), kout(dx, "conv dx"), T, C,
+                                             static_cast<int>(w.dim(1)), stream()),
              "conv1d_silu_bwd");
 }
 
