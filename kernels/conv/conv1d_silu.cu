@@ -6,11 +6,13 @@
 // inputs (forward) or the next K pre-activation gradients (backward) in registers, so each input is read
 // once per tile instead of K (forward) or K² (backward) times, and the sequence is looked up once per tile.
 // Other K: one thread per (t, c), the backward recomputing the K pre-activations it needs.
-// Backward with bf16 tensors and C % 8 == 0 (the training case): a thread owns 8 channels (16-byte accesses) of
-// a shorter tile (kTile8 tokens), 8x fewer memory instructions for the same bytes (2.79 -> 2.18 ms per 2B step).
+// bf16 tensors with even C (the training case): a thread owns 2 channels of kTile2 = 16 tokens and loads its
+// whole window before any math (conv_*_tiled2_kernel): 2B step on an H100 (ncu, 24 forward / 18 backward
+// calls) forward 2.30 -> see PERF_NOTES, backward 2.22 (the earlier 8-channel walking kernel) -> see PERF_NOTES.
+// The output (forward) and the incoming gradient (backward) may be column parts (ColParts: the GDN layer's
+// q | k | v as their own tensors).
 #include <initializer_list>
 
-#include "common/bf16x8.cuh"
 #include "common/device.cuh"
 #include "conv/conv.cuh"
 
@@ -163,118 +165,139 @@ __global__ void __launch_bounds__(kTileCh) conv_bwd_tiled_kernel(ColParts<KIn> d
   }
 }
 
-// ---- 8 channels per thread (bf16, C % 8 == 0) ----
-constexpr int kTile8 = 32;     // tokens per thread
-constexpr int kTile8Ch = 128;  // threads (groups of 8 channels) per block
+// ---- 2 channels x kTile2 tokens per thread, every load issued before the math (bf16, even C) ----
+// The walking kernels above wait for each token's load in turn; here a thread loads its whole window (bf16
+// pairs: a warp reads 128 contiguous bytes per row) and only then computes, so a warp keeps ~20 loads in
+// flight. The arithmetic per output is the walking kernels' (same terms, same order).
+constexpr int kTile2 = 16;     // tokens per thread
+constexpr int kTile2Ch = 128;  // threads (channel pairs) per block
 
-// ConvWindow for 8 adjacent channels: weights and the last K−1 inputs of the current sequence in registers.
-template <int K>
-struct ConvWindow8 {
-  float wr[8][K], hist[8][K - 1];
-  int sq;
-  int64_t start, end;
-  __device__ ConvWindow8(const void* x, KIn w, const int32_t* cu, int sq0, int64_t c8, int64_t t0, int64_t C8)
-      : sq(sq0) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-#pragma unroll
-      for (int j = 0; j < K; ++j) wr[e][j] = ld(w, (8 * c8 + e) * K + j);
-    start = cu[sq], end = cu[sq + 1];
-#pragma unroll
-    for (int j = 0; j < K - 1; ++j) {
-      const int64_t src = t0 - (K - 1) + j;
-      Bf16x8 v{};
-      if (src >= start) v = ld8(x, src * C8 + c8);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) hist[e][j] = v.v[e];
-    }
-  }
-  // Pre-activations of token t (consecutive t), as ConvWindow::pre per channel.
-  __device__ Bf16x8 pre(const void* x, const int32_t* cu, int64_t t, int64_t c8, int64_t C8) {
-    if (t == end) {
-      start = end, end = cu[++sq + 1];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-#pragma unroll
-        for (int j = 0; j < K - 1; ++j) hist[e][j] = 0.f;
-    }
-    const Bf16x8 xt = ld8(x, t * C8 + c8);
-    Bf16x8 p;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      float a = wr[e][K - 1] * xt.v[e];
-#pragma unroll
-      for (int j = 0; j < K - 1; ++j) a += wr[e][j] * hist[e][j];
-#pragma unroll
-      for (int j = 0; j < K - 2; ++j) hist[e][j] = hist[e][j + 1];
-      hist[e][K - 2] = xt.v[e];
-      p.v[e] = a;
-    }
-    return p;
-  }
-};
+__device__ __forceinline__ float2 ld_bf2(const void* p, int64_t i) {  // elements i, i + 1 (i even)
+  return __bfloat1622float2(static_cast<const __nv_bfloat162*>(p)[i / 2]);
+}
+__device__ __forceinline__ void st_bf2(void* p, int64_t i, float a, float b) {
+  static_cast<__nv_bfloat162*>(p)[i / 2] = __floats2bfloat162_rn(a, b);
+}
 
-// As conv_bwd_tiled_kernel, 8 channels at a time (the sequence bookkeeping is shared by the 8).
-template <int K>
-__global__ void __launch_bounds__(kTile8Ch) conv_bwd_tiled8_kernel(ColParts<KIn> dy, const void* x, KIn w,
-                                                                   const int32_t* cu, int nseq, void* dx, int64_t T,
-                                                                   int64_t C8) {
-  const int64_t c8 = blockIdx.x * int64_t(kTile8Ch) + threadIdx.x, t0 = blockIdx.y * int64_t(kTile8);
-  const int64_t t1 = t0 + kTile8 < T ? t0 + kTile8 : T;
-  if (c8 >= C8) return;
-  const PartCol<KIn> gp = part_col(dy, 8 * c8);  // every part's width is a multiple of 8 (conv_bf16x8)
-  const int64_t g_ld8 = gp.ld / 8, g_col8 = gp.col / 8;
-  ConvWindow8<K> win(x, w, cu, seq_of_token(cu, nseq, t0), c8, t0, C8);
-  float dp[K][8];  // dp[K-1] = dpre[t], dp[0] = dpre[t-K+1]
-  int dsq[K];
+// Sequence of each of the N positions t0 + i (i < N): −1 outside [0, T).
+template <int N>
+__device__ __forceinline__ void seq_ids(int (&sid)[N], const int32_t* cu, int nseq, int64_t t0, int64_t T) {
+  int sq = seq_of_token(cu, nseq, t0 > 0 ? t0 : 0);
 #pragma unroll
-  for (int j = 0; j < K; ++j) {
-    dsq[j] = -1;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) dp[j][e] = 0.f;
-  }
-  const int64_t t_last = t1 + K - 1 < T ? t1 + K - 1 : T;
-  for (int64_t t = t0; t < t1 + K - 1; ++t) {
-#pragma unroll
-    for (int j = 0; j < K - 1; ++j) {
-      dsq[j] = dsq[j + 1];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) dp[j][e] = dp[j + 1][e];
+  for (int i = 0; i < N; ++i) {
+    const int64_t t = t0 + i;
+    if (t < 0 || t >= T) {
+      sid[i] = -1;
+      continue;
     }
-    if (t < t_last) {
-      const Bf16x8 pre = win.pre(x, cu, t, c8, C8), g = ld8(gp.p.p, t * g_ld8 + g_col8);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) dp[K - 1][e] = g.v[e] * dsiluf_(pre.v[e]);
-      dsq[K - 1] = win.sq;
-    } else {
-      dsq[K - 1] = -1;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) dp[K - 1][e] = 0.f;
-    }
-    const int64_t tau = t - (K - 1);
-    if (tau < t0) continue;
-    Bf16x8 acc{};
-#pragma unroll
-    for (int i = 0; i < K; ++i)
-      if (dsq[i] == dsq[0])
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc.v[e] += win.wr[e][K - 1 - i] * dp[i][e];
-    st8(dx, tau * C8 + c8, acc);
+    while (t >= cu[sq + 1]) ++sq;
+    sid[i] = sq;
   }
 }
 
-bool conv_bf16x8(int64_t C, std::initializer_list<KIn> ts, const ColParts<KIn>& parts) {
-  if (C % 8 != 0) return false;
+// pre(t) for the window position i (token t0 + i − (K−1) + j at xw[i + j]): the walking kernels' sum.
+template <int K>
+__device__ __forceinline__ float2 pre2(const float2* xw, const int* sid, int i, const float (&w0)[K],
+                                       const float (&w1)[K]) {
+  float2 p = make_float2(w0[K - 1] * xw[i + K - 1].x, w1[K - 1] * xw[i + K - 1].y);
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) {
+    const bool in = sid[i + j] == sid[i + K - 1];
+    p.x += w0[j] * (in ? xw[i + j].x : 0.f);
+    p.y += w1[j] * (in ? xw[i + j].y : 0.f);
+  }
+  return p;
+}
+
+template <int K>
+__device__ __forceinline__ void conv_w2(float (&w0)[K], float (&w1)[K], KIn w, int64_t c) {
+#pragma unroll
+  for (int j = 0; j < K; ++j) w0[j] = ld(w, c * K + j), w1[j] = ld(w, (c + 1) * K + j);
+}
+
+template <int K>
+__global__ void __launch_bounds__(kTile2Ch) conv_fwd_tiled2_kernel(const void* x, KIn w, const int32_t* cu, int nseq,
+                                                                   ColParts<KOut> y, int64_t T, int64_t C) {
+  constexpr int NW = kTile2 + K - 1;  // window: tokens t0 − (K−1) .. t0 + kTile2 − 1
+  const int64_t c = 2 * (blockIdx.x * int64_t(kTile2Ch) + threadIdx.x), t0 = blockIdx.y * int64_t(kTile2);
+  if (c >= C) return;
+  float2 xw[NW];
+#pragma unroll
+  for (int i = 0; i < NW; ++i) {
+    const int64_t t = t0 - (K - 1) + i;
+    xw[i] = t >= 0 && t < T ? ld_bf2(x, t * C + c) : make_float2(0.f, 0.f);
+  }
+  float w0[K], w1[K];
+  conv_w2<K>(w0, w1, w, c);
+  int sid[NW];
+  seq_ids<NW>(sid, cu, nseq, t0 - (K - 1), T);
+  const PartCol<KOut> o = part_col(y, c);  // both channels in one part (part widths even)
+#pragma unroll
+  for (int i = 0; i < kTile2; ++i) {
+    if (t0 + i >= T) break;
+    const float2 p = pre2<K>(xw, sid, i, w0, w1);
+    st_bf2(o.p.p, (t0 + i) * o.ld + o.col, siluf_(p.x), siluf_(p.y));
+  }
+}
+
+// dx[τ] = Σ_i w[K−1−i]·dpre[τ+i] over τ's own sequence, dpre[t] = dy[t]·silu'(pre[t]) (the walking
+// backward's terms and order). Window of x: t0 − (K−1) .. t0 + kTile2 + K − 2; of dpre: t0 .. t0 + kTile2 + K − 2.
+template <int K>
+__global__ void __launch_bounds__(kTile2Ch) conv_bwd_tiled2_kernel(ColParts<KIn> dy, const void* x, KIn w,
+                                                                   const int32_t* cu, int nseq, void* dx, int64_t T,
+                                                                   int64_t C) {
+  constexpr int ND = kTile2 + K - 1, NX = ND + K - 1;
+  const int64_t c = 2 * (blockIdx.x * int64_t(kTile2Ch) + threadIdx.x), t0 = blockIdx.y * int64_t(kTile2);
+  if (c >= C) return;
+  const PartCol<KIn> g = part_col(dy, c);
+  float2 xw[NX], gw[ND];
+#pragma unroll
+  for (int i = 0; i < NX; ++i) {
+    const int64_t t = t0 - (K - 1) + i;
+    xw[i] = t >= 0 && t < T ? ld_bf2(x, t * C + c) : make_float2(0.f, 0.f);
+  }
+#pragma unroll
+  for (int i = 0; i < ND; ++i) {
+    const int64_t t = t0 + i;
+    gw[i] = t < T ? ld_bf2(g.p.p, t * g.ld + g.col) : make_float2(0.f, 0.f);
+  }
+  float w0[K], w1[K];
+  conv_w2<K>(w0, w1, w, c);
+  int sid[NX];  // sid[i]: token t0 − (K−1) + i
+  seq_ids<NX>(sid, cu, nseq, t0 - (K - 1), T);
+  float2 dp[ND];  // dpre of token t0 + i (0 outside [0, T))
+#pragma unroll
+  for (int i = 0; i < ND; ++i) {
+    const float2 p = pre2<K>(xw, sid, i, w0, w1);
+    dp[i] = sid[i + K - 1] < 0 ? make_float2(0.f, 0.f) : make_float2(gw[i].x * dsiluf_(p.x), gw[i].y * dsiluf_(p.y));
+  }
+#pragma unroll
+  for (int i = 0; i < kTile2; ++i) {
+    if (t0 + i >= T) break;
+    float2 acc = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      if (sid[i + j + K - 1] == sid[i + K - 1]) {
+        acc.x += w0[K - 1 - j] * dp[i + j].x;
+        acc.y += w1[K - 1 - j] * dp[i + j].y;
+      }
+    st_bf2(dx, (t0 + i) * C + c, acc.x, acc.y);
+  }
+}
+
+template <class P> bool conv_bf16x2(int64_t C, std::initializer_list<KIn> ts, const ColParts<P>& parts) {
+  if (C % 2 != 0) return false;
   for (const KIn& t : ts)
-    if (t.t != KType::BF16 || reinterpret_cast<uintptr_t>(t.p) % 16 != 0) return false;
+    if (t.t != KType::BF16 || reinterpret_cast<uintptr_t>(t.p) % 4 != 0) return false;
   for (int i = 0; i < parts.n; ++i)
-    if (parts.end[i] % 8 != 0 || parts.part[i].t != KType::BF16 ||
-        reinterpret_cast<uintptr_t>(parts.part[i].p) % 16 != 0)
+    if (parts.end[i] % 2 != 0 || parts.part[i].t != KType::BF16 ||
+        reinterpret_cast<uintptr_t>(parts.part[i].p) % 4 != 0)
       return false;
   return true;
 }
-dim3 conv_grid8(int64_t T, int64_t C) {
-  return dim3(static_cast<unsigned>((C / 8 + kTile8Ch - 1) / kTile8Ch), static_cast<unsigned>((T + kTile8 - 1) / kTile8));
+dim3 conv_grid2(int64_t T, int64_t C) {
+  return dim3(static_cast<unsigned>((C / 2 + kTile2Ch - 1) / kTile2Ch),
+              static_cast<unsigned>((T + kTile2 - 1) / kTile2));
 }
 
 }  // namespace
@@ -293,7 +316,9 @@ cudaError_t launch_conv1d_silu_fwd(KIn x, KIn w, const int32_t* cu, int nseq, co
                                    int64_t C, int K, cudaStream_t s) {
   if (T * C == 0) return cudaSuccess;
   if (!parts_ok(y, C)) return cudaErrorInvalidValue;
-  if (K == 4) {  // (an 8-channel forward measured slower: 2.27 vs 1.98 ms per 2B step on an H100)
+  if (K == 4 && conv_bf16x2(C, {x}, y)) {
+    conv_fwd_tiled2_kernel<4><<<conv_grid2(T, C), kTile2Ch, 0, s>>>(x.p, w, cu, nseq, y, T, C);
+  } else if (K == 4) {
     const dim3 grid(static_cast<unsigned>((C + kTileCh - 1) / kTileCh), static_cast<unsigned>((T + kTile - 1) / kTile));
     conv_fwd_tiled_kernel<4><<<grid, kTileCh, 0, s>>>(x, w, cu, nseq, y, T, C);
   } else {
@@ -305,8 +330,8 @@ cudaError_t launch_conv1d_silu_bwd(const ColParts<KIn>& dy, KIn x, KIn w, const 
                                    int64_t T, int64_t C, int K, cudaStream_t s) {
   if (T * C == 0) return cudaSuccess;
   if (!parts_ok(dy, C)) return cudaErrorInvalidValue;
-  if (K == 4 && conv_bf16x8(C, {x, KIn{dx.p, dx.t}}, dy)) {
-    conv_bwd_tiled8_kernel<4><<<conv_grid8(T, C), kTile8Ch, 0, s>>>(dy, x.p, w, cu, nseq, dx.p, T, C / 8);
+  if (K == 4 && conv_bf16x2(C, {x, KIn{dx.p, dx.t}}, dy)) {
+    conv_bwd_tiled2_kernel<4><<<conv_grid2(T, C), kTile2Ch, 0, s>>>(dy, x.p, w, cu, nseq, dx.p, T, C);
   } else if (K == 4) {
     const dim3 grid(static_cast<unsigned>((C + kTileCh - 1) / kTileCh), static_cast<unsigned>((T + kTile - 1) / kTile));
     conv_bwd_tiled_kernel<4><<<grid, kTileCh, 0, s>>>(dy, x, w, cu, nseq, dx, T, C);
