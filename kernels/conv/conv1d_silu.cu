@@ -6,18 +6,20 @@
 // inputs (forward) or the next K pre-activation gradients (backward) in registers, so each input is read
 // once per tile instead of K (forward) or K² (backward) times, and the sequence is looked up once per tile.
 // Other K: one thread per (t, c), the backward recomputing the K pre-activations it needs.
-// bf16 tensors with even C (the training case): a thread owns 2 channels of kTile2 = 16 tokens and loads its
-// whole window before any math (conv_*_tiled2_kernel): 2B step on an H100 (ncu, 24 forward / 18 backward
-// calls) forward 2.30 -> see PERF_NOTES, backward 2.22 (the earlier 8-channel walking kernel) -> see PERF_NOTES.
+// bf16 tensors with C % 8 == 0 (the training case): shared-memory tiles of 64 tokens x 128 channels staged
+// with 16-byte copies (conv_*_smem_kernel; per 2B step on an H100, ncu: see kernels/PERF_NOTES.md session 7).
 // The output (forward) and the incoming gradient (backward) may be column parts (ColParts: the GDN layer's
 // q | k | v as their own tensors).
 #include <initializer_list>
 
 #include "common/device.cuh"
+#include "common/mma.cuh"
 #include "conv/conv.cuh"
 
 namespace deltatune::kernels {
 namespace {
+
+using bf16 = __nv_bfloat16;
 
 // Column c of a ColParts tensor: its part's pointer, and the element (t, c) at p + t·ld + col.
 template <class P>
@@ -165,139 +167,137 @@ __global__ void __launch_bounds__(kTileCh) conv_bwd_tiled_kernel(ColParts<KIn> d
   }
 }
 
-// ---- 2 channels x kTile2 tokens per thread, every load issued before the math (bf16, even C) ----
-// The walking kernels above wait for each token's load in turn; here a thread loads its whole window (bf16
-// pairs: a warp reads 128 contiguous bytes per row) and only then computes, so a warp keeps ~20 loads in
-// flight. The arithmetic per output is the walking kernels' (same terms, same order).
-constexpr int kTile2 = 16;     // tokens per thread
-constexpr int kTile2Ch = 128;  // threads (channel pairs) per block
+// ---- bf16 with C % 8 == 0 (the training case): shared-memory tiles ----
+// A block stages kSTok tokens (plus the K−1 before them, and for the backward the K−1 after) x kSCh channels of
+// x (and dy) with 16-byte cp.async, each thread then walks its own channel through the tile, and the results
+// leave through the same tile as 16-byte row pieces. (One thread per channel reading x from global memory as
+// it walks, the kernels above, keeps one load in flight at a time.) The arithmetic per output is the walking
+// kernels' (same terms, same order). Every column part (ColParts) is bf16, 16-byte aligned, a multiple of 8 wide.
+constexpr int kSTok = 64;             // tokens per block
+constexpr int kSCh = 128;             // channels (= threads) per block
+constexpr int kSPieces = kSCh / 8;    // 16-byte pieces per staged row
 
-__device__ __forceinline__ float2 ld_bf2(const void* p, int64_t i) {  // elements i, i + 1 (i even)
-  return __bfloat1622float2(static_cast<const __nv_bfloat162*>(p)[i / 2]);
-}
-__device__ __forceinline__ void st_bf2(void* p, int64_t i, float a, float b) {
-  static_cast<__nv_bfloat162*>(p)[i / 2] = __floats2bfloat162_rn(a, b);
-}
-
-// Sequence of each of the N positions t0 + i (i < N): −1 outside [0, T).
-template <int N>
-__device__ __forceinline__ void seq_ids(int (&sid)[N], const int32_t* cu, int nseq, int64_t t0, int64_t T) {
-  int sq = seq_of_token(cu, nseq, t0 > 0 ? t0 : 0);
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const int64_t t = t0 + i;
-    if (t < 0 || t >= T) {
-      sid[i] = -1;
-      continue;
-    }
-    while (t >= cu[sq + 1]) ++sq;
-    sid[i] = sq;
+// rows × kSCh bf16 of a (T, ld) tensor region: rows of tokens first + r (zeros outside [0, T)), columns c0 ..
+// (zeros past C). P: KIn/ColParts lookup of each 16-byte piece.
+template <class Src>
+__device__ __forceinline__ void stage_tile(bf16* tile, int rows, int64_t first, int64_t T, int64_t c0, int64_t C,
+                                           Src&& src) {
+  for (int idx = threadIdx.x; idx < rows * kSPieces; idx += kSCh) {
+    const int r = idx / kSPieces, q = idx % kSPieces;
+    const int64_t t = first + r, c = c0 + 8 * q;
+    const bool ok = c < C && t >= 0 && t < T;
+    mma::cp_async16(mma::smem_addr(tile + r * kSCh + 8 * q), src(ok ? t : 0, ok ? c : 0), ok);
   }
 }
-
-// pre(t) for the window position i (token t0 + i − (K−1) + j at xw[i + j]): the walking kernels' sum.
+// Sequence of token first + r for r < rows (−1 outside [0, T)).
+__device__ __forceinline__ void stage_seq_ids(int* sid, int rows, int64_t first, int64_t T, const int32_t* cu,
+                                              int nseq) {
+  for (int r = threadIdx.x; r < rows; r += kSCh) {
+    const int64_t t = first + r;
+    sid[r] = t >= 0 && t < T ? seq_of_token(cu, nseq, t) : -1;
+  }
+}
+// pre of the token at x row r + K − 1 (taps at rows r .. r + K − 1 of this thread's column), as ConvWindow.
 template <int K>
-__device__ __forceinline__ float2 pre2(const float2* xw, const int* sid, int i, const float (&w0)[K],
-                                       const float (&w1)[K]) {
-  float2 p = make_float2(w0[K - 1] * xw[i + K - 1].x, w1[K - 1] * xw[i + K - 1].y);
+__device__ __forceinline__ float tile_pre(const bf16* xs, const int* sid, int r, const float (&wr)[K]) {
+  const int col = threadIdx.x, me = sid[r + K - 1];
+  float p = wr[K - 1] * __bfloat162float(xs[(r + K - 1) * kSCh + col]);
 #pragma unroll
-  for (int j = 0; j < K - 1; ++j) {
-    const bool in = sid[i + j] == sid[i + K - 1];
-    p.x += w0[j] * (in ? xw[i + j].x : 0.f);
-    p.y += w1[j] * (in ? xw[i + j].y : 0.f);
-  }
+  for (int j = 0; j < K - 1; ++j) p += wr[j] * (sid[r + j] == me ? __bfloat162float(xs[(r + j) * kSCh + col]) : 0.f);
   return p;
 }
-
-template <int K>
-__device__ __forceinline__ void conv_w2(float (&w0)[K], float (&w1)[K], KIn w, int64_t c) {
-#pragma unroll
-  for (int j = 0; j < K; ++j) w0[j] = ld(w, c * K + j), w1[j] = ld(w, (c + 1) * K + j);
+// The first `rows` rows of the tile out as 16-byte pieces to tokens t0 + r (< T), columns c0 .. (< C).
+template <class Dst>
+__device__ __forceinline__ void store_tile(const bf16* tile, int rows, int64_t t0, int64_t T, int64_t c0, int64_t C,
+                                           Dst&& dst) {
+  for (int idx = threadIdx.x; idx < rows * kSPieces; idx += kSCh) {
+    const int r = idx / kSPieces, q = idx % kSPieces;
+    const int64_t t = t0 + r, c = c0 + 8 * q;
+    if (c < C && t < T) *reinterpret_cast<uint4*>(dst(t, c)) = *reinterpret_cast<const uint4*>(tile + r * kSCh + 8 * q);
+  }
+}
+template <class P> __device__ __forceinline__ bf16* part_at(const ColParts<P>& cp, int64_t t, int64_t c) {
+  const PartCol<P> pc = part_col(cp, c);
+  return static_cast<bf16*>(const_cast<void*>(pc.p.p)) + t * pc.ld + pc.col;
 }
 
 template <int K>
-__global__ void __launch_bounds__(kTile2Ch) conv_fwd_tiled2_kernel(const void* x, KIn w, const int32_t* cu, int nseq,
-                                                                   ColParts<KOut> y, int64_t T, int64_t C) {
-  constexpr int NW = kTile2 + K - 1;  // window: tokens t0 − (K−1) .. t0 + kTile2 − 1
-  const int64_t c = 2 * (blockIdx.x * int64_t(kTile2Ch) + threadIdx.x), t0 = blockIdx.y * int64_t(kTile2);
-  if (c >= C) return;
-  float2 xw[NW];
+__global__ void __launch_bounds__(kSCh) conv_fwd_smem_kernel(const bf16* x, KIn w, const int32_t* cu, int nseq,
+                                                             ColParts<KOut> y, int64_t T, int64_t C) {
+  constexpr int XR = kSTok + K - 1;  // x rows: tokens t0 − (K−1) .. t0 + kSTok − 1
+  __shared__ __align__(16) bf16 xs[XR * kSCh];  // rows 0 .. kSTok − 1 then hold y
+  __shared__ int sid[XR];
+  const int64_t c0 = blockIdx.x * int64_t(kSCh), t0 = blockIdx.y * int64_t(kSTok), first = t0 - (K - 1);
+  stage_tile(xs, XR, first, T, c0, C, [&](int64_t t, int64_t c) { return x + t * C + c; });
+  mma::cp_async_commit();
+  stage_seq_ids(sid, XR, first, T, cu, nseq);
+  const int64_t c = c0 + threadIdx.x;
+  float wr[K];
 #pragma unroll
-  for (int i = 0; i < NW; ++i) {
-    const int64_t t = t0 - (K - 1) + i;
-    xw[i] = t >= 0 && t < T ? ld_bf2(x, t * C + c) : make_float2(0.f, 0.f);
-  }
-  float w0[K], w1[K];
-  conv_w2<K>(w0, w1, w, c);
-  int sid[NW];
-  seq_ids<NW>(sid, cu, nseq, t0 - (K - 1), T);
-  const PartCol<KOut> o = part_col(y, c);  // both channels in one part (part widths even)
-#pragma unroll
-  for (int i = 0; i < kTile2; ++i) {
-    if (t0 + i >= T) break;
-    const float2 p = pre2<K>(xw, sid, i, w0, w1);
-    st_bf2(o.p.p, (t0 + i) * o.ld + o.col, siluf_(p.x), siluf_(p.y));
-  }
+  for (int j = 0; j < K; ++j) wr[j] = c < C ? ld(w, c * K + j) : 0.f;
+  mma::cp_async_wait<0>();
+  __syncthreads();
+  // Row r of y overwrites x row r of this thread's column, which no later step of it reads.
+  for (int r = 0; r < kSTok; ++r) xs[r * kSCh + threadIdx.x] = __float2bfloat16_rn(siluf_(tile_pre<K>(xs, sid, r, wr)));
+  __syncthreads();
+  store_tile(xs, kSTok, t0, T, c0, C, [&](int64_t t, int64_t cc) { return part_at(y, t, cc); });
 }
 
-// dx[τ] = Σ_i w[K−1−i]·dpre[τ+i] over τ's own sequence, dpre[t] = dy[t]·silu'(pre[t]) (the walking
-// backward's terms and order). Window of x: t0 − (K−1) .. t0 + kTile2 + K − 2; of dpre: t0 .. t0 + kTile2 + K − 2.
+// dx[τ] = Σ_i w[K−1−i]·dpre[τ+i] over τ's own sequence, dpre[t] = dy[t]·silu'(pre[t]) (0 at t ≥ T), as the
+// walking backward: a thread slides a window of K dpre values down its column.
 template <int K>
-__global__ void __launch_bounds__(kTile2Ch) conv_bwd_tiled2_kernel(ColParts<KIn> dy, const void* x, KIn w,
-                                                                   const int32_t* cu, int nseq, void* dx, int64_t T,
-                                                                   int64_t C) {
-  constexpr int ND = kTile2 + K - 1, NX = ND + K - 1;
-  const int64_t c = 2 * (blockIdx.x * int64_t(kTile2Ch) + threadIdx.x), t0 = blockIdx.y * int64_t(kTile2);
-  if (c >= C) return;
-  const PartCol<KIn> g = part_col(dy, c);
-  float2 xw[NX], gw[ND];
+__global__ void __launch_bounds__(kSCh) conv_bwd_smem_kernel(ColParts<KIn> dy, const bf16* x, KIn w,
+                                                             const int32_t* cu, int nseq, bf16* dx, int64_t T,
+                                                             int64_t C) {
+  constexpr int XR = kSTok + 2 * (K - 1);  // x rows: tokens t0 − (K−1) .. t0 + kSTok + K − 2
+  constexpr int GR = kSTok + K - 1;        // dy rows: tokens t0 .. t0 + kSTok + K − 2; rows 0 .. kSTok − 1 then dx
+  __shared__ __align__(16) bf16 xs[XR * kSCh];
+  __shared__ __align__(16) bf16 gs[GR * kSCh];
+  __shared__ int sid[XR];
+  const int64_t c0 = blockIdx.x * int64_t(kSCh), t0 = blockIdx.y * int64_t(kSTok), first = t0 - (K - 1);
+  stage_tile(xs, XR, first, T, c0, C, [&](int64_t t, int64_t c) { return x + t * C + c; });
+  stage_tile(gs, GR, t0, T, c0, C, [&](int64_t t, int64_t c) { return part_at(dy, t, c); });
+  mma::cp_async_commit();
+  stage_seq_ids(sid, XR, first, T, cu, nseq);
+  const int64_t c = c0 + threadIdx.x;
+  float wr[K];
 #pragma unroll
-  for (int i = 0; i < NX; ++i) {
-    const int64_t t = t0 - (K - 1) + i;
-    xw[i] = t >= 0 && t < T ? ld_bf2(x, t * C + c) : make_float2(0.f, 0.f);
+  for (int j = 0; j < K; ++j) wr[j] = c < C ? ld(w, c * K + j) : 0.f;
+  mma::cp_async_wait<0>();
+  __syncthreads();
+  const int col = threadIdx.x;
+  float dp[K];  // dp[i]: dpre of token t0 + r − (K−1) + i
+#pragma unroll
+  for (int i = 0; i < K; ++i) dp[i] = 0.f;
+  for (int r = 0; r < GR; ++r) {  // token t0 + r: its pre from x rows r .. r + K − 1
+#pragma unroll
+    for (int i = 0; i < K - 1; ++i) dp[i] = dp[i + 1];
+    dp[K - 1] = sid[r + K - 1] < 0 ? 0.f
+                                   : __bfloat162float(gs[r * kSCh + col]) * dsiluf_(tile_pre<K>(xs, sid, r, wr));
+    if (r < K - 1) continue;
+    // τ = t0 + r − (K−1): sid index of token τ + i is r + i.
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (sid[r + i] == sid[r]) acc += wr[K - 1 - i] * dp[i];
+    gs[(r - (K - 1)) * kSCh + col] = __float2bfloat16_rn(acc);  // dy row r − (K−1): no later step reads it
   }
-#pragma unroll
-  for (int i = 0; i < ND; ++i) {
-    const int64_t t = t0 + i;
-    gw[i] = t < T ? ld_bf2(g.p.p, t * g.ld + g.col) : make_float2(0.f, 0.f);
-  }
-  float w0[K], w1[K];
-  conv_w2<K>(w0, w1, w, c);
-  int sid[NX];  // sid[i]: token t0 − (K−1) + i
-  seq_ids<NX>(sid, cu, nseq, t0 - (K - 1), T);
-  float2 dp[ND];  // dpre of token t0 + i (0 outside [0, T))
-#pragma unroll
-  for (int i = 0; i < ND; ++i) {
-    const float2 p = pre2<K>(xw, sid, i, w0, w1);
-    dp[i] = sid[i + K - 1] < 0 ? make_float2(0.f, 0.f) : make_float2(gw[i].x * dsiluf_(p.x), gw[i].y * dsiluf_(p.y));
-  }
-#pragma unroll
-  for (int i = 0; i < kTile2; ++i) {
-    if (t0 + i >= T) break;
-    float2 acc = make_float2(0.f, 0.f);
-#pragma unroll
-    for (int j = 0; j < K; ++j)
-      if (sid[i + j + K - 1] == sid[i + K - 1]) {
-        acc.x += w0[K - 1 - j] * dp[i + j].x;
-        acc.y += w1[K - 1 - j] * dp[i + j].y;
-      }
-    st_bf2(dx, (t0 + i) * C + c, acc.x, acc.y);
-  }
+  __syncthreads();
+  store_tile(gs, kSTok, t0, T, c0, C, [&](int64_t t, int64_t cc) { return dx + t * C + cc; });
 }
 
-template <class P> bool conv_bf16x2(int64_t C, std::initializer_list<KIn> ts, const ColParts<P>& parts) {
-  if (C % 2 != 0) return false;
+template <class P> bool conv_bf16_tiles(int64_t C, std::initializer_list<KIn> ts, const ColParts<P>& parts) {
+  if (C % 8 != 0) return false;
   for (const KIn& t : ts)
-    if (t.t != KType::BF16 || reinterpret_cast<uintptr_t>(t.p) % 4 != 0) return false;
+    if (t.t != KType::BF16 || reinterpret_cast<uintptr_t>(t.p) % 16 != 0) return false;
   for (int i = 0; i < parts.n; ++i)
-    if (parts.end[i] % 2 != 0 || parts.part[i].t != KType::BF16 ||
-        reinterpret_cast<uintptr_t>(parts.part[i].p) % 4 != 0)
+    if (parts.end[i] % 8 != 0 || parts.part[i].t != KType::BF16 ||
+        reinterpret_cast<uintptr_t>(parts.part[i].p) % 16 != 0)
       return false;
   return true;
 }
-dim3 conv_grid2(int64_t T, int64_t C) {
-  return dim3(static_cast<unsigned>((C / 2 + kTile2Ch - 1) / kTile2Ch),
-              static_cast<unsigned>((T + kTile2 - 1) / kTile2));
+dim3 conv_tile_grid(int64_t T, int64_t C) {
+  return dim3(static_cast<unsigned>((C + kSCh - 1) / kSCh), static_cast<unsigned>((T + kSTok - 1) / kSTok));
 }
 
 }  // namespace
@@ -316,8 +316,9 @@ cudaError_t launch_conv1d_silu_fwd(KIn x, KIn w, const int32_t* cu, int nseq, co
                                    int64_t C, int K, cudaStream_t s) {
   if (T * C == 0) return cudaSuccess;
   if (!parts_ok(y, C)) return cudaErrorInvalidValue;
-  if (K == 4 && conv_bf16x2(C, {x}, y)) {
-    conv_fwd_tiled2_kernel<4><<<conv_grid2(T, C), kTile2Ch, 0, s>>>(x.p, w, cu, nseq, y, T, C);
+  if (K == 4 && conv_bf16_tiles(C, {x}, y)) {
+    conv_fwd_smem_kernel<4><<<conv_tile_grid(T, C), kSCh, 0, s>>>(static_cast<const bf16*>(x.p), w, cu, nseq, y, T,
+                                                                   C);
   } else if (K == 4) {
     const dim3 grid(static_cast<unsigned>((C + kTileCh - 1) / kTileCh), static_cast<unsigned>((T + kTile - 1) / kTile));
     conv_fwd_tiled_kernel<4><<<grid, kTileCh, 0, s>>>(x, w, cu, nseq, y, T, C);
@@ -330,8 +331,9 @@ cudaError_t launch_conv1d_silu_bwd(const ColParts<KIn>& dy, KIn x, KIn w, const 
                                    int64_t T, int64_t C, int K, cudaStream_t s) {
   if (T * C == 0) return cudaSuccess;
   if (!parts_ok(dy, C)) return cudaErrorInvalidValue;
-  if (K == 4 && conv_bf16x2(C, {x, KIn{dx.p, dx.t}}, dy)) {
-    conv_bwd_tiled2_kernel<4><<<conv_grid2(T, C), kTile2Ch, 0, s>>>(dy, x.p, w, cu, nseq, dx.p, T, C);
+  if (K == 4 && conv_bf16_tiles(C, {x, KIn{dx.p, dx.t}}, dy)) {
+    conv_bwd_smem_kernel<4><<<conv_tile_grid(T, C), kSCh, 0, s>>>(dy, static_cast<const bf16*>(x.p), w, cu, nseq,
+                                                                   static_cast<bf16*>(dx.p), T, C);
   } else if (K == 4) {
     const dim3 grid(static_cast<unsigned>((C + kTileCh - 1) / kTileCh), static_cast<unsigned>((T + kTile - 1) / kTile));
     conv_bwd_tiled_kernel<4><<<grid, kTileCh, 0, s>>>(dy, x, w, cu, nseq, dx, T, C);
