@@ -7,7 +7,8 @@
 // once per tile instead of K (forward) or K² (backward) times, and the sequence is looked up once per tile.
 // Other K: one thread per (t, c), the backward recomputing the K pre-activations it needs.
 // bf16 tensors with C % 8 == 0 (the training case): shared-memory tiles of 64 tokens x 128 channels staged
-// with 16-byte copies (conv_*_smem_kernel; per 2B step on an H100, ncu: see kernels/PERF_NOTES.md session 7).
+// with 16-byte copies (conv_*_smem_kernel). 2B step on an H100 (ncu, 24 forward / 18 backward calls): forward
+// 2.30 -> 1.48 ms, backward 2.22 -> 2.00 ms against the walking kernels (kernels/PERF_NOTES.md, session 7).
 // The output (forward) and the incoming gradient (backward) may be column parts (ColParts: the GDN layer's
 // q | k | v as their own tensors).
 #include <initializer_list>
@@ -206,6 +207,30 @@ __device__ __forceinline__ float tile_pre(const bf16* xs, const int* sid, int r,
   for (int j = 0; j < K - 1; ++j) p += wr[j] * (sid[r + j] == me ? __bfloat162float(xs[(r + j) * kSCh + col]) : 0.f);
   return p;
 }
+// Tokens t0 + r of a tile whose rows all lie in one sequence (block-uniform: sid runs from first to last
+// row without a reset): the taps need no masks, and a thread keeps its last K−1 inputs in registers
+// (ConvWindow's arithmetic: the same sum in the same order as tile_pre with every tap in).
+template <int K>
+struct TileWindow {
+  float h[K - 1];
+  __device__ explicit TileWindow(const bf16* xs) {
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) h[j] = __bfloat162float(xs[j * kSCh + threadIdx.x]);
+  }
+  // pre of the token at x row r + K − 1; call for r = 0, 1, 2, ...
+  __device__ float next(const bf16* xs, int r, const float (&wr)[K]) {
+    const float xt = __bfloat162float(xs[(r + K - 1) * kSCh + threadIdx.x]);
+    float p = wr[K - 1] * xt;
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) p += wr[j] * h[j];
+#pragma unroll
+    for (int j = 0; j < K - 2; ++j) h[j] = h[j + 1];
+    h[K - 2] = xt;
+    return p;
+  }
+};
+__device__ __forceinline__ bool one_sequence(const int* sid, int rows) { return sid[0] >= 0 && sid[0] == sid[rows - 1]; }
+
 // The first `rows` rows of the tile out as 16-byte pieces to tokens t0 + r (< T), columns c0 .. (< C).
 template <class Dst>
 __device__ __forceinline__ void store_tile(const bf16* tile, int rows, int64_t t0, int64_t T, int64_t c0, int64_t C,
@@ -238,7 +263,13 @@ __global__ void __launch_bounds__(kSCh) conv_fwd_smem_kernel(const bf16* x, KIn 
   mma::cp_async_wait<0>();
   __syncthreads();
   // Row r of y overwrites x row r of this thread's column, which no later step of it reads.
-  for (int r = 0; r < kSTok; ++r) xs[r * kSCh + threadIdx.x] = __float2bfloat16_rn(siluf_(tile_pre<K>(xs, sid, r, wr)));
+  if (one_sequence(sid, XR)) {
+    TileWindow<K> win(xs);
+    for (int r = 0; r < kSTok; ++r) xs[r * kSCh + threadIdx.x] = __float2bfloat16_rn(siluf_(win.next(xs, r, wr)));
+  } else {
+    for (int r = 0; r < kSTok; ++r)
+      xs[r * kSCh + threadIdx.x] = __float2bfloat16_rn(siluf_(tile_pre<K>(xs, sid, r, wr)));
+  }
   __syncthreads();
   store_tile(xs, kSTok, t0, T, c0, C, [&](int64_t t, int64_t cc) { return part_at(y, t, cc); });
 }
@@ -269,17 +300,19 @@ __global__ void __launch_bounds__(kSCh) conv_bwd_smem_kernel(ColParts<KIn> dy, c
   float dp[K];  // dp[i]: dpre of token t0 + r − (K−1) + i
 #pragma unroll
   for (int i = 0; i < K; ++i) dp[i] = 0.f;
+  const bool one = one_sequence(sid, XR);
+  TileWindow<K> win(xs);
   for (int r = 0; r < GR; ++r) {  // token t0 + r: its pre from x rows r .. r + K − 1
 #pragma unroll
     for (int i = 0; i < K - 1; ++i) dp[i] = dp[i + 1];
-    dp[K - 1] = sid[r + K - 1] < 0 ? 0.f
-                                   : __bfloat162float(gs[r * kSCh + col]) * dsiluf_(tile_pre<K>(xs, sid, r, wr));
+    if (one) dp[K - 1] = __bfloat162float(gs[r * kSCh + col]) * dsiluf_(win.next(xs, r, wr));
+    else dp[K - 1] = sid[r + K - 1] < 0 ? 0.f : __bfloat162float(gs[r * kSCh + col]) * dsiluf_(tile_pre<K>(xs, sid, r, wr));
     if (r < K - 1) continue;
     // τ = t0 + r − (K−1): sid index of token τ + i is r + i.
     float acc = 0.f;
 #pragma unroll
     for (int i = 0; i < K; ++i)
-      if (sid[r + i] == sid[r]) acc += wr[K - 1 - i] * dp[i];
+      if (one || sid[r + i] == sid[r]) acc += wr[K - 1 - i] * dp[i];
     gs[(r - (K - 1)) * kSCh + col] = __float2bfloat16_rn(acc);  // dy row r − (K−1): no later step reads it
   }
   __syncthreads();
