@@ -342,10 +342,6 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
 
 bool gdn_chunk_mma_supported(int dk, int dv) { return dk == 128 && dv == 128; }
 
-size_t gdn_chunk_bwd_mma_smem(int dk, int dv) {
-  return gdn_chunk_mma_supported(dk, dv) ? grad_mma_smem<128, 128>() : 0;
-}
-
 #ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
 cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const float* qn, const float* kn, const float* Gc,
                                       const int32_t* chunks, int nchunks, const void* states16, const void* dh16,

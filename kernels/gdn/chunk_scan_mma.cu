@@ -382,17 +382,6 @@ bool scan_mma_b16(const GdnScanBf16* b16, bool with_o) {
 
 }  // namespace
 
-// The fp32-staging prefetching variant with output's size (the largest), at BV 64 the bf16 one with output.
-size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv) {
-  if (!gdn_chunk_mma_supported(dk, dv)) return 0;
-  if (bv == 64) return scan_mma_smem<64, true, true, true>();
-  static_assert(scan_mma_smem<kChunkBV, true, true, false>() >= scan_mma_smem<kChunkBV, true, true, true>() &&
-                    scan_mma_smem<kChunkBV / 2, true, true, false>() >= scan_mma_smem<kChunkBV / 2, true, true, true>(),
-                "the largest variant");
-  return bv == kChunkBV ? scan_mma_smem<kChunkBV, true, true, false>()
-                        : scan_mma_smem<kChunkBV / 2, true, true, false>();
-}
-
 #ifndef DT_ATTN_EMU
 namespace {
 int sm_count() {

@@ -52,6 +52,7 @@ cudaError_t launch_gdn_core_bwd(KIn dout, const float* qn, const float* kn, KIn 
 
 // ---- chunked algorithm (spec §4.2/4.3), chunk_fwd.cu / chunk_bwd.cu ----
 constexpr int kGdnChunk = 64;
+constexpr float kGdnL2Eps = 1e-6f;  // the q/k L2 norm's eps (spec §3.4 step 7: fixed, not rms_norm_eps)
 constexpr int kChunkBV = 32;  // value columns per scan block (half that when few blocks would run)
 // Value columns per scan block for `pairs` (sequence, value head) pairs: kChunkBV, or kChunkBV / 2 when the
 // grid would not fill the GPU's multiprocessors.
@@ -114,7 +115,6 @@ struct GdnGateGrads {
 // q̂, k̂ (fp32, per key head), G (fp32) and the dk̂ partial sums between the two kernels (fp32) stay fp32.
 // Head dims the tensor-core kernels are built for: dk = dv = 128.
 bool gdn_chunk_mma_supported(int dk, int dv);
-size_t gdn_chunk_bwd_mma_smem(int dk, int dv);  // 0 when unsupported
 // 2 + 3. state products and intra-chunk terms in one persistent kernel (chunk_bwd_mma.cu): dqh16 (bf16), dkh
 // (fp32) (=), dW16 (=), gsum (=) and dg (=) (the intra row sums plus the chunk's gsum term on its last row); the
 // contracts of chunk_bwd.cu's kernels 2 and 3 together.
@@ -173,7 +173,6 @@ struct GdnScanBf16 {
 // and vnew16 (bf16, see GdnBwdBf16) (=) when not null. With o.p null the scan leaves out the output's tiles and products (a shorter
 // serial path). bv: the column tile the launcher picks (gdn_scan_tile_cols, or 64 with the bf16 operands when
 // BV 32 would take more than one wave).
-size_t gdn_chunk_scan_mma_smem(int dk, int dv, int bv);
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
                                       const float* M, const float* Gc, const int32_t* chunks,
                                       const int32_t* chunk_off, int nseq, KOut o, void* states16, void* vnew16,
@@ -193,7 +192,7 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
 // backward needs no serial recompute scan.
 // q, k: 16-byte aligned rows.
 struct GdnNormOut {
-  float eps = 1e-6f;
+  float eps = kGdnL2Eps;
   // When qn is not null: q̂, k̂ F32 (T, HK, dk) and ρ_q, ρ_k F32 (T, HK) (=), as launch_l2norm_fwd's y and rstd
   // (the backward's other kernels read them).
   float* qn = nullptr;

@@ -43,7 +43,7 @@ std::vector<float> l2_rows(const std::vector<float>& x, float scale, std::vector
       for (int l = 0; l < 32; ++l) nx[l] = lane[l] + lane[l ^ o];
       std::memcpy(lane, nx, sizeof lane);
     }
-    const float p = rsqrtf(lane[0] + 1e-6f);
+    const float p = rsqrtf(lane[0] + kGdnL2Eps);
     if (rho) (*rho)[r] = p;
     for (int c = 0; c < n; ++c) y[r * n + c] = scale * x[r * n + c] * p;
   }

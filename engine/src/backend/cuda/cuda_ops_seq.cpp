@@ -189,7 +189,6 @@ kernels::GdnGates gate_ptrs(const Backend::GdnGateInputs& gi) {
   r.A_log = kin(gi.A_log, "gdn A_log"), r.dt_bias = kin(gi.dt_bias, "gdn dt_bias");
   return r;
 }
-constexpr float kL2Eps = 1e-6f;  // spec §3.4 step 7: fixed, not rms_norm_eps
 }  // namespace
 
 GdnChunks CudaBackend::gdn_chunks(const SeqLayout& seq) {
@@ -248,9 +247,9 @@ void CudaBackend::gdn_l2norms(const Tensor& q, const Tensor& k, float scale, Cud
   r.kn = alloc({T, HK, dk}, DType::F32);
   r.rq = alloc({T, HK}, DType::F32);
   r.rk = alloc({T, HK}, DType::F32);
-  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kL2Eps, fptr(r.qn), fptr(r.rq), T * HK, dk, stream()),
+  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kernels::kGdnL2Eps, fptr(r.qn), fptr(r.rq), T * HK, dk, stream()),
              "gdn (l2norm q)");
-  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kL2Eps, fptr(r.kn), fptr(r.rk), T * HK, dk, stream()),
+  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kernels::kGdnL2Eps, fptr(r.kn), fptr(r.rk), T * HK, dk, stream()),
              "gdn (l2norm k)");
 }
 
@@ -375,7 +374,7 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_keep_core(const Tensor& q, c
 
 kernels::GdnNormOut CudaBackend::gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r) {
   kernels::GdnNormOut n;
-  n.eps = kL2Eps;
+  n.eps = kernels::kGdnL2Eps;
   if (!r) return n;
   r->qn = alloc({d.T, d.HK, d.dk}, DType::F32);
   r->kn = alloc({d.T, d.HK, d.dk}, DType::F32);
