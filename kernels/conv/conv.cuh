@@ -9,8 +9,8 @@
 namespace deltatune::kernels {
 
 // One (T, C) tensor held as up to kMaxColParts contiguous column blocks side by side: part i is its own
-// (T, end[i] − begin_i) tensor of columns [begin_i, end[i]), begin_0 = 0, begin_i = end[i − 1], end[n − 1] = C.
-// The GDN layer's conv writes q | k | v (and reads their gradients) this way, with no copies.
+// (T, end[i] − begin_i) tensor of columns [begin_i, end[i]), begin_0 = 0, begin_i = end[i − 1], end[n − 1] =
+// C. The GDN layer's conv writes q | k | v (and reads their gradients) this way, with no copies.
 constexpr int kMaxColParts = 4;
 template <class P>
 struct ColParts {
@@ -18,7 +18,8 @@ struct ColParts {
   int64_t end[kMaxColParts]{};
   int n = 0;
 };
-template <class P> ColParts<P> one_part(P p, int64_t C) {
+template <class P>
+ColParts<P> one_part(P p, int64_t C) {
   ColParts<P> r;
   r.part[0] = p, r.end[0] = C, r.n = 1;
   return r;

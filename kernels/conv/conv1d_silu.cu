@@ -1,7 +1,8 @@
 // Depthwise causal conv1d + SiLU per packed sequence (spec §3.4 step 3, §4.4), fp32 math:
 //   pre[t,c] = Σ_{j<K} w[c,j]·x[t−(K−1)+j, c]   (terms before the sequence start are 0)
 //   forward:  y (=) silu(pre)
-//   backward: dpre[t] = dy[t]·silu'(pre[t]);  dx[τ,c] (=) Σ_j w[c,j]·dpre[τ+K−1−j, c]  (t inside the sequence)
+//   backward: dpre[t] = dy[t]·silu'(pre[t]);  dx[τ,c] (=) Σ_j w[c,j]·dpre[τ+K−1−j, c]  (t inside the
+//   sequence)
 // K = 4 (every Qwen3.5 checkpoint): one thread per channel walks a tile of kTile tokens with the last K−1
 // inputs (forward) or the next K pre-activation gradients (backward) in registers, so each input is read
 // once per tile instead of K (forward) or K² (backward) times, and the sequence is looked up once per tile.
@@ -28,7 +29,8 @@ struct PartCol {
   P p;
   int64_t ld, col;
 };
-template <class P> __device__ __forceinline__ PartCol<P> part_col(const ColParts<P>& cp, int64_t c) {
+template <class P>
+__device__ __forceinline__ PartCol<P> part_col(const ColParts<P>& cp, int64_t c) {
   int i = 0;
   while (i + 1 < cp.n && c >= cp.end[i]) ++i;
   const int64_t begin = i ? cp.end[i - 1] : 0;
@@ -44,8 +46,8 @@ __device__ __forceinline__ float conv_pre(KIn x, KIn w, int64_t t, int64_t c, in
   return acc;
 }
 
-__global__ void conv_fwd_kernel(KIn x, KIn w, const int32_t* cu, int nseq, ColParts<KOut> y, int64_t T, int64_t C,
-                                int K) {
+__global__ void conv_fwd_kernel(KIn x, KIn w, const int32_t* cu, int nseq, ColParts<KOut> y, int64_t T,
+                                int64_t C, int K) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * C; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / C, c = i % C;
     const int64_t start = cu[seq_of_token(cu, nseq, t)];
@@ -54,8 +56,8 @@ __global__ void conv_fwd_kernel(KIn x, KIn w, const int32_t* cu, int nseq, ColPa
   }
 }
 
-__global__ void conv_bwd_kernel(ColParts<KIn> dy, KIn x, KIn w, const int32_t* cu, int nseq, KOut dx, int64_t T,
-                                int64_t C, int K) {
+__global__ void conv_bwd_kernel(ColParts<KIn> dy, KIn x, KIn w, const int32_t* cu, int nseq, KOut dx,
+                                int64_t T, int64_t C, int K) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * C; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t tau = i / C, c = i % C;
     const int sq = seq_of_token(cu, nseq, tau);
@@ -124,8 +126,8 @@ struct ConvWindow {
 };
 
 template <int K>
-__global__ void __launch_bounds__(kTileCh) conv_fwd_tiled_kernel(KIn x, KIn w, const int32_t* cu, int nseq,
-                                                                 ColParts<KOut> y, int64_t T, int64_t C) {
+__global__ void __launch_bounds__(kTileCh)
+    conv_fwd_tiled_kernel(KIn x, KIn w, const int32_t* cu, int nseq, ColParts<KOut> y, int64_t T, int64_t C) {
   ConvTile tl;
   if (!conv_tile(tl, cu, nseq, T, C)) return;
   ConvWindow<K> win(x, w, cu, tl, C);
@@ -136,8 +138,9 @@ __global__ void __launch_bounds__(kTileCh) conv_fwd_tiled_kernel(KIn x, KIn w, c
 // dx[τ] = Σ_j w[j]·dpre[τ+K−1−j] over t = τ+K−1−j in τ's sequence. Walks t from t0 to t1+K−2 computing
 // dpre[t] (x history reset at sequence starts) and emits dx[t−K+1] once its K terms are known.
 template <int K>
-__global__ void __launch_bounds__(kTileCh) conv_bwd_tiled_kernel(ColParts<KIn> dy, KIn x, KIn w, const int32_t* cu,
-                                                                 int nseq, KOut dx, int64_t T, int64_t C) {
+__global__ void __launch_bounds__(kTileCh)
+    conv_bwd_tiled_kernel(ColParts<KIn> dy, KIn x, KIn w, const int32_t* cu, int nseq, KOut dx, int64_t T,
+                          int64_t C) {
   ConvTile tl;
   if (!conv_tile(tl, cu, nseq, T, C)) return;
   ConvWindow<K> win(x, w, cu, tl, C);
@@ -169,20 +172,21 @@ __global__ void __launch_bounds__(kTileCh) conv_bwd_tiled_kernel(ColParts<KIn> d
 }
 
 // ---- bf16 with C % 8 == 0 (the training case): shared-memory tiles ----
-// A block stages kSTok tokens (plus the K−1 before them, and for the backward the K−1 after) x kSCh channels of
-// x (and dy) with 16-byte cp.async, each thread then walks its own channel through the tile, and the results
-// leave through the same tile as 16-byte row pieces. (One thread per channel reading x from global memory as
-// it walks, the kernels above, keeps one load in flight at a time.) The arithmetic per output is the walking
-// kernels' (same terms, same order). Every column part (ColParts) is bf16, 16-byte aligned, a multiple of 8 wide.
-constexpr int kSTok = 64;             // tokens per block
-constexpr int kSCh = 128;             // channels (= threads) per block
-constexpr int kSPieces = kSCh / 8;    // 16-byte pieces per staged row
+// A block stages kSTok tokens (plus the K−1 before them, and for the backward the K−1 after) x kSCh channels
+// of x (and dy) with 16-byte cp.async, each thread then walks its own channel through the tile, and the
+// results leave through the same tile as 16-byte row pieces. (One thread per channel reading x from global
+// memory as it walks, the kernels above, keeps one load in flight at a time.) The arithmetic per output is
+// the walking kernels' (same terms, same order). Every column part (ColParts) is bf16, 16-byte aligned, a
+// multiple of 8 wide.
+constexpr int kSTok = 64;           // tokens per block
+constexpr int kSCh = 128;           // channels (= threads) per block
+constexpr int kSPieces = kSCh / 8;  // 16-byte pieces per staged row
 
 // rows × kSCh bf16 of a (T, ld) tensor region: rows of tokens first + r (zeros outside [0, T)), columns c0 ..
 // (zeros past C). P: KIn/ColParts lookup of each 16-byte piece.
 template <class Src>
-__device__ __forceinline__ void stage_tile(bf16* tile, int rows, int64_t first, int64_t T, int64_t c0, int64_t C,
-                                           Src&& src) {
+__device__ __forceinline__ void stage_tile(bf16* tile, int rows, int64_t first, int64_t T, int64_t c0,
+                                           int64_t C, Src&& src) {
   for (int idx = threadIdx.x; idx < rows * kSPieces; idx += kSCh) {
     const int r = idx / kSPieces, q = idx % kSPieces;
     const int64_t t = first + r, c = c0 + 8 * q;
@@ -204,7 +208,8 @@ __device__ __forceinline__ float tile_pre(const bf16* xs, const int* sid, int r,
   const int col = threadIdx.x, me = sid[r + K - 1];
   float p = wr[K - 1] * __bfloat162float(xs[(r + K - 1) * kSCh + col]);
 #pragma unroll
-  for (int j = 0; j < K - 1; ++j) p += wr[j] * (sid[r + j] == me ? __bfloat162float(xs[(r + j) * kSCh + col]) : 0.f);
+  for (int j = 0; j < K - 1; ++j)
+    p += wr[j] * (sid[r + j] == me ? __bfloat162float(xs[(r + j) * kSCh + col]) : 0.f);
   return p;
 }
 // Tokens t0 + r of a tile whose rows all lie in one sequence (block-uniform: sid runs from first to last
@@ -229,27 +234,32 @@ struct TileWindow {
     return p;
   }
 };
-__device__ __forceinline__ bool one_sequence(const int* sid, int rows) { return sid[0] >= 0 && sid[0] == sid[rows - 1]; }
+__device__ __forceinline__ bool one_sequence(const int* sid, int rows) {
+  return sid[0] >= 0 && sid[0] == sid[rows - 1];
+}
 
 // The first `rows` rows of the tile out as 16-byte pieces to tokens t0 + r (< T), columns c0 .. (< C).
 template <class Dst>
-__device__ __forceinline__ void store_tile(const bf16* tile, int rows, int64_t t0, int64_t T, int64_t c0, int64_t C,
-                                           Dst&& dst) {
+__device__ __forceinline__ void store_tile(const bf16* tile, int rows, int64_t t0, int64_t T, int64_t c0,
+                                           int64_t C, Dst&& dst) {
   for (int idx = threadIdx.x; idx < rows * kSPieces; idx += kSCh) {
     const int r = idx / kSPieces, q = idx % kSPieces;
     const int64_t t = t0 + r, c = c0 + 8 * q;
-    if (c < C && t < T) *reinterpret_cast<uint4*>(dst(t, c)) = *reinterpret_cast<const uint4*>(tile + r * kSCh + 8 * q);
+    if (c < C && t < T)
+      *reinterpret_cast<uint4*>(dst(t, c)) = *reinterpret_cast<const uint4*>(tile + r * kSCh + 8 * q);
   }
 }
-template <class P> __device__ __forceinline__ bf16* part_at(const ColParts<P>& cp, int64_t t, int64_t c) {
+template <class P>
+__device__ __forceinline__ bf16* part_at(const ColParts<P>& cp, int64_t t, int64_t c) {
   const PartCol<P> pc = part_col(cp, c);
   return static_cast<bf16*>(const_cast<void*>(pc.p.p)) + t * pc.ld + pc.col;
 }
 
 template <int K>
-__global__ void __launch_bounds__(kSCh) conv_fwd_smem_kernel(const bf16* x, KIn w, const int32_t* cu, int nseq,
-                                                             ColParts<KOut> y, int64_t T, int64_t C) {
-  constexpr int XR = kSTok + K - 1;  // x rows: tokens t0 − (K−1) .. t0 + kSTok − 1
+__global__ void __launch_bounds__(kSCh)
+    conv_fwd_smem_kernel(const bf16* x, KIn w, const int32_t* cu, int nseq, ColParts<KOut> y, int64_t T,
+                         int64_t C) {
+  constexpr int XR = kSTok + K - 1;             // x rows: tokens t0 − (K−1) .. t0 + kSTok − 1
   __shared__ __align__(16) bf16 xs[XR * kSCh];  // rows 0 .. kSTok − 1 then hold y
   __shared__ int sid[XR];
   const int64_t c0 = blockIdx.x * int64_t(kSCh), t0 = blockIdx.y * int64_t(kSTok), first = t0 - (K - 1);
@@ -265,7 +275,8 @@ __global__ void __launch_bounds__(kSCh) conv_fwd_smem_kernel(const bf16* x, KIn 
   // Row r of y overwrites x row r of this thread's column, which no later step of it reads.
   if (one_sequence(sid, XR)) {
     TileWindow<K> win(xs);
-    for (int r = 0; r < kSTok; ++r) xs[r * kSCh + threadIdx.x] = __float2bfloat16_rn(siluf_(win.next(xs, r, wr)));
+    for (int r = 0; r < kSTok; ++r)
+      xs[r * kSCh + threadIdx.x] = __float2bfloat16_rn(siluf_(win.next(xs, r, wr)));
   } else {
     for (int r = 0; r < kSTok; ++r)
       xs[r * kSCh + threadIdx.x] = __float2bfloat16_rn(siluf_(tile_pre<K>(xs, sid, r, wr)));
@@ -277,11 +288,11 @@ __global__ void __launch_bounds__(kSCh) conv_fwd_smem_kernel(const bf16* x, KIn 
 // dx[τ] = Σ_i w[K−1−i]·dpre[τ+i] over τ's own sequence, dpre[t] = dy[t]·silu'(pre[t]) (0 at t ≥ T), as the
 // walking backward: a thread slides a window of K dpre values down its column.
 template <int K>
-__global__ void __launch_bounds__(kSCh) conv_bwd_smem_kernel(ColParts<KIn> dy, const bf16* x, KIn w,
-                                                             const int32_t* cu, int nseq, bf16* dx, int64_t T,
-                                                             int64_t C) {
+__global__ void __launch_bounds__(kSCh)
+    conv_bwd_smem_kernel(ColParts<KIn> dy, const bf16* x, KIn w, const int32_t* cu, int nseq, bf16* dx,
+                         int64_t T, int64_t C) {
   constexpr int XR = kSTok + 2 * (K - 1);  // x rows: tokens t0 − (K−1) .. t0 + kSTok + K − 2
-  constexpr int GR = kSTok + K - 1;        // dy rows: tokens t0 .. t0 + kSTok + K − 2; rows 0 .. kSTok − 1 then dx
+  constexpr int GR = kSTok + K - 1;  // dy rows: tokens t0 .. t0 + kSTok + K − 2; rows 0 .. kSTok − 1 then dx
   __shared__ __align__(16) bf16 xs[XR * kSCh];
   __shared__ __align__(16) bf16 gs[GR * kSCh];
   __shared__ int sid[XR];
@@ -305,8 +316,12 @@ __global__ void __launch_bounds__(kSCh) conv_bwd_smem_kernel(ColParts<KIn> dy, c
   for (int r = 0; r < GR; ++r) {  // token t0 + r: its pre from x rows r .. r + K − 1
 #pragma unroll
     for (int i = 0; i < K - 1; ++i) dp[i] = dp[i + 1];
-    if (one) dp[K - 1] = __bfloat162float(gs[r * kSCh + col]) * dsiluf_(win.next(xs, r, wr));
-    else dp[K - 1] = sid[r + K - 1] < 0 ? 0.f : __bfloat162float(gs[r * kSCh + col]) * dsiluf_(tile_pre<K>(xs, sid, r, wr));
+    if (one)
+      dp[K - 1] = __bfloat162float(gs[r * kSCh + col]) * dsiluf_(win.next(xs, r, wr));
+    else
+      dp[K - 1] = sid[r + K - 1] < 0
+                      ? 0.f
+                      : __bfloat162float(gs[r * kSCh + col]) * dsiluf_(tile_pre<K>(xs, sid, r, wr));
     if (r < K - 1) continue;
     // τ = t0 + r − (K−1): sid index of token τ + i is r + i.
     float acc = 0.f;
@@ -319,7 +334,8 @@ __global__ void __launch_bounds__(kSCh) conv_bwd_smem_kernel(ColParts<KIn> dy, c
   store_tile(gs, kSTok, t0, T, c0, C, [&](int64_t t, int64_t cc) { return dx + t * C + cc; });
 }
 
-template <class P> bool conv_bf16_tiles(int64_t C, std::initializer_list<KIn> ts, const ColParts<P>& parts) {
+template <class P>
+bool conv_bf16_tiles(int64_t C, std::initializer_list<KIn> ts, const ColParts<P>& parts) {
   if (C % 8 != 0) return false;
   for (const KIn& t : ts)
     if (t.t != KType::BF16 || reinterpret_cast<uintptr_t>(t.p) % 16 != 0) return false;
@@ -337,7 +353,8 @@ dim3 conv_tile_grid(int64_t T, int64_t C) {
 
 #ifndef DT_ATTN_EMU  // host launchers: not part of a host emulation build
 namespace {
-template <class P> bool parts_ok(const ColParts<P>& cp, int64_t C) {
+template <class P>
+bool parts_ok(const ColParts<P>& cp, int64_t C) {
   if (cp.n < 1 || cp.n > kMaxColParts || cp.end[cp.n - 1] != C) return false;
   for (int i = 0; i < cp.n; ++i)
     if (cp.end[i] <= (i ? cp.end[i - 1] : 0) || cp.part[i].p == nullptr) return false;
@@ -345,13 +362,13 @@ template <class P> bool parts_ok(const ColParts<P>& cp, int64_t C) {
 }
 }  // namespace
 
-cudaError_t launch_conv1d_silu_fwd(KIn x, KIn w, const int32_t* cu, int nseq, const ColParts<KOut>& y, int64_t T,
-                                   int64_t C, int K, cudaStream_t s) {
+cudaError_t launch_conv1d_silu_fwd(KIn x, KIn w, const int32_t* cu, int nseq, const ColParts<KOut>& y,
+                                   int64_t T, int64_t C, int K, cudaStream_t s) {
   if (T * C == 0) return cudaSuccess;
   if (!parts_ok(y, C)) return cudaErrorInvalidValue;
   if (K == 4 && conv_bf16_tiles(C, {x}, y)) {
-    conv_fwd_smem_kernel<4><<<conv_tile_grid(T, C), kSCh, 0, s>>>(static_cast<const bf16*>(x.p), w, cu, nseq, y, T,
-                                                                   C);
+    conv_fwd_smem_kernel<4>
+        <<<conv_tile_grid(T, C), kSCh, 0, s>>>(static_cast<const bf16*>(x.p), w, cu, nseq, y, T, C);
   } else if (K == 4) {
     const dim3 grid(static_cast<unsigned>((C + kTileCh - 1) / kTileCh), static_cast<unsigned>((T + kTile - 1) / kTile));
     conv_fwd_tiled_kernel<4><<<grid, kTileCh, 0, s>>>(x, w, cu, nseq, y, T, C);
@@ -360,13 +377,13 @@ cudaError_t launch_conv1d_silu_fwd(KIn x, KIn w, const int32_t* cu, int nseq, co
   }
   return cudaGetLastError();
 }
-cudaError_t launch_conv1d_silu_bwd(const ColParts<KIn>& dy, KIn x, KIn w, const int32_t* cu, int nseq, KOut dx,
-                                   int64_t T, int64_t C, int K, cudaStream_t s) {
+cudaError_t launch_conv1d_silu_bwd(const ColParts<KIn>& dy, KIn x, KIn w, const int32_t* cu, int nseq,
+                                   KOut dx, int64_t T, int64_t C, int K, cudaStream_t s) {
   if (T * C == 0) return cudaSuccess;
   if (!parts_ok(dy, C)) return cudaErrorInvalidValue;
   if (K == 4 && conv_bf16_tiles(C, {x, KIn{dx.p, dx.t}}, dy)) {
-    conv_bwd_smem_kernel<4><<<conv_tile_grid(T, C), kSCh, 0, s>>>(dy, static_cast<const bf16*>(x.p), w, cu, nseq,
-                                                                   static_cast<bf16*>(dx.p), T, C);
+    conv_bwd_smem_kernel<4><<<conv_tile_grid(T, C), kSCh, 0, s>>>(dy, static_cast<const bf16*>(x.p), w, cu,
+                                                                  nseq, static_cast<bf16*>(dx.p), T, C);
   } else if (K == 4) {
     const dim3 grid(static_cast<unsigned>((C + kTileCh - 1) / kTileCh), static_cast<unsigned>((T + kTile - 1) / kTile));
     conv_bwd_tiled_kernel<4><<<grid, kTileCh, 0, s>>>(dy, x, w, cu, nseq, dx, T, C);

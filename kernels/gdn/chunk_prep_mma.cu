@@ -482,10 +482,10 @@ size_t gdn_chunk_prep_mma_smem(int dk, int dv) {
 
 #ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
 cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
-                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* W, float* U, float* M,
-                                      float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv,
-                                      cudaStream_t s, const GdnScanBf16* b16, const void* states16,
-                                      void* vnew16) {
+                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* W,
+                                      float* U, float* M, float* Gc, float* Tout, int64_t HK, int64_t HV,
+                                      int dk, int dv, cudaStream_t s, const GdnScanBf16* b16,
+                                      const void* states16, void* vnew16) {
   if (!gdn_chunk_mma_supported(dk, dv) || (states16 == nullptr) != (vnew16 == nullptr) ||
       (states16 == nullptr && U == nullptr))
     return cudaErrorInvalidValue;
@@ -495,10 +495,11 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
                                        static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   gdn_chunk_prep_mma_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
-      q, k, scale, nout, v, gates, chunks, W, U, M, Gc, Tout, HK, HV, b16 ? static_cast<bf16*>(b16->W) : nullptr,
-      b16 ? static_cast<bf16*>(b16->Kd) : nullptr, b16 ? static_cast<bf16*>(b16->Q) : nullptr,
-      b16 ? static_cast<bf16*>(b16->M) : nullptr, b16 ? static_cast<bf16*>(b16->T) : nullptr,
-      static_cast<const bf16*>(states16), static_cast<bf16*>(vnew16));
+      q, k, scale, nout, v, gates, chunks, W, U, M, Gc, Tout, HK, HV,
+      b16 ? static_cast<bf16*>(b16->W) : nullptr, b16 ? static_cast<bf16*>(b16->Kd) : nullptr,
+      b16 ? static_cast<bf16*>(b16->Q) : nullptr, b16 ? static_cast<bf16*>(b16->M) : nullptr,
+      b16 ? static_cast<bf16*>(b16->T) : nullptr, static_cast<const bf16*>(states16),
+      static_cast<bf16*>(vnew16));
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

@@ -167,10 +167,11 @@ template <int DK, int DV> constexpr size_t wy_grad_mma_smem() {
 }
 
 template <int DK, int DV>
-__global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
-    const float* kn, KIn v, GdnGates gates, const float* Gc, const int32_t* chunks, const bf16* T16,
-    const bf16* dW16, const bf16* dvn16, const float* dkh, bf16* dkh16, KOut dv_out, GdnGateGrads gr,
-    int64_t HK, int64_t HV) {
+__global__ void __launch_bounds__(NT, 2)
+    gdn_chunk_wy_grad_mma_kernel(const float* kn, KIn v, GdnGates gates, const float* Gc,
+                                 const int32_t* chunks, const bf16* T16, const bf16* dW16, const bf16* dvn16,
+                                 const float* dkh, bf16* dkh16, KOut dv_out, GdnGateGrads gr, int64_t HK,
+                                 int64_t HV) {
   static_assert(DK == DV && DK % 32 == 0, "one warp tile shape serves the key and value products");
   constexpr int LK = DK + 8, LV = DV + 8, LC = C + 8, NH = DK / 16;  // NH: n-blocks of a dk/2-wide tile
   extern __shared__ __align__(16) unsigned char gdn_smem[];
@@ -395,8 +396,10 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
         const float xu_ = xuv[i] + xuv[C + i] + xuv[2 * C + i] + xuv[3 * C + i];
         const float ra_ = ra[i] + ra[C + i], ca_ = ca[i] + ca[C + i] + ca[2 * C + i] + ca[3 * C + i];
         const float dbeta = xu_ + gi * xw_ + ra_;
-        if (gates.a.p) st(gr.db, o, gate_db(dbeta, bi));
-        else gr.dbeta[o] = dbeta;
+        if (gates.a.p)
+          st(gr.db, o, gate_db(dbeta, bi));
+        else
+          gr.dbeta[o] = dbeta;
         d[r] = dGin[i] + bi * gi * xw_ + bi * ra_ - ca_;
       }
     }
@@ -415,8 +418,10 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
       const int i = 2 * lane + r;
       if (i >= cr.len) continue;
       const int64_t o = (cr.t0 + i) * HV + h;
-      if (gates.a.p) st(gr.da, o, gate_da(d[r] + after, gates.a, gates.A_log, gates.dt_bias, o, h));
-      else gr.dg[o] = d[r] + after;
+      if (gates.a.p)
+        st(gr.da, o, gate_da(d[r] + after, gates.a, gates.A_log, gates.dt_bias, o, h));
+      else
+        gr.dg[o] = d[r] + after;
     }
   }
 }
@@ -427,7 +432,8 @@ __global__ void __launch_bounds__(NT, 2) gdn_chunk_wy_grad_mma_kernel(
 cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, const GdnGates& gates, const float* Gc,
                                    const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
                                    const void* dvn16, const float* dkh, void* dkh16, KOut dv_out,
-                                   const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
+                                   const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
+                                   cudaStream_t s) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   auto* kern = gdn_chunk_wy_grad_mma_kernel<128, 128>;
   const int smem = static_cast<int>(wy_grad_mma_smem<128, 128>());

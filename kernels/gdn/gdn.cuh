@@ -87,7 +87,8 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
 // Where they read the gates (T, HV): g (F32) and beta as given, or, when a.p is set, formed from the raw
 // inputs while loading exactly as launch_gdn_gates_fwd forms them (gdn/gate_math.cuh): g = −e^{A_log}·
 // softplus(a + dt_bias), β = σ(b); a, b (T, HV), A_log, dt_bias (HV). g and beta are then not read, and the
-// backward writes da, db (GdnGateGrads) in place of dg, dβ: no gate tensors and no gate kernels around the core.
+// backward writes da, db (GdnGateGrads) in place of dg, dβ: no gate tensors and no gate kernels around the
+// core.
 struct GdnGates {
   const float* g = nullptr;
   KIn beta{};
@@ -124,12 +125,13 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const float* qn, const float* kn
                                       float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
                                       cudaStream_t s);
 // 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dkh + the WY terms (bf16), dv (=), dg (+= then reverse cumsum
-// within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16 elsewhere.
-// With raw gates it writes da, db from the final dg, dβ instead (gr.dg is still read and written).
+// within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16
+// elsewhere. With raw gates it writes da, db from the final dg, dβ instead (gr.dg is still read and written).
 cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, const GdnGates& gates, const float* Gc,
                                    const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
                                    const void* dvn16, const float* dkh, void* dkh16, KOut dv_out,
-                                   const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
+                                   const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
+                                   cudaStream_t s);
 // The whole tensor-core backward after the recompute: reverse scan, 2 + 3, 4 (chunk_bwd.cu).
 struct GdnBwdBf16 {
   const void* W16 = nullptr;
@@ -146,9 +148,9 @@ struct GdnBwdBf16 {
 // dkh: fp32 scratch (T, HV, dk) for the dk̂ partial sums between the kernels.
 cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const float* qn, const float* kn, KIn v, const GdnGates& gates,
                                      const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
-                                     const float* Gc, const GdnBwdBf16& b, float* gsum, float* dkh, KOut dv_out,
-                                     const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
-                                     cudaStream_t s);
+                                     const float* Gc, const GdnBwdBf16& b, float* gsum, float* dkh,
+                                     KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
+                                     int dv, cudaStream_t s);
 
 // ---- bf16 operands of the tensor-core forward scan, written by its prep (BF16 scratch, bf16 bit patterns) ----
 // Rounded (round to nearest even) from the fp32 values exactly as the scan's fp32 staging rounds them, so the
@@ -170,9 +172,9 @@ struct GdnScanBf16 {
 
 // ---- tensor-core forward scan, chunk_scan_mma.cu (dk = dv = 128) ----
 // Same contract as the FMA scan of launch_gdn_chunk_fwd (after its prep): o (=) unless o.p is null, states16
-// and vnew16 (bf16, see GdnBwdBf16) (=) when not null. With o.p null the scan leaves out the output's tiles and products (a shorter
-// serial path). bv: the column tile the launcher picks (gdn_scan_tile_cols, or 64 with the bf16 operands when
-// BV 32 would take more than one wave).
+// and vnew16 (bf16, see GdnBwdBf16) (=) when not null. With o.p null the scan leaves out the output's tiles
+// and products (a shorter serial path). bv: the column tile the launcher picks (gdn_scan_tile_cols, or 64
+// with the bf16 operands when BV 32 would take more than one wave).
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
                                       const float* M, const float* Gc, const int32_t* chunks,
                                       const int32_t* chunk_off, int nseq, KOut o, void* states16, void* vnew16,
@@ -202,9 +204,9 @@ struct GdnNormOut {
 };
 size_t gdn_chunk_prep_mma_smem(int dk, int dv);
 cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
-                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* W, float* U, float* M,
-                                      float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv,
-                                      cudaStream_t s, const GdnScanBf16* b16 = nullptr,
+                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* W,
+                                      float* U, float* M, float* Gc, float* Tout, int64_t HK, int64_t HV,
+                                      int dk, int dv, cudaStream_t s, const GdnScanBf16* b16 = nullptr,
                                       const void* states16 = nullptr, void* vnew16 = nullptr);
 
 // ---- tensor-core reverse state scan, chunk_dscan_mma.cu ----

@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <regex>
@@ -395,9 +395,9 @@ void case_conv(Env& e) {
     int K;
   };
   // Sequence starts inside 64-token tiles, on their edges (63, 64, 65, 128) and spanning them; more channels
-  // than one block; K = 3 takes the per-element kernels (the tiled ones are built for K = 4). Even C takes the
-  // 2-channel register-tile kernels (16-token tiles: starts on 31, 32, 33, 64 and several inside one tile; 1032
-  // channels = five blocks of 128 x 2); odd C the walking ones.
+  // than one block; K = 3 takes the per-element kernels (the tiled ones are built for K = 4). Even C takes
+  // the 2-channel register-tile kernels (16-token tiles: starts on 31, 32, 33, 64 and several inside one
+  // tile; 1032 channels = five blocks of 128 x 2); odd C the walking ones.
   const D cases[] = {{{0, 1, 3, 8, 19, 90}, 13, 4},
                      {{0, 63, 64, 65, 128, 200}, 300, 4},
                      {{0, 5, 77}, 9, 3},
@@ -539,16 +539,20 @@ void case_gdn(Env& e) {
     const Backend::GdnGateInputs gin_c{a.c, bl.c, A_log.c, dt.c}, gin_g{a.g, bl.g, A_log.g, dt.g};
     using Keep = std::optional<Backend::GdnKeep>;
     for (Keep keep : {Keep{}, Keep{Backend::GdnKeep::All}, Keep{Backend::GdnKeep::States}}) {
-      const std::string kt = std::string(" gated") +
-                             (!keep ? "" : *keep == Backend::GdnKeep::All ? " keep all" : " keep states");
+      const std::string kt = std::string(" gated") + (!keep                            ? ""
+                                                      : *keep == Backend::GdnKeep::All ? " keep all"
+                                                                                       : " keep states");
       Pair o4 = e.out({T, c.HV, c.dv}, BF);
-      Pair dq4 = e.out({T, c.HK, c.dk}, BF), dk4 = e.out({T, c.HK, c.dk}, BF), dv4 = e.out({T, c.HV, c.dv}, BF);
+      Pair dq4 = e.out({T, c.HK, c.dk}, BF), dk4 = e.out({T, c.HK, c.dk}, BF),
+           dv4 = e.out({T, c.HV, c.dv}, BF);
       Pair da4 = e.out({T, c.HV}, BF), db4 = e.out({T, c.HV}, BF);
       auto kc = e.cpu->gdn_gated_fwd(q.c, k.c, v.c, gin_c, sc, scale, o4.c, keep);
       auto kg = e.gpu->gdn_gated_fwd(q.g, k.g, v.g, gin_g, sg, scale, o4.g, keep);
       compare(e, "gdn_gated_fwd o" + kt + tag.str(), o4, 1e-4);
-      e.cpu->gdn_gated_bwd(kc.get(), dout.c, q.c, k.c, v.c, gin_c, sc, scale, dq4.c, dk4.c, dv4.c, da4.c, db4.c);
-      e.gpu->gdn_gated_bwd(kg.get(), dout.g, q.g, k.g, v.g, gin_g, sg, scale, dq4.g, dk4.g, dv4.g, da4.g, db4.g);
+      e.cpu->gdn_gated_bwd(kc.get(), dout.c, q.c, k.c, v.c, gin_c, sc, scale, dq4.c, dk4.c, dv4.c, da4.c,
+                           db4.c);
+      e.gpu->gdn_gated_bwd(kg.get(), dout.g, q.g, k.g, v.g, gin_g, sg, scale, dq4.g, dk4.g, dv4.g, da4.g,
+                           db4.g);
       compare(e, "gdn_gated_bwd dq" + kt + tag.str(), dq4, 5e-4);
       compare(e, "gdn_gated_bwd dk" + kt + tag.str(), dk4, 5e-4);
       compare(e, "gdn_gated_bwd dv" + kt + tag.str(), dv4, 5e-4);
@@ -881,25 +885,35 @@ void case_optim(Env& e) {
 
 const std::vector<OpCase>& all_cases() {
   static const std::vector<OpCase> cases = {
-      {"memory", {"device", "name", "compute_dtype", "weight_dtype", "alloc", "zeros", "upload", "download",
-                  "memory_stats", "synchronize"}, case_memory},
+      {"memory",
+       {"device", "name", "compute_dtype", "weight_dtype", "alloc", "zeros", "upload", "download",
+        "memory_stats", "synchronize"},
+       case_memory},
       {"fill_copy", {"fill", "copy", "copy_cols"}, case_fill_copy},
       {"gemm", {"gemm"}, case_gemm},
       {"add_scale", {"add", "scale", "copy_many"}, case_add_scale},
       {"reductions", {"sum_squares", "all_finite", "sum_squares_many", "all_finite_many"}, case_reductions},
       {"dropout", {"dropout"}, case_dropout},
-      {"activations", {"swiglu_fwd", "swiglu_bwd", "sigmoid_mul_fwd", "sigmoid_mul_bwd", "sigmoid"}, case_activations},
+      {"activations",
+       {"swiglu_fwd", "swiglu_bwd", "sigmoid_mul_fwd", "sigmoid_mul_bwd", "sigmoid"},
+       case_activations},
       {"embedding", {"embedding_fwd"}, case_embedding},
       {"rmsnorm", {"rmsnorm_fwd", "rmsnorm_bwd"}, case_rmsnorm},
       {"gated_rmsnorm", {"gated_rmsnorm_fwd", "gated_rmsnorm_bwd"}, case_gated_rmsnorm},
       {"rope", {"rope"}, case_rope},
       {"attention", {"attention_fwd", "attention_bwd"}, case_attention},
-      {"conv", {"conv1d_silu_fwd", "conv1d_silu_bwd", "conv1d_silu_fwd_split", "conv1d_silu_bwd_split"}, case_conv},
+      {"conv",
+       {"conv1d_silu_fwd", "conv1d_silu_bwd", "conv1d_silu_fwd_split", "conv1d_silu_bwd_split"},
+       case_conv},
       {"gates", {"gdn_gates_fwd", "gdn_gates_bwd"}, case_gates},
-      {"gdn", {"gdn_fwd", "gdn_bwd", "gdn_fwd_keep", "gdn_bwd_saved", "gdn_gated_fwd", "gdn_gated_bwd"}, case_gdn},
-      {"moe", {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},
+      {"gdn",
+       {"gdn_fwd", "gdn_bwd", "gdn_fwd_keep", "gdn_bwd_saved", "gdn_gated_fwd", "gdn_gated_bwd"},
+       case_gdn},
+      {"moe",
+       {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},
        case_moe},
-      {"moe_grouped", {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_wgrad", "permute3"},
+      {"moe_grouped",
+       {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_wgrad", "permute3"},
        case_moe_grouped},
       {"cross_entropy", {"cross_entropy"}, case_cross_entropy},
       {"linear_cross_entropy", {"linear_cross_entropy"}, case_linear_cross_entropy},

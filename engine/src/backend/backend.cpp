@@ -21,7 +21,8 @@ Tensor Backend::upload_i32(const std::vector<int32_t>& values) {
 }
 
 namespace {
-template <class Parts> void check_column_parts(const char* op, int64_t T, int64_t C, const Parts& parts) {
+template <class Parts>
+void check_column_parts(const char* op, int64_t T, int64_t C, const Parts& parts) {
   int64_t cols = 0;
   for (const Tensor* p : parts) {
     check(p && p->ndim() == 2 && p->rows() == T,
@@ -31,7 +32,8 @@ template <class Parts> void check_column_parts(const char* op, int64_t T, int64_
   }
   check(!parts.empty() && parts.size() <= 4 && cols == C,
         std::string(op) + ": " + std::to_string(parts.size()) + " parts of " + std::to_string(cols) +
-            " columns in all for " + std::to_string(C) + " channels (expected 1-4 parts covering every channel)");
+            " columns in all for " + std::to_string(C) +
+            " channels (expected 1-4 parts covering every channel)");
 }
 }  // namespace
 
@@ -71,16 +73,17 @@ std::pair<Tensor, Tensor> gdn_gate_tensors(Backend& be, const Backend::GdnGateIn
 
 std::shared_ptr<Backend::GdnSaved> Backend::gdn_gated_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
                                                           const GdnGateInputs& gates, const SeqLayout& seq,
-                                                          float scale, Tensor& o, std::optional<GdnKeep> keep) {
+                                                          float scale, Tensor& o,
+                                                          std::optional<GdnKeep> keep) {
   const auto [g, beta] = gdn_gate_tensors(*this, gates);
   if (keep) return gdn_fwd_keep(q, k, v, g, beta, seq, scale, o, *keep);
   gdn_fwd(q, k, v, g, beta, seq, scale, o);
   return nullptr;
 }
 
-void Backend::gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                            const GdnGateInputs& gates, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
-                            Tensor& dv, Tensor& da, Tensor& db) {
+void Backend::gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const GdnGateInputs& gates, const SeqLayout& seq, float scale,
+                            Tensor& dq, Tensor& dk, Tensor& dv, Tensor& da, Tensor& db) {
   const auto [g, beta] = gdn_gate_tensors(*this, gates);
   Tensor dg = alloc(g.shape, DType::F32), dbeta = alloc(beta.shape, beta.dtype);
   gdn_bwd_saved(saved, dout, q, k, v, g, beta, seq, scale, dq, dk, dv, dg, dbeta);

@@ -137,9 +137,9 @@ class Backend {
   virtual void conv1d_silu_fwd(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& y) = 0;
   virtual void conv1d_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const SeqLayout& seq,
                                Tensor& dx) = 0;  // (=)
-  // The same conv with y (dy) held as contiguous column blocks side by side, ys[i] [T, C_i], ΣC_i = C (at most
-  // 4): the GDN layer's q | k | v come out as their own tensors and their gradients go in as they are, with no
-  // copies. The defaults go through one [T, C] tensor and copy_cols.
+  // The same conv with y (dy) held as contiguous column blocks side by side, ys[i] [T, C_i], ΣC_i = C (at
+  // most 4): the GDN layer's q | k | v come out as their own tensors and their gradients go in as they are,
+  // with no copies. The defaults go through one [T, C] tensor and copy_cols.
   virtual void conv1d_silu_fwd_split(const Tensor& x, const Tensor& w, const SeqLayout& seq,
                                      std::span<Tensor* const> ys);
   virtual void conv1d_silu_bwd_split(std::span<const Tensor* const> dys, const Tensor& x, const Tensor& w,
@@ -184,8 +184,8 @@ class Backend {
   // The gated delta rule fed the gate inputs in place of g and β: gdn_gates_fwd, then gdn_fwd (keep: none) or
   // gdn_fwd_keep, and gdn_bwd_saved, then gdn_gates_bwd, as one op each way, so that a backend may form the
   // gates inside the core (the CUDA tensor-core path does, while loading them: no g/β tensors, no gate
-  // kernels). a, b [T, HV]; A_log, dt_bias [HV]. The backward returns da, db (=) [T, HV]. The defaults compose
-  // the separate ops.
+  // kernels). a, b [T, HV]; A_log, dt_bias [HV]. The backward returns da, db (=) [T, HV]. The defaults
+  // compose the separate ops.
   struct GdnGateInputs {
     const Tensor& a;
     const Tensor& b;
@@ -193,11 +193,11 @@ class Backend {
     const Tensor& dt_bias;
   };
   virtual std::shared_ptr<GdnSaved> gdn_gated_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                  const GdnGateInputs& gates, const SeqLayout& seq, float scale,
-                                                  Tensor& o, std::optional<GdnKeep> keep);
-  virtual void gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const GdnGateInputs& gates, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
-                             Tensor& dv, Tensor& da, Tensor& db);
+                                                  const GdnGateInputs& gates, const SeqLayout& seq,
+                                                  float scale, Tensor& o, std::optional<GdnKeep> keep);
+  virtual void gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const GdnGateInputs& gates, const SeqLayout& seq, float scale,
+                             Tensor& dq, Tensor& dk, Tensor& dv, Tensor& da, Tensor& db);
 
   // ---- MoE -------------------------------------------------------------------------------------
   // logits [T, E] -> softmax (fp32) -> top-k -> renormalised weights. idx I32 [T, k] (=), w F32 [T, k] (=).

@@ -105,11 +105,11 @@ class CudaBackend final : public Backend {
                      const Tensor& g, const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
                      Tensor& dv, Tensor& dg, Tensor& dbeta) override;
   std::shared_ptr<GdnSaved> gdn_gated_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const GdnGateInputs& gates, const SeqLayout& seq, float scale, Tensor& o,
-                                          std::optional<GdnKeep> keep) override;
+                                          const GdnGateInputs& gates, const SeqLayout& seq, float scale,
+                                          Tensor& o, std::optional<GdnKeep> keep) override;
   void gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                     const GdnGateInputs& gates, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk, Tensor& dv,
-                     Tensor& da, Tensor& db) override;
+                     const GdnGateInputs& gates, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
+                     Tensor& dv, Tensor& da, Tensor& db) override;
 
   void moe_router_fwd(const Tensor& logits, int k, Tensor& idx, Tensor& w) override;
   void moe_router_bwd(const Tensor& dw, const Tensor& idx, const Tensor& w, Tensor& dlogits) override;
@@ -162,15 +162,16 @@ class CudaBackend final : public Backend {
   enum class GdnScratch { None, ForBackward, States };
   // gates: g and β tensors, or the gate inputs (tensor-core path only: its kernels form the gates).
   std::unique_ptr<CudaGdnSaved> gdn_forward_core(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                 const kernels::GdnGates& gates, const SeqLayout& seq, float scale,
-                                                 Tensor* o, GdnScratch scratch);
+                                                 const kernels::GdnGates& gates, const SeqLayout& seq,
+                                                 float scale, Tensor* o, GdnScratch scratch);
   std::shared_ptr<GdnSaved> gdn_keep_core(const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const kernels::GdnGates& gates, const GdnDims& d, const SeqLayout& seq,
-                                          float scale, Tensor& o, GdnKeep what);
+                                          const kernels::GdnGates& gates, const GdnDims& d,
+                                          const SeqLayout& seq, float scale, Tensor& o, GdnKeep what);
   // The backward's chunk quantities from the states GdnScratch::States kept (tensor-core path): W, M, G, T, V',
   // and q̂, k̂, ρ.
-  void gdn_scratch_from_states(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::GdnGates& gates,
-                               float scale, const GdnDims& d, CudaGdnSaved& f);
+  void gdn_scratch_from_states(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const kernels::GdnGates& gates, float scale, const GdnDims& d,
+                               CudaGdnSaved& f);
   // The backward's gate gradients: dg, dβ (gates given as tensors) or da, db (gate inputs).
   struct GdnGateGradOut {
     Tensor* dg = nullptr;
@@ -179,8 +180,8 @@ class CudaBackend final : public Backend {
     Tensor* db = nullptr;
   };
   void gdn_bwd_core(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const kernels::GdnGates& gates, const GdnDims& d, const SeqLayout& seq, float scale, Tensor& dq,
-                    Tensor& dk, Tensor& dv, const GdnGateGradOut& gout);
+                    const kernels::GdnGates& gates, const GdnDims& d, const SeqLayout& seq, float scale,
+                    Tensor& dq, Tensor& dk, Tensor& dv, const GdnGateGradOut& gout);
   // The tensor-core prep's L2 norm settings; with r, r->qn, kn, rq, rk allocated as its outputs.
   kernels::GdnNormOut gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).

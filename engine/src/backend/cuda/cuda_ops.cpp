@@ -157,7 +157,8 @@ void CudaBackend::rope(Tensor& x, const Tensor& positions, int rot_dim, float th
 
 // ---- GDN pre/post ops ------------------------------------------------------------------------------------
 namespace {
-// The column parts of a conv output / gradient (rows T, ≤ kMaxColParts parts covering C columns) for the kernels.
+// The column parts of a conv output / gradient (rows T, ≤ kMaxColParts parts covering C columns) for the
+// kernels.
 template <class K, class Parts, class Ptr>
 kernels::ColParts<K> conv_parts(const char* op, int64_t T, int64_t C, const Parts& parts, Ptr ptr) {
   kernels::ColParts<K> r;
@@ -173,8 +174,8 @@ kernels::ColParts<K> conv_parts(const char* op, int64_t T, int64_t C, const Part
     r.part[r.n] = ptr(*p);
     r.end[r.n++] = end;
   }
-  check(end == C, std::string(op) + ": the parts hold " + std::to_string(end) + " columns for " + std::to_string(C) +
-                      " channels");
+  check(end == C, std::string(op) + ": the parts hold " + std::to_string(end) + " columns for " +
+                      std::to_string(C) + " channels");
   return r;
 }
 }  // namespace
@@ -188,7 +189,8 @@ void CudaBackend::conv1d_silu_fwd(const Tensor& x, const Tensor& w, const SeqLay
 
 void CudaBackend::conv1d_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const SeqLayout& seq,
                                   Tensor& dx) {
-  check(dy.numel() == x.numel(), "conv1d_silu_bwd: dy " + shape_str(dy.shape) + " for x " + shape_str(x.shape));
+  check(dy.numel() == x.numel(),
+        "conv1d_silu_bwd: dy " + shape_str(dy.shape) + " for x " + shape_str(x.shape));
   const Tensor dyv = dy.view({x.rows(), x.cols()});
   const Tensor* parts[] = {&dyv};
   conv1d_silu_bwd_split(parts, x, w, seq, dx);
@@ -200,10 +202,11 @@ void CudaBackend::conv1d_silu_fwd_split(const Tensor& x, const Tensor& w, const 
   check(w.ndim() == 2 && w.dim(0) == C,
         "conv1d_silu_fwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + " (expected [C, K])");
   check_layout(seq, T, "conv1d_silu_fwd");
-  const auto y = conv_parts<kernels::KOut>("conv1d_silu_fwd", T, C, ys, [](Tensor& t) { return kout(t, "conv y"); });
-  cuda_check(kernels::launch_conv1d_silu_fwd(kin(x, "conv x"), kin(w, "conv w"), i32(seq.cu_seqlens, "cu_seqlens"),
-                                             static_cast<int>(seq.num_seqs()), y, T, C, static_cast<int>(w.dim(1)),
-                                             stream()),
+  const auto y =
+      conv_parts<kernels::KOut>("conv1d_silu_fwd", T, C, ys, [](Tensor& t) { return kout(t, "conv y"); });
+  cuda_check(kernels::launch_conv1d_silu_fwd(
+                 kin(x, "conv x"), kin(w, "conv w"), i32(seq.cu_seqlens, "cu_seqlens"),
+                 static_cast<int>(seq.num_seqs()), y, T, C, static_cast<int>(w.dim(1)), stream()),
              "conv1d_silu_fwd");
 }
 
@@ -211,14 +214,16 @@ void CudaBackend::conv1d_silu_bwd_split(std::span<const Tensor* const> dys, cons
                                         const SeqLayout& seq, Tensor& dx) {
   const int64_t T = x.rows(), C = x.cols();
   check(w.ndim() == 2 && w.dim(0) == C && dx.numel() == x.numel(),
-        "conv1d_silu_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", dx " + shape_str(dx.shape));
+        "conv1d_silu_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", dx " +
+            shape_str(dx.shape));
   check_layout(seq, T, "conv1d_silu_bwd");
-  const auto dy =
-      conv_parts<kernels::KIn>("conv1d_silu_bwd", T, C, dys, [](const Tensor& t) { return kin(t, "conv dy"); });
-  cuda_check(kernels::launch_conv1d_silu_bwd(dy, kin(x, "conv x"), kin(w, "conv w"), i32(seq.cu_seqlens, "cu_seqlens"),
-                                             static_cast<int>(seq.num_seqs()), kout(dx, "conv dx"), T, C,
-                                             static_cast<int>(w.dim(1)), stream()),
-             "conv1d_silu_bwd");
+  const auto dy = conv_parts<kernels::KIn>("conv1d_silu_bwd", T, C, dys,
+                                           [](const Tensor& t) { return kin(t, "conv dy"); });
+  cuda_check(
+      kernels::launch_conv1d_silu_bwd(dy, kin(x, "conv x"), kin(w, "conv w"),
+                                      i32(seq.cu_seqlens, "cu_seqlens"), static_cast<int>(seq.num_seqs()),
+                                      kout(dx, "conv dx"), T, C, static_cast<int>(w.dim(1)), stream()),
+      "conv1d_silu_bwd");
 }
 
 void CudaBackend::gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,

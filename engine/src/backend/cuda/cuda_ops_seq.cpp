@@ -154,8 +154,8 @@ namespace {
 GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   check(q.ndim() == 3 && k.shape == q.shape && v.ndim() == 3 && v.dim(0) == q.dim(0) && q.dim(1) > 0 &&
             v.dim(1) % q.dim(1) == 0,
-        std::string(op) + ": q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", v " + shape_str(v.shape) +
-            " (expected q/k [T, HK, dk], v [T, HV, dv], HV % HK == 0)");
+        std::string(op) + ": q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", v " +
+            shape_str(v.shape) + " (expected q/k [T, HK, dk], v [T, HV, dv], HV % HK == 0)");
   return GdnDims{q.dim(0), q.dim(1), v.dim(1), static_cast<int>(q.dim(2)), static_cast<int>(v.dim(2))};
 }
 GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
@@ -172,9 +172,9 @@ GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   const GdnDims d = gdn_dims(op, q, k, v);
   check(gi.a.numel() == d.T * d.HV && gi.b.numel() == gi.a.numel() && gi.A_log.numel() == d.HV &&
             gi.dt_bias.numel() == d.HV,
-        std::string(op) + ": gate inputs a " + shape_str(gi.a.shape) + ", b " + shape_str(gi.b.shape) + ", A_log " +
-            shape_str(gi.A_log.shape) + ", dt_bias " + shape_str(gi.dt_bias.shape) + " for v " + shape_str(v.shape) +
-            " (expected a/b [T, HV], A_log/dt_bias [HV])");
+        std::string(op) + ": gate inputs a " + shape_str(gi.a.shape) + ", b " + shape_str(gi.b.shape) +
+            ", A_log " + shape_str(gi.A_log.shape) + ", dt_bias " + shape_str(gi.dt_bias.shape) + " for v " +
+            shape_str(v.shape) + " (expected a/b [T, HV], A_log/dt_bias [HV])");
   return d;
 }
 kernels::GdnGates gate_ptrs(const Tensor& g, const Tensor& beta) {
@@ -247,16 +247,19 @@ void CudaBackend::gdn_l2norms(const Tensor& q, const Tensor& k, float scale, Cud
   r.kn = alloc({T, HK, dk}, DType::F32);
   r.rq = alloc({T, HK}, DType::F32);
   r.rk = alloc({T, HK}, DType::F32);
-  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kernels::kGdnL2Eps, fptr(r.qn), fptr(r.rq), T * HK, dk, stream()),
+  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kernels::kGdnL2Eps, fptr(r.qn), fptr(r.rq),
+                                        T * HK, dk, stream()),
              "gdn (l2norm q)");
-  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kernels::kGdnL2Eps, fptr(r.kn), fptr(r.rk), T * HK, dk, stream()),
+  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kernels::kGdnL2Eps, fptr(r.kn), fptr(r.rk),
+                                        T * HK, dk, stream()),
              "gdn (l2norm k)");
 }
 
 // L2 norms, then the chunked forward; `o` may be null (the backward's recompute). ForBackward also writes T,
 // the chunk-start states and V'; States (tensor-core path only) also writes the chunk-start states.
 std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, const Tensor& k_in,
-                                                            const Tensor& v_in, const kernels::GdnGates& gates,
+                                                            const Tensor& v_in,
+                                                            const kernels::GdnGates& gates,
                                                             const SeqLayout& seq, float scale, Tensor* o,
                                                             GdnScratch scratch) {
   const bool for_backward = scratch == GdnScratch::ForBackward;
@@ -273,9 +276,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   if (!o && scratch == GdnScratch::None) return r;  // the per-token backward needs only the normalised inputs
   if (per_token) {  // the first (per-token) kernel, kept for A/B timing
     cuda_check(kernels::launch_gdn_core_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), gates.g, gates.beta,
-                                            iptr(seq.cu_seqlens),
-                                            static_cast<int>(seq.num_seqs()), kout(*o, "gdn o"), d.HK, d.HV, d.dk,
-                                            d.dv, s),
+                                            iptr(seq.cu_seqlens), static_cast<int>(seq.num_seqs()),
+                                            kout(*o, "gdn o"), d.HK, d.HV, d.dk, d.dv, s),
                "gdn_fwd (core)");
     return r;
   }
@@ -296,12 +298,11 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   const int nch = static_cast<int>(r->ch.n), nseq = static_cast<int>(seq.num_seqs());
   const kernels::KOut ko = o ? kout(*o, "gdn o") : kernels::KOut{};
   if (!r->mma) {
-    cuda_check(kernels::launch_gdn_chunk_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), gates.g, gates.beta,
-                                             iptr(r->ch.chunks), nch, iptr(r->ch.off), nseq,
-                                             ko, fptr(r->W), fptr(U), fptr(r->M), fptr(r->Gc),
-                                             for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
-                                             for_backward ? fptr(r->Tm) : nullptr,
-                                             for_backward ? fptr(r->vnew) : nullptr),
+    cuda_check(kernels::launch_gdn_chunk_fwd(
+                   fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), gates.g, gates.beta, iptr(r->ch.chunks), nch,
+                   iptr(r->ch.off), nseq, ko, fptr(r->W), fptr(U), fptr(r->M), fptr(r->Gc),
+                   for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
+                   for_backward ? fptr(r->Tm) : nullptr, for_backward ? fptr(r->vnew) : nullptr),
                "gdn_fwd (chunked core)");
     return r;
   }
@@ -316,10 +317,9 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   if (for_backward) b16.T = r->Tm.data;
   // The backward's recompute (no output) also has the prep write q̂, k̂ and ρ for the backward's other kernels.
   const kernels::GdnNormOut nout = gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr);
-  cuda_check(kernels::launch_gdn_chunk_prep_mma(kin(q, "gdn q"), kin(k, "gdn k"), scale, nout, kin(v, "gdn v"),
-                                                gates, iptr(r->ch.chunks), nch, nullptr,
-                                                fptr(U), nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s,
-                                                &b16),
+  cuda_check(kernels::launch_gdn_chunk_prep_mma(
+                 kin(q, "gdn q"), kin(k, "gdn k"), scale, nout, kin(v, "gdn v"), gates, iptr(r->ch.chunks),
+                 nch, nullptr, fptr(U), nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s, &b16),
              "gdn_fwd (chunk prep)");
   cuda_check(kernels::launch_gdn_chunk_scan_mma(nullptr, nullptr, nullptr, fptr(U), nullptr, fptr(r->Gc),
                                                 iptr(r->ch.chunks), iptr(r->ch.off), nseq, ko,
@@ -351,10 +351,10 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_fwd_keep(const Tensor& q, co
   return gdn_keep_core(q, k, v, gate_ptrs(g, beta), d, seq, scale, o, what);
 }
 
-std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_keep_core(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                              const kernels::GdnGates& gates, const GdnDims& d,
-                                                              const SeqLayout& seq, float scale, Tensor& o,
-                                                              GdnKeep what) {
+std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_keep_core(const Tensor& q, const Tensor& k,
+                                                              const Tensor& v, const kernels::GdnGates& gates,
+                                                              const GdnDims& d, const SeqLayout& seq,
+                                                              float scale, Tensor& o, GdnKeep what) {
   check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
   gdn_check("gdn_fwd", d, seq);
   auto r = gdn_forward_core(q, k, v, gates, seq, scale, &o,
@@ -395,10 +395,10 @@ void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, cons
   f.vnew = alloc({d.T, d.HV, d.dv}, DType::BF16);
   kernels::GdnScanBf16 b16;
   b16.W = f.W.data, b16.M = f.M.data, b16.T = f.Tm.data;
-  cuda_check(kernels::launch_gdn_chunk_prep_mma(kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f),
-                                                kin(v, "gdn v"), gates, iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr,
-                                                nullptr, fptr(f.Gc), nullptr, d.HK, d.HV, d.dk, d.dv, stream(), &b16,
-                                                f.states.data, f.vnew.data),
+  cuda_check(kernels::launch_gdn_chunk_prep_mma(
+                 kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f), kin(v, "gdn v"), gates,
+                 iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr, nullptr, fptr(f.Gc), nullptr,
+                 d.HK, d.HV, d.dk, d.dv, stream(), &b16, f.states.data, f.vnew.data),
              "gdn_bwd (chunk prep from the kept states)");
   f.states_only = false;
 }
@@ -416,12 +416,14 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tenso
   check(dg.numel() == g.numel() && dbeta.numel() == beta.numel(),
         "gdn_bwd: dg " + shape_str(dg.shape) + ", dbeta " + shape_str(dbeta.shape) + " must match g, beta " +
             shape_str(g.shape));
-  gdn_bwd_core(saved, dout, q, k, v, gate_ptrs(g, beta), d, seq, scale, dq, dk, dv, GdnGateGradOut{&dg, &dbeta});
+  gdn_bwd_core(saved, dout, q, k, v, gate_ptrs(g, beta), d, seq, scale, dq, dk, dv,
+               GdnGateGradOut{&dg, &dbeta});
 }
 
-std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_gated_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                              const GdnGateInputs& gates, const SeqLayout& seq,
-                                                              float scale, Tensor& o, std::optional<GdnKeep> keep) {
+std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_gated_fwd(const Tensor& q, const Tensor& k,
+                                                              const Tensor& v, const GdnGateInputs& gates,
+                                                              const SeqLayout& seq, float scale, Tensor& o,
+                                                              std::optional<GdnKeep> keep) {
   const GdnDims d = gdn_dims("gdn_fwd", q, k, v, gates);
   if (d.T == 0 || gdn_use_recurrent(d, smem_optin_) || !gdn_mma_path(d.dk, d.dv))
     return Backend::gdn_gated_fwd(q, k, v, gates, seq, scale, o, keep);  // g and β as tensors
@@ -433,8 +435,8 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_gated_fwd(const Tensor& q, c
 }
 
 void CudaBackend::gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k,
-                                const Tensor& v, const GdnGateInputs& gates, const SeqLayout& seq, float scale,
-                                Tensor& dq, Tensor& dk, Tensor& dv, Tensor& da, Tensor& db) {
+                                const Tensor& v, const GdnGateInputs& gates, const SeqLayout& seq,
+                                float scale, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& da, Tensor& db) {
   const GdnDims d = gdn_dims("gdn_bwd", q, k, v, gates);
   if (d.T == 0 || gdn_use_recurrent(d, smem_optin_) || !gdn_mma_path(d.dk, d.dv))
     return Backend::gdn_gated_bwd(saved, dout, q, k, v, gates, seq, scale, dq, dk, dv, da, db);
@@ -451,7 +453,8 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
                                const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk, Tensor& dv,
                                const GdnGateGradOut& gout) {
   const Tensor dout = aligned16(dout_in), q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
-  check(dout.numel() == v.numel() && dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel(),
+  check(dout.numel() == v.numel() && dq.numel() == q.numel() && dk.numel() == k.numel() &&
+            dv.numel() == v.numel(),
         "gdn_bwd: gradient shapes must match their inputs (dout " + shape_str(dout.shape) + ", dq " +
             shape_str(dq.shape) + ", dk " + shape_str(dk.shape) + ", dv " + shape_str(dv.shape) + ")");
   check(std::min(kernels::gdn_core_bwd_smem(d.dk, d.dv), kernels::gdn_chunk_bwd_smem(d.dk, d.dv)) <= size_t(smem_optin_),
@@ -467,8 +470,10 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
   if (!raw_gates) db32 = alloc({d.T, d.HV}, DType::F32);
   kernels::GdnGateGrads gr;
   gr.dg = fptr(dg32);
-  if (raw_gates) gr.da = kout(*gout.da, "gdn da"), gr.db = kout(*gout.db, "gdn db");
-  else gr.dbeta = fptr(db32);
+  if (raw_gates)
+    gr.da = kout(*gout.da, "gdn da"), gr.db = kout(*gout.db, "gdn db");
+  else
+    gr.dbeta = fptr(db32);
   std::unique_ptr<CudaGdnSaved> own;
   CudaGdnSaved* f = dynamic_cast<CudaGdnSaved*>(saved);
   if (gdn_use_recurrent(d, smem_optin_)) {
@@ -483,10 +488,10 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
     dkh = zeros({d.T, d.HV, d.dk}, DType::F32);
     fill(dg32, 0.f);
     fill(db32, 0.f);
-    cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"), gates.g,
-                                            gates.beta, iptr(seq.cu_seqlens), nseq, fptr(dqh), fptr(dkh),
-                                            kout(dv, "gdn dv"), fptr(dg32), fptr(db32), fptr(ckpt), d.HK, d.HV,
-                                            d.dk, d.dv, s),
+    cuda_check(kernels::launch_gdn_core_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
+                                            gates.g, gates.beta, iptr(seq.cu_seqlens), nseq, fptr(dqh),
+                                            fptr(dkh), kout(dv, "gdn dv"), fptr(dg32), fptr(db32), fptr(ckpt),
+                                            d.HK, d.HV, d.dk, d.dv, s),
                "gdn_bwd (core)");
   } else {
     if (!f || !f->states.defined()) {  // nothing kept: recompute the forward's chunk quantities
@@ -511,20 +516,20 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       b.vnew16 = f->vnew.data, b.dh16 = dh.data, b.dvn16 = dvn.data;
       b.dW16 = f->W.data;  // W is read only by the reverse scan, before the state products write dW
       b.dqh16 = dqh.data, b.dkh16 = dkh.data;
-      cuda_check(kernels::launch_gdn_chunk_bwd_mma(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
-                                                   gates, iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
-                                                   fptr(f->Gc), b, fptr(gsum), fptr(dk_part), kout(dv, "gdn dv"), gr,
-                                                   d.HK, d.HV, d.dk, d.dv, s),
+      cuda_check(kernels::launch_gdn_chunk_bwd_mma(
+                     kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"), gates,
+                     iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq, fptr(f->Gc), b, fptr(gsum),
+                     fptr(dk_part), kout(dv, "gdn dv"), gr, d.HK, d.HV, d.dk, d.dv, s),
                  "gdn_bwd (chunked core, tensor cores)");
     } else {
       dqh = alloc({d.T, d.HV, d.dk}, DType::F32);
       dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
       Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
-      cuda_check(kernels::launch_gdn_chunk_bwd(kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"),
-                                               gates.beta, iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
-                                               fptr(f->W), fptr(f->M), fptr(f->Gc), fptr(f->Tm), fptr(f->states),
-                                               fptr(f->vnew), fptr(dh), fptr(dvn), fptr(gsum), fptr(dqh), fptr(dkh),
-                                               kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv, s),
+      cuda_check(kernels::launch_gdn_chunk_bwd(
+                     kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"), gates.beta,
+                     iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq, fptr(f->W), fptr(f->M), fptr(f->Gc),
+                     fptr(f->Tm), fptr(f->states), fptr(f->vnew), fptr(dh), fptr(dvn), fptr(gsum), fptr(dqh),
+                     fptr(dkh), kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv, s),
                  "gdn_bwd (chunked core)");
     }
     f->states = Tensor();  // consumed: W now holds dW
