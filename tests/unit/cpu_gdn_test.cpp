@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/gdn_reference.h"
@@ -65,6 +68,45 @@ TEST(CpuConv, NothingLeaksBetweenSequences) {
   for (int64_t i = 0; i < 7 * C; ++i) dy.ptr<float>()[i] = 0.f;
   be->conv1d_silu_bwd(dy, x, w, seq, dx);
   for (int64_t i = 0; i < 7 * C; ++i) EXPECT_EQ(dx.ptr<float>()[i], 0.f);
+}
+
+// The conv with its output / incoming gradient as column parts (the GDN layer's q | k | v): the same values
+// as one [T, C] tensor, and parts that do not cover the channels are refused by name.
+TEST(CpuConv, ColumnPartsMatchOneTensorAndBadPartsAreRefused) {
+  auto be = make_cpu_backend(2);
+  Rng rng(14);
+  SeqLayout seq = make_seq({5, 8, 1});
+  const int64_t T = seq.tokens(), C = 7;
+  Tensor x = randn_tensor(rng, {T, C}), w = randn_tensor(rng, {C, 4}), dy = randn_tensor(rng, {T, C});
+  Tensor y = host_tensor({T, C}), dx = host_tensor({T, C});
+  be->conv1d_silu_fwd(x, w, seq, y);
+  be->conv1d_silu_bwd(dy, x, w, seq, dx);
+  const int64_t widths[3] = {2, 4, 1};
+  std::vector<Tensor> parts, dparts;
+  for (int64_t wd : widths) parts.push_back(host_tensor({T, wd})), dparts.push_back(host_tensor({T, wd}));
+  std::vector<Tensor*> ys;
+  std::vector<const Tensor*> dys;
+  for (int i = 0; i < 3; ++i) ys.push_back(&parts[i]), dys.push_back(&dparts[i]);
+  be->conv1d_silu_fwd_split(x, w, seq, ys);
+  for (int64_t t = 0, c0 = 0; t < T; ++t, c0 = 0)
+    for (int i = 0; i < 3; c0 += widths[i++])
+      for (int64_t c = 0; c < widths[i]; ++c) {
+        EXPECT_EQ(parts[i].ptr<float>()[t * widths[i] + c], y.ptr<float>()[t * C + c0 + c]) << t << " " << c0 + c;
+        dparts[i].ptr<float>()[t * widths[i] + c] = dy.ptr<float>()[t * C + c0 + c];
+      }
+  Tensor dx2 = host_tensor({T, C});
+  be->conv1d_silu_bwd_split(dys, x, w, seq, dx2);
+  for (int64_t i = 0; i < T * C; ++i) EXPECT_EQ(dx2.ptr<float>()[i], dx.ptr<float>()[i]) << i;
+
+  Tensor short_part = host_tensor({T, 3});
+  std::vector<Tensor*> bad = {&parts[0], &short_part};  // 5 of the 7 channels
+  try {
+    be->conv1d_silu_fwd_split(x, w, seq, bad);
+    ADD_FAILURE() << "parts covering 5 of 7 channels were accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("conv1d_silu_fwd_split"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("7 channels"), std::string::npos) << e.what();
+  }
 }
 
 // ---- gates -------------------------------------------------------------------------------------
@@ -245,6 +287,37 @@ TEST(CpuGdn, NothingLeaksBetweenSequences) {
   EXPECT_EQ(max_abs(dg.slice(0, 40)), 0.0);
   EXPECT_EQ(max_abs(db.slice(0, 40)), 0.0);
   EXPECT_GT(max_abs(dv.slice(40, 70)), 0.0);
+}
+
+// The op fed the gate inputs (Backend::gdn_gated_fwd/bwd): da, db by finite differences through the gates
+// and the delta rule, packed sequences, GVA 2; every keep mode gives the same output.
+TEST(CpuGdn, GatedOpGradientsThroughTheGateInputs) {
+  auto be = make_cpu_backend(2);
+  Rng rng(37);
+  GdnInputs in = make_inputs({{9, 70}, 1, 2, 6, 5, -1.f, 0.f, 0.f, 1.f}, rng);
+  const int64_t T = in.seq.tokens(), HV = 2;
+  Tensor a = randn_tensor(rng, {T, HV}, 2.f), b = randn_tensor(rng, {T, HV}, 2.f);
+  Tensor A_log = rand_tensor(rng, {HV}, -1.f, 1.f), dt = randn_tensor(rng, {HV});
+  const Backend::GdnGateInputs gates{a, b, A_log, dt};
+  Tensor r = randn_tensor(rng, in.v.shape), o = host_tensor(in.v.shape), o2 = host_tensor(in.v.shape);
+  for (auto keep : {std::optional<Backend::GdnKeep>{}, std::optional{Backend::GdnKeep::All},
+                    std::optional{Backend::GdnKeep::States}}) {
+    be->gdn_gated_fwd(in.q, in.k, in.v, gates, in.seq, in.scale, o2, keep);
+    if (!keep) std::copy(o2.ptr<float>(), o2.ptr<float>() + o2.numel(), o.ptr<float>());
+    for (int64_t i = 0; i < o.numel(); ++i) ASSERT_EQ(o2.ptr<float>()[i], o.ptr<float>()[i]) << i;
+  }
+  Tensor dq = host_tensor(in.q.shape), dk = host_tensor(in.k.shape), dv = host_tensor(in.v.shape);
+  Tensor da = host_tensor({T, HV}), db = host_tensor({T, HV});
+  be->gdn_gated_bwd(nullptr, r, in.q, in.k, in.v, gates, in.seq, in.scale, dq, dk, dv, da, db);
+  auto loss = [&] {
+    be->gdn_gated_fwd(in.q, in.k, in.v, gates, in.seq, in.scale, o2, std::nullopt);
+    return weighted_sum(r, o2);
+  };
+  const double ea = fd_rel_error(a, da, loss, rng, 60), eb = fd_rel_error(b, db, loss, rng, 60);
+  report("gdn_gated da FD rel err", ea);
+  report("gdn_gated db FD rel err", eb);
+  EXPECT_LT(ea, 1e-2);
+  EXPECT_LT(eb, 1e-2);
 }
 
 TEST(CpuGdn, ThreadCountDoesNotChangeResults) {
