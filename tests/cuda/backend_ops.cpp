@@ -467,6 +467,18 @@ void case_gates(Env& e) {
   compare(e, "gdn_gates_bwd db", dbb, 1e-5);
 }
 
+// The five gradients of a GDN backward (dq, dk, dv and the two gate gradients, named in `gate_names`).
+void compare_gdn_grads(Env& e, const std::string& op, const std::string& tag, const Pair& dq, const Pair& dk,
+                       const Pair& dv, const Pair& dg, const Pair& db, const char* const (&gate_names)[2],
+                       double dg_tol = 5e-4) {
+  compare(e, op + " dq" + tag, dq, 5e-4);
+  compare(e, op + " dk" + tag, dk, 5e-4);
+  compare(e, op + " dv" + tag, dv, 5e-4);
+  compare(e, op + " " + gate_names[0] + tag, dg, dg_tol);
+  compare(e, op + " " + gate_names[1] + tag, db, 5e-4);
+}
+constexpr const char* kDgDbeta[2] = {"dg", "dbeta"};
+
 void case_gdn(Env& e) {
   struct D {
     int64_t HK, HV;
@@ -504,11 +516,7 @@ void case_gdn(Env& e) {
     Pair dg = e.out({T, c.HV}, F32), db = e.out({T, c.HV}, BF);
     e.cpu->gdn_bwd(dout.c, q.c, k.c, v.c, g.c, beta.c, sc, scale, dq.c, dk.c, dv.c, dg.c, db.c);
     e.gpu->gdn_bwd(dout.g, q.g, k.g, v.g, g.g, beta.g, sg, scale, dq.g, dk.g, dv.g, dg.g, db.g);
-    compare(e, "gdn_bwd dq" + tag.str(), dq, 5e-4);
-    compare(e, "gdn_bwd dk" + tag.str(), dk, 5e-4);
-    compare(e, "gdn_bwd dv" + tag.str(), dv, 5e-4);
-    compare(e, "gdn_bwd dg" + tag.str(), dg, 5e-4);
-    compare(e, "gdn_bwd dbeta" + tag.str(), db, 5e-4);
+    compare_gdn_grads(e, "gdn_bwd", tag.str(), dq, dk, dv, dg, db, kDgDbeta);
     if (c.cu.back() > 2000) continue;
     // The pair that keeps the forward's chunk quantities for the backward (All: gradient checkpointing's
     // recompute; States: only the chunk-start states, for layers not checkpointed): the same results as the
@@ -526,11 +534,7 @@ void case_gdn(Env& e) {
                            db2.c);
       e.gpu->gdn_bwd_saved(kg.get(), dout.g, q.g, k.g, v.g, g.g, beta.g, sg, scale, dq2.g, dk2.g, dv2.g, dg2.g,
                            db2.g);
-      compare(e, "gdn_bwd_saved dq" + kt + tag.str(), dq2, 5e-4);
-      compare(e, "gdn_bwd_saved dk" + kt + tag.str(), dk2, 5e-4);
-      compare(e, "gdn_bwd_saved dv" + kt + tag.str(), dv2, 5e-4);
-      compare(e, "gdn_bwd_saved dg" + kt + tag.str(), dg2, 5e-4);
-      compare(e, "gdn_bwd_saved dbeta" + kt + tag.str(), db2, 5e-4);
+      compare_gdn_grads(e, "gdn_bwd_saved", kt + tag.str(), dq2, dk2, dv2, dg2, db2, kDgDbeta);
     }
     // The gate inputs in place of g and β (the tensor-core path forms the gates while loading and its WY
     // backward writes da, db; other paths compose the gate ops), each keep mode.
@@ -553,11 +557,7 @@ void case_gdn(Env& e) {
                            db4.c);
       e.gpu->gdn_gated_bwd(kg.get(), dout.g, q.g, k.g, v.g, gin_g, sg, scale, dq4.g, dk4.g, dv4.g, da4.g,
                            db4.g);
-      compare(e, "gdn_gated_bwd dq" + kt + tag.str(), dq4, 5e-4);
-      compare(e, "gdn_gated_bwd dk" + kt + tag.str(), dk4, 5e-4);
-      compare(e, "gdn_gated_bwd dv" + kt + tag.str(), dv4, 5e-4);
-      compare(e, "gdn_gated_bwd da" + kt + tag.str(), da4, 5e-4);
-      compare(e, "gdn_gated_bwd db" + kt + tag.str(), db4, 5e-4);
+      compare_gdn_grads(e, "gdn_gated_bwd", kt + tag.str(), dq4, dk4, dv4, da4, db4, {"da", "db"});
     }
     if (c.dk != 128 || c.dv != 128) continue;
     // The other kernel path for these head dims (cuda_ops_seq.cpp): DT_GDN_FMA=1 keeps every chunk kernel on
@@ -579,11 +579,7 @@ void case_gdn(Env& e) {
       unsetenv(p.env);
       const std::string n = p.name;
       compare(e, n + " o" + tag.str(), o3, 1e-4);
-      compare(e, n + " dq" + tag.str(), dq3, 5e-4);
-      compare(e, n + " dk" + tag.str(), dk3, 5e-4);
-      compare(e, n + " dv" + tag.str(), dv3, 5e-4);
-      compare(e, n + " dg" + tag.str(), dg3, p.dg_tol);
-      compare(e, n + " dbeta" + tag.str(), db3, 5e-4);
+      compare_gdn_grads(e, n, tag.str(), dq3, dk3, dv3, dg3, db3, kDgDbeta, p.dg_tol);
     }
   }
 }
