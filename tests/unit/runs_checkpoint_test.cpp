@@ -87,8 +87,10 @@ std::vector<int64_t> steps_in(const std::string& out) {
   return s;
 }
 
+// Names in `dir`, none when it does not exist (a writer killed before it made its output folder).
 std::vector<std::string> names_in(const std::string& dir) {
   std::vector<std::string> n;
+  if (!fs::exists(dir)) return n;
   for (const auto& e : fs::directory_iterator(dir)) n.push_back(e.path().filename().string());
   std::sort(n.begin(), n.end());
   return n;
