@@ -20,26 +20,23 @@ Tensor Backend::upload_i32(const std::vector<int32_t>& values) {
   return upload(h, DType::I32);
 }
 
-namespace {
-template <class Parts>
-void check_column_parts(const char* op, int64_t T, int64_t C, const Parts& parts) {
+void Backend::check_column_parts(const char* op, int64_t T, int64_t C, std::span<const Tensor* const> parts) {
   int64_t cols = 0;
   for (const Tensor* p : parts) {
-    check(p && p->ndim() == 2 && p->rows() == T,
-          std::string(op) + ": every part must be a [T, C_i] tensor with T = " + std::to_string(T) + " rows" +
-              (p ? ", got " + shape_str(p->shape) : std::string(", got none")));
+    check(p && p->ndim() == 2 && p->rows() == T && p->cols() > 0,
+          std::string(op) + ": every part must be a [T, C_i] tensor with T = " + std::to_string(T) +
+              " rows and C_i > 0" + (p ? ", got " + shape_str(p->shape) : std::string(", got none")));
     cols += p->cols();
   }
-  check(!parts.empty() && parts.size() <= 4 && cols == C,
+  check(!parts.empty() && parts.size() <= size_t(kMaxColumnParts) && cols == C,
         std::string(op) + ": " + std::to_string(parts.size()) + " parts of " + std::to_string(cols) +
-            " columns in all for " + std::to_string(C) +
-            " channels (expected 1-4 parts covering every channel)");
+            " columns in all for " + std::to_string(C) + " channels (expected 1-" +
+            std::to_string(kMaxColumnParts) + " parts covering every channel)");
 }
-}  // namespace
 
 void Backend::conv1d_silu_fwd_split(const Tensor& x, const Tensor& w, const SeqLayout& seq,
                                     std::span<Tensor* const> ys) {
-  check_column_parts("conv1d_silu_fwd_split", x.rows(), x.cols(), ys);
+  check_column_parts("conv1d_silu_fwd_split", x.rows(), x.cols(), std::vector<const Tensor*>(ys.begin(), ys.end()));
   Tensor y = alloc(x.shape, ys.front()->dtype);
   conv1d_silu_fwd(x, w, seq, y);
   int64_t c0 = 0;

@@ -144,6 +144,9 @@ class Backend {
                                      std::span<Tensor* const> ys);
   virtual void conv1d_silu_bwd_split(std::span<const Tensor* const> dys, const Tensor& x, const Tensor& w,
                                      const SeqLayout& seq, Tensor& dx);  // (=)
+  static constexpr int kMaxColumnParts = 4;
+  // Refuses, naming `op`, parts that are not 1 to kMaxColumnParts [T, C_i] tensors (C_i > 0) covering C columns.
+  static void check_column_parts(const char* op, int64_t T, int64_t C, std::span<const Tensor* const> parts);
   // beta (=) σ(b); g (=) -exp(A_log)·softplus(a + dt_bias) (F32). a, b [T, HV]; A_log, dt_bias [HV].
   virtual void gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                              Tensor& g, Tensor& beta) = 0;

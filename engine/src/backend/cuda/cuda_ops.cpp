@@ -161,21 +161,15 @@ namespace {
 // kernels.
 template <class K, class Parts, class Ptr>
 kernels::ColParts<K> conv_parts(const char* op, int64_t T, int64_t C, const Parts& parts, Ptr ptr) {
+  static_assert(Backend::kMaxColumnParts == kernels::kMaxColParts, "one bound on the parts");
+  Backend::check_column_parts(op, T, C, std::vector<const Tensor*>(parts.begin(), parts.end()));
   kernels::ColParts<K> r;
-  check(!parts.empty() && parts.size() <= size_t(kernels::kMaxColParts),
-        std::string(op) + ": 1 to " + std::to_string(kernels::kMaxColParts) + " column parts, got " +
-            std::to_string(parts.size()));
   int64_t end = 0;
   for (auto* p : parts) {
-    check(p && p->ndim() == 2 && p->rows() == T && p->cols() > 0,
-          std::string(op) + ": every part must be a [T, C_i] tensor with T = " + std::to_string(T) + " rows" +
-              (p ? ", got " + shape_str(p->shape) : std::string(", got none")));
     end += p->cols();
     r.part[r.n] = ptr(*p);
     r.end[r.n++] = end;
   }
-  check(end == C, std::string(op) + ": the parts hold " + std::to_string(end) + " columns for " +
-                      std::to_string(C) + " channels");
   return r;
 }
 }  // namespace
