@@ -11,8 +11,8 @@
 // --keep none (0, default): gdn_fwd, then gdn_bwd recomputes the forward's chunk quantities (nothing kept
 // between the passes but the inputs). --keep all (1): gdn_fwd_keep keeps them (W, M, T, chunk states, V')
 // and gdn_bwd_saved uses them, as a training step does for a layer it recomputes under checkpointing.
-// --keep states: only the chunk-start states are kept; the backward recomputes the rest chunk-parallel from
-// them (no serial scan). The peak then includes what is kept.
+// --keep states: only the chunk-start states and each chunk's solve T are kept; the backward recomputes the
+// rest chunk-parallel from them (no serial scan, no solve). The peak then includes what is kept.
 //
 // FLOPs (chunk 64, per value head and token, the same count for FLA): forward ≈ 4·dk·dv (state read,
 // W·S, state update K̂ᵀV') + 2·64·(dk + dv) (intra-chunk scores and M·V') + prep ≈ 64·dk·2; backward ≈ 2×

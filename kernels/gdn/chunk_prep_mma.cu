@@ -21,6 +21,8 @@
 //     Q̂ from its tile. They move the scan's per-block fp32 → bf16 staging here, once per value head.
 //     The tensor-core path (cuda_ops_seq.cpp) passes the fp32 W, M and Tout as null and keeps only the bf16
 //     W, M and T (GdnScanBf16::T, read by the backward's WY kernel); U stays fp32.
+// With a kept T (GdnScanBf16::T_kept: the backward after a GdnKeep::States forward) warps 0-3 widen it into
+// the T tile in place of steps 1-3's K̂K̂ᵀ, A and solve; W and U then use bf16(T) split hi + lo as above.
 // ptxas (sm_90a, -O3): 127 registers/thread (cap 128 for 2 blocks/SM), no spills. Shared memory
 // 107,520 B/block (K̂ hi, K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ, ρ_k): 2 blocks/SM.
 // Measured (H100, T = 8192, HK 16, HV 32, session 6): 0.40-0.44 ms per call; ncu's stall samples by phase:
@@ -168,6 +170,24 @@ __device__ __forceinline__ void store_rows(float* dst, bf16* dsth, const float (
   }
 }
 
+// Warps 0-3 (128 threads): the kept bf16 T of one chunk ([C][C], global) widened into the fp32 tile Tf.
+__device__ __forceinline__ void load_kept_t(float* Tf, const bf16* Tk) {
+  constexpr int PER = C * C / 8 / (NT / 2);  // 8-element pieces per thread (4)
+  uint4 x[PER];
+#pragma unroll
+  for (int e = 0; e < PER; ++e) x[e] = *reinterpret_cast<const uint4*>(Tk + 8 * (threadIdx.x + NT / 2 * e));
+#pragma unroll
+  for (int e = 0; e < PER; ++e) {
+    const int idx = 8 * (threadIdx.x + NT / 2 * e), i = idx / C, j = idx % C;
+    const bf16* b = reinterpret_cast<const bf16*>(&x[e]);
+    float* d = Tf + i * LA + j;
+    *reinterpret_cast<float4*>(d) = make_float4(__bfloat162float(b[0]), __bfloat162float(b[1]),
+                                                __bfloat162float(b[2]), __bfloat162float(b[3]));
+    *reinterpret_cast<float4*>(d + 4) = make_float4(__bfloat162float(b[4]), __bfloat162float(b[5]),
+                                                    __bfloat162float(b[6]), __bfloat162float(b[7]));
+  }
+}
+
 // −bf16(x) of a 16 x 64 warp tile (rows m0 + lane/4 (+8), columns n0..n0+63) into a [C][LK] tile.
 __device__ __forceinline__ void store_tile_neg(bf16* dst, const float (&acc)[8][4], int m0, int n0) {
   const int lane = threadIdx.x & 31;
@@ -208,7 +228,7 @@ __global__ void __launch_bounds__(NT, 2)
     gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, GdnGates gates,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
                               int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th,
-                              const bf16* S16, bf16* Vn16) {
+                              const bf16* S16, bf16* Vn16, const bf16* Tk) {
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);       // [C][LK] K̂ hi
   bf16* Kl = Kh + C * LK;                             // [C][LK] K̂ lo
@@ -324,14 +344,16 @@ __global__ void __launch_bounds__(NT, 2)
     }
   }
   __syncwarp();  // the mma below are .aligned: the whole warp, converged after the one-lane cumsum
-  if (warp < 4)
-    gram<true>(acc, Kh, Kl, Kh, Kl, m0, rb + 1);
-  else
+  if (warp >= 4)
     gram<false>(acc, Qs, nullptr, Kh, Kl, m0, rb + 1);
+  else if (!Tk)
+    gram<true>(acc, Kh, Kl, Kh, Kl, m0, rb + 1);
+  else  // T kept by the forward (bf16, as Th wrote it): widened into Tf, no K̂K̂ᵀ and no solve
+    load_kept_t(Tf, Tk + (static_cast<int64_t>(ch) * HV + h) * C * C);
   __syncthreads();  // G
 
   // ---- 2. epilogues; diagonal blocks of T ----
-  if (warp < 4) {
+  if (warp < 4 && !Tk) {
     // A_ij = β_i·(k̂_i·k̂_j)·e^{G_i−G_j} (i > j, i < len), column blocks 0..rb of row block rb.
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -365,7 +387,7 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
       for (int i = 0; i < 16; ++i) Tf[(m0 + i) * LA + m0 + c] = x[i];
     }
-  } else {
+  } else if (warp >= 4) {
     // M_ij = (q̂_i·k̂_j)·e^{G_i−G_j} (i ≥ j, i < len), all 64 columns (zeros above the diagonal).
     float* Mo = M ? M + (static_cast<int64_t>(ch) * HV + h) * C * C : nullptr;
     bf16* Moh = Mh ? Mh + (static_cast<int64_t>(ch) * HV + h) * C * C : nullptr;
@@ -395,7 +417,7 @@ __global__ void __launch_bounds__(NT, 2)
   // ---- 3. off-diagonal blocks of T, by distance d from the diagonal ----
   // Thread (i, c) forms element (i, c) of each block. Row operands are read as float4 (the 16 threads of a row
   // read the same address: a broadcast), into four partial sums (independent FMA chains).
-  {
+  if (!Tk) {
     const int i = tid >> 4, c = tid & 15;  // element (i, c) of a 16x16 block
     for (int d = 1; d < 4; ++d) {
       for (int k = 0; k + d < 4; ++k) {  // P_rk = Σ_{k≤m<r} A_rm·T_mk → Tf block (k, r)
@@ -436,7 +458,7 @@ __global__ void __launch_bounds__(NT, 2)
   // ---- 4. the scan's bf16 K̂, Q̂; Tout, W = T·diag(βγ)·K̂, U = T·diag(β)·V ----
   if (Kdh || Qh)
     store_scan_kq(Kdh, h % (HV / HK) == 0 ? Qh : nullptr, k, Rk, Qs, Gs, t0, len, h, hk, HK, HV);
-  if (Tout || Th) {
+  if ((Tout || Th) && !Tk) {
     const int64_t tb = (static_cast<int64_t>(ch) * HV + h) * C * C;
     for (int idx = tid; idx < C * C / 4; idx += NT) {
       const int i = idx / (C / 4), j = (idx % (C / 4)) * 4;
@@ -499,7 +521,7 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
       b16 ? static_cast<bf16*>(b16->W) : nullptr, b16 ? static_cast<bf16*>(b16->Kd) : nullptr,
       b16 ? static_cast<bf16*>(b16->Q) : nullptr, b16 ? static_cast<bf16*>(b16->M) : nullptr,
       b16 ? static_cast<bf16*>(b16->T) : nullptr, static_cast<const bf16*>(states16),
-      static_cast<bf16*>(vnew16));
+      static_cast<bf16*>(vnew16), b16 ? static_cast<const bf16*>(b16->T_kept) : nullptr);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

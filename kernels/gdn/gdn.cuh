@@ -160,6 +160,8 @@ cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const float* qn, const float* kn,
 //   Q  (T, HK, dk)               bf16(Q̂) (written by the first value head of each key head)
 //   M  (nchunks, HV, 64, 64)     bf16(M), all 64 rows
 //   T  (nchunks, HV, 64, 64)     bf16(T), T = (I + A)^{-1} as Tout (the backward's WY kernel reads it)
+// T_kept: bf16(T) as an earlier prep over the same inputs wrote it (the forward of GdnKeep::States); the prep
+// then reads it instead of forming K̂K̂ᵀ and solving for T (and writes no T).
 // A null member is not written; the scan reads the set when W and Kd (and, with output, Q and M) are given,
 // else it stages the fp32 scratch.
 struct GdnScanBf16 {
@@ -168,6 +170,7 @@ struct GdnScanBf16 {
   void* Q = nullptr;
   void* M = nullptr;
   void* T = nullptr;
+  const void* T_kept = nullptr;
 };
 
 // ---- tensor-core forward scan, chunk_scan_mma.cu (dk = dv = 128) ----

@@ -164,9 +164,10 @@ class Backend {
   // inputs unchanged in between) so the backward need not recompute the forward's chunk quantities.
   // `saved` is consumed by one gdn_bwd_saved. Backends that keep nothing return null and recompute.
   // GdnKeep::All keeps everything the backward would recompute (fastest backward: for a backward that follows
-  // at once, as after a checkpointed layer's recompute); GdnKeep::States only the chunk-start states, so the
-  // backward recomputes the chunk-parallel parts but not the serial scan (for activations that live through
-  // the rest of the forward: ~2/5 of All's memory at dk = dv = 128).
+  // at once, as after a checkpointed layer's recompute); GdnKeep::States only the chunk-start states and each
+  // chunk's 64 x 64 solve T, so the backward recomputes the chunk-parallel parts but not the serial scan nor
+  // the solve (for activations that live through the rest of the forward: ~1/2 of All's memory at
+  // dk = dv = 128).
   struct GdnSaved {
     virtual ~GdnSaved() = default;
   };

@@ -477,10 +477,10 @@ static int b16_scan_checks() {
   return fails;
 }
 
-// ---- the backward's prep with the forward's chunk-start states kept (V' chunk-parallel instead of a scan)
-// ------ V' from the prep (U − bf16(W)·S with the kept bf16 S) vs the scan's V' (same bf16 operands, another
-// fp32 accumulation order: a few last-bit bf16 differences expected) and vs the FMA forward (nmse target
-// 2e-5); the prep's bf16 W, M and T must not change with the mode.
+// ---- the backward's prep with the forward's chunk-start states and bf16 T kept (V' chunk-parallel instead of
+// a scan, no solve) ------ V' from the prep (U − bf16(W)·S with the kept bf16 S, W and U from bf16(T)) vs the
+// scan's V' (fp32 T: differences of the order of T's bf16 rounding) and vs the FMA forward (nmse target
+// 2e-5); the prep's bf16 M and Gc must not change with the mode, its W only by T's rounding.
 static int vnew_prep_checks() {
   using bf = __nv_bfloat16;
   int fails = 0;
@@ -501,7 +501,7 @@ static int vnew_prep_checks() {
     };
     auto fw = bf16_set(), bw = bf16_set();
     GdnScanBf16 b16f{fw[0].data(), fw[1].data(), nullptr, fw[3].data(), fw[4].data()};
-    GdnScanBf16 b16b{bw[0].data(), nullptr, nullptr, bw[3].data(), bw[4].data()};
+    GdnScanBf16 b16b{bw[0].data(), nullptr, nullptr, bw[3].data(), nullptr, fw[4].data()};
     F U(r.U.size()), Gc(r.Gc.size()), Gc2(r.Gc.size());
     const float nan = std::nanf("");
     F states(r.states.size(), nan), vscan(r.vnew.size(), nan), vprep(r.vnew.size(), nan);
@@ -513,17 +513,19 @@ static int vnew_prep_checks() {
     gdn_emu::prep_mma(s, in.q.data(), in.k.data(), qscale, nullptr, in.vi(), in.g.data(), in.bi(), nullptr,
                       nullptr, nullptr, Gc2.data(), nullptr, &b16b, states.data(), vprep.data(), T);
     int64_t changed = 0;
-    for (int k : {0, 3, 4})
-      for (size_t i = 0; i < fw[k].size(); ++i) changed += std::memcmp(&fw[k][i], &bw[k][i], 2) != 0;
+    for (size_t i = 0; i < fw[3].size(); ++i) changed += std::memcmp(&fw[3][i], &bw[3][i], 2) != 0;
     changed += std::memcmp(Gc.data(), Gc2.data(), Gc.size() * 4) != 0;
-    int64_t ndiff = 0;
-    for (size_t i = 0; i < vprep.size(); ++i) ndiff += std::memcmp(&vprep[i], &vscan[i], 4) != 0;
-    int bad = 0, bad2 = 0;
+    auto widen = [](const std::vector<bf>& x) {
+      F y(x.size());
+      for (size_t i = 0; i < x.size(); ++i) y[i] = __bfloat162float(x[i]);
+      return y;
+    };
+    int bad = 0, bad2 = 0, bad3 = 0;
     const double e_fma = nmse(vprep, r.vnew, &bad), e_scan = nmse(vprep, vscan, &bad2);
-    const bool fail = !(e_fma <= 2e-5) || !(e_scan <= 1e-6) || bad || changed;
-    std::printf(
-        "  vnew nmse vs FMA %.3e, vs the scan's %.3e (%lld of %zu values differ); W/M/T/Gc changed %lld%s\n",
-        e_fma, e_scan, (long long)ndiff, vprep.size(), (long long)changed, fail ? "  FAIL" : "");
+    const double e_w = nmse(widen(bw[0]), widen(fw[0]), &bad3);
+    const bool fail = !(e_fma <= 2e-5) || !(e_scan <= 2e-5) || !(e_w <= 1e-5) || bad || bad3 || changed;
+    std::printf("  vnew nmse vs FMA %.3e, vs the scan's %.3e; W vs the forward's %.3e; M/Gc changed %lld%s\n",
+                e_fma, e_scan, e_w, (long long)changed, fail ? "  FAIL" : "");
     fails += fail;
   }
   return fails;

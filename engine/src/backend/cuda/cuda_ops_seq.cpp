@@ -290,10 +290,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   Tensor U = alloc({d.T, d.HV, d.dv}, DType::F32);
   r->M = alloc({r->ch.n, d.HV, C, C}, st);
   r->Gc = alloc({d.T, d.HV}, DType::F32);
-  if (for_backward) {
-    r->Tm = alloc({r->ch.n, d.HV, C, C}, st);
-    r->vnew = alloc({d.T, d.HV, d.dv}, st);
-  }
+  if (for_backward || scratch == GdnScratch::States) r->Tm = alloc({r->ch.n, d.HV, C, C}, st);
+  if (for_backward) r->vnew = alloc({d.T, d.HV, d.dv}, st);
   if (scratch != GdnScratch::None) r->states = alloc({r->ch.n, d.HV, d.dk, d.dv}, st);
   const int nch = static_cast<int>(r->ch.n), nseq = static_cast<int>(seq.num_seqs());
   const kernels::KOut ko = o ? kout(*o, "gdn o") : kernels::KOut{};
@@ -314,7 +312,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
     Qb = alloc({d.T, d.HK, d.dk}, DType::BF16);
     b16.Q = Qb.data;
   }
-  if (for_backward) b16.T = r->Tm.data;
+  if (r->Tm.defined()) b16.T = r->Tm.data;
   // The backward's recompute (no output) also has the prep write q̂, k̂ and ρ for the backward's other kernels.
   const kernels::GdnNormOut nout = gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr);
   cuda_check(kernels::launch_gdn_chunk_prep_mma(
@@ -362,7 +360,7 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_keep_core(const Tensor& q, c
   // q̂, k̂ (fp32, 2·T·HK·dk floats) are cheaper to recompute in the backward than to keep.
   r->qn = Tensor();
   r->kn = Tensor();
-  if (r->states_only) {  // the backward recomputes these chunk-parallel from the states
+  if (r->states_only) {  // the backward recomputes these chunk-parallel from the states and T
     r->W = Tensor();
     r->M = Tensor();
     r->Gc = Tensor();
@@ -390,11 +388,10 @@ void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, cons
   constexpr int64_t C = kernels::kGdnChunk;
   f.W = alloc({d.T, d.HV, d.dk}, DType::BF16);
   f.M = alloc({f.ch.n, d.HV, C, C}, DType::BF16);
-  f.Tm = alloc({f.ch.n, d.HV, C, C}, DType::BF16);
   f.Gc = alloc({d.T, d.HV}, DType::F32);
   f.vnew = alloc({d.T, d.HV, d.dv}, DType::BF16);
   kernels::GdnScanBf16 b16;
-  b16.W = f.W.data, b16.M = f.M.data, b16.T = f.Tm.data;
+  b16.W = f.W.data, b16.M = f.M.data, b16.T_kept = f.Tm.data;
   cuda_check(kernels::launch_gdn_chunk_prep_mma(
                  kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f), kin(v, "gdn v"), gates,
                  iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr, nullptr, fptr(f.Gc), nullptr,
