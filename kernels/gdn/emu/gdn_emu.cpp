@@ -477,9 +477,9 @@ static int b16_scan_checks() {
   return fails;
 }
 
-// ---- the backward's prep with the forward's chunk-start states and bf16 T kept (V' chunk-parallel instead of
-// a scan, no solve) ------ V' from the prep (U − bf16(W)·S with the kept bf16 S, W and U from bf16(T)) vs the
-// scan's V' (fp32 T: differences of the order of T's bf16 rounding) and vs the FMA forward (nmse target
+// ---- the backward's prep with the forward's chunk-start states and bf16 T kept (V' chunk-parallel instead
+// of a scan, no solve) ------ V' from the prep (U − bf16(W)·S with the kept bf16 S, W and U from bf16(T)) vs
+// the scan's V' (fp32 T: differences of the order of T's bf16 rounding) and vs the FMA forward (nmse target
 // 2e-5); the prep's bf16 M and Gc must not change with the mode, its W only by T's rounding.
 static int vnew_prep_checks() {
   using bf = __nv_bfloat16;
