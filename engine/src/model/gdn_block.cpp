@@ -9,7 +9,7 @@
 
 namespace deltatune {
 namespace {
-// Layers that are not checkpointed keep the GDN core's chunk-start states for the backward (it then skips its
+// Layers that are not checkpointed keep the GDN core's chunk-start states and T for the backward (it skips its
 // serial recompute scan) when DT_GDN_KEEP_STATES=1: A/B timing against the memory it costs.
 bool env_on(const char* name) {
   const char* env = std::getenv(name);

@@ -215,7 +215,7 @@ struct CudaGdnSaved final : Backend::GdnSaved {
   Tensor qn, kn, rq, rk, W, M, Gc, Tm, states, vnew;
   GdnChunks ch;
   bool mma = false;          // tensor-core path: W, M, Tm, states, vnew are BF16
-  bool states_only = false;  // GdnKeep::States: only `states` (and ch) kept; the rest is recomputed from them
+  bool states_only = false;  // GdnKeep::States: only `states`, `Tm` (and ch) kept; the rest is recomputed
 };
 
 namespace {
