@@ -424,20 +424,20 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
   return cudaGetLastError();
 }
 
-cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const float* qn, const float* kn, KIn v, const GdnGates& gates,
+cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const GdnGates& gates,
                                      const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
                                      const float* Gc, const GdnBwdBf16& b, float* gsum, float* dkh,
                                      KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
                                      int dv, cudaStream_t s) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
-  cudaError_t e = launch_gdn_chunk_dscan_mma(dout, qn, kn, b.W16, b.M16, Gc, chunks, chunk_off, nseq, b.dh16,
-                                             b.dvn16, HK, HV, dk, dv, s);
+  cudaError_t e = launch_gdn_chunk_dscan_mma(dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq, b.dh16, b.dvn16,
+                                             HK, HV, dk, dv, s);
   if (e == cudaSuccess)
-    e = launch_gdn_chunk_grad_mma(dout, qn, kn, Gc, chunks, nchunks, b.states16, b.dh16, b.vnew16, b.dvn16,
+    e = launch_gdn_chunk_grad_mma(dout, qk, Gc, chunks, nchunks, b.states16, b.dh16, b.vnew16, b.dvn16,
                                   b.dqh16, dkh, b.dW16, gsum, gr.dg, HK, HV, dk, dv, s);
   if (e == cudaSuccess)
-    e = launch_gdn_wy_grad_mma(kn, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dkh, b.dkh16,
+    e = launch_gdn_wy_grad_mma(qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dkh, b.dkh16,
                                dv_out, gr, HK, HV, dk, dv, s);
   return e;
 }

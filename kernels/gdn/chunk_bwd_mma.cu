@@ -53,6 +53,7 @@
 #include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
+#include "gdn/l2norm_row.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -83,13 +84,14 @@ __device__ __forceinline__ void stage_split_rows(bf16* hi, bf16* lo, const T* sr
       });
 }
 
-// hi/lo bf16 tiles [C][LD] of the fp32 tile src [C][LDF] (COLS columns).
-template <int COLS, int LD, int LDF>
-__device__ __forceinline__ void split_tile(bf16* hi, bf16* lo, const float* src) {
+// hi/lo bf16 tiles [C][LD] of a [C][COLS] tile staged in shared memory: q̂ or k̂ themselves (fp32), or (R16)
+// q or k before the norm (bf16) with their rows' ρ in rho[C] (scale·x·ρ, as the prep forms them).
+template <int COLS, int LD, bool R16>
+__device__ __forceinline__ void split_tile(bf16* hi, bf16* lo, const void* src, const float* rho, float scale) {
   constexpr int Q = COLS / 4;
   for (int idx = threadIdx.x; idx < C * Q; idx += NT) {
     const int r = idx / Q, c = (idx % Q) * 4;
-    const float4 x = *reinterpret_cast<const float4*>(src + r * LDF + c);
+    const float4 x = l2_value(ld_l2_row<L2Row<R16>>(src, r * COLS + c), scale, R16 ? rho[r] : 1.f);
     uint32_t h0, l0, h1, l1;
     split_bf16x2(h0, l0, x.x, x.y);
     split_bf16x2(h1, l1, x.z, x.w);
@@ -175,9 +177,9 @@ __device__ __forceinline__ GradItem grad_item(int item, const int32_t* chunks, i
 // next item's S_n, dV', dO, G (region A) and K̂, Q̂ (fp32 tiles) land; its dS^end and V' (region B, which holds
 // the hi/lo tiles until then) are issued when it starts, behind its first two products. cp.async groups per
 // item, in commit order: A (during the previous item), KQ (likewise), B.
-template <int DK, int DV>
+template <int DK, int DV, bool R16>
 __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
-    KIn dout, const float* qn, const float* kn, const float* Gc, const int32_t* chunks, int nitems, const bf16* states,
+    KIn dout, GdnQK qk, const float* Gc, const int32_t* chunks, int nitems, const bf16* states,
     const bf16* dh, const bf16* vnew, const bf16* dvn, bf16* dqh, float* dkh, bf16* dW, float* gsum, float* dg,
     int64_t HK, int64_t HV) {
   static_assert(DK == DV && DK % (16 * NWC) == 0 && DK / 16 <= NT / 32, "NWC warps share DK; a warp per trace");
@@ -191,8 +193,11 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
   bf16* Vps = reinterpret_cast<bf16*>(gdn_smem + L::Vp);   // [C][LB]
   bf16* dOl = reinterpret_cast<bf16*>(gdn_smem + L::dOl);  // [C][LB] dO lo (dO not bf16)
   bf16 *Kh = dSs, *Kl = Kh + C * LB, *Qh = Kl + C * LB, *Ql = Qh + C * LB;  // region B after the state products
-  float* Kf = reinterpret_cast<float*>(gdn_smem + L::Kf);  // [C][DK]
-  float* Qf = reinterpret_cast<float*>(gdn_smem + L::Qf);  // [C][DK]
+  // K̂, Q̂ staged: [C][DK] fp32, or (R16) [C][DK] bf16 before the norm followed by the rows' ρ [C]
+  unsigned char* Kf = gdn_smem + L::Kf;
+  unsigned char* Qf = gdn_smem + L::Qf;
+  float* rhoK = reinterpret_cast<float*>(Kf + sizeof(bf16) * C * DK);
+  float* rhoQ = reinterpret_cast<float*>(Qf + sizeof(bf16) * C * DK);
   bf16* Db = reinterpret_cast<bf16*>(gdn_smem + L::D);     // [C][LC]
   float* Gb = reinterpret_cast<float*>(gdn_smem + L::G);   // [2][C], by item parity
   float* rq = reinterpret_cast<float*>(gdn_smem + L::rq);  // [NWC][C] row sums of dQ̂ ⊙ Q̂ per column group
@@ -212,8 +217,19 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
     }
   };
   auto load_kq = [&](const GradItem& it) {
-    cp_rows<C, DK, DK, NT>(Kf, kn + it.rkq, ks, it.cr.len);
-    cp_rows<C, DK, DK, NT>(Qf, qn + it.rkq, ks, it.cr.len);
+    if constexpr (R16) {
+      cp_rows<C, DK, DK, NT>(reinterpret_cast<bf16*>(Kf), static_cast<const bf16*>(qk.k.p) + it.rkq, ks, it.cr.len);
+      cp_rows<C, DK, DK, NT>(reinterpret_cast<bf16*>(Qf), static_cast<const bf16*>(qk.q.p) + it.rkq, ks, it.cr.len);
+      if (tid < 2 * C) {  // ρ of the rows: (t0 + i)·HK + hk = rkq / DK + i·HK
+        const int i = tid % C;
+        const bool ok = i < it.cr.len;
+        const float* src = (tid < C ? qk.rk : qk.rq) + it.rkq / DK + (ok ? i * HK : 0);
+        mma::cp_async4(mma::smem_addr((tid < C ? rhoK : rhoQ) + i), src, ok);
+      }
+    } else {
+      cp_rows<C, DK, DK, NT>(reinterpret_cast<float*>(Kf), static_cast<const float*>(qk.k.p) + it.rkq, ks, it.cr.len);
+      cp_rows<C, DK, DK, NT>(reinterpret_cast<float*>(Qf), static_cast<const float*>(qk.q.p) + it.rkq, ks, it.cr.len);
+    }
   };
 
   GradItem it = grad_item<DK, DV>(blockIdx.x, chunks, HK, HV);
@@ -273,8 +289,8 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
     __syncthreads();  // regions A and B read; D complete
     if (more) load_a(next, Gb + (par ^ 1) * C);
     mma::cp_async_commit();
-    split_tile<DK, LB, DK>(Kh, Kl, Kf);
-    split_tile<DK, LB, DK>(Qh, Ql, Qf);
+    split_tile<DK, LB, R16>(Kh, Kl, Kf, rhoK, 1.f);
+    split_tile<DK, LB, R16>(Qh, Ql, Qf, rhoQ, qk.scale);
     __syncthreads();  // the hi/lo tiles; K̂, Q̂ fp32 read
     if (more) load_kq(next);
     mma::cp_async_commit();
@@ -343,14 +359,14 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
 bool gdn_chunk_mma_supported(int dk, int dv) { return dk == 128 && dv == 128; }
 
 #ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const float* qn, const float* kn, const float* Gc,
-                                      const int32_t* chunks, int nchunks, const void* states16, const void* dh16,
+cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks, int nchunks, const void* states16, const void* dh16,
                                       const void* vnew16, const void* dvn16, void* dqh16, float* dkh, void* dW16,
                                       float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
                                       cudaStream_t s) {
-  if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
+  const int kind = gdn_qk_kind(qk);
+  if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
-  auto* kern = gdn_chunk_grad_mma_kernel<128, 128>;
+  auto* kern = kind == 1 ? gdn_chunk_grad_mma_kernel<128, 128, true> : gdn_chunk_grad_mma_kernel<128, 128, false>;
   const size_t smem = grad_mma_smem<128, 128>();
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -361,7 +377,7 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const float* qn, const float* kn
   if (e != cudaSuccess) return e;
   const int grid = std::min(items, sms * std::max(per_sm, 1));
   kern<<<grid, NT, smem, s>>>(
-      dout, qn, kn, Gc, chunks, items, static_cast<const bf16*>(states16), static_cast<const bf16*>(dh16),
+      dout, qk, Gc, chunks, items, static_cast<const bf16*>(states16), static_cast<const bf16*>(dh16),
       static_cast<const bf16*>(vnew16), static_cast<const bf16*>(dvn16), static_cast<bf16*>(dqh16), dkh,
       static_cast<bf16*>(dW16), gsum,
       dg, HK, HV);

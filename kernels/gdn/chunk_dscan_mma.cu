@@ -53,6 +53,7 @@
 #include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
+#include "gdn/l2norm_row.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -184,25 +185,32 @@ __device__ __forceinline__ void copy_rows(bf16* dst, int64_t ld, const bf16* src
   }
 }
 
-// A chunk's Q̂ and K̂ (fp32) in registers between their global load and their conversion: thread tid holds
-// float4 column group tid % 32 of rows tid / 32 + 8r.
+// A chunk's Q̂ and K̂ in registers between their global load and their conversion: thread tid holds column
+// group tid % 32 (4 values) of rows tid / 32 + 8r. R16: q, k before the L2 norm (4 bf16 each) and their ρ;
+// else Q̂, K̂ themselves (fp32). Held raw: converting at the load would make it wait for the load.
+template <bool R16>
 struct QK {
-  float4 q[8], k[8];
+  using Row = L2Row<R16>;
+  Row q[8], k[8];
+  float rq[8], rk[8];
 };
-
-__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
 // Rows past the chunk's end load its last row (a finite value that the row factor 0 then zeroes): no
 // predicated loads, whose zero-initialised destinations would wait for the loads issued before them.
-__device__ __forceinline__ void load_qk(QK& P, ChunkRef cr, const float* qn, const float* kn, int64_t HK,
-                                        int64_t hk) {
+template <bool R16>
+__device__ __forceinline__ void load_qk(QK<R16>& P, ChunkRef cr, const GdnQK& qk, int64_t HK, int64_t hk) {
+  using Row = typename QK<R16>::Row;
   const int tid = threadIdx.x;
   const int64_t base = (cr.t0 * HK + hk) * DK + (tid & 31) * 4, rs = HK * DK;
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
-    const int64_t at = base + min((tid >> 5) + 8 * r, cr.len - 1) * rs;
-    P.q[r] = ld4(qn + at);
-    P.k[r] = ld4(kn + at);
+    const int64_t row = min((tid >> 5) + 8 * r, cr.len - 1), at = base + row * rs;
+    P.q[r] = ld_l2_row<Row>(qk.q.p, at);
+    P.k[r] = ld_l2_row<Row>(qk.k.p, at);
+    if (R16) {
+      P.rq[r] = qk.rq[(cr.t0 + row) * HK + hk];
+      P.rk[r] = qk.rk[(cr.t0 + row) * HK + hk];
+    }
   }
 }
 
@@ -221,21 +229,22 @@ __device__ __forceinline__ void st4(bf16* p, float4 x, float s) {
 }
 
 // Qg and Kd of P's chunk into S (its factors already in S.f).
-__device__ __forceinline__ void convert(const QK& P, const Set& S) {
+template <bool R16>
+__device__ __forceinline__ void convert(const QK<R16>& P, const Set& S, float scale) {
   const int tid = threadIdx.x, c = (tid & 31) * 4;
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
     const int row = (tid >> 5) + 8 * r;
     const float2 fr = *reinterpret_cast<const float2*>(S.f + 2 * row);
-    st4(S.q + row * LK + c, P.q[r], fr.x);
-    st4(S.k + row * LK + c, P.k[r], fr.y);
+    st4(S.q + row * LK + c, l2_value(P.q[r], scale, P.rq[r]), fr.x);
+    st4(S.k + row * LK + c, l2_value(P.k[r], 1.f, P.rk[r]), fr.y);
   }
 }
 
 // kLoS / kLoV: the lo halves of dS (in Kd·dS) and of dV' (in Wᵀ·dV') take part (the launcher's choice below).
-template <int BV, bool kLoS, bool kLoV>
+template <int BV, bool kLoS, bool kLoV, bool R16>
 __global__ void __launch_bounds__(NT, 1) gdn_chunk_dscan_mma_kernel(
-    KIn dout, const float* qn, const float* kn, const bf16* W, const bf16* M, const float* Gc, const int32_t* chunks,
+    KIn dout, GdnQK qk, const bf16* W, const bf16* M, const float* Gc, const int32_t* chunks,
     const int32_t* chunk_off, bf16* dh, bf16* dvn, int64_t HK, int64_t HV) {
   static_assert(BV == 16 || BV == 32 || BV == 64, "column tiles of 16, 32 or 64");
   using L = DscanSmem<BV, kLoS, kLoV>;
@@ -265,7 +274,7 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_dscan_mma_kernel(
   for (int mt = 0; mt < EM; ++mt) zero(ds[mt]);
   // The pipeline: chunk ch's record arrives (cp.async) three chunks ahead, its G two, its W, M, dO one (into
   // set ch & 1), its Q̂, K̂ one (registers, converted into set ch & 1 at the end of chunk ch + 1).
-  QK P;
+  QK<R16> P;
   for (int k = 0; k < 3 && last - k >= first; ++k) copy_rec(rec, chunks, last - k);
   mma::cp_async_commit();
   mma::cp_async_wait<0>();
@@ -275,12 +284,12 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_dscan_mma_kernel(
   copy_g(gs, cur, last, Gc, HV, h);
   if (last > first) copy_g(gs, rec_at(rec, last - 1), last - 1, Gc, HV, h);
   mma::cp_async_commit();
-  load_qk(P, cur, qn, kn, HK, hk);
+  load_qk(P, cur, qk, HK, hk);
   mma::cp_async_wait<0>();
   __syncthreads();
   put_factors(gs + (last & 1) * C, set_at<BV>(gdn_smem, last), cur.len);
   __syncthreads();
-  convert(P, set_at<BV>(gdn_smem, last));
+  convert(P, set_at<BV>(gdn_smem, last), qk.scale);
   for (int ch = last; ch >= first; --ch) {
     const bool more = ch > first;
     const ChunkRef nxt = more ? rec_at(rec, ch - 1) : cur;
@@ -308,7 +317,7 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_dscan_mma_kernel(
     }
     // The next chunk's Q̂, K̂: in flight during this chunk's math (issued after [a]'s stores, which the barrier
     // waits for).
-    if (more) load_qk(P, nxt, qn, kn, HK, hk);
+    if (more) load_qk(P, nxt, qk, HK, hk);
     mma::cp_async_wait<0>();
     __syncthreads();  // dS copies and this chunk's set complete; everyone is done with the other set
     if (more) fill_async<BV>(Sn, nxt, ch - 1, dout, W, M, HV, h, c0);
@@ -419,7 +428,7 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_dscan_mma_kernel(
     }
     copy_rows<C, BV, 0x80008000u>(dvn + (cur.t0 * HV + h) * DV + c0, HV * DV, dVh, cur.len);  // dvn = bf16(dV')
     // Into the other set: its last readers were before this chunk's first barrier.
-    if (more) convert(P, Sn);
+    if (more) convert(P, Sn, qk.scale);
     cur = nxt;
   }
 }
@@ -437,25 +446,36 @@ size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv) {
 }
 
 #ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const float* qn, const float* kn, const void* W16,
-                                       const void* M16, const float* Gc, const int32_t* chunks,
-                                       const int32_t* chunk_off, int nseq, void* dh16, void* dvn16, int64_t HK,
-                                       int64_t HV, int dk, int dv, cudaStream_t s) {
-  if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
-  if (nseq == 0 || HV == 0) return cudaSuccess;
+namespace {
+template <bool R16>
+cudaError_t launch_dscan(KIn dout, const GdnQK& qk, const bf16* W16, const bf16* M16, const float* Gc,
+                         const int32_t* chunks, const int32_t* chunk_off, int nseq, bf16* dh16, bf16* dvn16,
+                         int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   const int bv = dscan_mma_tile_cols(int64_t(nseq) * HV, sms);
-  auto* kern = bv == 16   ? gdn_chunk_dscan_mma_kernel<16, kDscanLoS, kDscanLoV>
-               : bv == 32 ? gdn_chunk_dscan_mma_kernel<32, kDscanLoS, kDscanLoV>
-                          : gdn_chunk_dscan_mma_kernel<64, kDscanLoS, kDscanLoV>;
+  auto* kern = bv == 16   ? gdn_chunk_dscan_mma_kernel<16, kDscanLoS, kDscanLoV, R16>
+               : bv == 32 ? gdn_chunk_dscan_mma_kernel<32, kDscanLoS, kDscanLoV, R16>
+                          : gdn_chunk_dscan_mma_kernel<64, kDscanLoS, kDscanLoV, R16>;
   const size_t smem = gdn_chunk_dscan_mma_smem(dk, dv, bv);
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
-  kern<<<grid, NT, smem, s>>>(dout, qn, kn, static_cast<const bf16*>(W16), static_cast<const bf16*>(M16), Gc, chunks,
-                              chunk_off, static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV);
+  kern<<<grid, NT, smem, s>>>(dout, qk, W16, M16, Gc, chunks, chunk_off, dh16, dvn16, HK, HV);
   return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const GdnQK& qk, const void* W16, const void* M16,
+                                       const float* Gc, const int32_t* chunks, const int32_t* chunk_off, int nseq,
+                                       void* dh16, void* dvn16, int64_t HK, int64_t HV, int dk, int dv,
+                                       cudaStream_t s) {
+  const int kind = gdn_qk_kind(qk);
+  if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
+  if (nseq == 0 || HV == 0) return cudaSuccess;
+  auto* run = kind == 1 ? launch_dscan<true> : launch_dscan<false>;
+  return run(dout, qk, static_cast<const bf16*>(W16), static_cast<const bf16*>(M16), Gc, chunks, chunk_off, nseq,
+             static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV, dk, dv, s);
 }
 #endif  // DT_ATTN_EMU
 

@@ -277,8 +277,8 @@ __global__ void __launch_bounds__(NT, 2)
       Gs[tid] = tid < len ? gdn_g_at(gates, o, h) : 0.f;
       Bs[tid] = tid < len ? gdn_beta_at(gates, o) : 0.f;
     }
-    // The first value head of each key head writes q̂, k̂ and ρ when asked (the backward's other kernels).
-    const bool put_norms = nout.qn && h % (HV / HK) == 0;
+    // The first value head of each key head writes ρ (and q̂, k̂) when asked (the backward's other kernels).
+    const bool put_rho = nout.rq && h % (HV / HK) == 0, put_norms = put_rho && nout.qn;
     float rk[F4], rq[F4];
     l2_rows_normalise(kr, 1.f, nout.eps, rk);
     l2_rows_normalise(qr, scale, nout.eps, rq);
@@ -289,10 +289,10 @@ __global__ void __launch_bounds__(NT, 2)
       if (put_norms && r < len) {
         *reinterpret_cast<float4*>(nout.kn + qkb + r * ks + c) = kr[i];
         *reinterpret_cast<float4*>(nout.qn + qkb + r * ks + c) = qr[i];
-        if (lane == 0) {
-          nout.rk[(t0 + r) * HK + hk] = rk[i];
-          nout.rq[(t0 + r) * HK + hk] = rq[i];
-        }
+      }
+      if (put_rho && r < len && lane == 0) {
+        nout.rk[(t0 + r) * HK + hk] = rk[i];
+        nout.rq[(t0 + r) * HK + hk] = rq[i];
       }
       st_split4<true>(Kh + r * LK + c, Kl + r * LK + c, kr[i]);
       st_split4<false>(Qs + r * LK + c, nullptr, qr[i]);

@@ -37,6 +37,7 @@
 #include "gdn/gate_math.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
+#include "gdn/l2norm_row.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -48,29 +49,32 @@ constexpr int NT = 256;  // 8 warps
 using gdn_chunk::chunk_at;
 using gdn_chunk::ChunkRef;
 
-// Rows [0, C) x COLS floats (row r at src + r·stride; zeros for r ≥ rows_ok) as float4s x[k] = element
-// threadIdx.x + k·NT of the row-major tile; store_bf16_rows writes them to hi[r][LD] and lo[r][LD] as the
-// bf16 pair bf16(x), bf16(x − bf16(x)) (see split_bf16x2).
-template <int COLS, int N>
-__device__ __forceinline__ void load_f32_rows(float4 (&x)[N], const float* src, int64_t stride, int rows_ok) {
+// Rows [0, C) x COLS of K̂ (row r at base + r·stride; zeros for r ≥ rows_ok) as 4-value pieces x[k] = piece
+// threadIdx.x + k·NT of the row-major tile: k̂ itself (F32, Row float4) or k before the norm (BF16, Row uint2)
+// with its row's ρ_k in rho[k] (GdnQK). store_bf16_rows writes K̂ to hi[r][LD] and lo[r][LD] as the bf16 pair
+// bf16(x), bf16(x − bf16(x)) (see split_bf16x2).
+template <int COLS, class Row, int N>
+__device__ __forceinline__ void load_k_rows(Row (&x)[N], float (&rho)[N], const GdnQK& qk, int64_t base,
+                                            int64_t stride, int64_t rbase, int64_t rstride, int rows_ok) {
   constexpr int Q = COLS / 4;
-  static_assert(C * Q == N * NT, "float4s split evenly over the threads");
+  static_assert(C * Q == N * NT, "4-value pieces split evenly over the threads");
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
-    x[k] = r < rows_ok ? *reinterpret_cast<const float4*>(src + r * stride + c)
-                       : make_float4(0.f, 0.f, 0.f, 0.f);
+    x[k] = r < rows_ok ? ld_l2_row<Row>(qk.k.p, base + r * stride + c) : Row{};
+    rho[k] = !std::is_same_v<Row, uint2> ? 1.f : r < rows_ok ? qk.rk[rbase + r * rstride] : 0.f;
   }
 }
-template <int COLS, int LD, int N>
-__device__ __forceinline__ void store_bf16_rows(bf16* hi, bf16* lo, const float4 (&x)[N]) {
+template <int COLS, int LD, class Row, int N>
+__device__ __forceinline__ void store_bf16_rows(bf16* hi, bf16* lo, const Row (&raw)[N], const float (&rho)[N]) {
   constexpr int Q = COLS / 4;
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const int idx = threadIdx.x + k * NT, r = idx / Q, c = (idx % Q) * 4;
+    const float4 x = l2_value(raw[k], 1.f, rho[k]);  // K̂ exactly as the prep forms it
     uint32_t h0, h1, l0, l1;
-    split_bf16x2(h0, l0, x[k].x, x[k].y);
-    split_bf16x2(h1, l1, x[k].z, x[k].w);
+    split_bf16x2(h0, l0, x.x, x.y);
+    split_bf16x2(h1, l1, x.z, x.w);
     *reinterpret_cast<uint2*>(hi + r * LD + c) = make_uint2(h0, h1);
     *reinterpret_cast<uint2*>(lo + r * LD + c) = make_uint2(l0, l1);
   }
@@ -166,9 +170,10 @@ template <int DK, int DV> constexpr size_t wy_grad_mma_smem() {
          sizeof(float) * kRowVecs * C;
 }
 
-template <int DK, int DV>
+// R16: k before the norm (BF16) with ρ_k (GdnQK); else k̂ (F32).
+template <int DK, int DV, bool R16>
 __global__ void __launch_bounds__(NT, 2)
-    gdn_chunk_wy_grad_mma_kernel(const float* kn, KIn v, GdnGates gates, const float* Gc,
+    gdn_chunk_wy_grad_mma_kernel(GdnQK qk, KIn v, GdnGates gates, const float* Gc,
                                  const int32_t* chunks, const bf16* T16, const bf16* dW16, const bf16* dvn16,
                                  const float* dkh, bf16* dkh16, KOut dv_out, GdnGateGrads gr, int64_t HK,
                                  int64_t HV) {
@@ -202,8 +207,11 @@ __global__ void __launch_bounds__(NT, 2)
   // All 64 rows of T are valid: the prep stores identity rows/columns past the chunk's end.
   cp_rows<C, C, LC, NT>(Tb, T16 + (static_cast<int64_t>(ch) * HV + h) * C * C, C, C);
   mma::cp_async_commit();
-  float4 kx[C * DK / 4 / NT];  // K̂ (fp32), stored as bf16 hi + lo once every load of the thread is in flight
-  load_f32_rows<DK>(kx, kn + (cr.t0 * HK + hk) * DK, HK * DK, cr.len);
+  // K̂'s rows (4 values per thread and row), stored as bf16 hi + lo once every load of the thread is in flight
+  constexpr int KR = C * DK / 4 / NT;
+  L2Row<R16> kx[KR];
+  float rho[KR];
+  load_k_rows<DK>(kx, rho, qk, (cr.t0 * HK + hk) * DK, HK * DK, cr.t0 * HK + hk, HK, cr.len);
   cp_rows<C, DV, LV, NT>(dUb, dvn16 + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
   if (v16) cp_rows<C, DV, LV, NT>(Vb, static_cast<const bf16*>(v.p) + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
   mma::cp_async_commit();
@@ -214,7 +222,7 @@ __global__ void __launch_bounds__(NT, 2)
     bi = gdn_beta_at(gates, o);
     dgi = gr.dg[o];
   }
-  store_bf16_rows<DK, LK>(Kb, Klo, kx);
+  store_bf16_rows<DK, LK>(Kb, Klo, kx, rho);
   if (!v16) stage_kin<DV>(Vb, LV, v, (cr.t0 * HV + h) * DV, HV * DV, cr.len);
   if (tid < C) {
     G[tid] = gi;
@@ -429,18 +437,19 @@ __global__ void __launch_bounds__(NT, 2)
 }  // namespace
 
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, const GdnGates& gates, const float* Gc,
+cudaError_t launch_gdn_wy_grad_mma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
                                    const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
                                    const void* dvn16, const float* dkh, void* dkh16, KOut dv_out,
                                    const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
                                    cudaStream_t s) {
-  if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
-  auto* kern = gdn_chunk_wy_grad_mma_kernel<128, 128>;
+  const int kind = gdn_qk_kind(qk);
+  if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
+  auto* kern = kind == 1 ? gdn_chunk_wy_grad_mma_kernel<128, 128, true> : gdn_chunk_wy_grad_mma_kernel<128, 128, false>;
   const int smem = static_cast<int>(wy_grad_mma_smem<128, 128>());
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   kern<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
-      kn, v, gates, Gc, chunks, static_cast<const bf16*>(T16), static_cast<const bf16*>(dW16),
+      qk, v, gates, Gc, chunks, static_cast<const bf16*>(T16), static_cast<const bf16*>(dW16),
       static_cast<const bf16*>(dvn16), dkh, static_cast<bf16*>(dkh16), dv_out, gr, HK, HV);
   return cudaGetLastError();
 }

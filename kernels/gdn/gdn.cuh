@@ -16,7 +16,7 @@ cudaError_t launch_gdn_gates_fwd(KIn a, KIn b, KIn A_log, KIn dt_bias, float* g,
 cudaError_t launch_gdn_gates_bwd(KIn dg, KIn dbeta, KIn a, KIn b, KIn A_log, KIn dt_bias, KOut da, KOut db, int64_t T,
                                  int64_t HV, cudaStream_t s);
 
-// y F32 (rows, n) (=) scale·x/sqrt(Σx² + eps); rstd F32 (rows) (=) 1/sqrt(Σx² + eps).
+// y F32 (rows, n) (=) scale·x/sqrt(Σx² + eps) unless y is null; rstd F32 (rows) (=) 1/sqrt(Σx² + eps).
 cudaError_t launch_l2norm_fwd(KIn x, float scale, float eps, float* y, float* rstd, int64_t rows, int64_t n,
                               cudaStream_t s);
 // Sum of GVA groups then L2-norm backward. dyh (T, HV, n; F32, or BF16 from the tensor-core backward) holds
@@ -113,21 +113,36 @@ struct GdnGateGrads {
 //   dW16     (T, HV, dk)             state products
 //   dqh16    (T, HV, dk)             state products + intra: dq̂ per value head (only the L2 backward reads it)
 //   dkh16    (T, HV, dk)             WY backward: the final dk̂ per value head (likewise)
-// q̂, k̂ (fp32, per key head), G (fp32) and the dk̂ partial sums between the two kernels (fp32) stay fp32.
+// q̂, k̂ (fp32, per key head, or q, k before the norm with ρ: GdnQK), G (fp32) and the dk̂ partial sums between
+// the two kernels (fp32) stay fp32.
 // Head dims the tensor-core kernels are built for: dk = dv = 128.
 bool gdn_chunk_mma_supported(int dk, int dv);
+// q̂ = scale·q·ρ_q and k̂ = k·ρ_k as a backward kernel reads them: q, k before the L2 norm (BF16, (T, HK, dk))
+// with their ρ (F32 (T, HK), GdnNormOut's rq, rk; q̂, k̂ formed as l2norm_row.cuh forms them: bit-identical
+// to the prep's), or, with rq and rk null, q̂ and k̂ themselves (F32, scale 1).
+struct GdnQK {
+  KIn q, k;
+  const float* rq = nullptr;
+  const float* rk = nullptr;
+  float scale = 1.f;
+};
+// 1: BF16 q, k with ρ; 0: F32 q̂, k̂ without; −1: neither (the launchers refuse it).
+inline int gdn_qk_kind(const GdnQK& qk) {
+  if (qk.rq && qk.rk && qk.q.t == KType::BF16 && qk.k.t == KType::BF16) return 1;
+  return !qk.rq && !qk.rk && qk.q.t == KType::F32 && qk.k.t == KType::F32 ? 0 : -1;
+}
+
 // 2 + 3. state products and intra-chunk terms in one persistent kernel (chunk_bwd_mma.cu): dqh16 (bf16), dkh
 // (fp32) (=), dW16 (=), gsum (=) and dg (=) (the intra row sums plus the chunk's gsum term on its last row); the
 // contracts of chunk_bwd.cu's kernels 2 and 3 together.
-cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const float* qn, const float* kn, const float* Gc,
-                                      const int32_t* chunks, int nchunks, const void* states16, const void* dh16,
+cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks, int nchunks, const void* states16, const void* dh16,
                                       const void* vnew16, const void* dvn16, void* dqh16, float* dkh, void* dW16,
                                       float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
                                       cudaStream_t s);
 // 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dkh + the WY terms (bf16), dv (=), dg (+= then reverse cumsum
 // within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16
 // elsewhere. With raw gates it writes da, db from the final dg, dβ instead (gr.dg is still read and written).
-cudaError_t launch_gdn_wy_grad_mma(const float* kn, KIn v, const GdnGates& gates, const float* Gc,
+cudaError_t launch_gdn_wy_grad_mma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
                                    const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
                                    const void* dvn16, const float* dkh, void* dkh16, KOut dv_out,
                                    const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
@@ -145,8 +160,10 @@ struct GdnBwdBf16 {
   void* dqh16 = nullptr;  // outputs: dq̂, dk̂ per value head (for launch_l2norm_bwd_gva)
   void* dkh16 = nullptr;
 };
-// dkh: fp32 scratch (T, HV, dk) for the dk̂ partial sums between the kernels.
-cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const float* qn, const float* kn, KIn v, const GdnGates& gates,
+// dkh: fp32 scratch (T, HV, dk) for the dk̂ partial sums between the kernels. Each kernel is refused
+// (cudaErrorInvalidValue) for q, k that are neither BF16 with ρ nor F32 without (GdnQK).
+cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v,
+                                     const GdnGates& gates,
                                      const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
                                      const float* Gc, const GdnBwdBf16& b, float* gsum, float* dkh,
                                      KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
@@ -198,8 +215,8 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
 // q, k: 16-byte aligned rows.
 struct GdnNormOut {
   float eps = kGdnL2Eps;
-  // When qn is not null: q̂, k̂ F32 (T, HK, dk) and ρ_q, ρ_k F32 (T, HK) (=), as launch_l2norm_fwd's y and rstd
-  // (the backward's other kernels read them).
+  // When rq, rk are not null: ρ_q, ρ_k F32 (T, HK) (=), and when qn, kn are not null also q̂, k̂ F32
+  // (T, HK, dk) (=), as launch_l2norm_fwd's rstd and y (the backward's other kernels read them).
   float* qn = nullptr;
   float* kn = nullptr;
   float* rq = nullptr;
@@ -216,9 +233,10 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
 // Same contract as step 1 of launch_gdn_chunk_bwd (the FMA dscan kernel): per sequence, chunks in reverse,
 // dh16 (nchunks, HV, dk, dv) (=) dS at each chunk's end, dvn16 (T, HV, dv) (=) dV' (bf16, see GdnBwdBf16);
 // W16, M16: the prep's bf16 W and M. dk = dv = 128 only (gdn_chunk_mma_supported; else
-// cudaErrorInvalidValue). Every pointer 16-byte aligned.
+// cudaErrorInvalidValue, also for q, k that are neither BF16 with ρ nor F32 without). Every pointer 16-byte
+// aligned.
 size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv);  // 0 when unsupported
-cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const float* qn, const float* kn, const void* W16,
+cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const GdnQK& qk, const void* W16,
                                        const void* M16, const float* Gc, const int32_t* chunks,
                                        const int32_t* chunk_off, int nseq, void* dh16, void* dvn16, int64_t HK,
                                        int64_t HV, int dk, int dv, cudaStream_t s);

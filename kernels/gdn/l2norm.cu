@@ -26,7 +26,8 @@ __global__ void l2norm_fwd_kernel(KIn x, float scale, float eps, float* y, float
   }
   const float r = rsqrtf(warp_sum(ss) + eps);
   if (lane == 0) rstd[row] = r;
-  for (int64_t c = lane; c < n; c += 32) y[base + c] = scale * ld(x, base + c) * r;
+  if (y)
+    for (int64_t c = lane; c < n; c += 32) y[base + c] = scale * ld(x, base + c) * r;
 }
 
 // One warp per (t, key head).
@@ -64,7 +65,7 @@ __global__ void l2norm_fwd_n128_kernel(KIn x, float scale, float eps, float* y, 
   float r;
   const float4 y4 = l2_row_normalise(l2_row_load4(x, base), scale, eps, r);
   if (lane == 0) rstd[row] = r;
-  *reinterpret_cast<float4*>(y + base) = y4;
+  if (y) *reinterpret_cast<float4*>(y + base) = y4;
 }
 
 __global__ void l2norm_bwd_gva_n128_kernel(KIn dyh, KIn x, const float* rstd, float scale, KOut dx,

@@ -2,6 +2,8 @@
 // the one definition of its arithmetic, shared by the L2 norm kernel (l2norm.cu) and the tensor-core prep
 // that normalises q and k while loading them (chunk_prep_mma.cu), so both give bit-identical q̂, k̂.
 #pragma once
+#include <type_traits>
+
 #include "common/device.cuh"
 
 namespace deltatune::kernels {
@@ -53,5 +55,21 @@ __device__ __forceinline__ void l2_rows_normalise(float4 (&v)[N], float scale, f
     v[i] = l2_scaled(v[i], scale, rho[i]);
   }
 }
+
+// A lane's 4 values of a q or k row as a backward kernel holds them between load and use (GdnQK): before the
+// norm as 4 bf16 (R16, normalised by l2_value with the row's ρ) or normalised already (fp32).
+template <bool R16>
+using L2Row = std::conditional_t<R16, uint2, float4>;
+template <class Row>
+__device__ __forceinline__ Row ld_l2_row(const void* p, int64_t at) {
+  using E = std::conditional_t<std::is_same_v<Row, uint2>, __nv_bfloat16, float>;
+  return *reinterpret_cast<const Row*>(static_cast<const E*>(p) + at);
+}
+__device__ __forceinline__ float4 l2_value(uint2 x, float scale, float rho) {
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.y));
+  return l2_scaled(make_float4(a.x, a.y, b.x, b.y), scale, rho);
+}
+__device__ __forceinline__ float4 l2_value(float4 x, float, float) { return x; }
 
 }  // namespace deltatune::kernels

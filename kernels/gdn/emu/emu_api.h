@@ -10,6 +10,7 @@
 
 namespace deltatune::kernels {
 struct GdnScanBf16;  // gdn/gdn.cuh
+struct GdnQK;        // gdn/gdn.cuh
 struct GdnNormOut;
 }  // namespace deltatune::kernels
 namespace deltatune::kernels::gdn_emu {
@@ -49,10 +50,13 @@ void wy_grad(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, 
 void state_grad_mma(const Shape& s, KIn dout, const float* kn, const float* Gc, const float* states,
                     const float* dh, const float* vnew, const float* dvn, float* dqh, float* dkh, float* dW,
                     float* gsum);
+// raw: q, k before the norm with ρ (GdnQK) in place of qn, kn when not null.
 void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* Gc,
-                    const float* vnew, const float* gsum, float* dqh, float* dkh, float* dg);
+                    const float* vnew, const float* gsum, float* dqh, float* dkh, float* dg,
+                    const GdnQK* raw = nullptr);
 void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm,
-                 float* dW, const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta);
+                 float* dW, const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta,
+                 const GdnQK* raw = nullptr);
 // tensor-core forward scan (chunk_scan_mma.cu), bv = 16, 32 or 64 (8 warps; bf16 operands and pf
 // only) value columns per block, pf: prefetching
 // variant; o.p null: the variant without output; b16: the prep's bf16 operands (the variant that copies them,
@@ -73,7 +77,7 @@ std::vector<float> l2_rows(const std::vector<float>& x, float scale, std::vector
 
 // tensor-core reverse state scan (chunk_dscan_mma.cu), bv = 16, 32 or 64 value columns per block; lo_s /
 // lo_v: the bf16 lo halves of dS and dV' take part (the launcher's configuration: neither). W and M are
-// rounded to bf16 (the prep's W16, M16) and the kernel's bf16 dh, dvn widened.
-void dscan_mma(const Shape& s, int bv, bool lo_s, bool lo_v, KIn dout, const float* qn, const float* kn,
-               const float* W, const float* M, const float* Gc, float* dh, float* dvn);
+// rounded to bf16 (the prep's W16, M16) and the kernel's bf16 dh, dvn widened. qk: GdnQK (gdn/gdn.cuh).
+void dscan_mma(const Shape& s, int bv, bool lo_s, bool lo_v, KIn dout, const GdnQK& qk, const float* W,
+               const float* M, const float* Gc, float* dh, float* dvn);
 }  // namespace deltatune::kernels::gdn_emu

@@ -10,7 +10,8 @@ alignas(16) unsigned char gdn_smem[232448];
 
 namespace deltatune::kernels::gdn_emu {
 void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm,
-                 float* dW, const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta) {
+                 float* dW, const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta,
+                 const GdnQK* raw) {
   int64_t T = 0;  // tokens: the end of the last chunk
   for (int c = 0; c < s.nchunks; ++c)
     T = std::max<int64_t>(T, int64_t(s.chunks[2 * c]) + s.chunks[2 * c + 1]);
@@ -19,7 +20,9 @@ void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* 
   // The kernel writes the sum (dkh + its terms) as bf16 into another buffer: widened back into dkh (+=).
   std::vector<bf16> dk16(T * s.HV * s.dk, __float2bfloat16_rn(0.f));
   emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, wy_grad_mma_smem<128, 128>(), [&] {
-    gdn_chunk_wy_grad_mma_kernel<128, 128>(kn, v, GdnGates{nullptr, beta}, Gc, s.chunks, T16.data(),
+    const GdnQK qk = raw ? *raw : GdnQK{{nullptr, KType::F32}, {kn, KType::F32}};
+    (raw ? gdn_chunk_wy_grad_mma_kernel<128, 128, true> : gdn_chunk_wy_grad_mma_kernel<128, 128, false>)(
+        qk, v, GdnGates{nullptr, beta}, Gc, s.chunks, T16.data(),
                                            dW16.data(), dvn16.data(), dkh, dk16.data(), dv_out,
                                            GdnGateGrads{dg, dbeta}, s.HK, s.HV);
   });

@@ -262,8 +262,8 @@ static int dscan_mma_checks() {
       const float nan = std::nanf("");
       F dh2(dh.size(), nan), dvn2(dvn.size(), nan);
       const KIn dov = vr.f32_do ? KIn{dout32.data(), KType::F32} : di;
-      gdn_emu::dscan_mma(s, vr.bv, vr.lo_s, vr.lo_v, dov, qn.data(), kn.data(), W.data(), M.data(), Gc.data(),
-                         dh2.data(), dvn2.data());
+      gdn_emu::dscan_mma(s, vr.bv, vr.lo_s, vr.lo_v, dov, GdnQK{{qn.data(), KType::F32}, {kn.data(), KType::F32}},
+                         W.data(), M.data(), Gc.data(), dh2.data(), dvn2.data());
       int bad_h = 0, bad_v = 0, bad = 0;
       const double eh = nmse(dh2, dh, &bad_h), ev = nmse(dvn2, dvn, &bad_v);
       const bool fail = vr.checked && (!(eh <= 2e-5) || !(ev <= 2e-5) || bad_h || bad_v);
@@ -275,6 +275,30 @@ static int dscan_mma_checks() {
       std::printf("    then FMA bwd: dg %.3e  dbeta %.3e  dqh %.3e  dkh %.3e  dv %.3e\n",
                   nmse(gg.dg, gref.dg, &bad), nmse(gg.dbeta, gref.dbeta, &bad), nmse(gg.dqh, gref.dqh, &bad),
                   nmse(gg.dkh, gref.dkh, &bad), nmse(gg.dv, gref.dv, &bad));
+    }
+    // q, k before the norm as BF16 with ρ (the backend's path for bf16 inputs) must give the bits of the F32
+    // q̂, k̂ that the prep forms from the same bf16 values.
+    for (int bv : {64, 16}) {
+      std::vector<__nv_bfloat16> qb(in.q.size()), kb(in.k.size());
+      F qw(qb.size()), kw(kb.size()), rq, rk;
+      for (size_t i = 0; i < qb.size(); ++i) {
+        qb[i] = __float2bfloat16_rn(in.q[i]), kb[i] = __float2bfloat16_rn(in.k[i]);
+        qw[i] = __bfloat162float(qb[i]), kw[i] = __bfloat162float(kb[i]);
+      }
+      const float qscale = 1.f / std::sqrt(float(dk));
+      const F qn16 = gdn_emu::l2_rows(qw, qscale, &rq), kn16 = gdn_emu::l2_rows(kw, 1.f, &rk);
+      const float nan = std::nanf("");
+      F dhA(dh.size(), nan), dvnA(dvn.size(), nan), dhB(dh.size(), nan), dvnB(dvn.size(), nan);
+      gdn_emu::dscan_mma(s, bv, false, false, di, GdnQK{{qn16.data(), KType::F32}, {kn16.data(), KType::F32}},
+                         W.data(), M.data(), Gc.data(), dhA.data(), dvnA.data());
+      gdn_emu::dscan_mma(s, bv, false, false, di,
+                         GdnQK{{qb.data(), KType::BF16}, {kb.data(), KType::BF16}, rq.data(), rk.data(), qscale},
+                         W.data(), M.data(), Gc.data(), dhB.data(), dvnB.data());
+      const bool same = std::memcmp(dhA.data(), dhB.data(), dhA.size() * 4) == 0 &&
+                        std::memcmp(dvnA.data(), dvnB.data(), dvnA.size() * 4) == 0;
+      std::printf("  bv %d bf16 q, k with rho: %s the F32 q-hat, k-hat path%s\n", bv,
+                  same ? "bit-identical to" : "DIFFERS from", same ? "" : "  FAIL");
+      fails += !same;
     }
   }
   return fails;
@@ -539,6 +563,7 @@ struct In {  // one shape's inputs and forward recompute (FMA kernels), as launc
   int64_t T;
   const float *qn, *kn, *Gc, *Tm, *W, *states, *vnew, *dh, *dvn;
   KIn v, dout, beta;
+  const GdnQK* raw = nullptr;  // the tensor-core kernels read q, k before the norm with ρ instead
 };
 struct Out {
   F dqh, dkh, dW, gsum, dW_sg, dk_in, dg_in, dv, dg, dbeta;
@@ -554,12 +579,20 @@ static Out run(const In& in, bool mma) {
   (mma ? gdn_emu::state_grad_mma : gdn_emu::state_grad)(s, in.dout, in.kn, in.Gc, in.states, in.dh, in.vnew,
                                                         in.dvn, r.dqh.data(), r.dkh.data(), r.dW.data(),
                                                         r.gsum.data());
-  (mma ? gdn_emu::intra_grad_mma : gdn_emu::intra_grad)(
-      s, in.dout, in.qn, in.kn, in.Gc, in.vnew, r.gsum.data(), r.dqh.data(), r.dkh.data(), r.dg.data());
+  if (mma)
+    gdn_emu::intra_grad_mma(s, in.dout, in.qn, in.kn, in.Gc, in.vnew, r.gsum.data(), r.dqh.data(), r.dkh.data(),
+                            r.dg.data(), in.raw);
+  else
+    gdn_emu::intra_grad(s, in.dout, in.qn, in.kn, in.Gc, in.vnew, r.gsum.data(), r.dqh.data(), r.dkh.data(),
+                        r.dg.data());
   r.dW_sg = r.dW, r.dk_in = r.dkh, r.dg_in = r.dg;  // tensor cores: state products and intra are one kernel
-  (mma ? gdn_emu::wy_grad_mma : gdn_emu::wy_grad)(s, in.kn, in.v, in.beta, in.Gc, in.Tm, r.dW.data(), in.dvn,
-                                                  r.dkh.data(), KOut{r.dv.data(), KType::F32}, r.dg.data(),
-                                                  r.dbeta.data());
+  const KOut dvo{r.dv.data(), KType::F32};
+  if (mma)
+    gdn_emu::wy_grad_mma(s, in.kn, in.v, in.beta, in.Gc, in.Tm, r.dW.data(), in.dvn, r.dkh.data(), dvo,
+                         r.dg.data(), r.dbeta.data(), in.raw);
+  else
+    gdn_emu::wy_grad(s, in.kn, in.v, in.beta, in.Gc, in.Tm, r.dW.data(), in.dvn, r.dkh.data(), dvo, r.dg.data(),
+                     r.dbeta.data());
   return r;
 }
 // Every output within nmse 2e-5 of the fp32 FMA kernels (the bf16 operands' rounding; dg's cancelling sums
@@ -595,9 +628,14 @@ static int long_case() {
   const int nchunks = 4;
   const gdn_emu::Shape s{chunks.data(), nchunks, off.data(), 1, HK, HV, dk, dv};
   Rand u(5);
-  auto normed = [&](float scale) { return u.normed(T * HK, dk, scale); };
   auto bf = [&](int64_t n, float lo, float hi) { return u.bf(n, lo, hi); };
-  const F qn = normed(1.f / std::sqrt(float(dk))), kn = normed(1.f);
+  // q, k as bf16 before the norm; q̂, k̂ from them as the prep forms them (so that the kernels' BF16 q, k + ρ
+  // path must give the bits of their F32 q̂, k̂ path)
+  const float qscale = 1.f / std::sqrt(float(dk));
+  const auto qb = bf(T * HK * dk, -1.f, 1.f), kb = bf(T * HK * dk, -1.f, 1.f);
+  F qw(qb.size()), kw(kb.size()), rq, rk;
+  for (size_t i = 0; i < qb.size(); ++i) qw[i] = __bfloat162float(qb[i]), kw[i] = __bfloat162float(kb[i]);
+  const F qn = gdn_emu::l2_rows(qw, qscale, &rq), kn = gdn_emu::l2_rows(kw, 1.f, &rk);
   const auto v = bf(T * HV * dv, -1.f, 1.f), beta = bf(T * HV, 0.05f, 1.f);
   F dout(T * HV * dv), g(T * HV);
   for (auto& x : dout) x = u();
@@ -613,8 +651,20 @@ static int long_case() {
   gdn_emu::dscan(s, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(), dh.data(), dvn.data());
   std::printf("long case: T %lld, %d chunks, HK %lld, HV %lld, g >= -3, fp32 dO\n", (long long)T, nchunks,
               (long long)HK, (long long)HV);
-  return compare("long ", In{s, T, qn.data(), kn.data(), Gc.data(), Tm.data(), W.data(), states.data(),
-                             vnew.data(), dh.data(), dvn.data(), vi, di, bi});
+  In in{s, T, qn.data(), kn.data(), Gc.data(), Tm.data(), W.data(), states.data(), vnew.data(), dh.data(),
+        dvn.data(), vi, di, bi};
+  int fails = compare("long ", in);
+  const GdnQK raw{{qb.data(), KType::BF16}, {kb.data(), KType::BF16}, rq.data(), rk.data(), qscale};
+  In in16 = in;
+  in16.raw = &raw;
+  const Out a = run(in, true), b = run(in16, true);
+  bool same = true;
+  for (const auto& [x, y] : {std::pair{&a.dqh, &b.dqh}, {&a.dkh, &b.dkh}, {&a.dW, &b.dW}, {&a.gsum, &b.gsum},
+                             {&a.dv, &b.dv}, {&a.dg, &b.dg}, {&a.dbeta, &b.dbeta}})
+    same = same && std::memcmp(x->data(), y->data(), x->size() * sizeof(float)) == 0;
+  std::printf("long bf16 q, k with rho: %s the F32 q-hat, k-hat path%s\n", same ? "bit-identical to" : "DIFFERS from",
+              same ? "" : "  FAIL");
+  return fails + !same;
 }
 }  // namespace bwd_mma
 

@@ -156,8 +156,9 @@ class CudaBackend final : public Backend {
   Tensor attention_tiles_mma(const SeqLayout& seq);
   GdnChunks gdn_chunks(const SeqLayout& seq);
   void gdn_check(const char* op, const GdnDims& d, const SeqLayout& seq);
-  // q̂ = scale·q/‖q‖, k̂ = k/‖k‖ (fp32) and their rstd into r.
-  void gdn_l2norms(const Tensor& q, const Tensor& k, float scale, CudaGdnSaved& r);
+  // q̂ = scale·q/‖q‖, k̂ = k/‖k‖ (fp32) and their rstd into r; values false: only the rstd (the tensor-core
+  // backward reads bf16 q, k with it).
+  void gdn_l2norms(const Tensor& q, const Tensor& k, float scale, CudaGdnSaved& r, bool values = true);
   // What gdn_forward_core writes besides o: nothing, everything the backward reads, or the chunk-start states.
   enum class GdnScratch { None, ForBackward, States };
   // gates: g and β tensors, or the gate inputs (tensor-core path only: its kernels form the gates).
@@ -182,8 +183,9 @@ class CudaBackend final : public Backend {
   void gdn_bwd_core(GdnSaved* saved, const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                     const kernels::GdnGates& gates, const GdnDims& d, const SeqLayout& seq, float scale,
                     Tensor& dq, Tensor& dk, Tensor& dv, const GdnGateGradOut& gout);
-  // The tensor-core prep's L2 norm settings; with r, r->qn, kn, rq, rk allocated as its outputs.
-  kernels::GdnNormOut gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r);
+  // The tensor-core prep's L2 norm settings; with r, r->rq, rk (and, with values, r->qn, kn) allocated as its
+  // outputs.
+  kernels::GdnNormOut gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r, bool values);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);
   // t itself when it is BF16, else a BF16 copy (tensor-core operands of the grouped GEMMs).

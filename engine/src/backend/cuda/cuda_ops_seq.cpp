@@ -240,20 +240,30 @@ Tensor CudaBackend::aligned16(const Tensor& t) {
   return c;
 }
 
-void CudaBackend::gdn_l2norms(const Tensor& q, const Tensor& k, float scale, CudaGdnSaved& r) {
+void CudaBackend::gdn_l2norms(const Tensor& q, const Tensor& k, float scale, CudaGdnSaved& r, bool values) {
   const int64_t T = q.dim(0), HK = q.dim(1);
   const int dk = static_cast<int>(q.dim(2));
-  r.qn = alloc({T, HK, dk}, DType::F32);
-  r.kn = alloc({T, HK, dk}, DType::F32);
+  if (values) {
+    r.qn = alloc({T, HK, dk}, DType::F32);
+    r.kn = alloc({T, HK, dk}, DType::F32);
+  }
   r.rq = alloc({T, HK}, DType::F32);
   r.rk = alloc({T, HK}, DType::F32);
-  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kernels::kGdnL2Eps, fptr(r.qn), fptr(r.rq),
-                                        T * HK, dk, stream()),
+  cuda_check(kernels::launch_l2norm_fwd(kin(q, "gdn q"), scale, kernels::kGdnL2Eps,
+                                        values ? fptr(r.qn) : nullptr, fptr(r.rq), T * HK, dk, stream()),
              "gdn (l2norm q)");
-  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kernels::kGdnL2Eps, fptr(r.kn), fptr(r.rk),
-                                        T * HK, dk, stream()),
+  cuda_check(kernels::launch_l2norm_fwd(kin(k, "gdn k"), 1.f, kernels::kGdnL2Eps,
+                                        values ? fptr(r.kn) : nullptr, fptr(r.rk), T * HK, dk, stream()),
              "gdn (l2norm k)");
 }
+
+namespace {
+// The tensor-core backward reads q and k before their norm with ρ (bf16: half the bytes of fp32 q̂, k̂), so
+// q̂ and k̂ are then never materialised.
+bool gdn_reads_raw_qk(const Tensor& q, const Tensor& k) {
+  return q.dtype == DType::BF16 && k.dtype == DType::BF16;
+}
+}  // namespace
 
 // L2 norms, then the chunked forward; `o` may be null (the backward's recompute). ForBackward also writes T,
 // the chunk-start states and V'; States (tensor-core path only) also writes the chunk-start states.
@@ -314,7 +324,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   }
   if (r->Tm.defined()) b16.T = r->Tm.data;
   // The backward's recompute (no output) also has the prep write q̂, k̂ and ρ for the backward's other kernels.
-  const kernels::GdnNormOut nout = gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr);
+  const kernels::GdnNormOut nout =
+      gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr, !gdn_reads_raw_qk(q, k));
   cuda_check(kernels::launch_gdn_chunk_prep_mma(
                  kin(q, "gdn q"), kin(k, "gdn k"), scale, nout, kin(v, "gdn v"), gates, iptr(r->ch.chunks),
                  nch, nullptr, fptr(U), nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s, &b16),
@@ -370,15 +381,18 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_keep_core(const Tensor& q, c
   return r;
 }
 
-kernels::GdnNormOut CudaBackend::gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r) {
+kernels::GdnNormOut CudaBackend::gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r, bool values) {
   kernels::GdnNormOut n;
   n.eps = kernels::kGdnL2Eps;
   if (!r) return n;
-  r->qn = alloc({d.T, d.HK, d.dk}, DType::F32);
-  r->kn = alloc({d.T, d.HK, d.dk}, DType::F32);
+  if (values) {
+    r->qn = alloc({d.T, d.HK, d.dk}, DType::F32);
+    r->kn = alloc({d.T, d.HK, d.dk}, DType::F32);
+    n.qn = fptr(r->qn), n.kn = fptr(r->kn);
+  }
   r->rq = alloc({d.T, d.HK}, DType::F32);
   r->rk = alloc({d.T, d.HK}, DType::F32);
-  n.qn = fptr(r->qn), n.kn = fptr(r->kn), n.rq = fptr(r->rq), n.rk = fptr(r->rk);
+  n.rq = fptr(r->rq), n.rk = fptr(r->rk);
   return n;
 }
 
@@ -393,7 +407,8 @@ void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, cons
   kernels::GdnScanBf16 b16;
   b16.W = f.W.data, b16.M = f.M.data, b16.T_kept = f.Tm.data;
   cuda_check(kernels::launch_gdn_chunk_prep_mma(
-                 kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f), kin(v, "gdn v"), gates,
+                 kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f, !gdn_reads_raw_qk(q, k)),
+                 kin(v, "gdn v"), gates,
                  iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr, nullptr, fptr(f.Gc), nullptr,
                  d.HK, d.HV, d.dk, d.dv, stream(), &b16, f.states.data, f.vnew.data),
              "gdn_bwd (chunk prep from the kept states)");
@@ -496,8 +511,8 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       f = own.get();
     } else if (f->states_only) {
       gdn_scratch_from_states(q, k, v, gates, scale, d, *f);  // the prep also writes q̂, k̂, ρ
-    } else if (!f->qn.defined()) {
-      gdn_l2norms(q, k, scale, *f);
+    } else if (const bool raw = f->mma && gdn_reads_raw_qk(q, k); raw ? !f->rq.defined() : !f->qn.defined()) {
+      gdn_l2norms(q, k, scale, *f, !raw);
     }
     Tensor gsum = alloc({f->ch.n, d.HV}, DType::F32);
     const int nch = static_cast<int>(f->ch.n);
@@ -513,8 +528,11 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       b.vnew16 = f->vnew.data, b.dh16 = dh.data, b.dvn16 = dvn.data;
       b.dW16 = f->W.data;  // W is read only by the reverse scan, before the state products write dW
       b.dqh16 = dqh.data, b.dkh16 = dkh.data;
+      const kernels::GdnQK qk = gdn_reads_raw_qk(q, k)
+                                    ? kernels::GdnQK{kin(q, "gdn q"), kin(k, "gdn k"), fptr(f->rq), fptr(f->rk), scale}
+                                    : kernels::GdnQK{kin(f->qn, "gdn q-hat"), kin(f->kn, "gdn k-hat")};
       cuda_check(kernels::launch_gdn_chunk_bwd_mma(
-                     kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"), gates,
+                     kin(dout, "gdn dout"), qk, kin(v, "gdn v"), gates,
                      iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq, fptr(f->Gc), b, fptr(gsum),
                      fptr(dk_part), kout(dv, "gdn dv"), gr, d.HK, d.HV, d.dk, d.dv, s),
                  "gdn_bwd (chunked core, tensor cores)");
