@@ -75,7 +75,7 @@ __device__ __forceinline__ void st_split4(bf16* hi, bf16* lo, float4 x) {
 // Y = Yh + Yl and, when XLO, X = Xh + Xl (the lo·lo term is dropped). NP is a template argument so that the
 // mma of all n-pairs form one block of independent work (a run-time bound splits them by branches and the
 // three dependent products of each accumulator stall on each other).
-template <bool XLO, int NP>
+template <bool XLO, int P0, int NP>
 __device__ __forceinline__ void gram_np(float (&acc)[8][4], const bf16* Xh, const bf16* Xl, const bf16* Yh,
                                         const bf16* Yl, int m0) {
 #pragma unroll 2
@@ -84,7 +84,7 @@ __device__ __forceinline__ void gram_np(float (&acc)[8][4], const bf16* Xh, cons
     frag_a(ah, Xh, LK, m0, k);
     if (XLO) frag_a(al, Xl, LK, m0, k);
 #pragma unroll
-    for (int p = 0; p < NP; ++p) {
+    for (int p = P0; p < P0 + NP; ++p) {
       uint32_t bh[4], bl[4];
       frag_b(bh, Yh, LK, 16 * p, k);
       frag_b(bl, Yl, LK, 16 * p, k);
@@ -99,14 +99,19 @@ __device__ __forceinline__ void gram_np(float (&acc)[8][4], const bf16* Xh, cons
     }
   }
 }
+// n-pairs [p0, p1) of the row block (the splits step 1 uses).
 template <bool XLO>
 __device__ __forceinline__ void gram(float (&acc)[8][4], const bf16* Xh, const bf16* Xl, const bf16* Yh,
-                                     const bf16* Yl, int m0, int np) {
-  switch (np) {
-    case 1: gram_np<XLO, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
-    case 2: gram_np<XLO, 2>(acc, Xh, Xl, Yh, Yl, m0); break;
-    case 3: gram_np<XLO, 3>(acc, Xh, Xl, Yh, Yl, m0); break;
-    default: gram_np<XLO, 4>(acc, Xh, Xl, Yh, Yl, m0); break;
+                                     const bf16* Yl, int m0, int p0, int p1) {
+  switch (4 * p0 + p1) {
+    case 1: gram_np<XLO, 0, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 2: gram_np<XLO, 0, 2>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 3: gram_np<XLO, 0, 3>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 4: gram_np<XLO, 0, 4>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 4 + 2: gram_np<XLO, 1, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 8 + 3: gram_np<XLO, 2, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 8 + 4: gram_np<XLO, 2, 2>(acc, Xh, Xl, Yh, Yl, m0); break;
+    default: break;  // empty
   }
 }
 
@@ -170,14 +175,16 @@ __device__ __forceinline__ void store_rows(float* dst, bf16* dsth, const float (
   }
 }
 
-// Warps 0-3 (128 threads): the kept bf16 T of one chunk ([C][C], global) widened into the fp32 tile Tf.
-__device__ __forceinline__ void load_kept_t(float* Tf, const bf16* Tk) {
-  constexpr int PER = C * C / 8 / (NT / 2);  // 8-element pieces per thread (4)
-  uint4 x[PER];
+// Warps 0-3 (128 threads): the kept bf16 T of one chunk ([C][C], global) widened into the fp32 tile Tf, in two
+// steps (the loads, then the stores) so that work can go between them.
+constexpr int kKeptTPieces = C * C / 8 / (NT / 2);  // 8-element pieces per thread (4)
+__device__ __forceinline__ void load_kept_t(uint4 (&x)[kKeptTPieces], const bf16* Tk) {
 #pragma unroll
-  for (int e = 0; e < PER; ++e) x[e] = *reinterpret_cast<const uint4*>(Tk + 8 * (threadIdx.x + NT / 2 * e));
+  for (int e = 0; e < kKeptTPieces; ++e) x[e] = *reinterpret_cast<const uint4*>(Tk + 8 * (threadIdx.x + NT / 2 * e));
+}
+__device__ __forceinline__ void store_kept_t(float* Tf, const uint4 (&x)[kKeptTPieces]) {
 #pragma unroll
-  for (int e = 0; e < PER; ++e) {
+  for (int e = 0; e < kKeptTPieces; ++e) {
     const int idx = 8 * (threadIdx.x + NT / 2 * e), i = idx / C, j = idx % C;
     const bf16* b = reinterpret_cast<const bf16*>(&x[e]);
     float* d = Tf + i * LA + j;
@@ -344,12 +351,19 @@ __global__ void __launch_bounds__(NT, 2)
     }
   }
   __syncwarp();  // the mma below are .aligned: the whole warp, converged after the one-lane cumsum
-  if (warp >= 4)
-    gram<false>(acc, Qs, nullptr, Kh, Kl, m0, rb + 1);
-  else if (!Tk)
-    gram<true>(acc, Kh, Kl, Kh, Kl, m0, rb + 1);
-  else  // T kept by the forward (bf16, as Th wrote it): widened into Tf, no K̂K̂ᵀ and no solve
-    load_kept_t(Tf, Tk + (static_cast<int64_t>(ch) * HV + h) * C * C);
+  // With a kept T (bf16, as Th wrote it: no K̂K̂ᵀ and no solve) warps w and 7 − w, which have the same row
+  // block, share its M n-pairs: 7 − w takes [0, mh), w [mh, rb + 1) after issuing its loads of T.
+  const int mh = Tk ? (rb + 2) / 2 : rb + 1;
+  if (warp >= 4) {
+    gram<false>(acc, Qs, nullptr, Kh, Kl, m0, 0, mh);
+  } else if (!Tk) {
+    gram<true>(acc, Kh, Kl, Kh, Kl, m0, 0, rb + 1);
+  } else {
+    uint4 tk[kKeptTPieces];
+    load_kept_t(tk, Tk + (static_cast<int64_t>(ch) * HV + h) * C * C);
+    gram<false>(acc, Qs, nullptr, Kh, Kl, m0, mh, rb + 1);
+    store_kept_t(Tf, tk);
+  }
   __syncthreads();  // G
 
   // ---- 2. epilogues; diagonal blocks of T ----
@@ -387,8 +401,10 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
       for (int i = 0; i < 16; ++i) Tf[(m0 + i) * LA + m0 + c] = x[i];
     }
-  } else if (warp >= 4) {
-    // M_ij = (q̂_i·k̂_j)·e^{G_i−G_j} (i ≥ j, i < len), all 64 columns (zeros above the diagonal).
+  }
+  if (warp >= 4 || Tk) {
+    // M_ij = (q̂_i·k̂_j)·e^{G_i−G_j} (i ≥ j, i < len), all 64 columns (zeros above the diagonal); with a kept
+    // T, warp w < 4 writes the n-pairs [mh, rb + 1) it formed, warp 7 − w the others.
     float* Mo = M ? M + (static_cast<int64_t>(ch) * HV + h) * C * C : nullptr;
     bf16* Moh = Mh ? Mh + (static_cast<int64_t>(ch) * HV + h) * C * C : nullptr;
 #pragma unroll
@@ -397,6 +413,7 @@ __global__ void __launch_bounds__(NT, 2)
       const float Gi = Gs[i];
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
+        if ((warp >= 4) == (nb >= 2 * mh && nb < 2 * (rb + 1))) continue;
         const int j = 8 * nb + c2;
         float x[2];
 #pragma unroll
@@ -406,7 +423,7 @@ __global__ void __launch_bounds__(NT, 2)
         if (Moh) st_bf16x2(Moh + i * C + j, x[0], x[1]);
       }
     }
-    if (warp < 6) {
+    if (warp >= 4 && warp < 6) {
       const int i = tid - NT / 2;  // 0..63
       BGs[i] = Bs[i] * expf(Gs[i]);
       if (i < len) Gc[(t0 + i) * HV + h] = Gs[i];

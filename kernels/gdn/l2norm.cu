@@ -3,6 +3,7 @@
 //   backward (with the GVA sum of spec §4.3 step 7): dŷ = scale·Σ_{value heads of the group} dyh,
 //             x̂ = x·ρ;  dx (=) ρ·(dŷ − x̂·Σ(dŷ⊙x̂))
 #include "common/device.cuh"
+#include "common/mma.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/l2norm_row.cuh"
 
@@ -75,19 +76,29 @@ __global__ void l2norm_bwd_gva_n128_kernel(KIn dyh, KIn x, const float* rstd, fl
   if (row >= rows) return;
   const int64_t t = row / HK, j = row % HK, r = HV / HK;
   const float rho = rstd[row];
-  float d[4] = {0.f, 0.f, 0.f, 0.f}, xv[4], dot = 0.f;
+  const int64_t at = row * kVecN + 4 * lane;
+  const float4 x4 = l2_row_load4(x, at);
+  float d[4] = {0.f, 0.f, 0.f, 0.f}, dot = 0.f;
   for (int64_t m = 0; m < r; ++m) {
     const float4 g = l2_row_load4(dyh, ((t * HV) + j * r + m) * kVecN + 4 * lane);
     d[0] += g.x, d[1] += g.y, d[2] += g.z, d[3] += g.w;
   }
+  const float xv[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    xv[e] = ld(x, row * kVecN + 4 * lane + e);
-    dot += scale * d[e] * xv[e] * rho;
-  }
+  for (int e = 0; e < 4; ++e) dot += scale * d[e] * xv[e] * rho;
   dot = warp_sum(dot);
+  float y[4];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) st(dx, row * kVecN + 4 * lane + e, rho * (scale * d[e] - xv[e] * rho * dot));
+  for (int e = 0; e < 4; ++e) y[e] = rho * (scale * d[e] - xv[e] * rho * dot);
+  if (dx.t == KType::BF16) {
+    *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(dx.p) + at) =
+        make_uint2(mma::pack_bf16(y[0], y[1]), mma::pack_bf16(y[2], y[3]));
+  } else if (dx.t == KType::F32) {
+    *reinterpret_cast<float4*>(static_cast<float*>(dx.p) + at) = make_float4(y[0], y[1], y[2], y[3]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st(dx, at + e, y[e]);
+  }
 }
 
 }  // namespace
@@ -106,7 +117,9 @@ cudaError_t launch_l2norm_bwd_gva(KIn dyh, KIn x, const float* rstd, float scale
                                   int64_t HV, int64_t n, cudaStream_t s) {
   const int64_t rows = T * HK;
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  if (rows > 0 && n == kVecN && reinterpret_cast<uintptr_t>(dyh.p) % 16 == 0)
+  // The n = 128 kernel's 4-value accesses: 8 bytes (bf16) or 16 (fp32) per lane.
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (rows > 0 && n == kVecN && aligned(dyh.p) && aligned(x.p) && aligned(dx.p))
     l2norm_bwd_gva_n128_kernel<<<blocks, kThreads, 0, s>>>(dyh, x, rstd, scale, dx, rows, HK, HV);
   else if (rows > 0)
     l2norm_bwd_gva_kernel<<<blocks, kThreads, 0, s>>>(dyh, x, rstd, scale, dx, rows, HK, HV, n);
