@@ -87,7 +87,8 @@ __device__ __forceinline__ void stage_split_rows(bf16* hi, bf16* lo, const T* sr
 // hi/lo bf16 tiles [C][LD] of a [C][COLS] tile staged in shared memory: q̂ or k̂ themselves (fp32), or (R16)
 // q or k before the norm (bf16) with their rows' ρ in rho[C] (scale·x·ρ, as the prep forms them).
 template <int COLS, int LD, bool R16>
-__device__ __forceinline__ void split_tile(bf16* hi, bf16* lo, const void* src, const float* rho, float scale) {
+__device__ __forceinline__ void split_tile(bf16* hi, bf16* lo, const void* src, const float* rho,
+                                           float scale) {
   constexpr int Q = COLS / 4;
   for (int idx = threadIdx.x; idx < C * Q; idx += NT) {
     const int r = idx / Q, c = (idx % Q) * 4;
@@ -178,10 +179,11 @@ __device__ __forceinline__ GradItem grad_item(int item, const int32_t* chunks, i
 // the hi/lo tiles until then) are issued when it starts, behind its first two products. cp.async groups per
 // item, in commit order: A (during the previous item), KQ (likewise), B.
 template <int DK, int DV, bool R16>
-__global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
-    KIn dout, GdnQK qk, const float* Gc, const int32_t* chunks, int nitems, const bf16* states,
-    const bf16* dh, const bf16* vnew, const bf16* dvn, bf16* dqh, float* dkh, bf16* dW, float* gsum, float* dg,
-    int64_t HK, int64_t HV) {
+__global__ void __launch_bounds__(NT, 1)
+    gdn_chunk_grad_mma_kernel(KIn dout, GdnQK qk, const float* Gc, const int32_t* chunks, int nitems,
+                              const bf16* states, const bf16* dh, const bf16* vnew, const bf16* dvn,
+                              bf16* dqh, float* dkh, bf16* dW, float* gsum, float* dg, int64_t HK,
+                              int64_t HV) {
   static_assert(DK == DV && DK % (16 * NWC) == 0 && DK / 16 <= NT / 32, "NWC warps share DK; a warp per trace");
   using L = GradSmem<DK>;
   constexpr int LB = L::LB, LC = L::LC, NB = DK / NWC / 8, DNB = C / NWC / 8;
@@ -218,8 +220,10 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
   };
   auto load_kq = [&](const GradItem& it) {
     if constexpr (R16) {
-      cp_rows<C, DK, DK, NT>(reinterpret_cast<bf16*>(Kf), static_cast<const bf16*>(qk.k.p) + it.rkq, ks, it.cr.len);
-      cp_rows<C, DK, DK, NT>(reinterpret_cast<bf16*>(Qf), static_cast<const bf16*>(qk.q.p) + it.rkq, ks, it.cr.len);
+      cp_rows<C, DK, DK, NT>(reinterpret_cast<bf16*>(Kf), static_cast<const bf16*>(qk.k.p) + it.rkq, ks,
+                             it.cr.len);
+      cp_rows<C, DK, DK, NT>(reinterpret_cast<bf16*>(Qf), static_cast<const bf16*>(qk.q.p) + it.rkq, ks,
+                             it.cr.len);
       if (tid < 2 * C) {  // ρ of the rows: (t0 + i)·HK + hk = rkq / DK + i·HK
         const int i = tid % C;
         const bool ok = i < it.cr.len;
@@ -227,8 +231,10 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
         mma::cp_async4(mma::smem_addr((tid < C ? rhoK : rhoQ) + i), src, ok);
       }
     } else {
-      cp_rows<C, DK, DK, NT>(reinterpret_cast<float*>(Kf), static_cast<const float*>(qk.k.p) + it.rkq, ks, it.cr.len);
-      cp_rows<C, DK, DK, NT>(reinterpret_cast<float*>(Qf), static_cast<const float*>(qk.q.p) + it.rkq, ks, it.cr.len);
+      cp_rows<C, DK, DK, NT>(reinterpret_cast<float*>(Kf), static_cast<const float*>(qk.k.p) + it.rkq, ks,
+                             it.cr.len);
+      cp_rows<C, DK, DK, NT>(reinterpret_cast<float*>(Qf), static_cast<const float*>(qk.q.p) + it.rkq, ks,
+                             it.cr.len);
     }
   };
 
@@ -359,14 +365,15 @@ __global__ void __launch_bounds__(NT, 1) gdn_chunk_grad_mma_kernel(
 bool gdn_chunk_mma_supported(int dk, int dv) { return dk == 128 && dv == 128; }
 
 #ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks, int nchunks, const void* states16, const void* dh16,
-                                      const void* vnew16, const void* dvn16, void* dqh16, float* dkh, void* dW16,
-                                      float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
-                                      cudaStream_t s) {
+cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
+                                      int nchunks, const void* states16, const void* dh16, const void* vnew16,
+                                      const void* dvn16, void* dqh16, float* dkh, void* dW16, float* gsum,
+                                      float* dg, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
-  auto* kern = kind == 1 ? gdn_chunk_grad_mma_kernel<128, 128, true> : gdn_chunk_grad_mma_kernel<128, 128, false>;
+  auto* kern =
+      kind == 1 ? gdn_chunk_grad_mma_kernel<128, 128, true> : gdn_chunk_grad_mma_kernel<128, 128, false>;
   const size_t smem = grad_mma_smem<128, 128>();
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -376,11 +383,10 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NT, smem);
   if (e != cudaSuccess) return e;
   const int grid = std::min(items, sms * std::max(per_sm, 1));
-  kern<<<grid, NT, smem, s>>>(
-      dout, qk, Gc, chunks, items, static_cast<const bf16*>(states16), static_cast<const bf16*>(dh16),
-      static_cast<const bf16*>(vnew16), static_cast<const bf16*>(dvn16), static_cast<bf16*>(dqh16), dkh,
-      static_cast<bf16*>(dW16), gsum,
-      dg, HK, HV);
+  kern<<<grid, NT, smem, s>>>(dout, qk, Gc, chunks, items, static_cast<const bf16*>(states16),
+                              static_cast<const bf16*>(dh16), static_cast<const bf16*>(vnew16),
+                              static_cast<const bf16*>(dvn16), static_cast<bf16*>(dqh16), dkh,
+                              static_cast<bf16*>(dW16), gsum, dg, HK, HV);
   return cudaGetLastError();
 }
 

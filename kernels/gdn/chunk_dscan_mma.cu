@@ -243,9 +243,10 @@ __device__ __forceinline__ void convert(const QK<R16>& P, const Set& S, float sc
 
 // kLoS / kLoV: the lo halves of dS (in Kd·dS) and of dV' (in Wᵀ·dV') take part (the launcher's choice below).
 template <int BV, bool kLoS, bool kLoV, bool R16>
-__global__ void __launch_bounds__(NT, 1) gdn_chunk_dscan_mma_kernel(
-    KIn dout, GdnQK qk, const bf16* W, const bf16* M, const float* Gc, const int32_t* chunks,
-    const int32_t* chunk_off, bf16* dh, bf16* dvn, int64_t HK, int64_t HV) {
+__global__ void __launch_bounds__(NT, 1)
+    gdn_chunk_dscan_mma_kernel(KIn dout, GdnQK qk, const bf16* W, const bf16* M, const float* Gc,
+                               const int32_t* chunks, const int32_t* chunk_off, bf16* dh, bf16* dvn,
+                               int64_t HK, int64_t HV) {
   static_assert(BV == 16 || BV == 32 || BV == 64, "column tiles of 16, 32 or 64");
   using L = DscanSmem<BV, kLoS, kLoV>;
   constexpr int LB = L::LB;
@@ -467,15 +468,15 @@ cudaError_t launch_dscan(KIn dout, const GdnQK& qk, const bf16* W16, const bf16*
 }  // namespace
 
 cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const GdnQK& qk, const void* W16, const void* M16,
-                                       const float* Gc, const int32_t* chunks, const int32_t* chunk_off, int nseq,
-                                       void* dh16, void* dvn16, int64_t HK, int64_t HV, int dk, int dv,
-                                       cudaStream_t s) {
+                                       const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
+                                       int nseq, void* dh16, void* dvn16, int64_t HK, int64_t HV, int dk,
+                                       int dv, cudaStream_t s) {
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
   auto* run = kind == 1 ? launch_dscan<true> : launch_dscan<false>;
-  return run(dout, qk, static_cast<const bf16*>(W16), static_cast<const bf16*>(M16), Gc, chunks, chunk_off, nseq,
-             static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV, dk, dv, s);
+  return run(dout, qk, static_cast<const bf16*>(W16), static_cast<const bf16*>(M16), Gc, chunks, chunk_off,
+             nseq, static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV, dk, dv, s);
 }
 #endif  // DT_ATTN_EMU
 

@@ -103,6 +103,7 @@ __device__ __forceinline__ void gram_np(float (&acc)[8][4], const bf16* Xh, cons
 template <bool XLO>
 __device__ __forceinline__ void gram(float (&acc)[8][4], const bf16* Xh, const bf16* Xl, const bf16* Yh,
                                      const bf16* Yl, int m0, int p0, int p1) {
+  // clang-format off
   switch (4 * p0 + p1) {
     case 1: gram_np<XLO, 0, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
     case 2: gram_np<XLO, 0, 2>(acc, Xh, Xl, Yh, Yl, m0); break;
@@ -113,6 +114,7 @@ __device__ __forceinline__ void gram(float (&acc)[8][4], const bf16* Xh, const b
     case 8 + 4: gram_np<XLO, 2, 2>(acc, Xh, Xl, Yh, Yl, m0); break;
     default: break;  // empty
   }
+  // clang-format on
 }
 
 // A fragments (hi, lo) of X[m][k] = T[m][k]·s[k] for rows m0..m0+15, k0..k0+15 (fp32 T, stride LA).
@@ -175,12 +177,13 @@ __device__ __forceinline__ void store_rows(float* dst, bf16* dsth, const float (
   }
 }
 
-// Warps 0-3 (128 threads): the kept bf16 T of one chunk ([C][C], global) widened into the fp32 tile Tf, in two
-// steps (the loads, then the stores) so that work can go between them.
+// Warps 0-3 (128 threads): the kept bf16 T of one chunk ([C][C], global) widened into the fp32 tile Tf, in
+// two steps (the loads, then the stores) so that work can go between them.
 constexpr int kKeptTPieces = C * C / 8 / (NT / 2);  // 8-element pieces per thread (4)
 __device__ __forceinline__ void load_kept_t(uint4 (&x)[kKeptTPieces], const bf16* Tk) {
 #pragma unroll
-  for (int e = 0; e < kKeptTPieces; ++e) x[e] = *reinterpret_cast<const uint4*>(Tk + 8 * (threadIdx.x + NT / 2 * e));
+  for (int e = 0; e < kKeptTPieces; ++e)
+    x[e] = *reinterpret_cast<const uint4*>(Tk + 8 * (threadIdx.x + NT / 2 * e));
 }
 __device__ __forceinline__ void store_kept_t(float* Tf, const uint4 (&x)[kKeptTPieces]) {
 #pragma unroll

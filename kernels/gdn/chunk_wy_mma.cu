@@ -66,7 +66,8 @@ __device__ __forceinline__ void load_k_rows(Row (&x)[N], float (&rho)[N], const 
   }
 }
 template <int COLS, int LD, class Row, int N>
-__device__ __forceinline__ void store_bf16_rows(bf16* hi, bf16* lo, const Row (&raw)[N], const float (&rho)[N]) {
+__device__ __forceinline__ void store_bf16_rows(bf16* hi, bf16* lo, const Row (&raw)[N],
+                                                const float (&rho)[N]) {
   constexpr int Q = COLS / 4;
 #pragma unroll
   for (int k = 0; k < N; ++k) {
@@ -173,10 +174,9 @@ template <int DK, int DV> constexpr size_t wy_grad_mma_smem() {
 // R16: k before the norm (BF16) with ρ_k (GdnQK); else k̂ (F32).
 template <int DK, int DV, bool R16>
 __global__ void __launch_bounds__(NT, 2)
-    gdn_chunk_wy_grad_mma_kernel(GdnQK qk, KIn v, GdnGates gates, const float* Gc,
-                                 const int32_t* chunks, const bf16* T16, const bf16* dW16, const bf16* dvn16,
-                                 const float* dkh, bf16* dkh16, KOut dv_out, GdnGateGrads gr, int64_t HK,
-                                 int64_t HV) {
+    gdn_chunk_wy_grad_mma_kernel(GdnQK qk, KIn v, GdnGates gates, const float* Gc, const int32_t* chunks,
+                                 const bf16* T16, const bf16* dW16, const bf16* dvn16, const float* dkh,
+                                 bf16* dkh16, KOut dv_out, GdnGateGrads gr, int64_t HK, int64_t HV) {
   static_assert(DK == DV && DK % 32 == 0, "one warp tile shape serves the key and value products");
   constexpr int LK = DK + 8, LV = DV + 8, LC = C + 8, NH = DK / 16;  // NH: n-blocks of a dk/2-wide tile
   extern __shared__ __align__(16) unsigned char gdn_smem[];
@@ -444,7 +444,8 @@ cudaError_t launch_gdn_wy_grad_mma(const GdnQK& qk, KIn v, const GdnGates& gates
                                    cudaStream_t s) {
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
-  auto* kern = kind == 1 ? gdn_chunk_wy_grad_mma_kernel<128, 128, true> : gdn_chunk_wy_grad_mma_kernel<128, 128, false>;
+  auto* kern = kind == 1 ? gdn_chunk_wy_grad_mma_kernel<128, 128, true>
+                         : gdn_chunk_wy_grad_mma_kernel<128, 128, false>;
   const int smem = static_cast<int>(wy_grad_mma_smem<128, 128>());
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;

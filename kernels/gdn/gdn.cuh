@@ -111,7 +111,7 @@ struct GdnGateGrads {
 //   dh16     (nchunks, HV, dk, dv)   reverse scan: dS at each chunk's end
 //   dvn16    (T, HV, dv)             reverse scan: dV'
 //   dW16     (T, HV, dk)             state products
-//   dqh16    (T, HV, dk)             state products + intra: dq̂ per value head (only the L2 backward reads it)
+//   dqh16    (T, HV, dk)             state products + intra: dq̂ per value head (the L2 backward reads it)
 //   dkh16    (T, HV, dk)             WY backward: the final dk̂ per value head (likewise)
 // q̂, k̂ (fp32, per key head, or q, k before the norm with ρ: GdnQK), G (fp32) and the dk̂ partial sums between
 // the two kernels (fp32) stay fp32.
@@ -135,10 +135,10 @@ inline int gdn_qk_kind(const GdnQK& qk) {
 // 2 + 3. state products and intra-chunk terms in one persistent kernel (chunk_bwd_mma.cu): dqh16 (bf16), dkh
 // (fp32) (=), dW16 (=), gsum (=) and dg (=) (the intra row sums plus the chunk's gsum term on its last row); the
 // contracts of chunk_bwd.cu's kernels 2 and 3 together.
-cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks, int nchunks, const void* states16, const void* dh16,
-                                      const void* vnew16, const void* dvn16, void* dqh16, float* dkh, void* dW16,
-                                      float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
-                                      cudaStream_t s);
+cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
+                                      int nchunks, const void* states16, const void* dh16, const void* vnew16,
+                                      const void* dvn16, void* dqh16, float* dkh, void* dW16, float* gsum,
+                                      float* dg, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
 // 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dkh + the WY terms (bf16), dv (=), dg (+= then reverse cumsum
 // within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16
 // elsewhere. With raw gates it writes da, db from the final dg, dβ instead (gr.dg is still read and written).
@@ -162,8 +162,7 @@ struct GdnBwdBf16 {
 };
 // dkh: fp32 scratch (T, HV, dk) for the dk̂ partial sums between the kernels. Each kernel is refused
 // (cudaErrorInvalidValue) for q, k that are neither BF16 with ρ nor F32 without (GdnQK).
-cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v,
-                                     const GdnGates& gates,
+cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const GdnGates& gates,
                                      const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
                                      const float* Gc, const GdnBwdBf16& b, float* gsum, float* dkh,
                                      KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
@@ -236,9 +235,9 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
 // cudaErrorInvalidValue, also for q, k that are neither BF16 with ρ nor F32 without). Every pointer 16-byte
 // aligned.
 size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv);  // 0 when unsupported
-cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const GdnQK& qk, const void* W16,
-                                       const void* M16, const float* Gc, const int32_t* chunks,
-                                       const int32_t* chunk_off, int nseq, void* dh16, void* dvn16, int64_t HK,
-                                       int64_t HV, int dk, int dv, cudaStream_t s);
+cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const GdnQK& qk, const void* W16, const void* M16,
+                                       const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
+                                       int nseq, void* dh16, void* dvn16, int64_t HK, int64_t HV, int dk,
+                                       int dv, cudaStream_t s);
 
 }  // namespace deltatune::kernels

@@ -70,6 +70,8 @@ __device__ __forceinline__ float4 l2_value(uint2 x, float scale, float rho) {
   const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.y));
   return l2_scaled(make_float4(a.x, a.y, b.x, b.y), scale, rho);
 }
-__device__ __forceinline__ float4 l2_value(float4 x, float, float) { return x; }
+__device__ __forceinline__ float4 l2_value(float4 x, float, float) {
+  return x;
+}
 
 }  // namespace deltatune::kernels

@@ -43,7 +43,8 @@ void state_grad_mma(const Shape& s, KIn dout, const float* kn, const float* Gc, 
                       gsum};
 }
 void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* Gc,
-                    const float* vnew, const float* gsum, float* dqh, float* dkh, float* dg, const GdnQK* raw) {
+                    const float* vnew, const float* gsum, float* dqh, float* dkh, float* dg,
+                    const GdnQK* raw) {
   StateGrad& p = pending;
   if (!p.set || p.dqh != dqh || p.dkh != dkh || p.gsum != gsum) {
     std::fprintf(stderr, "intra_grad_mma without the matching state_grad_mma\n");
@@ -55,10 +56,10 @@ void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, 
                          __float2bfloat16_rn(0.f));  // the kernel's bf16 dq̂, widened
   emu::launch(dim3(std::min(items, 3)), NT, gdn_smem, grad_mma_smem<128, 128>(), [&] {
     const GdnQK qk = raw ? *raw : GdnQK{{qn, KType::F32}, {kn, KType::F32}};
-    (raw ? gdn_chunk_grad_mma_kernel<128, 128, true> : gdn_chunk_grad_mma_kernel<128, 128, false>)(
-        dout, qk, Gc, s.chunks, items, p.states.data(), p.dh.data(),
-                                        p.vnew.data(), p.dvn.data(), dq16.data(), dkh, p.dW.data(), p.gsum,
-                                        dg, s.HK, s.HV);
+    (raw ? gdn_chunk_grad_mma_kernel<128, 128, true>
+         : gdn_chunk_grad_mma_kernel<128, 128, false>)(dout, qk, Gc, s.chunks, items, p.states.data(),
+                                                       p.dh.data(), p.vnew.data(), p.dvn.data(), dq16.data(),
+                                                       dkh, p.dW.data(), p.gsum, dg, s.HK, s.HV);
   });
   // Rows the kernel writes (those of the chunks) are widened; the others keep what the caller put there.
   for (int c = 0; c < s.nchunks; ++c)

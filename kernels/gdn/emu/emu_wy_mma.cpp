@@ -21,10 +21,11 @@ void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* 
   std::vector<bf16> dk16(T * s.HV * s.dk, __float2bfloat16_rn(0.f));
   emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, wy_grad_mma_smem<128, 128>(), [&] {
     const GdnQK qk = raw ? *raw : GdnQK{{nullptr, KType::F32}, {kn, KType::F32}};
-    (raw ? gdn_chunk_wy_grad_mma_kernel<128, 128, true> : gdn_chunk_wy_grad_mma_kernel<128, 128, false>)(
-        qk, v, GdnGates{nullptr, beta}, Gc, s.chunks, T16.data(),
-                                           dW16.data(), dvn16.data(), dkh, dk16.data(), dv_out,
-                                           GdnGateGrads{dg, dbeta}, s.HK, s.HV);
+    (raw ? gdn_chunk_wy_grad_mma_kernel<128, 128, true>
+         : gdn_chunk_wy_grad_mma_kernel<128, 128, false>)(qk, v, GdnGates{nullptr, beta}, Gc, s.chunks,
+                                                          T16.data(), dW16.data(), dvn16.data(), dkh,
+                                                          dk16.data(), dv_out, GdnGateGrads{dg, dbeta}, s.HK,
+                                                          s.HV);
   });
   for (int c = 0; c < s.nchunks; ++c)
     for (int64_t e = int64_t(s.chunks[2 * c]) * s.HV * s.dk;

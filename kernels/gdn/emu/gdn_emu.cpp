@@ -262,8 +262,9 @@ static int dscan_mma_checks() {
       const float nan = std::nanf("");
       F dh2(dh.size(), nan), dvn2(dvn.size(), nan);
       const KIn dov = vr.f32_do ? KIn{dout32.data(), KType::F32} : di;
-      gdn_emu::dscan_mma(s, vr.bv, vr.lo_s, vr.lo_v, dov, GdnQK{{qn.data(), KType::F32}, {kn.data(), KType::F32}},
-                         W.data(), M.data(), Gc.data(), dh2.data(), dvn2.data());
+      gdn_emu::dscan_mma(s, vr.bv, vr.lo_s, vr.lo_v, dov,
+                         GdnQK{{qn.data(), KType::F32}, {kn.data(), KType::F32}}, W.data(), M.data(),
+                         Gc.data(), dh2.data(), dvn2.data());
       int bad_h = 0, bad_v = 0, bad = 0;
       const double eh = nmse(dh2, dh, &bad_h), ev = nmse(dvn2, dvn, &bad_v);
       const bool fail = vr.checked && (!(eh <= 2e-5) || !(ev <= 2e-5) || bad_h || bad_v);
@@ -291,9 +292,10 @@ static int dscan_mma_checks() {
       F dhA(dh.size(), nan), dvnA(dvn.size(), nan), dhB(dh.size(), nan), dvnB(dvn.size(), nan);
       gdn_emu::dscan_mma(s, bv, false, false, di, GdnQK{{qn16.data(), KType::F32}, {kn16.data(), KType::F32}},
                          W.data(), M.data(), Gc.data(), dhA.data(), dvnA.data());
-      gdn_emu::dscan_mma(s, bv, false, false, di,
-                         GdnQK{{qb.data(), KType::BF16}, {kb.data(), KType::BF16}, rq.data(), rk.data(), qscale},
-                         W.data(), M.data(), Gc.data(), dhB.data(), dvnB.data());
+      gdn_emu::dscan_mma(
+          s, bv, false, false, di,
+          GdnQK{{qb.data(), KType::BF16}, {kb.data(), KType::BF16}, rq.data(), rk.data(), qscale}, W.data(),
+          M.data(), Gc.data(), dhB.data(), dvnB.data());
       const bool same = std::memcmp(dhA.data(), dhB.data(), dhA.size() * 4) == 0 &&
                         std::memcmp(dvnA.data(), dvnB.data(), dvnA.size() * 4) == 0;
       std::printf("  bv %d bf16 q, k with rho: %s the F32 q-hat, k-hat path%s\n", bv,
@@ -580,8 +582,8 @@ static Out run(const In& in, bool mma) {
                                                         in.dvn, r.dqh.data(), r.dkh.data(), r.dW.data(),
                                                         r.gsum.data());
   if (mma)
-    gdn_emu::intra_grad_mma(s, in.dout, in.qn, in.kn, in.Gc, in.vnew, r.gsum.data(), r.dqh.data(), r.dkh.data(),
-                            r.dg.data(), in.raw);
+    gdn_emu::intra_grad_mma(s, in.dout, in.qn, in.kn, in.Gc, in.vnew, r.gsum.data(), r.dqh.data(),
+                            r.dkh.data(), r.dg.data(), in.raw);
   else
     gdn_emu::intra_grad(s, in.dout, in.qn, in.kn, in.Gc, in.vnew, r.gsum.data(), r.dqh.data(), r.dkh.data(),
                         r.dg.data());
@@ -591,8 +593,8 @@ static Out run(const In& in, bool mma) {
     gdn_emu::wy_grad_mma(s, in.kn, in.v, in.beta, in.Gc, in.Tm, r.dW.data(), in.dvn, r.dkh.data(), dvo,
                          r.dg.data(), r.dbeta.data(), in.raw);
   else
-    gdn_emu::wy_grad(s, in.kn, in.v, in.beta, in.Gc, in.Tm, r.dW.data(), in.dvn, r.dkh.data(), dvo, r.dg.data(),
-                     r.dbeta.data());
+    gdn_emu::wy_grad(s, in.kn, in.v, in.beta, in.Gc, in.Tm, r.dW.data(), in.dvn, r.dkh.data(), dvo,
+                     r.dg.data(), r.dbeta.data());
   return r;
 }
 // Every output within nmse 2e-5 of the fp32 FMA kernels (the bf16 operands' rounding; dg's cancelling sums
@@ -651,19 +653,24 @@ static int long_case() {
   gdn_emu::dscan(s, di, qn.data(), kn.data(), W.data(), M.data(), Gc.data(), dh.data(), dvn.data());
   std::printf("long case: T %lld, %d chunks, HK %lld, HV %lld, g >= -3, fp32 dO\n", (long long)T, nchunks,
               (long long)HK, (long long)HV);
-  In in{s, T, qn.data(), kn.data(), Gc.data(), Tm.data(), W.data(), states.data(), vnew.data(), dh.data(),
-        dvn.data(), vi, di, bi};
+  In in{s,           T,         qn.data(),  kn.data(), Gc.data(), Tm.data(), W.data(), states.data(),
+        vnew.data(), dh.data(), dvn.data(), vi,        di,        bi};
   int fails = compare("long ", in);
   const GdnQK raw{{qb.data(), KType::BF16}, {kb.data(), KType::BF16}, rq.data(), rk.data(), qscale};
   In in16 = in;
   in16.raw = &raw;
   const Out a = run(in, true), b = run(in16, true);
   bool same = true;
-  for (const auto& [x, y] : {std::pair{&a.dqh, &b.dqh}, {&a.dkh, &b.dkh}, {&a.dW, &b.dW}, {&a.gsum, &b.gsum},
-                             {&a.dv, &b.dv}, {&a.dg, &b.dg}, {&a.dbeta, &b.dbeta}})
+  for (const auto& [x, y] : {std::pair{&a.dqh, &b.dqh},
+                             {&a.dkh, &b.dkh},
+                             {&a.dW, &b.dW},
+                             {&a.gsum, &b.gsum},
+                             {&a.dv, &b.dv},
+                             {&a.dg, &b.dg},
+                             {&a.dbeta, &b.dbeta}})
     same = same && std::memcmp(x->data(), y->data(), x->size() * sizeof(float)) == 0;
-  std::printf("long bf16 q, k with rho: %s the F32 q-hat, k-hat path%s\n", same ? "bit-identical to" : "DIFFERS from",
-              same ? "" : "  FAIL");
+  std::printf("long bf16 q, k with rho: %s the F32 q-hat, k-hat path%s\n",
+              same ? "bit-identical to" : "DIFFERS from", same ? "" : "  FAIL");
   return fails + !same;
 }
 }  // namespace bwd_mma

@@ -406,12 +406,12 @@ void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, cons
   f.vnew = alloc({d.T, d.HV, d.dv}, DType::BF16);
   kernels::GdnScanBf16 b16;
   b16.W = f.W.data, b16.M = f.M.data, b16.T_kept = f.Tm.data;
-  cuda_check(kernels::launch_gdn_chunk_prep_mma(
-                 kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f, !gdn_reads_raw_qk(q, k)),
-                 kin(v, "gdn v"), gates,
-                 iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr, nullptr, fptr(f.Gc), nullptr,
-                 d.HK, d.HV, d.dk, d.dv, stream(), &b16, f.states.data, f.vnew.data),
-             "gdn_bwd (chunk prep from the kept states)");
+  cuda_check(
+      kernels::launch_gdn_chunk_prep_mma(
+          kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f, !gdn_reads_raw_qk(q, k)),
+          kin(v, "gdn v"), gates, iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr, nullptr,
+          fptr(f.Gc), nullptr, d.HK, d.HV, d.dk, d.dv, stream(), &b16, f.states.data, f.vnew.data),
+      "gdn_bwd (chunk prep from the kept states)");
   f.states_only = false;
 }
 
@@ -528,13 +528,14 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       b.vnew16 = f->vnew.data, b.dh16 = dh.data, b.dvn16 = dvn.data;
       b.dW16 = f->W.data;  // W is read only by the reverse scan, before the state products write dW
       b.dqh16 = dqh.data, b.dkh16 = dkh.data;
-      const kernels::GdnQK qk = gdn_reads_raw_qk(q, k)
-                                    ? kernels::GdnQK{kin(q, "gdn q"), kin(k, "gdn k"), fptr(f->rq), fptr(f->rk), scale}
-                                    : kernels::GdnQK{kin(f->qn, "gdn q-hat"), kin(f->kn, "gdn k-hat")};
-      cuda_check(kernels::launch_gdn_chunk_bwd_mma(
-                     kin(dout, "gdn dout"), qk, kin(v, "gdn v"), gates,
-                     iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq, fptr(f->Gc), b, fptr(gsum),
-                     fptr(dk_part), kout(dv, "gdn dv"), gr, d.HK, d.HV, d.dk, d.dv, s),
+      const kernels::GdnQK qk =
+          gdn_reads_raw_qk(q, k)
+              ? kernels::GdnQK{kin(q, "gdn q"), kin(k, "gdn k"), fptr(f->rq), fptr(f->rk), scale}
+              : kernels::GdnQK{kin(f->qn, "gdn q-hat"), kin(f->kn, "gdn k-hat")};
+      cuda_check(kernels::launch_gdn_chunk_bwd_mma(kin(dout, "gdn dout"), qk, kin(v, "gdn v"), gates,
+                                                   iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
+                                                   fptr(f->Gc), b, fptr(gsum), fptr(dk_part),
+                                                   kout(dv, "gdn dv"), gr, d.HK, d.HV, d.dk, d.dv, s),
                  "gdn_bwd (chunked core, tensor cores)");
     } else {
       dqh = alloc({d.T, d.HV, d.dk}, DType::F32);
