@@ -11,7 +11,8 @@
 // Layout: a work item is (chunk of 64 tokens, value head); a persistent grid of one 256-thread block per SM
 // loops over the items, value heads fastest (the second value head of a key head finds K̂, Q̂ in L2). Warp
 // (wr, wc) owns rows 16wr..+15 x key columns 64wc..+63 of each 64 x 128 product. An item's inputs are all in
-// shared memory at once, copied by cp.async: region A (S_n, dV', bf16 dO, G) and the fp32 K̂, Q̂ tiles during
+// shared memory at once, copied by cp.async: region A (S_n, dV', bf16 dO, G) and the K̂, Q̂ tiles (fp32 q̂, k̂,
+// or, for bf16 inputs, q and k before the norm with their rows' ρ: GdnQK, split exactly as fp32 ones) during
 // the previous item, as soon as their readers there are done; region B (dS^end, V') when the item starts,
 // landing behind dW and dQ̂_s. Once dK̂_s, D and the trace have read region B, it takes K̂ and Q̂ as bf16
 // hi + lo tiles. fp32/fp16 dO goes through registers into hi + lo tiles.

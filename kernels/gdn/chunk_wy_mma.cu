@@ -15,7 +15,8 @@
 // Cross-warp partials (ra, ca, the row dots) go through fixed shared-memory slots and are summed in a fixed
 // order: no atomics, the results are bit-reproducible.
 // Staging: dW and T (group 1), dV' and V (group 2, when V is bf16) by 16-byte cp.async, zero-filled past the
-// chunk's end; K̂ (fp32) through registers, every load of a thread in flight before its first store; dW·K̂ᵀ
+// chunk's end; K̂ through registers (fp32 k̂, or bf16 k before the norm and ρ: GdnQK, 124 registers either
+// way), every load of a thread in flight before its first store; dW·K̂ᵀ
 // runs while group 2 lands. T16, dW16, dvn16 (and a bf16 v, else it is converted) 16-byte aligned.
 // Shared memory (dk = dv = 128): K̂, dW, V, dU as bf16 64x136, T, P, Y as bf16 64x72 (K̂'s lo half lives over
 // P and Y until phase 1 is done), 18 fp32 row vectors: 99.5 KiB.
