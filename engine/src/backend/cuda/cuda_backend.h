@@ -169,7 +169,7 @@ class CudaBackend final : public Backend {
                                           const kernels::GdnGates& gates, const GdnDims& d,
                                           const SeqLayout& seq, float scale, Tensor& o, GdnKeep what);
   // The backward's chunk quantities from the states and T GdnScratch::States kept (tensor-core path): W, M,
-  // G, V', and q̂, k̂, ρ.
+  // G, V', and ρ (q̂, k̂ too for inputs that are not bf16).
   void gdn_scratch_from_states(const Tensor& q, const Tensor& k, const Tensor& v,
                                const kernels::GdnGates& gates, float scale, const GdnDims& d,
                                CudaGdnSaved& f);

@@ -323,7 +323,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
     b16.Q = Qb.data;
   }
   if (r->Tm.defined()) b16.T = r->Tm.data;
-  // The backward's recompute (no output) also has the prep write q̂, k̂ and ρ for the backward's other kernels.
+  // The backward's recompute (no output) also has the prep write ρ (and, for inputs that are not bf16, q̂ and
+  // k̂) for the backward's other kernels.
   const kernels::GdnNormOut nout =
       gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr, !gdn_reads_raw_qk(q, k));
   cuda_check(kernels::launch_gdn_chunk_prep_mma(
@@ -510,7 +511,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       own = gdn_forward_core(q, k, v, gates, seq, scale, nullptr, GdnScratch::ForBackward);
       f = own.get();
     } else if (f->states_only) {
-      gdn_scratch_from_states(q, k, v, gates, scale, d, *f);  // the prep also writes q̂, k̂, ρ
+      gdn_scratch_from_states(q, k, v, gates, scale, d, *f);  // the prep also writes ρ (q̂, k̂ if not bf16)
     } else if (const bool raw = f->mma && gdn_reads_raw_qk(q, k); raw ? !f->rq.defined() : !f->qn.defined()) {
       gdn_l2norms(q, k, scale, *f, !raw);
     }
