@@ -426,7 +426,7 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
 
 cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const GdnGates& gates,
                                      const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
-                                     const float* Gc, const GdnBwdBf16& b, float* gsum, float* dkh,
+                                     const float* Gc, const GdnBwdBf16& b, float* gsum, void* dk_part16,
                                      KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
                                      int dv, cudaStream_t s) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
@@ -435,9 +435,9 @@ cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const Gdn
                                              b.dvn16, HK, HV, dk, dv, s);
   if (e == cudaSuccess)
     e = launch_gdn_chunk_grad_mma(dout, qk, Gc, chunks, nchunks, b.states16, b.dh16, b.vnew16, b.dvn16,
-                                  b.dqh16, dkh, b.dW16, gsum, gr.dg, HK, HV, dk, dv, s);
+                                  b.dqh16, dk_part16, b.dW16, gsum, gr.dg, HK, HV, dk, dv, s);
   if (e == cudaSuccess)
-    e = launch_gdn_wy_grad_mma(qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dkh, b.dkh16,
+    e = launch_gdn_wy_grad_mma(qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dk_part16, b.dkh16,
                                dv_out, gr, HK, HV, dk, dv, s);
   return e;
 }

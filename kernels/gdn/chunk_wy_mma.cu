@@ -27,12 +27,13 @@
 // dg stay fp32. Emulator, on the FMA WY kernel's inputs: nmse dk̂ ≤ 5e-7, dg ≤ 5e-8, dβ ≤ 4e-6, dv ≤ 6e-6
 // (bf16 dv), the same as the fp32-staging version.
 // Time at T = 8192 (2 x 4096), HK 16, HV 32 (4096 blocks, 15.5 per SM slot): DRAM traffic is ~0.64 GB per
-// launch (reads: 128 MB dk̂, 64 MB K̂, 64 MB each dW, dV', V, 32 MB T; writes: 64 MB dk̂ (the final sum in bf16:
-// only the L2 backward reads it; 128 MB as fp32 before session 6), 64 MB dv), i.e.
-// ~0.21 ms at ~3 TB/s; the ~1.7k mma per block (~1.5 us per block at 2 blocks per SM) overlap only partly,
-// since the co-resident blocks tend to stage together. Measured with a standalone harness on an H100 SXM
-// (bf16 v/dv): 0.31 ms (was 1.20 ms with synchronous fp32 staging at 1 block per SM); ~34k cycles per block,
-// a third of it the staging's wait for DRAM, the rest mostly phases 3-4 (the dk̂ read-modify-write).
+// launch (reads: 128 MB dk̂ (64 MB since its partial sums come in bf16), 64 MB K̂, 64 MB each dW, dV', V, 32 MB
+// T; writes: 64 MB dk̂ (the final sum in bf16: only the L2 backward reads it; 128 MB as fp32 before session
+// 6), 64 MB dv), i.e. ~0.21 ms at ~3 TB/s; the ~1.7k mma per block (~1.5 us per block at 2 blocks per SM)
+// overlap only partly, since the co-resident blocks tend to stage together. Measured with a standalone
+// harness on an H100 SXM (bf16 v/dv): 0.31 ms (was 1.20 ms with synchronous fp32 staging at 1 block per SM);
+// ~34k cycles per block, a third of it the staging's wait for DRAM, the rest mostly phases 3-4 (the dk̂
+// read-modify-write).
 #include "common/device.cuh"
 #include "gdn/chunk_util.cuh"
 #include "gdn/gate_math.cuh"
@@ -119,7 +120,6 @@ __device__ __forceinline__ void st_pair(KOut a, int64_t i, float x, float y) {
       break;
   }
 }
-__device__ __forceinline__ float2 ld_f2(const float* p) { return *reinterpret_cast<const float2*>(p); }
 __device__ __forceinline__ float2 ld_bf16x2(const bf16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
@@ -176,7 +176,7 @@ template <int DK, int DV> constexpr size_t wy_grad_mma_smem() {
 template <int DK, int DV, bool R16>
 __global__ void __launch_bounds__(NT, 2)
     gdn_chunk_wy_grad_mma_kernel(GdnQK qk, KIn v, GdnGates gates, const float* Gc, const int32_t* chunks,
-                                 const bf16* T16, const bf16* dW16, const bf16* dvn16, const float* dkh,
+                                 const bf16* T16, const bf16* dW16, const bf16* dvn16, const bf16* dkh,
                                  bf16* dkh16, KOut dv_out, GdnGateGrads gr, int64_t HK, int64_t HV) {
   static_assert(DK == DV && DK % 32 == 0, "one warp tile shape serves the key and value products");
   constexpr int LK = DK + 8, LV = DV + 8, LC = C + 8, NH = DK / 16;  // NH: n-blocks of a dk/2-wide tile
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
     for (int nb = 0; nb < NH; ++nb)
       df[hf][nb] =
-          ok[hf] ? ld_f2(dkh + (tr[hf] * HV + h) * DK + n4 + 8 * nb + 2 * t4) : make_float2(0.f, 0.f);
+          ok[hf] ? ld_bf16x2(dkh + (tr[hf] * HV + h) * DK + n4 + 8 * nb + 2 * t4) : make_float2(0.f, 0.f);
   {
     // 3. dÂ = −(Tᵀ·Y) ⊙ e^{G_i−G_j} for j < i < len (T_mi = 0 for m < i: k starts at the tile), with the
     // matching K̂K̂ᵀ tile for ra and ca. Tiles wholly above the diagonal (n0 ≥ m0 + 16) are zero.
@@ -408,7 +408,7 @@ __global__ void __launch_bounds__(NT, 2)
         if (gates.a.p)
           st(gr.db, o, gate_db(dbeta, bi));
         else
-          gr.dbeta[o] = dbeta;
+          st(gr.dbeta, o, dbeta);
         d[r] = dGin[i] + bi * gi * xw_ + bi * ra_ - ca_;
       }
     }
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(NT, 2)
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (gdn/emu)
 cudaError_t launch_gdn_wy_grad_mma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
                                    const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
-                                   const void* dvn16, const float* dkh, void* dkh16, KOut dv_out,
+                                   const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
                                    const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
                                    cudaStream_t s) {
   const int kind = gdn_qk_kind(qk);
@@ -452,7 +452,8 @@ cudaError_t launch_gdn_wy_grad_mma(const GdnQK& qk, KIn v, const GdnGates& gates
   if (e != cudaSuccess) return e;
   kern<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
       qk, v, gates, Gc, chunks, static_cast<const bf16*>(T16), static_cast<const bf16*>(dW16),
-      static_cast<const bf16*>(dvn16), dkh, static_cast<bf16*>(dkh16), dv_out, gr, HK, HV);
+      static_cast<const bf16*>(dvn16), static_cast<const bf16*>(dk_part16), static_cast<bf16*>(dkh16), dv_out,
+      gr, HK, HV);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

@@ -24,6 +24,15 @@ cudaError_t launch_l2norm_fwd(KIn x, float scale, float eps, float* y, float* rs
 // dx (T, HK, n) (=) rstd·(dŷ − x̂·Σ(dŷ⊙x̂)), dŷ = scale·Σ_group dyh.
 cudaError_t launch_l2norm_bwd_gva(KIn dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t T, int64_t HK,
                                   int64_t HV, int64_t n, cudaStream_t s);
+// Two of those (q's and k's) with the same T, HK, HV, n: one launch where the n = 128 kernel takes them.
+struct L2BwdArgs {
+  KIn dyh, x;
+  const float* rstd = nullptr;
+  float scale = 1.f;
+  KOut dx;
+};
+cudaError_t launch_l2norm_bwd_gva2(const L2BwdArgs& a, const L2BwdArgs& b, int64_t T, int64_t HK, int64_t HV,
+                                   int64_t n, cudaStream_t s);
 
 // Core forward. qn, kn F32 (T, HK, dk) already normalised (qn also scaled); v (T, HV, dv); g F32 (T, HV);
 // beta (T, HV); o (T, HV, dv) (=).
@@ -94,12 +103,11 @@ struct GdnGates {
   KIn beta{};
   KIn a{}, b{}, A_log{}, dt_bias{};
 };
-// The backward's gate gradients: dg, dbeta F32 (T, HV) (=), or with raw gates da, db (T, HV) (=) (dg is then
-// still the F32 scratch the kernels accumulate dg in).
+// The backward's gate gradients: dg F32 (T, HV) (=) and dbeta (T, HV) (=), or with raw gates da, db (T, HV)
+// (=) (dg is then still the F32 scratch the kernels accumulate dg in).
 struct GdnGateGrads {
   float* dg = nullptr;
-  float* dbeta = nullptr;
-  KOut da{}, db{};
+  KOut dbeta{}, da{}, db{};
 };
 // The tensor-core path keeps its chunk scratch in bf16 (bf16 bit patterns behind void pointers): every one of
 // these tensors is only ever an mma operand, so rounding it once where it is written gives the same products
@@ -113,8 +121,8 @@ struct GdnGateGrads {
 //   dW16     (T, HV, dk)             state products
 //   dqh16    (T, HV, dk)             state products + intra: dq̂ per value head (the L2 backward reads it)
 //   dkh16    (T, HV, dk)             WY backward: the final dk̂ per value head (likewise)
-// q̂, k̂ (fp32, per key head, or q, k before the norm with ρ: GdnQK), G (fp32) and the dk̂ partial sums between
-// the two kernels (fp32) stay fp32.
+//   dk_part16 (T, HV, dk)            state products + intra: the dk̂ partial sums the WY kernel adds to
+// q̂, k̂ (fp32, per key head, or q, k before the norm with ρ: GdnQK) and G stay fp32.
 // Head dims the tensor-core kernels are built for: dk = dv = 128.
 bool gdn_chunk_mma_supported(int dk, int dv);
 // q̂ = scale·q·ρ_q and k̂ = k·ρ_k as a backward kernel reads them: q, k before the L2 norm (BF16, (T, HK, dk))
@@ -132,19 +140,20 @@ inline int gdn_qk_kind(const GdnQK& qk) {
   return !qk.rq && !qk.rk && qk.q.t == KType::F32 && qk.k.t == KType::F32 ? 0 : -1;
 }
 
-// 2 + 3. state products and intra-chunk terms in one persistent kernel (chunk_bwd_mma.cu): dqh16 (bf16), dkh
-// (fp32) (=), dW16 (=), gsum (=) and dg (=) (the intra row sums plus the chunk's gsum term on its last row); the
-// contracts of chunk_bwd.cu's kernels 2 and 3 together.
+// 2 + 3. state products and intra-chunk terms in one persistent kernel (chunk_bwd_mma.cu): dqh16, dk_part16
+// (bf16) (=), dW16 (=), gsum (=) and dg (=) (the intra row sums plus the chunk's gsum term on its last row);
+// the contracts of chunk_bwd.cu's kernels 2 and 3 together.
 cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
                                       int nchunks, const void* states16, const void* dh16, const void* vnew16,
-                                      const void* dvn16, void* dqh16, float* dkh, void* dW16, float* gsum,
-                                      float* dg, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
-// 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dkh + the WY terms (bf16), dv (=), dg (+= then reverse cumsum
-// within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16
+                                      const void* dvn16, void* dqh16, void* dk_part16, void* dW16,
+                                      float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
+                                      cudaStream_t s);
+// 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dk_part16 + the WY terms (bf16), dv (=), dg (+= then reverse
+// cumsum within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16
 // elsewhere. With raw gates it writes da, db from the final dg, dβ instead (gr.dg is still read and written).
 cudaError_t launch_gdn_wy_grad_mma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
                                    const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
-                                   const void* dvn16, const float* dkh, void* dkh16, KOut dv_out,
+                                   const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
                                    const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
                                    cudaStream_t s);
 // The whole tensor-core backward after the recompute: reverse scan, 2 + 3, 4 (chunk_bwd.cu).
@@ -160,11 +169,11 @@ struct GdnBwdBf16 {
   void* dqh16 = nullptr;  // outputs: dq̂, dk̂ per value head (for launch_l2norm_bwd_gva)
   void* dkh16 = nullptr;
 };
-// dkh: fp32 scratch (T, HV, dk) for the dk̂ partial sums between the kernels. Each kernel is refused
+// dk_part16: bf16 scratch (T, HV, dk) for the dk̂ partial sums between the kernels. Each kernel is refused
 // (cudaErrorInvalidValue) for q, k that are neither BF16 with ρ nor F32 without (GdnQK).
 cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const GdnGates& gates,
                                      const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
-                                     const float* Gc, const GdnBwdBf16& b, float* gsum, float* dkh,
+                                     const float* Gc, const GdnBwdBf16& b, float* gsum, void* dk_part16,
                                      KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
                                      int dv, cudaStream_t s);
 

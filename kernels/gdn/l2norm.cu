@@ -69,11 +69,17 @@ __global__ void l2norm_fwd_n128_kernel(KIn x, float scale, float eps, float* y, 
   if (y) *reinterpret_cast<float4*>(y + base) = y4;
 }
 
-__global__ void l2norm_bwd_gva_n128_kernel(KIn dyh, KIn x, const float* rstd, float scale, KOut dx,
-                                           int64_t rows, int64_t HK, int64_t HV) {
-  const int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);  // t·HK + j
+// Rows [0, rows) of a, then (when the grid covers 2·rows) those of b.
+__global__ void l2norm_bwd_gva_n128_kernel(L2BwdArgs a, L2BwdArgs b, int64_t rows, int64_t HK, int64_t HV) {
+  int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);  // t·HK + j
   const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
+  if (row >= 2 * rows) return;
+  const bool second = row >= rows;
+  if (second) row -= rows;
+  const KIn dyh = second ? b.dyh : a.dyh, x = second ? b.x : a.x;
+  const float* rstd = second ? b.rstd : a.rstd;
+  const float scale = second ? b.scale : a.scale;
+  const KOut dx = second ? b.dx : a.dx;
   const int64_t t = row / HK, j = row % HK, r = HV / HK;
   const float rho = rstd[row];
   const int64_t at = row * kVecN + 4 * lane;
@@ -101,6 +107,12 @@ __global__ void l2norm_bwd_gva_n128_kernel(KIn dyh, KIn x, const float* rstd, fl
   }
 }
 
+// The n = 128 kernel's 4-value accesses: 8 bytes (bf16) or 16 (fp32) per lane.
+bool l2_bwd_vec_ok(const L2BwdArgs& a) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return aligned(a.dyh.p) && aligned(a.x.p) && aligned(a.dx.p);
+}
+
 }  // namespace
 
 cudaError_t launch_l2norm_fwd(KIn x, float scale, float eps, float* y, float* rstd, int64_t rows, int64_t n,
@@ -115,14 +127,25 @@ cudaError_t launch_l2norm_fwd(KIn x, float scale, float eps, float* y, float* rs
 }
 cudaError_t launch_l2norm_bwd_gva(KIn dyh, KIn x, const float* rstd, float scale, KOut dx, int64_t T, int64_t HK,
                                   int64_t HV, int64_t n, cudaStream_t s) {
+  const L2BwdArgs a{dyh, x, rstd, scale, dx};
   const int64_t rows = T * HK;
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  // The n = 128 kernel's 4-value accesses: 8 bytes (bf16) or 16 (fp32) per lane.
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (rows > 0 && n == kVecN && aligned(dyh.p) && aligned(x.p) && aligned(dx.p))
-    l2norm_bwd_gva_n128_kernel<<<blocks, kThreads, 0, s>>>(dyh, x, rstd, scale, dx, rows, HK, HV);
+  if (rows > 0 && n == kVecN && l2_bwd_vec_ok(a))
+    l2norm_bwd_gva_n128_kernel<<<blocks, kThreads, 0, s>>>(a, a, rows, HK, HV);
   else if (rows > 0)
     l2norm_bwd_gva_kernel<<<blocks, kThreads, 0, s>>>(dyh, x, rstd, scale, dx, rows, HK, HV, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_l2norm_bwd_gva2(const L2BwdArgs& a, const L2BwdArgs& b, int64_t T, int64_t HK, int64_t HV,
+                                   int64_t n, cudaStream_t s) {
+  const int64_t rows = T * HK;
+  if (rows == 0 || n != kVecN || !l2_bwd_vec_ok(a) || !l2_bwd_vec_ok(b)) {
+    const cudaError_t e = launch_l2norm_bwd_gva(a.dyh, a.x, a.rstd, a.scale, a.dx, T, HK, HV, n, s);
+    return e != cudaSuccess ? e : launch_l2norm_bwd_gva(b.dyh, b.x, b.rstd, b.scale, b.dx, T, HK, HV, n, s);
+  }
+  const unsigned blocks = static_cast<unsigned>((2 * rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  l2norm_bwd_gva_n128_kernel<<<blocks, kThreads, 0, s>>>(a, b, rows, HK, HV);
   return cudaGetLastError();
 }
 

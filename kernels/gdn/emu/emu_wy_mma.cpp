@@ -17,14 +17,17 @@ void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* 
     T = std::max<int64_t>(T, int64_t(s.chunks[2 * c]) + s.chunks[2 * c + 1]);
   const auto T16 = to_bf16(Tm, int64_t(s.nchunks) * s.HV * C * C);
   const auto dW16 = to_bf16(dW, T * s.HV * s.dk), dvn16 = to_bf16(dvn, T * s.HV * s.dv);
+  const auto dkp16 =
+      to_bf16(dkh, T * s.HV * s.dk);  // the partial sums arrive in bf16, as the kernel writes them
   // The kernel writes the sum (dkh + its terms) as bf16 into another buffer: widened back into dkh (+=).
   std::vector<bf16> dk16(T * s.HV * s.dk, __float2bfloat16_rn(0.f));
   emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, wy_grad_mma_smem<128, 128>(), [&] {
     const GdnQK qk = raw ? *raw : GdnQK{{nullptr, KType::F32}, {kn, KType::F32}};
     (raw ? gdn_chunk_wy_grad_mma_kernel<128, 128, true>
          : gdn_chunk_wy_grad_mma_kernel<128, 128, false>)(qk, v, GdnGates{nullptr, beta}, Gc, s.chunks,
-                                                          T16.data(), dW16.data(), dvn16.data(), dkh,
-                                                          dk16.data(), dv_out, GdnGateGrads{dg, dbeta}, s.HK,
+                                                          T16.data(), dW16.data(), dvn16.data(), dkp16.data(),
+                                                          dk16.data(), dv_out,
+                                                          GdnGateGrads{dg, KOut{dbeta, KType::F32}}, s.HK,
                                                           s.HV);
   });
   for (int c = 0; c < s.nchunks; ++c)

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/device_allocator.h"
+#include "backend/cuda/layout_tables.h"
 #include "common/kptr.h"
 
 namespace deltatune::kernels {
@@ -203,6 +204,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   Tensor cublas_ws_;
   Tensor scalars_;  // 16 bytes: one double accumulator + one int flag
+  LayoutTables layout_tables_;  // after alloc_: its tensors go back to the allocator first
 };
 
 // Typed views for the kernel launchers; throw Error naming `what` for dtypes the kernels cannot take.

@@ -23,34 +23,46 @@ const int32_t* iptr(const Tensor& t) { return static_cast<const int32_t*>(t.data
 }  // namespace
 
 Tensor CudaBackend::attention_tiles(const SeqLayout& seq) {
-  std::vector<int32_t> tiles;
-  const auto& cu = seq.host_cu_seqlens;
-  for (size_t n = 0; n + 1 < cu.size(); ++n)
-    for (int32_t t = cu[n]; t < cu[n + 1]; t += kernels::kAttnTile) {
-      tiles.push_back(static_cast<int32_t>(n));
-      tiles.push_back(t);
-    }
-  if (tiles.empty()) return Tensor();
-  return upload_bytes(tiles.data(), {static_cast<int64_t>(tiles.size() / 2), 2}, DType::I32);
+  return layout_tables_
+      .get(LayoutTables::Kind::AttnTiles, seq.host_cu_seqlens,
+           [&](LayoutTables::Entry& e) {
+             std::vector<int32_t> tiles;
+             const auto& cu = seq.host_cu_seqlens;
+             for (size_t n = 0; n + 1 < cu.size(); ++n)
+               for (int32_t t = cu[n]; t < cu[n + 1]; t += kernels::kAttnTile) {
+                 tiles.push_back(static_cast<int32_t>(n));
+                 tiles.push_back(t);
+               }
+             if (!tiles.empty())
+               e.a = upload_bytes(tiles.data(), {static_cast<int64_t>(tiles.size() / 2), 2}, DType::I32);
+           })
+      .a;
 }
 
 Tensor CudaBackend::attention_tiles_mma(const SeqLayout& seq) {
-  struct Tile {
-    int32_t seq, t0, before, after;  // tokens of the sequence before the tile start / from it on
-  };
-  std::vector<Tile> tiles;
-  const auto& cu = seq.host_cu_seqlens;
-  for (size_t n = 0; n + 1 < cu.size(); ++n)
-    for (int32_t t = cu[n]; t < cu[n + 1]; t += kernels::kAttnMmaTile)
-      tiles.push_back({static_cast<int32_t>(n), t, t - cu[n], cu[n + 1] - t});
-  if (tiles.empty()) return Tensor();
-  std::vector<int32_t> flat;
-  flat.reserve(tiles.size() * 4);
-  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.before > b.before; });
-  for (const Tile& t : tiles) flat.insert(flat.end(), {t.seq, t.t0});
-  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.after > b.after; });
-  for (const Tile& t : tiles) flat.insert(flat.end(), {t.seq, t.t0});
-  return upload_bytes(flat.data(), {static_cast<int64_t>(flat.size() / 2), 2}, DType::I32);
+  return layout_tables_
+      .get(LayoutTables::Kind::AttnTilesMma, seq.host_cu_seqlens,
+           [&](LayoutTables::Entry& e) {
+             struct Tile {
+               int32_t seq, t0, before, after;  // tokens of the sequence before the tile start / from it on
+             };
+             std::vector<Tile> tiles;
+             const auto& cu = seq.host_cu_seqlens;
+             for (size_t n = 0; n + 1 < cu.size(); ++n)
+               for (int32_t t = cu[n]; t < cu[n + 1]; t += kernels::kAttnMmaTile)
+                 tiles.push_back({static_cast<int32_t>(n), t, t - cu[n], cu[n + 1] - t});
+             if (tiles.empty()) return;
+             std::vector<int32_t> flat;
+             flat.reserve(tiles.size() * 4);
+             std::stable_sort(tiles.begin(), tiles.end(),
+                              [](const Tile& a, const Tile& b) { return a.before > b.before; });
+             for (const Tile& t : tiles) flat.insert(flat.end(), {t.seq, t.t0});
+             std::stable_sort(tiles.begin(), tiles.end(),
+                              [](const Tile& a, const Tile& b) { return a.after > b.after; });
+             for (const Tile& t : tiles) flat.insert(flat.end(), {t.seq, t.t0});
+             e.a = upload_bytes(flat.data(), {static_cast<int64_t>(flat.size() / 2), 2}, DType::I32);
+           })
+      .a;
 }
 
 namespace {
@@ -192,20 +204,24 @@ kernels::GdnGates gate_ptrs(const Backend::GdnGateInputs& gi) {
 }  // namespace
 
 GdnChunks CudaBackend::gdn_chunks(const SeqLayout& seq) {
-  std::vector<int32_t> c, off{0};
-  const auto& cu = seq.host_cu_seqlens;
-  for (size_t i = 0; i + 1 < cu.size(); ++i) {
-    for (int32_t t = cu[i]; t < cu[i + 1]; t += kernels::kGdnChunk) {
-      c.push_back(t);
-      c.push_back(std::min(kernels::kGdnChunk, cu[i + 1] - t));
-    }
-    off.push_back(static_cast<int32_t>(c.size() / 2));
-  }
+  const LayoutTables::Entry& e =
+      layout_tables_.get(LayoutTables::Kind::GdnChunks, seq.host_cu_seqlens, [&](LayoutTables::Entry& t) {
+        std::vector<int32_t> c, off{0};
+        const auto& cu = seq.host_cu_seqlens;
+        for (size_t i = 0; i + 1 < cu.size(); ++i) {
+          for (int32_t s = cu[i]; s < cu[i + 1]; s += kernels::kGdnChunk) {
+            c.push_back(s);
+            c.push_back(std::min(kernels::kGdnChunk, cu[i + 1] - s));
+          }
+          off.push_back(static_cast<int32_t>(c.size() / 2));
+        }
+        t.n = static_cast<int64_t>(c.size() / 2);
+        if (t.n == 0) c.assign(2, 0);
+        t.a = upload_bytes(c.data(), {static_cast<int64_t>(c.size() / 2), 2}, DType::I32);
+        t.b = upload_bytes(off.data(), {static_cast<int64_t>(off.size())}, DType::I32);
+      });
   GdnChunks r;
-  r.n = static_cast<int64_t>(c.size() / 2);
-  if (r.n == 0) c.assign(2, 0);
-  r.chunks = upload_bytes(c.data(), {static_cast<int64_t>(c.size() / 2), 2}, DType::I32);
-  r.off = upload_bytes(off.data(), {static_cast<int64_t>(off.size())}, DType::I32);
+  r.chunks = e.a, r.off = e.b, r.n = e.n;
   return r;
 }
 
@@ -477,20 +493,22 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
   cudaStream_t s = stream();
   const int nseq = static_cast<int>(seq.num_seqs());
   // With the gate inputs (gates.a set: tensor-core path only) the WY kernel writes da, db itself; dg32 is
-  // still the kernels' dg accumulator.
+  // still the kernels' dg accumulator. The tensor-core WY kernel also writes dβ, and accumulates dg in the
+  // output when that is F32; the other kernels take F32 scratch that is copied out at the end.
   const bool raw_gates = gates.a.p != nullptr;
-  Tensor dqh, dkh, dg32 = alloc({d.T, d.HV}, DType::F32), db32;
-  if (!raw_gates) db32 = alloc({d.T, d.HV}, DType::F32);
+  Tensor dqh, dkh, dg32, db32;
   kernels::GdnGateGrads gr;
-  gr.dg = fptr(dg32);
-  if (raw_gates)
-    gr.da = kout(*gout.da, "gdn da"), gr.db = kout(*gout.db, "gdn db");
-  else
-    gr.dbeta = fptr(db32);
+  if (raw_gates) gr.da = kout(*gout.da, "gdn da"), gr.db = kout(*gout.db, "gdn db");
+  auto gate_scratch = [&](bool dbeta) {
+    dg32 = alloc({d.T, d.HV}, DType::F32);
+    gr.dg = fptr(dg32);
+    if (dbeta) db32 = alloc({d.T, d.HV}, DType::F32);
+  };
   std::unique_ptr<CudaGdnSaved> own;
   CudaGdnSaved* f = dynamic_cast<CudaGdnSaved*>(saved);
   if (gdn_use_recurrent(d, smem_optin_)) {
     check(!raw_gates, "internal: gdn gates formed in the core need the tensor-core path");
+    gate_scratch(true);
     // The first (per-token) kernel: A/B timing, and head dims too large for the chunked kernels' tiles.
     own = gdn_forward_core(q, k, v, gates, seq, scale, nullptr, GdnScratch::None);  // only the L2 norms run
     f = own.get();
@@ -518,10 +536,15 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
     Tensor gsum = alloc({f->ch.n, d.HV}, DType::F32);
     const int nch = static_cast<int>(f->ch.n);
     if (f->mma) {
+      if (raw_gates || gout.dg->dtype != DType::F32)
+        gate_scratch(false);
+      else
+        gr.dg = fptr(*gout.dg);
+      if (!raw_gates) gr.dbeta = kout(*gout.dbeta, "gdn dbeta");
       // dq̂ and the final dk̂ per value head come out in bf16 (only the L2 backward reads them); the dk̂ partial
       // sums between the state/intra kernel and the WY kernel stay fp32.
       Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::BF16), dvn = alloc({d.T, d.HV, d.dv}, DType::BF16);
-      Tensor dk_part = alloc({d.T, d.HV, d.dk}, DType::F32);
+      Tensor dk_part = alloc({d.T, d.HV, d.dk}, DType::BF16);
       dqh = alloc({d.T, d.HV, d.dk}, DType::BF16);
       dkh = alloc({d.T, d.HV, d.dk}, DType::BF16);
       kernels::GdnBwdBf16 b;
@@ -535,10 +558,11 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
               : kernels::GdnQK{kin(f->qn, "gdn q-hat"), kin(f->kn, "gdn k-hat")};
       cuda_check(kernels::launch_gdn_chunk_bwd_mma(kin(dout, "gdn dout"), qk, kin(v, "gdn v"), gates,
                                                    iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
-                                                   fptr(f->Gc), b, fptr(gsum), fptr(dk_part),
+                                                   fptr(f->Gc), b, fptr(gsum), dk_part.data,
                                                    kout(dv, "gdn dv"), gr, d.HK, d.HV, d.dk, d.dv, s),
                  "gdn_bwd (chunked core, tensor cores)");
     } else {
+      gate_scratch(true);
       dqh = alloc({d.T, d.HV, d.dk}, DType::F32);
       dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
       Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
@@ -551,16 +575,12 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
     }
     f->states = Tensor();  // consumed: W now holds dW
   }
-  if (!raw_gates) {
-    copy(*gout.dg, dg32);
-    copy(*gout.dbeta, db32);
-  }
-  cuda_check(kernels::launch_l2norm_bwd_gva(kin(dqh, "gdn dq-hat"), kin(q, "gdn q"), fptr(f->rq), scale, kout(dq, "gdn dq"), d.T,
-                                            d.HK, d.HV, d.dk, s),
-             "gdn_bwd (l2norm q)");
-  cuda_check(kernels::launch_l2norm_bwd_gva(kin(dkh, "gdn dk-hat"), kin(k, "gdn k"), fptr(f->rk), 1.f, kout(dk, "gdn dk"), d.T,
-                                            d.HK, d.HV, d.dk, s),
-             "gdn_bwd (l2norm k)");
+  if (!raw_gates && dg32.defined()) copy(*gout.dg, dg32);
+  if (!raw_gates && db32.defined()) copy(*gout.dbeta, db32);
+  const kernels::L2BwdArgs l2q{kin(dqh, "gdn dq-hat"), kin(q, "gdn q"), fptr(f->rq), scale,
+                               kout(dq, "gdn dq")};
+  const kernels::L2BwdArgs l2k{kin(dkh, "gdn dk-hat"), kin(k, "gdn k"), fptr(f->rk), 1.f, kout(dk, "gdn dk")};
+  cuda_check(kernels::launch_l2norm_bwd_gva2(l2q, l2k, d.T, d.HK, d.HV, d.dk, s), "gdn_bwd (l2norm q, k)");
 }
 
 // ---- losses ------------------------------------------------------------------------------------------------
