@@ -69,45 +69,77 @@ __global__ void l2norm_fwd_n128_kernel(KIn x, float scale, float eps, float* y, 
   if (y) *reinterpret_cast<float4*>(y + base) = y4;
 }
 
-// Rows [0, rows) of a, then (when the grid covers 2·rows) those of b.
-__global__ void l2norm_bwd_gva_n128_kernel(L2BwdArgs a, L2BwdArgs b, int64_t rows, int64_t HK, int64_t HV) {
-  int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);  // t·HK + j
-  const int lane = threadIdx.x & 31;
-  if (row >= 2 * rows) return;
-  const bool second = row >= rows;
-  if (second) row -= rows;
-  const KIn dyh = second ? b.dyh : a.dyh, x = second ? b.x : a.x;
-  const float* rstd = second ? b.rstd : a.rstd;
-  const float scale = second ? b.scale : a.scale;
-  const KOut dx = second ? b.dx : a.dx;
-  const int64_t t = row / HK, j = row % HK, r = HV / HK;
-  const float rho = rstd[row];
-  const int64_t at = row * kVecN + 4 * lane;
-  const float4 x4 = l2_row_load4(x, at);
-  float d[4] = {0.f, 0.f, 0.f, 0.f}, dot = 0.f;
-  for (int64_t m = 0; m < r; ++m) {
-    const float4 g = l2_row_load4(dyh, ((t * HV) + j * r + m) * kVecN + 4 * lane);
-    d[0] += g.x, d[1] += g.y, d[2] += g.z, d[3] += g.w;
-  }
-  const float xv[4] = {x4.x, x4.y, x4.z, x4.w};
+// The backward for dk = 128 takes half a warp per row: 8 consecutive values per lane (one 16-byte access per
+// bf16 row, two per fp32 row), twice the bytes in flight per instruction of a warp-per-row layout (0.122 ->
+// see PERF_NOTES session 9 at T 8192, HK 16, HV 32).
+constexpr int kBwdRowsPerBlock = 2 * kRowsPerBlock;
+__device__ __forceinline__ void load8(KIn x, int64_t at, float (&v)[8]) {
+  if (x.t == KType::BF16) {
+    const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(x.p) + at);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-  for (int e = 0; e < 4; ++e) dot += scale * d[e] * xv[e] * rho;
-  dot = warp_sum(dot);
-  float y[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) y[e] = rho * (scale * d[e] - xv[e] * rho * dot);
-  if (dx.t == KType::BF16) {
-    *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(dx.p) + at) =
-        make_uint2(mma::pack_bf16(y[0], y[1]), mma::pack_bf16(y[2], y[3]));
-  } else if (dx.t == KType::F32) {
-    *reinterpret_cast<float4*>(static_cast<float*>(dx.p) + at) = make_float4(y[0], y[1], y[2], y[3]);
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
+      v[2 * e] = f.x, v[2 * e + 1] = f.y;
+    }
+  } else if (x.t == KType::F32) {
+    const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(x.p) + at);
+    const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(x.p) + at + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) st(dx, at + e, y[e]);
+    for (int e = 0; e < 8; ++e) v[e] = ld(x, at + e);
+  }
+}
+__device__ __forceinline__ void store8(KOut x, int64_t at, const float (&v)[8]) {
+  if (x.t == KType::BF16) {
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(x.p) + at) =
+        make_uint4(mma::pack_bf16(v[0], v[1]), mma::pack_bf16(v[2], v[3]), mma::pack_bf16(v[4], v[5]),
+                   mma::pack_bf16(v[6], v[7]));
+  } else if (x.t == KType::F32) {
+    *reinterpret_cast<float4*>(static_cast<float*>(x.p) + at) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4*>(static_cast<float*>(x.p) + at + 4) = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) st(x, at + e, v[e]);
   }
 }
 
-// The n = 128 kernel's 4-value accesses: 8 bytes (bf16) or 16 (fp32) per lane.
+// Rows [0, rows) of a, then, when total is 2·rows, those of b.
+__global__ void l2norm_bwd_gva_n128_kernel(L2BwdArgs a, L2BwdArgs b, int64_t rows, int64_t total, int64_t HK,
+                                           int64_t HV) {
+  const int lane = threadIdx.x & 31, c = 8 * (lane & 15);
+  int64_t row = (blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5)) * 2 + (lane >> 4);  // t·HK + j
+  if (row >= total) row = -1;  // a dead half-warp still takes part in the shuffles
+  const bool second = row >= rows;
+  if (second) row -= rows;
+  const KIn dyh = second ? b.dyh : a.dyh, x = second ? b.x : a.x;
+  const float scale = second ? b.scale : a.scale;
+  const int64_t t = row / HK, j = row % HK, r = HV / HK;
+  float xv[8] = {}, d[8] = {}, rho = 0.f;
+  if (row >= 0) {
+    rho = (second ? b.rstd : a.rstd)[row];
+    load8(x, row * kVecN + c, xv);
+    for (int64_t m = 0; m < r; ++m) {
+      float g[8];
+      load8(dyh, ((t * HV) + j * r + m) * kVecN + c, g);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) d[e] += g[e];
+    }
+  }
+  float dot = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) dot += scale * d[e] * xv[e] * rho;
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+  if (row < 0) return;
+  float y[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) y[e] = rho * (scale * d[e] - xv[e] * rho * dot);
+  store8(second ? b.dx : a.dx, row * kVecN + c, y);
+}
+
+// The n = 128 kernel's 8-value accesses: 16 bytes (bf16) or 2 x 16 (fp32) per lane.
 bool l2_bwd_vec_ok(const L2BwdArgs& a) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return aligned(a.dyh.p) && aligned(a.x.p) && aligned(a.dx.p);
@@ -131,7 +163,8 @@ cudaError_t launch_l2norm_bwd_gva(KIn dyh, KIn x, const float* rstd, float scale
   const int64_t rows = T * HK;
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
   if (rows > 0 && n == kVecN && l2_bwd_vec_ok(a))
-    l2norm_bwd_gva_n128_kernel<<<blocks, kThreads, 0, s>>>(a, a, rows, HK, HV);
+    l2norm_bwd_gva_n128_kernel<<<(rows + kBwdRowsPerBlock - 1) / kBwdRowsPerBlock, kThreads, 0, s>>>(a, a, rows,
+                                                                                                       rows, HK, HV);
   else if (rows > 0)
     l2norm_bwd_gva_kernel<<<blocks, kThreads, 0, s>>>(dyh, x, rstd, scale, dx, rows, HK, HV, n);
   return cudaGetLastError();
@@ -144,8 +177,8 @@ cudaError_t launch_l2norm_bwd_gva2(const L2BwdArgs& a, const L2BwdArgs& b, int64
     const cudaError_t e = launch_l2norm_bwd_gva(a.dyh, a.x, a.rstd, a.scale, a.dx, T, HK, HV, n, s);
     return e != cudaSuccess ? e : launch_l2norm_bwd_gva(b.dyh, b.x, b.rstd, b.scale, b.dx, T, HK, HV, n, s);
   }
-  const unsigned blocks = static_cast<unsigned>((2 * rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  l2norm_bwd_gva_n128_kernel<<<blocks, kThreads, 0, s>>>(a, b, rows, HK, HV);
+  const unsigned blocks = static_cast<unsigned>((2 * rows + kBwdRowsPerBlock - 1) / kBwdRowsPerBlock);
+  l2norm_bwd_gva_n128_kernel<<<blocks, kThreads, 0, s>>>(a, b, rows, 2 * rows, HK, HV);
   return cudaGetLastError();
 }
 
