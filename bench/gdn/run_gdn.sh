@@ -5,7 +5,9 @@
 # MiB columns: the allocator's peak above the inputs, and "kept": what the forward leaves allocated for the
 # backward (besides inputs and output). TFLOP/s: ours, forward + backward (bench_gdn's FLOP convention).
 #   bench/gdn/run_gdn.sh BENCH_GDN_BIN WHEEL_DIR   (WHEEL_DIR: flash-linear-attention, fla-core, einops wheels)
-# Env TOKENS (4096,8192,16384,32768), SEQ (4096).
+# Env TOKENS (4096,8192,16384,32768), SEQ (4096). GPU_TIME=1 also compares GPU kernel time per fwd+bwd (ours in
+# states mode under Nsight Compute, FLA under torch.profiler): the wall-clock ratio includes FLA's host cost
+# (~3.4 ms per fwd+bwd on an H100 machine, measured at 64 tokens), the GPU-time ratio does not.
 set -u
 BIN=${1:?bench_gdn binary}
 WHL=${2:?wheel dir}
@@ -39,3 +41,14 @@ for t, d in sorted(by.items()):
               f"{o['peak_mib']:9.0f} {f['peak_mib']:9.0f} {o.get('saved_mib', -1):9.0f} {f.get('saved_mib', -1):9.0f}")
 print(json.dumps({"bench": "gdn_summary", "rows": rows}))
 PY
+if [ "${GPU_TIME:-0}" = 1 ]; then
+  echo "GPU kernel time per fwd+bwd: ours (states, ncu) vs FLA (torch.profiler)"
+  for T in ${TOKENS//,/ }; do
+    ours=$(OUT=${OUT:-/tmp} bash "$HERE/../../scripts/profile_gdn.sh" "$BIN" --tokens "$T" --seq "$SEQ" --keep states |
+      awk '$1 == "total" {print $3}')
+    fla=$(PYTHONPATH=/tmp/fla_site python3 "$HERE/fla_gdn.py" --tokens "$T" --seq "$SEQ" --iters 1 --profile 2>/dev/null |
+      awk '/GPU kernel sum/ {print $(NF-1)}')
+    python3 -c "import sys; o, f = float(sys.argv[2]), float(sys.argv[3]); print(f'{int(sys.argv[1]):7d}  ours {o:.3f} ms  FLA {f:.3f} ms  x {f / o:.2f}')" \
+      "$T" "${ours:-nan}" "${fla:-nan}"
+  done
+fi

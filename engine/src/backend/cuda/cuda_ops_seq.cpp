@@ -541,8 +541,8 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       else
         gr.dg = fptr(*gout.dg);
       if (!raw_gates) gr.dbeta = kout(*gout.dbeta, "gdn dbeta");
-      // dq̂ and the final dk̂ per value head come out in bf16 (only the L2 backward reads them); the dk̂ partial
-      // sums between the state/intra kernel and the WY kernel stay fp32.
+      // dq̂ and the final dk̂ per value head come out in bf16 (only the L2 backward reads them), and so do the dk̂
+      // partial sums between the state/intra kernel and the WY kernel.
       Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::BF16), dvn = alloc({d.T, d.HV, d.dv}, DType::BF16);
       Tensor dk_part = alloc({d.T, d.HV, d.dk}, DType::BF16);
       dqh = alloc({d.T, d.HV, d.dk}, DType::BF16);
