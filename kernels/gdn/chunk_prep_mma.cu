@@ -25,7 +25,7 @@
 //     W, M and T (GdnScanBf16::T, read by the backward's WY kernel); U stays fp32.
 // With a kept T (GdnScanBf16::T_kept: the backward after a GdnKeep::States forward) warps 0-3 widen it into
 // the T tile in place of steps 1-3's K̂K̂ᵀ, A and solve; W and U then use bf16(T) split hi + lo as above.
-// ptxas (sm_90a, -O3): 127 registers/thread (cap 128 for 2 blocks/SM), no spills. Shared memory
+// ptxas (sm_90a, -O3): 128 registers/thread (the cap for 2 blocks/SM), no spills. Shared memory
 // 107,520 B/block (K̂ hi, K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ, ρ_k): 2 blocks/SM.
 // Measured (H100, T = 8192, HK 16, HV 32, session 6): 0.40-0.44 ms per call; ncu's stall samples by phase:
 // staging ~34% (mostly waiting for the q/k/v loads), gram 11%, epilogues + diagonal solve 13%, off-diagonal
