@@ -2,8 +2,8 @@
 //   forward:  ρ = 1/sqrt(Σx² + eps);  y (=) scale·x·ρ (F32);  rstd (=) ρ
 //   backward (with the GVA sum of spec §4.3 step 7): dŷ = scale·Σ_{value heads of the group} dyh,
 //             x̂ = x·ρ;  dx (=) ρ·(dŷ − x̂·Σ(dŷ⊙x̂))
+#include "common/bf16x8.cuh"
 #include "common/device.cuh"
-#include "common/mma.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/l2norm_row.cuh"
 
@@ -70,18 +70,14 @@ __global__ void l2norm_fwd_n128_kernel(KIn x, float scale, float eps, float* y, 
 }
 
 // The backward for dk = 128 takes half a warp per row: 8 consecutive values per lane (one 16-byte access per
-// bf16 row, two per fp32 row), twice the bytes in flight per instruction of a warp-per-row layout (0.122 ->
-// see PERF_NOTES session 9 at T 8192, HK 16, HV 32).
+// bf16 row, two per fp32 row), twice the bytes in flight per instruction of a warp-per-row layout (q's and k's
+// rows in one launch: 0.122 -> 0.096 ms at T 8192, HK 16, HV 32; kernels/PERF_NOTES.md session 9).
 constexpr int kBwdRowsPerBlock = 2 * kRowsPerBlock;
 __device__ __forceinline__ void load8(KIn x, int64_t at, float (&v)[8]) {
-  if (x.t == KType::BF16) {
-    const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(x.p) + at);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  if (x.t == KType::BF16) {  // at is a multiple of 8
+    const Bf16x8 b = ld8(x.p, at / 8);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
-      v[2 * e] = f.x, v[2 * e + 1] = f.y;
-    }
+    for (int e = 0; e < 8; ++e) v[e] = b.v[e];
   } else if (x.t == KType::F32) {
     const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(x.p) + at);
     const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(x.p) + at + 4);
@@ -93,9 +89,10 @@ __device__ __forceinline__ void load8(KIn x, int64_t at, float (&v)[8]) {
 }
 __device__ __forceinline__ void store8(KOut x, int64_t at, const float (&v)[8]) {
   if (x.t == KType::BF16) {
-    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(x.p) + at) =
-        make_uint4(mma::pack_bf16(v[0], v[1]), mma::pack_bf16(v[2], v[3]), mma::pack_bf16(v[4], v[5]),
-                   mma::pack_bf16(v[6], v[7]));
+    Bf16x8 b;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) b.v[e] = v[e];
+    st8(x.p, at / 8, b);
   } else if (x.t == KType::F32) {
     *reinterpret_cast<float4*>(static_cast<float*>(x.p) + at) = make_float4(v[0], v[1], v[2], v[3]);
     *reinterpret_cast<float4*>(static_cast<float*>(x.p) + at + 4) = make_float4(v[4], v[5], v[6], v[7]);
