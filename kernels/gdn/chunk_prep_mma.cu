@@ -227,8 +227,10 @@ __device__ __forceinline__ void off_diagonal_t(const float* Af, float* Tf, int k
     }
 }
 
-// Rows m0 + lane/4 (+8) of a 16 x 64 warp tile → dst (F32, row stride HV·PD from the chunk's first token) and,
-// when not null, dsth (its bf16 copy, same layout), rows < len only.
+// Rows m0 + lane/4 (+8) of a 16 x 64 warp tile → dst (F32, row stride HV·PD from the chunk's first token)
+// and, when not null, dsth (its bf16 copy, same layout; with IMG the chunk's operand image tile instead,
+// gdn_scan_image_index), rows < len only.
+template <bool IMG = false>
 __device__ __forceinline__ void store_rows(float* dst, bf16* dsth, const float (&acc)[8][4], int m0, int n0,
                                            int len, int64_t rstride) {
   const int lane = threadIdx.x & 31;
@@ -240,7 +242,9 @@ __device__ __forceinline__ void store_rows(float* dst, bf16* dsth, const float (
     for (int nb = 0; nb < 8; ++nb) {
       const int64_t at = i * rstride + n0 + 8 * nb + 2 * (lane & 3);
       if (dst) *reinterpret_cast<float2*>(dst + at) = make_float2(acc[nb][2 * hf], acc[nb][2 * hf + 1]);
-      if (dsth) st_bf16x2(dsth + at, acc[nb][2 * hf], acc[nb][2 * hf + 1]);
+      if (dsth)
+        st_bf16x2(dsth + (IMG ? gdn_scan_image_index(i, n0 + 8 * nb + 2 * (lane & 3)) : at), acc[nb][2 * hf],
+                  acc[nb][2 * hf + 1]);
     }
   }
 }
@@ -279,12 +283,33 @@ __device__ __forceinline__ void store_tile_neg(bf16* dst, const float (&acc)[8][
 
 // The scan's bf16 K̂ and Q̂ operands (GdnScanBf16) for rows < len: Kd = bf16(K̂_i·e^{G_last − G_i}) with the
 // scan's own expression for the factor (its staging computes it so from Gc) and K̂ = k·ρ_k reread (L2) as the
-// staging formed it, Q = the Q̂ tile (bf16(Q̂)).
+// staging formed it, Q = the Q̂ tile (bf16(Q̂)). As operand images (img, at the chunk's tiles Kd, Q): all 64
+// rows, Kd's rows past the chunk's end zero.
 __device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const float* Rk, const bf16* Qs,
-                                              const float* Gs, int64_t t0, int len, int64_t h, int64_t hk, int64_t HK,
-                                              int64_t HV) {
+                                              const float* Gs, int64_t t0, int len, int64_t h, int64_t hk,
+                                              int64_t HK, int64_t HV, bool img) {
   constexpr int R8 = PD / 8;  // 8-element pieces per row
   const float gl = Gs[len - 1];
+  if (img) {
+    for (int idx = threadIdx.x; idx < C * R8; idx += NT) {
+      const int r = idx / R8, c = (idx % R8) * 8;
+      const int64_t at = gdn_scan_image_index(r, c);
+      if (Kd) {
+        uint4 x = make_uint4(0u, 0u, 0u, 0u);
+        if (r < len) {
+          const float dc = expf(gl - Gs[r]), rho = Rk[r];
+          const int64_t src = ((t0 + r) * HK + hk) * PD + c;
+          float4 a = l2_row_load4(k, src), b = l2_row_load4(k, src + 4);
+          x = make_uint4(
+              mma::pack_bf16(a.x * rho * dc, a.y * rho * dc), mma::pack_bf16(a.z * rho * dc, a.w * rho * dc),
+              mma::pack_bf16(b.x * rho * dc, b.y * rho * dc), mma::pack_bf16(b.z * rho * dc, b.w * rho * dc));
+        }
+        *reinterpret_cast<uint4*>(Kd + at) = x;
+      }
+      if (Q) *reinterpret_cast<uint4*>(Q + at) = *reinterpret_cast<const uint4*>(Qs + r * LK + c);
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < len * R8; idx += NT) {
     const int r = idx / R8, c = (idx % R8) * 8;
     if (Kd) {
@@ -306,7 +331,7 @@ __global__ void __launch_bounds__(NT, 2)
     gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, GdnGates gates,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
                               int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th,
-                              const bf16* S16, bf16* Vn16, const bf16* Tk) {
+                              const bf16* S16, bf16* Vn16, const bf16* Tk, bool img) {
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);       // [C][LK] K̂ hi
   bf16* Kl = Kh + C * LK;                             // [C][LK] K̂ lo
@@ -491,7 +516,7 @@ __global__ void __launch_bounds__(NT, 2)
         for (int e = 0; e < 2; ++e)
           x[e] = (i >= j + e && i < len) ? acc[nb][2 * hf + e] * expf(Gi - Gs[j + e]) : 0.f;
         if (Mo) *reinterpret_cast<float2*>(Mo + i * C + j) = make_float2(x[0], x[1]);
-        if (Moh) st_bf16x2(Moh + i * C + j, x[0], x[1]);
+        if (Moh) st_bf16x2(Moh + (img ? gdn_scan_image_index(i, j) : i * C + j), x[0], x[1]);
       }
     }
     if (warp >= 4 && warp < 6) {
@@ -514,8 +539,14 @@ __global__ void __launch_bounds__(NT, 2)
   }
 
   // ---- 4. the scan's bf16 K̂, Q̂; Tout, W = T·diag(βγ)·K̂, U = T·diag(β)·V ----
-  if (Kdh || Qh)
-    store_scan_kq(Kdh, h % (HV / HK) == 0 ? Qh : nullptr, k, Rk, Qs, Gs, t0, len, h, hk, HK, HV);
+  if (Kdh || Qh) {
+    bf16 *kd = Kdh, *qd = h % (HV / HK) == 0 ? Qh : nullptr;
+    if (img) {  // the chunk's image tiles
+      if (kd) kd += (static_cast<int64_t>(ch) * HV + h) * C * PD;
+      if (qd) qd += (static_cast<int64_t>(ch) * HK + hk) * C * PD;
+    }
+    store_scan_kq(kd, qd, k, Rk, Qs, Gs, t0, len, h, hk, HK, HV, img);
+  }
   if ((Tout || Th) && !Tk) {
     const int64_t tb = (static_cast<int64_t>(ch) * HV + h) * C * C;
     for (int idx = tid; idx < C * C / 4; idx += NT) {
@@ -533,7 +564,11 @@ __global__ void __launch_bounds__(NT, 2)
     const int n0 = (PD / 2) * (warp >> 2);
     const int64_t rs = HV * PD, ob = (t0 * HV + h) * PD;
     t_times<true>(acc, Tf, BGs, Kh, Kl, m0, n0, rb + 1);
-    store_rows(W ? W + ob : nullptr, Wh ? Wh + ob : nullptr, acc, m0, n0, len, rs);
+    if (img)
+      store_rows<true>(W ? W + ob : nullptr, Wh ? Wh + (static_cast<int64_t>(ch) * HV + h) * C * PD : nullptr,
+                       acc, m0, n0, len, rs);
+    else
+      store_rows(W ? W + ob : nullptr, Wh ? Wh + ob : nullptr, acc, m0, n0, len, rs);
     if (S16) {  // −bf16(W) into the free Q̂ tile; then S (bf16 [dk][dv]) over the K̂ hi + lo tiles (no longer read)
       __syncthreads();  // store_scan_kq's readers of Q̂ are done
       store_tile_neg(Qs, acc, m0, n0);
@@ -579,7 +614,7 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
       b16 ? static_cast<bf16*>(b16->W) : nullptr, b16 ? static_cast<bf16*>(b16->Kd) : nullptr,
       b16 ? static_cast<bf16*>(b16->Q) : nullptr, b16 ? static_cast<bf16*>(b16->M) : nullptr,
       b16 ? static_cast<bf16*>(b16->T) : nullptr, static_cast<const bf16*>(states16),
-      static_cast<bf16*>(vnew16), b16 ? static_cast<const bf16*>(b16->T_kept) : nullptr);
+      static_cast<bf16*>(vnew16), b16 ? static_cast<const bf16*>(b16->T_kept) : nullptr, b16 && b16->image);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

@@ -416,6 +416,11 @@ bool scan_mma_prefetch(int64_t blocks, bool two_per_sm, int sms) {
 }
 }  // namespace
 
+bool gdn_scan_wgmma_selected(int64_t pairs, int dv, bool with_o) {
+  return with_o && gdn_chunk_mma_supported(128, dv) && gdn_scan_wgmma_available() &&
+         scan_mma_tile_cols(pairs, dv, true, true, sm_count()) == 64;
+}
+
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
                                       const float* M, const float* Gc, const int32_t* chunks,
                                       const int32_t* chunk_off, int nseq, KOut o, void* states16, void* vnew16,
@@ -427,6 +432,10 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
   const int sms = sm_count();
   const int bv = scan_mma_tile_cols(int64_t(nseq) * HV, dv, use_b16, with_o, sms);
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
+  if (b16 && b16->image) {  // operand images: only the wgmma kernel reads them (gdn_scan_wgmma_selected)
+    if (!(bv == 64 && with_o && use_b16 && gdn_scan_wgmma_available())) return cudaErrorInvalidValue;
+    return launch_gdn_chunk_scan_wgmma(U, Gc, chunks, chunk_off, nseq, o, states16, vnew16, HK, HV, *b16, s);
+  }
   const bool pf = bv == 64 || scan_mma_prefetch(int64_t(grid.x) * grid.y, !with_o && use_b16, sms);
   decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true, true, false>) kernel = nullptr;
   size_t smem = 0;

@@ -177,18 +177,22 @@ cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const Gdn
                                      KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
                                      int dv, cudaStream_t s);
 
-// ---- bf16 operands of the tensor-core forward scan, written by its prep (BF16 scratch, bf16 bit patterns) ----
-// Rounded (round to nearest even) from the fp32 values exactly as the scan's fp32 staging rounds them, so the
-// scan's results do not depend on which it reads. Rows past a chunk's end are not written (the scan zero-fills).
+// ---- bf16 operands of the tensor-core forward scan, written by its prep (BF16 scratch, bf16 bit patterns)
+// ---- Rounded (round to nearest even) from the fp32 values exactly as the scan's fp32 staging rounds them,
+// so the scan's results do not depend on which it reads. Rows past a chunk's end are not written (the scan
+// zero-fills).
 //   W  (T, HV, dk)               bf16(W)
-//   Kd (T, HV, dk)               bf16(K̂_i·e^{G_last − G_i}), G the chunk-local cumsum (Gc), G_last its last row
-//   Q  (T, HK, dk)               bf16(Q̂) (written by the first value head of each key head)
-//   M  (nchunks, HV, 64, 64)     bf16(M), all 64 rows
-//   T  (nchunks, HV, 64, 64)     bf16(T), T = (I + A)^{-1} as Tout (the backward's WY kernel reads it)
+//   Kd (T, HV, dk)               bf16(K̂_i·e^{G_last − G_i}), G the chunk-local cumsum (Gc), G_last its last
+//   row Q  (T, HK, dk)               bf16(Q̂) (written by the first value head of each key head) M  (nchunks,
+//   HV, 64, 64)     bf16(M), all 64 rows T  (nchunks, HV, 64, 64)     bf16(T), T = (I + A)^{-1} as Tout (the
+//   backward's WY kernel reads it)
 // T_kept: bf16(T) as an earlier prep over the same inputs wrote it (the forward of GdnKeep::States); the prep
 // then reads it instead of forming K̂K̂ᵀ and solving for T (and writes no T).
 // A null member is not written; the scan reads the set when W and Kd (and, with output, Q and M) are given,
 // else it stages the fp32 scratch.
+// image: W, Kd, Q and M are written as the wgmma scan's operand images instead (gdn_scan_image_index): per
+// (chunk, head) one 64-row tile, W, Kd (nchunks, HV, 64, dk), Q (nchunks, HK, 64, dk), M (nchunks, HV, 64,
+// 64), with Kd's rows past a chunk's end zero. Only launch_gdn_chunk_scan_wgmma reads them so.
 struct GdnScanBf16 {
   void* W = nullptr;
   void* Kd = nullptr;
@@ -196,7 +200,14 @@ struct GdnScanBf16 {
   void* M = nullptr;
   void* T = nullptr;
   const void* T_kept = nullptr;
+  bool image = false;
 };
+
+// Element (r, c) of a 64-row operand image tile: the tensor cores' 8 x 8 core matrices, column group major
+// (8 columns of the 64 rows, then the next 8), so the scan copies a tile as one contiguous block.
+__host__ __device__ constexpr int64_t gdn_scan_image_index(int r, int c) {
+  return (int64_t(c >> 3) * kGdnChunk + r) * 8 + (c & 7);
+}
 
 // ---- tensor-core forward scan, chunk_scan_mma.cu (dk = dv = 128) ----
 // Same contract as the FMA scan of launch_gdn_chunk_fwd (after its prep): o (=) unless o.p is null, states16
@@ -208,6 +219,18 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
                                       const int32_t* chunk_off, int nseq, KOut o, void* states16, void* vnew16,
                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
                                       const GdnScanBf16* b16 = nullptr);
+
+// The BV 64 variant with output on Hopper's warpgroup tensor cores (chunk_scan_wgmma.cu, sm_90a): same
+// results contract, reading the prep's operand images (GdnScanBf16::image). launch_gdn_chunk_scan_mma calls
+// it for images; gdn_scan_wgmma_selected says whether a scan of `pairs` (sequence, value head) pairs with
+// output takes this kernel (its 64-column tile, and gdn_scan_wgmma_available(): a compute capability 9
+// device, DT_GDN_SCAN_MMA unset), i.e. whether the prep is to write images. U: fp32 (T, HV, dv).
+bool gdn_scan_wgmma_available();
+bool gdn_scan_wgmma_selected(int64_t pairs, int dv, bool with_o);
+cudaError_t launch_gdn_chunk_scan_wgmma(const float* U, const float* Gc, const int32_t* chunks,
+                                        const int32_t* chunk_off, int nseq, KOut o, void* states16,
+                                        void* vnew16, int64_t HK, int64_t HV, const GdnScanBf16& b16,
+                                        cudaStream_t s);
 
 // ---- tensor-core forward prep, chunk_prep_mma.cu ----
 // Same contract as the prep step of launch_gdn_chunk_fwd (gdn_chunk_prep_kernel), except that it takes q and k

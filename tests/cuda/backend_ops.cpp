@@ -560,14 +560,16 @@ void case_gdn(Env& e) {
       compare_gdn_grads(e, "gdn_gated_bwd", kt + tag.str(), dq4, dk4, dv4, da4, db4, {"da", "db"});
     }
     if (c.dk != 128 || c.dv != 128) continue;
-    // The other kernel path for these head dims (cuda_ops_seq.cpp): DT_GDN_FMA=1 keeps every chunk kernel on
-    // fp32 FMA (the default above runs them on tensor cores).
+    // The other kernel paths for these head dims (cuda_ops_seq.cpp): DT_GDN_FMA=1 keeps every chunk kernel on
+    // fp32 FMA (the default above runs them on tensor cores); DT_GDN_SCAN_MMA=1 runs the forward scan's
+    // 64-column tile on mma.sync where the default runs it on wgmma (Hopper).
     struct Path {
       const char* env;
       const char* name;
       double dg_tol;
     };
-    for (const Path& p : {Path{"DT_GDN_FMA", "gdn (fma)", 5e-4}}) {
+    for (const Path& p :
+         {Path{"DT_GDN_FMA", "gdn (fma)", 5e-4}, Path{"DT_GDN_SCAN_MMA", "gdn (scan mma.sync)", 5e-4}}) {
       setenv(p.env, "1", 1);
       Pair o3 = e.out({T, c.HV, c.dv}, BF);
       Pair dq3 = e.out({T, c.HK, c.dk}, BF), dk3 = e.out({T, c.HK, c.dk}, BF), dv3 = e.out({T, c.HV, c.dv}, BF);

@@ -312,14 +312,19 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   check(r->mma || scratch != GdnScratch::States, "internal: gdn states-only keep needs the tensor-core path");
   r->states_only = scratch == GdnScratch::States;
   const DType st = r->mma ? DType::BF16 : DType::F32;
-  r->W = alloc({d.T, d.HV, d.dk}, st);
+  const int nseq = static_cast<int>(seq.num_seqs());
+  // The wgmma scan (Hopper, 64-column tiles) reads W, Kd, Q̂, M as per-chunk operand images; the backward then
+  // recomputes W and M (images are never kept).
+  const bool image =
+      r->mma && o && !for_backward && kernels::gdn_scan_wgmma_selected(nseq * d.HV, d.dv, true);
+  r->W = image ? alloc({r->ch.n, d.HV, C, d.dk}, st) : alloc({d.T, d.HV, d.dk}, st);
   Tensor U = alloc({d.T, d.HV, d.dv}, DType::F32);
   r->M = alloc({r->ch.n, d.HV, C, C}, st);
   r->Gc = alloc({d.T, d.HV}, DType::F32);
   if (for_backward || scratch == GdnScratch::States) r->Tm = alloc({r->ch.n, d.HV, C, C}, st);
   if (for_backward) r->vnew = alloc({d.T, d.HV, d.dv}, st);
   if (scratch != GdnScratch::None) r->states = alloc({r->ch.n, d.HV, d.dk, d.dv}, st);
-  const int nch = static_cast<int>(r->ch.n), nseq = static_cast<int>(seq.num_seqs());
+  const int nch = static_cast<int>(r->ch.n);
   const kernels::KOut ko = o ? kout(*o, "gdn o") : kernels::KOut{};
   if (!r->mma) {
     cuda_check(kernels::launch_gdn_chunk_fwd(
@@ -331,11 +336,12 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
     return r;
   }
   // The scan's other bf16 operands (diag(Γ/γ)·K̂, Q̂) are needed only between the two kernels.
-  Tensor Kdb = alloc({d.T, d.HV, d.dk}, DType::BF16), Qb;
+  Tensor Kdb = image ? alloc({r->ch.n, d.HV, C, d.dk}, DType::BF16) : alloc({d.T, d.HV, d.dk}, DType::BF16),
+         Qb;
   kernels::GdnScanBf16 b16;
-  b16.W = r->W.data, b16.Kd = Kdb.data, b16.M = r->M.data;
+  b16.W = r->W.data, b16.Kd = Kdb.data, b16.M = r->M.data, b16.image = image;
   if (o) {
-    Qb = alloc({d.T, d.HK, d.dk}, DType::BF16);
+    Qb = image ? alloc({r->ch.n, d.HK, C, d.dk}, DType::BF16) : alloc({d.T, d.HK, d.dk}, DType::BF16);
     b16.Q = Qb.data;
   }
   if (r->Tm.defined()) b16.T = r->Tm.data;

@@ -1,0 +1,97 @@
+// Hopper warpgroup tensor-core helpers (sm_90a only, device only): wgmma.mma_async m64nNk16 with bf16
+// operands read from shared memory through matrix descriptors and fp32 accumulators in registers, and
+// stmatrix.
+//
+// Shared-memory operand layout used here: the no-swizzle canonical layout (PTX ISA, "Shared Memory Matrix
+// Layout"). A core matrix is 8 rows of 16 bytes (8 bf16) stored as 128 contiguous bytes.
+//   K-major operand (A[m][k], or B[k][n] stored as [n][k]; k contiguous): core-matrix rows are m (n), its 16
+//     bytes 8 consecutive k.
+//   MN-major operand (transpose flag 1; A[m][k] stored with m contiguous): core-matrix rows are k, its 16
+//     bytes 8 consecutive m.
+//   Descriptor: LBO = byte distance between core matrices adjacent in K, SBO = between core matrices adjacent
+//     in M (N), for both majors (checked on the GPU by tests/cuda/wgmma_test.cpp).
+// Accumulators of m64nN (fp32, N/2 registers a thread): warp w of the warpgroup holds rows 16w + lane/4 (+8);
+// register 4j + 2h + e is (row 16w + lane/4 + 8h, column 8j + 2(lane%4) + e): mma.m16n8 C fragments side by
+// side (checked by the same test).
+// Ordering: shared memory written by ordinary stores or cp.async and read next by wgmma needs
+// fence_proxy_async() in the writing threads before the barrier; registers written by ordinary instructions
+// and then used as accumulators need fence() before the first wgmma; results are valid after commit() and
+// wait<0>().
+#pragma once
+#include <cstdint>
+
+namespace deltatune::kernels::wgmma {
+
+// Byte offset of element (r, k) in a tile of R x K bf16 (rows r, K contiguous in the source) stored as core
+// matrices: 8-row groups KB = K·16 bytes apart, 8-element column groups 128 bytes apart. As a K-major
+// operand: LBO 128, SBO K·16; as the MN-major operand whose m is k here (the source's columns): LBO K·16,
+// SBO 128.
+template <int K>
+__host__ __device__ constexpr uint32_t core_offset(int r, int k) {
+  return uint32_t((r >> 3) * (K * 16) + (k >> 3) * 128 + (r & 7) * 16 + (k & 7) * 2);
+}
+
+__device__ __forceinline__ uint64_t desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((smem_addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
+}
+
+__device__ __forceinline__ void fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Keeps the compiler from moving other instructions' accesses to accumulator registers across this point
+// (before fence() and after wait<0>()): accumulators touched near a wgmma on a path the compiler takes to be
+// divergent make ptxas serialize every wgmma of the kernel (its C7520 warning).
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (+)= A·B, m64n64k16, A and B from shared memory (descriptors a, b); TA / TB: A / B is MN-major.
+// accumulate = false ignores d's old values.
+template <int TA, int TB = 0>
+__device__ __forceinline__ void mma_m64n64(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, %35, %36;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TA), "n"(TB));
+}
+
+// Four 8x8 bf16 matrices stored as they are: lanes 8i..8i+7 give the addresses of rows 0..7 of matrix i;
+// register ri holds the lane's fragment of matrix i (row lane/4, columns 2(lane%4), +1).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+// Four 8x8 bf16 matrices stored transposed: lanes 8i..8i+7 give the addresses of memory rows 0..7 of matrix
+// i; register ri holds the lane's fragment of matrix i (row lane/4, columns 2(lane%4), +1, lower column in
+// the low half), so memory row c of matrix i receives the matrix's column c.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                  uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+}  // namespace deltatune::kernels::wgmma

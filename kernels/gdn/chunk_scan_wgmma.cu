@@ -1,0 +1,316 @@
+// The chunked GDN forward scan with output on Hopper's warpgroup tensor cores (wgmma, sm_90a): the contract
+// of gdn_chunk_scan_mma_kernel<64, PF, WITH_O, B16> (chunk_scan_mma.cu), reading the prep's bf16 operands as
+// operand images (GdnScanBf16::image: W, Kd, Q, M) and fp32 U, G. One block of two warpgroups per (sequence,
+// value head, 64 value columns), chunks of the sequence in order, S (128 x 64, fp32) in the accumulators:
+// warpgroup g holds state rows 64g .. 64g + 63. Per chunk:
+//   phase A: warpgroup 0: V' = U − W·S, warpgroup 1: QS = Q̂·S        (m64n64, k = dk: 8 wgmma each)
+//            V' (bf16) into the V'ᵀ tile (stmatrix, transposed); QS scaled by γ_i per row
+//   phase B: warpgroup 1: O = γ·QS + M·V'                            (k = the chunk's 64 rows: 4 wgmma)
+//            both: S ← Γ·S + (diag(Γ/γ)K̂)ᵀ·V' on their 64 state rows (4 wgmma, Kd read MN-major)
+//            O through a row-major tile to 16-byte stores; bf16(S) into the S tile for the next chunk
+// Two block barriers per chunk; the next chunk's tiles arrive by cp.async (double-buffered sets) while phase
+// A runs. The tensor cores read every operand from shared memory in the no-swizzle core-matrix layout
+// (common/wgmma.cuh), where the mma.sync kernel moves each through registers by ldmatrix, per warp (its
+// busiest unit: ~230 KB of ldmatrix traffic per chunk step and SM). The images make each tile one contiguous
+// copy: a core-layout tile filled from row-major rows takes two L2 sector fetches per 32 bytes (each 16-byte
+// piece lands apart from its neighbour), which made this kernel L2-bound (0.33 ms at 8K, ncu L2 82%).
+// Numerics: the same bf16 operands and fp32 accumulation as the mma.sync kernel; O accumulates M·V' onto γ·QS
+// inside the tensor core (the mma.sync kernel adds two accumulators), so o may differ from it in the last
+// bits. States and V' are bf16 of the accumulators, as there.
+// Measured (H100, 8K tokens = 2 x 4096, HK 16, HV 32, ncu): 0.201 ms against the mma.sync kernel's 0.276.
+// ptxas: 184 registers, no spills; 185,856 B of shared memory (one block per SM).
+#include <cstdlib>
+#include <type_traits>
+
+#include "common/device.cuh"
+#include "common/mma.cuh"
+#include "common/wgmma.cuh"
+#include "gdn/gdn.cuh"
+
+namespace deltatune::kernels {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int C = kGdnChunk;
+constexpr int DK = 128, DV = 128, BV = 64, NT = 256;
+constexpr int LDU = BV + 8;  // fp32 row stride of U: float2 reads by 16 lanes conflict-free
+
+// A chunk's operand tiles arrive as the prep wrote them (GdnScanBf16::image, gdn_scan_image_index): core
+// matrices of 8 rows x 16 bytes, column group major, one contiguous block per tile, copied as it is (whole
+// sectors, no bank conflicts). Core matrices adjacent along a row are kCG = 64·16 bytes apart, adjacent 8-row
+// groups 128: as a K-major operand LBO kCG, SBO 128; as the MN-major operand Kdᵀ (m = the columns) LBO 128,
+// SBO kCG.
+constexpr uint32_t kCG = C * 16;
+
+struct Set {                                      // byte offsets in one set of a chunk's tiles
+  static constexpr uint32_t W = 0;                // [64 rows][dk] image
+  static constexpr uint32_t Q = W + C * DK * 2;   // [64 rows][dk] image
+  static constexpr uint32_t K = Q + C * DK * 2;   // [64 rows][dk] image (Kd; read MN-major as Kdᵀ)
+  static constexpr uint32_t M = K + C * DK * 2;   // [64][64] image
+  static constexpr uint32_t U = M + C * C * 2;    // fp32 [64][LDU], columns c0 ..
+  static constexpr uint32_t G = U + C * LDU * 4;  // fp32 [64]
+  static constexpr uint32_t bytes = G + C * 4;
+};
+constexpr uint32_t kSt = 2 * Set::bytes;     // S: [dk][64 columns] core layout (phase A's B, MN-major)
+constexpr uint32_t kVt = kSt + BV * DK * 2;  // V'ᵀ: [64 columns][64 rows] (phase B's B, K-major)
+constexpr uint32_t kOt = kVt + BV * C * 2;   // O: bf16 [64 rows][LDO], row-major (coalesced stores)
+constexpr int LDO = BV + 8;                  // its row stride: stmatrix rows land in distinct banks
+constexpr size_t kSmem = kOt + C * LDO * 2;  // 185,856 B: one block per SM
+static_assert(Set::bytes % 128 == 0, "tiles stay 128-byte aligned");
+
+__device__ __forceinline__ uint32_t pack(float a, float b) {
+  return mma::pack_bf16(a, b);
+}
+
+// Piece p (16 bytes: row r, 8-element column group kc) of a ROWS x COLS bf16 tile in the order the S tile's
+// row pieces are read: a warp takes 8 rows x 4 pieces, each quarter (8 lanes) 4 rows x 2 adjacent pieces (a
+// 2-way bank conflict on the unpadded S tile).
+template <int COLS>
+__device__ __forceinline__ void core_piece(int p, int& r, int& kc) {
+  constexpr int KC = COLS / 8;
+  static_assert(KC % 4 == 0, "pieces in quads");
+  const int l = p & 31, wp = p >> 5;  // wp: (row group, piece quad)
+  r = 8 * (wp / (KC / 4)) + ((l >> 1) & 3) + 4 * (l >> 4);
+  kc = 4 * (wp % (KC / 4)) + (l & 1) + 2 * ((l >> 3) & 1);
+}
+
+// cp.async of BYTES contiguous bytes (an image tile), 16 per thread and step.
+template <int BYTES>
+__device__ __forceinline__ void cp_block(uint32_t dst, const void* src) {
+  static_assert(BYTES % (16 * NT) == 0, "even split");
+#pragma unroll
+  for (int e = 0; e < BYTES / 16 / NT; ++e) {
+    const int p = threadIdx.x + NT * e;
+    mma::cp_async16(dst + 16 * p, static_cast<const unsigned char*>(src) + 16 * p, true);
+  }
+}
+
+__global__ void __launch_bounds__(NT, 1)
+    gdn_chunk_scan_wgmma_kernel(const float* U, const float* Gc, const int32_t* chunks,
+                                const int32_t* chunk_off, KOut o, bf16* states, bf16* vnew, int64_t HK,
+                                int64_t HV, const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) unsigned char gdn_smem[];
+  const uint32_t sbase = mma::smem_addr(gdn_smem);
+  const int n = blockIdx.x / HV, h = blockIdx.x % HV, c0 = blockIdx.y * BV;
+  const int64_t hk = h / (HV / HK);
+  const int wg = threadIdx.x >> 7, wq = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int gr = lane >> 2, tq = lane & 3;
+  const int cb = chunk_off[n], ce = chunk_off[n + 1];
+  // O leaves through the row-major tile as 16-byte row pieces when it is bf16 with 16-byte aligned rows (o
+  // may be a view at any element offset), else element by element from the accumulators.
+  const bool o_rows = o.t == KType::BF16 && (reinterpret_cast<uintptr_t>(o.p) & 15) == 0;
+
+  auto load = [&](int ch, int64_t t0, int len, int b) {  // chunk ch's tiles (its record: t0, len) into set b
+    const uint32_t set = sbase + b * Set::bytes;
+    unsigned char* setp = gdn_smem + b * Set::bytes;
+    if (threadIdx.x < C) {
+      const bool ok = int(threadIdx.x) < len;
+      mma::cp_async4(set + Set::G + 4 * threadIdx.x, ok ? Gc + (t0 + threadIdx.x) * HV + h : Gc, ok);
+    }
+    const int64_t vt = static_cast<int64_t>(ch) * HV + h, kt = static_cast<int64_t>(ch) * HK + hk;
+    cp_block<C * DK * 2>(set + Set::W, Wh + vt * C * DK);
+    cp_block<C * DK * 2>(set + Set::Q, Qh + kt * C * DK);
+    cp_block<C * DK * 2>(set + Set::K, Kdh + vt * C * DK);
+    cp_block<C * C * 2>(set + Set::M, Mh + vt * C * C);
+    const float* us = U + (t0 * HV + h) * DV + c0;
+#pragma unroll
+    for (int e = 0; e < C * BV / 4 / NT; ++e) {
+      const int p = threadIdx.x + NT * e, r = p / (BV / 4), c = (p % (BV / 4)) * 4;
+      const bool ok = r < len;
+      mma::cp_async16(mma::smem_addr(reinterpret_cast<float*>(setp + Set::U) + r * LDU + c),
+                      ok ? us + r * HV * DV + c : us, ok);
+    }
+    mma::cp_async_commit();
+  };
+
+  // S: state rows 64·wg + 16·wq + gr (+8), columns 8j + 2tq (+1) (the accumulator layout).
+  float S[32], acc[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) S[i] = acc[i] = 0.f;
+  for (int i = threadIdx.x; i < BV * DK / 8; i += NT)
+    reinterpret_cast<uint4*>(gdn_smem + kSt)[i] = make_uint4(0u, 0u, 0u, 0u);
+  // Chunk records (first token, length) are read from global memory two chunks ahead of their use (the
+  // copies' addresses would otherwise wait for them): this chunk's, the next one's (its copies are issued
+  // during this chunk) and the one after.
+  int64_t t0 = 0, t0n = 0;
+  int len = 0, lenn = 0;
+  if (cb < ce) {
+    t0 = chunks[2 * cb], len = chunks[2 * cb + 1];
+    load(cb, t0, len, 0);
+  }
+  if (cb + 1 < ce) t0n = chunks[2 * cb + 2], lenn = chunks[2 * cb + 3];
+
+  // bf16 pairs of 64 accumulator rows (r0 + 16wq + gr (+8)) by stmatrix, four 8x8 matrices (n-blocks j, row
+  // halves h) per call: TRANS: into a core-layout tile whose rows are the accumulators' columns (tile row c
+  // at (c/8)·RG + ((r0 + 16wq + 8h)/8)·128 + (c%8)·16); else tile row (accumulator row) r0 + 16wq + 8h + i at
+  // ((r0 + 16wq + 8h)/8)·RG + j·CG + i·RS.
+  auto store_acc = [&](auto trans, uint32_t tile, int RG, int CG, int RS, int r0, const float(&x)[32]) {
+    const int i = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int j = 2 * jj + (i >> 1), hf = i & 1, rb = r0 + 16 * wq + 8 * hf;
+      const uint32_t r0_ = pack(x[8 * jj], x[8 * jj + 1]), r1 = pack(x[8 * jj + 2], x[8 * jj + 3]);
+      const uint32_t r2 = pack(x[8 * jj + 4], x[8 * jj + 5]), r3 = pack(x[8 * jj + 6], x[8 * jj + 7]);
+      if constexpr (decltype(trans)::value)
+        wgmma::stmatrix_x4_trans(tile + j * RG + (rb >> 3) * 128 + r * 16, r0_, r1, r2, r3);
+      else
+        wgmma::stmatrix_x4(tile + (rb >> 3) * RG + j * CG + r * RS, r0_, r1, r2, r3);
+    }
+  };
+  using Trans = std::true_type;
+  using Plain = std::false_type;
+
+  for (int ch = cb; ch < ce; ++ch) {
+    int64_t t0nn = 0;
+    int lennn = 0;
+    if (ch + 2 < ce) t0nn = chunks[2 * ch + 4], lennn = chunks[2 * ch + 5];
+    const int b = (ch - cb) & 1;
+    mma::cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // set b landed; the S tile holds bf16(S); the previous chunk is done with set b ^ 1,
+                      // V'ᵀ
+    const uint32_t set = sbase + b * Set::bytes;
+    const float* Us = reinterpret_cast<const float*>(gdn_smem + b * Set::bytes + Set::U);
+    const float* Gt = reinterpret_cast<const float*>(gdn_smem + b * Set::bytes + Set::G);
+
+    // Phase A: acc = (W or Q̂)·S, k = dk in 8 steps of 16 (S MN-major: a k step is two row groups). The next
+    // chunk's copies and this chunk's state stores are issued while the tensor cores work.
+    wgmma::fence_operands(acc);
+    wgmma::fence();
+    {
+      const uint32_t a0 = set + (wg == 0 ? Set::W : Set::Q);
+#pragma unroll
+      for (int j = 0; j < DK / 16; ++j)
+        wgmma::mma_m64n64<0, 1>(acc, wgmma::desc(a0 + 2 * kCG * j, kCG, 128),
+                                wgmma::desc(sbase + kSt + 2 * BV * 16 * j, BV * 16, 128), j > 0);
+    }
+    wgmma::commit();
+    if (ch + 1 < ce) load(ch + 1, t0n, lenn, b ^ 1);
+    if (states) {  // the chunk-start state (bf16, chunk, HV, dk, dv) from the S tile, 16-byte row pieces
+      bf16* so = states + (static_cast<int64_t>(ch) * HV + h) * DK * DV + c0;
+#pragma unroll
+      for (int e = 0; e < DK * BV / 8 / NT; ++e) {
+        int r, kc;
+        core_piece<BV>(threadIdx.x + NT * e, r, kc);
+        *reinterpret_cast<uint4*>(so + r * DV + 8 * kc) =
+            *reinterpret_cast<const uint4*>(gdn_smem + kSt + wgmma::core_offset<BV>(r, 8 * kc));
+      }
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operands(acc);
+    // Warpgroup 0: V' = U − W·S (rows past the chunk's end zero); warpgroup 1: γ_i·QS. Branch-free on the
+    // accumulators (see fence_operands).
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int i = 16 * wq + gr + 8 * hf;
+      const float gam = expf(Gt[i]);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 u = *reinterpret_cast<const float2*>(Us + i * LDU + 8 * j + 2 * tq);
+        float& x0 = acc[4 * j + 2 * hf];
+        float& x1 = acc[4 * j + 2 * hf + 1];
+        x0 = wg == 0 ? (i < len ? u.x - x0 : 0.f) : gam * x0;
+        x1 = wg == 0 ? (i < len ? u.y - x1 : 0.f) : gam * x1;
+      }
+    }
+    if (wg == 0) {
+      if (vnew)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int i = 16 * wq + gr + 8 * hf, c = 8 * j + 2 * tq;
+            if (i < len)
+              *reinterpret_cast<uint32_t*>(vnew + ((t0 + i) * HV + h) * DV + c0 + c) =
+                  pack(acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]);
+          }
+      store_acc(Trans{}, sbase + kVt, C * 16, 0, 0, 0, acc);
+    }
+    wgmma::fence_proxy_async();
+    __syncthreads();  // V'ᵀ complete
+
+    // Phase B: O = γ·QS + M·V' (warpgroup 1), S ← Γ·S + Kdᵀ·V' (both), k = the chunk's rows.
+    const float gam_l = expf(Gt[len - 1]);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) S[i] *= gam_l;
+    wgmma::fence_operands(acc);
+    wgmma::fence_operands(S);
+    wgmma::fence();
+    // Both warpgroups issue M·V' (warpgroup 0's result is not used): a wgmma on a divergent path makes ptxas
+    // serialize every wgmma of the kernel (C7520).
+#pragma unroll
+    for (int j = 0; j < C / 16; ++j)
+      wgmma::mma_m64n64<0>(acc, wgmma::desc(set + Set::M + 2 * kCG * j, kCG, 128),
+                           wgmma::desc(sbase + kVt + 256 * j, 128, C * 16), true);
+#pragma unroll
+    for (int j = 0; j < C / 16; ++j)  // Kdᵀ: m = dk (64·wg ..), k = rows 16j ..: MN-major, LBO = a row group
+      wgmma::mma_m64n64<1>(S, wgmma::desc(set + Set::K + 8 * kCG * wg + 256 * j, 128, kCG),
+                           wgmma::desc(sbase + kVt + 256 * j, 128, C * 16), true);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(acc);
+    wgmma::fence_operands(S);
+    if (wg == 1) {
+      if (o_rows) {
+        store_acc(Plain{}, sbase + kOt, 8 * LDO * 2, 16, LDO * 2, 0, acc);
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");  // warpgroup 1's O tile complete
+        bf16* ob = static_cast<bf16*>(o.p) + (t0 * HV + h) * DV + c0;
+#pragma unroll
+        for (int e = 0; e < C * BV / 8 / 128; ++e) {
+          const int p = (threadIdx.x - 128) + 128 * e, r = p >> 3, j = p & 7;
+          if (r < len)
+            *reinterpret_cast<uint4*>(ob + r * HV * DV + 8 * j) =
+                *reinterpret_cast<const uint4*>(gdn_smem + kOt + r * LDO * 2 + 16 * j);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int i = 16 * wq + gr + 8 * hf;
+            if (i >= len) continue;
+            const int64_t at = ((t0 + i) * HV + h) * DV + c0 + 8 * j + 2 * tq;
+            st(o, at, acc[4 * j + 2 * hf]);
+            st(o, at + 1, acc[4 * j + 2 * hf + 1]);
+          }
+      }
+    }
+    // bf16(S) into the S tile (rows = dk) for the next chunk; phase A's reads of it completed before the
+    // barrier above.
+    store_acc(Plain{}, sbase + kSt, BV * 16, 128, 16, 64 * wg, S);
+    t0 = t0n, len = lenn, t0n = t0nn, lenn = lennn;
+  }
+#else
+  __trap();  // built without sm_90a: the launcher does not choose this kernel there
+#endif
+}
+
+}  // namespace
+
+bool gdn_scan_wgmma_available() {
+  if (std::getenv("DT_GDN_SCAN_MMA")) return false;  // A/B timing: the mma.sync kernel
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major == 9;
+}
+
+cudaError_t launch_gdn_chunk_scan_wgmma(const float* U, const float* Gc, const int32_t* chunks,
+                                        const int32_t* chunk_off, int nseq, KOut o, void* states16,
+                                        void* vnew16, int64_t HK, int64_t HV, const GdnScanBf16& b16,
+                                        cudaStream_t s) {
+  if (!o.p || !b16.W || !b16.Kd || !b16.Q || !b16.M) return cudaErrorInvalidValue;
+  if (nseq == 0 || HV == 0) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(gdn_chunk_scan_wgmma_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+  if (e != cudaSuccess) return e;
+  gdn_chunk_scan_wgmma_kernel<<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, kSmem, s>>>(
+      U, Gc, chunks, chunk_off, o, static_cast<bf16*>(states16), static_cast<bf16*>(vnew16), HK, HV,
+      static_cast<const bf16*>(b16.W), static_cast<const bf16*>(b16.Kd), static_cast<const bf16*>(b16.Q),
+      static_cast<const bf16*>(b16.M));
+  return cudaGetLastError();
+}
+
+}  // namespace deltatune::kernels
