@@ -284,25 +284,32 @@ __device__ __forceinline__ void store_tile_neg(bf16* dst, const float (&acc)[8][
 // The scan's bf16 K̂ and Q̂ operands (GdnScanBf16) for rows < len: Kd = bf16(K̂_i·e^{G_last − G_i}) with the
 // scan's own expression for the factor (its staging computes it so from Gc) and K̂ = k·ρ_k reread (L2) as the
 // staging formed it, Q = the Q̂ tile (bf16(Q̂)). As operand images (img, at the chunk's tiles Kd, Q): all 64
-// rows, Kd's rows past the chunk's end zero.
-__device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const float* Rk, const bf16* Qs,
+// rows, Kd's rows past the chunk's end zero, Kd from the staged K̂ hi + lo tiles.
+__device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const float* Rk, const bf16* Kh,
+                                              const bf16* Kl, const bf16* Qs,
                                               const float* Gs, int64_t t0, int len, int64_t h, int64_t hk,
                                               int64_t HK, int64_t HV, bool img) {
   constexpr int R8 = PD / 8;  // 8-element pieces per row
   const float gl = Gs[len - 1];
-  if (img) {
+  if (img) {  // consecutive threads take consecutive rows: each image column group is one contiguous block
     for (int idx = threadIdx.x; idx < C * R8; idx += NT) {
-      const int r = idx / R8, c = (idx % R8) * 8;
+      const int r = idx % C, c = (idx / C) * 8;
       const int64_t at = gdn_scan_image_index(r, c);
-      if (Kd) {
+      if (Kd) {  // from the staged K̂ = hi + lo (~16 significant bits; bf16 after the factor)
         uint4 x = make_uint4(0u, 0u, 0u, 0u);
         if (r < len) {
-          const float dc = expf(gl - Gs[r]), rho = Rk[r];
-          const int64_t src = ((t0 + r) * HK + hk) * PD + c;
-          float4 a = l2_row_load4(k, src), b = l2_row_load4(k, src + 4);
-          x = make_uint4(
-              mma::pack_bf16(a.x * rho * dc, a.y * rho * dc), mma::pack_bf16(a.z * rho * dc, a.w * rho * dc),
-              mma::pack_bf16(b.x * rho * dc, b.y * rho * dc), mma::pack_bf16(b.z * rho * dc, b.w * rho * dc));
+          const float dc = expf(gl - Gs[r]);
+          const uint4 hi = *reinterpret_cast<const uint4*>(Kh + r * LK + c);
+          const uint4 lo = *reinterpret_cast<const uint4*>(Kl + r * LK + c);
+          const uint32_t hw[4] = {hi.x, hi.y, hi.z, hi.w}, lw[4] = {lo.x, lo.y, lo.z, lo.w};
+          uint32_t out[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 h2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hw[e]));
+            const float2 l2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&lw[e]));
+            out[e] = mma::pack_bf16((h2.x + l2.x) * dc, (h2.y + l2.y) * dc);
+          }
+          x = make_uint4(out[0], out[1], out[2], out[3]);
         }
         *reinterpret_cast<uint4*>(Kd + at) = x;
       }
@@ -331,7 +338,7 @@ __global__ void __launch_bounds__(NT, 2)
     gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, GdnGates gates,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
                               int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th,
-                              const bf16* S16, bf16* Vn16, const bf16* Tk, bool img) {
+                              const bf16* S16, bf16* Vn16, const bf16* Tk, bool img, bf16* U16) {
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);       // [C][LK] K̂ hi
   bf16* Kl = Kh + C * LK;                             // [C][LK] K̂ lo
@@ -545,7 +552,7 @@ __global__ void __launch_bounds__(NT, 2)
       if (kd) kd += (static_cast<int64_t>(ch) * HV + h) * C * PD;
       if (qd) qd += (static_cast<int64_t>(ch) * HK + hk) * C * PD;
     }
-    store_scan_kq(kd, qd, k, Rk, Qs, Gs, t0, len, h, hk, HK, HV, img);
+    store_scan_kq(kd, qd, k, Rk, Kh, Kl, Qs, Gs, t0, len, h, hk, HK, HV, img);
   }
   if ((Tout || Th) && !Tk) {
     const int64_t tb = (static_cast<int64_t>(ch) * HV + h) * C * C;
@@ -578,7 +585,7 @@ __global__ void __launch_bounds__(NT, 2)
     }
     t_times<false>(acc, Tf, Bs, Vs, nullptr, m0, n0, rb + 1);
     if (!S16) {
-      store_rows(U + ob, nullptr, acc, m0, n0, len, rs);
+      store_rows(U16 ? nullptr : U + ob, U16 ? U16 + ob : nullptr, acc, m0, n0, len, rs);
       return;
     }
     // V' = U − W·S exactly as the forward scan forms it from the same bf16 W and S (fp32 accumulation).
@@ -602,7 +609,7 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
                                       int dk, int dv, cudaStream_t s, const GdnScanBf16* b16,
                                       const void* states16, void* vnew16) {
   if (!gdn_chunk_mma_supported(dk, dv) || (states16 == nullptr) != (vnew16 == nullptr) ||
-      (states16 == nullptr && U == nullptr))
+      (states16 == nullptr && U == nullptr && !(b16 && b16->U)))
     return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t smem = prep_mma_smem();
@@ -614,7 +621,8 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
       b16 ? static_cast<bf16*>(b16->W) : nullptr, b16 ? static_cast<bf16*>(b16->Kd) : nullptr,
       b16 ? static_cast<bf16*>(b16->Q) : nullptr, b16 ? static_cast<bf16*>(b16->M) : nullptr,
       b16 ? static_cast<bf16*>(b16->T) : nullptr, static_cast<const bf16*>(states16),
-      static_cast<bf16*>(vnew16), b16 ? static_cast<const bf16*>(b16->T_kept) : nullptr, b16 && b16->image);
+      static_cast<bf16*>(vnew16), b16 ? static_cast<const bf16*>(b16->T_kept) : nullptr, b16 && b16->image,
+      b16 ? static_cast<bf16*>(b16->U) : nullptr);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

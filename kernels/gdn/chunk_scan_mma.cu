@@ -434,7 +434,7 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
   if (b16 && b16->image) {  // operand images: only the wgmma kernel reads them (gdn_scan_wgmma_selected)
     if (!(bv == 64 && with_o && use_b16 && gdn_scan_wgmma_available())) return cudaErrorInvalidValue;
-    return launch_gdn_chunk_scan_wgmma(U, Gc, chunks, chunk_off, nseq, o, states16, vnew16, HK, HV, *b16, s);
+    return launch_gdn_chunk_scan_wgmma(Gc, chunks, chunk_off, nseq, o, states16, vnew16, HK, HV, *b16, s);
   }
   const bool pf = bv == 64 || scan_mma_prefetch(int64_t(grid.x) * grid.y, !with_o && use_b16, sms);
   decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true, true, false>) kernel = nullptr;

@@ -33,7 +33,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int C = kGdnChunk;
 constexpr int DK = 128, DV = 128, BV = 64, NT = 256;
-constexpr int LDU = BV + 8;  // fp32 row stride of U: float2 reads by 16 lanes conflict-free
+constexpr int LDU = BV + 8;  // bf16 row stride of U: the 4-byte reads of a warp conflict-free
 
 // A chunk's operand tiles arrive as the prep wrote them (GdnScanBf16::image, gdn_scan_image_index): core
 // matrices of 8 rows x 16 bytes, column group major, one contiguous block per tile, copied as it is (whole
@@ -47,8 +47,8 @@ struct Set {                                      // byte offsets in one set of 
   static constexpr uint32_t Q = W + C * DK * 2;   // [64 rows][dk] image
   static constexpr uint32_t K = Q + C * DK * 2;   // [64 rows][dk] image (Kd; read MN-major as Kdᵀ)
   static constexpr uint32_t M = K + C * DK * 2;   // [64][64] image
-  static constexpr uint32_t U = M + C * C * 2;    // fp32 [64][LDU], columns c0 ..
-  static constexpr uint32_t G = U + C * LDU * 4;  // fp32 [64]
+  static constexpr uint32_t U = M + C * C * 2;    // bf16 [64][LDU], columns c0 ..
+  static constexpr uint32_t G = U + C * LDU * 2;  // fp32 [64]
   static constexpr uint32_t bytes = G + C * 4;
 };
 constexpr uint32_t kSt = 2 * Set::bytes;     // S: [dk][64 columns] core layout (phase A's B, MN-major)
@@ -86,7 +86,7 @@ __device__ __forceinline__ void cp_block(uint32_t dst, const void* src) {
 }
 
 __global__ void __launch_bounds__(NT, 1)
-    gdn_chunk_scan_wgmma_kernel(const float* U, const float* Gc, const int32_t* chunks,
+    gdn_chunk_scan_wgmma_kernel(const bf16* U, const float* Gc, const int32_t* chunks,
                                 const int32_t* chunk_off, KOut o, bf16* states, bf16* vnew, int64_t HK,
                                 int64_t HV, const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -113,12 +113,12 @@ __global__ void __launch_bounds__(NT, 1)
     cp_block<C * DK * 2>(set + Set::Q, Qh + kt * C * DK);
     cp_block<C * DK * 2>(set + Set::K, Kdh + vt * C * DK);
     cp_block<C * C * 2>(set + Set::M, Mh + vt * C * C);
-    const float* us = U + (t0 * HV + h) * DV + c0;
+    const bf16* us = U + (t0 * HV + h) * DV + c0;
 #pragma unroll
-    for (int e = 0; e < C * BV / 4 / NT; ++e) {
-      const int p = threadIdx.x + NT * e, r = p / (BV / 4), c = (p % (BV / 4)) * 4;
+    for (int e = 0; e < C * BV / 8 / NT; ++e) {
+      const int p = threadIdx.x + NT * e, r = p / (BV / 8), c = (p % (BV / 8)) * 8;
       const bool ok = r < len;
-      mma::cp_async16(mma::smem_addr(reinterpret_cast<float*>(setp + Set::U) + r * LDU + c),
+      mma::cp_async16(mma::smem_addr(reinterpret_cast<bf16*>(setp + Set::U) + r * LDU + c),
                       ok ? us + r * HV * DV + c : us, ok);
     }
     mma::cp_async_commit();
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(NT, 1)
     __syncthreads();  // set b landed; the S tile holds bf16(S); the previous chunk is done with set b ^ 1,
                       // V'ᵀ
     const uint32_t set = sbase + b * Set::bytes;
-    const float* Us = reinterpret_cast<const float*>(gdn_smem + b * Set::bytes + Set::U);
+    const bf16* Us = reinterpret_cast<const bf16*>(gdn_smem + b * Set::bytes + Set::U);
     const float* Gt = reinterpret_cast<const float*>(gdn_smem + b * Set::bytes + Set::G);
 
     // Phase A: acc = (W or Q̂)·S, k = dk in 8 steps of 16 (S MN-major: a k step is two row groups). The next
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(NT, 1)
       const float gam = expf(Gt[i]);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float2 u = *reinterpret_cast<const float2*>(Us + i * LDU + 8 * j + 2 * tq);
+        const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Us + i * LDU + 8 * j + 2 * tq));
         float& x0 = acc[4 * j + 2 * hf];
         float& x1 = acc[4 * j + 2 * hf + 1];
         x0 = wg == 0 ? (i < len ? u.x - x0 : 0.f) : gam * x0;
@@ -297,17 +297,17 @@ bool gdn_scan_wgmma_available() {
   return major == 9;
 }
 
-cudaError_t launch_gdn_chunk_scan_wgmma(const float* U, const float* Gc, const int32_t* chunks,
+cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks,
                                         const int32_t* chunk_off, int nseq, KOut o, void* states16,
                                         void* vnew16, int64_t HK, int64_t HV, const GdnScanBf16& b16,
                                         cudaStream_t s) {
-  if (!o.p || !b16.W || !b16.Kd || !b16.Q || !b16.M) return cudaErrorInvalidValue;
+  if (!o.p || !b16.W || !b16.Kd || !b16.Q || !b16.M || !b16.U || !b16.image) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
   cudaError_t e = cudaFuncSetAttribute(gdn_chunk_scan_wgmma_kernel,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
   if (e != cudaSuccess) return e;
   gdn_chunk_scan_wgmma_kernel<<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, kSmem, s>>>(
-      U, Gc, chunks, chunk_off, o, static_cast<bf16*>(states16), static_cast<bf16*>(vnew16), HK, HV,
+      static_cast<const bf16*>(b16.U), Gc, chunks, chunk_off, o, static_cast<bf16*>(states16), static_cast<bf16*>(vnew16), HK, HV,
       static_cast<const bf16*>(b16.W), static_cast<const bf16*>(b16.Kd), static_cast<const bf16*>(b16.Q),
       static_cast<const bf16*>(b16.M));
   return cudaGetLastError();

@@ -23,7 +23,8 @@ void prep_mma(const Shape& s, const float* q, const float* k, float scale, const
                               s.chunks, W, U, M, Gc, Tout, s.HK, s.HV, static_cast<bf16*>(h.W),
                               static_cast<bf16*>(h.Kd), static_cast<bf16*>(h.Q), static_cast<bf16*>(h.M),
                               static_cast<bf16*>(h.T), states ? st16.data() : nullptr,
-                              vnew ? vn16.data() : nullptr, static_cast<const bf16*>(h.T_kept), h.image);
+                              vnew ? vn16.data() : nullptr, static_cast<const bf16*>(h.T_kept), h.image,
+                              static_cast<bf16*>(h.U));
   });
   if (vnew) from_bf16(vn16, vnew);
 }

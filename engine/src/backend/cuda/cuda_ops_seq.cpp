@@ -318,7 +318,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   const bool image =
       r->mma && o && !for_backward && kernels::gdn_scan_wgmma_selected(nseq * d.HV, d.dv, true);
   r->W = image ? alloc({r->ch.n, d.HV, C, d.dk}, st) : alloc({d.T, d.HV, d.dk}, st);
-  Tensor U = alloc({d.T, d.HV, d.dv}, DType::F32);
+  Tensor U = alloc({d.T, d.HV, d.dv}, image ? DType::BF16 : DType::F32);  // images: bf16 U for the wgmma scan
   r->M = alloc({r->ch.n, d.HV, C, C}, st);
   r->Gc = alloc({d.T, d.HV}, DType::F32);
   if (for_backward || scratch == GdnScratch::States) r->Tm = alloc({r->ch.n, d.HV, C, C}, st);
@@ -340,6 +340,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
          Qb;
   kernels::GdnScanBf16 b16;
   b16.W = r->W.data, b16.Kd = Kdb.data, b16.M = r->M.data, b16.image = image;
+  if (image) b16.U = U.data;
   if (o) {
     Qb = image ? alloc({r->ch.n, d.HK, C, d.dk}, DType::BF16) : alloc({d.T, d.HK, d.dk}, DType::BF16);
     b16.Q = Qb.data;
@@ -351,9 +352,11 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
       gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr, !gdn_reads_raw_qk(q, k));
   cuda_check(kernels::launch_gdn_chunk_prep_mma(
                  kin(q, "gdn q"), kin(k, "gdn k"), scale, nout, kin(v, "gdn v"), gates, iptr(r->ch.chunks),
-                 nch, nullptr, fptr(U), nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s, &b16),
+                 nch, nullptr, image ? nullptr : fptr(U), nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv,
+                 s, &b16),
              "gdn_fwd (chunk prep)");
-  cuda_check(kernels::launch_gdn_chunk_scan_mma(nullptr, nullptr, nullptr, fptr(U), nullptr, fptr(r->Gc),
+  cuda_check(kernels::launch_gdn_chunk_scan_mma(nullptr, nullptr, nullptr, image ? nullptr : fptr(U), nullptr,
+                                                fptr(r->Gc),
                                                 iptr(r->ch.chunks), iptr(r->ch.off), nseq, ko,
                                                 r->states.defined() ? r->states.data : nullptr,
                                                 for_backward ? r->vnew.data : nullptr, d.HK, d.HV, d.dk, d.dv, s,
