@@ -286,9 +286,9 @@ __device__ __forceinline__ void store_tile_neg(bf16* dst, const float (&acc)[8][
 // staging formed it, Q = the Q̂ tile (bf16(Q̂)). As operand images (img, at the chunk's tiles Kd, Q): all 64
 // rows, Kd's rows past the chunk's end zero, Kd from the staged K̂ hi + lo tiles.
 __device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const float* Rk, const bf16* Kh,
-                                              const bf16* Kl, const bf16* Qs,
-                                              const float* Gs, int64_t t0, int len, int64_t h, int64_t hk,
-                                              int64_t HK, int64_t HV, bool img) {
+                                              const bf16* Kl, const bf16* Qs, const float* Gs, int64_t t0,
+                                              int len, int64_t h, int64_t hk, int64_t HK, int64_t HV,
+                                              bool img) {
   constexpr int R8 = PD / 8;  // 8-element pieces per row
   const float gl = Gs[len - 1];
   if (img) {  // consecutive threads take consecutive rows: each image column group is one contiguous block

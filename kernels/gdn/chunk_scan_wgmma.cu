@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(NT, 1)
       const float gam = expf(Gt[i]);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Us + i * LDU + 8 * j + 2 * tq));
+        const float2 u =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Us + i * LDU + 8 * j + 2 * tq));
         float& x0 = acc[4 * j + 2 * hf];
         float& x1 = acc[4 * j + 2 * hf + 1];
         x0 = wg == 0 ? (i < len ? u.x - x0 : 0.f) : gam * x0;
@@ -297,19 +298,18 @@ bool gdn_scan_wgmma_available() {
   return major == 9;
 }
 
-cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks,
-                                        const int32_t* chunk_off, int nseq, KOut o, void* states16,
-                                        void* vnew16, int64_t HK, int64_t HV, const GdnScanBf16& b16,
-                                        cudaStream_t s) {
+cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
+                                        int nseq, KOut o, void* states16, void* vnew16, int64_t HK,
+                                        int64_t HV, const GdnScanBf16& b16, cudaStream_t s) {
   if (!o.p || !b16.W || !b16.Kd || !b16.Q || !b16.M || !b16.U || !b16.image) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
   cudaError_t e = cudaFuncSetAttribute(gdn_chunk_scan_wgmma_kernel,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
   if (e != cudaSuccess) return e;
   gdn_chunk_scan_wgmma_kernel<<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, kSmem, s>>>(
-      static_cast<const bf16*>(b16.U), Gc, chunks, chunk_off, o, static_cast<bf16*>(states16), static_cast<bf16*>(vnew16), HK, HV,
-      static_cast<const bf16*>(b16.W), static_cast<const bf16*>(b16.Kd), static_cast<const bf16*>(b16.Q),
-      static_cast<const bf16*>(b16.M));
+      static_cast<const bf16*>(b16.U), Gc, chunks, chunk_off, o, static_cast<bf16*>(states16),
+      static_cast<bf16*>(vnew16), HK, HV, static_cast<const bf16*>(b16.W), static_cast<const bf16*>(b16.Kd),
+      static_cast<const bf16*>(b16.Q), static_cast<const bf16*>(b16.M));
   return cudaGetLastError();
 }
 

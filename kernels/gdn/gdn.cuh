@@ -201,7 +201,8 @@ struct GdnScanBf16 {
   void* T = nullptr;
   const void* T_kept = nullptr;
   bool image = false;
-  void* U = nullptr;  // image mode: U (T, HV, dv) in bf16, written instead of the fp32 U (the wgmma scan reads it)
+  void* U =
+      nullptr;  // image mode: U (T, HV, dv) in bf16, written instead of the fp32 U (the wgmma scan reads it)
 };
 
 // Element (r, c) of a 64-row operand image tile: the tensor cores' 8 x 8 core matrices, column group major
@@ -228,9 +229,9 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
 // device, DT_GDN_SCAN_MMA unset), i.e. whether the prep is to write images (and U in bf16, GdnScanBf16::U).
 bool gdn_scan_wgmma_available();
 bool gdn_scan_wgmma_selected(int64_t pairs, int dv, bool with_o);
-cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, const int32_t* chunk_off, int nseq,
-                                        KOut o, void* states16, void* vnew16, int64_t HK, int64_t HV,
-                                        const GdnScanBf16& b16, cudaStream_t s);
+cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
+                                        int nseq, KOut o, void* states16, void* vnew16, int64_t HK,
+                                        int64_t HV, const GdnScanBf16& b16, cudaStream_t s);
 
 // ---- tensor-core forward prep, chunk_prep_mma.cu ----
 // Same contract as the prep step of launch_gdn_chunk_fwd (gdn_chunk_prep_kernel), except that it takes q and k

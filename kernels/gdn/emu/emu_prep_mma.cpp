@@ -19,12 +19,11 @@ void prep_mma(const Shape& s, const float* q, const float* k, float scale, const
       states ? to_bf16(states, int64_t(s.nchunks) * s.HV * s.dk * s.dv) : std::vector<bf16>{};
   std::vector<bf16> vn16(vnew ? size_t(T) * s.HV * s.dv : 0, __float2bfloat16_rn(0.f));
   emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, gdn_chunk_prep_mma_smem(s.dk, s.dv), [&] {
-    gdn_chunk_prep_mma_kernel(KIn{q, KType::F32}, KIn{k, KType::F32}, scale, no, v, GdnGates{g, beta},
-                              s.chunks, W, U, M, Gc, Tout, s.HK, s.HV, static_cast<bf16*>(h.W),
-                              static_cast<bf16*>(h.Kd), static_cast<bf16*>(h.Q), static_cast<bf16*>(h.M),
-                              static_cast<bf16*>(h.T), states ? st16.data() : nullptr,
-                              vnew ? vn16.data() : nullptr, static_cast<const bf16*>(h.T_kept), h.image,
-                              static_cast<bf16*>(h.U));
+    gdn_chunk_prep_mma_kernel(
+        KIn{q, KType::F32}, KIn{k, KType::F32}, scale, no, v, GdnGates{g, beta}, s.chunks, W, U, M, Gc, Tout,
+        s.HK, s.HV, static_cast<bf16*>(h.W), static_cast<bf16*>(h.Kd), static_cast<bf16*>(h.Q),
+        static_cast<bf16*>(h.M), static_cast<bf16*>(h.T), states ? st16.data() : nullptr,
+        vnew ? vn16.data() : nullptr, static_cast<const bf16*>(h.T_kept), h.image, static_cast<bf16*>(h.U));
   });
   if (vnew) from_bf16(vn16, vnew);
 }

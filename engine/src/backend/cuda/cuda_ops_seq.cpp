@@ -350,17 +350,16 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   // k̂) for the backward's other kernels.
   const kernels::GdnNormOut nout =
       gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr, !gdn_reads_raw_qk(q, k));
-  cuda_check(kernels::launch_gdn_chunk_prep_mma(
-                 kin(q, "gdn q"), kin(k, "gdn k"), scale, nout, kin(v, "gdn v"), gates, iptr(r->ch.chunks),
-                 nch, nullptr, image ? nullptr : fptr(U), nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv,
-                 s, &b16),
-             "gdn_fwd (chunk prep)");
+  cuda_check(
+      kernels::launch_gdn_chunk_prep_mma(kin(q, "gdn q"), kin(k, "gdn k"), scale, nout, kin(v, "gdn v"),
+                                         gates, iptr(r->ch.chunks), nch, nullptr, image ? nullptr : fptr(U),
+                                         nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s, &b16),
+      "gdn_fwd (chunk prep)");
   cuda_check(kernels::launch_gdn_chunk_scan_mma(nullptr, nullptr, nullptr, image ? nullptr : fptr(U), nullptr,
-                                                fptr(r->Gc),
-                                                iptr(r->ch.chunks), iptr(r->ch.off), nseq, ko,
+                                                fptr(r->Gc), iptr(r->ch.chunks), iptr(r->ch.off), nseq, ko,
                                                 r->states.defined() ? r->states.data : nullptr,
-                                                for_backward ? r->vnew.data : nullptr, d.HK, d.HV, d.dk, d.dv, s,
-                                                &b16),
+                                                for_backward ? r->vnew.data : nullptr, d.HK, d.HV, d.dk, d.dv,
+                                                s, &b16),
              "gdn_fwd (chunk scan)");
   return r;
 }
