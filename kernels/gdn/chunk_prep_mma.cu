@@ -283,40 +283,23 @@ __device__ __forceinline__ void store_tile_neg(bf16* dst, const float (&acc)[8][
 
 // The scan's bf16 K̂ and Q̂ operands (GdnScanBf16) for rows < len: Kd = bf16(K̂_i·e^{G_last − G_i}) with the
 // scan's own expression for the factor (its staging computes it so from Gc) and K̂ = k·ρ_k reread (L2) as the
-// staging formed it, Q = the Q̂ tile (bf16(Q̂)). As operand images (img, at the chunk's tiles Kd, Q): all 64
-// rows, Kd's rows past the chunk's end zero, Kd from the staged K̂ hi + lo tiles.
+// staging formed it, Q = the Q̂ tile (bf16(Q̂)). As operand images (img, at the chunk's key-head tiles Kd, Q; the
+// first value head of each key head): all 64 rows, Kd = bf16(K̂) (the K̂ hi tile; the scan applies the decay
+// to V' instead), rows past the chunk's end zero as the staging left them.
 __device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const float* Rk, const bf16* Kh,
-                                              const bf16* Kl, const bf16* Qs, const float* Gs, int64_t t0,
-                                              int len, int64_t h, int64_t hk, int64_t HK, int64_t HV,
-                                              bool img) {
+                                              const bf16* Qs, const float* Gs, int64_t t0, int len, int64_t h,
+                                              int64_t hk, int64_t HK, int64_t HV, bool img) {
   constexpr int R8 = PD / 8;  // 8-element pieces per row
-  const float gl = Gs[len - 1];
   if (img) {  // consecutive threads take consecutive rows: each image column group is one contiguous block
     for (int idx = threadIdx.x; idx < C * R8; idx += NT) {
       const int r = idx % C, c = (idx / C) * 8;
       const int64_t at = gdn_scan_image_index(r, c);
-      if (Kd) {  // from the staged K̂ = hi + lo (~16 significant bits; bf16 after the factor)
-        uint4 x = make_uint4(0u, 0u, 0u, 0u);
-        if (r < len) {
-          const float dc = expf(gl - Gs[r]);
-          const uint4 hi = *reinterpret_cast<const uint4*>(Kh + r * LK + c);
-          const uint4 lo = *reinterpret_cast<const uint4*>(Kl + r * LK + c);
-          const uint32_t hw[4] = {hi.x, hi.y, hi.z, hi.w}, lw[4] = {lo.x, lo.y, lo.z, lo.w};
-          uint32_t out[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 h2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hw[e]));
-            const float2 l2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&lw[e]));
-            out[e] = mma::pack_bf16((h2.x + l2.x) * dc, (h2.y + l2.y) * dc);
-          }
-          x = make_uint4(out[0], out[1], out[2], out[3]);
-        }
-        *reinterpret_cast<uint4*>(Kd + at) = x;
-      }
+      if (Kd) *reinterpret_cast<uint4*>(Kd + at) = *reinterpret_cast<const uint4*>(Kh + r * LK + c);
       if (Q) *reinterpret_cast<uint4*>(Q + at) = *reinterpret_cast<const uint4*>(Qs + r * LK + c);
     }
     return;
   }
+  const float gl = Gs[len - 1];
   for (int idx = threadIdx.x; idx < len * R8; idx += NT) {
     const int r = idx / R8, c = (idx % R8) * 8;
     if (Kd) {
@@ -548,11 +531,11 @@ __global__ void __launch_bounds__(NT, 2)
   // ---- 4. the scan's bf16 K̂, Q̂; Tout, W = T·diag(βγ)·K̂, U = T·diag(β)·V ----
   if (Kdh || Qh) {
     bf16 *kd = Kdh, *qd = h % (HV / HK) == 0 ? Qh : nullptr;
-    if (img) {  // the chunk's image tiles
-      if (kd) kd += (static_cast<int64_t>(ch) * HV + h) * C * PD;
+    if (img) {  // the chunk's key-head image tiles, written by its first value head
+      kd = qd && kd ? kd + (static_cast<int64_t>(ch) * HK + hk) * C * PD : nullptr;
       if (qd) qd += (static_cast<int64_t>(ch) * HK + hk) * C * PD;
     }
-    store_scan_kq(kd, qd, k, Rk, Kh, Kl, Qs, Gs, t0, len, h, hk, HK, HV, img);
+    store_scan_kq(kd, qd, k, Rk, Kh, Qs, Gs, t0, len, h, hk, HK, HV, img);
   }
   if ((Tout || Th) && !Tk) {
     const int64_t tb = (static_cast<int64_t>(ch) * HV + h) * C * C;

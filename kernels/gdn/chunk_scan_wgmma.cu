@@ -1,12 +1,12 @@
 // The chunked GDN forward scan with output on Hopper's warpgroup tensor cores (wgmma, sm_90a): the contract
 // of gdn_chunk_scan_mma_kernel<64, PF, WITH_O, B16> (chunk_scan_mma.cu), reading the prep's bf16 operands as
-// operand images (GdnScanBf16::image: W, Kd, Q, M) and fp32 U, G. One block of two warpgroups per (sequence,
+// operand images (GdnScanBf16::image: W, Kd = K̂, Q, M; U in bf16) and fp32 G. One block of two warpgroups per (sequence,
 // value head, 64 value columns), chunks of the sequence in order, S (128 x 64, fp32) in the accumulators:
 // warpgroup g holds state rows 64g .. 64g + 63. Per chunk:
 //   phase A: warpgroup 0: V' = U − W·S, warpgroup 1: QS = Q̂·S        (m64n64, k = dk: 8 wgmma each)
-//            V' (bf16) into the V'ᵀ tile (stmatrix, transposed); QS scaled by γ_i per row
+//            V' and diag(Γ/γ)·V' (bf16) into transposed tiles (stmatrix); QS scaled by γ_i per row
 //   phase B: warpgroup 1: O = γ·QS + M·V'                            (k = the chunk's 64 rows: 4 wgmma)
-//            both: S ← Γ·S + (diag(Γ/γ)K̂)ᵀ·V' on their 64 state rows (4 wgmma, Kd read MN-major)
+//            both: S ← Γ·S + K̂ᵀ·(diag(Γ/γ)·V') on their 64 state rows (4 wgmma, K̂ read MN-major)
 //            O through a row-major tile to 16-byte stores; bf16(S) into the S tile for the next chunk
 // Two block barriers per chunk; the next chunk's tiles arrive by cp.async (double-buffered sets) while phase
 // A runs. The tensor cores read every operand from shared memory in the no-swizzle core-matrix layout
@@ -45,7 +45,7 @@ constexpr uint32_t kCG = C * 16;
 struct Set {                                      // byte offsets in one set of a chunk's tiles
   static constexpr uint32_t W = 0;                // [64 rows][dk] image
   static constexpr uint32_t Q = W + C * DK * 2;   // [64 rows][dk] image
-  static constexpr uint32_t K = Q + C * DK * 2;   // [64 rows][dk] image (Kd; read MN-major as Kdᵀ)
+  static constexpr uint32_t K = Q + C * DK * 2;   // [64 rows][dk] image (K̂; read MN-major as K̂ᵀ)
   static constexpr uint32_t M = K + C * DK * 2;   // [64][64] image
   static constexpr uint32_t U = M + C * C * 2;    // bf16 [64][LDU], columns c0 ..
   static constexpr uint32_t G = U + C * LDU * 2;  // fp32 [64]
@@ -53,9 +53,10 @@ struct Set {                                      // byte offsets in one set of 
 };
 constexpr uint32_t kSt = 2 * Set::bytes;     // S: [dk][64 columns] core layout (phase A's B, MN-major)
 constexpr uint32_t kVt = kSt + BV * DK * 2;  // V'ᵀ: [64 columns][64 rows] (phase B's B, K-major)
-constexpr uint32_t kOt = kVt + BV * C * 2;   // O: bf16 [64 rows][LDO], row-major (coalesced stores)
+constexpr uint32_t kDt = kVt + BV * C * 2;   // (diag(e^{G_last−G_i})·V')ᵀ, as V'ᵀ (the state update's B)
+constexpr uint32_t kOt = kDt + BV * C * 2;   // O: bf16 [64 rows][LDO], row-major (coalesced stores)
 constexpr int LDO = BV + 8;                  // its row stride: stmatrix rows land in distinct banks
-constexpr size_t kSmem = kOt + C * LDO * 2;  // 185,856 B: one block per SM
+constexpr size_t kSmem = kOt + C * LDO * 2;  // 194,048 B: one block per SM
 static_assert(Set::bytes % 128 == 0, "tiles stay 128-byte aligned");
 
 __device__ __forceinline__ uint32_t pack(float a, float b) {
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(NT, 1)
     const int64_t vt = static_cast<int64_t>(ch) * HV + h, kt = static_cast<int64_t>(ch) * HK + hk;
     cp_block<C * DK * 2>(set + Set::W, Wh + vt * C * DK);
     cp_block<C * DK * 2>(set + Set::Q, Qh + kt * C * DK);
-    cp_block<C * DK * 2>(set + Set::K, Kdh + vt * C * DK);
+    cp_block<C * DK * 2>(set + Set::K, Kdh + kt * C * DK);
     cp_block<C * C * 2>(set + Set::M, Mh + vt * C * C);
     const bf16* us = U + (t0 * HV + h) * DV + c0;
 #pragma unroll
@@ -227,6 +228,15 @@ __global__ void __launch_bounds__(NT, 1)
                   pack(acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]);
           }
       store_acc(Trans{}, sbase + kVt, C * 16, 0, 0, 0, acc);
+      const float gl = Gt[len - 1];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = 16 * wq + gr + 8 * hf;
+        const float dc = i < len ? expf(gl - Gt[i]) : 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[4 * j + 2 * hf] *= dc, acc[4 * j + 2 * hf + 1] *= dc;
+      }
+      store_acc(Trans{}, sbase + kDt, C * 16, 0, 0, 0, acc);
     }
     wgmma::fence_proxy_async();
     __syncthreads();  // V'ᵀ complete
@@ -247,7 +257,7 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
     for (int j = 0; j < C / 16; ++j)  // Kdᵀ: m = dk (64·wg ..), k = rows 16j ..: MN-major, LBO = a row group
       wgmma::mma_m64n64<1>(S, wgmma::desc(set + Set::K + 8 * kCG * wg + 256 * j, 128, kCG),
-                           wgmma::desc(sbase + kVt + 256 * j, 128, C * 16), true);
+                           wgmma::desc(sbase + kDt + 256 * j, 128, C * 16), true);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(acc);

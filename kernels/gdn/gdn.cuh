@@ -191,8 +191,9 @@ cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const Gdn
 // A null member is not written; the scan reads the set when W and Kd (and, with output, Q and M) are given,
 // else it stages the fp32 scratch.
 // image: W, Kd, Q and M are written as the wgmma scan's operand images instead (gdn_scan_image_index): per
-// (chunk, head) one 64-row tile, W, Kd (nchunks, HV, 64, dk), Q (nchunks, HK, 64, dk), M (nchunks, HV, 64,
-// 64), with Kd's rows past a chunk's end zero. Only launch_gdn_chunk_scan_wgmma reads them so.
+// (chunk, head) one 64-row tile, W (nchunks, HV, 64, dk), M (nchunks, HV, 64, 64), Q and Kd (nchunks, HK, 64,
+// dk) with Kd = bf16(K̂) per key head (the scan applies e^{G_last − G_i} to V' instead), their rows past a
+// chunk's end zero. Only launch_gdn_chunk_scan_wgmma reads them so.
 struct GdnScanBf16 {
   void* W = nullptr;
   void* Kd = nullptr;

@@ -336,7 +336,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
     return r;
   }
   // The scan's other bf16 operands (diag(Γ/γ)·K̂, Q̂) are needed only between the two kernels.
-  Tensor Kdb = image ? alloc({r->ch.n, d.HV, C, d.dk}, DType::BF16) : alloc({d.T, d.HV, d.dk}, DType::BF16),
+  Tensor Kdb = image ? alloc({r->ch.n, d.HK, C, d.dk}, DType::BF16) : alloc({d.T, d.HV, d.dk}, DType::BF16),
          Qb;
   kernels::GdnScanBf16 b16;
   b16.W = r->W.data, b16.Kd = Kdb.data, b16.M = r->M.data, b16.image = image;
