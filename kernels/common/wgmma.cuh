@@ -76,6 +76,19 @@ __device__ __forceinline__ void mma_m64n64(float (&d)[32], uint64_t a, uint64_t 
       : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TA), "n"(TB));
 }
 
+// d (+)= A·B, m64n32k16 (16 accumulator registers), as mma_m64n64.
+template <int TA, int TB = 0>
+__device__ __forceinline__ void mma_m64n32(float (&d)[16], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, %19, %20;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TA), "n"(TB));
+}
+
 // Four 8x8 bf16 matrices stored as they are: lanes 8i..8i+7 give the addresses of rows 0..7 of matrix i;
 // register ri holds the lane's fragment of matrix i (row lane/4, columns 2(lane%4), +1).
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,

@@ -431,8 +431,10 @@ cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const Gdn
                                      int dv, cudaStream_t s) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
-  cudaError_t e = launch_gdn_chunk_dscan_mma(dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq, b.dh16,
-                                             b.dvn16, HK, HV, dk, dv, s);
+  cudaError_t e = b.image ? launch_gdn_chunk_dscan_wgmma(dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq,
+                                                         b.dh16, b.dvn16, HK, HV, s)
+                          : launch_gdn_chunk_dscan_mma(dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq,
+                                                       b.dh16, b.dvn16, HK, HV, dk, dv, s);
   if (e == cudaSuccess)
     e = launch_gdn_chunk_grad_mma(dout, qk, Gc, chunks, nchunks, b.states16, b.dh16, b.vnew16, b.dvn16,
                                   b.dqh16, dk_part16, b.dW16, gsum, gr.dg, HK, HV, dk, dv, s);

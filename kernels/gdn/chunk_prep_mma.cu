@@ -229,7 +229,7 @@ __device__ __forceinline__ void off_diagonal_t(const float* Af, float* Tf, int k
 
 // Rows m0 + lane/4 (+8) of a 16 x 64 warp tile → dst (F32, row stride HV·PD from the chunk's first token)
 // and, when not null, dsth (its bf16 copy, same layout; with IMG the chunk's operand image tile instead,
-// gdn_scan_image_index), rows < len only.
+// gdn_scan_image_index), rows < len only (IMG: all rows, zeros past the end; dst must then be null).
 template <bool IMG = false>
 __device__ __forceinline__ void store_rows(float* dst, bf16* dsth, const float (&acc)[8][4], int m0, int n0,
                                            int len, int64_t rstride) {
@@ -237,7 +237,7 @@ __device__ __forceinline__ void store_rows(float* dst, bf16* dsth, const float (
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int i = m0 + (lane >> 2) + 8 * hf;
-    if (i >= len) continue;
+    if (i >= len && !IMG) continue;  // an image gets every row (zeros past the end: T's identity rows, β = 0)
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
       const int64_t at = i * rstride + n0 + 8 * nb + 2 * (lane & 3);

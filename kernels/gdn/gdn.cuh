@@ -168,8 +168,11 @@ struct GdnBwdBf16 {
   void* dW16 = nullptr;
   void* dqh16 = nullptr;  // outputs: dq̂, dk̂ per value head (for launch_l2norm_bwd_gva)
   void* dkh16 = nullptr;
+  bool image = false;
 };
-// dk_part16: bf16 scratch (T, HV, dk) for the dk̂ partial sums between the kernels. Each kernel is refused
+// image: W16, M16 are operand images (GdnScanBf16::image, written by the backward's prep from the kept
+// states): the reverse scan runs on wgmma (launch_gdn_chunk_dscan_wgmma; bf16 dO, q, k). dk_part16: bf16
+// scratch (T, HV, dk) for the dk̂ partial sums between the kernels. Each kernel is refused
 // (cudaErrorInvalidValue) for q, k that are neither BF16 with ρ nor F32 without (GdnQK).
 cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const GdnGates& gates,
                                      const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
@@ -261,6 +264,17 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
                                       float* U, float* M, float* Gc, float* Tout, int64_t HK, int64_t HV,
                                       int dk, int dv, cudaStream_t s, const GdnScanBf16* b16 = nullptr,
                                       const void* states16 = nullptr, void* vnew16 = nullptr);
+
+// ---- the reverse state scan on Hopper's warpgroup tensor cores, chunk_dscan_wgmma.cu (sm_90a) ----
+// The contract of launch_gdn_chunk_dscan_mma for bf16 dO, q, k (GdnQK with ρ) with W16, M16 as the backward
+// prep's operand images (GdnBwdBf16::image). gdn_dscan_wgmma_selected: whether a backward of `pairs`
+// (sequence, value head) pairs takes it (its 64-column tile, a compute capability 9 device, DT_GDN_SCAN_MMA
+// unset), i.e. whether the backward's prep is to write images.
+bool gdn_dscan_wgmma_selected(int64_t pairs, int dv);
+cudaError_t launch_gdn_chunk_dscan_wgmma(KIn dout, const GdnQK& qk, const void* W16, const void* M16,
+                                         const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
+                                         int nseq, void* dh16, void* dvn16, int64_t HK, int64_t HV,
+                                         cudaStream_t s);
 
 // ---- tensor-core reverse state scan, chunk_dscan_mma.cu ----
 // Same contract as step 1 of launch_gdn_chunk_bwd (the FMA dscan kernel): per sequence, chunks in reverse,

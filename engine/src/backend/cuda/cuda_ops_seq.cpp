@@ -229,6 +229,7 @@ GdnChunks CudaBackend::gdn_chunks(const SeqLayout& seq) {
 // per-chunk scratch of spec §4.2 (W, M, G, T, chunk-start states, V').
 struct CudaGdnSaved final : Backend::GdnSaved {
   Tensor qn, kn, rq, rk, W, M, Gc, Tm, states, vnew;
+  bool image = false;  // the backward's W, M are operand images (the wgmma reverse scan)
   GdnChunks ch;
   bool mma = false;          // tensor-core path: W, M, Tm, states, vnew are BF16
   bool states_only = false;  // GdnKeep::States: only `states`, `Tm` (and ch) kept; the rest is recomputed
@@ -425,12 +426,14 @@ void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, cons
                                           const kernels::GdnGates& gates, float scale, const GdnDims& d,
                                           CudaGdnSaved& f) {
   constexpr int64_t C = kernels::kGdnChunk;
-  f.W = alloc({d.T, d.HV, d.dk}, DType::BF16);
+  // With images the reverse scan runs on wgmma; W's buffer (an image, no smaller than (T, HV, dk)) then takes
+  // dW row-major as before.
+  f.W = f.image ? alloc({f.ch.n, d.HV, C, d.dk}, DType::BF16) : alloc({d.T, d.HV, d.dk}, DType::BF16);
   f.M = alloc({f.ch.n, d.HV, C, C}, DType::BF16);
   f.Gc = alloc({d.T, d.HV}, DType::F32);
   f.vnew = alloc({d.T, d.HV, d.dv}, DType::BF16);
   kernels::GdnScanBf16 b16;
-  b16.W = f.W.data, b16.M = f.M.data, b16.T_kept = f.Tm.data;
+  b16.W = f.W.data, b16.M = f.M.data, b16.T_kept = f.Tm.data, b16.image = f.image;
   cuda_check(
       kernels::launch_gdn_chunk_prep_mma(
           kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f, !gdn_reads_raw_qk(q, k)),
@@ -537,6 +540,8 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       own = gdn_forward_core(q, k, v, gates, seq, scale, nullptr, GdnScratch::ForBackward);
       f = own.get();
     } else if (f->states_only) {
+      f->image = dout.dtype == DType::BF16 && gdn_reads_raw_qk(q, k) &&
+                 kernels::gdn_dscan_wgmma_selected(int64_t(nseq) * d.HV, d.dv);
       gdn_scratch_from_states(q, k, v, gates, scale, d, *f);  // the prep also writes ρ (q̂, k̂ if not bf16)
     } else if (const bool raw = f->mma && gdn_reads_raw_qk(q, k); raw ? !f->rq.defined() : !f->qn.defined()) {
       gdn_l2norms(q, k, scale, *f, !raw);
@@ -560,6 +565,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       b.vnew16 = f->vnew.data, b.dh16 = dh.data, b.dvn16 = dvn.data;
       b.dW16 = f->W.data;  // W is read only by the reverse scan, before the state products write dW
       b.dqh16 = dqh.data, b.dkh16 = dkh.data;
+      b.image = f->image;
       const kernels::GdnQK qk =
           gdn_reads_raw_qk(q, k)
               ? kernels::GdnQK{kin(q, "gdn q"), kin(k, "gdn k"), fptr(f->rq), fptr(f->rk), scale}

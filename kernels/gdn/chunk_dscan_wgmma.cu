@@ -1,0 +1,287 @@
+// The chunked GDN backward's reverse state scan on Hopper's warpgroup tensor cores (wgmma, sm_90a): the
+// contract of gdn_chunk_dscan_mma_kernel<64, ...> (chunk_dscan_mma.cu) for bf16 dO, q and k (with ρ), reading
+// the backward prep's W and M as operand images (GdnScanBf16::image) and q, k as they are. One block of two
+// warpgroups per (sequence, value head, 64 value columns), chunks in reverse, dS (128 x 64, fp32) in the
+// accumulators (warpgroup g: rows 64g ..). Per chunk, dS = the gradient at its end:
+//   dh = bf16(dS) (from the dS tile, 16-byte row pieces)
+//   [c] both warpgroups, 32 columns each: dV' = diag(ρ_k,i·e^{G_last−G_i})·(k·dS) + Mᵀ·dO  (8 + 4 wgmma
+//   m64n32)
+//       −dV' into a tile; dvn = bf16(dV'); diag(scale·ρ_q,i·γ_i)·dO into a tile
+//   [e] both, on their 64 dS rows: dS = Γ·dS + qᵀ·(scale·ρ_q·γ∘dO) + Wᵀ·(−dV')          (4 + 4 wgmma m64n64)
+//       bf16(dS) into the dS tile for the next chunk
+// K̂ = diag(ρ_k)·k and Q̂ = scale·diag(ρ_q)·q, so their row factors (with the decays: Kd·dS, Qgᵀ·dO) go onto
+// dS's product and dO: q and k are the wgmma operands as given (exact in bf16), read once per key head. Two
+// block barriers per chunk; the next chunk's tiles arrive by cp.async behind this chunk's [c] products. Every
+// wgmma operand is an MN-major or K-major no-swizzle core-matrix tile (common/wgmma.cuh,
+// gdn_scan_image_index). Numerics: bf16 operands and fp32 accumulation as the mma.sync kernel without its lo
+// halves (kLoS, kLoV false), q and k unrounded (the mma.sync kernel rounds Qg and Kd to bf16 after their row
+// factors).
+#include <cstdlib>
+#include <type_traits>
+
+#include "common/device.cuh"
+#include "common/mma.cuh"
+#include "common/wgmma.cuh"
+#include "gdn/gdn.cuh"
+
+namespace deltatune::kernels {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int C = kGdnChunk;
+constexpr int DK = 128, DV = 128, BV = 64, NT = 256;
+constexpr uint32_t kCG = C * 16;  // an image's column groups are 1024 bytes apart, its 8-row groups 128
+
+struct Set {                                     // byte offsets in one set of a chunk's tiles (image layout)
+  static constexpr uint32_t W = 0;               // [64 rows][dk]
+  static constexpr uint32_t Q = W + C * DK * 2;  // [64 rows][dk] q (key head)
+  static constexpr uint32_t K = Q + C * DK * 2;  // [64 rows][dk] k (key head)
+  static constexpr uint32_t M = K + C * DK * 2;  // [64 rows j][64 columns i] M_ji
+  static constexpr uint32_t O = M + C * C * 2;   // [64 rows][64 columns c0 ..] dO
+  static constexpr uint32_t G = O + C * BV * 2;  // fp32 [64] G, then ρ_q, ρ_k [64] each
+  static constexpr uint32_t bytes = G + 3 * C * 4;
+};
+constexpr uint32_t kDs = 2 * Set::bytes;  // dS: [dk][64 columns], 8-row groups 1024 apart, columns groups 128
+constexpr uint32_t kDv = kDs + DK * BV * 2;  // −dV': image layout [64 rows][64 columns]
+constexpr uint32_t kGo = kDv + C * BV * 2;   // γ∘dO: image layout
+constexpr size_t kSmem = kGo + C * BV * 2;   // 164,864 B: one block per SM
+static_assert(Set::bytes % 128 == 0, "tiles stay 128-byte aligned");
+
+__device__ __forceinline__ uint32_t pack(float a, float b) {
+  return mma::pack_bf16(a, b);
+}
+
+// Piece p (16 bytes: row r, column group cg) of a tile of CG column groups: a warp takes 8 rows x 4 groups,
+// each quarter 4 rows x 2 adjacent groups (whole 32-byte sectors in global memory; 2-way bank conflicts at
+// most in the tiles).
+template <int CG = 8>
+__device__ __forceinline__ void piece(int p, int& r, int& cg) {
+  const int l = p & 31, wp = p >> 5;
+  r = 8 * (wp / (CG / 4)) + ((l >> 1) & 3) + 4 * (l >> 4);
+  cg = 4 * (wp % (CG / 4)) + (l & 1) + 2 * ((l >> 3) & 1);
+}
+
+// cp.async of rows [0, 64) x dk bf16 (row r at src + r·stride) into an image-layout tile; rows ≥ len zeros.
+// Through L1 (.ca): a 32-byte sector's two 16-byte pieces land apart in the tile and are copied by different
+// quarter warps, so the second one finds the sector in L1 instead of fetching it from L2 again.
+__device__ __forceinline__ void cp_rows_image(uint32_t dst, const bf16* src, int64_t stride, int len) {
+#pragma unroll
+  for (int e = 0; e < C * DK / 8 / NT; ++e) {
+    int r, cg;
+    piece<DK / 8>(threadIdx.x + NT * e, r, cg);
+    const bool ok = r < len;
+    const bf16* from = ok ? src + r * stride + 8 * cg : src;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + cg * kCG + r * 16), "l"(from),
+                 "r"(ok ? 16 : 0)
+                 : "memory");
+  }
+}
+
+template <int BYTES>
+__device__ __forceinline__ void cp_block(uint32_t dst, const void* src) {
+  static_assert(BYTES % (16 * NT) == 0, "even split");
+#pragma unroll
+  for (int e = 0; e < BYTES / 16 / NT; ++e) {
+    const int p = threadIdx.x + NT * e;
+    mma::cp_async16(dst + 16 * p, static_cast<const unsigned char*>(src) + 16 * p, true);
+  }
+}
+
+__global__ void __launch_bounds__(NT, 1)
+    gdn_chunk_dscan_wgmma_kernel(const bf16* dout, const bf16* Wi, const bf16* Mi, const bf16* q,
+                                 const bf16* k, const float* rq, const float* rk, float scale,
+                                 const float* Gc, const int32_t* chunks, const int32_t* chunk_off, bf16* dh,
+                                 bf16* dvn, int64_t HK, int64_t HV) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) unsigned char gdn_smem[];
+  const uint32_t sbase = mma::smem_addr(gdn_smem);
+  const int n = blockIdx.x / HV, h = blockIdx.x % HV, c0 = blockIdx.y * BV;
+  const int64_t hk = h / (HV / HK);
+  const int wg = threadIdx.x >> 7, wq = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int gr = lane >> 2, tq = lane & 3;
+  const int cb = chunk_off[n], last = chunk_off[n + 1] - 1;
+  if (last < cb) return;
+
+  auto load = [&](int ch, int64_t t0, int len, int b) {  // chunk ch's tiles into set b
+    const uint32_t set = sbase + b * Set::bytes;
+    if (threadIdx.x < 3 * C) {  // G, ρ_q, ρ_k
+      const int i = threadIdx.x % C, w = threadIdx.x / C;
+      const bool ok = i < len;
+      const float* src = w == 0 ? Gc + (t0 + i) * HV + h : (w == 1 ? rq : rk) + (t0 + i) * HK + hk;
+      mma::cp_async4(set + Set::G + 4 * threadIdx.x, ok ? src : Gc, ok);
+    }
+    const int64_t vt = static_cast<int64_t>(ch) * HV + h;
+    cp_block<C * DK * 2>(set + Set::W, Wi + vt * C * DK);
+    cp_rows_image(set + Set::Q, q + (t0 * HK + hk) * DK, HK * DK, len);
+    cp_rows_image(set + Set::K, k + (t0 * HK + hk) * DK, HK * DK, len);
+    cp_block<C * C * 2>(set + Set::M, Mi + vt * C * C);
+#pragma unroll
+    for (int e = 0; e < C * BV / 8 / NT; ++e) {  // dO rows into the image layout, zeros past the chunk's end
+      int r, cg;
+      piece(threadIdx.x + NT * e, r, cg);
+      const bool ok = r < len;
+      mma::cp_async16(set + Set::O + cg * kCG + r * 16,
+                      ok ? dout + ((t0 + r) * HV + h) * DV + c0 + 8 * cg : dout, ok);
+    }
+    mma::cp_async_commit();
+  };
+
+  // dS: rows 64·wg + 16·wq + gr (+8), columns 8j + 2tq (+1) (the accumulator layout).
+  float ds[32], a1[16], a2[16];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) ds[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) a1[i] = a2[i] = 0.f;
+  for (int i = threadIdx.x; i < DK * BV / 8; i += NT)
+    reinterpret_cast<uint4*>(gdn_smem + kDs)[i] = make_uint4(0u, 0u, 0u, 0u);
+  // Chunk records two chunks ahead of their use (as the forward wgmma scan).
+  int64_t t0 = chunks[2 * last], t0n = 0;
+  int len = chunks[2 * last + 1], lenn = 0;
+  load(last, t0, len, 0);
+  if (last - 1 >= cb) t0n = chunks[2 * last - 2], lenn = chunks[2 * last - 1];
+
+  for (int ch = last; ch >= cb; --ch) {
+    int64_t t0nn = 0;
+    int lennn = 0;
+    if (ch - 2 >= cb) t0nn = chunks[2 * ch - 4], lennn = chunks[2 * ch - 3];
+    const int b = (last - ch) & 1;
+    mma::cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // set b landed; the dS tile holds bf16(dS); the last chunk is done with set b ^ 1
+    const uint32_t set = sbase + b * Set::bytes;
+    const unsigned char* setp = gdn_smem + b * Set::bytes;
+    const float* Gt = reinterpret_cast<const float*>(setp + Set::G);
+    const float *Rq = Gt + C, *Rk = Gt + 2 * C;
+
+    // [c] a2 = k·dS, a1 = Mᵀ·dO on this warpgroup's 32 columns (32·wg ..).
+    wgmma::fence_operands(a1);
+    wgmma::fence_operands(a2);
+    wgmma::fence();
+#pragma unroll
+    for (int j = 0; j < DK / 16; ++j)  // dS MN-major: a k step is two row groups (2 x 1024 bytes)
+      wgmma::mma_m64n32<0, 1>(a2, wgmma::desc(set + Set::K + 2 * kCG * j, kCG, 128),
+                              wgmma::desc(sbase + kDs + 2 * BV * 16 * j + 4 * 128 * wg, BV * 16, 128), j > 0);
+#pragma unroll
+    for (int j = 0; j < C / 16; ++j)  // Mᵀ and dO MN-major (image rows are their k)
+      wgmma::mma_m64n32<1, 1>(a1, wgmma::desc(set + Set::M + 256 * j, 128, kCG),
+                              wgmma::desc(set + Set::O + 4 * kCG * wg + 256 * j, 128, kCG), j > 0);
+    wgmma::commit();
+    if (ch - 1 >= cb) load(ch - 1, t0n, lenn, b ^ 1);
+    {  // dh = bf16(dS at the chunk's end), 16-byte row pieces of the dS tile
+      bf16* dhp = dh + (static_cast<int64_t>(ch) * HV + h) * DK * DV + c0;
+#pragma unroll
+      for (int e = 0; e < DK * BV / 8 / NT; ++e) {
+        int r, cg;
+        piece(threadIdx.x + NT * e, r, cg);
+        *reinterpret_cast<uint4*>(dhp + r * DV + 8 * cg) =
+            *reinterpret_cast<const uint4*>(gdn_smem + kDs + (r >> 3) * (BV * 16) + cg * 128 + (r & 7) * 16);
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < C * BV / 8 / NT; ++e) {  // scale·ρ_q,i·γ_i·dO (γ_i = e^{G_i}, 0 past the chunk's end)
+      const int p = threadIdx.x + NT * e, i = p & 63, cg = p >> 6;
+      const float gam = i < len ? scale * Rq[i] * expf(Gt[i]) : 0.f;
+      const uint4 x = *reinterpret_cast<const uint4*>(setp + Set::O + cg * kCG + i * 16);
+      const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+      uint32_t y[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&xs[q]));
+        y[q] = pack(gam * f.x, gam * f.y);
+      }
+      *reinterpret_cast<uint4*>(gdn_smem + kGo + cg * kCG + i * 16) = make_uint4(y[0], y[1], y[2], y[3]);
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operands(a1);
+    wgmma::fence_operands(a2);
+    {  // dV' = ρ_k,i·e^{G_last−G_i}·(k·dS) + Mᵀ·dO (rows past the end: 0); −dV' into its tile, dvn
+      const float gl = Gt[len - 1];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = 16 * wq + gr + 8 * hf;
+        const float dc = i < len ? Rk[i] * expf(gl - Gt[i]) : 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float x0 = dc * a2[4 * j + 2 * hf] + a1[4 * j + 2 * hf];
+          const float x1 = dc * a2[4 * j + 2 * hf + 1] + a1[4 * j + 2 * hf + 1];
+          if (i < len)
+            *reinterpret_cast<uint32_t*>(dvn + ((t0 + i) * HV + h) * DV + c0 + 32 * wg + 8 * j + 2 * tq) =
+                pack(x0, x1);
+          a2[4 * j + 2 * hf] = -x0, a2[4 * j + 2 * hf + 1] = -x1;
+        }
+      }
+      const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {  // four 8x8 matrices (column blocks j, row halves) per stmatrix
+        const int j = 2 * jj + (mi >> 1), hf = mi & 1;
+        wgmma::stmatrix_x4(sbase + kDv + (4 * wg + j) * kCG + (16 * wq + 8 * hf + r) * 16,
+                           pack(a2[8 * jj], a2[8 * jj + 1]), pack(a2[8 * jj + 2], a2[8 * jj + 3]),
+                           pack(a2[8 * jj + 4], a2[8 * jj + 5]), pack(a2[8 * jj + 6], a2[8 * jj + 7]));
+      }
+    }
+    wgmma::fence_proxy_async();
+    __syncthreads();  // −dV' and γ∘dO complete
+
+    // [e] dS = Γ·dS + qᵀ·(scale·ρ_q·γ∘dO) + Wᵀ·(−dV') on this warpgroup's dk rows (qᵀ, Wᵀ MN-major).
+    const float gam_l = expf(Gt[len - 1]);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) ds[i] *= gam_l;
+    wgmma::fence_operands(ds);
+    wgmma::fence();
+#pragma unroll
+    for (int j = 0; j < C / 16; ++j)
+      wgmma::mma_m64n64<1, 1>(ds, wgmma::desc(set + Set::Q + 8 * kCG * wg + 256 * j, 128, kCG),
+                              wgmma::desc(sbase + kGo + 256 * j, 128, kCG), true);
+#pragma unroll
+    for (int j = 0; j < C / 16; ++j)
+      wgmma::mma_m64n64<1, 1>(ds, wgmma::desc(set + Set::W + 8 * kCG * wg + 256 * j, 128, kCG),
+                              wgmma::desc(sbase + kDv + 256 * j, 128, kCG), true);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(ds);
+    {  // bf16(dS) into the dS tile (rows = dk) for the next chunk; [c]'s reads of it completed before the
+       // barrier
+      const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = 2 * jj + (mi >> 1), hf = mi & 1, rb = 64 * wg + 16 * wq + 8 * hf;
+        wgmma::stmatrix_x4(sbase + kDs + (rb >> 3) * (BV * 16) + j * 128 + r * 16,
+                           pack(ds[8 * jj], ds[8 * jj + 1]), pack(ds[8 * jj + 2], ds[8 * jj + 3]),
+                           pack(ds[8 * jj + 4], ds[8 * jj + 5]), pack(ds[8 * jj + 6], ds[8 * jj + 7]));
+      }
+    }
+    t0 = t0n, len = lenn, t0n = t0nn, lenn = lennn;
+  }
+#else
+  __trap();  // built without sm_90a: the launcher does not choose this kernel there
+#endif
+}
+
+}  // namespace
+
+#ifndef DT_ATTN_EMU
+bool gdn_dscan_wgmma_selected(int64_t pairs, int dv) {
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  // The mma.sync kernel's 64-column choice (dscan_mma_tile_cols): more pairs than a wave of 32-column tiles.
+  return dv == DV && gdn_scan_wgmma_available() && pairs * (DV / 32) > sms;
+}
+
+cudaError_t launch_gdn_chunk_dscan_wgmma(KIn dout, const GdnQK& qk, const void* W16, const void* M16,
+                                         const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
+                                         int nseq, void* dh16, void* dvn16, int64_t HK, int64_t HV,
+                                         cudaStream_t s) {
+  if (dout.t != KType::BF16 || gdn_qk_kind(qk) != 1 || !W16 || !M16) return cudaErrorInvalidValue;
+  if (nseq == 0 || HV == 0) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(gdn_chunk_dscan_wgmma_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+  if (e != cudaSuccess) return e;
+  gdn_chunk_dscan_wgmma_kernel<<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, kSmem, s>>>(
+      static_cast<const bf16*>(dout.p), static_cast<const bf16*>(W16), static_cast<const bf16*>(M16),
+      static_cast<const bf16*>(qk.q.p), static_cast<const bf16*>(qk.k.p), qk.rq, qk.rk, qk.scale, Gc, chunks,
+      chunk_off, static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV);
+  return cudaGetLastError();
+}
+#endif
+
+}  // namespace deltatune::kernels
