@@ -76,6 +76,17 @@ __device__ __forceinline__ void mma_m64n64(float (&d)[32], uint64_t a, uint64_t 
       : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TA), "n"(TB));
 }
 
+// d (+)= A·B, m64n16k16 (8 accumulator registers), as mma_m64n64.
+template <int TA, int TB = 0>
+__device__ __forceinline__ void mma_m64n16(float (&d)[8], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, %12;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TA), "n"(TB));
+}
+
 // d (+)= A·B, m64n32k16 (16 accumulator registers), as mma_m64n64.
 template <int TA, int TB = 0>
 __device__ __forceinline__ void mma_m64n32(float (&d)[16], uint64_t a, uint64_t b, bool accumulate) {
@@ -87,6 +98,18 @@ __device__ __forceinline__ void mma_m64n32(float (&d)[16], uint64_t a, uint64_t 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TA), "n"(TB));
+}
+
+// m64nNk16 for N = 16, 32, 64 (N/2 accumulator registers).
+template <int TA, int TB, int R>
+__device__ __forceinline__ void mma_m64n(float (&d)[R], uint64_t a, uint64_t b, bool accumulate) {
+  static_assert(R == 8 || R == 16 || R == 32, "N = 16, 32 or 64");
+  if constexpr (R == 8)
+    mma_m64n16<TA, TB>(d, a, b, accumulate);
+  else if constexpr (R == 16)
+    mma_m64n32<TA, TB>(d, a, b, accumulate);
+  else
+    mma_m64n64<TA, TB>(d, a, b, accumulate);
 }
 
 // Four 8x8 bf16 matrices stored as they are: lanes 8i..8i+7 give the addresses of rows 0..7 of matrix i;

@@ -417,8 +417,9 @@ bool scan_mma_prefetch(int64_t blocks, bool two_per_sm, int sms) {
 }  // namespace
 
 bool gdn_scan_wgmma_selected(int64_t pairs, int dv, bool with_o) {
+  // DT_GDN_SCAN_WGMMA64=1: only the 64-column tiles on wgmma (A/B timing of the narrow tiles).
   return with_o && gdn_chunk_mma_supported(128, dv) && gdn_scan_wgmma_available() &&
-         scan_mma_tile_cols(pairs, dv, true, true, sm_count()) == 64;
+         (!std::getenv("DT_GDN_SCAN_WGMMA64") || scan_mma_tile_cols(pairs, dv, true, true, sm_count()) == 64);
 }
 
 cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
@@ -433,8 +434,8 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
   const int bv = scan_mma_tile_cols(int64_t(nseq) * HV, dv, use_b16, with_o, sms);
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
   if (b16 && b16->image) {  // operand images: only the wgmma kernel reads them (gdn_scan_wgmma_selected)
-    if (!(bv == 64 && with_o && use_b16 && gdn_scan_wgmma_available())) return cudaErrorInvalidValue;
-    return launch_gdn_chunk_scan_wgmma(Gc, chunks, chunk_off, nseq, o, states16, vnew16, HK, HV, *b16, s);
+    if (!(with_o && use_b16 && gdn_scan_wgmma_available())) return cudaErrorInvalidValue;
+    return launch_gdn_chunk_scan_wgmma(Gc, chunks, chunk_off, nseq, o, states16, vnew16, HK, HV, *b16, bv, s);
   }
   const bool pf = bv == 64 || scan_mma_prefetch(int64_t(grid.x) * grid.y, !with_o && use_b16, sms);
   decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true, true, false>) kernel = nullptr;

@@ -32,8 +32,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int C = kGdnChunk;
-constexpr int DK = 128, DV = 128, BV = 64, NT = 256;
-constexpr int LDU = BV + 8;  // bf16 row stride of U: the 4-byte reads of a warp conflict-free
+constexpr int DK = 128, DV = 128, NT = 256;
 
 // A chunk's operand tiles arrive as the prep wrote them (GdnScanBf16::image, gdn_scan_image_index): core
 // matrices of 8 rows x 16 bytes, column group major, one contiguous block per tile, copied as it is (whole
@@ -42,22 +41,26 @@ constexpr int LDU = BV + 8;  // bf16 row stride of U: the 4-byte reads of a warp
 // SBO kCG.
 constexpr uint32_t kCG = C * 16;
 
-struct Set {                                      // byte offsets in one set of a chunk's tiles
+// Shared memory for BV value columns (16, 32 or 64), byte offsets.
+template <int BV>
+struct Smem {
+  static constexpr int LDU = BV + 8;  // bf16 row stride of U: the 4-byte reads of a warp conflict-free
+  static constexpr int LDO = BV + 8;  // of the O tile: stmatrix rows land in distinct banks
+  // One set of a chunk's tiles:
   static constexpr uint32_t W = 0;                // [64 rows][dk] image
   static constexpr uint32_t Q = W + C * DK * 2;   // [64 rows][dk] image
   static constexpr uint32_t K = Q + C * DK * 2;   // [64 rows][dk] image (K̂; read MN-major as K̂ᵀ)
   static constexpr uint32_t M = K + C * DK * 2;   // [64][64] image
   static constexpr uint32_t U = M + C * C * 2;    // bf16 [64][LDU], columns c0 ..
   static constexpr uint32_t G = U + C * LDU * 2;  // fp32 [64]
-  static constexpr uint32_t bytes = G + C * 4;
+  static constexpr uint32_t set = (G + C * 4 + 127) / 128 * 128;
+  static constexpr uint32_t St = 2 * set;           // S: [dk][BV columns] core layout (phase A's B, MN-major)
+  static constexpr uint32_t Vt = St + BV * DK * 2;  // V'ᵀ: [BV columns][64 rows] (phase B's B, K-major)
+  static constexpr uint32_t Dt =
+      Vt + BV * C * 2;  // (diag(e^{G_last−G_i})·V')ᵀ, as V'ᵀ (the state update's B)
+  static constexpr uint32_t Ot = Dt + BV * C * 2;    // O: bf16 [64 rows][LDO], row-major (coalesced stores)
+  static constexpr size_t bytes = Ot + C * LDO * 2;  // BV 64: 194,048 B; 16: 131,584 B (one block per SM)
 };
-constexpr uint32_t kSt = 2 * Set::bytes;     // S: [dk][64 columns] core layout (phase A's B, MN-major)
-constexpr uint32_t kVt = kSt + BV * DK * 2;  // V'ᵀ: [64 columns][64 rows] (phase B's B, K-major)
-constexpr uint32_t kDt = kVt + BV * C * 2;   // (diag(e^{G_last−G_i})·V')ᵀ, as V'ᵀ (the state update's B)
-constexpr uint32_t kOt = kDt + BV * C * 2;   // O: bf16 [64 rows][LDO], row-major (coalesced stores)
-constexpr int LDO = BV + 8;                  // its row stride: stmatrix rows land in distinct banks
-constexpr size_t kSmem = kOt + C * LDO * 2;  // 194,048 B: one block per SM
-static_assert(Set::bytes % 128 == 0, "tiles stay 128-byte aligned");
 
 __device__ __forceinline__ uint32_t pack(float a, float b) {
   return mma::pack_bf16(a, b);
@@ -75,6 +78,26 @@ __device__ __forceinline__ void core_piece(int p, int& r, int& kc) {
   kc = 4 * (wp % (KC / 4)) + (l & 1) + 2 * ((l >> 3) & 1);
 }
 
+// bf16 pairs of 64 accumulator rows (r0 + 16wq + gr (+8), warp wq of the warpgroup) by stmatrix, four 8x8
+// matrices (n-blocks j, row halves h) per call: TRANS: into a core-layout tile whose rows are the
+// accumulators' columns (tile row c at (c/8)·RG + ((r0 + 16wq + 8h)/8)·128 + (c%8)·16); else tile row
+// (accumulator row) r0 + 16wq + 8h + i at ((r0 + 16wq + 8h)/8)·RG + j·CG + i·RS.
+template <bool TRANS, int R>
+__device__ __forceinline__ void store_acc(uint32_t tile, int RG, int CG, int RS, int r0,
+                                          const float (&x)[R]) {
+  const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, i = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int jj = 0; jj < R / 8; ++jj) {
+    const int j = 2 * jj + (i >> 1), hf = i & 1, rb = r0 + 16 * wq + 8 * hf;
+    const uint32_t a = pack(x[8 * jj], x[8 * jj + 1]), b = pack(x[8 * jj + 2], x[8 * jj + 3]);
+    const uint32_t c = pack(x[8 * jj + 4], x[8 * jj + 5]), d = pack(x[8 * jj + 6], x[8 * jj + 7]);
+    if constexpr (TRANS)
+      wgmma::stmatrix_x4_trans(tile + j * RG + (rb >> 3) * 128 + r * 16, a, b, c, d);
+    else
+      wgmma::stmatrix_x4(tile + (rb >> 3) * RG + j * CG + r * RS, a, b, c, d);
+  }
+}
+
 // cp.async of BYTES contiguous bytes (an image tile), 16 per thread and step.
 template <int BYTES>
 __device__ __forceinline__ void cp_block(uint32_t dst, const void* src) {
@@ -86,11 +109,16 @@ __device__ __forceinline__ void cp_block(uint32_t dst, const void* src) {
   }
 }
 
+template <int BV>
 __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_scan_wgmma_kernel(const bf16* U, const float* Gc, const int32_t* chunks,
                                 const int32_t* chunk_off, KOut o, bf16* states, bf16* vnew, int64_t HK,
                                 int64_t HV, const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Smem<BV>;
+  using Set = L;
+  constexpr int LDU = L::LDU, LDO = L::LDO, NB = BV / 8, R = BV / 2;  // n-blocks, accumulators a thread
+  constexpr uint32_t kSt = L::St, kVt = L::Vt, kDt = L::Dt, kOt = L::Ot;
   extern __shared__ __align__(128) unsigned char gdn_smem[];
   const uint32_t sbase = mma::smem_addr(gdn_smem);
   const int n = blockIdx.x / HV, h = blockIdx.x % HV, c0 = blockIdx.y * BV;
@@ -103,8 +131,8 @@ __global__ void __launch_bounds__(NT, 1)
   const bool o_rows = o.t == KType::BF16 && (reinterpret_cast<uintptr_t>(o.p) & 15) == 0;
 
   auto load = [&](int ch, int64_t t0, int len, int b) {  // chunk ch's tiles (its record: t0, len) into set b
-    const uint32_t set = sbase + b * Set::bytes;
-    unsigned char* setp = gdn_smem + b * Set::bytes;
+    const uint32_t set = sbase + b * Set::set;
+    unsigned char* setp = gdn_smem + b * Set::set;
     if (threadIdx.x < C) {
       const bool ok = int(threadIdx.x) < len;
       mma::cp_async4(set + Set::G + 4 * threadIdx.x, ok ? Gc + (t0 + threadIdx.x) * HV + h : Gc, ok);
@@ -115,9 +143,8 @@ __global__ void __launch_bounds__(NT, 1)
     cp_block<C * DK * 2>(set + Set::K, Kdh + kt * C * DK);
     cp_block<C * C * 2>(set + Set::M, Mh + vt * C * C);
     const bf16* us = U + (t0 * HV + h) * DV + c0;
-#pragma unroll
-    for (int e = 0; e < C * BV / 8 / NT; ++e) {
-      const int p = threadIdx.x + NT * e, r = p / (BV / 8), c = (p % (BV / 8)) * 8;
+    for (int p = threadIdx.x; p < C * NB; p += NT) {
+      const int r = p / NB, c = (p % NB) * 8;
       const bool ok = r < len;
       mma::cp_async16(mma::smem_addr(reinterpret_cast<bf16*>(setp + Set::U) + r * LDU + c),
                       ok ? us + r * HV * DV + c : us, ok);
@@ -126,9 +153,9 @@ __global__ void __launch_bounds__(NT, 1)
   };
 
   // S: state rows 64·wg + 16·wq + gr (+8), columns 8j + 2tq (+1) (the accumulator layout).
-  float S[32], acc[32];
+  float S[R], acc[R];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) S[i] = acc[i] = 0.f;
+  for (int i = 0; i < R; ++i) S[i] = acc[i] = 0.f;
   for (int i = threadIdx.x; i < BV * DK / 8; i += NT)
     reinterpret_cast<uint4*>(gdn_smem + kSt)[i] = make_uint4(0u, 0u, 0u, 0u);
   // Chunk records (first token, length) are read from global memory two chunks ahead of their use (the
@@ -142,26 +169,6 @@ __global__ void __launch_bounds__(NT, 1)
   }
   if (cb + 1 < ce) t0n = chunks[2 * cb + 2], lenn = chunks[2 * cb + 3];
 
-  // bf16 pairs of 64 accumulator rows (r0 + 16wq + gr (+8)) by stmatrix, four 8x8 matrices (n-blocks j, row
-  // halves h) per call: TRANS: into a core-layout tile whose rows are the accumulators' columns (tile row c
-  // at (c/8)·RG + ((r0 + 16wq + 8h)/8)·128 + (c%8)·16); else tile row (accumulator row) r0 + 16wq + 8h + i at
-  // ((r0 + 16wq + 8h)/8)·RG + j·CG + i·RS.
-  auto store_acc = [&](auto trans, uint32_t tile, int RG, int CG, int RS, int r0, const float(&x)[32]) {
-    const int i = lane >> 3, r = lane & 7;
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      const int j = 2 * jj + (i >> 1), hf = i & 1, rb = r0 + 16 * wq + 8 * hf;
-      const uint32_t r0_ = pack(x[8 * jj], x[8 * jj + 1]), r1 = pack(x[8 * jj + 2], x[8 * jj + 3]);
-      const uint32_t r2 = pack(x[8 * jj + 4], x[8 * jj + 5]), r3 = pack(x[8 * jj + 6], x[8 * jj + 7]);
-      if constexpr (decltype(trans)::value)
-        wgmma::stmatrix_x4_trans(tile + j * RG + (rb >> 3) * 128 + r * 16, r0_, r1, r2, r3);
-      else
-        wgmma::stmatrix_x4(tile + (rb >> 3) * RG + j * CG + r * RS, r0_, r1, r2, r3);
-    }
-  };
-  using Trans = std::true_type;
-  using Plain = std::false_type;
-
   for (int ch = cb; ch < ce; ++ch) {
     int64_t t0nn = 0;
     int lennn = 0;
@@ -171,9 +178,9 @@ __global__ void __launch_bounds__(NT, 1)
     wgmma::fence_proxy_async();
     __syncthreads();  // set b landed; the S tile holds bf16(S); the previous chunk is done with set b ^ 1,
                       // V'ᵀ
-    const uint32_t set = sbase + b * Set::bytes;
-    const bf16* Us = reinterpret_cast<const bf16*>(gdn_smem + b * Set::bytes + Set::U);
-    const float* Gt = reinterpret_cast<const float*>(gdn_smem + b * Set::bytes + Set::G);
+    const uint32_t set = sbase + b * Set::set;
+    const bf16* Us = reinterpret_cast<const bf16*>(gdn_smem + b * Set::set + Set::U);
+    const float* Gt = reinterpret_cast<const float*>(gdn_smem + b * Set::set + Set::G);
 
     // Phase A: acc = (W or Q̂)·S, k = dk in 8 steps of 16 (S MN-major: a k step is two row groups). The next
     // chunk's copies and this chunk's state stores are issued while the tensor cores work.
@@ -183,17 +190,21 @@ __global__ void __launch_bounds__(NT, 1)
       const uint32_t a0 = set + (wg == 0 ? Set::W : Set::Q);
 #pragma unroll
       for (int j = 0; j < DK / 16; ++j)
-        wgmma::mma_m64n64<0, 1>(acc, wgmma::desc(a0 + 2 * kCG * j, kCG, 128),
-                                wgmma::desc(sbase + kSt + 2 * BV * 16 * j, BV * 16, 128), j > 0);
+        wgmma::mma_m64n<0, 1>(acc, wgmma::desc(a0 + 2 * kCG * j, kCG, 128),
+                              wgmma::desc(sbase + kSt + 2 * BV * 16 * j, BV * 16, 128), j > 0);
     }
     wgmma::commit();
     if (ch + 1 < ce) load(ch + 1, t0n, lenn, b ^ 1);
     if (states) {  // the chunk-start state (bf16, chunk, HV, dk, dv) from the S tile, 16-byte row pieces
       bf16* so = states + (static_cast<int64_t>(ch) * HV + h) * DK * DV + c0;
 #pragma unroll
-      for (int e = 0; e < DK * BV / 8 / NT; ++e) {
+      for (int e = 0; e < DK * NB / NT; ++e) {
         int r, kc;
-        core_piece<BV>(threadIdx.x + NT * e, r, kc);
+        if constexpr (BV >= 32) {
+          core_piece<BV>(threadIdx.x + NT * e, r, kc);
+        } else {  // 2 pieces a row: a quarter warp is 4 rows x 2 pieces already
+          r = (threadIdx.x + NT * e) / NB, kc = (threadIdx.x + NT * e) % NB;
+        }
         *reinterpret_cast<uint4*>(so + r * DV + 8 * kc) =
             *reinterpret_cast<const uint4*>(gdn_smem + kSt + wgmma::core_offset<BV>(r, 8 * kc));
       }
@@ -207,7 +218,7 @@ __global__ void __launch_bounds__(NT, 1)
       const int i = 16 * wq + gr + 8 * hf;
       const float gam = expf(Gt[i]);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < NB; ++j) {
         const float2 u =
             __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Us + i * LDU + 8 * j + 2 * tq));
         float& x0 = acc[4 * j + 2 * hf];
@@ -219,7 +230,7 @@ __global__ void __launch_bounds__(NT, 1)
     if (wg == 0) {
       if (vnew)
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < NB; ++j)
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) {
             const int i = 16 * wq + gr + 8 * hf, c = 8 * j + 2 * tq;
@@ -227,16 +238,16 @@ __global__ void __launch_bounds__(NT, 1)
               *reinterpret_cast<uint32_t*>(vnew + ((t0 + i) * HV + h) * DV + c0 + c) =
                   pack(acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]);
           }
-      store_acc(Trans{}, sbase + kVt, C * 16, 0, 0, 0, acc);
+      store_acc<true>(sbase + kVt, C * 16, 0, 0, 0, acc);
       const float gl = Gt[len - 1];
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = 16 * wq + gr + 8 * hf;
         const float dc = i < len ? expf(gl - Gt[i]) : 0.f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[4 * j + 2 * hf] *= dc, acc[4 * j + 2 * hf + 1] *= dc;
+        for (int j = 0; j < NB; ++j) acc[4 * j + 2 * hf] *= dc, acc[4 * j + 2 * hf + 1] *= dc;
       }
-      store_acc(Trans{}, sbase + kDt, C * 16, 0, 0, 0, acc);
+      store_acc<true>(sbase + kDt, C * 16, 0, 0, 0, acc);
     }
     wgmma::fence_proxy_async();
     __syncthreads();  // V'ᵀ complete
@@ -244,7 +255,7 @@ __global__ void __launch_bounds__(NT, 1)
     // Phase B: O = γ·QS + M·V' (warpgroup 1), S ← Γ·S + Kdᵀ·V' (both), k = the chunk's rows.
     const float gam_l = expf(Gt[len - 1]);
 #pragma unroll
-    for (int i = 0; i < 32; ++i) S[i] *= gam_l;
+    for (int i = 0; i < R; ++i) S[i] *= gam_l;
     wgmma::fence_operands(acc);
     wgmma::fence_operands(S);
     wgmma::fence();
@@ -252,31 +263,31 @@ __global__ void __launch_bounds__(NT, 1)
     // serialize every wgmma of the kernel (C7520).
 #pragma unroll
     for (int j = 0; j < C / 16; ++j)
-      wgmma::mma_m64n64<0>(acc, wgmma::desc(set + Set::M + 2 * kCG * j, kCG, 128),
-                           wgmma::desc(sbase + kVt + 256 * j, 128, C * 16), true);
+      wgmma::mma_m64n<0, 0>(acc, wgmma::desc(set + Set::M + 2 * kCG * j, kCG, 128),
+                            wgmma::desc(sbase + kVt + 256 * j, 128, C * 16), true);
 #pragma unroll
     for (int j = 0; j < C / 16; ++j)  // Kdᵀ: m = dk (64·wg ..), k = rows 16j ..: MN-major, LBO = a row group
-      wgmma::mma_m64n64<1>(S, wgmma::desc(set + Set::K + 8 * kCG * wg + 256 * j, 128, kCG),
-                           wgmma::desc(sbase + kDt + 256 * j, 128, C * 16), true);
+      wgmma::mma_m64n<1, 0>(S, wgmma::desc(set + Set::K + 8 * kCG * wg + 256 * j, 128, kCG),
+                            wgmma::desc(sbase + kDt + 256 * j, 128, C * 16), true);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(acc);
     wgmma::fence_operands(S);
     if (wg == 1) {
       if (o_rows) {
-        store_acc(Plain{}, sbase + kOt, 8 * LDO * 2, 16, LDO * 2, 0, acc);
+        store_acc<false>(sbase + kOt, 8 * LDO * 2, 16, LDO * 2, 0, acc);
         asm volatile("bar.sync 1, 128;\n" ::: "memory");  // warpgroup 1's O tile complete
         bf16* ob = static_cast<bf16*>(o.p) + (t0 * HV + h) * DV + c0;
 #pragma unroll
-        for (int e = 0; e < C * BV / 8 / 128; ++e) {
-          const int p = (threadIdx.x - 128) + 128 * e, r = p >> 3, j = p & 7;
+        for (int p = threadIdx.x - 128; p < C * NB; p += 128) {
+          const int r = p / NB, j = p % NB;
           if (r < len)
             *reinterpret_cast<uint4*>(ob + r * HV * DV + 8 * j) =
                 *reinterpret_cast<const uint4*>(gdn_smem + kOt + r * LDO * 2 + 16 * j);
         }
       } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < NB; ++j)
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) {
             const int i = 16 * wq + gr + 8 * hf;
@@ -289,7 +300,7 @@ __global__ void __launch_bounds__(NT, 1)
     }
     // bf16(S) into the S tile (rows = dk) for the next chunk; phase A's reads of it completed before the
     // barrier above.
-    store_acc(Plain{}, sbase + kSt, BV * 16, 128, 16, 64 * wg, S);
+    store_acc<false>(sbase + kSt, BV * 16, 128, 16, 64 * wg, S);
     t0 = t0n, len = lenn, t0n = t0nn, lenn = lennn;
   }
 #else
@@ -310,17 +321,26 @@ bool gdn_scan_wgmma_available() {
 
 cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
                                         int nseq, KOut o, void* states16, void* vnew16, int64_t HK,
-                                        int64_t HV, const GdnScanBf16& b16, cudaStream_t s) {
-  if (!o.p || !b16.W || !b16.Kd || !b16.Q || !b16.M || !b16.U || !b16.image) return cudaErrorInvalidValue;
+                                        int64_t HV, const GdnScanBf16& b16, int bv, cudaStream_t s) {
+  if (!o.p || !b16.W || !b16.Kd || !b16.Q || !b16.M || !b16.U || !b16.image ||
+      (bv != 16 && bv != 32 && bv != 64))
+    return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(gdn_chunk_scan_wgmma_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
-  if (e != cudaSuccess) return e;
-  gdn_chunk_scan_wgmma_kernel<<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, kSmem, s>>>(
-      static_cast<const bf16*>(b16.U), Gc, chunks, chunk_off, o, static_cast<bf16*>(states16),
-      static_cast<bf16*>(vnew16), HK, HV, static_cast<const bf16*>(b16.W), static_cast<const bf16*>(b16.Kd),
-      static_cast<const bf16*>(b16.Q), static_cast<const bf16*>(b16.M));
-  return cudaGetLastError();
+  auto run = [&](auto bv_c) {
+    constexpr int BV = decltype(bv_c)::value;
+    constexpr size_t smem = Smem<BV>::bytes;
+    cudaError_t e = cudaFuncSetAttribute(gdn_chunk_scan_wgmma_kernel<BV>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+    gdn_chunk_scan_wgmma_kernel<BV><<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, smem, s>>>(
+        static_cast<const bf16*>(b16.U), Gc, chunks, chunk_off, o, static_cast<bf16*>(states16),
+        static_cast<bf16*>(vnew16), HK, HV, static_cast<const bf16*>(b16.W), static_cast<const bf16*>(b16.Kd),
+        static_cast<const bf16*>(b16.Q), static_cast<const bf16*>(b16.M));
+    return cudaGetLastError();
+  };
+  return bv == 16   ? run(std::integral_constant<int, 16>{})
+         : bv == 32 ? run(std::integral_constant<int, 32>{})
+                    : run(std::integral_constant<int, 64>{});
 }
 
 }  // namespace deltatune::kernels

@@ -226,7 +226,8 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
                                       const GdnScanBf16* b16 = nullptr);
 
-// The BV 64 variant with output on Hopper's warpgroup tensor cores (chunk_scan_wgmma.cu, sm_90a): same
+// The variant with output on Hopper's warpgroup tensor cores (chunk_scan_wgmma.cu, sm_90a; column tile bv 16,
+// 32 or 64 as the launcher picks it): same
 // results contract, reading the prep's operand images (GdnScanBf16::image). launch_gdn_chunk_scan_mma calls
 // it for images; gdn_scan_wgmma_selected says whether a scan of `pairs` (sequence, value head) pairs with
 // output takes this kernel (its 64-column tile, and gdn_scan_wgmma_available(): a compute capability 9
@@ -235,7 +236,7 @@ bool gdn_scan_wgmma_available();
 bool gdn_scan_wgmma_selected(int64_t pairs, int dv, bool with_o);
 cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
                                         int nseq, KOut o, void* states16, void* vnew16, int64_t HK,
-                                        int64_t HV, const GdnScanBf16& b16, cudaStream_t s);
+                                        int64_t HV, const GdnScanBf16& b16, int bv, cudaStream_t s);
 
 // ---- tensor-core forward prep, chunk_prep_mma.cu ----
 // Same contract as the prep step of launch_gdn_chunk_fwd (gdn_chunk_prep_kernel), except that it takes q and k
