@@ -43,6 +43,12 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
   const int n = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
+// As cp_async16, through L1 (.ca): for copies that fetch each sector in two 16-byte halves from different
+// instructions (the second finds it in L1 instead of reading L2 again).
+__device__ __forceinline__ void cp_async16_ca(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
 // 4-byte copy global -> shared (scattered scalars); !valid writes zeros.
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   const int n = valid ? 4 : 0;

@@ -23,11 +23,13 @@
 #include "common/mma.cuh"
 #include "common/wgmma.cuh"
 #include "gdn/gdn.cuh"
+#include "gdn/wgmma_tiles.cuh"
 
 namespace deltatune::kernels {
 namespace {
 
 using bf16 = __nv_bfloat16;
+using gdn_wgmma::cp_block;
 constexpr int C = kGdnChunk;
 constexpr int DK = 128, DV = 128, BV = 64, NT = 256;
 constexpr uint32_t kCG = C * 16;  // an image's column groups are 1024 bytes apart, its 8-row groups 128
@@ -70,20 +72,7 @@ __device__ __forceinline__ void cp_rows_image(uint32_t dst, const bf16* src, int
     int r, cg;
     piece<DK / 8>(threadIdx.x + NT * e, r, cg);
     const bool ok = r < len;
-    const bf16* from = ok ? src + r * stride + 8 * cg : src;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + cg * kCG + r * 16), "l"(from),
-                 "r"(ok ? 16 : 0)
-                 : "memory");
-  }
-}
-
-template <int BYTES>
-__device__ __forceinline__ void cp_block(uint32_t dst, const void* src) {
-  static_assert(BYTES % (16 * NT) == 0, "even split");
-#pragma unroll
-  for (int e = 0; e < BYTES / 16 / NT; ++e) {
-    const int p = threadIdx.x + NT * e;
-    mma::cp_async16(dst + 16 * p, static_cast<const unsigned char*>(src) + 16 * p, true);
+    mma::cp_async16_ca(dst + cg * kCG + r * 16, ok ? src + r * stride + 8 * cg : src, ok);
   }
 }
 
@@ -111,10 +100,10 @@ __global__ void __launch_bounds__(NT, 1)
       mma::cp_async4(set + Set::G + 4 * threadIdx.x, ok ? src : Gc, ok);
     }
     const int64_t vt = static_cast<int64_t>(ch) * HV + h;
-    cp_block<C * DK * 2>(set + Set::W, Wi + vt * C * DK);
+    cp_block<C * DK * 2, NT>(set + Set::W, Wi + vt * C * DK);
     cp_rows_image(set + Set::Q, q + (t0 * HK + hk) * DK, HK * DK, len);
     cp_rows_image(set + Set::K, k + (t0 * HK + hk) * DK, HK * DK, len);
-    cp_block<C * C * 2>(set + Set::M, Mi + vt * C * C);
+    cp_block<C * C * 2, NT>(set + Set::M, Mi + vt * C * C);
 #pragma unroll
     for (int e = 0; e < C * BV / 8 / NT; ++e) {  // dO rows into the image layout, zeros past the chunk's end
       int r, cg;

@@ -26,11 +26,13 @@
 #include "common/mma.cuh"
 #include "common/wgmma.cuh"
 #include "gdn/gdn.cuh"
+#include "gdn/wgmma_tiles.cuh"
 
 namespace deltatune::kernels {
 namespace {
 
 using bf16 = __nv_bfloat16;
+using gdn_wgmma::cp_block;
 constexpr int C = kGdnChunk;
 constexpr int DK = 128, DV = 128, NT = 256;
 
@@ -98,17 +100,6 @@ __device__ __forceinline__ void store_acc(uint32_t tile, int RG, int CG, int RS,
   }
 }
 
-// cp.async of BYTES contiguous bytes (an image tile), 16 per thread and step.
-template <int BYTES>
-__device__ __forceinline__ void cp_block(uint32_t dst, const void* src) {
-  static_assert(BYTES % (16 * NT) == 0, "even split");
-#pragma unroll
-  for (int e = 0; e < BYTES / 16 / NT; ++e) {
-    const int p = threadIdx.x + NT * e;
-    mma::cp_async16(dst + 16 * p, static_cast<const unsigned char*>(src) + 16 * p, true);
-  }
-}
-
 template <int BV>
 __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_scan_wgmma_kernel(const bf16* U, const float* Gc, const int32_t* chunks,
@@ -138,10 +129,10 @@ __global__ void __launch_bounds__(NT, 1)
       mma::cp_async4(set + Set::G + 4 * threadIdx.x, ok ? Gc + (t0 + threadIdx.x) * HV + h : Gc, ok);
     }
     const int64_t vt = static_cast<int64_t>(ch) * HV + h, kt = static_cast<int64_t>(ch) * HK + hk;
-    cp_block<C * DK * 2>(set + Set::W, Wh + vt * C * DK);
-    cp_block<C * DK * 2>(set + Set::Q, Qh + kt * C * DK);
-    cp_block<C * DK * 2>(set + Set::K, Kdh + kt * C * DK);
-    cp_block<C * C * 2>(set + Set::M, Mh + vt * C * C);
+    cp_block<C * DK * 2, NT>(set + Set::W, Wh + vt * C * DK);
+    cp_block<C * DK * 2, NT>(set + Set::Q, Qh + kt * C * DK);
+    cp_block<C * DK * 2, NT>(set + Set::K, Kdh + kt * C * DK);
+    cp_block<C * C * 2, NT>(set + Set::M, Mh + vt * C * C);
     const bf16* us = U + (t0 * HV + h) * DV + c0;
     for (int p = threadIdx.x; p < C * NB; p += NT) {
       const int r = p / NB, c = (p % NB) * 8;
