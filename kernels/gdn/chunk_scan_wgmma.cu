@@ -1,7 +1,8 @@
 // The chunked GDN forward scan with output on Hopper's warpgroup tensor cores (wgmma, sm_90a): the contract
-// of gdn_chunk_scan_mma_kernel<64, PF, WITH_O, B16> (chunk_scan_mma.cu), reading the prep's bf16 operands as
-// operand images (GdnScanBf16::image: W, Kd = K̂, Q, M; U in bf16) and fp32 G. One block of two warpgroups per (sequence,
-// value head, 64 value columns), chunks of the sequence in order, S (128 x 64, fp32) in the accumulators:
+// of gdn_chunk_scan_mma_kernel<BV, PF, true, true> (chunk_scan_mma.cu), reading the prep's bf16 operands as
+// operand images (GdnScanBf16::image: W, Kd = K̂, Q, M; U in bf16) and fp32 G. One block of two warpgroups per
+// (sequence, value head, BV = 16, 32 or 64 value columns), chunks of the sequence in order, S (128 x BV, fp32)
+// in the accumulators (m64nBV products; BV 64 below):
 // warpgroup g holds state rows 64g .. 64g + 63. Per chunk:
 //   phase A: warpgroup 0: V' = U − W·S, warpgroup 1: QS = Q̂·S        (m64n64, k = dk: 8 wgmma each)
 //            V' and diag(Γ/γ)·V' (bf16) into transposed tiles (stmatrix); QS scaled by γ_i per row
@@ -17,8 +18,10 @@
 // Numerics: the same bf16 operands and fp32 accumulation as the mma.sync kernel; O accumulates M·V' onto γ·QS
 // inside the tensor core (the mma.sync kernel adds two accumulators), so o may differ from it in the last
 // bits. States and V' are bf16 of the accumulators, as there.
-// Measured (H100, 8K tokens = 2 x 4096, HK 16, HV 32, ncu): 0.201 ms against the mma.sync kernel's 0.276.
-// ptxas: 184 registers, no spills; 185,856 B of shared memory (one block per SM).
+// Measured (H100, ncu): 8K tokens = 2 x 4096, HK 16, HV 32 (BV 64): 0.178-0.184 ms against the mma.sync kernel's
+// 0.276; 1 x 4096, HV 16 (the 2B training shape, BV 16): 0.111 ms against 0.159.
+// ptxas (sm_90a): BV 64 / 32 / 16: 175 / 102 / 87 registers, no spills; shared memory 194,048 B at BV 64 (one
+// block per SM).
 #include <cstdlib>
 #include <type_traits>
 

@@ -227,11 +227,11 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
                                       const GdnScanBf16* b16 = nullptr);
 
 // The variant with output on Hopper's warpgroup tensor cores (chunk_scan_wgmma.cu, sm_90a; column tile bv 16,
-// 32 or 64 as the launcher picks it): same
-// results contract, reading the prep's operand images (GdnScanBf16::image). launch_gdn_chunk_scan_mma calls
-// it for images; gdn_scan_wgmma_selected says whether a scan of `pairs` (sequence, value head) pairs with
-// output takes this kernel (its 64-column tile, and gdn_scan_wgmma_available(): a compute capability 9
-// device, DT_GDN_SCAN_MMA unset), i.e. whether the prep is to write images (and U in bf16, GdnScanBf16::U).
+// 32 or 64 as launch_gdn_chunk_scan_mma picks it): same results contract, reading the prep's operand images
+// (GdnScanBf16::image). launch_gdn_chunk_scan_mma calls it for images; gdn_scan_wgmma_selected says whether a
+// scan of `pairs` (sequence, value head) pairs with output takes this kernel (gdn_scan_wgmma_available(): a
+// compute capability 9 device, DT_GDN_SCAN_MMA unset; DT_GDN_SCAN_WGMMA64=1 keeps the narrower tiles on
+// mma.sync), i.e. whether the prep is to write images (and U in bf16, GdnScanBf16::U).
 bool gdn_scan_wgmma_available();
 bool gdn_scan_wgmma_selected(int64_t pairs, int dv, bool with_o);
 cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, const int32_t* chunk_off,

@@ -314,8 +314,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   r->states_only = scratch == GdnScratch::States;
   const DType st = r->mma ? DType::BF16 : DType::F32;
   const int nseq = static_cast<int>(seq.num_seqs());
-  // The wgmma scan (Hopper, 64-column tiles) reads W, Kd, Q̂, M as per-chunk operand images; the backward then
-  // recomputes W and M (images are never kept).
+  // The wgmma scan (Hopper, the forward with output) reads W, K̂, Q̂, M as per-chunk operand images and U in bf16;
+  // the backward then recomputes W and M (images are never kept).
   const bool image =
       r->mma && o && !for_backward && kernels::gdn_scan_wgmma_selected(nseq * d.HV, d.dv, true);
   r->W = image ? alloc({r->ch.n, d.HV, C, d.dk}, st) : alloc({d.T, d.HV, d.dk}, st);
@@ -336,7 +336,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
                "gdn_fwd (chunked core)");
     return r;
   }
-  // The scan's other bf16 operands (diag(Γ/γ)·K̂, Q̂) are needed only between the two kernels.
+  // The scan's other bf16 operands (diag(Γ/γ)·K̂ per value head, or K̂ per key head as an image; Q̂) are needed
+  // only between the two kernels.
   Tensor Kdb = image ? alloc({r->ch.n, d.HK, C, d.dk}, DType::BF16) : alloc({d.T, d.HV, d.dk}, DType::BF16),
          Qb;
   kernels::GdnScanBf16 b16;
