@@ -30,6 +30,9 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using gdn_wgmma::cp_block;
+using gdn_wgmma::pack;
+using gdn_wgmma::quad_piece;
+using gdn_wgmma::store_acc;
 constexpr int C = kGdnChunk;
 constexpr int DK = 128, DV = 128, BV = 64, NT = 256;
 constexpr uint32_t kCG = C * 16;  // an image's column groups are 1024 bytes apart, its 8-row groups 128
@@ -49,20 +52,6 @@ constexpr uint32_t kGo = kDv + C * BV * 2;   // γ∘dO: image layout
 constexpr size_t kSmem = kGo + C * BV * 2;   // 164,864 B: one block per SM
 static_assert(Set::bytes % 128 == 0, "tiles stay 128-byte aligned");
 
-__device__ __forceinline__ uint32_t pack(float a, float b) {
-  return mma::pack_bf16(a, b);
-}
-
-// Piece p (16 bytes: row r, column group cg) of a tile of CG column groups: a warp takes 8 rows x 4 groups,
-// each quarter 4 rows x 2 adjacent groups (whole 32-byte sectors in global memory; 2-way bank conflicts at
-// most in the tiles).
-template <int CG = 8>
-__device__ __forceinline__ void piece(int p, int& r, int& cg) {
-  const int l = p & 31, wp = p >> 5;
-  r = 8 * (wp / (CG / 4)) + ((l >> 1) & 3) + 4 * (l >> 4);
-  cg = 4 * (wp % (CG / 4)) + (l & 1) + 2 * ((l >> 3) & 1);
-}
-
 // cp.async of rows [0, 64) x dk bf16 (row r at src + r·stride) into an image-layout tile; rows ≥ len zeros.
 // Through L1 (.ca): a 32-byte sector's two 16-byte pieces land apart in the tile and are copied by different
 // quarter warps, so the second one finds the sector in L1 instead of fetching it from L2 again.
@@ -70,7 +59,7 @@ __device__ __forceinline__ void cp_rows_image(uint32_t dst, const bf16* src, int
 #pragma unroll
   for (int e = 0; e < C * DK / 8 / NT; ++e) {
     int r, cg;
-    piece<DK / 8>(threadIdx.x + NT * e, r, cg);
+    quad_piece<DK / 8>(threadIdx.x + NT * e, r, cg);
     const bool ok = r < len;
     mma::cp_async16_ca(dst + cg * kCG + r * 16, ok ? src + r * stride + 8 * cg : src, ok);
   }
@@ -107,7 +96,7 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
     for (int e = 0; e < C * BV / 8 / NT; ++e) {  // dO rows into the image layout, zeros past the chunk's end
       int r, cg;
-      piece(threadIdx.x + NT * e, r, cg);
+      quad_piece<BV / 8>(threadIdx.x + NT * e, r, cg);
       const bool ok = r < len;
       mma::cp_async16(set + Set::O + cg * kCG + r * 16,
                       ok ? dout + ((t0 + r) * HV + h) * DV + c0 + 8 * cg : dout, ok);
@@ -161,7 +150,7 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
       for (int e = 0; e < DK * BV / 8 / NT; ++e) {
         int r, cg;
-        piece(threadIdx.x + NT * e, r, cg);
+        quad_piece<BV / 8>(threadIdx.x + NT * e, r, cg);
         *reinterpret_cast<uint4*>(dhp + r * DV + 8 * cg) =
             *reinterpret_cast<const uint4*>(gdn_smem + kDs + (r >> 3) * (BV * 16) + cg * 128 + (r & 7) * 16);
       }
@@ -199,14 +188,7 @@ __global__ void __launch_bounds__(NT, 1)
           a2[4 * j + 2 * hf] = -x0, a2[4 * j + 2 * hf + 1] = -x1;
         }
       }
-      const int mi = lane >> 3, r = lane & 7;
-#pragma unroll
-      for (int jj = 0; jj < 2; ++jj) {  // four 8x8 matrices (column blocks j, row halves) per stmatrix
-        const int j = 2 * jj + (mi >> 1), hf = mi & 1;
-        wgmma::stmatrix_x4(sbase + kDv + (4 * wg + j) * kCG + (16 * wq + 8 * hf + r) * 16,
-                           pack(a2[8 * jj], a2[8 * jj + 1]), pack(a2[8 * jj + 2], a2[8 * jj + 3]),
-                           pack(a2[8 * jj + 4], a2[8 * jj + 5]), pack(a2[8 * jj + 6], a2[8 * jj + 7]));
-      }
+      store_acc<false>(sbase + kDv + 4 * wg * kCG, 128, kCG, 16, 0, a2);  // image layout: rows 16 bytes apart
     }
     wgmma::fence_proxy_async();
     __syncthreads();  // −dV' and γ∘dO complete
@@ -228,17 +210,8 @@ __global__ void __launch_bounds__(NT, 1)
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(ds);
-    {  // bf16(dS) into the dS tile (rows = dk) for the next chunk; [c]'s reads of it completed before the
-       // barrier
-      const int mi = lane >> 3, r = lane & 7;
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int j = 2 * jj + (mi >> 1), hf = mi & 1, rb = 64 * wg + 16 * wq + 8 * hf;
-        wgmma::stmatrix_x4(sbase + kDs + (rb >> 3) * (BV * 16) + j * 128 + r * 16,
-                           pack(ds[8 * jj], ds[8 * jj + 1]), pack(ds[8 * jj + 2], ds[8 * jj + 3]),
-                           pack(ds[8 * jj + 4], ds[8 * jj + 5]), pack(ds[8 * jj + 6], ds[8 * jj + 7]));
-      }
-    }
+    // bf16(dS) into the dS tile (rows = dk) for the next chunk; [c]'s reads of it completed before the barrier.
+    store_acc<false>(sbase + kDs, BV * 16, 128, 16, 64 * wg, ds);
     t0 = t0n, len = lenn, t0n = t0nn, lenn = lennn;
   }
 #else

@@ -36,6 +36,9 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using gdn_wgmma::cp_block;
+using gdn_wgmma::pack;
+using gdn_wgmma::quad_piece;
+using gdn_wgmma::store_acc;
 constexpr int C = kGdnChunk;
 constexpr int DK = 128, DV = 128, NT = 256;
 
@@ -66,42 +69,6 @@ struct Smem {
   static constexpr uint32_t Ot = Dt + BV * C * 2;    // O: bf16 [64 rows][LDO], row-major (coalesced stores)
   static constexpr size_t bytes = Ot + C * LDO * 2;  // BV 64: 194,048 B; 16: 131,584 B (one block per SM)
 };
-
-__device__ __forceinline__ uint32_t pack(float a, float b) {
-  return mma::pack_bf16(a, b);
-}
-
-// Piece p (16 bytes: row r, 8-element column group kc) of a ROWS x COLS bf16 tile in the order the S tile's
-// row pieces are read: a warp takes 8 rows x 4 pieces, each quarter (8 lanes) 4 rows x 2 adjacent pieces (a
-// 2-way bank conflict on the unpadded S tile).
-template <int COLS>
-__device__ __forceinline__ void core_piece(int p, int& r, int& kc) {
-  constexpr int KC = COLS / 8;
-  static_assert(KC % 4 == 0, "pieces in quads");
-  const int l = p & 31, wp = p >> 5;  // wp: (row group, piece quad)
-  r = 8 * (wp / (KC / 4)) + ((l >> 1) & 3) + 4 * (l >> 4);
-  kc = 4 * (wp % (KC / 4)) + (l & 1) + 2 * ((l >> 3) & 1);
-}
-
-// bf16 pairs of 64 accumulator rows (r0 + 16wq + gr (+8), warp wq of the warpgroup) by stmatrix, four 8x8
-// matrices (n-blocks j, row halves h) per call: TRANS: into a core-layout tile whose rows are the
-// accumulators' columns (tile row c at (c/8)·RG + ((r0 + 16wq + 8h)/8)·128 + (c%8)·16); else tile row
-// (accumulator row) r0 + 16wq + 8h + i at ((r0 + 16wq + 8h)/8)·RG + j·CG + i·RS.
-template <bool TRANS, int R>
-__device__ __forceinline__ void store_acc(uint32_t tile, int RG, int CG, int RS, int r0,
-                                          const float (&x)[R]) {
-  const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, i = lane >> 3, r = lane & 7;
-#pragma unroll
-  for (int jj = 0; jj < R / 8; ++jj) {
-    const int j = 2 * jj + (i >> 1), hf = i & 1, rb = r0 + 16 * wq + 8 * hf;
-    const uint32_t a = pack(x[8 * jj], x[8 * jj + 1]), b = pack(x[8 * jj + 2], x[8 * jj + 3]);
-    const uint32_t c = pack(x[8 * jj + 4], x[8 * jj + 5]), d = pack(x[8 * jj + 6], x[8 * jj + 7]);
-    if constexpr (TRANS)
-      wgmma::stmatrix_x4_trans(tile + j * RG + (rb >> 3) * 128 + r * 16, a, b, c, d);
-    else
-      wgmma::stmatrix_x4(tile + (rb >> 3) * RG + j * CG + r * RS, a, b, c, d);
-  }
-}
 
 template <int BV>
 __global__ void __launch_bounds__(NT, 1)
@@ -195,7 +162,7 @@ __global__ void __launch_bounds__(NT, 1)
       for (int e = 0; e < DK * NB / NT; ++e) {
         int r, kc;
         if constexpr (BV >= 32) {
-          core_piece<BV>(threadIdx.x + NT * e, r, kc);
+          quad_piece<BV / 8>(threadIdx.x + NT * e, r, kc);
         } else {  // 2 pieces a row: a quarter warp is 4 rows x 2 pieces already
           r = (threadIdx.x + NT * e) / NB, kc = (threadIdx.x + NT * e) % NB;
         }
