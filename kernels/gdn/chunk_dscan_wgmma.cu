@@ -210,7 +210,8 @@ __global__ void __launch_bounds__(NT, 1)
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(ds);
-    // bf16(dS) into the dS tile (rows = dk) for the next chunk; [c]'s reads of it completed before the barrier.
+    // bf16(dS) into the dS tile (rows = dk) for the next chunk; [c]'s reads of it completed before the
+    // barrier.
     store_acc<false>(sbase + kDs, BV * 16, 128, 16, 64 * wg, ds);
     t0 = t0n, len = lenn, t0n = t0nn, lenn = lennn;
   }

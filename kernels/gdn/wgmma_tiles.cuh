@@ -1,4 +1,5 @@
-// Tile copies and accumulator stores shared by the GDN scans on wgmma (chunk_scan_wgmma.cu, chunk_dscan_wgmma.cu; device only).
+// Tile copies and accumulator stores shared by the GDN scans on wgmma (chunk_scan_wgmma.cu,
+// chunk_dscan_wgmma.cu; device only).
 #pragma once
 #include <cstdint>
 
@@ -11,10 +12,10 @@ __device__ __forceinline__ uint32_t pack(float a, float b) {
   return mma::pack_bf16(a, b);
 }
 
-// Piece p (16 bytes: row r, 8-element column group kc) of a tile with KC pieces a row (a multiple of 4), in the
-// order of copies between row-major global rows and the tiles: a warp takes 8 rows x 4 pieces, each quarter
-// warp 4 rows x 2 adjacent pieces (whole 32-byte sectors in global memory; at most 2-way bank conflicts in the
-// tiles, whose row pieces lie 128 bytes or a column group apart).
+// Piece p (16 bytes: row r, 8-element column group kc) of a tile with KC pieces a row (a multiple of 4), in
+// the order of copies between row-major global rows and the tiles: a warp takes 8 rows x 4 pieces, each
+// quarter warp 4 rows x 2 adjacent pieces (whole 32-byte sectors in global memory; at most 2-way bank
+// conflicts in the tiles, whose row pieces lie 128 bytes or a column group apart).
 template <int KC>
 __device__ __forceinline__ void quad_piece(int p, int& r, int& kc) {
   static_assert(KC % 4 == 0, "pieces in quads");
@@ -24,11 +25,12 @@ __device__ __forceinline__ void quad_piece(int p, int& r, int& kc) {
 }
 
 // bf16 pairs of a warpgroup's 64 accumulator rows (r0 + 16wq + lane/4 (+8), wq its warp) and R/2 columns by
-// stmatrix, four 8x8 matrices (n-blocks j, row halves h) per call. TRANS: into a core-layout tile whose rows are
-// the accumulators' columns (tile row c at (c/8)·RG + ((r0 + 16wq + 8h)/8)·128 + (c%8)·16); else tile row
+// stmatrix, four 8x8 matrices (n-blocks j, row halves h) per call. TRANS: into a core-layout tile whose rows
+// are the accumulators' columns (tile row c at (c/8)·RG + ((r0 + 16wq + 8h)/8)·128 + (c%8)·16); else tile row
 // (accumulator row) r0 + 16wq + 8h + i at ((r0 + 16wq + 8h)/8)·RG + j·CG + i·RS.
 template <bool TRANS, int R>
-__device__ __forceinline__ void store_acc(uint32_t tile, int RG, int CG, int RS, int r0, const float (&x)[R]) {
+__device__ __forceinline__ void store_acc(uint32_t tile, int RG, int CG, int RS, int r0,
+                                          const float (&x)[R]) {
   const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, i = lane >> 3, r = lane & 7;
 #pragma unroll
   for (int jj = 0; jj < R / 8; ++jj) {
