@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "data/regex_class_overrides.h"
 #include "data/utf8.h"
 
 namespace deltatune {
@@ -173,6 +174,31 @@ std::string escape_regex(const std::string& s) {
     out.push_back(c);
   }
   return out;
+}
+
+std::string utf8proc_normalize(std::string_view text, int options) {
+  utf8proc_uint8_t* out = nullptr;
+  const auto n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &out, static_cast<utf8proc_option_t>(options));
+  if (n < 0) throw Error(std::string("tokenizer: text is not valid UTF-8 (") + utf8proc_errmsg(n) + ")");
+  std::string r(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return r;
+}
+
+// utf8proc before 2.9 composes a Hangul LV syllable with a following U+11A7 (T_base, which is not a trailing
+// consonant) and drops the U+11A7; HF keeps both. U+11A7 is a starter that composes with nothing, so
+// normalising the text in pieces that each start at a U+11A7 gives the correct composition.
+std::string compose_around_tbase(std::string_view text, int options) {
+  constexpr std::string_view kTBase = "\xE1\x86\xA7";  // U+11A7
+  std::string r;
+  size_t from = 0;
+  for (size_t at = text.find(kTBase, 1); at != std::string_view::npos; at = text.find(kTBase, at + 1)) {
+    r += utf8proc_normalize(text.substr(from, at - from), options);
+    from = at;
+  }
+  return from == 0 ? utf8proc_normalize(text, options) : r + utf8proc_normalize(text.substr(from), options);
 }
 
 // Unicode White_Space (what Rust's char::is_whitespace tests).
@@ -457,13 +483,8 @@ std::string Tokenizer::Impl::normalize(std::string_view s) const {
         options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
         break;
     }
-    utf8proc_uint8_t* out = nullptr;
-    const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(cur.data()),
-                                static_cast<utf8proc_ssize_t>(cur.size()), &out,
-                                static_cast<utf8proc_option_t>(options));
-    if (n < 0) throw Error(std::string("tokenizer: text is not valid UTF-8 (") + utf8proc_errmsg(n) + ")");
-    cur.assign(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
-    std::free(out);
+    cur =
+        (options & UTF8PROC_COMPOSE) ? compose_around_tbase(cur, options) : utf8proc_normalize(cur, options);
   }
   return cur;
 }
@@ -548,11 +569,48 @@ MatchScratch& match_scratch() {
   return scratch;
 }
 
+// A code point of class cls ('L', 'N', 'M' or 'O': none of them) in PCRE2's tables, `bytes` long in UTF-8.
+uint32_t regex_stand_in(char cls, int bytes) {
+  constexpr uint32_t kL[3] = {0xE0, 0x4E00, 0x20000}, kN[3] = {0xB2, 0x2460, 0x1D7CE},
+                     kM[3] = {0x300, 0x20D0, 0x1D167}, kO[3] = {0xA9, 0x2600, 0x1F600};
+  const uint32_t* t = cls == 'L' ? kL : cls == 'N' ? kN : cls == 'M' ? kM : kO;
+  return t[bytes - 2];
+}
+
+// PCRE2's Unicode tables are older than those of HF's Oniguruma (regex_class_overrides.h). For matching only,
+// each code point whose class differs becomes a stand-in of Oniguruma's class with the same UTF-8 length, so
+// the matches' byte offsets hold for the original text. Empty when nothing in s differs.
+std::string regex_subject_stand_ins(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    const int n = static_cast<unsigned char>(s[i]) < 0xE0 ? -1 : utf8_decode(s, i, &cp);  // all ≥ U+0800
+    if (n < 0) {
+      ++i;
+      continue;
+    }
+    const auto* hit = std::lower_bound(std::begin(kRegexClassOverrides), std::end(kRegexClassOverrides), cp,
+                                       [](const RegexClassOverride& r, uint32_t c) { return r.last < c; });
+    if (hit != std::end(kRegexClassOverrides) && hit->first <= cp) {
+      if (out.empty()) out.assign(s);
+      std::string bytes;
+      utf8_append(&bytes, regex_stand_in(hit->cls, n));
+      out.replace(i, static_cast<size_t>(n), bytes);
+    }
+    i += static_cast<size_t>(n);
+  }
+  return out;
+}
+static_assert(kRegexClassOverrides[0].first >= 0x800,
+              "regex_subject_stand_ins skips code points below U+0800");
+
 // Applies one regex split to a piece, appending resulting sub-pieces.
 void regex_split(const PreStep& step, const Piece& piece, std::vector<Piece>* out) {
   MatchScratch& scratch = match_scratch();
   pcre2_match_data* md = scratch.md;
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.text.data());
+  const std::string stand_ins = regex_subject_stand_ins(piece.text);
+  const auto* subject =
+      reinterpret_cast<PCRE2_SPTR>(stand_ins.empty() ? piece.text.data() : stand_ins.data());
   const size_t len = piece.text.size();
   // (begin, end, is_match)
   std::vector<std::tuple<size_t, size_t, bool>> parts;

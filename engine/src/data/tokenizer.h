@@ -3,9 +3,9 @@
 // normalizer NFC/NFKC/NFD/NFKD (or a Sequence of them), pre-tokenizer Split(regex)/ByteLevel (or a
 // Sequence), BPE model with merges, added tokens matched before everything else, ByteLevel decoder.
 // Anything else in the file is an Error naming the unsupported part.
-// Known difference: the regex classes (\p{L}, \p{N}, \p{M}) come from PCRE2's Unicode tables (10.42:
-// Unicode 14) while HF's Oniguruma knows Unicode 16, so code points first assigned in Unicode 15-16
-// (CJK Ext. H/I, Kawi, Kaktovik numerals, ...) are "unassigned" here and can split differently.
+// The regexes run on PCRE2 (10.42: Unicode 14 tables) while HF's Oniguruma knows a newer Unicode: code points
+// whose \p{L} / \p{N} / \p{M} class differs (CJK Ext. H/I, Kawi, Kaktovik numerals, ...; measured against
+// `tokenizers` by scripts/gen_regex_class_overrides.py) are matched as a stand-in of Oniguruma's class.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -36,6 +36,11 @@ FIXED = [
     "user@example.com", "C:\\Windows\\System32", "~/.config/app/settings.json", "$HOME ${VAR} %PATH%",
     "price: $1,299.99 (€1.199,00) ¥100 £5", "math: ∑ x² ≤ ∞ ∫ f(x) dx ≈ π", "→ ← ↑ ↓ ⇒ ∀ ∃",
     "MiXeD CaSe WoRdS", "CONSTANT_CASE_NAME", "camelCaseName", "snake_case_name", "kebab-case-name",
+    # Unicode 15-16 letters, numbers and marks (PCRE2 10.42 has Unicode 14 tables; HF's Oniguruma newer ones),
+    # and a Hangul LV syllable before U+11A7 (utf8proc < 2.9 composed the pair and dropped the U+11A7).
+    "\U0003161c's's", "\U00031350\U00031351x \U0002ebf0'll", "kawi \U00011f04\U00011f05 \U00011f50\U00011f51",
+    "\U0001d2c0\U0001d2c1 kaktovik 12", "a\u0897b \u0ecex", "\u1c89\u1c8a \ua7cb\ua7da", "\U000105c0\U000105c1 todhri",
+    "\uad6c\u11a7\u119a", "\u1100\u1161\u11a7", "\uac00\u11a7\u11a8 \uac00\u11a8",
 ]
 
 
