@@ -62,9 +62,11 @@ struct RegexClassOverride {{
   char cls;
 }};
 
+// clang-format off
 inline constexpr RegexClassOverride kRegexClassOverrides[] = {{
 {rows}
 }};
+// clang-format on
 
 }}  // namespace deltatune
 """)
