@@ -170,6 +170,22 @@ TEST(DataChat, WhitespaceControlMatchesJinja) {
   EXPECT_EQ(render_src("{# c #}\nz"), "z");
 }
 
+TEST(DataChat, FiltersAndMarkupMatchJinja) {
+  // Expected strings from jinja2 in HF's environment (ImmutableSandboxedEnvironment, trim/lstrip_blocks, HF's
+  // tojson): select/reject/map start with `if value:`, so none or '' give an empty sequence (functionary's
+  // `tools | selectattr(...)` with tools = none), and Markup (|safe, |escape) + a plain string HTML-escapes
+  // the plain one, while `~` joins as plain strings.
+  EXPECT_EQ(render_src("{{ (none | selectattr('type', 'equalto', 'x') | list | length) ~ "
+                       "(none | map('upper') | list | length) ~ ('' | reject | list | length) }}"),
+            "000");
+  EXPECT_EQ(render_src("{{ \"Use '\"|safe + 'a\"b' + \"'\\n\"|safe + {'k': '<v>'}|tojson }}"),
+            "Use 'a&#34;b'\n{&#34;k&#34;: &#34;&lt;v&gt;&#34;}");
+  EXPECT_EQ(render_src("{{ 'x' ~ '<'|safe ~ '&' }}"), "x<&");
+  EXPECT_EQ(render_src("{{ ('<a>'|safe).upper() + '<' }}|{{ ('<'|safe|trim) + '>' }}|{{ '<'|escape + '&' }}|"
+                       "{{ 'a' + '<b>'|safe }}"),
+            "<A>&lt;|<&gt;|&lt;&amp;|a<b>");
+}
+
 TEST(DataChat, StringLiteralsUsePythonEscapes) {
   // jinja2 decodes literals with Python's unicode-escape; unknown escapes stay as written.
   EXPECT_EQ(render_src(R"({{ '\u00e9\x41\n\t\\ \d' }})"),

@@ -189,6 +189,45 @@ bool starts_or_ends(const std::string& s, const Value& what, bool start) {
   return one(need_str(what, start ? "startswith" : "endswith"));
 }
 
+// markupsafe.escape: & < > " ' as HTML entities.
+std::string html_escape(const std::string& in) {
+  std::string out;
+  for (char c : in) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// A string result of a Markup receiver's method or of a filter that keeps Markup (soft_str in Jinja).
+Value same_markup(const Value& like, Value r) {
+  if (!like.is_markup()) return r;
+  if (r.is_string()) return Value::markup(r.str());
+  if (r.is_list()) {
+    List l;
+    for (const auto& x : r.items()) l.push_back(x.is_string() ? Value::markup(x.str()) : x);
+    return Value::list(std::move(l), r.is_tuple());
+  }
+  return r;
+}
+
 Value bound(const Value& self, const std::string& name) {
   if (self.is_string()) {
     static const char* const kStr[] = {
@@ -206,6 +245,14 @@ Value bound(const Value& self, const std::string& name) {
       return Value::undefined();
   } else {
     return Value::undefined();
+  }
+  if (self.is_markup()) {  // Markup's methods return Markup (markupsafe wraps them)
+    const Value inner = bound(Value(self.str()), name);
+    return Value::function(
+        [self, inner](std::vector<Value>& args, KwArgs& kw) -> Value {
+          return same_markup(self, inner.fn()(args, kw));
+        },
+        name);
   }
   return Value::function(
       [self, name](std::vector<Value>& args, KwArgs& kw) -> Value {
@@ -525,6 +572,12 @@ List iterate(const Value& v) {
   }
 }
 
+// Jinja's select/reject/selectattr/rejectattr/map start with `if value:`: none, false or an empty value give
+// an empty sequence instead of an error.
+List iterate_truthy(const Value& v) {
+  return v.truthy() ? iterate(v) : List{};
+}
+
 bool contains(const Value& container, const Value& item) {
   if (container.is_string())
     return container.str().find(need_str(item, "'in <string>'")) != std::string::npos;
@@ -547,7 +600,11 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
     if (ints) return Value(a.as_int() + b.as_int());
     if (nums) return Value(a.as_double() + b.as_double());
-    if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
+    if (a.is_string() && b.is_string()) {
+      if (!a.is_markup() && !b.is_markup()) return Value(a.str() + b.str());
+      return Value::markup((a.is_markup() ? a.str() : html_escape(a.str())) +
+                           (b.is_markup() ? b.str() : html_escape(b.str())));
+    }
     if (a.is_list() && b.is_list()) {
       List l = a.items();
       l.insert(l.end(), b.items().begin(), b.items().end());
@@ -676,7 +733,10 @@ bool apply_test(const std::string& name, const Value& v, std::vector<Value>& arg
 
 Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& args, KwArgs& kw) {
   if (name == "length" || name == "count") return Value(length_of(v));
-  if (name == "safe") return v;
+  if (name == "safe") return v.is_string() ? Value::markup(v.str()) : Value::markup(v.to_str());
+  if (v.is_markup() && (name == "string" || name == "trim" || name == "upper" || name == "lower" ||
+                        name == "capitalize" || name == "title"))  // soft_str keeps Markup
+    return same_markup(v, apply_filter(name, Value(v.str()), args, kw));
   if (name == "string") return Value(v.to_str());
   if (name == "default" || name == "d") {
     const Value dflt = arg(args, kw, 0, "default_value", Value(""));
@@ -837,7 +897,7 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
     List out;
     if (!attribute.is_none()) {
       const Value dflt = arg(args, kw, 99, "default");
-      for (const auto& x : iterate(v)) {
+      for (const auto& x : iterate_truthy(v)) {
         Value r = attribute_path(x, attribute);
         out.push_back(r.is_undefined() && !dflt.is_undefined() ? dflt : r);
       }
@@ -846,7 +906,7 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
     if (args.empty()) throw Error("map filter needs a filter name or attribute=");
     const std::string f = args[0].to_str();
     std::vector<Value> rest(args.begin() + 1, args.end());
-    for (const auto& x : iterate(v)) {
+    for (const auto& x : iterate_truthy(v)) {
       std::vector<Value> a = rest;
       KwArgs k;
       out.push_back(apply_filter(f, x, a, k));
@@ -867,7 +927,7 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
     std::vector<Value> targs(args.begin() + static_cast<std::ptrdiff_t>(std::min(k, args.size())),
                              args.end());
     List out;
-    for (const auto& x : iterate(v)) {
+    for (const auto& x : iterate_truthy(v)) {
       const Value subj = attr ? attribute_path(x, attribute) : x;
       const bool ok = test.empty() ? subj.truthy() : apply_test(test, subj, targs);
       if (ok == want) out.push_back(x);
@@ -897,31 +957,7 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
     }
     return Value(out);
   }
-  if (name == "e" || name == "escape") {
-    std::string out;
-    for (char c : v.to_str()) {
-      switch (c) {
-        case '&':
-          out += "&amp;";
-          break;
-        case '<':
-          out += "&lt;";
-          break;
-        case '>':
-          out += "&gt;";
-          break;
-        case '"':
-          out += "&#34;";
-          break;
-        case '\'':
-          out += "&#39;";
-          break;
-        default:
-          out.push_back(c);
-      }
-    }
-    return Value(out);
-  }
+  if (name == "e" || name == "escape") return v.is_markup() ? v : Value::markup(html_escape(v.to_str()));
   if (name == "wordcount") return Value(static_cast<int64_t>(split_ws(v.to_str(), -1).size()));
   throw Error("unsupported template construct: filter '" + name + "'");
 }

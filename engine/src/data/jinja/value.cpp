@@ -47,6 +47,12 @@ Value::Value(double v) : kind_(Kind::kFloat), f_(v) {}
 Value::Value(const char* s) : Value(std::string(s)) {}
 Value::Value(std::string s) : kind_(Kind::kString), s_(std::make_shared<const std::string>(std::move(s))) {}
 
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
 Value Value::list(List items, bool tuple) {
   Value v;
   v.kind_ = Kind::kList;

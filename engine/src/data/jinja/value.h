@@ -39,6 +39,9 @@ class Value {
   static Value list(List items = {}, bool tuple = false);
   static Value dict(Dict d = {}, bool is_namespace = false);
   static Value function(Function fn, std::string name);
+  // Jinja's Markup (|safe, |escape): printed as is, but `+` with a plain string HTML-escapes the plain one
+  // (HF renders without autoescape, so only that concatenation and Markup's own methods differ).
+  static Value markup(std::string s);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -53,6 +56,7 @@ class Value {
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return kind_ == Kind::kDict && namespace_; }
   bool is_function() const { return kind_ == Kind::kFunction; }
+  bool is_markup() const { return kind_ == Kind::kString && markup_; }
 
   bool as_bool() const { return b_; }
   int64_t as_int() const;                         // bool/int (float truncated)
@@ -71,7 +75,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
-  bool b_ = false, tuple_ = false, namespace_ = false;
+  bool b_ = false, tuple_ = false, namespace_ = false, markup_ = false;
   int64_t i_ = 0;
   double f_ = 0;
   std::shared_ptr<const std::string> s_;
