@@ -29,7 +29,8 @@ constexpr const char* kUsage =
     "       deltatune runs compare RUN RUN... [--json]\n"
     "       deltatune runs delete RUN [--files]\n"
     "       deltatune runs tag RUN TAG\n"
-    "RUN is an id, a unique id prefix or a run name. Every command takes --db PATH (default: $DELTATUNE_DB,\n"
+    "RUN is an id, a unique id prefix, a run name or the run's output folder (or a checkpoint in it).\n"
+    "Every command takes --db PATH (default: $DELTATUNE_DB,\n"
     "$XDG_DATA_HOME/deltatune/experiments.db or ~/.local/share/deltatune/experiments.db).";
 
 std::unique_ptr<ExperimentStore> open_store(const ParsedArgs& p) {

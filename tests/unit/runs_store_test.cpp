@@ -96,6 +96,20 @@ std::string message_of(const std::function<void()>& f) {
 
 }  // namespace
 
+TEST(RunsStore, FindsARunByItsOutputFolderOrACheckpointInIt) {
+  TempDir tmp;
+  ExperimentStore store(tmp.db());
+  RunRecord a = sample_run("a"), b = sample_run("b");
+  a.output_dir = b.output_dir = (tmp.path / "out").string();  // b reuses a's folder: b is the newer
+  fs::create_directories(tmp.path / "out" / "checkpoint-20");
+  store.create_run(a);
+  const std::string idb = store.create_run(b);
+  EXPECT_EQ(store.find_run((tmp.path / "out").string())->id, idb);
+  EXPECT_EQ(store.find_run((tmp.path / "out" / "." / "checkpoint-20").string())->id, idb);
+  EXPECT_FALSE(store.find_run((tmp.path / "sub").string()));  // a folder, but no run's
+  EXPECT_FALSE(store.find_run((tmp.path / "missing").string()));
+}
+
 TEST(RunsStore, CreateFindListUpdate) {
   TempDir tmp;
   ExperimentStore store(tmp.db());  // creates the missing "sub" folder

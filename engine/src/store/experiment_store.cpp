@@ -364,8 +364,22 @@ std::optional<RunRecord> ExperimentStore::find_run(const std::string& id_or_name
   if (auto r = one(query("id = ?", id_or_name), "matches")) return r;
   if (auto r = one(query("name = ?", id_or_name), "is the name of")) return r;
   // Prefix match on ids; GLOB keeps it case-sensitive and the id alphabet has no wildcard characters.
-  if (id_or_name.find_first_of("*?[]") != std::string::npos) return std::nullopt;
-  return one(query("id GLOB ?", id_or_name + "*"), "is a prefix of");
+  if (id_or_name.find_first_of("*?[]") == std::string::npos)
+    if (auto r = one(query("id GLOB ?", id_or_name + "*"), "is a prefix of")) return r;
+  // A run's output folder, or one of its checkpoint folders: the newest run written there.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::weakly_canonical(fs::absolute(id_or_name, ec), ec);
+  if (ec || !fs::is_directory(dir, ec)) return std::nullopt;
+  const auto runs = query("output_dir <> ?", "");  // newest first
+  for (int up = 0; up < 2; ++up, dir = dir.parent_path())
+    for (const auto& r : runs)
+      if (fs::weakly_canonical(fs::path(r.output_dir), ec) == dir && !ec) {
+        RunRecord found = r;
+        found.tags = impl_->tags_of(found.id);
+        return found;
+      }
+  return std::nullopt;
 }
 
 std::vector<RunRecord> ExperimentStore::list_runs() {
