@@ -119,6 +119,26 @@ TEST(DataTokenizer, OffsetsCoverTheText) {
   EXPECT_EQ(joined, text);
 }
 
+TEST(DataTokenizer, OffsetsPointIntoTheOriginalTextAfterNormalization) {
+  // NFC shortens "e" + U+0301 to "é" (and the full-width "ｅ" is kept): the tokens after it must still start
+  // at their bytes in the original text (label masks are cut by these offsets). tiny_qwen also has a
+  // normalized added token ("café"), which takes the other encode path; the plain one is checked with a copy
+  // without it.
+  const std::string text = "x e\xCC\x81\xCC\x81 caf\xC3\xA9 ok <|im_end|> a\xCC\x8A\xCC\xA3 end";
+  for (const char* file : {"tiny_qwen.json", "tiny_gpt2.json"}) {
+    const auto tok = Tokenizer::from_file(kGoldDir + file);
+    std::vector<int64_t> s, e;
+    const auto ids = tok.encode_with_offsets(text, &s, &e);
+    for (const std::string word : {" ok", " end", "x"}) {
+      const auto at = static_cast<int64_t>(text.find(word));
+      bool found = false;
+      for (size_t i = 0; i < ids.size(); ++i) found = found || s[i] == at;
+      EXPECT_TRUE(found) << file << ": no token starts at '" << word << "' (byte " << at << ")";
+    }
+    EXPECT_EQ(e.back(), static_cast<int64_t>(text.size())) << file;
+  }
+}
+
 TEST(DataTokenizer, ThreadsGiveTheSameIds) {
   const auto tok = Tokenizer::from_file(kGoldDir + "tiny_qwen.json");
   const auto golds = load_goldens("tiny_qwen_ids.jsonl");

@@ -166,11 +166,23 @@ ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl, const oj
     struct Turn {
       size_t index;
       std::optional<std::string> prefix, header;
+      size_t turn_end = std::string::npos;  // where the conversation through this turn ends in the full text
     };
     std::vector<Turn> turns;
     for (size_t i = 0; i < messages.size(); ++i) {
       if (!messages[i].is_object() || messages[i].value("role", "") != "assistant") continue;
       Turn t{i, std::nullopt, std::nullopt};
+      if (i + 1 < messages.size()) {
+        // The turn ends where the next message starts, when the full text begins with messages[:i+1] rendered
+        // alone (else a template renders this turn differently as the last one: no limit).
+        ojson through = ojson::array();
+        for (size_t k = 0; k <= i; ++k) through.push_back(messages[k]);
+        try {
+          const std::string r = tpl.render(through, tools, opts);
+          if (enc.text.compare(0, r.size(), r) == 0) t.turn_end = r.size();
+        } catch (const Error&) {
+        }
+      }
       if (i > 0) {
         ojson prefix = ojson::array();
         for (size_t k = 0; k < i; ++k) prefix.push_back(messages[k]);
@@ -217,9 +229,9 @@ ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl, const oj
       }
       size_t tk = tok_from;
       while (tk < n && enc.token_starts[tk] < static_cast<int64_t>(s)) ++tk;
-      size_t end_byte = enc.text.size();
+      size_t end_byte = std::min(enc.text.size(), t.turn_end);
       const size_t first = tk;
-      for (; tk < n; ++tk) {
+      for (; tk < n && static_cast<size_t>(enc.token_starts[tk]) < end_byte; ++tk) {
         trained[tk] = 1;
         if (tok.is_special(enc.ids[tk])) {
           end_byte = static_cast<size_t>(enc.token_ends[tk]);
@@ -227,7 +239,7 @@ ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl, const oj
           break;
         }
       }
-      if (first < n)
+      if (first < tk)
         enc.assistant_spans.emplace_back(enc.token_starts[first], static_cast<int64_t>(end_byte));
       search_from = end_byte;
       tok_from = tk;

@@ -59,10 +59,12 @@ struct ChatEncoding {
 // Renders `messages` (add_generation_prompt=false) and marks trained tokens: with train_on_inputs all
 // tokens; otherwise, per assistant message, from the first token after its role header (the first line
 // of the generation prompt, e.g. "<|im_start|>assistant\n") through the first special token after it
-// (e.g. <|im_end|>), inclusive. The header position comes from rendering the conversation prefix
-// (messages[:i]) with and without the generation prompt; if the full render does not start with the
-// prefix (templates that re-render earlier turns, e.g. dropping old reasoning), the header is searched
-// after the previous assistant span. Throws Error when an assistant turn cannot be located.
+// (e.g. <|im_end|>), inclusive, and never past the turn's end (where messages[:i+1] rendered alone ends, when
+// the full render starts with it: an end marker that is no special token in this vocabulary stops there). The
+// header position comes from rendering the conversation prefix (messages[:i]) with and without the generation
+// prompt; if the full render does not start with the prefix (templates that re-render earlier turns, e.g.
+// dropping old reasoning), the header is searched after the previous assistant span. Throws Error when an
+// assistant turn cannot be located.
 ChatEncoding chat_encode(const Tokenizer& tok, const ChatTemplate& tpl,
                          const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                          const ChatOptions& opts, bool train_on_inputs);

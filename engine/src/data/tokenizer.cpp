@@ -278,6 +278,7 @@ struct Tokenizer::Impl {
   void load_added(const json& a);
 
   std::string normalize(std::string_view s) const;
+  std::vector<int64_t> normalized_offsets(std::string_view seg, const std::string& norm) const;
   void pre_tokenize(std::string_view text, int64_t base, bool exact_offsets, std::vector<Piece>* out,
                     std::string* arena_hint) const;
   void bpe_word(std::string_view word, std::vector<int32_t>* out) const;
@@ -768,12 +769,47 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>* out)
   cache.map.emplace(std::string(word), std::move(ids));
 }
 
+// For each byte position of norm = normalize(seg) (and its end), the position in seg. seg is normalized again
+// in pieces that each start at a starter (canonical combining class 0); a piece the normalizer leaves alone
+// maps byte for byte, a changed one (e.g. "e" + U+0301 -> "é") maps as a whole to its start. Empty when the
+// pieces' normalizations do not add up to norm (a starter that composes with the one before it, e.g.
+// decomposed Hangul jamo): offsets then stay approximate.
+std::vector<int64_t> Tokenizer::Impl::normalized_offsets(std::string_view seg,
+                                                         const std::string& norm) const {
+  std::vector<int64_t> map;
+  map.reserve(norm.size() + 1);
+  size_t start = 0, joined = 0;
+  bool adds_up = true;
+  auto flush = [&](size_t end) {
+    const std::string_view piece = seg.substr(start, end - start);
+    const std::string n = normalize(piece);
+    adds_up = adds_up && norm.compare(joined, n.size(), n) == 0;
+    for (size_t i = 0; i < n.size(); ++i) map.push_back(static_cast<int64_t>(n == piece ? start + i : start));
+    joined += n.size();
+    start = end;
+  };
+  for (size_t i = 0; i < seg.size() && adds_up;) {
+    uint32_t cp = 0;
+    const int len = utf8_decode(seg, i, &cp);
+    if (i > start && len > 0 &&
+        utf8proc_get_property(static_cast<utf8proc_int32_t>(cp))->combining_class == 0)
+      flush(i);
+    i += static_cast<size_t>(len > 0 ? len : 1);
+  }
+  if (adds_up) flush(seg.size());
+  if (!adds_up || joined != norm.size()) return {};
+  map.push_back(static_cast<int64_t>(seg.size()));
+  return map;
+}
+
 // A stretch of text with no added tokens: normalize, pre-tokenize, BPE each piece.
 void Tokenizer::Impl::encode_plain(std::string_view seg, int64_t offset, std::vector<int32_t>* ids,
                                    std::vector<int64_t>* starts, std::vector<int64_t>* ends) const {
   if (seg.empty()) return;
   const std::string norm = normalize(seg);
   const bool exact = norm.size() == seg.size() && std::string_view(norm) == seg;
+  const std::vector<int64_t> to_seg =
+      starts && !exact ? normalized_offsets(seg, norm) : std::vector<int64_t>{};
   std::vector<Piece> pieces{{std::string_view(norm), 0}}, next;
   std::deque<std::string> owned;  // pieces with a prefix space (stable addresses)
   for (const auto& step : pre) {
@@ -799,7 +835,11 @@ void Tokenizer::Impl::encode_plain(std::string_view seg, int64_t offset, std::ve
       for (size_t t = before; t < ids->size(); ++t) {
         const int64_t len = static_cast<int64_t>(id_bytes[static_cast<size_t>((*ids)[t])].size());
         int64_t b = std::max<int64_t>(pos, 0), e = std::max<int64_t>(pos + len, 0);
-        if (!exact) {  // normalized text differs: clamp into the segment
+        if (!to_seg.empty()) {  // positions in the normalized text -> in the segment
+          const auto last = static_cast<int64_t>(norm.size());
+          b = to_seg[static_cast<size_t>(std::min(b, last))];
+          e = to_seg[static_cast<size_t>(std::min(e, last))];
+        } else if (!exact) {  // no exact map: clamp into the segment
           b = std::min<int64_t>(b, static_cast<int64_t>(seg.size()));
           e = std::min<int64_t>(e, static_cast<int64_t>(seg.size()));
         }
@@ -831,20 +871,31 @@ void Tokenizer::Impl::encode_impl(std::string_view text, std::vector<int32_t>* i
       encode_plain(seg, static_cast<int64_t>(b), ids, starts, ends);
       continue;
     }
-    // Normalized added tokens are found in the normalized text; offsets are then approximate.
+    // Normalized added tokens are found in the normalized text; its positions map back through
+    // normalized_offsets (approximately where that has no map).
     const std::string norm = normalize(seg);
+    const std::vector<int64_t> to_seg =
+        starts && norm != seg ? normalized_offsets(seg, norm) : std::vector<int64_t>{};
+    auto seg_pos = [&](int64_t at) {
+      at = std::clamp<int64_t>(at, 0, static_cast<int64_t>(norm.size()));
+      return static_cast<int64_t>(b) + (to_seg.empty()
+                                            ? std::min<int64_t>(at, static_cast<int64_t>(seg.size()))
+                                            : to_seg[static_cast<size_t>(at)]);
+    };
     split_added(norm, norm_first_byte, &inner);
     for (const auto& [id2, r2] : inner) {
+      const size_t first = starts ? starts->size() : 0;
       if (id2 >= 0) {
         ids->push_back(id2);
-        if (starts) {
-          starts->push_back(static_cast<int64_t>(b + std::min(r2.first, seg.size())));
-          ends->push_back(static_cast<int64_t>(b + std::min(r2.second, seg.size())));
-        }
-      } else {
+        if (starts)
+          starts->push_back(static_cast<int64_t>(r2.first)), ends->push_back(static_cast<int64_t>(r2.second));
+      } else {  // offsets in the normalized text first, mapped below
         encode_plain(std::string_view(norm).substr(r2.first, r2.second - r2.first),
-                     static_cast<int64_t>(b + std::min(r2.first, seg.size())), ids, starts, ends);
+                     static_cast<int64_t>(r2.first), ids, starts, ends);
       }
+      if (starts)
+        for (size_t k = first; k < starts->size(); ++k)
+          (*starts)[k] = seg_pos((*starts)[k]), (*ends)[k] = seg_pos((*ends)[k]);
     }
   }
 }

@@ -14,7 +14,9 @@ Label reference (the same definition the engine implements, computed here with H
 G = render(messages[:i], add_generation_prompt=True); header = first line (through "\n") of G[len(H):].
 The content starts after the header: at len(H) + len(header) when F starts with H + header, else at the
 first occurrence of header in F after the previous assistant span. Trained tokens: from the first token
-starting at or after that offset through the first special added token (e.g. <|im_end|>), inclusive.
+starting at or after that offset through the first special added token (e.g. <|im_end|>), inclusive, and
+never past the turn's end: len(render(messages[:i+1])) when F starts with it (an end marker that is not a
+special token in this tokenizer, e.g. <|eot_id|> with a Qwen vocabulary, must not train the next turns).
 """
 import json
 import os
@@ -92,10 +94,19 @@ def main():
 
     def labels_for(tok, tpl, msgs, tools, kw):
         full = render(tpl, msgs, tools, False, kw)
-        headers, prefixes = [], []
+        headers, prefixes, turn_ends = [], [], []
         for i, m in enumerate(msgs):
             if m["role"] != "assistant":
                 continue
+            turn_end = len(full)  # where the conversation through this turn ends, when it renders as a prefix
+            if i + 1 < len(msgs):
+                try:
+                    r = render(tpl, msgs[:i + 1], tools, False, kw)
+                    if full.startswith(r):
+                        turn_end = len(r)
+                except Exception:
+                    pass
+            turn_ends.append(turn_end)
             try:
                 h = render(tpl, msgs[:i], tools, False, kw)
                 g = render(tpl, msgs[:i], tools, True, kw)
@@ -114,7 +125,7 @@ def main():
         special = {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
         trained = [False] * len(ids)
         search_from = 0
-        for h, header in zip(prefixes, headers):
+        for h, header, turn_end in zip(prefixes, headers, turn_ends):
             header = header or default
             if header is None:
                 raise RuntimeError("cannot find assistant header")
@@ -126,8 +137,8 @@ def main():
                     raise RuntimeError("assistant header not found")
                 s = k + len(header)
             t = next((t for t in range(len(ids)) if offs[t][0] >= s), len(ids))
-            end_char = len(full)
-            while t < len(ids):
+            end_char = turn_end
+            while t < len(ids) and offs[t][0] < turn_end:
                 trained[t] = True
                 if ids[t] in special:
                     end_char = offs[t][1]
