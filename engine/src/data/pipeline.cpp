@@ -24,8 +24,9 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-// Bump when the encoding of rows changes, so old cache files are not reused.
-constexpr const char* kEncodingVersion = "dt-data-1";
+// Bump when the encoding of rows changes, so old cache files are not reused (2: session 11 tokenizer and
+// label-mask fixes).
+constexpr const char* kEncodingVersion = "dt-data-2";
 
 std::string config_token(const std::string& model_dir, const char* key) {
   const std::string path = (fs::path(model_dir) / "tokenizer_config.json").string();
