@@ -39,6 +39,8 @@
 // ≈ 0.2 ms on an H100 (≈ 0.15 ms on an H200). Tensor work: 1,600 mma.m16n8k16 per block, ~50k per SM
 // ≈ 40 µs at mma.sync rates; the serial parts (cumsum ~400 cycles, 16-row diagonal solve ~600 cycles, six
 // barriers) overlap with the other resident block's loads and stores. Expect 0.2-0.3 ms vs 3.0 ms (FMA).
+#include <cstdlib>
+
 #include "common/device.cuh"
 #include "gdn/gate_math.cuh"
 #include "gdn/gdn.cuh"
@@ -56,7 +58,7 @@ constexpr int LK = PD + 8;  // bf16 row stride of the K̂, Q̂, V tiles
 constexpr int LA = C + 8;   // fp32 row stride of A and T: float2 fragment reads conflict-free
 
 constexpr size_t prep_mma_smem() {
-  return sizeof(bf16) * 4 * size_t(C) * LK + sizeof(float) * (2 * size_t(C) * LA + 4 * size_t(C));
+  return sizeof(bf16) * 4 * size_t(C) * LK + sizeof(float) * (2 * size_t(C) * LA + 5 * size_t(C));
 }
 
 __device__ __forceinline__ float bf16_round(float x) {
@@ -74,10 +76,10 @@ __device__ __forceinline__ void st_split4(bf16* hi, bf16* lo, float4 x) {
 }
 
 // acc[nb] += X[m0..m0+15][:]·Yᵀ (Y[n][k] row major, both [C][LK]) over k in [0, PD) and n-pairs p < NP, with
-// Y = Yh + Yl and, when XLO, X = Xh + Xl (the lo·lo term is dropped). NP is a template argument so that the
-// mma of all n-pairs form one block of independent work (a run-time bound splits them by branches and the
-// three dependent products of each accumulator stall on each other).
-template <bool XLO, int P0, int NP>
+// X = Xh + Xl when XLO and Y = Yh + Yl when YLO (the lo·lo term is dropped). NP is a template argument so
+// that the mma of all n-pairs form one block of independent work (a run-time bound splits them by branches
+// and the dependent products of each accumulator stall on each other).
+template <bool XLO, bool YLO, int P0, int NP>
 __device__ __forceinline__ void gram_np(float (&acc)[8][4], const bf16* Xh, const bf16* Xl, const bf16* Yh,
                                         const bf16* Yl, int m0) {
 #pragma unroll 2
@@ -89,11 +91,13 @@ __device__ __forceinline__ void gram_np(float (&acc)[8][4], const bf16* Xh, cons
     for (int p = P0; p < P0 + NP; ++p) {
       uint32_t bh[4], bl[4];
       frag_b(bh, Yh, LK, 16 * p, k);
-      frag_b(bl, Yl, LK, 16 * p, k);
       mma::mma16816(acc[2 * p], ah, bh[0], bh[1]);
       mma::mma16816(acc[2 * p + 1], ah, bh[2], bh[3]);
-      mma::mma16816(acc[2 * p], ah, bl[0], bl[1]);
-      mma::mma16816(acc[2 * p + 1], ah, bl[2], bl[3]);
+      if (YLO) {
+        frag_b(bl, Yl, LK, 16 * p, k);
+        mma::mma16816(acc[2 * p], ah, bl[0], bl[1]);
+        mma::mma16816(acc[2 * p + 1], ah, bl[2], bl[3]);
+      }
       if (XLO) {
         mma::mma16816(acc[2 * p], al, bh[0], bh[1]);
         mma::mma16816(acc[2 * p + 1], al, bh[2], bh[3]);
@@ -102,18 +106,18 @@ __device__ __forceinline__ void gram_np(float (&acc)[8][4], const bf16* Xh, cons
   }
 }
 // n-pairs [p0, p1) of the row block (the splits step 1 uses).
-template <bool XLO>
+template <bool XLO, bool YLO>
 __device__ __forceinline__ void gram(float (&acc)[8][4], const bf16* Xh, const bf16* Xl, const bf16* Yh,
                                      const bf16* Yl, int m0, int p0, int p1) {
   // clang-format off
   switch (4 * p0 + p1) {
-    case 1: gram_np<XLO, 0, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
-    case 2: gram_np<XLO, 0, 2>(acc, Xh, Xl, Yh, Yl, m0); break;
-    case 3: gram_np<XLO, 0, 3>(acc, Xh, Xl, Yh, Yl, m0); break;
-    case 4: gram_np<XLO, 0, 4>(acc, Xh, Xl, Yh, Yl, m0); break;
-    case 4 + 2: gram_np<XLO, 1, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
-    case 8 + 3: gram_np<XLO, 2, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
-    case 8 + 4: gram_np<XLO, 2, 2>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 1: gram_np<XLO, YLO, 0, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 2: gram_np<XLO, YLO, 0, 2>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 3: gram_np<XLO, YLO, 0, 3>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 4: gram_np<XLO, YLO, 0, 4>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 4 + 2: gram_np<XLO, YLO, 1, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 8 + 3: gram_np<XLO, YLO, 2, 1>(acc, Xh, Xl, Yh, Yl, m0); break;
+    case 8 + 4: gram_np<XLO, YLO, 2, 2>(acc, Xh, Xl, Yh, Yl, m0); break;
     default: break;  // empty
   }
   // clang-format on
@@ -283,13 +287,45 @@ __device__ __forceinline__ void store_tile_neg(bf16* dst, const float (&acc)[8][
 
 // The scan's bf16 K̂ and Q̂ operands (GdnScanBf16) for rows < len: Kd = bf16(K̂_i·e^{G_last − G_i}) with the
 // scan's own expression for the factor (its staging computes it so from Gc) and K̂ = k·ρ_k reread (L2) as the
-// staging formed it, Q = the Q̂ tile (bf16(Q̂)). As operand images (img, at the chunk's key-head tiles Kd, Q; the
-// first value head of each key head): all 64 rows, Kd = bf16(K̂) (the K̂ hi tile; the scan applies the decay
-// to V' instead), rows past the chunk's end zero as the staging left them.
-__device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const float* Rk, const bf16* Kh,
-                                              const bf16* Qs, const float* Gs, int64_t t0, int len, int64_t h,
-                                              int64_t hk, int64_t HK, int64_t HV, bool img) {
+// staging formed it, Q = the Q̂ tile (bf16(Q̂)). As operand images (img, at the chunk's key-head tiles Kd, Q;
+// the first value head of each key head): all 64 rows, Kd = bf16(K̂) (the K̂ hi tile; the scan applies the
+// decay to V' instead), rows past the chunk's end zero as the staging left them. RAW: the tiles hold q and k
+// as loaded (bf16) and the values are formed here: bf16((1·k)·ρ_k (·dc)) and bf16((scale·q)·ρ_q), the
+// arithmetic of the staging's L2 norm (l2norm_row.cuh), so both kinds agree bit for bit.
+__device__ __forceinline__ uint4 raw_scaled8(const bf16* p, float scale, float rho, float dc = 1.f) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  uint32_t o[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float f0 = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(w[e] & 0xffffu))),
+                f1 = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(w[e] >> 16)));
+    o[e] = mma::pack_bf16(scale * f0 * rho * dc, scale * f1 * rho * dc);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+template <bool RAW>
+__device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const float* Rk, const float* Rq,
+                                              float scale, const bf16* Kh, const bf16* Qs, const float* Gs,
+                                              int64_t t0, int len, int64_t h, int64_t hk, int64_t HK,
+                                              int64_t HV, bool img) {
   constexpr int R8 = PD / 8;  // 8-element pieces per row
+  if (RAW) {
+    const float gl = Gs[len - 1];
+    for (int idx = threadIdx.x; idx < (img ? C : len) * R8; idx += NT) {
+      const int r = img ? idx % C : idx / R8, c = img ? (idx / C) * 8 : (idx % R8) * 8;
+      if (Kd) {
+        const int64_t at = img ? gdn_scan_image_index(r, c) : ((t0 + r) * HV + h) * PD + c;
+        *reinterpret_cast<uint4*>(Kd + at) =
+            raw_scaled8(Kh + r * LK + c, 1.f, Rk[r], img ? 1.f : expf(gl - Gs[r]));
+      }
+      if (Q) {
+        const int64_t at = img ? gdn_scan_image_index(r, c) : ((t0 + r) * HK + hk) * PD + c;
+        *reinterpret_cast<uint4*>(Q + at) = raw_scaled8(Qs + r * LK + c, scale, Rq[r]);
+      }
+    }
+    return;
+  }
   if (img) {  // consecutive threads take consecutive rows: each image column group is one contiguous block
     for (int idx = threadIdx.x; idx < C * R8; idx += NT) {
       const int r = idx % C, c = (idx / C) * 8;
@@ -317,6 +353,10 @@ __device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const fl
   }
 }
 
+// RAW: q, k and v are BF16 and no q̂, k̂ are asked for (nout.qn null). The tiles then hold the inputs as loaded
+// (cp.async, no register staging) and ρ_k, ρ_q scale the products instead: K̂K̂ᵀ = diag(ρ_k)·kkᵀ·diag(ρ_k) and
+// Q̂K̂ᵀ from one bf16 product each (exact products, fp32 sums: no hi + lo split), W = T·diag(βγρ_k)·k from two.
+template <bool RAW>
 __global__ void __launch_bounds__(NT, 2)
     gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, GdnGates gates,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
@@ -333,6 +373,7 @@ __global__ void __launch_bounds__(NT, 2)
   float* Bs = Gs + C;                                 // [C] β
   float* BGs = Bs + C;                                // [C] β·e^{G}
   float* Rk = BGs + C;                                // [C] ρ_k = 1/‖k_i‖
+  float* Rq = Rk + C;                                 // [C] ρ_q (RAW)
   const int ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int r8 = lane >> 2, c2 = 2 * (lane & 3);
   const int64_t t0 = chunks[2 * ch];
@@ -341,7 +382,44 @@ __global__ void __launch_bounds__(NT, 2)
 
   // ---- 0. staging: all global loads of a thread are issued before its shared stores. Row r of q and k is
   // one warp's (lane: columns 4·lane ..), so the warp L2-normalises it in registers (l2norm_row.cuh) ----
-  {
+  if constexpr (RAW) {  // cp.async of the rows as they are; ρ from the tiles (same lanes, same sums)
+    const int64_t qkb = (t0 * HK + hk) * PD;
+    cp_rows<C, PD, LK, NT>(Kh, static_cast<const bf16*>(k.p) + qkb, HK * PD, len);
+    cp_rows<C, PD, LK, NT>(Qs, static_cast<const bf16*>(q.p) + qkb, HK * PD, len);
+    cp_rows<C, PD, LK, NT>(Vs, static_cast<const bf16*>(v.p) + (t0 * HV + h) * PD, HV * PD, len);
+    mma::cp_async_commit();
+    if (tid < C) {
+      const int64_t o = (t0 + tid) * HV + h;
+      Gs[tid] = tid < len ? gdn_g_at(gates, o, h) : 0.f;
+      Bs[tid] = tid < len ? gdn_beta_at(gates, o) : 0.f;
+    }
+    mma::cp_async_wait<0>();
+    __syncthreads();
+    constexpr int RW = C / (NT / 32);  // rows per warp (8)
+    float4 kr[RW], qr[RW];
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+      const int r = warp * RW + i;
+      kr[i] = l2_row_load4(KIn{Kh + r * LK, KType::BF16}, 4 * lane);
+      qr[i] = l2_row_load4(KIn{Qs + r * LK, KType::BF16}, 4 * lane);
+    }
+    float rk[RW], rq[RW];
+    l2_rows_normalise(kr, 1.f, nout.eps, rk);
+    l2_rows_normalise(qr, scale, nout.eps, rq);
+    const bool put_rho = nout.rq && h % (HV / HK) == 0;
+    if (lane < RW) {  // lane i writes row warp·RW + i (constant indices into rk, rq: a select chain)
+      float a = rk[0], b = rq[0];
+#pragma unroll
+      for (int i = 1; i < RW; ++i)
+        if (lane == i) a = rk[i], b = rq[i];
+      const int r = warp * RW + lane;
+      Rk[r] = a, Rq[r] = b;
+      if (put_rho && r < len) {
+        nout.rk[(t0 + r) * HK + hk] = a;
+        nout.rq[(t0 + r) * HK + hk] = b;
+      }
+    }
+  } else {
     const int64_t qkb = (t0 * HK + hk) * PD;
     const int64_t ks = HK * PD, vs = HV * PD, vbase = (t0 * HV + h) * PD;
     constexpr int F4 = C * PD / 4 / NT;  // float4 per thread per F32 tile (8)
@@ -441,13 +519,13 @@ __global__ void __launch_bounds__(NT, 2)
   // block, share its M n-pairs: 7 − w takes [0, mh), w [mh, rb + 1) after issuing its loads of T.
   const int mh = Tk ? (rb + 2) / 2 : rb + 1;
   if (warp >= 4) {
-    gram<false>(acc, Qs, nullptr, Kh, Kl, m0, 0, mh);
+    gram<false, !RAW>(acc, Qs, nullptr, Kh, Kl, m0, 0, mh);
   } else if (!Tk) {
-    gram<true>(acc, Kh, Kl, Kh, Kl, m0, 0, rb + 1);
+    gram<!RAW, !RAW>(acc, Kh, Kl, Kh, Kl, m0, 0, rb + 1);
   } else {
     uint4 tk[kKeptTPieces];
     load_kept_t(tk, Tk + (static_cast<int64_t>(ch) * HV + h) * C * C);
-    gram<false>(acc, Qs, nullptr, Kh, Kl, m0, mh, rb + 1);
+    gram<false, !RAW>(acc, Qs, nullptr, Kh, Kl, m0, mh, rb + 1);
     store_kept_t(Tf, tk);
   }
   __syncthreads();  // G
@@ -458,15 +536,17 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + r8 + 8 * hf;
-      const float Gi = Gs[i], bi = Bs[i];
+      const float Gi = Gs[i], bi = RAW ? Bs[i] * Rk[i] : Bs[i];
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
         if (nb >= 2 * (rb + 1)) break;
         const int j = 8 * nb + c2;
         float x[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e)
-          x[e] = (i > j + e && i < len) ? bi * acc[nb][2 * hf + e] * expf(Gi - Gs[j + e]) : 0.f;
+        for (int e = 0; e < 2; ++e) {
+          const float kk = RAW ? acc[nb][2 * hf + e] * Rk[j + e] : acc[nb][2 * hf + e];
+          x[e] = (i > j + e && i < len) ? bi * kk * expf(Gi - Gs[j + e]) : 0.f;
+        }
         *reinterpret_cast<float2*>(Af + i * LA + j) = make_float2(x[0], x[1]);
       }
     }
@@ -496,22 +576,24 @@ __global__ void __launch_bounds__(NT, 2)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + r8 + 8 * hf;
-      const float Gi = Gs[i];
+      const float Gi = Gs[i], qi = RAW ? scale * Rq[i] : 1.f;
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
         if ((warp >= 4) == (nb >= 2 * mh && nb < 2 * (rb + 1))) continue;
         const int j = 8 * nb + c2;
         float x[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e)
-          x[e] = (i >= j + e && i < len) ? acc[nb][2 * hf + e] * expf(Gi - Gs[j + e]) : 0.f;
+        for (int e = 0; e < 2; ++e) {
+          const float qk = RAW ? qi * (acc[nb][2 * hf + e] * Rk[j + e]) : acc[nb][2 * hf + e];
+          x[e] = (i >= j + e && i < len) ? qk * expf(Gi - Gs[j + e]) : 0.f;
+        }
         if (Mo) *reinterpret_cast<float2*>(Mo + i * C + j) = make_float2(x[0], x[1]);
         if (Moh) st_bf16x2(Moh + (img ? gdn_scan_image_index(i, j) : i * C + j), x[0], x[1]);
       }
     }
     if (warp >= 4 && warp < 6) {
       const int i = tid - NT / 2;  // 0..63
-      BGs[i] = Bs[i] * expf(Gs[i]);
+      BGs[i] = RAW ? Bs[i] * expf(Gs[i]) * Rk[i] : Bs[i] * expf(Gs[i]);
       if (i < len) Gc[(t0 + i) * HV + h] = Gs[i];
     }
   }
@@ -535,7 +617,7 @@ __global__ void __launch_bounds__(NT, 2)
       kd = qd && kd ? kd + (static_cast<int64_t>(ch) * HK + hk) * C * PD : nullptr;
       if (qd) qd += (static_cast<int64_t>(ch) * HK + hk) * C * PD;
     }
-    store_scan_kq(kd, qd, k, Rk, Kh, Qs, Gs, t0, len, h, hk, HK, HV, img);
+    store_scan_kq<RAW>(kd, qd, k, Rk, Rq, scale, Kh, Qs, Gs, t0, len, h, hk, HK, HV, img);
   }
   if ((Tout || Th) && !Tk) {
     const int64_t tb = (static_cast<int64_t>(ch) * HV + h) * C * C;
@@ -553,7 +635,7 @@ __global__ void __launch_bounds__(NT, 2)
   {
     const int n0 = (PD / 2) * (warp >> 2);
     const int64_t rs = HV * PD, ob = (t0 * HV + h) * PD;
-    t_times<true>(acc, Tf, BGs, Kh, Kl, m0, n0, rb + 1);
+    t_times<!RAW>(acc, Tf, BGs, Kh, Kl, m0, n0, rb + 1);
     if (img)
       store_rows<true>(W ? W + ob : nullptr, Wh ? Wh + (static_cast<int64_t>(ch) * HV + h) * C * PD : nullptr,
                        acc, m0, n0, len, rs);
@@ -596,10 +678,13 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
     return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t smem = prep_mma_smem();
-  cudaError_t e = cudaFuncSetAttribute(gdn_chunk_prep_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem));
+  const bool raw = q.t == KType::BF16 && k.t == KType::BF16 && v.t == KType::BF16 && !nout.qn &&
+                   !std::getenv("DT_GDN_PREP_SPLIT");
+  const auto kernel = raw ? gdn_chunk_prep_mma_kernel<true> : gdn_chunk_prep_mma_kernel<false>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  gdn_chunk_prep_mma_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
+  kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
       q, k, scale, nout, v, gates, chunks, W, U, M, Gc, Tout, HK, HV,
       b16 ? static_cast<bf16*>(b16->W) : nullptr, b16 ? static_cast<bf16*>(b16->Kd) : nullptr,
       b16 ? static_cast<bf16*>(b16->Q) : nullptr, b16 ? static_cast<bf16*>(b16->M) : nullptr,

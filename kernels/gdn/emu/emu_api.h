@@ -70,7 +70,7 @@ void scan_mma(const Shape& s, int bv, bool pf, const float* qn, const float* kn,
 void prep_mma(const Shape& s, const float* q, const float* k, float scale, const GdnNormOut* nout, KIn v,
               const float* g, KIn beta, float* W, float* U, float* M, float* Gc, float* Tout,
               const GdnScanBf16* b16 = nullptr, const float* states = nullptr, float* vnew = nullptr,
-              int64_t T = 0);
+              int64_t T = 0, bool qk_bf16 = false);
 // q̂ = scale·x/‖x‖ per row of 128 (and ρ when not null) exactly as the device computes it (gdn/l2norm_row.cuh:
 // 4 values per lane, fused multiply-add as the host compiles it, xor-butterfly warp sum).
 std::vector<float> l2_rows(const std::vector<float>& x, float scale, std::vector<float>* rho = nullptr);

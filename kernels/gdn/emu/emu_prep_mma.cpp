@@ -11,19 +11,29 @@ alignas(16) unsigned char gdn_smem[232448];
 namespace deltatune::kernels::gdn_emu {
 void prep_mma(const Shape& s, const float* q, const float* k, float scale, const GdnNormOut* nout, KIn v,
               const float* g, KIn beta, float* W, float* U, float* M, float* Gc, float* Tout,
-              const GdnScanBf16* b16, const float* states, float* vnew, int64_t T) {
+              const GdnScanBf16* b16, const float* states, float* vnew, int64_t T, bool qk_bf16) {
   const GdnNormOut no = nout ? *nout : GdnNormOut{};
   const GdnScanBf16 h = b16 ? *b16 : GdnScanBf16{};
   // The kept states as the forward scan writes them (bf16), V' widened back.
   std::vector<bf16> st16 =
       states ? to_bf16(states, int64_t(s.nchunks) * s.HV * s.dk * s.dv) : std::vector<bf16>{};
   std::vector<bf16> vn16(vnew ? size_t(T) * s.HV * s.dv : 0, __float2bfloat16_rn(0.f));
+  // qk_bf16: q and k (bf16-exact values) passed as BF16, which takes the RAW kernel when v is BF16 too.
+  const int64_t nqk = qk_bf16 ? s.chunks[2 * (s.nchunks - 1)] + s.chunks[2 * s.nchunks - 1] : 0;
+  const std::vector<bf16> q16 = qk_bf16 ? to_bf16(q, nqk * s.HK * s.dk) : std::vector<bf16>{},
+                          k16 = qk_bf16 ? to_bf16(k, nqk * s.HK * s.dk) : std::vector<bf16>{};
+  const KIn qi = qk_bf16 ? KIn{q16.data(), KType::BF16} : KIn{q, KType::F32},
+            ki = qk_bf16 ? KIn{k16.data(), KType::BF16} : KIn{k, KType::F32};
+  const bool raw = qk_bf16 && v.t == KType::BF16 && !no.qn;
   emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, gdn_chunk_prep_mma_smem(s.dk, s.dv), [&] {
-    gdn_chunk_prep_mma_kernel(
-        KIn{q, KType::F32}, KIn{k, KType::F32}, scale, no, v, GdnGates{g, beta}, s.chunks, W, U, M, Gc, Tout,
-        s.HK, s.HV, static_cast<bf16*>(h.W), static_cast<bf16*>(h.Kd), static_cast<bf16*>(h.Q),
-        static_cast<bf16*>(h.M), static_cast<bf16*>(h.T), states ? st16.data() : nullptr,
-        vnew ? vn16.data() : nullptr, static_cast<const bf16*>(h.T_kept), h.image, static_cast<bf16*>(h.U));
+    (raw ? gdn_chunk_prep_mma_kernel<true>
+         : gdn_chunk_prep_mma_kernel<false>)(qi, ki, scale, no, v, GdnGates{g, beta}, s.chunks, W, U, M, Gc,
+                                             Tout, s.HK, s.HV, static_cast<bf16*>(h.W),
+                                             static_cast<bf16*>(h.Kd), static_cast<bf16*>(h.Q),
+                                             static_cast<bf16*>(h.M), static_cast<bf16*>(h.T),
+                                             states ? st16.data() : nullptr, vnew ? vn16.data() : nullptr,
+                                             static_cast<const bf16*>(h.T_kept), h.image,
+                                             static_cast<bf16*>(h.U));
   });
   if (vnew) from_bf16(vn16, vnew);
 }

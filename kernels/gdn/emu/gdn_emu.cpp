@@ -93,6 +93,8 @@ static Inputs make_inputs(Rand& u, int64_t T, int64_t HK, int64_t HV, int dk, in
   Inputs in;
   in.q = u.normed(T * HK, dk, 1.f);
   in.k = u.normed(T * HK, dk, 1.f);
+  for (F* x : {&in.q, &in.k})  // bf16-exact, as the model's q, k are (the prep's RAW path may read them so)
+    for (float& e : *x) e = __bfloat162float(__float2bfloat16_rn(e));
   in.qn = gdn_emu::l2_rows(in.q, 1.f / std::sqrt(float(dk)));
   in.kn = gdn_emu::l2_rows(in.k, 1.f);
   in.v = u.bf(T * HV * dv, -1.f, 1.f);
@@ -122,72 +124,78 @@ static int prep_mma_check() {
                         {"corr. keys, β~1, g ~ -3", {0, 100}, 1, 1, false, 2}};
   constexpr int dk = 128, dv = 128, C = 64;
   int fails = 0;
-  for (const Case& cs : cases) {
-    const ChunkList cl = chunk_list(cs.cu, C);
-    const int nchunks = cl.n();
-    const int64_t T = cs.cu.back(), HK = cs.HK, HV = cs.HV;
-    gdn_emu::Shape s{cl.chunks.data(), nchunks, cl.off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv};
-    Rand u(7);
-    F base(dk);
-    for (auto& x : base) x = u();
-    auto normed = [&](float scale, float corr) { return u.normed(T * HK, dk, scale, &base, corr); };
-    const float qscale = 1.f / std::sqrt(float(dk));
-    const F q = normed(1.f, 0.f), k = normed(1.f, cs.hard ? 1.5f : 0.f);
-    F rq, rk;
-    const F qn = gdn_emu::l2_rows(q, qscale, &rq), kn = gdn_emu::l2_rows(k, 1.f, &rk);
-    F vf(T * HV * dv), g(T * HV);
-    for (auto& x : vf) x = u();
-    std::vector<__nv_bfloat16> vb(vf.size()), bb(T * HV);
-    for (size_t i = 0; i < vf.size(); ++i) vb[i] = __float2bfloat16_rn(vf[i]);
-    for (auto& x : bb)
-      x = __float2bfloat16_rn(cs.hard ? 0.9f + 0.05f * (u() + 1.f) : 0.05f + 0.475f * (u() + 1.f));
-    for (auto& x : g) x = (cs.hard == 2 ? -3.f : cs.hard == 1 ? -0.01f : -0.5f) * (u() + 1.f);
-    const KIn vi = cs.v_f32 ? KIn{vf.data(), KType::F32} : KIn{vb.data(), KType::BF16};
-    const KIn bi{bb.data(), KType::BF16};
-    const float nan = std::nanf("");
-    struct Out {
-      F W, U, M, Gc, Tm;
-    };
-    auto run = [&](bool mma) {
-      Out r{F(T * HV * dk, nan), F(T * HV * dv, nan), F(int64_t(nchunks) * HV * C * C, nan), F(T * HV, nan),
-            F(int64_t(nchunks) * HV * C * C, nan)};
-      if (mma) {  // with the L2 norm's outputs, which must equal the host's bit for bit
-        F qn2(qn.size(), nan), kn2(kn.size(), nan), rq2(rq.size(), nan), rk2(rk.size(), nan);
-        GdnNormOut no;
-        no.qn = qn2.data(), no.kn = kn2.data(), no.rq = rq2.data(), no.rk = rk2.data();
-        gdn_emu::prep_mma(s, q.data(), k.data(), qscale, &no, vi, g.data(), bi, r.W.data(), r.U.data(),
-                          r.M.data(), r.Gc.data(), r.Tm.data());
-        const bool same = !std::memcmp(qn2.data(), qn.data(), 4 * qn.size()) &&
-                          !std::memcmp(kn2.data(), kn.data(), 4 * kn.size()) &&
-                          !std::memcmp(rq2.data(), rq.data(), 4 * rq.size()) &&
-                          !std::memcmp(rk2.data(), rk.data(), 4 * rk.size());
-        std::printf("  L2 norm outputs (q-hat, k-hat, rho) bit-identical to the host's: %s\n",
-                    same ? "yes" : "NO  FAIL");
-        fails += !same;
-      } else
-        gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, r.W.data(), r.U.data(), r.M.data(),
-                      r.Gc.data(), r.Tm.data());
-      return r;
-    };
-    const Out ref = run(false), got = run(true);
-    double tmax = 0;  // largest off-diagonal |T_ij|: how far from the identity the solve goes
-    for (size_t p = 0; p < ref.Tm.size(); ++p)
-      if ((p / C) % C != p % C) tmax = std::max(tmax, double(std::fabs(ref.Tm[p])));
-    std::printf("prep_mma: %s (T %lld, %d chunks, HK %lld, HV %lld; max |T_ij|, i != j: %.3g)\n", cs.name,
-                (long long)T, nchunks, (long long)HK, (long long)HV, tmax);
-    auto cmp = [&](const char* name, const F& a, const F& b, double tol) {
-      int bad = 0;
-      const double e = nmse(a, b, &bad);
-      const bool fail = !(e <= tol) || bad;
-      std::printf("  %-6s nmse %.3e nonfinite %d%s\n", name, e, bad, fail ? "  FAIL" : "");
-      fails += fail;
-    };
-    cmp("W", got.W, ref.W, 2e-5);
-    cmp("U", got.U, ref.U, 2e-5);
-    cmp("M", got.M, ref.M, 2e-5);
-    cmp("Gc", got.Gc, ref.Gc, 1e-10);
-    cmp("Tout", got.Tm, ref.Tm, 1e-10);
-  }
+  for (int raw = 0; raw < 2; ++raw)  // raw: q, k in bf16 (the RAW kernel: no hi + lo split of K̂)
+    for (const Case& cs : cases) {
+      const ChunkList cl = chunk_list(cs.cu, C);
+      const int nchunks = cl.n();
+      const int64_t T = cs.cu.back(), HK = cs.HK, HV = cs.HV;
+      gdn_emu::Shape s{cl.chunks.data(), nchunks, cl.off.data(), int(cs.cu.size() - 1), HK, HV, dk, dv};
+      Rand u(7);
+      F base(dk);
+      for (auto& x : base) x = u();
+      auto normed = [&](float scale, float corr) { return u.normed(T * HK, dk, scale, &base, corr); };
+      const float qscale = 1.f / std::sqrt(float(dk));
+      F q = normed(1.f, 0.f), k = normed(1.f, cs.hard ? 1.5f : 0.f);
+      if (raw)
+        for (F* x : {&q, &k})
+          for (float& e : *x) e = __bfloat162float(__float2bfloat16_rn(e));
+      F rq, rk;
+      const F qn = gdn_emu::l2_rows(q, qscale, &rq), kn = gdn_emu::l2_rows(k, 1.f, &rk);
+      F vf(T * HV * dv), g(T * HV);
+      for (auto& x : vf) x = u();
+      std::vector<__nv_bfloat16> vb(vf.size()), bb(T * HV);
+      for (size_t i = 0; i < vf.size(); ++i) vb[i] = __float2bfloat16_rn(vf[i]);
+      for (auto& x : bb)
+        x = __float2bfloat16_rn(cs.hard ? 0.9f + 0.05f * (u() + 1.f) : 0.05f + 0.475f * (u() + 1.f));
+      for (auto& x : g) x = (cs.hard == 2 ? -3.f : cs.hard == 1 ? -0.01f : -0.5f) * (u() + 1.f);
+      const KIn vi = cs.v_f32 ? KIn{vf.data(), KType::F32} : KIn{vb.data(), KType::BF16};
+      const KIn bi{bb.data(), KType::BF16};
+      const float nan = std::nanf("");
+      struct Out {
+        F W, U, M, Gc, Tm;
+      };
+      auto run = [&](bool mma) {
+        Out r{F(T * HV * dk, nan), F(T * HV * dv, nan), F(int64_t(nchunks) * HV * C * C, nan), F(T * HV, nan),
+              F(int64_t(nchunks) * HV * C * C, nan)};
+        if (mma) {  // with the L2 norm's outputs, which must equal the host's bit for bit
+          F qn2(qn.size(), nan), kn2(kn.size(), nan), rq2(rq.size(), nan), rk2(rk.size(), nan);
+          GdnNormOut no;
+          if (!raw) no.qn = qn2.data(), no.kn = kn2.data();  // the RAW kernel writes ρ only
+          no.rq = rq2.data(), no.rk = rk2.data();
+          gdn_emu::prep_mma(s, q.data(), k.data(), qscale, &no, vi, g.data(), bi, r.W.data(), r.U.data(),
+                            r.M.data(), r.Gc.data(), r.Tm.data(), nullptr, nullptr, nullptr, 0, raw);
+          const bool same = (raw || (!std::memcmp(qn2.data(), qn.data(), 4 * qn.size()) &&
+                                     !std::memcmp(kn2.data(), kn.data(), 4 * kn.size()))) &&
+                            !std::memcmp(rq2.data(), rq.data(), 4 * rq.size()) &&
+                            !std::memcmp(rk2.data(), rk.data(), 4 * rk.size());
+          std::printf("  L2 norm outputs (q-hat, k-hat, rho) bit-identical to the host's: %s\n",
+                      same ? "yes" : "NO  FAIL");
+          fails += !same;
+        } else
+          gdn_emu::prep(s, qn.data(), kn.data(), vi, g.data(), bi, r.W.data(), r.U.data(), r.M.data(),
+                        r.Gc.data(), r.Tm.data());
+        return r;
+      };
+      const Out ref = run(false), got = run(true);
+      double tmax = 0;  // largest off-diagonal |T_ij|: how far from the identity the solve goes
+      for (size_t p = 0; p < ref.Tm.size(); ++p)
+        if ((p / C) % C != p % C) tmax = std::max(tmax, double(std::fabs(ref.Tm[p])));
+      std::printf("prep_mma%s: %s (T %lld, %d chunks, HK %lld, HV %lld; max |T_ij|, i != j: %.3g)\n",
+                  raw ? " (bf16 q, k)" : "", cs.name, (long long)T, nchunks, (long long)HK, (long long)HV,
+                  tmax);
+      auto cmp = [&](const char* name, const F& a, const F& b, double tol) {
+        int bad = 0;
+        const double e = nmse(a, b, &bad);
+        const bool fail = !(e <= tol) || bad;
+        std::printf("  %-6s nmse %.3e nonfinite %d%s\n", name, e, bad, fail ? "  FAIL" : "");
+        fails += fail;
+      };
+      cmp("W", got.W, ref.W, 2e-5);
+      cmp("U", got.U, ref.U, 2e-5);
+      cmp("M", got.M, ref.M, 2e-5);
+      cmp("Gc", got.Gc, ref.Gc, 1e-10);
+      cmp("Tout", got.Tm, ref.Tm, 1e-10);
+    }
   std::printf("prep_mma %s\n", fails ? "FAIL" : "OK");
   return fails;
 }
@@ -424,82 +432,84 @@ static int b16_scan_checks() {
     return u;
   };
   int fails = 0;
-  for (const ScanShape& cs : scan_shapes()) {
-    ScanRef r(cs, 5);
-    const gdn_emu::Shape& s = r.s;
-    const Inputs& in = r.in;
-    const ChunkList& cl = r.cl;
-    const int nchunks = r.nchunks;
-    const int64_t T = r.T, HK = r.HK, HV = r.HV;
-    F &W = r.W, &U = r.U, &M = r.M, &Gc = r.Gc, &Tm = r.Tm;
-    const F &o = r.o, &states = r.states, &vnew = r.vnew;
-    std::printf("bf16 scan operands: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T,
-                nchunks, (long long)HK, (long long)HV);
-    // Tensor-core prep with the bf16 operands (NaN where not written).
-    const bf bnan = __float2bfloat16_rn(std::nanf(""));
-    std::vector<bf> Wb(T * HV * dk, bnan), Kb(T * HV * dk, bnan), Qb(T * HK * dk, bnan), Mb(M.size(), bnan);
-    GdnScanBf16 b16{Wb.data(), Kb.data(), Qb.data(), Mb.data()};
-    gdn_emu::prep_mma(s, in.q.data(), in.k.data(), 1.f / std::sqrt(float(dk)), nullptr, in.vi(), in.g.data(),
-                      in.bi(), W.data(), U.data(), M.data(), Gc.data(), Tm.data(), &b16);
-    {
-      int64_t bad_w = 0, bad_k = 0, bad_q = 0, bad_m = 0;
-      for (int ch = 0; ch < nchunks; ++ch) {
-        const int64_t t0 = cl.chunks[2 * ch];
-        const int len = cl.chunks[2 * ch + 1];
-        for (int64_t h = 0; h < HV; ++h) {
-          const int64_t hk = h / (HV / HK);
-          const float gl = Gc[(t0 + len - 1) * HV + h];
-          for (int i = 0; i < len; ++i) {
-            const float dc = std::exp(gl - Gc[(t0 + i) * HV + h]);
-            for (int d = 0; d < dk; ++d) {
-              const int64_t at = ((t0 + i) * HV + h) * dk + d, aq = ((t0 + i) * HK + hk) * dk + d;
-              bad_w += bits(Wb[at]) != bits(__float2bfloat16_rn(W[at]));
-              bad_k += bits(Kb[at]) != bits(__float2bfloat16_rn(in.kn[aq] * dc));
-              bad_q += bits(Qb[aq]) != bits(__float2bfloat16_rn(in.qn[aq]));
+  for (int raw = 0; raw < 2; ++raw)  // raw: q, k passed as bf16 (the prep's RAW kernel)
+    for (const ScanShape& cs : scan_shapes()) {
+      ScanRef r(cs, 5);
+      const gdn_emu::Shape& s = r.s;
+      const Inputs& in = r.in;
+      const ChunkList& cl = r.cl;
+      const int nchunks = r.nchunks;
+      const int64_t T = r.T, HK = r.HK, HV = r.HV;
+      F &W = r.W, &U = r.U, &M = r.M, &Gc = r.Gc, &Tm = r.Tm;
+      const F &o = r.o, &states = r.states, &vnew = r.vnew;
+      std::printf("bf16 scan operands%s: %s (T %lld, %d chunks, HK %lld, HV %lld)\n",
+                  raw ? " (bf16 q, k)" : "", cs.name, (long long)T, nchunks, (long long)HK, (long long)HV);
+      // Tensor-core prep with the bf16 operands (NaN where not written).
+      const bf bnan = __float2bfloat16_rn(std::nanf(""));
+      std::vector<bf> Wb(T * HV * dk, bnan), Kb(T * HV * dk, bnan), Qb(T * HK * dk, bnan), Mb(M.size(), bnan);
+      GdnScanBf16 b16{Wb.data(), Kb.data(), Qb.data(), Mb.data()};
+      gdn_emu::prep_mma(s, in.q.data(), in.k.data(), 1.f / std::sqrt(float(dk)), nullptr, in.vi(),
+                        in.g.data(), in.bi(), W.data(), U.data(), M.data(), Gc.data(), Tm.data(), &b16,
+                        nullptr, nullptr, 0, raw);
+      {
+        int64_t bad_w = 0, bad_k = 0, bad_q = 0, bad_m = 0;
+        for (int ch = 0; ch < nchunks; ++ch) {
+          const int64_t t0 = cl.chunks[2 * ch];
+          const int len = cl.chunks[2 * ch + 1];
+          for (int64_t h = 0; h < HV; ++h) {
+            const int64_t hk = h / (HV / HK);
+            const float gl = Gc[(t0 + len - 1) * HV + h];
+            for (int i = 0; i < len; ++i) {
+              const float dc = std::exp(gl - Gc[(t0 + i) * HV + h]);
+              for (int d = 0; d < dk; ++d) {
+                const int64_t at = ((t0 + i) * HV + h) * dk + d, aq = ((t0 + i) * HK + hk) * dk + d;
+                bad_w += bits(Wb[at]) != bits(__float2bfloat16_rn(W[at]));
+                bad_k += bits(Kb[at]) != bits(__float2bfloat16_rn(in.kn[aq] * dc));
+                bad_q += bits(Qb[aq]) != bits(__float2bfloat16_rn(in.qn[aq]));
+              }
+            }
+            for (int e = 0; e < C * C; ++e) {
+              const int64_t at = (int64_t(ch) * HV + h) * C * C + e;
+              bad_m += bits(Mb[at]) != bits(__float2bfloat16_rn(M[at]));
             }
           }
-          for (int e = 0; e < C * C; ++e) {
-            const int64_t at = (int64_t(ch) * HV + h) * C * C + e;
-            bad_m += bits(Mb[at]) != bits(__float2bfloat16_rn(M[at]));
-          }
         }
-      }
-      const bool fail = bad_w || bad_k || bad_q || bad_m;
-      std::printf("  prep operands vs host rounding: mismatches W %lld Kd %lld Q %lld M %lld%s\n",
-                  (long long)bad_w, (long long)bad_k, (long long)bad_q, (long long)bad_m,
-                  fail ? "  FAIL" : "");
-      fails += fail;
-    }
-    for (int variant = 0; variant < 10; ++variant) {
-      const bool v64 = variant >= 8;  // 8, 9: bv 64 with / without output
-      const int bv = v64 ? 64 : variant & 1 ? 16 : 32, bv_ref = v64 ? 32 : bv;
-      const bool pf = v64 || (variant & 2), with_o = v64 ? variant == 8 : !(variant & 4);
-      const float nan = std::nanf("");
-      F o1(o.size(), nan), st1(states.size(), nan), vn1(vnew.size(), nan);  // fp32 staging
-      F o2(o.size(), nan), st2(states.size(), nan), vn2(vnew.size(), nan);  // bf16 operands
-      const KOut ko1 = with_o ? KOut{o1.data(), KType::F32} : KOut{},
-                 ko2 = with_o ? KOut{o2.data(), KType::F32} : KOut{};
-      gdn_emu::scan_mma(s, bv_ref, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(),
-                        ko1, st1.data(), vn1.data());
-      gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), ko2,
-                        st2.data(), vn2.data(), &b16);
-      std::vector<std::tuple<const char*, F*, F*, const F*>> outs = {{"states", &st2, &st1, &states},
-                                                                     {"vnew", &vn2, &vn1, &vnew}};
-      if (with_o) outs.insert(outs.begin(), {"o", &o2, &o1, &o});
-      for (auto [name, got, f32, ref] : outs) {
-        int bad = 0;
-        const double e = nmse(*got, *ref, &bad);
-        int64_t ndiff = 0;
-        for (size_t i = 0; i < got->size(); ++i) ndiff += std::memcmp(&(*got)[i], &(*f32)[i], 4) != 0;
-        const bool fail = !(e <= 2e-5) || ndiff || bad;
-        std::printf(
-            "  bv %2d pf %d out %d %-7s nmse vs FMA %.3e  bits differing from fp32 staging %lld  nonfinite "
-            "%d%s\n",
-            bv, int(pf), int(with_o), name, e, (long long)ndiff, bad, fail ? "  FAIL" : "");
+        const bool fail = bad_w || bad_k || bad_q || bad_m;
+        std::printf("  prep operands vs host rounding: mismatches W %lld Kd %lld Q %lld M %lld%s\n",
+                    (long long)bad_w, (long long)bad_k, (long long)bad_q, (long long)bad_m,
+                    fail ? "  FAIL" : "");
         fails += fail;
       }
+      for (int variant = 0; variant < 10; ++variant) {
+        const bool v64 = variant >= 8;  // 8, 9: bv 64 with / without output
+        const int bv = v64 ? 64 : variant & 1 ? 16 : 32, bv_ref = v64 ? 32 : bv;
+        const bool pf = v64 || (variant & 2), with_o = v64 ? variant == 8 : !(variant & 4);
+        const float nan = std::nanf("");
+        F o1(o.size(), nan), st1(states.size(), nan), vn1(vnew.size(), nan);  // fp32 staging
+        F o2(o.size(), nan), st2(states.size(), nan), vn2(vnew.size(), nan);  // bf16 operands
+        const KOut ko1 = with_o ? KOut{o1.data(), KType::F32} : KOut{},
+                   ko2 = with_o ? KOut{o2.data(), KType::F32} : KOut{};
+        gdn_emu::scan_mma(s, bv_ref, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(),
+                          ko1, st1.data(), vn1.data());
+        gdn_emu::scan_mma(s, bv, pf, in.qn.data(), in.kn.data(), W.data(), U.data(), M.data(), Gc.data(), ko2,
+                          st2.data(), vn2.data(), &b16);
+        std::vector<std::tuple<const char*, F*, F*, const F*>> outs = {{"states", &st2, &st1, &states},
+                                                                       {"vnew", &vn2, &vn1, &vnew}};
+        if (with_o) outs.insert(outs.begin(), {"o", &o2, &o1, &o});
+        for (auto [name, got, f32, ref] : outs) {
+          int bad = 0;
+          const double e = nmse(*got, *ref, &bad);
+          int64_t ndiff = 0;
+          for (size_t i = 0; i < got->size(); ++i) ndiff += std::memcmp(&(*got)[i], &(*f32)[i], 4) != 0;
+          const bool fail = !(e <= 2e-5) || ndiff || bad;
+          std::printf(
+              "  bv %2d pf %d out %d %-7s nmse vs FMA %.3e  bits differing from fp32 staging %lld  nonfinite "
+              "%d%s\n",
+              bv, int(pf), int(with_o), name, e, (long long)ndiff, bad, fail ? "  FAIL" : "");
+          fails += fail;
+        }
+      }
     }
-  }
   return fails;
 }
 
@@ -510,50 +520,52 @@ static int b16_scan_checks() {
 static int vnew_prep_checks() {
   using bf = __nv_bfloat16;
   int fails = 0;
-  for (const ScanShape& cs : scan_shapes()) {
-    ScanRef r(cs, 7);
-    const gdn_emu::Shape& s = r.s;
-    const Inputs& in = r.in;
-    const int64_t T = r.T, HK = r.HK, HV = r.HV;
-    constexpr int dk = ScanRef::dk;
-    std::printf("prep with kept states: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T,
-                r.nchunks, (long long)HK, (long long)HV);
-    const bf bnan = __float2bfloat16_rn(std::nanf(""));
-    auto bf16_set = [&] {
-      return std::array<std::vector<bf>, 5>{
-          std::vector<bf>(T * HV * dk, bnan), std::vector<bf>(T * HV * dk, bnan),
-          std::vector<bf>(T * HK * dk, bnan), std::vector<bf>(r.M.size(), bnan),
-          std::vector<bf>(r.M.size(), bnan)};
-    };
-    auto fw = bf16_set(), bw = bf16_set();
-    GdnScanBf16 b16f{fw[0].data(), fw[1].data(), nullptr, fw[3].data(), fw[4].data()};
-    GdnScanBf16 b16b{bw[0].data(), nullptr, nullptr, bw[3].data(), nullptr, fw[4].data()};
-    F U(r.U.size()), Gc(r.Gc.size()), Gc2(r.Gc.size());
-    const float nan = std::nanf("");
-    F states(r.states.size(), nan), vscan(r.vnew.size(), nan), vprep(r.vnew.size(), nan);
-    const float qscale = 1.f / std::sqrt(float(dk));
-    gdn_emu::prep_mma(s, in.q.data(), in.k.data(), qscale, nullptr, in.vi(), in.g.data(), in.bi(), nullptr,
-                      U.data(), nullptr, Gc.data(), nullptr, &b16f);
-    gdn_emu::scan_mma(s, 32, false, in.qn.data(), in.kn.data(), nullptr, U.data(), nullptr, Gc.data(), KOut{},
-                      states.data(), vscan.data(), &b16f);
-    gdn_emu::prep_mma(s, in.q.data(), in.k.data(), qscale, nullptr, in.vi(), in.g.data(), in.bi(), nullptr,
-                      nullptr, nullptr, Gc2.data(), nullptr, &b16b, states.data(), vprep.data(), T);
-    int64_t changed = 0;
-    for (size_t i = 0; i < fw[3].size(); ++i) changed += std::memcmp(&fw[3][i], &bw[3][i], 2) != 0;
-    changed += std::memcmp(Gc.data(), Gc2.data(), Gc.size() * 4) != 0;
-    auto widen = [](const std::vector<bf>& x) {
-      F y(x.size());
-      for (size_t i = 0; i < x.size(); ++i) y[i] = __bfloat162float(x[i]);
-      return y;
-    };
-    int bad = 0, bad2 = 0, bad3 = 0;
-    const double e_fma = nmse(vprep, r.vnew, &bad), e_scan = nmse(vprep, vscan, &bad2);
-    const double e_w = nmse(widen(bw[0]), widen(fw[0]), &bad3);
-    const bool fail = !(e_fma <= 2e-5) || !(e_scan <= 2e-5) || !(e_w <= 1e-5) || bad || bad3 || changed;
-    std::printf("  vnew nmse vs FMA %.3e, vs the scan's %.3e; W vs the forward's %.3e; M/Gc changed %lld%s\n",
-                e_fma, e_scan, e_w, (long long)changed, fail ? "  FAIL" : "");
-    fails += fail;
-  }
+  for (int raw = 0; raw < 2; ++raw)  // raw: q, k passed as bf16 (the prep's RAW kernel)
+    for (const ScanShape& cs : scan_shapes()) {
+      ScanRef r(cs, 7);
+      const gdn_emu::Shape& s = r.s;
+      const Inputs& in = r.in;
+      const int64_t T = r.T, HK = r.HK, HV = r.HV;
+      constexpr int dk = ScanRef::dk;
+      std::printf("prep with kept states%s: %s (T %lld, %d chunks, HK %lld, HV %lld)\n",
+                  raw ? " (bf16 q, k)" : "", cs.name, (long long)T, r.nchunks, (long long)HK, (long long)HV);
+      const bf bnan = __float2bfloat16_rn(std::nanf(""));
+      auto bf16_set = [&] {
+        return std::array<std::vector<bf>, 5>{
+            std::vector<bf>(T * HV * dk, bnan), std::vector<bf>(T * HV * dk, bnan),
+            std::vector<bf>(T * HK * dk, bnan), std::vector<bf>(r.M.size(), bnan),
+            std::vector<bf>(r.M.size(), bnan)};
+      };
+      auto fw = bf16_set(), bw = bf16_set();
+      GdnScanBf16 b16f{fw[0].data(), fw[1].data(), nullptr, fw[3].data(), fw[4].data()};
+      GdnScanBf16 b16b{bw[0].data(), nullptr, nullptr, bw[3].data(), nullptr, fw[4].data()};
+      F U(r.U.size()), Gc(r.Gc.size()), Gc2(r.Gc.size());
+      const float nan = std::nanf("");
+      F states(r.states.size(), nan), vscan(r.vnew.size(), nan), vprep(r.vnew.size(), nan);
+      const float qscale = 1.f / std::sqrt(float(dk));
+      gdn_emu::prep_mma(s, in.q.data(), in.k.data(), qscale, nullptr, in.vi(), in.g.data(), in.bi(), nullptr,
+                        U.data(), nullptr, Gc.data(), nullptr, &b16f, nullptr, nullptr, 0, raw);
+      gdn_emu::scan_mma(s, 32, false, in.qn.data(), in.kn.data(), nullptr, U.data(), nullptr, Gc.data(),
+                        KOut{}, states.data(), vscan.data(), &b16f);
+      gdn_emu::prep_mma(s, in.q.data(), in.k.data(), qscale, nullptr, in.vi(), in.g.data(), in.bi(), nullptr,
+                        nullptr, nullptr, Gc2.data(), nullptr, &b16b, states.data(), vprep.data(), T, raw);
+      int64_t changed = 0;
+      for (size_t i = 0; i < fw[3].size(); ++i) changed += std::memcmp(&fw[3][i], &bw[3][i], 2) != 0;
+      changed += std::memcmp(Gc.data(), Gc2.data(), Gc.size() * 4) != 0;
+      auto widen = [](const std::vector<bf>& x) {
+        F y(x.size());
+        for (size_t i = 0; i < x.size(); ++i) y[i] = __bfloat162float(x[i]);
+        return y;
+      };
+      int bad = 0, bad2 = 0, bad3 = 0;
+      const double e_fma = nmse(vprep, r.vnew, &bad), e_scan = nmse(vprep, vscan, &bad2);
+      const double e_w = nmse(widen(bw[0]), widen(fw[0]), &bad3);
+      const bool fail = !(e_fma <= 2e-5) || !(e_scan <= 2e-5) || !(e_w <= 1e-5) || bad || bad3 || changed;
+      std::printf(
+          "  vnew nmse vs FMA %.3e, vs the scan's %.3e; W vs the forward's %.3e; M/Gc changed %lld%s\n",
+          e_fma, e_scan, e_w, (long long)changed, fail ? "  FAIL" : "");
+      fails += fail;
+    }
   return fails;
 }
 
