@@ -86,15 +86,13 @@ __device__ __forceinline__ void stage_split_rows(bf16* hi, bf16* lo, const T* sr
       });
 }
 
-// hi/lo bf16 tiles [C][LD] of a [C][COLS] tile staged in shared memory: q̂ or k̂ themselves (fp32), or (R16)
-// q or k before the norm (bf16) with their rows' ρ in rho[C] (scale·x·ρ, as the prep forms them).
-template <int COLS, int LD, bool R16>
-__device__ __forceinline__ void split_tile(bf16* hi, bf16* lo, const void* src, const float* rho,
-                                           float scale) {
+// hi/lo bf16 tiles [C][LD] of a [C][COLS] fp32 tile (q̂ or k̂) staged in shared memory.
+template <int COLS, int LD>
+__device__ __forceinline__ void split_tile(bf16* hi, bf16* lo, const void* src) {
   constexpr int Q = COLS / 4;
   for (int idx = threadIdx.x; idx < C * Q; idx += NT) {
     const int r = idx / Q, c = (idx % Q) * 4;
-    const float4 x = l2_value(ld_l2_row<L2Row<R16>>(src, r * COLS + c), scale, R16 ? rho[r] : 1.f);
+    const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(src) + r * COLS + c);
     uint32_t h0, l0, h1, l1;
     split_bf16x2(h0, l0, x.x, x.y);
     split_bf16x2(h1, l1, x.z, x.w);
@@ -144,20 +142,28 @@ __device__ __forceinline__ void store_tile_bf16(bf16* dst, int64_t rs, const flo
   }
 }
 
-// Shared memory of the fused kernel (byte offsets), dk = dv = DK. Region A (S_n, dV', dO) is refilled with the
-// next item's while region B (dS^end, V', dO lo) holds the hi/lo tiles of K̂ and Q̂.
-template <int DK> struct GradSmem {
+// Shared memory of the fused kernel (byte offsets), dk = dv = DK. Region A (S_n, dV', dO) is refilled with
+// the next item's while region B (dS^end, V', dO lo) holds the hi/lo tiles of K̂ and Q̂. R16: q, k stay as
+// loaded (bf16, padded rows, then ρ_k, ρ_q), in two sets by item parity (the next item's land during this
+// one's).
+template <int DK, bool R16>
+struct GradSmem {
   static constexpr int LB = DK + 8;  // bf16 rows: 16 bytes of padding, ldmatrix rows on distinct banks
   static constexpr int LC = C + 8;
   static constexpr size_t kBig = 2 * size_t(DK) * LB, kRow = 2 * size_t(C) * LB, kF = 4 * size_t(C) * DK;
+  static constexpr size_t kQK16 = 2 * kRow + 2 * 4 * size_t(C);    // one R16 set: k, q, ρ_k, ρ_q
   static constexpr size_t Sn = 0, dU = Sn + kBig, dO = dU + kRow,  // A
-      dS = dO + kRow, Vp = dS + kBig, dOl = Vp + kRow,               // B
-      Kf = dOl + kRow, Qf = Kf + kF, D = Qf + kF, G = D + 2 * size_t(C) * LC, rq = G + 4 * 2 * C, rk = rq + 4 * NWC * C,
-      red = rk + 4 * NWC * C, bytes = red + 4 * (NT / 32);
+      dS = dO + kRow, Vp = dS + kBig, dOl = Vp + kRow,             // B
+      Kf = dOl + kRow, Qf = Kf + kF, D = Kf + (R16 ? 2 * kQK16 : 2 * kF), G = D + 2 * size_t(C) * LC,
+                          rq = G + 4 * 2 * C, rk = rq + 4 * NWC * C, red = rk + 4 * NWC * C,
+                          bytes = red + 4 * (NT / 32);
   static_assert(kBig + 2 * kRow == 4 * kRow, "B takes four 64-row tiles");
 };
 
-template <int DK, int DV> constexpr size_t grad_mma_smem() { return GradSmem<DK>::bytes; }
+template <int DK, int DV, bool R16>
+constexpr size_t grad_mma_smem() {
+  return GradSmem<DK, R16>::bytes;
+}
 
 // One work item: (chunk, value head), value heads fastest (the two of a key head share its K̂, Q̂ through L2).
 struct GradItem {
@@ -187,7 +193,7 @@ __global__ void __launch_bounds__(NT, 1)
                               bf16* dqh, bf16* dkh, bf16* dW, float* gsum, float* dg, int64_t HK,
                               int64_t HV) {
   static_assert(DK == DV && DK % (16 * NWC) == 0 && DK / 16 <= NT / 32, "NWC warps share DK; a warp per trace");
-  using L = GradSmem<DK>;
+  using L = GradSmem<DK, R16>;
   constexpr int LB = L::LB, LC = L::LC, NB = DK / NWC / 8, DNB = C / NWC / 8;
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   bf16* Ss = reinterpret_cast<bf16*>(gdn_smem + L::Sn);    // [DK][LB]
@@ -197,11 +203,14 @@ __global__ void __launch_bounds__(NT, 1)
   bf16* Vps = reinterpret_cast<bf16*>(gdn_smem + L::Vp);   // [C][LB]
   bf16* dOl = reinterpret_cast<bf16*>(gdn_smem + L::dOl);  // [C][LB] dO lo (dO not bf16)
   bf16 *Kh = dSs, *Kl = Kh + C * LB, *Qh = Kl + C * LB, *Ql = Qh + C * LB;  // region B after the state products
-  // K̂, Q̂ staged: [C][DK] fp32, or (R16) [C][DK] bf16 before the norm followed by the rows' ρ [C]
+  // K̂, Q̂ staged: [C][DK] fp32, or (R16) k, q before the norm ([C][LB] bf16, the set of the item's parity)
+  // followed by the rows' ρ_k, ρ_q [C]
   unsigned char* Kf = gdn_smem + L::Kf;
   unsigned char* Qf = gdn_smem + L::Qf;
-  float* rhoK = reinterpret_cast<float*>(Kf + sizeof(bf16) * C * DK);
-  float* rhoQ = reinterpret_cast<float*>(Qf + sizeof(bf16) * C * DK);
+  auto k16 = [&](int par) { return reinterpret_cast<bf16*>(gdn_smem + L::Kf + par * L::kQK16); };
+  auto q16 = [&](int par) { return k16(par) + C * LB; };
+  auto rho_k = [&](int par) { return reinterpret_cast<float*>(q16(par) + C * LB); };
+  auto rho_q = [&](int par) { return rho_k(par) + C; };
   bf16* Db = reinterpret_cast<bf16*>(gdn_smem + L::D);     // [C][LC]
   float* Gb = reinterpret_cast<float*>(gdn_smem + L::G);   // [2][C], by item parity
   float* rq = reinterpret_cast<float*>(gdn_smem + L::rq);  // [NWC][C] row sums of dQ̂ ⊙ Q̂ per column group
@@ -220,17 +229,15 @@ __global__ void __launch_bounds__(NT, 1)
       mma::cp_async4(mma::smem_addr(G + tid), ok ? Gc + (it.cr.t0 + tid) * HV + it.h : Gc, ok);
     }
   };
-  auto load_kq = [&](const GradItem& it) {
+  auto load_kq = [&](const GradItem& it, int par) {
     if constexpr (R16) {
-      cp_rows<C, DK, DK, NT>(reinterpret_cast<bf16*>(Kf), static_cast<const bf16*>(qk.k.p) + it.rkq, ks,
-                             it.cr.len);
-      cp_rows<C, DK, DK, NT>(reinterpret_cast<bf16*>(Qf), static_cast<const bf16*>(qk.q.p) + it.rkq, ks,
-                             it.cr.len);
-      if (tid < 2 * C) {  // ρ of the rows: (t0 + i)·HK + hk = rkq / DK + i·HK
+      cp_rows<C, DK, LB, NT>(k16(par), static_cast<const bf16*>(qk.k.p) + it.rkq, ks, it.cr.len);
+      cp_rows<C, DK, LB, NT>(q16(par), static_cast<const bf16*>(qk.q.p) + it.rkq, ks, it.cr.len);
+      if (tid < 2 * C) {  // ρ of the rows: (t0 + i)·HK + hk = rkq / DK + i·HK (zeros past the chunk's end)
         const int i = tid % C;
         const bool ok = i < it.cr.len;
         const float* src = (tid < C ? qk.rk : qk.rq) + it.rkq / DK + (ok ? i * HK : 0);
-        mma::cp_async4(mma::smem_addr((tid < C ? rhoK : rhoQ) + i), src, ok);
+        mma::cp_async4(mma::smem_addr((tid < C ? rho_k(par) : rho_q(par)) + i), src, ok);
       }
     } else {
       cp_rows<C, DK, DK, NT>(reinterpret_cast<float*>(Kf), static_cast<const float*>(qk.k.p) + it.rkq, ks,
@@ -243,7 +250,7 @@ __global__ void __launch_bounds__(NT, 1)
   GradItem it = grad_item<DK, DV>(blockIdx.x, chunks, HK, HV);
   load_a(it, Gb);
   mma::cp_async_commit();
-  load_kq(it);
+  load_kq(it, 0);
   mma::cp_async_commit();
   for (int item = blockIdx.x, par = 0; item < nitems; item += gridDim.x, par ^= 1) {
     const ChunkRef cr = it.cr;
@@ -279,13 +286,16 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = m0 + g + 8 * hf;
+        const float qi = R16 ? qk.scale * rho_q(par)[i] : 1.f;  // R16: D' = diag(scale·ρ_q)·D·diag(ρ_k)
 #pragma unroll
         for (int nb = 0; nb < DNB; ++nb) {
           const int j = j0 + 8 * nb + 2 * t4;
           float x[2];
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            x[e] = (i >= j + e && i < cr.len) ? d[nb][2 * hf + e] * expf(G[i] - G[j + e]) : 0.f;
+          for (int e = 0; e < 2; ++e) {
+            const float dd = R16 ? qi * d[nb][2 * hf + e] * rho_k(par)[j + e] : d[nb][2 * hf + e];
+            x[e] = (i >= j + e && i < cr.len) ? dd * expf(G[i] - G[j + e]) : 0.f;
+          }
           st_bf16x2(Db + i * LC + j, x[0], x[1]);
         }
       }
@@ -297,42 +307,63 @@ __global__ void __launch_bounds__(NT, 1)
     __syncthreads();  // regions A and B read; D complete
     if (more) load_a(next, Gb + (par ^ 1) * C);
     mma::cp_async_commit();
-    split_tile<DK, LB, R16>(Kh, Kl, Kf, rhoK, 1.f);
-    split_tile<DK, LB, R16>(Qh, Ql, Qf, rhoQ, qk.scale);
-    __syncthreads();  // the hi/lo tiles; K̂, Q̂ fp32 read
-    if (more) load_kq(next);
+    if constexpr (!R16) {
+      split_tile<DK, LB>(Kh, Kl, Kf);
+      split_tile<DK, LB>(Qh, Ql, Qf);
+      __syncthreads();  // the hi/lo tiles; K̂, Q̂ fp32 read
+    }
+    if (more) load_kq(next, par ^ 1);
     mma::cp_async_commit();
     const float Gl = G[cr.len - 1];
+    // R16: q, k as loaded (exact in bf16) with D' (see D): dQ̂ is kept as diag(scale·ρ_q)·dQ̂ and dK̂ as
+    // diag(ρ_k)·dK̂ until the store, so that D'·k and D'ᵀ·q add to them and the row dots with q, k are the
+    // same sums (no hi + lo tiles, one product each).
+    const bf16 *Kr = R16 ? k16(par) : Kh, *Qr = R16 ? q16(par) : Qh;
     float kpart = 0.f;  // Σ(dK̂_s ⊙ K̂) over this thread's elements
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + g + 8 * hf;
-      const float eq = expf(G[i]), ek = i < cr.len ? expf(Gl - G[i]) : 0.f;
+      float eq = expf(G[i]), ek = i < cr.len ? expf(Gl - G[i]) : 0.f;
+      if (R16) eq *= qk.scale * rho_q(par)[i], ek *= rho_k(par)[i];
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
-        const float2 k = ld_split(Kh, Kl, i * LB + n0 + 8 * nb + 2 * t4);
+        const int o = i * LB + n0 + 8 * nb + 2 * t4;
+        const float2 k =
+            R16 ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Kr + o)) : ld_split(Kh, Kl, o);
         aq[nb][2 * hf] *= eq, aq[nb][2 * hf + 1] *= eq;
         ak[nb][2 * hf] *= ek, ak[nb][2 * hf + 1] *= ek;
         kpart += ak[nb][2 * hf] * k.x + ak[nb][2 * hf + 1] * k.y;
       }
     }
     // dQ̂ += D·K̂ (D_ij = 0 for j > i), dK̂ += Dᵀ·Q̂ (D_ji = 0 for j < i)
-    warp_mma_split<NB, false, true, false, true>(aq, Db, nullptr, LC, m0, Kh, Kl, LB, n0, 0, m0 + 16);
-    warp_mma_split<NB, true, true, false, true>(ak, Db, nullptr, LC, m0, Qh, Ql, LB, n0, m0, C);
+    if (R16) {
+      warp_mma<NB, false, true>(aq, Db, LC, m0, Kr, LB, n0, 0, m0 + 16);
+      warp_mma<NB, true, true>(ak, Db, LC, m0, Qr, LB, n0, m0, C);
+    } else {
+      warp_mma_split<NB, false, true, false, true>(aq, Db, nullptr, LC, m0, Kh, Kl, LB, n0, 0, m0 + 16);
+      warp_mma_split<NB, true, true, false, true>(ak, Db, nullptr, LC, m0, Qh, Ql, LB, n0, m0, C);
+    }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + g + 8 * hf;
       float sq = 0.f, sk = 0.f;
       if (i < cr.len) {
         const int64_t o = it.rv + i * rs;
+        // rows < len have ρ > 0
+        const float uq = R16 ? 1.f / (qk.scale * rho_q(par)[i]) : 1.f, uk = R16 ? 1.f / rho_k(par)[i] : 1.f;
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb) {
           const int d = n0 + 8 * nb + 2 * t4;
           const float2 q = make_float2(aq[nb][2 * hf], aq[nb][2 * hf + 1]);
           const float2 k = make_float2(ak[nb][2 * hf], ak[nb][2 * hf + 1]);
-          st_bf16x2(dqh + o + d, q.x, q.y);
-          st_bf16x2(dkh + o + d, k.x, k.y);
-          const float2 qv = ld_split(Qh, Ql, i * LB + d), kv = ld_split(Kh, Kl, i * LB + d);
+          st_bf16x2(dqh + o + d, uq * q.x, uq * q.y);
+          st_bf16x2(dkh + o + d, uk * k.x, uk * k.y);
+          const float2 qv =
+                           R16 ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Qr + i * LB + d))
+                               : ld_split(Qh, Ql, i * LB + d),
+                       kv =
+                           R16 ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Kr + i * LB + d))
+                               : ld_split(Kh, Kl, i * LB + d);
           sq += q.x * qv.x + q.y * qv.y;
           sk += k.x * kv.x + k.y * kv.y;
         }
@@ -376,7 +407,7 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   auto* kern =
       kind == 1 ? gdn_chunk_grad_mma_kernel<128, 128, true> : gdn_chunk_grad_mma_kernel<128, 128, false>;
-  const size_t smem = grad_mma_smem<128, 128>();
+  const size_t smem = kind == 1 ? grad_mma_smem<128, 128, true>() : grad_mma_smem<128, 128, false>();
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const int items = nchunks * static_cast<int>(HV);

@@ -67,9 +67,10 @@ __device__ __forceinline__ void load_k_rows(Row (&x)[N], float (&rho)[N], const 
     rho[k] = !std::is_same_v<Row, uint2> ? 1.f : r < rows_ok ? qk.rk[rbase + r * rstride] : 0.f;
   }
 }
+// With k before the norm (Row uint2), lo gets k itself (exact in bf16) and rho_row[r] its row's ρ_k instead.
 template <int COLS, int LD, class Row, int N>
 __device__ __forceinline__ void store_bf16_rows(bf16* hi, bf16* lo, const Row (&raw)[N],
-                                                const float (&rho)[N]) {
+                                                const float (&rho)[N], float* rho_row) {
   constexpr int Q = COLS / 4;
 #pragma unroll
   for (int k = 0; k < N; ++k) {
@@ -79,7 +80,12 @@ __device__ __forceinline__ void store_bf16_rows(bf16* hi, bf16* lo, const Row (&
     split_bf16x2(h0, l0, x.x, x.y);
     split_bf16x2(h1, l1, x.z, x.w);
     *reinterpret_cast<uint2*>(hi + r * LD + c) = make_uint2(h0, h1);
-    *reinterpret_cast<uint2*>(lo + r * LD + c) = make_uint2(l0, l1);
+    if constexpr (std::is_same_v<Row, uint2>) {
+      *reinterpret_cast<uint2*>(lo + r * LD + c) = raw[k];
+      if (idx % Q == 0) rho_row[r] = rho[k];
+    } else {
+      *reinterpret_cast<uint2*>(lo + r * LD + c) = make_uint2(l0, l1);
+    }
   }
 }
 
@@ -165,7 +171,7 @@ __device__ __forceinline__ void add_t_weighted(float (&p)[8], const float (&x)[4
 }
 
 // ---- 4. WY backward -------------------------------------------------------------------------------------
-constexpr int kRowVecs = 18;  // fp32 [C] vectors: G, β, γ, dg in, ra[2], ca[4], xw[4], xu[4]
+constexpr int kRowVecs = 19;  // fp32 [C] vectors: G, β, γ, dg in, ra[2], ca[4], xw[4], xu[4], ρ_k
 
 template <int DK, int DV> constexpr size_t wy_grad_mma_smem() {
   return sizeof(bf16) * (2 * size_t(C) * (DK + 8) + 2 * size_t(C) * (DV + 8) + 3 * size_t(C) * (C + 8)) +
@@ -188,7 +194,7 @@ __global__ void __launch_bounds__(NT, 2)
   bf16* Tb = dUb + C * LV;                        // [C][LC] T = (I + A)^{-1}
   bf16* Pb = Tb + C * LC;                         // [C][LC] dT, then diag(β)·dÂ
   bf16* Yb = Pb + C * LC;                         // [C][LC] Y = dT·Tᵀ
-  bf16* Klo = Pb;  // [C][LK] K̂ − bf16(K̂) (the lo half), over P and Y until dW·K̂ᵀ is done
+  bf16* Klo = Pb;  // [C][LK] K̂ − bf16(K̂) (the lo half), or (R16) k itself; over P and Y until dW·K̂ᵀ is done
   static_assert(LK <= 2 * LC, "K̂'s lo half fits in P and Y");
   float* G = reinterpret_cast<float*>(Yb + C * LC);  // [C] G_i (chunk-local cumsum)
   float* B = G + C;                                  // [C] β
@@ -198,6 +204,7 @@ __global__ void __launch_bounds__(NT, 2)
   float* ca = ra + 2 * C;                            // [4][C] ca per row tile of dÂ
   float* xwk = ca + 4 * C;                           // [4][C] Xw·K̂ per row tile of T (see phase 1)
   float* xuv = xwk + 4 * C;                          // [4][C] Xu·V likewise
+  float* Rk = xuv + 4 * C;                           // [C] ρ_k (R16)
   const int ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const ChunkRef cr = chunk_at(chunks, ch);
@@ -223,7 +230,7 @@ __global__ void __launch_bounds__(NT, 2)
     bi = gdn_beta_at(gates, o);
     dgi = gr.dg[o];
   }
-  store_bf16_rows<DK, LK>(Kb, Klo, kx, rho);
+  store_bf16_rows<DK, LK>(Kb, Klo, kx, rho, Rk);
   if (!v16) stage_kin<DV>(Vb, LV, v, (cr.t0 * HV + h) * DV, HV * DV, cr.len);
   if (tid < C) {
     G[tid] = gi;
@@ -244,7 +251,15 @@ __global__ void __launch_bounds__(NT, 2)
     // with the first group, dU·Vᵀ once the second landed.
     float a[4][4], b[4][4];
     zero(a);
-    warp_mma_split<4, false, false, false, true>(a, dWb, nullptr, LK, m0, Kb, Klo, LK, n0, 0, DK);
+    if (R16) {  // dW·K̂ᵀ = dW·kᵀ·diag(ρ_k): k exact in bf16 (the lo tile holds it), one product
+      warp_mma<4, false, false>(a, dWb, LK, m0, Klo, LK, n0, 0, DK);
+#pragma unroll
+      for (int nb = 0; nb < 4; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[nb][e] *= Rk[n0 + 8 * nb + 2 * t4 + (e & 1)];
+    } else {
+      warp_mma_split<4, false, false, false, true>(a, dWb, nullptr, LK, m0, Kb, Klo, LK, n0, 0, DK);
+    }
     {
       float xw[8] = {};
       add_t_weighted(xw, a, Tb, LC, m0, n0);

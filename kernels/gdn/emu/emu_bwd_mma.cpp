@@ -54,13 +54,16 @@ void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, 
   const int items = s.nchunks * int(s.HV);
   // The kernel's bf16 dq̂ and dk̂ partial sums, widened.
   std::vector<bf16> dq16(p.vnew.size() / s.dv * s.dk, __float2bfloat16_rn(0.f)), dk16(dq16.size(), dq16[0]);
-  emu::launch(dim3(std::min(items, 3)), NT, gdn_smem, grad_mma_smem<128, 128>(), [&] {
-    const GdnQK qk = raw ? *raw : GdnQK{{qn, KType::F32}, {kn, KType::F32}};
-    (raw ? gdn_chunk_grad_mma_kernel<128, 128, true>
-         : gdn_chunk_grad_mma_kernel<128, 128, false>)(dout, qk, Gc, s.chunks, items, p.states.data(),
-                                                       p.dh.data(), p.vnew.data(), p.dvn.data(), dq16.data(),
-                                                       dk16.data(), p.dW.data(), p.gsum, dg, s.HK, s.HV);
-  });
+  emu::launch(dim3(std::min(items, 3)), NT, gdn_smem,
+              raw ? grad_mma_smem<128, 128, true>() : grad_mma_smem<128, 128, false>(), [&] {
+                const GdnQK qk = raw ? *raw : GdnQK{{qn, KType::F32}, {kn, KType::F32}};
+                (raw ? gdn_chunk_grad_mma_kernel<128, 128, true>
+                     : gdn_chunk_grad_mma_kernel<128, 128, false>)(dout, qk, Gc, s.chunks, items,
+                                                                   p.states.data(), p.dh.data(),
+                                                                   p.vnew.data(), p.dvn.data(), dq16.data(),
+                                                                   dk16.data(), p.dW.data(), p.gsum, dg, s.HK,
+                                                                   s.HV);
+              });
   // Rows the kernel writes (those of the chunks) are widened; the others keep what the caller put there.
   for (int c = 0; c < s.nchunks; ++c)
     for (int64_t e = int64_t(s.chunks[2 * c]) * s.HV * s.dk;
