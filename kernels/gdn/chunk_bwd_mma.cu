@@ -1,12 +1,13 @@
 // Tensor-core version (bf16 mma.sync, fp32 accumulators) of kernels 2 and 3 of the chunk-parallel GDN
 // backward (chunk_bwd.cu, same formulas; see the decomposition at its top), fused into one kernel:
-//  state products: dW = −dV'·S_nᵀ, dQ̂_s = diag(γ)·dO·S_nᵀ, dK̂_s = diag(Γ/γ)·V'·dS^endᵀ, gsum = Γ·Σ(S_n ⊙ dS^end)
+//  state products: dW = −dV'·S_nᵀ, dQ̂_s = diag(γ)·dO·S_nᵀ, dK̂_s = diag(Γ/γ)·V'·dS^endᵀ, gsum = Γ·Σ(S_n ⊙
+//  dS^end)
 //    + Σ(dK̂_s ⊙ K̂) (the chunk's extra dG term, on its last row);
 //  intra: D = tril(dO·V'ᵀ ⊙ e^{G_i−G_j}) → bf16 in shared memory, dQ̂ = dQ̂_s + D·K̂, dK̂ = dK̂_s + Dᵀ·Q̂
 //    (triangular k ranges), dG = rowsum(dQ̂ ⊙ Q̂) − rowsum(dK̂ ⊙ K̂) (+ gsum on the last row).
-// dQ̂ and dK̂ stay in registers from the state product to the store: written once (=), both in bf16 (only the L2
-// backward reads dQ̂; the WY kernel adds to dK̂, fp32 before session 9: 64 MB less written and read at 8K, dk
-// nmse 1.2e-5 -> 1.4e-5 in backend_ops); the row dots use the fp32 values. Σ(S_n ⊙ dS^end) is the trace of
+// dQ̂ and dK̂ stay in registers from the state product to the store: written once (=), both in bf16 (only the
+// L2 backward reads dQ̂; the WY kernel adds to dK̂, fp32 before session 9: 64 MB less written and read at 8K,
+// dk nmse 1.2e-5 -> 1.4e-5 in backend_ops); the row dots use the fp32 values. Σ(S_n ⊙ dS^end) is the trace of
 // the diagonal 16x16 blocks of S_n·dS^endᵀ (one per warp; exact bf16 products, fp32 sums).
 //
 // Layout: a work item is (chunk of 64 tokens, value head); a persistent grid of one 256-thread block per SM
@@ -22,9 +23,9 @@
 // each, S_n, dS^end 32 each, fp32 K̂, Q̂ 32 each) and the outputs 80 KiB (dQ̂, dK̂ 32 each, bf16 dW 16); two
 // kernels move 448 KiB (the intra kernel re-stages dO, V', K̂, Q̂ and reads dQ̂, dK̂ back to add to them).
 //
-// Resources (ptxas, sm_90a): 255 registers, no spills; 215,584 bytes of shared memory: one block per SM.
-// mma per item (dk = dv = 128): 2560 (state products 1536, D 256, intra 640 with the hi/lo splits, trace 128);
-// 2816 with fp32 dO.
+// Resources (ptxas, sm_90a): 255 registers (R16: 240), no spills; 215,584 bytes of shared memory (R16:
+// 220,704, the second q, k set): one block per SM. mma per item (dk = dv = 128): 2560 (state products 1536, D
+// 256, intra 640 with the hi/lo splits, trace 128); 2816 with fp32 dO.
 //
 // Time (H100, measured against the two kernels it replaces, their fp32-scratch version): T = 8192 tokens as
 // 2 x 4096, HK 16, HV 32 (4096 items): 0.418 ms (was 0.741 + 0.575); as 82 sequences of 100 tokens (5248
@@ -41,12 +42,18 @@
 // and 8.0e-4 on a 171- and a 200-token shape). Leaving one product at a time unsplit in an all-split build
 // (dg 6e-10, 171 tokens): D·K̂ 3.6e-4, Dᵀ·Q̂ 5.9e-5, dO·V'ᵀ 2.2e-6, every state or WY product ≤ 1.8e-7. So K̂
 // and Q̂ are split into bf16 hi + lo (gdn_mma.cuh, warp_mma_split; both sides of the pair then see the same
-// q̂_i·k̂_j; D stays one bf16 tile, the same in both), and dO in D = dO·V'ᵀ when it is not bf16. V', S_n,
-// dS^end, dV' arrive in bf16 (rounded where they are written) and dW leaves in bf16. Measured on the 171-token
-// (bf16 dO) / 200-token (fp32 dO) shapes: dqh 5.2e-6 / 5.2e-6, dkh 5.2e-6 / 5.2e-6, dg 4.2e-6 / 5.5e-6, gsum
-// 3.4e-6 / 4.0e-6, dW 7.9e-6 / 8.2e-6 (the two kernels before, V' split and fp32 scratch: 2.5e-6, 2.5e-6,
-// 2.0e-6 / 3.3e-6, 3.4e-6 / 4.0e-6, 5.3e-6 / 5.4e-6). The rise is V' in bf16 against the FMA kernels' fp32 V'
-// (with V' rounded for both: dqh 2.6e-6, dg 2.0e-6 / 3.0e-6) and dW's output rounding.
+// q̂_i·k̂_j; D stays one bf16 tile, the same in both), and dO in D = dO·V'ᵀ when it is not bf16.
+// For bf16 inputs (R16, session 12) no split is needed: q and k are exact in bf16, so the single bf16 tile is
+// D' = diag(scale·ρ_q)·D·diag(ρ_k) and the intra products are D'·k and D'ᵀ·q on the loaded tiles, added to
+// diag(scale·ρ_q)·dQ̂_s and diag(ρ_k)·dK̂_s (divided out at the store); the dg row dots become (those)·q, ·k,
+// the same sums. q, k (+ ρ) sit in two sets by item parity. State/intra kernel at 8K: 0.379 -> 0.342-0.349
+// ms; emulator (171 / 200 tokens): dqh 8.3e-6 / 7.4e-6, dkh 8.3e-6 / 7.3e-6, dg 4.5e-6 / 6.6e-6. V', S_n,
+// dS^end, dV' arrive in bf16 (rounded where they are written) and dW leaves in bf16. Measured on the
+// 171-token (bf16 dO) / 200-token (fp32 dO) shapes: dqh 5.2e-6 / 5.2e-6, dkh 5.2e-6 / 5.2e-6, dg 4.2e-6
+// / 5.5e-6, gsum 3.4e-6 / 4.0e-6, dW 7.9e-6 / 8.2e-6 (the two kernels before, V' split and fp32
+// scratch: 2.5e-6, 2.5e-6, 2.0e-6 / 3.3e-6, 3.4e-6 / 4.0e-6, 5.3e-6 / 5.4e-6). The rise is V' in bf16 against
+// the FMA kernels' fp32 V' (with V' rounded for both: dqh 2.6e-6, dg 2.0e-6 / 3.0e-6) and dW's output
+// rounding.
 #include <cuda_fp16.h>
 
 #include <algorithm>

@@ -25,20 +25,27 @@
 //     W, M and T (GdnScanBf16::T, read by the backward's WY kernel); U stays fp32.
 // With a kept T (GdnScanBf16::T_kept: the backward after a GdnKeep::States forward) warps 0-3 widen it into
 // the T tile in place of steps 1-3's K̂K̂ᵀ, A and solve; W and U then use bf16(T) split hi + lo as above.
-// ptxas (sm_90a, -O3): 128 registers/thread (the cap for 2 blocks/SM), no spills. Shared memory
-// 107,520 B/block (K̂ hi, K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ, ρ_k): 2 blocks/SM.
-// Measured (H100, T = 8192, HK 16, HV 32, session 6): 0.40-0.44 ms per call; ncu's stall samples by phase:
-// staging ~34% (mostly waiting for the q/k/v loads), gram 11%, epilogues + diagonal solve 13%, off-diagonal
-// T 19% (before its float4 operand reads: 22%, 43M instructions -> 30M), products and stores 16%, the
-// backward's V' 7%. Running the value heads of a key head side by side (one-dimensional grid) and copying V
-// by cp.async behind the staging changed nothing measurable.
-// Emulator nmse vs the FMA kernel (gdn/emu): W ~2e-11, U ~1e-13 (BF16 v; 2e-6 for F32 v), M ~3e-6,
-// Gc 0, Tout ≤ 4e-12.
-// Estimate at T = 8192, HV 32, HK 16 (4096 blocks): memory bound. Per block 80 KB in (K̂, Q̂ F32, shared in
-// L2 by the 2 value heads of a key head; V bf16) and 96 KB out (W, U F32, M, Tout): ~600 MB of HBM traffic,
-// ≈ 0.2 ms on an H100 (≈ 0.15 ms on an H200). Tensor work: 1,600 mma.m16n8k16 per block, ~50k per SM
-// ≈ 40 µs at mma.sync rates; the serial parts (cumsum ~400 cycles, 16-row diagonal solve ~600 cycles, six
-// barriers) overlap with the other resident block's loads and stores. Expect 0.2-0.3 ms vs 3.0 ms (FMA).
+// RAW (bf16 q, k, v and no q̂, k̂ output: the model's path; session 12): the tiles hold q, k, v as loaded by
+// cp.async (no register staging), ρ_k and ρ_q come from the tiles with the same lanes and sums as
+// l2norm_row.cuh, and the diagonal scalings move into the products' epilogues: A =
+// diag(βρ_k)·(k·kᵀ)·diag(ρ_k) ⊙ decay and M = diag(scale·ρ_q)·(q·kᵀ)·diag(ρ_k) ⊙ decay from one bf16 product
+// each (products of bf16 values are exact, sums fp32: more accurate than the hi + lo split), W =
+// T·diag(βγρ_k)·k from two (T' hi, lo). The scan's K̂, Q̂ images are formed from the tiles with the L2 norm's
+// arithmetic (bit-identical). Measured at 8K (H100, both preps): 0.665 -> 0.529 ms. Emulator nmse vs the FMA
+// kernel: W ≤ 1.4e-10, M ≤ 6e-14 (was 3e-6: Q̂ no longer rounded to bf16), Tout ≤ 6e-11. ptxas (sm_90a, -O3):
+// 128 registers/thread (the cap for 2 blocks/SM), no spills (RAW: 126). Shared memory 107,776 B/block (K̂ hi,
+// K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ, ρ_k): 2 blocks/SM. Measured (H100, T = 8192, HK
+// 16, HV 32, session 6): 0.40-0.44 ms per call; ncu's stall samples by phase: staging ~34% (mostly waiting
+// for the q/k/v loads), gram 11%, epilogues + diagonal solve 13%, off-diagonal T 19% (before its float4
+// operand reads: 22%, 43M instructions -> 30M), products and stores 16%, the backward's V' 7%. Running the
+// value heads of a key head side by side (one-dimensional grid) and copying V by cp.async behind the staging
+// changed nothing measurable. Emulator nmse vs the FMA kernel (gdn/emu): W ~2e-11, U ~1e-13 (BF16 v; 2e-6 for
+// F32 v), M ~3e-6, Gc 0, Tout ≤ 4e-12. Estimate at T = 8192, HV 32, HK 16 (4096 blocks): memory bound. Per
+// block 80 KB in (K̂, Q̂ F32, shared in L2 by the 2 value heads of a key head; V bf16) and 96 KB out (W, U F32,
+// M, Tout): ~600 MB of HBM traffic, ≈ 0.2 ms on an H100 (≈ 0.15 ms on an H200). Tensor work: 1,600
+// mma.m16n8k16 per block, ~50k per SM ≈ 40 µs at mma.sync rates; the serial parts (cumsum ~400 cycles, 16-row
+// diagonal solve ~600 cycles, six barriers) overlap with the other resident block's loads and stores. Expect
+// 0.2-0.3 ms vs 3.0 ms (FMA).
 #include <cstdlib>
 
 #include "common/device.cuh"

@@ -23,17 +23,17 @@
 // Resources (ptxas -v, sm_90a, CUDA 13.0): 126 registers, 0 bytes spilled, __launch_bounds__(256, 2):
 // 2 blocks (16 warps) per SM, limited by registers and shared memory alike.
 // Precision: the bf16 operands are those the fp32-staging version rounded, except that K̂ enters dW·K̂ᵀ (and
-// so dT) and the Xw·K̂ dots as hi + lo (~16 significant bits, as good as fp32 here); dÂ, ra, ca, the dots and
-// dg stay fp32. Emulator, on the FMA WY kernel's inputs: nmse dk̂ ≤ 5e-7, dg ≤ 5e-8, dβ ≤ 4e-6, dv ≤ 6e-6
-// (bf16 dv), the same as the fp32-staging version.
-// Time at T = 8192 (2 x 4096), HK 16, HV 32 (4096 blocks, 15.5 per SM slot): DRAM traffic is ~0.64 GB per
-// launch (reads: 128 MB dk̂ (64 MB since its partial sums come in bf16), 64 MB K̂, 64 MB each dW, dV', V, 32 MB
-// T; writes: 64 MB dk̂ (the final sum in bf16: only the L2 backward reads it; 128 MB as fp32 before session
-// 6), 64 MB dv), i.e. ~0.21 ms at ~3 TB/s; the ~1.7k mma per block (~1.5 us per block at 2 blocks per SM)
-// overlap only partly, since the co-resident blocks tend to stage together. Measured with a standalone
-// harness on an H100 SXM (bf16 v/dv): 0.31 ms (was 1.20 ms with synchronous fp32 staging at 1 block per SM);
-// ~34k cycles per block, a third of it the staging's wait for DRAM, the rest mostly phases 3-4 (the dk̂
-// read-modify-write).
+// so dT) and the Xw·K̂ dots as hi + lo (~16 significant bits, as good as fp32 here), or for bf16 k (R16) as
+// dW·kᵀ·diag(ρ_k) with k itself in the lo tile's place (exact products, one mma pass instead of two); dÂ, ra,
+// ca, the dots and dg stay fp32. Emulator, on the FMA WY kernel's inputs: nmse dk̂ ≤ 5e-7, dg ≤ 5e-8, dβ ≤
+// 4e-6, dv ≤ 6e-6 (bf16 dv), the same as the fp32-staging version. Time at T = 8192 (2 x 4096), HK 16, HV 32
+// (4096 blocks, 15.5 per SM slot): DRAM traffic is ~0.64 GB per launch (reads: 128 MB dk̂ (64 MB since its
+// partial sums come in bf16), 64 MB K̂, 64 MB each dW, dV', V, 32 MB T; writes: 64 MB dk̂ (the final sum in
+// bf16: only the L2 backward reads it; 128 MB as fp32 before session 6), 64 MB dv), i.e. ~0.21 ms at ~3 TB/s;
+// the ~1.7k mma per block (~1.5 us per block at 2 blocks per SM) overlap only partly, since the co-resident
+// blocks tend to stage together. Measured with a standalone harness on an H100 SXM (bf16 v/dv): 0.31 ms
+// (was 1.20 ms with synchronous fp32 staging at 1 block per SM); ~34k cycles per block, a third of it the
+// staging's wait for DRAM, the rest mostly phases 3-4 (the dk̂ read-modify-write).
 #include "common/device.cuh"
 #include "gdn/chunk_util.cuh"
 #include "gdn/gate_math.cuh"
