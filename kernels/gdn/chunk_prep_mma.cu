@@ -685,8 +685,9 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
     return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t smem = prep_mma_smem();
+  auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };  // cp.async rows
   const bool raw = q.t == KType::BF16 && k.t == KType::BF16 && v.t == KType::BF16 && !nout.qn &&
-                   !std::getenv("DT_GDN_PREP_SPLIT");
+                   aligned16(q.p) && aligned16(k.p) && aligned16(v.p) && !std::getenv("DT_GDN_PREP_SPLIT");
   const auto kernel = raw ? gdn_chunk_prep_mma_kernel<true> : gdn_chunk_prep_mma_kernel<false>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
