@@ -43,11 +43,13 @@
 // (dg 6e-10, 171 tokens): D·K̂ 3.6e-4, Dᵀ·Q̂ 5.9e-5, dO·V'ᵀ 2.2e-6, every state or WY product ≤ 1.8e-7. So K̂
 // and Q̂ are split into bf16 hi + lo (gdn_mma.cuh, warp_mma_split; both sides of the pair then see the same
 // q̂_i·k̂_j; D stays one bf16 tile, the same in both), and dO in D = dO·V'ᵀ when it is not bf16. V', S_n,
-// dS^end, dV' arrive in bf16 (rounded where they are written) and dW leaves in bf16. Measured on the 171-token
-// (bf16 dO) / 200-token (fp32 dO) shapes: dqh 5.2e-6 / 5.2e-6, dkh 5.2e-6 / 5.2e-6, dg 4.2e-6 / 5.5e-6, gsum
-// 3.4e-6 / 4.0e-6, dW 7.9e-6 / 8.2e-6 (the two kernels before, V' split and fp32 scratch: 2.5e-6, 2.5e-6,
-// 2.0e-6 / 3.3e-6, 3.4e-6 / 4.0e-6, 5.3e-6 / 5.4e-6). The rise is V' in bf16 against the FMA kernels' fp32 V'
-// (with V' rounded for both: dqh 2.6e-6, dg 2.0e-6 / 3.0e-6) and dW's output rounding.
+// dS^end, dV' arrive in bf16 (rounded where they are written) and dW leaves in bf16. Measured on the
+// 171-token (bf16 dO) / 200-token (fp32 dO) shapes: dqh 5.2e-6 / 5.2e-6, dkh 5.2e-6 / 5.2e-6, dg 4.2e-6
+// / 5.5e-6, gsum 3.4e-6 / 4.0e-6, dW 7.9e-6 / 8.2e-6 (the two kernels before, V' split and fp32
+// scratch: 2.5e-6, 2.5e-6, 2.0e-6 / 3.3e-6, 3.4e-6 / 4.0e-6, 5.3e-6 / 5.4e-6). The rise is V' in bf16 against
+// the FMA kernels' fp32 V' (with V' rounded for both: dqh 2.6e-6, dg 2.0e-6 / 3.0e-6) and dW's output
+// rounding.
+//
 // For bf16 inputs (R16, session 12) no split is needed: q and k are exact in bf16, so the single bf16 tile is
 // D' = diag(scale·ρ_q)·D·diag(ρ_k) and the intra products are D'·k and D'ᵀ·q on the loaded tiles, added to
 // diag(scale·ρ_q)·dQ̂_s and diag(ρ_k)·dK̂_s (divided out at the store); the dg row dots become (those)·q, ·k,
