@@ -63,7 +63,6 @@
 #include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
-#include "gdn/l2norm_row.cuh"
 
 namespace deltatune::kernels {
 namespace {
