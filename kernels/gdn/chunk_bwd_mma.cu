@@ -126,6 +126,18 @@ __device__ __forceinline__ float2 ld_split(const bf16* hi, const bf16* lo, int o
   return make_float2(h.x + l.x, h.y + l.y);
 }
 
+// x, y to a[i], a[i + 1] (8-byte aligned for F32, 4 for BF16).
+__device__ __forceinline__ void st_out2(KOut a, int64_t i, float x, float y) {
+  if (a.t == KType::BF16) {
+    st_bf16x2(static_cast<bf16*>(a.p) + i, x, y);
+  } else if (a.t == KType::F32) {
+    *reinterpret_cast<float2*>(static_cast<float*>(a.p) + i) = make_float2(x, y);
+  } else {
+    st(a, i, x);
+    st(a, i + 1, y);
+  }
+}
+
 // Rows m0 + g (+8) < rows_ok of a warp's 16 x 8·NB tile, times s, to dst[row·rs + n0 + ..] as bf16. Lanes
 // t4, t4^1 swap one pair so that each stores 4 consecutive columns (8 bytes; 32 per row and instruction).
 template <int NB>
@@ -163,7 +175,7 @@ struct GradSmem {
       dS = dO + kRow, Vp = dS + kBig, dOl = Vp + kRow,             // B
       Kf = dOl + kRow, Qf = Kf + kF, D = Kf + (R16 ? 2 * kQK16 : 2 * kF), G = D + 2 * size_t(C) * LC,
                           rq = G + 4 * 2 * C, rk = rq + 4 * NWC * C, red = rk + 4 * NWC * C,
-                          bytes = red + 4 * (NT / 32);
+                          sqg = red + 4 * (NT / 32), bytes = sqg + 4 * size_t(C);
   static_assert(kBig + 2 * kRow == 4 * kRow, "B takes four 64-row tiles");
 };
 
@@ -197,8 +209,8 @@ template <int DK, int DV, bool R16>
 __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_grad_mma_kernel(KIn dout, GdnQK qk, const float* Gc, const int32_t* chunks, int nitems,
                               const bf16* states, const bf16* dh, const bf16* vnew, const bf16* dvn,
-                              bf16* dqh, bf16* dkh, bf16* dW, float* gsum, float* dg, int64_t HK,
-                              int64_t HV) {
+                              bf16* dqh, bf16* dkh, bf16* dW, float* gsum, float* dg, int64_t HK, int64_t HV,
+                              KOut dq) {
   static_assert(DK == DV && DK % (16 * NWC) == 0 && DK / 16 <= NT / 32, "NWC warps share DK; a warp per trace");
   using L = GradSmem<DK, R16>;
   constexpr int LB = L::LB, LC = L::LC, NB = DK / NWC / 8, DNB = C / NWC / 8;
@@ -223,6 +235,7 @@ __global__ void __launch_bounds__(NT, 1)
   float* rq = reinterpret_cast<float*>(gdn_smem + L::rq);  // [NWC][C] row sums of dQ̂ ⊙ Q̂ per column group
   float* rk = reinterpret_cast<float*>(gdn_smem + L::rk);  // [NWC][C] row sums of dK̂ ⊙ K̂
   float* red = reinterpret_cast<float*>(gdn_smem + L::red);  // [NT / 32] per-warp shares of gsum
+  float* sqg = reinterpret_cast<float*>(gdn_smem + L::sqg);  // [C] fused dq: Σ over the group's heads of q·A
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3, wc = warp >> 2, m0 = 16 * (warp & 3), n0 = (DK / NWC) * wc;
   const int64_t rs = HV * DV, ks = HK * DK;  // row strides of (T, HV, ·) and (T, HK, dk) tensors
@@ -254,15 +267,27 @@ __global__ void __launch_bounds__(NT, 1)
     }
   };
 
-  GradItem it = grad_item<DK, DV>(blockIdx.x, chunks, HK, HV);
+  // With dq (R16 and bf16 dO only, see the launcher) a block takes the r = HV/HK value heads of a key head
+  // (a group: items g·r .. g·r + r − 1, one chunk) back to back and finishes dq itself: the group's sum of
+  // dQ̂ (as carried, diag(scale·ρ_q)·dQ̂) waits in the unused dO lo tile as bf16 words (each thread its own,
+  // as the per-head dq̂ stores rounded them), the row dots of the heads add up in sqg, and the last head
+  // stores dq = A − ρ_q²·q·(q·A), A = scale·ρ_q·Σ_h dQ̂_h: the L2 norm's backward (l2norm.cu) without dq̂ in
+  // global memory. q, k (the group's) are loaded once per group; G per item.
+  const bool fuse = R16 && dq.p != nullptr;
+  const int r = fuse ? static_cast<int>(HV / HK) : 1, ngroups = nitems / r;
+  static_assert(2 * NB * NT * sizeof(uint32_t) <= L::kRow, "the dQ̂ stash fits in the dO lo tile");
+  uint32_t* stash = reinterpret_cast<uint32_t*>(dOl) + tid;  // word w of this thread: stash[w·NT]
+  GradItem it = grad_item<DK, DV>(blockIdx.x * r, chunks, HK, HV);
   load_a(it, Gb);
   mma::cp_async_commit();
   load_kq(it, 0);
   mma::cp_async_commit();
-  for (int item = blockIdx.x, par = 0; item < nitems; item += gridDim.x, par ^= 1) {
+  for (int grp = blockIdx.x, j = 0, par = 0, qpar = 0; grp < ngroups; par ^= 1) {
     const ChunkRef cr = it.cr;
-    const bool more = item + static_cast<int>(gridDim.x) < nitems;
-    const GradItem next = more ? grad_item<DK, DV>(item + gridDim.x, chunks, HK, HV) : it;
+    const bool last = j + 1 == r;  // the group's last value head
+    const int ngrp = last ? grp + static_cast<int>(gridDim.x) : grp, nj = last ? 0 : j + 1;
+    const bool more = ngrp < ngroups;
+    const GradItem next = more ? grad_item<DK, DV>(ngrp * r + nj, chunks, HK, HV) : it;
     const float* G = Gb + par * C;
     cp_rows<DK, DV, LB, NT>(dSs, dh + it.hs * DK * DV, DV, DK);
     cp_rows<C, DV, LB, NT>(Vps, vnew + it.rv, rs, cr.len);
@@ -293,14 +318,14 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = m0 + g + 8 * hf;
-        const float qi = R16 ? qk.scale * rho_q(par)[i] : 1.f;  // R16: D' = diag(scale·ρ_q)·D·diag(ρ_k)
+        const float qi = R16 ? qk.scale * rho_q(qpar)[i] : 1.f;  // R16: D' = diag(scale·ρ_q)·D·diag(ρ_k)
 #pragma unroll
         for (int nb = 0; nb < DNB; ++nb) {
           const int j = j0 + 8 * nb + 2 * t4;
           float x[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float dd = R16 ? qi * d[nb][2 * hf + e] * rho_k(par)[j + e] : d[nb][2 * hf + e];
+            const float dd = R16 ? qi * d[nb][2 * hf + e] * rho_k(qpar)[j + e] : d[nb][2 * hf + e];
             x[e] = (i >= j + e && i < cr.len) ? dd * expf(G[i] - G[j + e]) : 0.f;
           }
           st_bf16x2(Db + i * LC + j, x[0], x[1]);
@@ -319,19 +344,19 @@ __global__ void __launch_bounds__(NT, 1)
       split_tile<DK, LB>(Qh, Ql, Qf);
       __syncthreads();  // the hi/lo tiles; K̂, Q̂ fp32 read
     }
-    if (more) load_kq(next, par ^ 1);
+    if (more && last) load_kq(next, qpar ^ 1);
     mma::cp_async_commit();
     const float Gl = G[cr.len - 1];
     // R16: q, k as loaded (exact in bf16) with D' (see D): dQ̂ is kept as diag(scale·ρ_q)·dQ̂ and dK̂ as
     // diag(ρ_k)·dK̂ until the store, so that D'·k and D'ᵀ·q add to them and the row dots with q, k are the
     // same sums (no hi + lo tiles, one product each).
-    const bf16 *Kr = R16 ? k16(par) : Kh, *Qr = R16 ? q16(par) : Qh;
+    const bf16 *Kr = R16 ? k16(qpar) : Kh, *Qr = R16 ? q16(qpar) : Qh;
     float kpart = 0.f;  // Σ(dK̂_s ⊙ K̂) over this thread's elements
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + g + 8 * hf;
       float eq = expf(G[i]), ek = i < cr.len ? expf(Gl - G[i]) : 0.f;
-      if (R16) eq *= qk.scale * rho_q(par)[i], ek *= rho_k(par)[i];
+      if (R16) eq *= qk.scale * rho_q(qpar)[i], ek *= rho_k(qpar)[i];
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
         const int o = i * LB + n0 + 8 * nb + 2 * t4;
@@ -357,13 +382,13 @@ __global__ void __launch_bounds__(NT, 1)
       if (i < cr.len) {
         const int64_t o = it.rv + i * rs;
         // rows < len have ρ > 0
-        const float uq = R16 ? 1.f / (qk.scale * rho_q(par)[i]) : 1.f, uk = R16 ? 1.f / rho_k(par)[i] : 1.f;
+        const float uq = R16 ? 1.f / (qk.scale * rho_q(qpar)[i]) : 1.f, uk = R16 ? 1.f / rho_k(qpar)[i] : 1.f;
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb) {
           const int d = n0 + 8 * nb + 2 * t4;
           const float2 q = make_float2(aq[nb][2 * hf], aq[nb][2 * hf + 1]);
           const float2 k = make_float2(ak[nb][2 * hf], ak[nb][2 * hf + 1]);
-          st_bf16x2(dqh + o + d, uq * q.x, uq * q.y);
+          if (!fuse) st_bf16x2(dqh + o + d, uq * q.x, uq * q.y);
           st_bf16x2(dkh + o + d, uk * k.x, uk * k.y);
           const float2 qv =
                            R16 ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Qr + i * LB + d))
@@ -382,6 +407,19 @@ __global__ void __launch_bounds__(NT, 1)
         rk[wc * C + i] = sk;
       }
     }
+    if (fuse) {
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          uint32_t* w = stash + (2 * nb + hf) * NT;
+          if (j > 0) {
+            const float2 p = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(w));
+            aq[nb][2 * hf] += p.x, aq[nb][2 * hf + 1] += p.y;
+          }
+          if (!last) *w = mma::pack_bf16(aq[nb][2 * hf], aq[nb][2 * hf + 1]);
+        }
+    }
     const float part = warp_sum(expf(Gl) * local + kpart);
     if (lane == 0) red[warp] = part;
     __syncthreads();
@@ -394,9 +432,25 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
       for (int w = 0; w < NWC; ++w) sq += rq[w * C + tid], sk += rk[w * C + tid];
       dg[(cr.t0 + tid) * HV + it.h] = sq - sk + (tid == cr.len - 1 ? total : 0.f);
+      if (fuse) sqg[tid] = (j > 0 ? sqg[tid] : 0.f) + sq;
     }
     __syncthreads();  // the item's shared memory reads are done
-    it = next;
+    if (fuse && last) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = m0 + g + 8 * hf;
+        if (i >= cr.len) continue;
+        const float rho = rho_q(qpar)[i], c = rho * rho * sqg[i];
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          const int d = n0 + 8 * nb + 2 * t4;
+          const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Qr + i * LB + d));
+          st_out2(dq, it.rkq + i * ks + d, aq[nb][2 * hf] - c * qv.x, aq[nb][2 * hf + 1] - c * qv.y);
+        }
+      }
+    }
+    it = next, grp = ngrp, j = nj;
+    if (last) qpar ^= 1;
   }
 }
 
@@ -404,13 +458,20 @@ __global__ void __launch_bounds__(NT, 1)
 
 bool gdn_chunk_mma_supported(int dk, int dv) { return dk == 128 && dv == 128; }
 
+bool gdn_grad_fuses_dq(const GdnQK& qk, KIn dout, KOut dq, int64_t HK, int64_t HV) {
+  const bool aligned = reinterpret_cast<uintptr_t>(dq.p) % 8 == 0;
+  return gdn_qk_kind(qk) == 1 && dout.t == KType::BF16 && HK > 0 && HV % HK == 0 && aligned;
+}
+
 #ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
 cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
                                       int nchunks, const void* states16, const void* dh16, const void* vnew16,
                                       const void* dvn16, void* dqh16, void* dkh16, void* dW16, float* gsum,
-                                      float* dg, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
+                                      float* dg, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
+                                      KOut dq) {
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
+  if (dq.p && !gdn_grad_fuses_dq(qk, dout, dq, HK, HV)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   auto* kern =
       kind == 1 ? gdn_chunk_grad_mma_kernel<128, 128, true> : gdn_chunk_grad_mma_kernel<128, 128, false>;
@@ -422,11 +483,12 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc
   if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NT, smem);
   if (e != cudaSuccess) return e;
-  const int grid = std::min(items, sms * std::max(per_sm, 1));
+  const int groups = dq.p ? items / static_cast<int>(HV / HK) : items;
+  const int grid = std::min(groups, sms * std::max(per_sm, 1));
   kern<<<grid, NT, smem, s>>>(dout, qk, Gc, chunks, items, static_cast<const bf16*>(states16),
                               static_cast<const bf16*>(dh16), static_cast<const bf16*>(vnew16),
                               static_cast<const bf16*>(dvn16), static_cast<bf16*>(dqh16),
-                              static_cast<bf16*>(dkh16), static_cast<bf16*>(dW16), gsum, dg, HK, HV);
+                              static_cast<bf16*>(dkh16), static_cast<bf16*>(dW16), gsum, dg, HK, HV, dq);
   return cudaGetLastError();
 }
 

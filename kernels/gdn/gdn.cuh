@@ -147,7 +147,11 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc
                                       int nchunks, const void* states16, const void* dh16, const void* vnew16,
                                       const void* dvn16, void* dqh16, void* dk_part16, void* dW16,
                                       float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
-                                      cudaStream_t s);
+                                      cudaStream_t s, KOut dq = {});
+// With dq.p set the kernel also runs the L2 norm's backward for q (the value heads of a key head in one
+// block) and writes dq (T, HK, dk) (=) instead of dqh16: only for gdn_grad_fuses_dq's inputs (BF16 q, k with
+// ρ, BF16 dO, HV a multiple of HK, dq 8-byte aligned), else the launch is refused.
+bool gdn_grad_fuses_dq(const GdnQK& qk, KIn dout, KOut dq, int64_t HK, int64_t HV);
 // 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dk_part16 + the WY terms (bf16), dv (=), dg (+= then reverse
 // cumsum within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16
 // elsewhere. With raw gates it writes da, db from the final dg, dβ instead (gr.dg is still read and written).
@@ -168,6 +172,7 @@ struct GdnBwdBf16 {
   void* dW16 = nullptr;
   void* dqh16 = nullptr;  // outputs: dq̂, dk̂ per value head (for launch_l2norm_bwd_gva)
   void* dkh16 = nullptr;
+  KOut dq;  // set: dq itself in place of dqh16 (launch_gdn_chunk_grad_mma's fused L2 backward)
   bool image = false;
 };
 // image: W16, M16 are operand images (GdnScanBf16::image, written by the backward's prep from the kept

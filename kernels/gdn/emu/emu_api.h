@@ -50,10 +50,11 @@ void wy_grad(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, 
 void state_grad_mma(const Shape& s, KIn dout, const float* kn, const float* Gc, const float* states,
                     const float* dh, const float* vnew, const float* dvn, float* dqh, float* dkh, float* dW,
                     float* gsum);
-// raw: q, k before the norm with ρ (GdnQK) in place of qn, kn when not null.
+// raw: q, k before the norm with ρ (GdnQK) in place of qn, kn when not null. dq_fused (F32 (T, HK, dk), raw
+// and bf16 dO only): the kernel's fused L2 backward writes dq there instead of dqh.
 void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* Gc,
                     const float* vnew, const float* gsum, float* dqh, float* dkh, float* dg,
-                    const GdnQK* raw = nullptr);
+                    const GdnQK* raw = nullptr, float* dq_fused = nullptr);
 void wy_grad_mma(const Shape& s, const float* kn, KIn v, KIn beta, const float* Gc, const float* Tm,
                  float* dW, const float* dvn, float* dkh, KOut dv_out, float* dg, float* dbeta,
                  const GdnQK* raw = nullptr);

@@ -43,18 +43,25 @@ void state_grad_mma(const Shape& s, KIn dout, const float* kn, const float* Gc, 
                       gsum};
 }
 void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, const float* Gc,
-                    const float* vnew, const float* gsum, float* dqh, float* dkh, float* dg,
-                    const GdnQK* raw) {
+                    const float* vnew, const float* gsum, float* dqh, float* dkh, float* dg, const GdnQK* raw,
+                    float* dq_fused) {
   StateGrad& p = pending;
   if (!p.set || p.dqh != dqh || p.dkh != dkh || p.gsum != gsum) {
     std::fprintf(stderr, "intra_grad_mma without the matching state_grad_mma\n");
     std::abort();
   }
-  // A persistent grid of 3 blocks: several items per block, and blocks with different item counts.
+  // A persistent grid of 3 blocks: several items (or groups of HV/HK items) per block, and blocks with
+  // different counts.
   const int items = s.nchunks * int(s.HV);
+  const KOut dq = dq_fused ? KOut{dq_fused, KType::F32} : KOut{};
+  if (dq_fused && !(raw && gdn_grad_fuses_dq(*raw, dout, dq, s.HK, s.HV))) {
+    std::fprintf(stderr, "intra_grad_mma: the fused dq needs bf16 q, k with rho and bf16 dO\n");
+    std::abort();
+  }
+  const int groups = dq_fused ? items / int(s.HV / s.HK) : items;
   // The kernel's bf16 dq̂ and dk̂ partial sums, widened.
   std::vector<bf16> dq16(p.vnew.size() / s.dv * s.dk, __float2bfloat16_rn(0.f)), dk16(dq16.size(), dq16[0]);
-  emu::launch(dim3(std::min(items, 3)), NT, gdn_smem,
+  emu::launch(dim3(std::min(groups, 3)), NT, gdn_smem,
               raw ? grad_mma_smem<128, 128, true>() : grad_mma_smem<128, 128, false>(), [&] {
                 const GdnQK qk = raw ? *raw : GdnQK{{qn, KType::F32}, {kn, KType::F32}};
                 (raw ? gdn_chunk_grad_mma_kernel<128, 128, true>
@@ -62,7 +69,7 @@ void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, 
                                                                    p.states.data(), p.dh.data(),
                                                                    p.vnew.data(), p.dvn.data(), dq16.data(),
                                                                    dk16.data(), p.dW.data(), p.gsum, dg, s.HK,
-                                                                   s.HV);
+                                                                   s.HV, dq);
               });
   // Rows the kernel writes (those of the chunks) are widened; the others keep what the caller put there.
   for (int c = 0; c < s.nchunks; ++c)

@@ -633,6 +633,39 @@ static int compare(const char* tag, const In& in) {
   cmp("wy dbeta", got.dbeta, ref.dbeta);
   return fails;
 }
+// The state/intra kernel's fused L2 backward for q (bf16 q, k with ρ, bf16 dO) against the L2 norm's backward
+// (l2norm.cu's formula, fp32 on the host) of the FMA kernels' dq̂ summed over the value heads of a key head.
+static int fused_dq_check(const char* tag, const In& in) {
+  const gdn_emu::Shape& s = in.s;
+  const int64_t T = in.T, HK = s.HK, HV = s.HV, r = HV / HK, dk = s.dk;
+  const Out ref = run(in, false);
+  F dqh(T * HV * dk, 0.f), dkh(dqh.size(), 0.f), dW(in.W, in.W + T * HV * dk), gsum(s.nchunks * HV),
+      dg(T * HV);
+  F dq(T * HK * dk, std::nanf(""));
+  gdn_emu::state_grad_mma(s, in.dout, in.kn, in.Gc, in.states, in.dh, in.vnew, in.dvn, dqh.data(), dkh.data(),
+                          dW.data(), gsum.data());
+  gdn_emu::intra_grad_mma(s, in.dout, in.qn, in.kn, in.Gc, in.vnew, gsum.data(), dqh.data(), dkh.data(),
+                          dg.data(), in.raw, dq.data());
+  const auto* qb = static_cast<const __nv_bfloat16*>(in.raw->q.p);
+  F want(dq.size());
+  for (int64_t row = 0; row < T * HK; ++row) {
+    const int64_t t = row / HK, j = row % HK;
+    const float rho = in.raw->rq[row], sc = in.raw->scale;
+    float dot = 0.f;
+    F d(dk, 0.f);
+    for (int c = 0; c < dk; ++c) {
+      for (int64_t m = 0; m < r; ++m) d[c] += ref.dqh[(t * HV + j * r + m) * dk + c];
+      dot += sc * d[c] * __bfloat162float(qb[row * dk + c]) * rho;
+    }
+    for (int c = 0; c < dk; ++c)
+      want[row * dk + c] = rho * (sc * d[c] - __bfloat162float(qb[row * dk + c]) * rho * dot);
+  }
+  int bad = 0;
+  const double e = nmse(dq, want, &bad);
+  const bool fail = !(e <= 2e-5) || bad;
+  std::printf("%s%-28s nmse %.3e nonfinite %d%s\n", tag, "intra fused dq", e, bad, fail ? "  FAIL" : "");
+  return fail;
+}
 // One sequence of 200 tokens (3 full chunks + 8), HK 2, HV 4, g in [-3, 0], β in [0.05, 1], and dO in fp32
 // (not bf16-exact: the kernels' lo tiles of dO).
 static int long_case() {
@@ -673,7 +706,13 @@ static int long_case() {
   const GdnQK raw{{qb.data(), KType::BF16}, {kb.data(), KType::BF16}, rq.data(), rk.data(), qscale};
   In in16 = in;
   in16.raw = &raw;
-  return fails + compare("long bf16 q, k ", in16);
+  fails += compare("long bf16 q, k ", in16);
+  // and with dO in bf16, the state/intra kernel's fused dq (two key heads of two value heads each)
+  std::vector<__nv_bfloat16> d16(dout.size());
+  for (size_t i = 0; i < d16.size(); ++i) d16[i] = __float2bfloat16_rn(dout[i]);
+  In in16b = in16;
+  in16b.dout = KIn{d16.data(), KType::BF16};
+  return fails + fused_dq_check("long bf16 q, k, dO ", in16b);
 }
 }  // namespace bwd_mma
 
@@ -758,6 +797,7 @@ int main(int argc, char** argv) {
     bwd_mma::In bin16 = bin;
     bin16.raw = &raw;
     fails += bwd_mma::compare("bf16 q, k ", bin16);
+    fails += bwd_mma::fused_dq_check("bf16 q, k ", bin16);
   }
   fails += bwd_mma::long_case();
   if (bwd_only) {

@@ -509,6 +509,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
   // output when that is F32; the other kernels take F32 scratch that is copied out at the end.
   const bool raw_gates = gates.a.p != nullptr;
   Tensor dqh, dkh, dg32, db32;
+  bool dq_fused = false;  // dq written by the tensor-core backward itself
   kernels::GdnGateGrads gr;
   if (raw_gates) gr.da = kout(*gout.da, "gdn da"), gr.db = kout(*gout.db, "gdn db");
   auto gate_scratch = [&](bool dbeta) {
@@ -559,18 +560,23 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       // partial sums between the state/intra kernel and the WY kernel.
       Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::BF16), dvn = alloc({d.T, d.HV, d.dv}, DType::BF16);
       Tensor dk_part = alloc({d.T, d.HV, d.dk}, DType::BF16);
-      dqh = alloc({d.T, d.HV, d.dk}, DType::BF16);
+      const kernels::GdnQK qk =
+          gdn_reads_raw_qk(q, k)
+              ? kernels::GdnQK{kin(q, "gdn q"), kin(k, "gdn k"), fptr(f->rq), fptr(f->rk), scale}
+              : kernels::GdnQK{kin(f->qn, "gdn q-hat"), kin(f->kn, "gdn k-hat")};
+      // The state/intra kernel finishes dq itself (the L2 backward for q) where it can; DT_GDN_L2_SEPARATE=1
+      // keeps the separate pass (A/B timing).
+      dq_fused = !std::getenv("DT_GDN_L2_SEPARATE") &&
+                 kernels::gdn_grad_fuses_dq(qk, kin(dout, "gdn dout"), kout(dq, "gdn dq"), d.HK, d.HV);
+      if (!dq_fused) dqh = alloc({d.T, d.HV, d.dk}, DType::BF16);
       dkh = alloc({d.T, d.HV, d.dk}, DType::BF16);
       kernels::GdnBwdBf16 b;
       b.W16 = f->W.data, b.M16 = f->M.data, b.T16 = f->Tm.data, b.states16 = f->states.data;
       b.vnew16 = f->vnew.data, b.dh16 = dh.data, b.dvn16 = dvn.data;
       b.dW16 = f->W.data;  // W is read only by the reverse scan, before the state products write dW
-      b.dqh16 = dqh.data, b.dkh16 = dkh.data;
+      b.dqh16 = dq_fused ? nullptr : dqh.data, b.dkh16 = dkh.data;
+      if (dq_fused) b.dq = kout(dq, "gdn dq");
       b.image = f->image;
-      const kernels::GdnQK qk =
-          gdn_reads_raw_qk(q, k)
-              ? kernels::GdnQK{kin(q, "gdn q"), kin(k, "gdn k"), fptr(f->rq), fptr(f->rk), scale}
-              : kernels::GdnQK{kin(f->qn, "gdn q-hat"), kin(f->kn, "gdn k-hat")};
       cuda_check(kernels::launch_gdn_chunk_bwd_mma(kin(dout, "gdn dout"), qk, kin(v, "gdn v"), gates,
                                                    iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
                                                    fptr(f->Gc), b, fptr(gsum), dk_part.data,
@@ -592,9 +598,15 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
   }
   if (!raw_gates && dg32.defined()) copy(*gout.dg, dg32);
   if (!raw_gates && db32.defined()) copy(*gout.dbeta, db32);
+  const kernels::L2BwdArgs l2k{kin(dkh, "gdn dk-hat"), kin(k, "gdn k"), fptr(f->rk), 1.f, kout(dk, "gdn dk")};
+  if (dq_fused) {
+    cuda_check(
+        kernels::launch_l2norm_bwd_gva(l2k.dyh, l2k.x, l2k.rstd, l2k.scale, l2k.dx, d.T, d.HK, d.HV, d.dk, s),
+        "gdn_bwd (l2norm k)");
+    return;
+  }
   const kernels::L2BwdArgs l2q{kin(dqh, "gdn dq-hat"), kin(q, "gdn q"), fptr(f->rq), scale,
                                kout(dq, "gdn dq")};
-  const kernels::L2BwdArgs l2k{kin(dkh, "gdn dk-hat"), kin(k, "gdn k"), fptr(f->rk), 1.f, kout(dk, "gdn dk")};
   cuda_check(kernels::launch_l2norm_bwd_gva2(l2q, l2k, d.T, d.HK, d.HV, d.dk, s), "gdn_bwd (l2norm q, k)");
 }
 
