@@ -129,6 +129,10 @@ __device__ __forceinline__ void st_pair(KOut a, int64_t i, float x, float y) {
 __device__ __forceinline__ float2 ld_bf16x2(const bf16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
+__device__ __forceinline__ float2 unpack_bf16x2(uint32_t w) {
+  return make_float2(__bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(w & 0xffffu))),
+                     __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(w >> 16))));
+}
 
 // Sums of v[c] over the 8 lanes of an mma column (lanes t, t+4, .., t+28) for c < 8, by halving exchanges
 // (4 + 2 + 1 shuffles): v[0] ends up with the sum for c = 4·(g&1) + 2·((g>>1)&1) + (g>>2), g = lane / 4.
@@ -307,13 +311,14 @@ __global__ void __launch_bounds__(NT, 2)
     ok[hf] = m0 + g + 8 * hf < cr.len;
     tr[hf] = cr.t0 + m0 + g + 8 * hf;
   }
-  float2 df[2][NH];
+  uint32_t df[2][NH];  // bf16 pairs, widened where they are added (half the registers of float2)
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
     for (int nb = 0; nb < NH; ++nb)
       df[hf][nb] =
-          ok[hf] ? ld_bf16x2(dkh + (tr[hf] * HV + h) * DK + n4 + 8 * nb + 2 * t4) : make_float2(0.f, 0.f);
+          ok[hf] ? *reinterpret_cast<const uint32_t*>(dkh + (tr[hf] * HV + h) * DK + n4 + 8 * nb + 2 * t4)
+                 : 0u;
   {
     // 3. dÂ = −(Tᵀ·Y) ⊙ e^{G_i−G_j} for j < i < len (T_mi = 0 for m < i: k starts at the tile), with the
     // matching K̂K̂ᵀ tile for ra and ca. Tiles wholly above the diagonal (n0 ≥ m0 + 16) are zero.
@@ -378,9 +383,11 @@ __global__ void __launch_bounds__(NT, 2)
     for (int hf = 0; hf < 2; ++hf)
       if (ok[hf])
 #pragma unroll
-        for (int nb = 0; nb < NH; ++nb)
-          st_bf16x2(dkh16 + (tr[hf] * HV + h) * DK + n4 + 8 * nb + 2 * t4, df[hf][nb].x + acc[nb][2 * hf],
-                    df[hf][nb].y + acc[nb][2 * hf + 1]);
+        for (int nb = 0; nb < NH; ++nb) {
+          const float2 p = unpack_bf16x2(df[hf][nb]);
+          st_bf16x2(dkh16 + (tr[hf] * HV + h) * DK + n4 + 8 * nb + 2 * t4, p.x + acc[nb][2 * hf],
+                    p.y + acc[nb][2 * hf + 1]);
+        }
     zero(acc);
     warp_mma<NH, true, true>(acc, Tb, LC, m0, dUb, LV, n4, m0, C);
 #pragma unroll
