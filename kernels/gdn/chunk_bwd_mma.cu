@@ -23,8 +23,8 @@
 // each, S_n, dS^end 32 each, fp32 K̂, Q̂ 32 each) and the outputs 80 KiB (dQ̂, dK̂ 32 each, bf16 dW 16); two
 // kernels move 448 KiB (the intra kernel re-stages dO, V', K̂, Q̂ and reads dQ̂, dK̂ back to add to them).
 //
-// Resources (ptxas, sm_90a): 255 registers (R16: 240), no spills; 215,584 bytes of shared memory (R16:
-// 220,704, the second q, k set): one block per SM. mma per item (dk = dv = 128): 2560 (state products 1536, D
+// Resources (ptxas, sm_90a): 255 registers (R16: 251 with the fused dq, 240 before), no spills; 215,840 bytes
+// of shared memory (R16: 220,960, the second q, k set): one block per SM. mma per item (dk = dv = 128): 2560 (state products 1536, D
 // 256, intra 640 with the hi/lo splits, trace 128); 2816 with fp32 dO.
 //
 // Time (H100, measured against the two kernels it replaces, their fp32-scratch version): T = 8192 tokens as
@@ -55,6 +55,13 @@
 // diag(scale·ρ_q)·dQ̂_s and diag(ρ_k)·dK̂_s (divided out at the store); the dg row dots become (those)·q, ·k,
 // the same sums. q, k (+ ρ) sit in two sets by item parity. State/intra kernel at 8K: 0.379 -> 0.342-0.349
 // ms; emulator (171 / 200 tokens): dqh 8.3e-6 / 7.4e-6, dkh 8.3e-6 / 7.3e-6, dg 4.5e-6 / 6.6e-6.
+//
+// Fused dq (session 13; R16 with bf16 dO, the model's path): the HV/HK value heads of a key head run back to
+// back in one block (their q, k loaded once), their scaled dQ̂ summed through the unused dO lo tile, and the
+// last one stores dq = A − ρ_q²·q·(q·A) itself (see the kernel): no dq̂ per value head in global memory and
+// half of the L2 backward kernel gone. 8K (2 x 4096, HK 16, HV 32): this kernel 0.340-0.347 -> 0.326-0.330
+// ms, the L2 backward 0.102 -> 0.053 (k only); emulator dq nmse 6.6e-6 / 5.7e-6 against the host L2 backward
+// of the FMA kernels' dq̂ (171 / 200 tokens).
 #include <cuda_fp16.h>
 
 #include <algorithm>

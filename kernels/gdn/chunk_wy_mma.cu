@@ -20,8 +20,9 @@
 // runs while group 2 lands. T16, dW16, dvn16 (and a bf16 v, else it is converted) 16-byte aligned.
 // Shared memory (dk = dv = 128): K̂, dW, V, dU as bf16 64x136, T, P, Y as bf16 64x72 (K̂'s lo half lives over
 // P and Y until phase 1 is done), 18 fp32 row vectors: 99.5 KiB.
-// Resources (ptxas -v, sm_90a, CUDA 13.0): 126 registers, 0 bytes spilled, __launch_bounds__(256, 2):
-// 2 blocks (16 warps) per SM, limited by registers and shared memory alike.
+// Resources (ptxas -v, sm_90a, CUDA 13.0): 114 registers (R16: 109; 126 before the dk̂ partial sums were
+// held as bf16 pairs), 0 bytes spilled, __launch_bounds__(256, 2): 2 blocks (16 warps) per SM, limited by
+// shared memory (3 blocks would need ≤ 85 registers).
 // Precision: the bf16 operands are those the fp32-staging version rounded, except that K̂ enters dW·K̂ᵀ (and
 // so dT) and the Xw·K̂ dots as hi + lo (~16 significant bits, as good as fp32 here), or for bf16 k (R16) as
 // dW·kᵀ·diag(ρ_k) with k itself in the lo tile's place (exact products, one mma pass instead of two); dÂ, ra,
