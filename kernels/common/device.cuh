@@ -28,6 +28,28 @@ __device__ __forceinline__ void st(KOut a, int64_t i, float v) {
     default: static_cast<float*>(a.p)[i] = v; break;
   }
 }
+// a[i], a[i+1] (any storage type, i even); one store of the pair when its address allows (an output may be
+// a view at any element offset). ALIGNED: the caller knows that it does (a.p aligned to the pair's size).
+template <bool ALIGNED = false>
+__device__ __forceinline__ void st_pair(KOut a, int64_t i, float x, float y) {
+  const size_t bytes = a.t == KType::F32 ? 8 : 4;
+  if (!ALIGNED && reinterpret_cast<uintptr_t>(static_cast<char*>(a.p) + i * (bytes / 2)) % bytes != 0) {
+    st(a, i, x);
+    st(a, i + 1, y);
+    return;
+  }
+  switch (a.t) {
+    case KType::BF16:
+      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(a.p) + i) = __floats2bfloat162_rn(x, y);
+      break;
+    case KType::F16:
+      *reinterpret_cast<__half2*>(static_cast<__half*>(a.p) + i) = __floats2half2_rn(x, y);
+      break;
+    default:
+      *reinterpret_cast<float2*>(static_cast<float*>(a.p) + i) = make_float2(x, y);
+      break;
+  }
+}
 
 // Templated element access for kernels specialised on one storage type.
 template <class T> __device__ __forceinline__ float to_f(T v);

@@ -23,9 +23,9 @@
 // each, S_n, dS^end 32 each, fp32 K̂, Q̂ 32 each) and the outputs 80 KiB (dQ̂, dK̂ 32 each, bf16 dW 16); two
 // kernels move 448 KiB (the intra kernel re-stages dO, V', K̂, Q̂ and reads dQ̂, dK̂ back to add to them).
 //
-// Resources (ptxas, sm_90a): 255 registers (R16: 251 with the fused dq, 240 before), no spills; 215,840 bytes
-// of shared memory (R16: 220,960, the second q, k set): one block per SM. mma per item (dk = dv = 128): 2560 (state products 1536, D
-// 256, intra 640 with the hi/lo splits, trace 128); 2816 with fp32 dO.
+// Resources (ptxas, sm_90a): 255 registers (R16: 251 with the fused dq, 240 before), no spills; 215,840
+// bytes of shared memory (R16: 220,960, the second q, k set): one block per SM. mma per item (dk = dv =
+// 128): 2560 (state products 1536, D 256, intra 640 with the hi/lo splits, trace 128); 2816 with fp32 dO.
 //
 // Time (H100, measured against the two kernels it replaces, their fp32-scratch version): T = 8192 tokens as
 // 2 x 4096, HK 16, HV 32 (4096 items): 0.418 ms (was 0.741 + 0.575); as 82 sequences of 100 tokens (5248
@@ -131,18 +131,6 @@ __device__ __forceinline__ float2 ld_split(const bf16* hi, const bf16* lo, int o
   const float2 h = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(hi + o));
   const float2 l = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(lo + o));
   return make_float2(h.x + l.x, h.y + l.y);
-}
-
-// x, y to a[i], a[i + 1] (8-byte aligned for F32, 4 for BF16).
-__device__ __forceinline__ void st_out2(KOut a, int64_t i, float x, float y) {
-  if (a.t == KType::BF16) {
-    st_bf16x2(static_cast<bf16*>(a.p) + i, x, y);
-  } else if (a.t == KType::F32) {
-    *reinterpret_cast<float2*>(static_cast<float*>(a.p) + i) = make_float2(x, y);
-  } else {
-    st(a, i, x);
-    st(a, i + 1, y);
-  }
 }
 
 // Rows m0 + g (+8) < rows_ok of a warp's 16 x 8·NB tile, times s, to dst[row·rs + n0 + ..] as bf16. Lanes
@@ -452,7 +440,7 @@ __global__ void __launch_bounds__(NT, 1)
         for (int nb = 0; nb < NB; ++nb) {
           const int d = n0 + 8 * nb + 2 * t4;
           const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Qr + i * LB + d));
-          st_out2(dq, it.rkq + i * ks + d, aq[nb][2 * hf] - c * qv.x, aq[nb][2 * hf + 1] - c * qv.y);
+          st_pair<true>(dq, it.rkq + i * ks + d, aq[nb][2 * hf] - c * qv.x, aq[nb][2 * hf + 1] - c * qv.y);
         }
       }
     }
@@ -466,7 +454,7 @@ __global__ void __launch_bounds__(NT, 1)
 bool gdn_chunk_mma_supported(int dk, int dv) { return dk == 128 && dv == 128; }
 
 bool gdn_grad_fuses_dq(const GdnQK& qk, KIn dout, KOut dq, int64_t HK, int64_t HV) {
-  const bool aligned = reinterpret_cast<uintptr_t>(dq.p) % 8 == 0;
+  const bool aligned = reinterpret_cast<uintptr_t>(dq.p) % 8 == 0;  // the kernel's dq stores: st_pair<true>
   return gdn_qk_kind(qk) == 1 && dout.t == KType::BF16 && HK > 0 && HV % HK == 0 && aligned;
 }
 

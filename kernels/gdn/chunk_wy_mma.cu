@@ -106,27 +106,6 @@ __device__ __forceinline__ void stage_kin(bf16* dst, int ld_, KIn src, int64_t b
   }
 }
 
-// a[i], a[i+1] (any storage type, i even); one store of the pair when its address allows (an output may be
-// a view at any element offset).
-__device__ __forceinline__ void st_pair(KOut a, int64_t i, float x, float y) {
-  const size_t bytes = a.t == KType::F32 ? 8 : 4;
-  if (reinterpret_cast<uintptr_t>(static_cast<char*>(a.p) + i * (bytes / 2)) % bytes != 0) {
-    st(a, i, x);
-    st(a, i + 1, y);
-    return;
-  }
-  switch (a.t) {
-    case KType::BF16:
-      *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(a.p) + i) = __floats2bfloat162_rn(x, y);
-      break;
-    case KType::F16:
-      *reinterpret_cast<__half2*>(static_cast<__half*>(a.p) + i) = __floats2half2_rn(x, y);
-      break;
-    default:
-      *reinterpret_cast<float2*>(static_cast<float*>(a.p) + i) = make_float2(x, y);
-      break;
-  }
-}
 __device__ __forceinline__ float2 ld_bf16x2(const bf16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
