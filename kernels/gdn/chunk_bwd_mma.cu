@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_grad_mma_kernel(KIn dout, GdnQK qk, const float* Gc, const int32_t* chunks, int nitems,
                               const bf16* states, const bf16* dh, const bf16* vnew, const bf16* dvn,
                               bf16* dqh, bf16* dkh, bf16* dW, float* gsum, float* dg, int64_t HK, int64_t HV,
-                              KOut dq) {
+                              KOut dq, const bf16* states_odd = nullptr) {
   static_assert(DK == DV && DK % (16 * NWC) == 0 && DK / 16 <= NT / 32, "NWC warps share DK; a warp per trace");
   using L = GradSmem<DK, R16>;
   constexpr int LB = L::LB, LC = L::LC, NB = DK / NWC / 8, DNB = C / NWC / 8;
@@ -236,7 +236,10 @@ __global__ void __launch_bounds__(NT, 1)
   const int64_t rs = HV * DV, ks = HK * DK;  // row strides of (T, HV, ·) and (T, HK, dk) tensors
   const bool dO16 = dout.t == KType::BF16;
   auto load_a = [&](const GradItem& it, float* G) {
-    cp_rows<DK, DV, LB, NT>(Ss, states + it.hs * DK * DV, DV, DK);
+    // The chunk's state: states[chunk], or with states_odd the even chunks' at states[chunk / 2] and the odd
+    // ones' at states_odd[chunk / 2] (GdnHalfStates).
+    const int64_t ch = it.hs / HV, sl = states_odd ? (ch >> 1) * HV + it.hs % HV : it.hs;
+    cp_rows<DK, DV, LB, NT>(Ss, (states_odd && (ch & 1) ? states_odd : states) + sl * DK * DV, DV, DK);
     cp_rows<C, DV, LB, NT>(dUs, dvn + it.rv, rs, it.cr.len);
     if (dO16) cp_rows<C, DV, LB, NT>(dOs, static_cast<const bf16*>(dout.p) + it.rv, rs, it.cr.len);
     if (tid < C) {
@@ -463,7 +466,7 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc
                                       int nchunks, const void* states16, const void* dh16, const void* vnew16,
                                       const void* dvn16, void* dqh16, void* dkh16, void* dW16, float* gsum,
                                       float* dg, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
-                                      KOut dq) {
+                                      KOut dq, const void* states_odd16) {
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
   if (dq.p && !gdn_grad_fuses_dq(qk, dout, dq, HK, HV)) return cudaErrorInvalidValue;
@@ -483,7 +486,8 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc
   kern<<<grid, NT, smem, s>>>(dout, qk, Gc, chunks, items, static_cast<const bf16*>(states16),
                               static_cast<const bf16*>(dh16), static_cast<const bf16*>(vnew16),
                               static_cast<const bf16*>(dvn16), static_cast<bf16*>(dqh16),
-                              static_cast<bf16*>(dkh16), static_cast<bf16*>(dW16), gsum, dg, HK, HV, dq);
+                              static_cast<bf16*>(dkh16), static_cast<bf16*>(dW16), gsum, dg, HK, HV, dq,
+                              static_cast<const bf16*>(states_odd16));
   return cudaGetLastError();
 }
 

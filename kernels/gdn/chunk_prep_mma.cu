@@ -360,6 +360,44 @@ __device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const fl
   }
 }
 
+// Half states: the state at the next chunk, S' = γ_last·S + K̂ᵀ·diag(e^{G_last − G_i})·V' (the forward scan's
+// update), to dst (bf16 [dk][dv]). Kt: k as loaded (bf16, rows past the end zero) with ρ_k in Rk; St: S (bf16
+// [dk][LK], 128 rows from the K̂ lo tile on, in flight by cp.async); Vt: V' (bf16, rows past the end zero),
+// scaled here in place by ρ_k,i·e^{G_last − G_i} (so that k enters the product as it is). Warp w: state rows
+// 16w .. 16w + 15, the 128 columns in two halves.
+__device__ __forceinline__ void next_state(bf16* dst, const bf16* Kt, const bf16* St, bf16* Vt, const float* Gs,
+                                           const float* Rk, int len) {
+  const int lane = threadIdx.x & 31, r8 = lane >> 2, c2 = 2 * (lane & 3), i0 = 16 * (threadIdx.x >> 5);
+  const float gl = Gs[len - 1];
+  for (int idx = threadIdx.x; idx < len * (PD / 8); idx += NT) {
+    const int r = idx / (PD / 8), c = (idx % (PD / 8)) * 8;
+    *reinterpret_cast<uint4*>(Vt + r * LK + c) = raw_scaled8(Vt + r * LK + c, 1.f, Rk[r], expf(gl - Gs[r]));
+  }
+  mma::cp_async_wait<0>();
+  __syncthreads();
+  const float gam = expf(gl);
+  float acc[8][4];
+#pragma unroll
+  for (int hn = 0; hn < 2; ++hn) {
+    const int c0 = 64 * hn;
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const float2 s = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162*>(St + (i0 + r8 + 8 * hf) * LK + c0 + 8 * nb + c2));
+        acc[nb][2 * hf] = gam * s.x;
+        acc[nb][2 * hf + 1] = gam * s.y;
+      }
+    warp_mma<8, true, true>(acc, Kt, LK, i0, Vt, LK, c0, 0, C);
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+        st_bf16x2(dst + (i0 + r8 + 8 * hf) * PD + c0 + 8 * nb + c2, acc[nb][2 * hf], acc[nb][2 * hf + 1]);
+  }
+}
+
 // RAW: q, k and v are BF16 and no q̂, k̂ are asked for (nout.qn null). The tiles then hold the inputs as loaded
 // (cp.async, no register staging) and ρ_k, ρ_q scale the products instead: K̂K̂ᵀ = diag(ρ_k)·kkᵀ·diag(ρ_k) and
 // Q̂K̂ᵀ from one bf16 product each (exact products, fp32 sums: no hi + lo split), W = T·diag(βγρ_k)·k from two.
@@ -368,7 +406,9 @@ __global__ void __launch_bounds__(NT, 2)
     gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, GdnGates gates,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
                               int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th,
-                              const bf16* S16, bf16* Vn16, const bf16* Tk, bool img, bf16* U16) {
+                              const bf16* S16, bf16* Vn16, const bf16* Tk, bool img, bf16* U16,
+                              bf16* Sodd = nullptr, const bf16* Vk = nullptr, const int32_t* chunk_off = nullptr,
+                              int nseq = 0) {
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);       // [C][LK] K̂ hi
   bf16* Kl = Kh + C * LK;                             // [C][LK] K̂ lo
@@ -386,6 +426,20 @@ __global__ void __launch_bounds__(NT, 2)
   const int64_t t0 = chunks[2 * ch];
   const int len = chunks[2 * ch + 1];
   const int64_t hk = h / (HV / HK);
+  // Half states (GdnHalfStates, RAW only): S16 holds the even chunks' states and Vk the forward's V'. An even
+  // chunk's block forms the state at the next chunk when its sequence goes on (succ 1), or zeros when the next
+  // chunk starts another sequence (succ 2); no U, no V'.
+  const bool half = RAW && Sodd != nullptr;
+  int succ = 0;
+  if (half && (ch & 1) == 0 && ch + 1 < static_cast<int>(gridDim.x)) {
+    int lo = 0, hi = nseq;  // the sequence of chunk ch: chunk_off[lo] <= ch < chunk_off[lo + 1]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) >> 1;
+      if (chunk_off[mid] <= ch) lo = mid;
+      else hi = mid;
+    }
+    succ = ch + 1 < chunk_off[lo + 1] ? 1 : 2;
+  }
 
   // ---- 0. staging: all global loads of a thread are issued before its shared stores. Row r of q and k is
   // one warp's (lane: columns 4·lane ..), so the warp L2-normalises it in registers (l2norm_row.cuh) ----
@@ -393,7 +447,10 @@ __global__ void __launch_bounds__(NT, 2)
     const int64_t qkb = (t0 * HK + hk) * PD;
     cp_rows<C, PD, LK, NT>(Kh, static_cast<const bf16*>(k.p) + qkb, HK * PD, len);
     cp_rows<C, PD, LK, NT>(Qs, static_cast<const bf16*>(q.p) + qkb, HK * PD, len);
-    cp_rows<C, PD, LK, NT>(Vs, static_cast<const bf16*>(v.p) + (t0 * HV + h) * PD, HV * PD, len);
+    if (!half)
+      cp_rows<C, PD, LK, NT>(Vs, static_cast<const bf16*>(v.p) + (t0 * HV + h) * PD, HV * PD, len);
+    else if (succ == 1)  // V' of this chunk, for its successor's state
+      cp_rows<C, PD, LK, NT>(Vs, Vk + (t0 * HV + h) * PD, HV * PD, len);
     mma::cp_async_commit();
     if (tid < C) {
       const int64_t o = (t0 + tid) * HV + h;
@@ -605,6 +662,10 @@ __global__ void __launch_bounds__(NT, 2)
     }
   }
   __syncthreads();
+  if (succ == 1) {  // S_c (128 rows) into the K̂ lo and Q̂ tiles (neither is read again on this path)
+    cp_rows<PD, PD, LK, NT>(Kl, S16 + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD, PD, PD);
+    mma::cp_async_commit();
+  }
 
   // ---- 3. off-diagonal blocks of T, by distance d from the diagonal, on tensor cores ----
   // Block (r, k), r = k + d, by warp k: Pᵀ = Σ_{k≤m<r} T_mkᵀ·A_rmᵀ, then T_rkᵀ = −Pᵀ·T_rrᵀ (transposed so that
@@ -648,6 +709,15 @@ __global__ void __launch_bounds__(NT, 2)
                        acc, m0, n0, len, rs);
     else
       store_rows(W ? W + ob : nullptr, Wh ? Wh + ob : nullptr, acc, m0, n0, len, rs);
+    if (half) {
+      if (succ == 1) {
+        next_state(Sodd + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD, Kh, Kl, Vs, Gs, Rk, len);
+      } else if (succ == 2) {
+        uint4* so = reinterpret_cast<uint4*>(Sodd + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD);
+        for (int i = tid; i < PD * PD / 8; i += NT) so[i] = make_uint4(0u, 0u, 0u, 0u);
+      }
+      return;
+    }
     if (S16) {  // −bf16(W) into the free Q̂ tile; then S (bf16 [dk][dv]) over the K̂ hi + lo tiles (no longer read)
       __syncthreads();  // store_scan_kq's readers of Q̂ are done
       store_tile_neg(Qs, acc, m0, n0);
@@ -679,15 +749,19 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
                                       const GdnGates& gates, const int32_t* chunks, int nchunks, float* W,
                                       float* U, float* M, float* Gc, float* Tout, int64_t HK, int64_t HV,
                                       int dk, int dv, cudaStream_t s, const GdnScanBf16* b16,
-                                      const void* states16, void* vnew16) {
-  if (!gdn_chunk_mma_supported(dk, dv) || (states16 == nullptr) != (vnew16 == nullptr) ||
-      (states16 == nullptr && U == nullptr && !(b16 && b16->U)))
+                                      const void* states16, void* vnew16, const GdnHalfStates* half) {
+  const bool halfm = half && half->odd;
+  if (!gdn_chunk_mma_supported(dk, dv) || (!halfm && (states16 == nullptr) != (vnew16 == nullptr)) ||
+      (states16 == nullptr && U == nullptr && !(b16 && b16->U)) ||
+      (halfm && !(states16 && !vnew16 && b16 && b16->T_kept && half->vnew && half->chunk_off)))
     return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t smem = prep_mma_smem();
   auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };  // cp.async rows
-  const bool raw = q.t == KType::BF16 && k.t == KType::BF16 && v.t == KType::BF16 && !nout.qn &&
-                   aligned16(q.p) && aligned16(k.p) && aligned16(v.p) && !std::getenv("DT_GDN_PREP_SPLIT");
+  const bool raw_ok = q.t == KType::BF16 && k.t == KType::BF16 && v.t == KType::BF16 && !nout.qn &&
+                      aligned16(q.p) && aligned16(k.p) && aligned16(v.p) && (!halfm || aligned16(half->vnew));
+  if (halfm && !raw_ok) return cudaErrorInvalidValue;  // the half-states path is the RAW kernel's
+  const bool raw = raw_ok && (halfm || !std::getenv("DT_GDN_PREP_SPLIT"));
   const auto kernel = raw ? gdn_chunk_prep_mma_kernel<true> : gdn_chunk_prep_mma_kernel<false>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -698,7 +772,9 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
       b16 ? static_cast<bf16*>(b16->Q) : nullptr, b16 ? static_cast<bf16*>(b16->M) : nullptr,
       b16 ? static_cast<bf16*>(b16->T) : nullptr, static_cast<const bf16*>(states16),
       static_cast<bf16*>(vnew16), b16 ? static_cast<const bf16*>(b16->T_kept) : nullptr, b16 && b16->image,
-      b16 ? static_cast<bf16*>(b16->U) : nullptr);
+      b16 ? static_cast<bf16*>(b16->U) : nullptr, halfm ? static_cast<bf16*>(half->odd) : nullptr,
+      halfm ? static_cast<const bf16*>(half->vnew) : nullptr, halfm ? half->chunk_off : nullptr,
+      halfm ? half->nseq : 0);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

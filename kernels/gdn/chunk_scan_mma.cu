@@ -133,7 +133,8 @@ __global__ void __launch_bounds__(scan_threads<BV>(), (PF && WITH_O) || BV == 64
     gdn_chunk_scan_mma_kernel(const float* qn, const float* kn, const float* W, const float* U,
                               const float* M, const float* Gc, const int32_t* chunks,
                               const int32_t* chunk_off, KOut o, bf16* states, bf16* vnew, int64_t HK,
-                              int64_t HV, const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh) {
+                              int64_t HV, const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh,
+                              bool st_even = false) {
   static_assert(BV != 64 || (PF && B16), "BV 64: the bf16 operands, prefetched");
   constexpr int NT = scan_threads<BV>(), LDV = BV + 8;
   // Warp tiles: WC warps side by side over the BV columns (1, or 2 at BV 64), each NB n-blocks wide from
@@ -217,8 +218,12 @@ __global__ void __launch_bounds__(scan_threads<BV>(), (PF && WITH_O) || BV == 64
   for (int ch = chunk_off[n]; ch < chunk_off[n + 1]; ++ch) {
     const int64_t t0 = chunks[2 * ch];
     const int len = chunks[2 * ch + 1];
-    if (states && !kRowStores) {  // chunk-start state for the backward pass, bf16: (chunk, HV, dk, dv)
-      bf16* so = states + (static_cast<int64_t>(ch) * HV + h) * DKM * DVM + c0;
+    // The chunk-start state for the backward pass, bf16 (slot, HV, dk, dv): slot ch, or (st_even: even chunks
+    // only) ch / 2.
+    const bool put_state = states && !(st_even && (ch & 1));
+    const int64_t slot = st_even ? ch >> 1 : ch;
+    if (put_state && !kRowStores) {
+      bf16* so = states + (slot * HV + h) * DKM * DVM + c0;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -303,8 +308,7 @@ __global__ void __launch_bounds__(scan_threads<BV>(), (PF && WITH_O) || BV == 64
         st_bf16x2(Vb + i * LDV + c, v.x, v.y);
       }
     // The chunk-start state from its bf16 copy (= bf16(S); rewritten only after the barrier below).
-    if (kRowStores && states)
-      store_rows<BV, NT>(states + (static_cast<int64_t>(ch) * HV + h) * DKM * DVM + c0, DVM, Sb, DKM);
+    if (kRowStores && put_state) store_rows<BV, NT>(states + (slot * HV + h) * DKM * DVM + c0, DVM, Sb, DKM);
     __syncthreads();
     if (kRowStores && vnew) store_rows<BV, NT>(vnew + (t0 * HV + h) * DVM + c0, HV * DVM, Vb, len);
 
@@ -459,7 +463,8 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
     Qh = static_cast<const bf16*>(b16->Q), Mh = static_cast<const bf16*>(b16->M);
   }
   kernel<<<grid, threads, smem, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, static_cast<bf16*>(states16),
-                                     static_cast<bf16*>(vnew16), HK, HV, Wh, Kdh, Qh, Mh);
+                                     static_cast<bf16*>(vnew16), HK, HV, Wh, Kdh, Qh, Mh,
+                                     b16 && b16->states_even);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

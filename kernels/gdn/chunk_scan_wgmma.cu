@@ -74,7 +74,8 @@ template <int BV>
 __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_scan_wgmma_kernel(const bf16* U, const float* Gc, const int32_t* chunks,
                                 const int32_t* chunk_off, KOut o, bf16* states, bf16* vnew, int64_t HK,
-                                int64_t HV, const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh) {
+                                int64_t HV, const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh,
+                                bool st_even) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Smem<BV>;
   using Set = L;
@@ -156,8 +157,9 @@ __global__ void __launch_bounds__(NT, 1)
     }
     wgmma::commit();
     if (ch + 1 < ce) load(ch + 1, t0n, lenn, b ^ 1);
-    if (states) {  // the chunk-start state (bf16, chunk, HV, dk, dv) from the S tile, 16-byte row pieces
-      bf16* so = states + (static_cast<int64_t>(ch) * HV + h) * DK * DV + c0;
+    if (states && !(st_even && (ch & 1))) {  // the chunk-start state (bf16, slot, HV, dk, dv) from the S tile,
+                                             // 16-byte row pieces; slot ch, or ch / 2 (even chunks only)
+      bf16* so = states + (static_cast<int64_t>(st_even ? ch >> 1 : ch) * HV + h) * DK * DV + c0;
 #pragma unroll
       for (int e = 0; e < DK * NB / NT; ++e) {
         int r, kc;
@@ -296,7 +298,7 @@ cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, 
     gdn_chunk_scan_wgmma_kernel<BV><<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, smem, s>>>(
         static_cast<const bf16*>(b16.U), Gc, chunks, chunk_off, o, static_cast<bf16*>(states16),
         static_cast<bf16*>(vnew16), HK, HV, static_cast<const bf16*>(b16.W), static_cast<const bf16*>(b16.Kd),
-        static_cast<const bf16*>(b16.Q), static_cast<const bf16*>(b16.M));
+        static_cast<const bf16*>(b16.Q), static_cast<const bf16*>(b16.M), b16.states_even);
     return cudaGetLastError();
   };
   return bv == 16   ? run(std::integral_constant<int, 16>{})

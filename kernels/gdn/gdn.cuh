@@ -147,10 +147,12 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc
                                       int nchunks, const void* states16, const void* dh16, const void* vnew16,
                                       const void* dvn16, void* dqh16, void* dk_part16, void* dW16,
                                       float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
-                                      cudaStream_t s, KOut dq = {});
+                                      cudaStream_t s, KOut dq = {}, const void* states_odd16 = nullptr);
 // With dq.p set the kernel also runs the L2 norm's backward for q (the value heads of a key head in one
 // block) and writes dq (T, HK, dk) (=) instead of dqh16: only for gdn_grad_fuses_dq's inputs (BF16 q, k with
-// ρ, BF16 dO, HV a multiple of HK, dq 8-byte aligned), else the launch is refused.
+// ρ, BF16 dO, HV a multiple of HK, dq 8-byte aligned), else the launch is refused. With states_odd16 set,
+// states16 holds the even chunks' states and states_odd16 the odd ones' (both at slot chunk / 2:
+// GdnHalfStates).
 bool gdn_grad_fuses_dq(const GdnQK& qk, KIn dout, KOut dq, int64_t HK, int64_t HV);
 // 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dk_part16 + the WY terms (bf16), dv (=), dg (+= then reverse
 // cumsum within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16
@@ -174,6 +176,7 @@ struct GdnBwdBf16 {
   void* dkh16 = nullptr;
   KOut dq;  // set: dq itself in place of dqh16 (launch_gdn_chunk_grad_mma's fused L2 backward)
   bool image = false;
+  const void* states_odd16 = nullptr;  // set: states16 holds the even chunks only (GdnHalfStates)
 };
 // image: W16, M16 are operand images (GdnScanBf16::image, written by the backward's prep from the kept
 // states): the reverse scan runs on wgmma (launch_gdn_chunk_dscan_wgmma; bf16 dO, q, k). dk_part16: bf16
@@ -212,6 +215,9 @@ struct GdnScanBf16 {
   bool image = false;
   void* U =
       nullptr;  // image mode: U (T, HV, dv) in bf16, written instead of the fp32 U (the wgmma scan reads it)
+  // The scan's states16: only the even chunks' states, chunk c's at slot c / 2 ((nchunks + 1) / 2 slots; the
+  // GdnKeep::States forward that also keeps V', see GdnHalfStates).
+  bool states_even = false;
 };
 
 // Element (r, c) of a 64-row operand image tile: the tensor cores' 8 x 8 core matrices, column group major
@@ -254,6 +260,12 @@ cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, 
 // Backward with the chunk-start states kept from the forward (states16, bf16 as the forward scan writes them):
 // vnew16 (T, HV, dv) (=) V' = U − bf16(W)·S as the forward scan forms it, instead of U (then null), so the
 // backward needs no serial recompute scan.
+// Backward with half the states and V' kept (half set; BF16 q, k, v only): states16 holds the even chunks'
+// states (GdnScanBf16::states_even), half->vnew the forward scan's V'; the prep writes W and M (no U, no V')
+// and, for each even chunk c whose sequence goes on, half->odd's slot c / 2 (=) the state at chunk c + 1:
+//   S_{c+1} = γ_last·S_c + K̂_cᵀ·diag(e^{G_last − G_i})·V'_c      (the forward scan's state update)
+// from the kept bf16 S_c and V'_c (zeros when chunk c + 1 starts another sequence). This leaves out the v
+// load, U and the V' product of every chunk for one 128 x 128 x 64 product on every second one.
 // q, k: 16-byte aligned rows.
 struct GdnNormOut {
   float eps = kGdnL2Eps;
@@ -264,12 +276,21 @@ struct GdnNormOut {
   float* rq = nullptr;
   float* rk = nullptr;
 };
+// What a GdnKeep::States forward keeps besides T when it keeps V' and the even chunks' states instead of
+// every chunk's state (at 8K tokens, HV 32: 64 + 64 MiB instead of 128 MiB), for the backward's prep.
+struct GdnHalfStates {
+  const void* vnew = nullptr;          // V' (T, HV, dv) bf16 as the forward scan wrote it
+  void* odd = nullptr;                 // (=) the odd chunks' states (nchunks / 2, HV, dk, dv) bf16, slot c / 2
+  const int32_t* chunk_off = nullptr;  // I32 (nseq + 1): first chunk of each sequence
+  int nseq = 0;
+};
 size_t gdn_chunk_prep_mma_smem(int dk, int dv);
 cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
                                       const GdnGates& gates, const int32_t* chunks, int nchunks, float* W,
                                       float* U, float* M, float* Gc, float* Tout, int64_t HK, int64_t HV,
                                       int dk, int dv, cudaStream_t s, const GdnScanBf16* b16 = nullptr,
-                                      const void* states16 = nullptr, void* vnew16 = nullptr);
+                                      const void* states16 = nullptr, void* vnew16 = nullptr,
+                                      const GdnHalfStates* half = nullptr);
 
 // ---- the reverse state scan on Hopper's warpgroup tensor cores, chunk_dscan_wgmma.cu (sm_90a) ----
 // The contract of launch_gdn_chunk_dscan_mma for bf16 dO, q, k (GdnQK with ρ) with W16, M16 as the backward

@@ -521,8 +521,7 @@ void case_gdn(Env& e) {
     // The pair that keeps the forward's chunk quantities for the backward (All: gradient checkpointing's
     // recompute; States: only the chunk-start states, for layers not checkpointed): the same results as the
     // plain pair (the CPU backend keeps nothing and recomputes).
-    for (Backend::GdnKeep what : {Backend::GdnKeep::All, Backend::GdnKeep::States}) {
-      const std::string kt = what == Backend::GdnKeep::All ? " keep all" : " keep states";
+    auto keep_pair = [&](Backend::GdnKeep what, const std::string& kt) {
       Pair o2 = e.out({T, c.HV, c.dv}, BF);
       Pair dq2 = e.out({T, c.HK, c.dk}, BF), dk2 = e.out({T, c.HK, c.dk}, BF), dv2 = e.out({T, c.HV, c.dv}, BF);
       Pair dg2 = e.out({T, c.HV}, F32), db2 = e.out({T, c.HV}, BF);
@@ -535,6 +534,17 @@ void case_gdn(Env& e) {
       e.gpu->gdn_bwd_saved(kg.get(), dout.g, q.g, k.g, v.g, g.g, beta.g, sg, scale, dq2.g, dk2.g, dv2.g, dg2.g,
                            db2.g);
       compare_gdn_grads(e, "gdn_bwd_saved", kt + tag.str(), dq2, dk2, dv2, dg2, db2, kDgDbeta);
+    };
+    keep_pair(Backend::GdnKeep::All, " keep all");
+    keep_pair(Backend::GdnKeep::States, " keep states");
+    if (c.dk == 128 && c.dv == 128) {
+      // States keep's other layouts: every chunk's state without V' (DT_GDN_FULL_STATES; the default keeps V'
+      // and the even chunks' states), and the even chunks' states written by the mma.sync forward scan.
+      for (const char* env : {"DT_GDN_FULL_STATES", "DT_GDN_SCAN_MMA"}) {
+        setenv(env, "1", 1);
+        keep_pair(Backend::GdnKeep::States, std::string(" keep states ") + env);
+        unsetenv(env);
+      }
     }
     // The gate inputs in place of g and β (the tensor-core path forms the gates while loading and its WY
     // backward writes da, db; other paths compose the gate ops), each keep mode.

@@ -71,7 +71,10 @@ void scan_mma(const Shape& s, int bv, bool pf, const float* qn, const float* kn,
 void prep_mma(const Shape& s, const float* q, const float* k, float scale, const GdnNormOut* nout, KIn v,
               const float* g, KIn beta, float* W, float* U, float* M, float* Gc, float* Tout,
               const GdnScanBf16* b16 = nullptr, const float* states = nullptr, float* vnew = nullptr,
-              int64_t T = 0, bool qk_bf16 = false);
+              int64_t T = 0, bool qk_bf16 = false, const float* vkept = nullptr, float* odd = nullptr);
+// (odd set: the half-states variant, GdnHalfStates: states = the even chunks' ((nchunks + 1) / 2 slots),
+// vkept = the forward's V' (T tokens), odd (=) the odd chunks' states (nchunks / 2 slots); qk_bf16 and a BF16
+// v only.)
 // q̂ = scale·x/‖x‖ per row of 128 (and ρ when not null) exactly as the device computes it (gdn/l2norm_row.cuh:
 // 4 values per lane, fused multiply-add as the host compiles it, xor-butterfly warp sum).
 std::vector<float> l2_rows(const std::vector<float>& x, float scale, std::vector<float>* rho = nullptr);

@@ -69,7 +69,7 @@ void intra_grad_mma(const Shape& s, KIn dout, const float* qn, const float* kn, 
                                                                    p.states.data(), p.dh.data(),
                                                                    p.vnew.data(), p.dvn.data(), dq16.data(),
                                                                    dk16.data(), p.dW.data(), p.gsum, dg, s.HK,
-                                                                   s.HV, dq);
+                                                                   s.HV, dq, nullptr);
               });
   // Rows the kernel writes (those of the chunks) are widened; the others keep what the caller put there.
   for (int c = 0; c < s.nchunks; ++c)

@@ -8,16 +8,24 @@ alignas(16) unsigned char gdn_smem[232448];
 #include "gdn/chunk_prep_mma.cu"
 #include "gdn/emu/emu_api.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace deltatune::kernels::gdn_emu {
 void prep_mma(const Shape& s, const float* q, const float* k, float scale, const GdnNormOut* nout, KIn v,
               const float* g, KIn beta, float* W, float* U, float* M, float* Gc, float* Tout,
-              const GdnScanBf16* b16, const float* states, float* vnew, int64_t T, bool qk_bf16) {
+              const GdnScanBf16* b16, const float* states, float* vnew, int64_t T, bool qk_bf16,
+              const float* vkept, float* odd) {
   const GdnNormOut no = nout ? *nout : GdnNormOut{};
   const GdnScanBf16 h = b16 ? *b16 : GdnScanBf16{};
-  // The kept states as the forward scan writes them (bf16), V' widened back.
-  std::vector<bf16> st16 =
-      states ? to_bf16(states, int64_t(s.nchunks) * s.HV * s.dk * s.dv) : std::vector<bf16>{};
+  // The kept states as the forward scan writes them (bf16; half states: the even chunks'), V' widened back.
+  const int64_t mat = int64_t(s.dk) * s.dv;
+  const int nslots = odd ? (s.nchunks + 1) / 2 : s.nchunks;
+  std::vector<bf16> st16 = states ? to_bf16(states, nslots * s.HV * mat) : std::vector<bf16>{};
   std::vector<bf16> vn16(vnew ? size_t(T) * s.HV * s.dv : 0, __float2bfloat16_rn(0.f));
+  const std::vector<bf16> vk16 = vkept ? to_bf16(vkept, T * s.HV * s.dv) : std::vector<bf16>{};
+  const bf16 bnan = __float2bfloat16_rn(std::nanf(""));
+  std::vector<bf16> odd16(odd ? size_t(std::max(s.nchunks / 2, 1)) * s.HV * mat : 0, bnan);  // never empty
   // qk_bf16: q and k (bf16-exact values) passed as BF16, which takes the RAW kernel when v is BF16 too.
   const int64_t nqk = qk_bf16 ? s.chunks[2 * (s.nchunks - 1)] + s.chunks[2 * s.nchunks - 1] : 0;
   const std::vector<bf16> q16 = qk_bf16 ? to_bf16(q, nqk * s.HK * s.dk) : std::vector<bf16>{},
@@ -33,9 +41,13 @@ void prep_mma(const Shape& s, const float* q, const float* k, float scale, const
                                              static_cast<bf16*>(h.M), static_cast<bf16*>(h.T),
                                              states ? st16.data() : nullptr, vnew ? vn16.data() : nullptr,
                                              static_cast<const bf16*>(h.T_kept), h.image,
-                                             static_cast<bf16*>(h.U));
+                                             static_cast<bf16*>(h.U), odd ? odd16.data() : nullptr,
+                                             odd ? vk16.data() : nullptr, odd ? s.chunk_off : nullptr,
+                                             odd ? s.nseq : 0);
   });
   if (vnew) from_bf16(vn16, vnew);
+  if (odd) std::transform(odd16.begin(), odd16.begin() + size_t(s.nchunks / 2) * s.HV * mat, odd,
+                          [](bf16 x) { return __bfloat162float(x); });
 }
 
 std::vector<float> l2_rows(const std::vector<float>& x, float scale, std::vector<float>* rho) {

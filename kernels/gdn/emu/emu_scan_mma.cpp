@@ -33,7 +33,8 @@ void scan_mma(const Shape& s, int bv, bool pf, const float* qn, const float* kn,
       gdn_chunk_scan_mma_kernel<BV, PF, WITH_O, B16>(
           qn, kn, W, U, M, Gc, s.chunks, s.chunk_off, o, states ? st16.data() : nullptr,
           vnew ? vn16.data() : nullptr, s.HK, s.HV, static_cast<const bf16*>(h.W),
-          static_cast<const bf16*>(h.Kd), static_cast<const bf16*>(h.Q), static_cast<const bf16*>(h.M));
+          static_cast<const bf16*>(h.Kd), static_cast<const bf16*>(h.Q), static_cast<const bf16*>(h.M),
+          h.states_even);
     });
   });
   if (!found) {

@@ -9,6 +9,7 @@
 // `/tmp/gdn_emu b16`: only the prep's bf16 scan operands and the scan that copies them;
 // `/tmp/gdn_emu dscan`: only the tensor-core reverse scan's checks;
 // `/tmp/gdn_emu vnew`: only the backward's prep from kept chunk-start states;
+// `/tmp/gdn_emu half`: only the even-states scan and the backward's prep from half the states and V';
 // `/tmp/gdn_emu prep`: only the tensor-core prep vs the FMA prep;
 // `/tmp/gdn_emu bwd`: only the tensor-core backward (state products + intra, WY) vs the FMA backward.)
 #include <cuda_bf16.h>
@@ -569,6 +570,89 @@ static int vnew_prep_checks() {
   return fails;
 }
 
+// ---- half states (GdnHalfStates): the forward scan keeping the even chunks' states only, and the backward's
+// prep forming the odd ones from them and the kept V' ------ the even-only scan's states and V' must equal the
+// full scan's bit for bit; the prep's odd states vs the FMA forward's (nmse target 2e-5: they carry the bf16
+// roundings of the kept S_c and V'_c once more than the scan's own), zeros exactly where a sequence starts;
+// its W and M as the prep's without half states (W vs the forward's ≤ 1e-5, M bit for bit).
+static int half_states_checks() {
+  using bf = __nv_bfloat16;
+  int fails = 0;
+  for (const ScanShape& cs : scan_shapes()) {
+    ScanRef r(cs, 9);
+    const gdn_emu::Shape& s = r.s;
+    const Inputs& in = r.in;
+    const int64_t T = r.T, HK = r.HK, HV = r.HV;
+    const int nch = r.nchunks;
+    constexpr int dk = ScanRef::dk;
+    const int64_t mat = int64_t(dk) * dk;
+    std::printf("half states: %s (T %lld, %d chunks, HK %lld, HV %lld)\n", cs.name, (long long)T, nch,
+                (long long)HK, (long long)HV);
+    const bf bnan = __float2bfloat16_rn(std::nanf(""));
+    std::vector<bf> Wf(T * HV * dk, bnan), Kf(T * HV * dk, bnan), Mf(r.M.size(), bnan), Tf(r.M.size(), bnan);
+    std::vector<bf> Wb(T * HV * dk, bnan), Mb(r.M.size(), bnan);
+    GdnScanBf16 b16f{Wf.data(), Kf.data(), nullptr, Mf.data(), Tf.data()};
+    const float nan = std::nanf(""), qscale = 1.f / std::sqrt(float(dk));
+    F U(r.U.size()), Gc(r.Gc.size()), Gc2(r.Gc.size());
+    gdn_emu::prep_mma(s, in.q.data(), in.k.data(), qscale, nullptr, in.vi(), in.g.data(), in.bi(), nullptr,
+                      U.data(), nullptr, Gc.data(), nullptr, &b16f, nullptr, nullptr, 0, true);
+    F st_all(r.states.size(), nan), vn_all(r.vnew.size(), nan);
+    F st_even(r.states.size(), nan), vn_even(r.vnew.size(), nan);
+    gdn_emu::scan_mma(s, 32, false, in.qn.data(), in.kn.data(), nullptr, U.data(), nullptr, Gc.data(), KOut{},
+                      st_all.data(), vn_all.data(), &b16f);
+    GdnScanBf16 b16e = b16f;
+    b16e.states_even = true;
+    gdn_emu::scan_mma(s, 32, false, in.qn.data(), in.kn.data(), nullptr, U.data(), nullptr, Gc.data(), KOut{},
+                      st_even.data(), vn_even.data(), &b16e);
+    int64_t scan_diff = std::memcmp(vn_all.data(), vn_even.data(), vn_all.size() * 4) != 0;
+    for (int c = 0; c < nch; c += 2)
+      scan_diff += std::memcmp(&st_all[c * HV * mat], &st_even[(c / 2) * HV * mat], HV * mat * 4) != 0;
+    // The backward's prep with the kept T, the even states and V'.
+    GdnScanBf16 b16b{Wb.data(), nullptr, nullptr, Mb.data(), nullptr, Tf.data()};
+    F odd(std::max<int64_t>(nch / 2, 1) * HV * mat, nan);  // never empty: its pointer selects the variant
+    gdn_emu::prep_mma(s, in.q.data(), in.k.data(), qscale, nullptr, in.vi(), in.g.data(), in.bi(), nullptr,
+                      nullptr, nullptr, Gc2.data(), nullptr, &b16b, st_even.data(), nullptr, T, true,
+                      vn_all.data(), odd.data());
+    F got, ref;  // the odd chunks that continue a sequence
+    int64_t zero_bad = 0;
+    for (int c = 1; c < nch; c += 2) {
+      bool first = false;
+      for (int n = 0; n < s.nseq; ++n) first |= s.chunk_off[n] == c;
+      for (int64_t e = 0; e < HV * mat; ++e) {
+        const float x = odd[(c / 2) * HV * mat + e];
+        if (first) zero_bad += x != 0.f;
+        else got.push_back(x), ref.push_back(r.states[c * HV * mat + e]);
+      }
+    }
+    int64_t mchanged = 0;
+    for (size_t i = 0; i < Mf.size(); ++i) mchanged += std::memcmp(&Mf[i], &Mb[i], 2) != 0;
+    mchanged += std::memcmp(Gc.data(), Gc2.data(), Gc.size() * 4) != 0;
+    auto widen = [](const std::vector<bf>& x) {
+      F y(x.size());
+      for (size_t i = 0; i < x.size(); ++i) y[i] = __bfloat162float(x[i]);
+      return y;
+    };
+    int bad = 0, bad2 = 0;
+    const double e_odd = got.empty() ? 0.0 : nmse(got, ref, &bad), e_w = nmse(widen(Wb), widen(Wf), &bad2);
+    // For scale: the scan's own (bf16) states at the same chunks vs the FMA forward's.
+    F own;
+    for (int c = 1; c < nch; c += 2)
+      for (int64_t e = 0; e < HV * mat; ++e) own.push_back(st_all[c * HV * mat + e]);
+    int bad3 = 0;
+    F ref_all;
+    for (int c = 1; c < nch; c += 2)
+      for (int64_t e = 0; e < HV * mat; ++e) ref_all.push_back(r.states[c * HV * mat + e]);
+    const double e_own = own.empty() ? 0.0 : nmse(own, ref_all, &bad3);
+    const bool fail = scan_diff || zero_bad || mchanged || bad || bad2 || !(e_odd <= 2e-5) || !(e_w <= 1e-5);
+    std::printf("  even-only scan differs %lld; odd states nmse vs FMA %.3e (the scan's own %.3e, %zu values), "
+                "non-zero at sequence starts %lld; W vs the forward's %.3e; M/Gc changed %lld%s\n",
+                (long long)scan_diff, e_odd, e_own, got.size(), (long long)zero_bad, e_w, (long long)mchanged,
+                fail ? "  FAIL" : "");
+    fails += fail;
+  }
+  return fails;
+}
+
 // ---- tensor-core backward (chunk_bwd_mma.cu) vs the FMA backward (chunk_bwd.cu)
 // ----------------------------
 namespace bwd_mma {
@@ -721,6 +805,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "noout") return no_output_scan_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "b16") return b16_scan_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "vnew") return vnew_prep_checks() ? 1 : 0;
+  if (argc > 1 && std::string(argv[1]) == "half") return half_states_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "prep") return prep_mma_check() ? 1 : 0;
   const bool bwd_only = argc > 1 && std::string(argv[1]) == "bwd";
   const int prep_fails = bwd_only ? 0 : prep_mma_check();

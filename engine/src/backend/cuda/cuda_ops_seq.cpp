@@ -229,7 +229,11 @@ GdnChunks CudaBackend::gdn_chunks(const SeqLayout& seq) {
 // per-chunk scratch of spec §4.2 (W, M, G, T, chunk-start states, V').
 struct CudaGdnSaved final : Backend::GdnSaved {
   Tensor qn, kn, rq, rk, W, M, Gc, Tm, states, vnew;
+  Tensor states_odd;   // the backward's: the odd chunks' states, formed from the kept even ones (half_states)
   bool image = false;  // the backward's W, M are operand images (the wgmma reverse scan)
+  // GdnKeep::States of bf16 q, k, v: `states` holds the even chunks' states only and V' (`vnew`) is kept too
+  // (kernels/gdn/gdn.cuh, GdnHalfStates): the backward's prep then forms no U and no V'.
+  bool half_states = false;
   GdnChunks ch;
   bool mma = false;          // tensor-core path: W, M, Tm, states, vnew are BF16
   bool states_only = false;  // GdnKeep::States: only `states`, `Tm` (and ch) kept; the rest is recomputed
@@ -312,6 +316,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   constexpr int64_t C = kernels::kGdnChunk;
   check(r->mma || scratch != GdnScratch::States, "internal: gdn states-only keep needs the tensor-core path");
   r->states_only = scratch == GdnScratch::States;
+  r->half_states = r->states_only && gdn_reads_raw_qk(q, k) && v.dtype == DType::BF16 &&
+                   !std::getenv("DT_GDN_FULL_STATES");
   const DType st = r->mma ? DType::BF16 : DType::F32;
   const int nseq = static_cast<int>(seq.num_seqs());
   // The wgmma scan (Hopper, the forward with output) reads W, K̂, Q̂, M as per-chunk operand images and U in bf16;
@@ -323,8 +329,9 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   r->M = alloc({r->ch.n, d.HV, C, C}, st);
   r->Gc = alloc({d.T, d.HV}, DType::F32);
   if (for_backward || scratch == GdnScratch::States) r->Tm = alloc({r->ch.n, d.HV, C, C}, st);
-  if (for_backward) r->vnew = alloc({d.T, d.HV, d.dv}, st);
-  if (scratch != GdnScratch::None) r->states = alloc({r->ch.n, d.HV, d.dk, d.dv}, st);
+  if (for_backward || r->half_states) r->vnew = alloc({d.T, d.HV, d.dv}, st);
+  if (scratch != GdnScratch::None)
+    r->states = alloc({r->half_states ? (r->ch.n + 1) / 2 : r->ch.n, d.HV, d.dk, d.dv}, st);
   const int nch = static_cast<int>(r->ch.n);
   const kernels::KOut ko = o ? kout(*o, "gdn o") : kernels::KOut{};
   if (!r->mma) {
@@ -348,6 +355,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
     b16.Q = Qb.data;
   }
   if (r->Tm.defined()) b16.T = r->Tm.data;
+  b16.states_even = r->half_states;
   // The backward's recompute (no output) also has the prep write ρ (and, for inputs that are not bf16, q̂ and
   // k̂) for the backward's other kernels.
   const kernels::GdnNormOut nout =
@@ -360,8 +368,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   cuda_check(kernels::launch_gdn_chunk_scan_mma(nullptr, nullptr, nullptr, image ? nullptr : fptr(U), nullptr,
                                                 fptr(r->Gc), iptr(r->ch.chunks), iptr(r->ch.off), nseq, ko,
                                                 r->states.defined() ? r->states.data : nullptr,
-                                                for_backward ? r->vnew.data : nullptr, d.HK, d.HV, d.dk, d.dv,
-                                                s, &b16),
+                                                r->vnew.defined() ? r->vnew.data : nullptr, d.HK, d.HV, d.dk,
+                                                d.dv, s, &b16),
              "gdn_fwd (chunk scan)");
   return r;
 }
@@ -432,14 +440,22 @@ void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, cons
   f.W = f.image ? alloc({f.ch.n, d.HV, C, d.dk}, DType::BF16) : alloc({d.T, d.HV, d.dk}, DType::BF16);
   f.M = alloc({f.ch.n, d.HV, C, C}, DType::BF16);
   f.Gc = alloc({d.T, d.HV}, DType::F32);
-  f.vnew = alloc({d.T, d.HV, d.dv}, DType::BF16);
+  kernels::GdnHalfStates half;
+  if (f.half_states) {  // V' kept: the prep forms the odd chunks' states instead
+    f.states_odd = alloc({std::max<int64_t>(f.ch.n / 2, 1), d.HV, d.dk, d.dv}, DType::BF16);
+    half.vnew = f.vnew.data, half.odd = f.states_odd.data;
+    half.chunk_off = iptr(f.ch.off), half.nseq = static_cast<int>(f.ch.off.numel() - 1);
+  } else {
+    f.vnew = alloc({d.T, d.HV, d.dv}, DType::BF16);
+  }
   kernels::GdnScanBf16 b16;
   b16.W = f.W.data, b16.M = f.M.data, b16.T_kept = f.Tm.data, b16.image = f.image;
   cuda_check(
       kernels::launch_gdn_chunk_prep_mma(
           kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f, !gdn_reads_raw_qk(q, k)),
           kin(v, "gdn v"), gates, iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr, nullptr,
-          fptr(f.Gc), nullptr, d.HK, d.HV, d.dk, d.dv, stream(), &b16, f.states.data, f.vnew.data),
+          fptr(f.Gc), nullptr, d.HK, d.HV, d.dk, d.dv, stream(), &b16, f.states.data,
+          f.half_states ? nullptr : f.vnew.data, f.half_states ? &half : nullptr),
       "gdn_bwd (chunk prep from the kept states)");
   f.states_only = false;
 }
@@ -577,6 +593,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       b.dqh16 = dq_fused ? nullptr : dqh.data, b.dkh16 = dkh.data;
       if (dq_fused) b.dq = kout(dq, "gdn dq");
       b.image = f->image;
+      b.states_odd16 = f->states_odd.defined() ? f->states_odd.data : nullptr;
       cuda_check(kernels::launch_gdn_chunk_bwd_mma(kin(dout, "gdn dout"), qk, kin(v, "gdn v"), gates,
                                                    iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
                                                    fptr(f->Gc), b, fptr(gsum), dk_part.data,
@@ -595,6 +612,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
                  "gdn_bwd (chunked core)");
     }
     f->states = Tensor();  // consumed: W now holds dW
+    f->states_odd = Tensor();
   }
   if (!raw_gates && dg32.defined()) copy(*gout.dg, dg32);
   if (!raw_gates && db32.defined()) copy(*gout.dbeta, db32);
