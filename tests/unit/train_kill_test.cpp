@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "deltatune/experiment_store.h"
@@ -95,6 +96,89 @@ TEST(TrainKill, SigkillAtRandomMomentsNeverLosesTheRun) {
   ASSERT_EQ(m.size(), 40u);
   for (size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i].step, static_cast<int64_t>(i + 1));
   EXPECT_TRUE(fs::exists(dir / "out" / "adapter_model.safetensors"));
+  fs::remove_all(dir);
+}
+
+// Two `train --resume` of the same run started together: exactly one trains, the other fails at once
+// saying the run is running (or already finished, when it came late), and the run ends with each step's
+// metrics once. The run is claimed atomically in the database before anything is loaded, so this holds
+// however the two processes are scheduled.
+TEST(TrainKill, TwoResumesOfOneRunRacingTrainItOnce) {
+  if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
+  const fs::path demo = fs::path(DT_SOURCE_DIR) / "resources" / "demo";
+  const fs::path dir = fs::temp_directory_path() / ("dt_race_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ostringstream y;
+  y << "base_model: " << (demo / "model").string() << "\n"
+    << "datasets:\n  - path: " << (demo / "data" / "demo_chat.jsonl").string() << "\n"
+    << "sequence_len: 64\nsample_packing: true\nmicro_batch_size: 1\nmax_steps: 4\nsave_steps: 2\n"
+    << "backend: cpu\noutput_dir: " << (dir / "out").string() << "\n"
+    << "dataset_prepared_path: " << (dir / "cache").string() << "\nlora_target_groups: [attn]\n";
+  const std::string db = (dir / "db.sqlite").string();
+  std::string id;
+  {
+    ExperimentStore store(db);
+    RunRecord r;
+    r.status = "crashed";  // as a killed run is found: resumable, no checkpoint yet
+    r.config_yaml = y.str();
+    r.output_dir = (dir / "out").string();
+    id = store.create_run(r);
+  }
+  const std::string cli = DT_CLI_PATH;
+  const pid_t a = spawn({cli, "train", "--db", db, "--resume", id}, dir / "a.txt");
+  const pid_t b = spawn({cli, "train", "--db", db, "--resume", id}, dir / "b.txt");
+  const int ra = wait_exit(a), rb = wait_exit(b);
+  EXPECT_TRUE((ra == 0 && rb == 1) || (ra == 1 && rb == 0)) << "exit codes " << ra << ", " << rb;
+  std::ifstream loser(dir / (ra == 0 ? "b.txt" : "a.txt"));
+  const std::string msg((std::istreambuf_iterator<char>(loser)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(msg.find("is still running (pid") != std::string::npos ||
+              msg.find("already finished") != std::string::npos)
+      << msg;
+  ExperimentStore store(db);
+  EXPECT_EQ(store.integrity_check(), "ok");
+  EXPECT_EQ(store.find_run(id)->status, "finished");
+  const auto m = store.metrics(id);
+  ASSERT_EQ(m.size(), 4u) << "both resumes trained";
+  for (size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i].step, static_cast<int64_t>(i + 1));
+  for (const auto& [step, path] : checkpoint_list((dir / "out").string())) EXPECT_NO_THROW(checkpoint_load(path));
+  fs::remove_all(dir);
+}
+
+// The claim of a resume: a live owner refuses a second claim; a failed resume gives the run back with the
+// status it had; a dead owner's run may be claimed.
+TEST(TrainKill, ClaimRunIsExclusiveAndReleasable) {
+  const fs::path dir = fs::temp_directory_path() / ("dt_claim_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ExperimentStore store((dir / "db.sqlite").string());
+  RunRecord r;
+  r.status = "cancelled";
+  const std::string id = store.create_run(r);
+  const RunRecord before = store.claim_run(id, ::getpid());
+  EXPECT_EQ(before.status, "cancelled");
+  EXPECT_EQ(store.find_run(id)->status, "running");
+  try {
+    store.claim_run(id, ::getpid());
+    ADD_FAILURE() << "a second claim of a run owned by a live process succeeded";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("is still running (pid " + std::to_string(::getpid())), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(store.release_run(before, ::getpid()));
+  EXPECT_EQ(store.find_run(id)->status, "cancelled");
+  // Owned by a process that is gone: claimable, and put back as crashed.
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  store.claim_run(id, dead);
+  const RunRecord again = store.claim_run(id, ::getpid());
+  EXPECT_EQ(again.status, "crashed");
+  EXPECT_FALSE(store.release_run(again, dead)) << "only the owner may give the run back";
+  EXPECT_TRUE(store.release_run(again, ::getpid()));
+  EXPECT_EQ(store.find_run(id)->status, "crashed");
+  store.set_status(id, "finished");
+  EXPECT_THROW(store.claim_run(id, ::getpid()), std::exception);
   fs::remove_all(dir);
 }
 

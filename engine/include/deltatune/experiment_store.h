@@ -68,6 +68,14 @@ class ExperimentStore {
   void add_tag(const std::string& run_id, const std::string& tag);
   // Marks runs left `running` by a dead process as `crashed`; returns how many.
   int mark_crashed_runs();
+  // Takes run `run_id` over for process `pid` (a resume): status running, finished_at cleared, the owner
+  // re-recorded. One transaction, so of two processes resuming the same run at once exactly one gets it;
+  // the other throws naming the owner. Throws when the run is finished, or running in a live process.
+  // Returns the record as it was before (its status is what release_run puts back).
+  RunRecord claim_run(const std::string& run_id, int64_t pid);
+  // Undoes claim_run when the resume could not start: status and finished_at as in `before`, but only
+  // while `pid` still owns the run. Returns whether it did.
+  bool release_run(const RunRecord& before, int64_t pid);
 
   // Also keeps the run's steps / final_loss / best_eval_loss / total_steps current.
   void add_metrics(const std::string& run_id, const StepMetrics& m);

@@ -445,6 +445,49 @@ int ExperimentStore::mark_crashed_runs() {
   return marked;
 }
 
+RunRecord ExperimentStore::claim_run(const std::string& run_id, int64_t pid) {
+  std::lock_guard lock(impl_->mutex);
+  // BEGIN IMMEDIATE takes the write lock before the read: a second claimer waits here and then sees
+  // this one's `running`.
+  SqliteTransaction tx(impl_->db);
+  RunRecord before;
+  std::string host, boot, start;
+  {
+    SqliteStmt s(impl_->db, std::string("SELECT ") + kRunColumns + ", host, boot_id, pid_start FROM runs WHERE id = ?");
+    s.bind(1, run_id);
+    check(s.step(), "experiment database '" + path() + "': no run with id '" + run_id + "'");
+    before = read_run(s);
+    host = s.text(17);
+    boot = s.text(18);
+    start = s.text(19);
+  }
+  check(before.status != "finished", "--resume: run " + run_id + " already finished; nothing to resume");
+  if (before.status == "running") {
+    const ProcessState ps = process_state(before.pid, host, boot, start);
+    check(ps == ProcessState::Dead,
+          "--resume: run " + run_id + " is still running (pid " + std::to_string(before.pid) +
+              (ps == ProcessState::Unknown ? " on another machine" : "") +
+              "); stop it first, or wait for it to end");
+    before.status = "crashed";  // its process is gone: what it is put back to if this resume fails
+  }
+  SqliteStmt u(impl_->db,
+               "UPDATE runs SET status = 'running', finished_at = '', pid = ?, host = ?, boot_id = ?, "
+               "pid_start = ? WHERE id = ?");
+  u.bind(1, pid).bind(2, host_id()).bind(3, boot_id()).bind(4, process_start_time(pid)).bind(5, run_id).run();
+  tx.commit();
+  before.tags = impl_->tags_of(run_id);
+  return before;
+}
+
+bool ExperimentStore::release_run(const RunRecord& before, int64_t pid) {
+  std::lock_guard lock(impl_->mutex);
+  check_status(before.status);
+  SqliteStmt s(impl_->db,
+               "UPDATE runs SET status = ?, finished_at = ? WHERE id = ? AND status = 'running' AND pid = ?");
+  s.bind(1, before.status).bind(2, before.finished_at).bind(3, before.id).bind(4, pid).run();
+  return impl_->db.changes() == 1;
+}
+
 void ExperimentStore::add_metrics(const std::string& run_id, const StepMetrics& m) {
   std::lock_guard lock(impl_->mutex);
   SqliteTransaction tx(impl_->db);

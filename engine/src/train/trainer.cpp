@@ -121,9 +121,9 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
     check(store != nullptr, "--resume needs the experiment database");
     resumed = store->find_run(topts.resume_run);
     check(resumed.has_value(), "--resume: no run '" + topts.resume_run + "' in " + store->path());
-    check(resumed->status != "finished", "--resume: run " + resumed->id + " already finished; nothing to resume");
-    check(resumed->status != "running", "--resume: run " + resumed->id + " is still running (pid " +
-                                            std::to_string(resumed->pid) + ")");
+    // Claimed now, atomically, before anything is loaded: of two resumes of the same run started together
+    // only one gets past here; the other fails without touching the output folder or the metrics.
+    resumed = store->claim_run(resumed->id, static_cast<int64_t>(::getpid()));
     cfg = run_config_from_yaml_string(resumed->config_yaml, ".");
   }
   // A resume that cannot start leaves the run as it was (still resumable once the cause is fixed) and
@@ -136,6 +136,20 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
       // The database itself failing must not hide the reason the resume failed.
     }
   };
+  // Until training starts, any failure gives the claimed run back with its previous status.
+  struct ReleaseUnlessStarted {
+    ExperimentStore* store = nullptr;
+    const RunRecord* before = nullptr;
+    bool started = false;
+    ~ReleaseUnlessStarted() {
+      if (started || !store || !before) return;
+      try {
+        store->release_run(*before, static_cast<int64_t>(::getpid()));
+      } catch (const std::exception&) {
+        // Left running by a process that ends: marked crashed (still resumable) by the next reader.
+      }
+    }
+  } release_guard{store.get(), resumed ? &*resumed : nullptr};
   check(!cfg.base_model.empty(), "run config: base_model is empty (expected a Hugging Face checkpoint folder)");
   check(!cfg.datasets.empty(), "run config: datasets is empty (expected at least one {path, type})");
 
@@ -208,12 +222,8 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
     } else {
       log(LogLevel::Warning, "resuming run " + run_id + ": no checkpoint in " + cfg.output_dir + ", starting over");
     }
+    // The run is ours since claim_run (status running, this pid); the summary follows the truncation.
     store->truncate_metrics(run_id, step);
-    RunRecord r = *resumed;
-    r.status = "running";
-    r.pid = static_cast<int64_t>(::getpid());
-    r.finished_at.clear();
-    store->update_run(r);
   } else if (store) {
     RunRecord r;
     r.name = cfg.run_name.empty() ? fs::path(cfg.output_dir).filename().string() : cfg.run_name;
@@ -230,6 +240,7 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
     r.tags = cfg.tags;
     run_id = store->create_run(r);
   }
+  release_guard.started = true;  // from here on a failure is the run's: marked failed below
   obs.on_started(run_id, total_steps);
   auto event = [&](LogLevel lv, const std::string& m) {
     log(lv, m);
