@@ -33,6 +33,12 @@ std::vector<Golden> load_goldens(const std::string& name) {
   return out;
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << path;
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
 std::string find_qwen3() {
   if (const char* e = std::getenv("DT_QWEN3_TOKENIZER")) return e;
   return "/work/shared/data/tokenizers/qwen3/tokenizer.json";
@@ -94,6 +100,24 @@ TEST(DataTokenizer, Qwen3_5MatchesHF) {
   EXPECT_EQ(tok.token_to_id("<|im_start|>"), 248045);
   EXPECT_EQ(tok.token_to_id("</think>"), 248069);
   EXPECT_EQ(tok.vocab_size(), 248077);
+}
+
+// Code points HF's normalizers treat as unassigned (newer than their Unicode tables) stay where they are:
+// utf8proc alone would move U+20EA before the Kawi conjoiner U+11F42 (class 9 in Unicode 15), compose U+11935
+// U+11930 into U+11938 and, under NFKC, turn U+1FBF0 into "0". Goldens: REGRESSIONS in
+// tests/goldens/tokenizer/corpus.py.
+TEST(DataTokenizer, NormalizerLeavesCodePointsUnknownToHFAlone) {
+  const auto tok = Tokenizer::from_file(kGoldDir + "tiny_qwen.json");
+  for (const std::string s : {"\U00011F42\u20EA", "e\u1AC6\u0316", "\U00011935\U00011930", "x\u0345\u0898"})
+    EXPECT_EQ(tok.decode(tok.encode(s)), s) << nlohmann::json(s).dump();
+  EXPECT_EQ(tok.decode(tok.encode("e\u0316\u0301")), "\u00E9\u0316");   // known marks still normalize
+  EXPECT_EQ(tok.decode(tok.encode("e\u1AC6\u0301")), "e\u1AC6\u0301");  // a starter to HF: blocks é
+  std::string nfkc = nlohmann::json::parse(read_text(kGoldDir + "tiny_qwen.json")).dump();
+  const std::string from = R"("normalizer":{"type":"NFC"})", to = R"("normalizer":{"type":"NFKC"})";
+  ASSERT_NE(nfkc.find(from), std::string::npos);
+  nfkc.replace(nfkc.find(from), from.size(), to);
+  const auto k = Tokenizer::from_json_string(nfkc);
+  EXPECT_EQ(k.decode(k.encode("\U0001FBF0\U0001FBF9 \uFF11")), "\U0001FBF0\U0001FBF9 1");
 }
 
 TEST(DataTokenizer, OffsetsCoverTheText) {

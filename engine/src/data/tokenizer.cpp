@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "data/hf_unicode_overrides.h"
 #include "data/regex_class_overrides.h"
 #include "data/utf8.h"
 
@@ -187,18 +188,42 @@ std::string utf8proc_normalize(std::string_view text, int options) {
   return r;
 }
 
-// utf8proc before 2.9 composes a Hangul LV syllable with a following U+11A7 (T_base, which is not a trailing
-// consonant) and drops the U+11A7; HF keeps both. U+11A7 is a starter that composes with nothing, so
-// normalising the text in pieces that each start at a U+11A7 gives the correct composition.
-std::string compose_around_tbase(std::string_view text, int options) {
-  constexpr std::string_view kTBase = "\xE1\x86\xA7";  // U+11A7
+template <typename Range>
+const Range* find_range(const Range* begin, const Range* end, uint32_t cp) {
+  const Range* hit = std::lower_bound(begin, end, cp, [](const Range& r, uint32_t c) { return r.last < c; });
+  return hit != end && hit->first <= cp ? hit : nullptr;
+}
+
+bool is_normalizer_inert(uint32_t cp) {
+  return cp >= kNormalizerInert[0].first &&
+         find_range(std::begin(kNormalizerInert), std::end(kNormalizerInert), cp) != nullptr;
+}
+static_assert(kNormalizerInert[0].first >= 0x80, "hf_normalize skips ASCII");
+
+// HF's normalizers carry older Unicode tables than utf8proc, and utf8proc < 2.9 drops a U+11A7 after a Hangul
+// LV syllable: the code points of kNormalizerInert (hf_unicode_overrides.h) are unassigned starters to HF (no
+// decomposition, class 0, no composition). Normalizing the text in pieces around them and copying them as
+// they are gives HF's result: a starter that composes with nothing ends every reordering and composition run.
+std::string hf_normalize(std::string_view text, int options) {
   std::string r;
   size_t from = 0;
-  for (size_t at = text.find(kTBase, 1); at != std::string_view::npos; at = text.find(kTBase, at + 1)) {
-    r += utf8proc_normalize(text.substr(from, at - from), options);
-    from = at;
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp = 0;
+    const int n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : utf8_decode(text, i, &cp);
+    if (n <= 0) {
+      ++i;
+      continue;
+    }
+    if (n > 1 && is_normalizer_inert(cp)) {
+      if (i > from) r += utf8proc_normalize(text.substr(from, i - from), options);
+      r.append(text.substr(i, static_cast<size_t>(n)));
+      from = i + static_cast<size_t>(n);
+    }
+    i += static_cast<size_t>(n);
   }
-  return from == 0 ? utf8proc_normalize(text, options) : r + utf8proc_normalize(text.substr(from), options);
+  if (from == 0) return utf8proc_normalize(text, options);
+  if (from < text.size()) r += utf8proc_normalize(text.substr(from), options);
+  return r;
 }
 
 // Unicode White_Space (what Rust's char::is_whitespace tests).
@@ -208,11 +233,16 @@ bool is_unicode_whitespace(uint32_t c) {
          c == 0x3000;
 }
 
+// Rust regex \w, which HF's single_word added tokens test their neighbours with: Alphabetic, marks, decimal
+// digits, connector punctuation, ZWNJ/ZWJ. Categories L, M, Nd, Nl, Pc give it but for kWordCharOverrides.
 bool is_word_char(uint32_t c) {
-  if (c == '_') return true;
+  if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+  if (const auto* o = find_range(std::begin(kWordCharOverrides), std::end(kWordCharOverrides), c))
+    return o->word;
+  if (c == 0x200C || c == 0x200D) return true;
   const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
-         (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
+  return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_ME) || cat == UTF8PROC_CATEGORY_ND ||
+         cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_PC;
 }
 
 constexpr size_t kCacheLimit = 1 << 16;
@@ -484,8 +514,7 @@ std::string Tokenizer::Impl::normalize(std::string_view s) const {
         options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
         break;
     }
-    cur =
-        (options & UTF8PROC_COMPOSE) ? compose_around_tbase(cur, options) : utf8proc_normalize(cur, options);
+    cur = hf_normalize(cur, options);
   }
   return cur;
 }

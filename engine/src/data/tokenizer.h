@@ -6,6 +6,8 @@
 // The regexes run on PCRE2 (10.42: Unicode 14 tables) while HF's Oniguruma knows a newer Unicode: code points
 // whose \p{L} / \p{N} / \p{M} class differs (CJK Ext. H/I, Kawi, Kaktovik numerals, ...; measured against
 // `tokenizers` by scripts/gen_regex_class_overrides.py) are matched as a stand-in of Oniguruma's class.
+// Likewise utf8proc (Unicode 15) knows code points that HF's normalizers treat as unassigned, and HF's
+// single_word test is Rust regex \w: both measured by scripts/gen_hf_unicode_overrides.py.
 #pragma once
 #include <cstdint>
 #include <memory>
