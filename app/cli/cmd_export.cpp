@@ -66,12 +66,16 @@ int cmd_export(const Args& raw) {
       o.adapter_dir = (fs::path(run->output_dir) / ("checkpoint-" + p.get("--checkpoint"))).string();
       check(fs::exists(o.adapter_dir), "export: run " + run->id + " has no checkpoint " + p.get("--checkpoint") +
                                            " (" + o.adapter_dir + ")");
-    } else if (fs::exists(fs::path(run->output_dir) / "adapter_model.safetensors")) {
-      o.adapter_dir = run->output_dir;
     } else {
-      const auto latest = checkpoint_latest(run->output_dir);
-      check(latest.has_value(), "export: run " + run->id + " has no adapter or checkpoint in " + run->output_dir);
-      o.adapter_dir = *latest;
+      // The output folder's adapter is the run's last word only when the run ended by itself (finished, or
+      // stopped: written at that step). A run that crashed after a stop-and-resume has newer checkpoints
+      // than that adapter.
+      const bool has_adapter = fs::exists(fs::path(run->output_dir) / "adapter_model.safetensors");
+      const bool ended = run->status == "finished" || run->status == "cancelled";
+      const auto latest = ended && has_adapter ? std::nullopt : checkpoint_latest(run->output_dir);
+      check(latest.has_value() || has_adapter,
+            "export: run " + run->id + " has no adapter or checkpoint in " + run->output_dir);
+      o.adapter_dir = latest ? *latest : run->output_dir;
     }
   }
   export_adapter(o);

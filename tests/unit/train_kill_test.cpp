@@ -12,10 +12,15 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "deltatune/experiment_store.h"
+#include "deltatune/run_config.h"
+#include "lora/lora.h"
+#include "lora/peft_io.h"
+#include "model/weights.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -179,6 +184,64 @@ TEST(TrainKill, ClaimRunIsExclusiveAndReleasable) {
   EXPECT_EQ(store.find_run(id)->status, "crashed");
   store.set_status(id, "finished");
   EXPECT_THROW(store.claim_run(id, ::getpid()), std::exception);
+  fs::remove_all(dir);
+}
+
+// `deltatune export` killed with SIGKILL at moments spread over its measured duration: the --out folder is
+// absent or a complete adapter (never weights without config, nor temp files only), an earlier export
+// there is either kept whole or replaced whole, and the next export clears the killed ones' leftovers.
+TEST(TrainKill, ExportKilledAtAnyMomentLeavesNoHalfAdapter) {
+  if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
+  const fs::path model = fs::path(DT_SOURCE_DIR) / "resources" / "demo" / "model";
+  const fs::path dir = fs::temp_directory_path() / ("dt_export_kill_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ModelConfig mc;
+  {
+    const ModelWeights w = model_weights_load(model.string());
+    mc = w.config;
+    RunConfig cfg;
+    cfg.lora_r = 64;  // a few MB of weights: a write that takes a while
+    const LoraAdapter a = lora_create(w.config, lora_spec_from_run_config(cfg), 1);
+    peft_adapter_write(a, w.config, peft_class_prefix(w, "auto"), model.string(), (dir / "adapter").string());
+  }
+  const std::string cli = DT_CLI_PATH;
+  auto export_to = [&](const fs::path& out) {
+    return std::vector<std::string>{cli, "export", "--adapter", (dir / "adapter").string(), "--model",
+                                    model.string(), "--out", out.string()};
+  };
+  const std::set<std::string> complete = {"README.md", "adapter_config.json", "adapter_model.safetensors"};
+  auto files_of = [](const fs::path& d) {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(d)) names.insert(e.path().filename().string());
+    return names;
+  };
+  double longest = 0;  // seconds of an undisturbed export on this machine, now
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(wait_exit(spawn(export_to(dir / "probe"), dir / "log.txt")), 0) << "see " << (dir / "log.txt");
+    longest = std::max(longest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  ASSERT_EQ(files_of(dir / "probe"), complete);
+  const int rounds = 24;
+  for (int i = 0; i < rounds; ++i) {
+    const fs::path out = dir / ("e" + std::to_string(i));
+    const bool replace = i % 2 == 1;  // over an earlier export
+    if (replace) fs::copy(dir / "probe", out);
+    const pid_t pid = spawn(export_to(out), dir / "log.txt");
+    std::this_thread::sleep_for(std::chrono::duration<double>(longest * 1.2 * i / rounds));
+    kill(pid, SIGKILL);
+    wait_exit(pid);
+    if (!replace && !fs::exists(out)) continue;
+    ASSERT_TRUE(fs::is_directory(out)) << out;
+    EXPECT_EQ(files_of(out), complete) << "half-written export in " << out << " (killed after "
+                                       << longest * 1.2 * i / rounds << " s)";
+    EXPECT_NO_THROW(peft_adapter_read(out.string(), mc)) << out;
+  }
+  ASSERT_EQ(wait_exit(spawn(export_to(dir / "last"), dir / "log.txt")), 0);
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".partial"), std::string::npos)
+        << "a killed export's leftover was not cleared: " << e.path();
   fs::remove_all(dir);
 }
 

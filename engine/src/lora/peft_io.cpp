@@ -312,7 +312,8 @@ void peft_adapter_write(const LoraAdapter& adapter, const ModelConfig& cfg, cons
   fs::create_directories(dir, ec);
   check(!ec && fs::is_directory(dir), dir + ": cannot create the adapter folder: " + ec.message());
   const fs::path d(dir);
-  safetensors_write((d / kWeightsName).string(), tensors);  // atomic (temp + rename) itself
+  // Each file is atomic (temp + rename); the weights go last, so where adapter_model.safetensors is (the
+  // mark of an adapter folder, e.g. a run's output folder written in place) its config is too.
   write_text_atomic(d / kConfigName, c.dump(2) + "\n");
   const std::string cls = class_prefix == "model." ? "*ForCausalLM (AutoModelForCausalLM)"
                                                    : "*ForConditionalGeneration";
@@ -327,6 +328,7 @@ void peft_adapter_write(const LoraAdapter& adapter, const ModelConfig& cfg, cons
          << (adapter.rslora ? "true" : "false") << ", trainable parameters = " << adapter.trainable_params()
          << ".\nRequires peft >= 0.19.1 when expert parameters are adapted (3-D expert LoRA layout).\n";
   write_text_atomic(d / "README.md", readme.str());
+  safetensors_write((d / kWeightsName).string(), tensors);
 }
 
 // ------------------------------------------------------------------------------------------------ read

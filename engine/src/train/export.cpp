@@ -1,5 +1,16 @@
-// export_adapter: a PEFT adapter folder for the chosen model class, or a merged full checkpoint.
+// export_adapter: a PEFT adapter folder for the chosen model class, or a merged full checkpoint. Both are
+// built in a hidden folder beside the target (".<name>.partial<pid>") and moved into place in one rename,
+// so a kill at any moment leaves the target either as it was or complete; leftovers of killed exports
+// are removed by the next export into the same parent folder.
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "core/error.h"
 #include "deltatune/trainer.h"
@@ -9,6 +20,82 @@
 namespace fs = std::filesystem;
 
 namespace deltatune {
+namespace {
+
+// The files a PEFT export writes: a folder holding only these (and hidden temp files) is an earlier
+// export and may be replaced as a whole.
+const std::set<std::string> kAdapterFiles = {"adapter_model.safetensors", "adapter_config.json", "README.md"};
+
+// "a/b/" -> "a/b": filename() of the target must not be empty.
+fs::path normalized(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
+  return p;
+}
+
+// Removes ".<name>.partial<pid>" folders beside `out` whose process is gone (killed exports).
+void remove_stale_partials(const fs::path& out) {
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.rfind(".partial");
+    if (name[0] != '.' || at == std::string::npos || at == 0 || !e.is_directory(ec)) continue;
+    const std::string digits = name.substr(at + 8);
+    if (digits.empty()) continue;
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long pid = std::stol(digits);
+    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      stale.push_back(e.path());
+  }
+  for (const auto& p : stale) fs::remove_all(p, ec);
+}
+
+void fsync_path(const fs::path& p, bool directory) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Moves the finished folder `tmp` to `out`: a plain rename when `out` is missing or empty, an atomic
+// exchange when `out` holds an earlier adapter export and nothing else. A folder with other files in it
+// keeps them: the adapter files are moved in one by one, the weights last (their presence is what marks
+// a complete adapter).
+void publish(const fs::path& tmp, const fs::path& out) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(tmp)) fsync_path(e.path(), false);
+  fsync_path(tmp, true);
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  auto fail = [&](const std::string& what) {
+    throw Error(out.string() + ": cannot move the exported adapter into place (" + what + ": " +
+                std::strerror(errno) + ")");
+  };
+  if (!fs::exists(out, ec) || (fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
+    if (::rename(tmp.c_str(), out.c_str()) != 0) fail("rename");
+    fsync_path(parent, true);
+    return;
+  }
+  check(fs::is_directory(out, ec), out.string() + ": exists and is not a folder");
+  bool only_adapter = true;
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::string name = e.path().filename().string();
+    if (!kAdapterFiles.count(name) && !(name[0] == '.' && name.find(".tmp") != std::string::npos))
+      only_adapter = false;
+  }
+  if (only_adapter && ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
+    fsync_path(parent, true);
+    fs::remove_all(tmp, ec);  // the earlier export, now under the temporary name
+    return;
+  }
+  for (const char* name : {"README.md", "adapter_config.json", "adapter_model.safetensors"})
+    if (::rename((tmp / name).c_str(), (out / name).c_str()) != 0) fail(std::string("rename of ") + name);
+  fsync_path(out, true);
+  fs::remove_all(tmp, ec);
+}
+
+}  // namespace
 
 void export_adapter(const ExportOptions& opts) {
   check(!opts.model_dir.empty(), "export: the base model folder is not known (pass --model DIR)");
@@ -18,13 +105,29 @@ void export_adapter(const ExportOptions& opts) {
         opts.adapter_dir + ": no adapter_model.safetensors (expected a PEFT adapter folder)");
   check(fs::weakly_canonical(opts.out_dir) != fs::weakly_canonical(opts.adapter_dir),
         "export: --out must differ from the adapter folder");
+  const fs::path out = normalized(opts.out_dir);
+  remove_stale_partials(out);
   if (opts.progress) opts.progress(0.0);
   const ModelWeights base = model_weights_load(opts.model_dir);
   const LoraAdapter adapter = peft_adapter_read(opts.adapter_dir, base.config);
   if (opts.merged) {
-    merged_checkpoint_write(base, adapter, opts.out_dir, opts.progress);
+    merged_checkpoint_write(base, adapter, out.string(), opts.progress);
   } else {
-    peft_adapter_write(adapter, base.config, peft_class_prefix(base, opts.model_class), opts.model_dir, opts.out_dir);
+    std::string name = ".";  // built stepwise: GCC 12 gives a false -Wrestrict on "." + s + "..."
+    name += out.filename().string();
+    name += ".partial";
+    name += std::to_string(::getpid());
+    const fs::path tmp = (out.has_parent_path() ? out.parent_path() : fs::path(".")) / name;
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    try {
+      peft_adapter_write(adapter, base.config, peft_class_prefix(base, opts.model_class), opts.model_dir,
+                         tmp.string());
+      publish(tmp, out);
+    } catch (...) {
+      fs::remove_all(tmp, ec);
+      throw;
+    }
   }
   if (opts.progress) opts.progress(1.0);
 }
