@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tiny Qwen3.5 checkpoints + reference losses/logits from Hugging Face transformers.
 
-Run with /opt/gold/bin/python (transformers 5.23, torch 2.15 CPU, no flash-linear-attention / causal-conv1d /
+Run with /opt/gold/bin/python (`make_checkpoints.py [NAME...]` remakes only those models; transformers 5.23, torch 2.15 CPU, no flash-linear-attention / causal-conv1d /
 kernels, so HF runs its PyTorch GDN path: torch_chunk_gated_delta_rule + F.conv1d). Writes
 tests/goldens/models/<name>/ with config.json, safetensors, golden_eval.jsonl and golden_eval.json.
 
@@ -22,6 +22,13 @@ Models (all weights random, including every norm, A_log, dt_bias and conv tap: z
                   (mlp.experts.{e}.{gate,up,down}_proj.weight, 2-D), which is what HF 5.23's save_pretrained
                   writes for MoE models; HF loads it through its qwen2_moe converter, and the script checks the
                   same weights in the fused layout give identical logits.
+  moe_vl_quirks   Qwen3_5MoeForConditionalGeneration (tiny vision tower), F32, tied, H 32, 3 layers [full, lin, lin]
+                  (full attention first), nKV 1 of nH 4 (GQA 4), hd 16 with full rotary, HK 1 / HV 4 (GVA r=4),
+                  dk 32 != dv 8, conv K 2, E 4 top-1, shared_expert_intermediate_size 0 (HF builds a
+                  zero-width shared expert: it adds nothing), rms_norm_eps 1e-5, hidden_act "swish" (SiLU in
+                  HF's ACT2FN). The vision tower is stored under the older top-level `visual.*` prefix (HF
+                  loads it); fake `mtp.*` tensors; text_config has both `rope_parameters` and a legacy
+                  `rope_scaling` dict, and HF lets `rope_scaling` win (theta 5000, partial factor 1.0).
 Official MoE checkpoints store experts fused ([E, 2Ie, H] `experts.gate_up_proj`, [E, H, Ie] `experts.down_proj`),
 so moe_tied is rewritten into that layout after saving (and checked against the in-memory model).
 
@@ -46,7 +53,9 @@ from transformers import (
     Qwen3_5Config,
     Qwen3_5ForCausalLM,
     Qwen3_5ForConditionalGeneration,
+    Qwen3_5MoeConfig,
     Qwen3_5MoeForCausalLM,
+    Qwen3_5MoeForConditionalGeneration,
     Qwen3_5MoeTextConfig,
     Qwen3_5TextConfig,
 )
@@ -347,6 +356,68 @@ def make_moe_per_expert():
         "hf_text_params": n_params, "tied": False, "checkpoint_dtype": "F32", "fused_expert_probes": probes})
 
 
+def make_moe_vl_quirks():
+    path = fresh("moe_vl_quirks")
+    torch.manual_seed(5)
+    text = common_text(
+        num_hidden_layers=3, layer_types=["full_attention", "linear_attention", "linear_attention"],
+        num_attention_heads=4, num_key_value_heads=1, head_dim=16, linear_num_key_heads=1, linear_num_value_heads=4,
+        linear_key_head_dim=32, linear_value_head_dim=8, linear_conv_kernel_dim=2, rms_norm_eps=1e-5,
+        hidden_act="swish", num_experts=4, num_experts_per_tok=1, moe_intermediate_size=24,
+        shared_expert_intermediate_size=0, hidden_size=32, tie_word_embeddings=True,  # both classes tie
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32, patch_size=2,
+                  temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16, in_channels=3)
+    cfg = Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=True)
+    cfg._attn_implementation = "eager"
+    model = Qwen3_5MoeForConditionalGeneration(cfg).float()
+    with torch.no_grad():  # zero-width shared expert: nothing to randomise there (std of in=0 is undefined)
+        for layer in model.model.language_model.layers:
+            layer.mlp.shared_expert.down_proj.weight.data = torch.zeros(32, 1)
+    randomise(model, 505)
+    for layer in model.model.language_model.layers:
+        layer.mlp.shared_expert.down_proj.weight.data = torch.zeros(32, 0)
+    model.save_pretrained(path)
+    g = torch.Generator().manual_seed(6)
+
+    def quirks(t):
+        with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
+            assert f.get_slice("model.language_model.layers.0.mlp.shared_expert.gate_proj.weight").get_shape() == [0, 32]
+        t = fuse_experts(t, 4)
+        t = {("visual." + k[len("model.visual."):] if k.startswith("model.visual.") else k): v for k, v in t.items()}
+        t["mtp.fc.weight"] = torch.randn(32, 64, generator=g)
+        t["mtp.layers.0.mlp.experts.gate_up_proj"] = torch.randn(4, 8, 32, generator=g)
+        return t
+    rewrite_safetensors(os.path.join(path, "model.safetensors"), quirks)
+
+    def rope_scaling(c):
+        c["text_config"]["rope_scaling"] = {"rope_type": "default", "rope_theta": 5000.0, "partial_rotary_factor": 1.0}
+    edit_config(path, rope_scaling)
+
+    rows = make_sequences(512, 55)
+    m = load(Qwen3_5MoeForConditionalGeneration, path)
+    rp = m.config.text_config.rope_parameters
+    assert rp["rope_theta"] == 5000.0 and rp["partial_rotary_factor"] == 1.0, rp
+    assert m.lm_head.weight.data_ptr() == m.model.language_model.embed_tokens.weight.data_ptr()
+    golden, logits = run_golden(m, rows)
+    # The vision tower came back from the top-level visual.* keys (nothing random in the text model).
+    mem = dict(model.named_parameters())
+    for k, v in m.named_parameters():
+        assert torch.equal(v, mem[k]), k
+    txt = load(AutoModelForCausalLM, path)
+    assert type(txt).__name__ == "Qwen3_5MoeForCausalLM", type(txt)
+    _, logits_txt = run_golden(txt, rows)
+    assert torch.allclose(logits, logits_txt, atol=1e-5), (logits - logits_txt).abs().max()
+    write_outputs(path, rows, golden, {
+        "model": "moe_vl_quirks", "hf_class": "Qwen3_5MoeForConditionalGeneration (checked equal to Qwen3_5MoeForCausalLM)",
+        "hf_text_params": sum(p.numel() for p in txt.parameters()), "tied": True, "checkpoint_dtype": "F32"})
+
+
+MAKERS = {"dense_vl": make_dense_vl, "moe_tied": make_moe_tied, "dense_bf16": make_dense_bf16,
+          "moe_per_expert": make_moe_per_expert, "moe_vl_quirks": make_moe_vl_quirks}
+
+
 def main():
     try:
         import fla  # noqa: F401
@@ -355,10 +426,8 @@ def main():
         pass
     torch.set_num_threads(2)
     os.makedirs(OUT, exist_ok=True)
-    make_dense_vl()
-    make_moe_tied()
-    make_dense_bf16()
-    make_moe_per_expert()
+    for name in sys.argv[1:] or MAKERS:  # names: only those models (default: all)
+        MAKERS[name]()
     for name in sorted(d for d in os.listdir(OUT) if os.path.isdir(os.path.join(OUT, d))):
         size = sum(os.path.getsize(os.path.join(OUT, name, f)) for f in os.listdir(os.path.join(OUT, name)))
         print(f"{name}: {size / 1e6:.2f} MB")

@@ -145,6 +145,50 @@ TEST(IoConfig, LegacyRopeKeysAndInterval) {
   EXPECT_EQ(c.layer_types.back(), LayerKind::FullAttention);
 }
 
+// What transformers' Qwen3.5 configs do with the same file (found by fuzzing random HF checkpoints).
+TEST(IoConfig, HfQuirks) {
+  // A non-empty legacy rope_scaling dict replaces rope_parameters (convert_rope_params_to_dict); an empty one
+  // does not.
+  json j = flat_dense();
+  j["rope_scaling"] = {{"rope_type", "default"}, {"rope_theta", 5000.0}, {"partial_rotary_factor", 1.0}};
+  ModelConfig c = parse(j);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 5000.0);
+  EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 1.0);
+  j["rope_scaling"] = json::object();
+  c = parse(j);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.25);
+  j["rope_scaling"] = nullptr;
+  EXPECT_DOUBLE_EQ(parse(j).rope_theta, 1e6);
+  // "swish" is SiLU in HF's ACT2FN.
+  j["hidden_act"] = "swish";
+  EXPECT_NO_THROW(parse(j));
+  j["attention_bias"] = false;
+  EXPECT_NO_THROW(parse(j));
+  // A zero-width shared expert is valid in HF (it adds nothing).
+  json m = flat_moe();
+  m["shared_expert_intermediate_size"] = 0;
+  c = parse(m);
+  EXPECT_EQ(c.shared_intermediate, 0);
+  EXPECT_FALSE(c.has_shared_expert());
+  EXPECT_TRUE(parse(flat_moe()).has_shared_expert());
+  m["shared_expert_intermediate_size"] = -1;
+  expect_error(m, {"shared_expert_intermediate_size", "-1", ">= 0"});
+}
+
+// Settings HF runs but whose math we do not implement: refused, naming the field and what is supported.
+TEST(IoConfig, UnsupportedMathIsRefused) {
+  json j = flat_dense();
+  j["hidden_act"] = "gelu";
+  expect_error(j, {"field hidden_act", "gelu", "only \"silu\""});
+  json text = flat_dense();
+  text["hidden_act"] = "gelu_pytorch_tanh";
+  expect_error(json{{"model_type", "qwen3_5"}, {"text_config", text}}, {"text_config.hidden_act", "gelu_pytorch_tanh"});
+  j = flat_moe();
+  j["attention_bias"] = true;
+  expect_error(j, {"field attention_bias", "only false"});
+}
+
 TEST(IoConfig, NestedLegacyRopeAtTextLevel) {
   json text = flat_dense();
   text.erase("rope_parameters");

@@ -26,7 +26,7 @@ std::string golden(const std::string& name) {
   return std::string(DT_SOURCE_DIR) + "/tests/goldens/models/" + name;
 }
 
-const std::vector<std::string> kModels = {"dense_vl", "moe_tied", "dense_bf16", "moe_per_expert"};
+const std::vector<std::string> kModels = {"dense_vl", "moe_tied", "dense_bf16", "moe_per_expert", "moe_vl_quirks"};
 
 TEST(IoModelInfo, ParamCountsMatchHfAndTensors) {
   for (const auto& name : kModels) {

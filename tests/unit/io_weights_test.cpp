@@ -92,6 +92,22 @@ TEST(IoWeights, MoeTiedFlatWithInterval) {
   EXPECT_FALSE(w.layers[0].mlp.gate_proj.defined());
 }
 
+TEST(IoWeights, MoeVlQuirks) {
+  // VL MoE, vision tower under the older top-level visual.* prefix, mtp.*, zero-width shared expert.
+  ModelWeights w = model_weights_load(golden("moe_vl_quirks"));
+  EXPECT_EQ(w.key_prefix, "model.language_model.");
+  EXPECT_TRUE(w.tied);
+  EXPECT_TRUE(w.warnings.empty());
+  EXPECT_EQ(w.skipped_tensors, skipped_in(*w.reader));
+  EXPECT_TRUE(w.reader->has("visual.patch_embed.proj.weight"));
+  EXPECT_TRUE(model_key_skipped("visual.patch_embed.proj.weight"));
+  EXPECT_GE(w.skipped_tensors, 2 + 3);
+  EXPECT_EQ(w.config.shared_intermediate, 0);
+  EXPECT_EQ(w.layers[0].kind, LayerKind::FullAttention);
+  EXPECT_EQ(w.layers[0].moe.shared.gate_proj.shape, (Shape{0, 32}));
+  EXPECT_EQ(w.layers[0].moe.shared.down_proj.shape, (Shape{32, 0}));
+}
+
 TEST(IoWeights, DenseBf16Sharded) {
   ModelWeights w = model_weights_load(golden("dense_bf16"));
   EXPECT_TRUE(w.reader->sharded());

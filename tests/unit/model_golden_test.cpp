@@ -59,7 +59,8 @@ TEST_P(ModelGolden, ForwardLossAndLogitsMatchHF) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, ModelGolden,
-                         ::testing::Values("dense_vl", "moe_tied", "dense_bf16", "moe_per_expert"));
+                         ::testing::Values("dense_vl", "moe_tied", "dense_bf16", "moe_per_expert",
+                                           "moe_vl_quirks"));
 
 class LoraGolden : public ::testing::TestWithParam<std::string> {};
 

@@ -103,7 +103,7 @@ std::vector<std::string> lora_groups_of(const ModelConfig& cfg) {
   if (has_full) g.push_back("attn");
   if (has_lin) g.push_back("linear_attn");
   if (cfg.is_moe()) {
-    g.push_back("shared_expert");
+    if (cfg.has_shared_expert()) g.push_back("shared_expert");
     g.push_back("experts");
   } else {
     g.push_back("mlp");
@@ -149,9 +149,11 @@ std::vector<LoraModule> lora_inventory(const ModelConfig& cfg) {
     }
     if (cfg.is_moe()) {
       const int64_t Is = cfg.shared_intermediate, Ie = cfg.moe_intermediate, E = cfg.num_experts;
-      inv.push_back(make_module(i, "shared_expert", "mlp", "shared_expert.gate_proj", H, Is));
-      inv.push_back(make_module(i, "shared_expert", "mlp", "shared_expert.up_proj", H, Is));
-      inv.push_back(make_module(i, "shared_expert", "mlp", "shared_expert.down_proj", Is, H));
+      if (cfg.has_shared_expert()) {
+        inv.push_back(make_module(i, "shared_expert", "mlp", "shared_expert.gate_proj", H, Is));
+        inv.push_back(make_module(i, "shared_expert", "mlp", "shared_expert.up_proj", H, Is));
+        inv.push_back(make_module(i, "shared_expert", "mlp", "shared_expert.down_proj", Is, H));
+      }
       inv.push_back(make_module(i, "experts", "mlp", "experts.gate_up_proj", H, 2 * Ie, E));
       inv.push_back(make_module(i, "experts", "mlp", "experts.down_proj", Ie, H, E));
     } else {

@@ -133,14 +133,27 @@ static ModelConfig model_config_parse_impl(const std::string& json_text, const s
   }
   c.rms_eps = tc.double_or("rms_norm_eps", 1e-6);
 
+  // Fields HF's Qwen3.5 classes accept but whose other values change the math we implement: refuse them
+  // rather than compute something else. hidden_act drives the MLP and the GDN conv (HF's ACT2FN; "swish" is
+  // SiLU there too); attention_bias adds q/k/v/o biases.
+  const std::string act = tc.string_or("hidden_act", "silu");
+  check(act == "silu" || act == "swish",
+        tc.where("hidden_act") + " is \"" + act +
+            "\" (only \"silu\" is supported: the Qwen3.5 MLP and Gated DeltaNet conv use SiLU)");
+  check(!tc.bool_or("attention_bias", false),
+        tc.where("attention_bias") +
+            " is true (only false is supported: Qwen3.5 attention projections have no biases)");
+
   // RoPE, in HF's priority: rope_parameters (or legacy rope_scaling) dict, then the legacy keys at the
   // text-config level, then HF's defaults (theta 10000 = RotaryEmbeddingConfigMixin.default_theta;
   // partial_rotary_factor 0.25 forced by Qwen3_5TextConfig).
   c.rope_theta = tc.double_or("rope_theta", 10000.0);
   c.partial_rotary_factor = tc.double_or("partial_rotary_factor", 0.25);
-  const char* rope_key = tc.has("rope_parameters") ? "rope_parameters"
-                         : tc.has("rope_scaling")  ? "rope_scaling"
-                                                   : nullptr;
+  // HF (convert_rope_params_to_dict): a non-empty legacy `rope_scaling` dict replaces `rope_parameters`.
+  const bool scaling = tc.has("rope_scaling") && !(tc.at("rope_scaling").is_object() && tc.at("rope_scaling").empty());
+  const char* rope_key = scaling                      ? "rope_scaling"
+                         : tc.has("rope_parameters") ? "rope_parameters"
+                                                     : nullptr;
   if (rope_key) {
     const json& rp = tc.at(rope_key);
     check(rp.is_object(), tc.where(rope_key) + " is not an object");
@@ -207,7 +220,9 @@ static ModelConfig model_config_parse_impl(const std::string& json_text, const s
     positive(c.num_experts, "num_experts");
     positive(c.top_k, "num_experts_per_tok");
     positive(c.moe_intermediate, "moe_intermediate_size");
-    positive(c.shared_intermediate, "shared_expert_intermediate_size");
+    // 0 is allowed (HF builds a zero-width shared expert whose output is 0): the shared expert is skipped.
+    check(c.shared_intermediate >= 0, tc.where("shared_expert_intermediate_size") + " is " +
+                                          std::to_string(c.shared_intermediate) + " (expected >= 0)");
     check(c.top_k <= c.num_experts, tc.where("num_experts_per_tok") + " is " + std::to_string(c.top_k) +
                                         ", more than num_experts = " + std::to_string(c.num_experts));
   } else {

@@ -24,6 +24,8 @@ struct ModelConfig {
   int64_t eos_token_id = -1, pad_token_id = -1;
 
   bool is_moe() const { return model_type == "qwen3_5_moe"; }
+  // MoE with shared_expert_intermediate_size > 0 (0: HF's zero-width shared expert adds nothing).
+  bool has_shared_expert() const { return is_moe() && shared_intermediate > 0; }
   int64_t key_dim() const { return lin_k_heads * lin_k_dim; }
   int64_t value_dim() const { return lin_v_heads * lin_v_dim; }
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }

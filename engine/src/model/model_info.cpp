@@ -129,7 +129,7 @@ ModelInfo model_info_load(const std::string& dir) {
   if (has_full) info.lora_groups.push_back("attn");
   if (has_lin) info.lora_groups.push_back("linear_attn");
   if (c.is_moe()) {
-    info.lora_groups.push_back("shared_expert");
+    if (c.has_shared_expert()) info.lora_groups.push_back("shared_expert");
     info.lora_groups.push_back("experts");
   } else {
     info.lora_groups.push_back("mlp");
@@ -158,7 +158,7 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
   if (info.is_moe) {
     const int64_t Is = info.shared_expert_intermediate_size, Ie = info.moe_intermediate_size,
                   E = info.num_experts;
-    out["shared_expert"] = L * (2 * pair(H, Is) + pair(Is, H));
+    if (Is > 0) out["shared_expert"] = L * (2 * pair(H, Is) + pair(Is, H));  // 0: no shared expert
     out["experts"] = L * (R * E * (H + 2 * Ie) + R * E * (Ie + H));
   } else {
     out["mlp"] = L * (2 * pair(H, info.intermediate_size) + pair(info.intermediate_size, H));

@@ -106,6 +106,7 @@ Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   grouped_linear_fwd(be, k.h, w.experts_down, l.ex_down, c.rt, c.salt(48), k.offsets, k.ye, k.ld);
   Tensor out = be.alloc({T, H}, dt);
   be.moe_combine(k.ye, k.slot_row, k.w, out);
+  if (!cfg.has_shared_expert()) return out;  // zero-width shared expert: σ(s)·0
 
   k.shared_out = mlp_fwd(c, w.sh_gate, w.sh_up, w.sh_down, l.sh_gate, l.sh_up, l.sh_down, 10, x, k.shared);
   k.sg_logit = be.alloc({T, 1}, dt);
@@ -155,6 +156,7 @@ void moe_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
   be.gemm(dlogits, false, w.router, false, dx, 1.f, 1.f);
 
   // shared expert: out = σ(s)·mlp(x), s = x·w_sgᵀ
+  if (!cfg.has_shared_expert()) return;
   Tensor dshared = be.alloc({T, H}, dt);
   be.scale_rows(dout, k.sg, dshared);
   mlp_bwd(c, w.sh_gate, w.sh_up, w.sh_down, l.sh_gate, l.sh_up, l.sh_down, 10, dshared, k.shared, dx, true);

@@ -138,10 +138,12 @@ Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be) : cfg_(mw.config),
       d->router = up_w(be, lw.moe.router);
       d->experts_gate_up = up_w(be, lw.moe.gate_up);
       d->experts_down = up_w(be, lw.moe.down);
-      d->sh_gate = up_w(be, lw.moe.shared.gate_proj);
-      d->sh_up = up_w(be, lw.moe.shared.up_proj);
-      d->sh_down = up_w(be, lw.moe.shared.down_proj);
-      d->sh_gate_w = up_w(be, lw.moe.shared_gate);
+      if (cfg_.has_shared_expert()) {
+        d->sh_gate = up_w(be, lw.moe.shared.gate_proj);
+        d->sh_up = up_w(be, lw.moe.shared.up_proj);
+        d->sh_down = up_w(be, lw.moe.shared.down_proj);
+        d->sh_gate_w = up_w(be, lw.moe.shared_gate);
+      }
     } else {
       d->gate_proj = up_w(be, lw.mlp.gate_proj);
       d->up_proj = up_w(be, lw.mlp.up_proj);

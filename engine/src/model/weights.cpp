@@ -13,8 +13,10 @@
 
 namespace deltatune {
 
+// Vision tower (`model.visual.*`, or top-level `visual.*` as older VL checkpoints store it; HF loads both) and
+// the MTP head (`mtp.*`).
 bool model_key_skipped(const std::string& key) {
-  return key.rfind("model.visual.", 0) == 0 || key.rfind("mtp.", 0) == 0;
+  return key.rfind("model.visual.", 0) == 0 || key.rfind("visual.", 0) == 0 || key.rfind("mtp.", 0) == 0;
 }
 
 std::string model_key_prefix(const CheckpointReader& reader) {

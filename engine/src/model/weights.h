@@ -63,7 +63,7 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   bool experts_per_expert_layout = false;  // checkpoint had experts.{e}.gate_proj.weight etc.
   std::shared_ptr<CheckpointReader> reader;  // keeps the mmaps alive
-  int64_t skipped_tensors = 0;             // model.visual.* and mtp.* tensors left out
+  int64_t skipped_tensors = 0;             // model.visual.* / visual.* and mtp.* tensors left out
   std::vector<std::string> warnings;       // e.g. config tie flag disagreeing with the checkpoint
 };
 
@@ -84,11 +84,11 @@ std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& config, co
 std::string model_key_prefix(const CheckpointReader& reader);
 // True when experts are stored per expert (mlp.experts.0.gate_proj.weight) rather than fused.
 bool model_experts_per_expert(const CheckpointReader& reader, const std::string& key_prefix);
-// model.visual.* and mtp.*: stored in VL / official checkpoints, never used by the text model.
+// model.visual.* (or visual.*) and mtp.*: stored in VL / official checkpoints, never used by the text model.
 bool model_key_skipped(const std::string& key);
 
 // Loads and validates every text tensor of the checkpoint folder `dir` (config.json + safetensors, single
-// file or sharded). Skips model.visual.* and mtp.*. Throws deltatune::Error naming the file and key.
+// file or sharded). Skips model.visual.*, visual.* and mtp.*. Throws deltatune::Error naming the file and key.
 ModelWeights model_weights_load(const std::string& dir);
 
 }  // namespace deltatune
