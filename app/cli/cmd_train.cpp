@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "console_observer.h"
 #include "core/error.h"
+#include "deltatune/experiment_store.h"
 #include "deltatune/run_config.h"
 #include "deltatune/trainer.h"
 
@@ -37,7 +38,15 @@ int cmd_train(const Args& args) {
   ConsoleObserver obs(cfg.logging_steps);
   const std::string id = train_run(cfg, obs, control, opts);
   g_control = nullptr;
-  std::cout << "run " << id << " done; output in " << cfg.output_dir << std::endl;
+  std::string out = cfg.output_dir;
+  if (p.positionals.empty()) {  // a resume: the run's own config, not the defaults above, says where
+    try {
+      const auto r = ExperimentStore(opts.db_path.empty() ? ExperimentStore::default_path() : opts.db_path).find_run(id);
+      if (r) out = r->output_dir;
+    } catch (const std::exception&) {
+    }
+  }
+  std::cout << "run " << id << " done; output in " << out << std::endl;
   return 0;
 }
 

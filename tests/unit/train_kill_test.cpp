@@ -140,6 +140,10 @@ TEST(TrainKill, TwoResumesOfOneRunRacingTrainItOnce) {
   EXPECT_TRUE(msg.find("is still running (pid") != std::string::npos ||
               msg.find("already finished") != std::string::npos)
       << msg;
+  std::ifstream winner(dir / (ra == 0 ? "a.txt" : "b.txt"));
+  const std::string log((std::istreambuf_iterator<char>(winner)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("done; output in " + (dir / "out").string()), std::string::npos)
+      << "a resume names the run's output folder, not the default one\n" << log;
   ExperimentStore store(db);
   EXPECT_EQ(store.integrity_check(), "ok");
   EXPECT_EQ(store.find_run(id)->status, "finished");
