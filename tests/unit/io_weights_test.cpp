@@ -7,9 +7,12 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "../golden_files.h"
+#include "backend/backend.h"
 #include "core/error.h"
 #include "io/files.h"
 #include "io/safetensors.h"
+#include "model/qwen35_model.h"
 #include "model/weights.h"
 
 namespace deltatune {
@@ -210,6 +213,35 @@ TEST(IoWeights, TieFlagMismatchWarnsAndFollowsCheckpoint) {
   EXPECT_TRUE(w.tied);
   ASSERT_EQ(w.warnings.size(), 1u);
   EXPECT_NE(w.warnings[0].find("tie_word_embeddings"), std::string::npos);
+}
+
+// Base-model checkpoints (Qwen3_5TextModel.save_pretrained: no prefix; Qwen3_5Model: language_model.* and
+// visual.*) load into HF's causal-LM classes with nothing missing when tied; the same tensors under those
+// prefixes must give the golden's HF loss.
+TEST(IoWeights, BaseModelKeyLayouts) {
+  struct Case {
+    std::string from, strip, add;
+  };
+  for (const Case& c : {Case{"moe_tied", "model.", ""}, Case{"dense_vl", "model.", ""}}) {
+    SCOPED_TRACE(c.from);
+    TempCheckpoint t(c.from);
+    for (auto& [name, tensor] : t.tensors())
+      if (name.rfind(c.strip, 0) == 0) name = c.add + name.substr(c.strip.size());
+    const std::string dir = t.write();
+    ModelWeights w = model_weights_load(dir);
+    EXPECT_EQ(w.key_prefix, c.from == "moe_tied" ? "" : "language_model.");
+    EXPECT_EQ(w.tied, c.from == "moe_tied");
+    if (c.from == "dense_vl") {
+      EXPECT_TRUE(w.reader->has("visual.patch_embed.proj.weight"));
+      EXPECT_GE(w.skipped_tensors, 5);
+    }
+    auto be = make_cpu_backend();
+    Qwen35Model model(w, *be);
+    const auto seqs = testing_goldens::read_jsonl(golden(c.from) + "/golden_eval.jsonl");
+    const auto [sum, n] = testing_goldens::loss_each_sequence(model, seqs);
+    const double hf = golden_json(c.from)["loss"].get<double>();
+    EXPECT_NEAR(sum / n, hf, 1e-4 * hf);
+  }
 }
 
 TEST(IoWeights, IntegerWeightRejected) {

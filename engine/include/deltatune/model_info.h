@@ -13,7 +13,7 @@ struct ModelInfo {
   std::string architecture;      // e.g. Qwen3_5ForConditionalGeneration
   bool is_moe = false;
   bool tied_embeddings = false;
-  bool vision_language_layout = false;  // keys under model.language_model.
+  bool vision_language_layout = false;  // keys under model.language_model. (or a base model's language_model.)
   int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, intermediate_size = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
   int64_t linear_num_key_heads = 0, linear_num_value_heads = 0, linear_key_head_dim = 0,

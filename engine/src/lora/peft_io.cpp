@@ -156,6 +156,10 @@ bool version_before_0_19_1(const json& cfg) {
 
 std::string peft_class_prefix(const ModelWeights& base, const std::string& model_class) {
   if (model_class == "auto" || model_class.empty()) {
+    // Base-model checkpoints load into the matching causal-LM class: Qwen3_5Model's language_model.* into
+    // ForConditionalGeneration, Qwen3_5TextModel's unprefixed keys into ForCausalLM.
+    if (base.key_prefix == "language_model.") return "model.language_model.";
+    if (base.key_prefix.empty()) return "model.";
     check(base.key_prefix == "model." || base.key_prefix == "model.language_model.",
           "internal: checkpoint key prefix '" + base.key_prefix + "' is neither model. nor model.language_model.");
     return base.key_prefix;

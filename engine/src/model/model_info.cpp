@@ -77,7 +77,7 @@ ModelInfo model_info_load(const std::string& dir) {
     info.layer_types.push_back(k == LayerKind::FullAttention ? "full_attention" : "linear_attention");
 
   const std::string prefix = model_key_prefix(reader);
-  info.vision_language_layout = prefix == "model.language_model.";
+  info.vision_language_layout = prefix == "model.language_model." || prefix == "language_model.";
   info.tied_embeddings = !reader.has("lm_head.weight");
   const bool per_expert = c.is_moe() && model_experts_per_expert(reader, prefix);
 

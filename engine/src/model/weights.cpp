@@ -19,12 +19,15 @@ bool model_key_skipped(const std::string& key) {
   return key.rfind("model.visual.", 0) == 0 || key.rfind("visual.", 0) == 0 || key.rfind("mtp.", 0) == 0;
 }
 
+// The causal-LM classes' layouts, then the base models' (Qwen3_5Model: language_model.*, Qwen3_5TextModel:
+// no prefix), which transformers also loads into the causal-LM classes (tied: nothing is missing).
 std::string model_key_prefix(const CheckpointReader& reader) {
-  if (reader.has("model.language_model.embed_tokens.weight")) return "model.language_model.";
-  if (reader.has("model.embed_tokens.weight")) return "model.";
+  for (const char* p : {"model.language_model.", "model.", "language_model.", ""})
+    if (reader.has(std::string(p) + "embed_tokens.weight")) return p;
   throw Error(reader.dir() +
-              ": no model.language_model.embed_tokens.weight or model.embed_tokens.weight "
-              "(expected a Qwen3.5 Hugging Face checkpoint)");
+              ": no model.language_model.embed_tokens.weight or model.embed_tokens.weight (nor a base model's "
+              "language_model.embed_tokens.weight / embed_tokens.weight): expected a Qwen3.5 Hugging Face "
+              "checkpoint");
 }
 
 bool model_experts_per_expert(const CheckpointReader& reader, const std::string& p) {

@@ -79,8 +79,8 @@ struct ExpectedTensor {
 std::vector<ExpectedTensor> model_expected_tensors(const ModelConfig& config, const std::string& key_prefix,
                                                    bool per_expert_layout);
 
-// "model.language_model." or "model." depending on where embed_tokens.weight is; throws Error naming
-// the folder when neither.
+// "model.language_model." or "model." (or a base model's "language_model." / "") depending on where
+// embed_tokens.weight is; throws Error naming the folder when none.
 std::string model_key_prefix(const CheckpointReader& reader);
 // True when experts are stored per expert (mlp.experts.0.gate_proj.weight) rather than fused.
 bool model_experts_per_expert(const CheckpointReader& reader, const std::string& key_prefix);
