@@ -25,6 +25,10 @@
 //     W, M and T (GdnScanBf16::T, read by the backward's WY kernel); U stays fp32.
 // With a kept T (GdnScanBf16::T_kept: the backward after a GdnKeep::States forward) warps 0-3 widen it into
 // the T tile in place of steps 1-3's K̂K̂ᵀ, A and solve; W and U then use bf16(T) split hi + lo as above.
+// Half states (session 16): the backward's prep runs LEAN (k, q, T tiles only: 54.5 KiB, 80 registers, three
+// blocks per SM) and gdn_odd_states_kernel forms the odd chunks' states. H200, 8K (2 x 4096, HK 16, HV 32):
+// lean prep 0.125 + odd states 0.090 ms against 0.225 for the full-size prep doing both (kernel sums 1.540 /
+// 1.541 vs 1.550 / 1.554); 82 x 100 tokens 1.926 vs 1.943.
 // RAW (bf16 q, k, v and no q̂, k̂ output: the model's path; session 12): the tiles hold q, k, v as loaded by
 // cp.async (no register staging), ρ_k and ρ_q come from the tiles with the same lanes and sums as
 // l2norm_row.cuh, and the diagonal scalings move into the products' epilogues: A =
@@ -64,9 +68,15 @@ constexpr int PD = 128;     // dk = dv
 constexpr int LK = PD + 8;  // bf16 row stride of the K̂, Q̂, V tiles
 constexpr int LA = C + 8;   // fp32 row stride of A and T: float2 fragment reads conflict-free
 
+// LEAN: the backward's prep of the half-states keep without its odd-state work (gdn_odd_states_kernel does
+// that): only the k and q tiles, T and the row vectors.
+template <bool LEAN = false>
 constexpr size_t prep_mma_smem() {
-  return sizeof(bf16) * 4 * size_t(C) * LK + sizeof(float) * (2 * size_t(C) * LA + 5 * size_t(C));
+  return sizeof(bf16) * (LEAN ? 2 : 4) * size_t(C) * LK +
+         sizeof(float) * ((LEAN ? 1 : 2) * size_t(C) * LA + 5 * size_t(C));
 }
+// The odd-state kernel: k, V' (64 rows each), S (128 rows), G and ρ_k.
+constexpr size_t odd_states_smem() { return sizeof(bf16) * 4 * size_t(C) * LK + sizeof(float) * 2 * size_t(C); }
 
 __device__ __forceinline__ float bf16_round(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));
@@ -401,21 +411,26 @@ __device__ __forceinline__ void next_state(bf16* dst, const bf16* Kt, const bf16
 // RAW: q, k and v are BF16 and no q̂, k̂ are asked for (nout.qn null). The tiles then hold the inputs as loaded
 // (cp.async, no register staging) and ρ_k, ρ_q scale the products instead: K̂K̂ᵀ = diag(ρ_k)·kkᵀ·diag(ρ_k) and
 // Q̂K̂ᵀ from one bf16 product each (exact products, fp32 sums: no hi + lo split), W = T·diag(βγρ_k)·k from two.
-template <bool RAW>
-__global__ void __launch_bounds__(NT, 2)
+// LEAN (RAW only): the backward's prep for the half-states keep with the odd chunks' states left to
+// gdn_odd_states_kernel: M and W from q, k and the kept T; half the shared memory (prep_mma_smem<true>), three
+// blocks per SM.
+template <bool RAW, bool LEAN = false>
+__global__ void __launch_bounds__(NT, LEAN ? 3 : 2)
     gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, GdnGates gates,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
                               int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th,
                               const bf16* S16, bf16* Vn16, const bf16* Tk, bool img, bf16* U16,
                               bf16* Sodd = nullptr, const bf16* Vk = nullptr, const int32_t* chunk_off = nullptr,
                               int nseq = 0) {
+  static_assert(RAW || !LEAN, "the lean prep is the RAW kernel's");
   extern __shared__ __align__(16) unsigned char gdn_smem[];
-  bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);       // [C][LK] K̂ hi
-  bf16* Kl = Kh + C * LK;                             // [C][LK] K̂ lo
-  bf16* Qs = Kl + C * LK;                             // [C][LK] Q̂
-  bf16* Vs = Qs + C * LK;                             // [C][LK] V
-  float* Af = reinterpret_cast<float*>(Vs + C * LK);  // [C][LA] A (strictly lower, fp32)
-  float* Tf = Af + C * LA;                            // [C][LA] T; its upper blocks hold the P_rk of step 3
+  // LEAN has no K̂ lo, V and A tiles (Kl, Vs and Af point at others and are never read there).
+  bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);                   // [C][LK] K̂ hi
+  bf16* Kl = Kh + C * LK;                                         // [C][LK] K̂ lo
+  bf16* Qs = LEAN ? Kl : Kl + C * LK;                             // [C][LK] Q̂
+  bf16* Vs = Qs + C * LK;                                         // [C][LK] V
+  float* Af = reinterpret_cast<float*>(LEAN ? Qs + C * LK : Vs + C * LK);  // [C][LA] A (strictly lower, fp32)
+  float* Tf = LEAN ? Af : Af + C * LA;  // [C][LA] T; its upper blocks hold the P_rk of step 3
   float* Gs = Tf + C * LA;                            // [C] g, then G
   float* Bs = Gs + C;                                 // [C] β
   float* BGs = Bs + C;                                // [C] β·e^{G}
@@ -429,9 +444,9 @@ __global__ void __launch_bounds__(NT, 2)
   // Half states (GdnHalfStates, RAW only): S16 holds the even chunks' states and Vk the forward's V'. An even
   // chunk's block forms the state at the next chunk when its sequence goes on (succ 1), or zeros when the next
   // chunk starts another sequence (succ 2); no U, no V'.
-  const bool half = RAW && Sodd != nullptr;
+  const bool half = LEAN || (RAW && Sodd != nullptr), kept_t = LEAN || Tk != nullptr;
   int succ = 0;
-  if (half && (ch & 1) == 0 && ch + 1 < static_cast<int>(gridDim.x)) {
+  if (!LEAN && half && (ch & 1) == 0 && ch + 1 < static_cast<int>(gridDim.x)) {
     int lo = 0, hi = nseq;  // the sequence of chunk ch: chunk_off[lo] <= ch < chunk_off[lo + 1]
     while (hi - lo > 1) {
       const int mid = (lo + hi) >> 1;
@@ -581,10 +596,10 @@ __global__ void __launch_bounds__(NT, 2)
   __syncwarp();  // the mma below are .aligned: the whole warp, converged after the one-lane cumsum
   // With a kept T (bf16, as Th wrote it: no K̂K̂ᵀ and no solve) warps w and 7 − w, which have the same row
   // block, share its M n-pairs: 7 − w takes [0, mh), w [mh, rb + 1) after issuing its loads of T.
-  const int mh = Tk ? (rb + 2) / 2 : rb + 1;
+  const int mh = kept_t ? (rb + 2) / 2 : rb + 1;
   if (warp >= 4) {
     gram<false, !RAW>(acc, Qs, nullptr, Kh, Kl, m0, 0, mh);
-  } else if (!Tk) {
+  } else if (!kept_t) {
     gram<!RAW, !RAW>(acc, Kh, Kl, Kh, Kl, m0, 0, rb + 1);
   } else {
     uint4 tk[kKeptTPieces];
@@ -595,7 +610,7 @@ __global__ void __launch_bounds__(NT, 2)
   __syncthreads();  // G
 
   // ---- 2. epilogues; diagonal blocks of T ----
-  if (warp < 4 && !Tk) {
+  if (warp < 4 && !kept_t) {
     // A_ij = β_i·(k̂_i·k̂_j)·e^{G_i−G_j} (i > j, i < len), column blocks 0..rb of row block rb.
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -632,7 +647,7 @@ __global__ void __launch_bounds__(NT, 2)
       for (int i = 0; i < 16; ++i) Tf[(m0 + i) * LA + m0 + c] = x[i];
     }
   }
-  if (warp >= 4 || Tk) {
+  if (warp >= 4 || kept_t) {
     // M_ij = (q̂_i·k̂_j)·e^{G_i−G_j} (i ≥ j, i < len), all 64 columns (zeros above the diagonal); with a kept
     // T, warp w < 4 writes the n-pairs [mh, rb + 1) it formed, warp 7 − w the others.
     float* Mo = M ? M + (static_cast<int64_t>(ch) * HV + h) * C * C : nullptr;
@@ -662,7 +677,7 @@ __global__ void __launch_bounds__(NT, 2)
     }
   }
   __syncthreads();
-  if (succ == 1) {  // S_c (128 rows) into the K̂ lo and Q̂ tiles (neither is read again on this path)
+  if (!LEAN && succ == 1) {  // S_c (128 rows) into the K̂ lo and Q̂ tiles (neither is read again on this path)
     cp_rows<PD, PD, LK, NT>(Kl, S16 + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD, PD, PD);
     mma::cp_async_commit();
   }
@@ -671,7 +686,7 @@ __global__ void __launch_bounds__(NT, 2)
   // Block (r, k), r = k + d, by warp k: Pᵀ = Σ_{k≤m<r} T_mkᵀ·A_rmᵀ, then T_rkᵀ = −Pᵀ·T_rrᵀ (transposed so that
   // Pᵀ's accumulators are the second product's A operand as they stand). Every operand is split into bf16
   // hi + lo (3 mma per 16x8 block, lo·lo dropped: ~16 significant bits, T's nmse ~1e-10 against fp32 FMA).
-  if (!Tk) {
+  if (!kept_t) {
     for (int d = 1; d < 4; ++d) {
       if (warp + d < 4) off_diagonal_t(Af, Tf, warp, warp + d, len);
       __syncthreads();
@@ -679,7 +694,7 @@ __global__ void __launch_bounds__(NT, 2)
   }
 
   // ---- 4. the scan's bf16 K̂, Q̂; Tout, W = T·diag(βγ)·K̂, U = T·diag(β)·V ----
-  if (Kdh || Qh) {
+  if (!LEAN && (Kdh || Qh)) {
     bf16 *kd = Kdh, *qd = h % (HV / HK) == 0 ? Qh : nullptr;
     if (img) {  // the chunk's key-head image tiles, written by its first value head
       kd = qd && kd ? kd + (static_cast<int64_t>(ch) * HK + hk) * C * PD : nullptr;
@@ -687,7 +702,7 @@ __global__ void __launch_bounds__(NT, 2)
     }
     store_scan_kq<RAW>(kd, qd, k, Rk, Rq, scale, Kh, Qs, Gs, t0, len, h, hk, HK, HV, img);
   }
-  if ((Tout || Th) && !Tk) {
+  if ((Tout || Th) && !kept_t) {
     const int64_t tb = (static_cast<int64_t>(ch) * HV + h) * C * C;
     for (int idx = tid; idx < C * C / 4; idx += NT) {
       const int i = idx / (C / 4), j = (idx % (C / 4)) * 4;
@@ -710,6 +725,7 @@ __global__ void __launch_bounds__(NT, 2)
     else
       store_rows(W ? W + ob : nullptr, Wh ? Wh + ob : nullptr, acc, m0, n0, len, rs);
     if (half) {
+      if (LEAN) return;
       if (succ == 1) {
         next_state(Sodd + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD, Kh, Kl, Vs, Gs, Rk, len);
       } else if (succ == 2) {
@@ -738,6 +754,60 @@ __global__ void __launch_bounds__(NT, 2)
   }
 }
 
+// Half states, the odd chunks' (GdnHalfStates::odd): block (p, h) forms the state at chunk 2p + 1 from the
+// kept one at 2p and its V' as next_state does in the fused prep (zeros where chunk 2p + 1 starts another
+// sequence). G from Gc as the lean prep wrote it (the prep's cumsum, bit for bit), ρ_k from the k tile with
+// the prep's lanes and sums.
+__global__ void __launch_bounds__(NT, 2)  // 3 blocks fit the shared memory, but 80 registers spill 48 bytes
+    gdn_odd_states_kernel(KIn k, float eps, const float* Gc, const int32_t* chunks, const bf16* S16,
+                          const bf16* Vk, bf16* Sodd, int64_t HK, int64_t HV, const int32_t* chunk_off, int nseq) {
+  extern __shared__ __align__(16) unsigned char gdn_smem[];
+  bf16* Kt = reinterpret_cast<bf16*>(gdn_smem);     // [C][LK] k as loaded
+  bf16* Vt = Kt + C * LK;                           // [C][LK] V'
+  bf16* St = Vt + C * LK;                           // [PD][LK] S_c
+  float* Gs = reinterpret_cast<float*>(St + PD * LK);  // [C] G
+  float* Rk = Gs + C;                                  // [C] ρ_k
+  const int p = blockIdx.x, ch = 2 * p, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  bf16* dst = Sodd + (static_cast<int64_t>(p) * HV + h) * PD * PD;
+  int lo = 0, hi = nseq;  // the sequence of chunk ch: chunk_off[lo] <= ch < chunk_off[lo + 1]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (chunk_off[mid] <= ch) lo = mid;
+    else hi = mid;
+  }
+  if (ch + 1 >= chunk_off[lo + 1]) {  // the next chunk starts another sequence
+    uint4* so = reinterpret_cast<uint4*>(dst);
+    for (int i = tid; i < PD * PD / 8; i += NT) so[i] = make_uint4(0u, 0u, 0u, 0u);
+    return;
+  }
+  const int64_t t0 = chunks[2 * ch];
+  const int len = chunks[2 * ch + 1];
+  const int64_t hk = h / (HV / HK);
+  cp_rows<C, PD, LK, NT>(Kt, static_cast<const bf16*>(k.p) + (t0 * HK + hk) * PD, HK * PD, len);
+  cp_rows<C, PD, LK, NT>(Vt, Vk + (t0 * HV + h) * PD, HV * PD, len);
+  mma::cp_async_commit();
+  cp_rows<PD, PD, LK, NT>(St, S16 + (static_cast<int64_t>(p) * HV + h) * PD * PD, PD, PD);
+  mma::cp_async_commit();
+  if (tid < C) Gs[tid] = tid < len ? Gc[(t0 + tid) * HV + h] : 0.f;
+  mma::cp_async_wait<1>();
+  __syncthreads();
+  constexpr int RW = C / (NT / 32);  // rows per warp (8), as the prep's staging
+  float4 kr[RW];
+#pragma unroll
+  for (int i = 0; i < RW; ++i) kr[i] = l2_row_load4(KIn{Kt + (warp * RW + i) * LK, KType::BF16}, 4 * lane);
+  float rk[RW];
+  l2_rows_normalise(kr, 1.f, eps, rk);
+  if (lane < RW) {
+    float a = rk[0];
+#pragma unroll
+    for (int i = 1; i < RW; ++i)
+      if (lane == i) a = rk[i];
+    Rk[warp * RW + lane] = a;
+  }
+  __syncthreads();
+  next_state(dst, Kt, St, Vt, Gs, Rk, len);
+}
+
 }  // namespace
 
 size_t gdn_chunk_prep_mma_smem(int dk, int dv) {
@@ -762,11 +832,17 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
                       aligned16(q.p) && aligned16(k.p) && aligned16(v.p) && (!halfm || aligned16(half->vnew));
   if (halfm && !raw_ok) return cudaErrorInvalidValue;  // the half-states path is the RAW kernel's
   const bool raw = raw_ok && (halfm || !std::getenv("DT_GDN_PREP_SPLIT"));
-  const auto kernel = raw ? gdn_chunk_prep_mma_kernel<true> : gdn_chunk_prep_mma_kernel<false>;
+  // Half states: the lean prep, then the odd chunks' states by their own kernel (DT_GDN_PREP_FUSED_ODD=1: both
+  // in the full-size prep, for A/B timing).
+  const bool lean = halfm && Gc != nullptr && !std::getenv("DT_GDN_PREP_FUSED_ODD");
+  const auto kernel = lean  ? gdn_chunk_prep_mma_kernel<true, true>
+                      : raw ? gdn_chunk_prep_mma_kernel<true>
+                            : gdn_chunk_prep_mma_kernel<false>;
+  const size_t smem_k = lean ? prep_mma_smem<true>() : smem;
   cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_k));
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
+  kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem_k, s>>>(
       q, k, scale, nout, v, gates, chunks, W, U, M, Gc, Tout, HK, HV,
       b16 ? static_cast<bf16*>(b16->W) : nullptr, b16 ? static_cast<bf16*>(b16->Kd) : nullptr,
       b16 ? static_cast<bf16*>(b16->Q) : nullptr, b16 ? static_cast<bf16*>(b16->M) : nullptr,
@@ -775,6 +851,14 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
       b16 ? static_cast<bf16*>(b16->U) : nullptr, halfm ? static_cast<bf16*>(half->odd) : nullptr,
       halfm ? static_cast<const bf16*>(half->vnew) : nullptr, halfm ? half->chunk_off : nullptr,
       halfm ? half->nseq : 0);
+  e = cudaGetLastError();
+  if (e != cudaSuccess || !lean || nchunks < 2) return e;
+  constexpr size_t osm = odd_states_smem();
+  e = cudaFuncSetAttribute(gdn_odd_states_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(osm));
+  if (e != cudaSuccess) return e;
+  gdn_odd_states_kernel<<<dim3(static_cast<unsigned>(nchunks / 2), static_cast<unsigned>(HV)), NT, osm, s>>>(
+      k, nout.eps, Gc, chunks, static_cast<const bf16*>(states16), static_cast<const bf16*>(half->vnew),
+      static_cast<bf16*>(half->odd), HK, HV, half->chunk_off, half->nseq);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU

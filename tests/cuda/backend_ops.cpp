@@ -539,8 +539,9 @@ void case_gdn(Env& e) {
     keep_pair(Backend::GdnKeep::States, " keep states");
     if (c.dk == 128 && c.dv == 128) {
       // States keep's other layouts: every chunk's state without V' (DT_GDN_FULL_STATES; the default keeps V'
-      // and the even chunks' states), and the even chunks' states written by the mma.sync forward scan.
-      for (const char* env : {"DT_GDN_FULL_STATES", "DT_GDN_SCAN_MMA"}) {
+      // and the even chunks' states), the even chunks' states written by the mma.sync forward scan, and the
+      // odd ones formed by the full-size backward prep instead of the lean prep + odd-state kernel.
+      for (const char* env : {"DT_GDN_FULL_STATES", "DT_GDN_SCAN_MMA", "DT_GDN_PREP_FUSED_ODD"}) {
         setenv(env, "1", 1);
         keep_pair(Backend::GdnKeep::States, std::string(" keep states ") + env);
         unsetenv(env);

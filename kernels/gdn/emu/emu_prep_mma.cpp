@@ -9,6 +9,7 @@ alignas(16) unsigned char gdn_smem[232448];
 #include "gdn/emu/emu_api.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 
 namespace deltatune::kernels::gdn_emu {
@@ -33,8 +34,13 @@ void prep_mma(const Shape& s, const float* q, const float* k, float scale, const
   const KIn qi = qk_bf16 ? KIn{q16.data(), KType::BF16} : KIn{q, KType::F32},
             ki = qk_bf16 ? KIn{k16.data(), KType::BF16} : KIn{k, KType::F32};
   const bool raw = qk_bf16 && v.t == KType::BF16 && !no.qn;
-  emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, gdn_chunk_prep_mma_smem(s.dk, s.dv), [&] {
-    (raw ? gdn_chunk_prep_mma_kernel<true>
+  // Half states as the launcher runs them: the lean prep, then the odd-state kernel (DT_GDN_PREP_FUSED_ODD=1:
+  // the full prep forming them itself).
+  const bool lean = odd && raw && Gc && !std::getenv("DT_GDN_PREP_FUSED_ODD");
+  const size_t smem = lean ? prep_mma_smem<true>() : gdn_chunk_prep_mma_smem(s.dk, s.dv);
+  emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, smem, [&] {
+    (lean ? gdn_chunk_prep_mma_kernel<true, true>
+     : raw ? gdn_chunk_prep_mma_kernel<true>
          : gdn_chunk_prep_mma_kernel<false>)(qi, ki, scale, no, v, GdnGates{g, beta}, s.chunks, W, U, M, Gc,
                                              Tout, s.HK, s.HV, static_cast<bf16*>(h.W),
                                              static_cast<bf16*>(h.Kd), static_cast<bf16*>(h.Q),
@@ -45,6 +51,11 @@ void prep_mma(const Shape& s, const float* q, const float* k, float scale, const
                                              odd ? vk16.data() : nullptr, odd ? s.chunk_off : nullptr,
                                              odd ? s.nseq : 0);
   });
+  if (lean && s.nchunks >= 2)
+    emu::launch(dim3(s.nchunks / 2, s.HV), NT, gdn_smem, odd_states_smem(), [&] {
+      gdn_odd_states_kernel(ki, no.eps, Gc, s.chunks, st16.data(), vk16.data(), odd16.data(), s.HK, s.HV,
+                            s.chunk_off, s.nseq);
+    });
   if (vnew) from_bf16(vn16, vnew);
   if (odd) std::transform(odd16.begin(), odd16.begin() + size_t(s.nchunks / 2) * s.HV * mat, odd,
                           [](bf16 x) { return __bfloat162float(x); });
