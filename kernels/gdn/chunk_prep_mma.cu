@@ -25,10 +25,10 @@
 //     W, M and T (GdnScanBf16::T, read by the backward's WY kernel); U stays fp32.
 // With a kept T (GdnScanBf16::T_kept: the backward after a GdnKeep::States forward) warps 0-3 widen it into
 // the T tile in place of steps 1-3's K̂K̂ᵀ, A and solve; W and U then use bf16(T) split hi + lo as above.
-// Half states (session 16): the backward's prep runs LEAN (k, q, T tiles only: 54.5 KiB, 80 registers, three
+// Half states (session 16): the backward's prep runs LEAN (k, q, T tiles only: 54.5 KiB, 64 registers, four
 // blocks per SM) and gdn_odd_states_kernel forms the odd chunks' states. H200, 8K (2 x 4096, HK 16, HV 32):
-// lean prep 0.125 + odd states 0.090 ms against 0.225 for the full-size prep doing both (kernel sums 1.540 /
-// 1.541 vs 1.550 / 1.554); 82 x 100 tokens 1.926 vs 1.943.
+// lean prep 0.125 (three blocks; 0.117 at four) + odd states 0.090 ms against 0.225 for the full-size prep doing
+// both (kernel sums 1.540 / 1.541 vs 1.550 / 1.554 at three blocks); 82 x 100 tokens 1.926 vs 1.943.
 // RAW (bf16 q, k, v and no q̂, k̂ output: the model's path; session 12): the tiles hold q, k, v as loaded by
 // cp.async (no register staging), ρ_k and ρ_q come from the tiles with the same lanes and sums as
 // l2norm_row.cuh, and the diagonal scalings move into the products' epilogues: A =
@@ -412,10 +412,11 @@ __device__ __forceinline__ void next_state(bf16* dst, const bf16* Kt, const bf16
 // (cp.async, no register staging) and ρ_k, ρ_q scale the products instead: K̂K̂ᵀ = diag(ρ_k)·kkᵀ·diag(ρ_k) and
 // Q̂K̂ᵀ from one bf16 product each (exact products, fp32 sums: no hi + lo split), W = T·diag(βγρ_k)·k from two.
 // LEAN (RAW only): the backward's prep for the half-states keep with the odd chunks' states left to
-// gdn_odd_states_kernel: M and W from q, k and the kept T; half the shared memory (prep_mma_smem<true>), three
-// blocks per SM.
+// gdn_odd_states_kernel: M and W from q, k and the kept T; half the shared memory (prep_mma_smem<true>), four
+// blocks per SM (64 registers, 48 bytes spilled: 0.117-0.118 ms at 8K on the H200 against 0.125-0.126 at three
+// blocks and 80 registers with 4 bytes spilled).
 template <bool RAW, bool LEAN = false>
-__global__ void __launch_bounds__(NT, LEAN ? 3 : 2)
+__global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
     gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, GdnGates gates,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
                               int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th,
@@ -758,7 +759,9 @@ __global__ void __launch_bounds__(NT, LEAN ? 3 : 2)
 // kept one at 2p and its V' as next_state does in the fused prep (zeros where chunk 2p + 1 starts another
 // sequence). G from Gc as the lean prep wrote it (the prep's cumsum, bit for bit), ρ_k from the k tile with
 // the prep's lanes and sums.
-__global__ void __launch_bounds__(NT, 2)  // 3 blocks fit the shared memory, but 80 registers spill 48 bytes
+// Two blocks per SM: three fit the shared memory, but at 80 registers (48 bytes spilled) it took 0.094-0.095 ms
+// against 0.090 (H200, 8K).
+__global__ void __launch_bounds__(NT, 2)
     gdn_odd_states_kernel(KIn k, float eps, const float* Gc, const int32_t* chunks, const bf16* S16,
                           const bf16* Vk, bf16* Sodd, int64_t HK, int64_t HV, const int32_t* chunk_off, int nseq) {
   extern __shared__ __align__(16) unsigned char gdn_smem[];
@@ -854,7 +857,8 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
   e = cudaGetLastError();
   if (e != cudaSuccess || !lean || nchunks < 2) return e;
   constexpr size_t osm = odd_states_smem();
-  e = cudaFuncSetAttribute(gdn_odd_states_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(osm));
+  e = cudaFuncSetAttribute(gdn_odd_states_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(osm));
   if (e != cudaSuccess) return e;
   gdn_odd_states_kernel<<<dim3(static_cast<unsigned>(nchunks / 2), static_cast<unsigned>(HV)), NT, osm, s>>>(
       k, nout.eps, Gc, chunks, static_cast<const bf16*>(states16), static_cast<const bf16*>(half->vnew),

@@ -278,7 +278,7 @@ struct GdnNormOut {
 };
 // What a GdnKeep::States forward keeps besides T when it keeps V' and the even chunks' states instead of
 // every chunk's state (at 8K tokens, HV 32: 64 + 64 MiB instead of 128 MiB), for the backward's prep. The
-// launcher then runs a lean prep (M, W; three blocks per SM) and gdn_odd_states_kernel for the odd chunks'
+// launcher then runs a lean prep (M, W; four blocks per SM) and gdn_odd_states_kernel for the odd chunks'
 // states (needs Gc), or with DT_GDN_PREP_FUSED_ODD=1 the full-size prep doing both.
 struct GdnHalfStates {
   const void* vnew = nullptr;          // V' (T, HV, dv) bf16 as the forward scan wrote it

@@ -109,7 +109,7 @@ TEST_P(CudaModelGolden, ForwardLossAndLogitsMatchHF) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaModelGolden,
-                         ::testing::Values("dense_vl", "moe_tied", "dense_bf16", "moe_per_expert"));
+                         ::testing::Values("dense_vl", "moe_tied", "dense_bf16", "moe_per_expert", "moe_vl_quirks"));
 
 // (checkpoint, gradient checkpointing, fp32 compute). In fp32 the CUDA backend must match HF's fp32 gradients
 // as closely as the CPU reference does (norm-relative 1e-3 per tensor): any larger gap is a formula error,
