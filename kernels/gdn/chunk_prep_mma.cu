@@ -408,6 +408,17 @@ __device__ __forceinline__ void next_state(bf16* dst, const bf16* Kt, const bf16
   }
 }
 
+// Whether chunk ch + 1 belongs to the sequence of chunk ch (chunk_off: each sequence's first chunk, nseq + 1).
+__device__ __forceinline__ bool next_chunk_continues(const int32_t* chunk_off, int nseq, int ch) {
+  int lo = 0, hi = nseq;  // the sequence of chunk ch: chunk_off[lo] <= ch < chunk_off[lo + 1]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (chunk_off[mid] <= ch) lo = mid;
+    else hi = mid;
+  }
+  return ch + 1 < chunk_off[lo + 1];
+}
+
 // RAW: q, k and v are BF16 and no q̂, k̂ are asked for (nout.qn null). The tiles then hold the inputs as loaded
 // (cp.async, no register staging) and ρ_k, ρ_q scale the products instead: K̂K̂ᵀ = diag(ρ_k)·kkᵀ·diag(ρ_k) and
 // Q̂K̂ᵀ from one bf16 product each (exact products, fp32 sums: no hi + lo split), W = T·diag(βγρ_k)·k from two.
@@ -448,13 +459,7 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
   const bool half = LEAN || (RAW && Sodd != nullptr), kept_t = LEAN || Tk != nullptr;
   int succ = 0;
   if (!LEAN && half && (ch & 1) == 0 && ch + 1 < static_cast<int>(gridDim.x)) {
-    int lo = 0, hi = nseq;  // the sequence of chunk ch: chunk_off[lo] <= ch < chunk_off[lo + 1]
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) >> 1;
-      if (chunk_off[mid] <= ch) lo = mid;
-      else hi = mid;
-    }
-    succ = ch + 1 < chunk_off[lo + 1] ? 1 : 2;
+    succ = next_chunk_continues(chunk_off, nseq, ch) ? 1 : 2;
   }
 
   // ---- 0. staging: all global loads of a thread are issued before its shared stores. Row r of q and k is
@@ -772,13 +777,7 @@ __global__ void __launch_bounds__(NT, 2)
   float* Rk = Gs + C;                                  // [C] ρ_k
   const int p = blockIdx.x, ch = 2 * p, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   bf16* dst = Sodd + (static_cast<int64_t>(p) * HV + h) * PD * PD;
-  int lo = 0, hi = nseq;  // the sequence of chunk ch: chunk_off[lo] <= ch < chunk_off[lo + 1]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (chunk_off[mid] <= ch) lo = mid;
-    else hi = mid;
-  }
-  if (ch + 1 >= chunk_off[lo + 1]) {  // the next chunk starts another sequence
+  if (!next_chunk_continues(chunk_off, nseq, ch)) {
     uint4* so = reinterpret_cast<uint4*>(dst);
     for (int i = tid; i < PD * PD / 8; i += NT) so[i] = make_uint4(0u, 0u, 0u, 0u);
     return;
