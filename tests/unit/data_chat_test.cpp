@@ -186,6 +186,28 @@ TEST(DataChat, FiltersAndMarkupMatchJinja) {
             "<A>&lt;|<&gt;|&lt;&amp;|a<b>");
 }
 
+TEST(DataChat, ReprTestsAndFiltersMatchJinjaEdgeCases) {
+  // Expected strings from HF apply_chat_template (found by fuzzing expressions against it). repr() escapes
+  // what str.isprintable() rejects (Zs but the space, Zl/Zp, Cc, Cf such as ZWJ, Co), as printing a list or
+  // dict shows it; `is lower/upper` is str(value).islower()/isupper(); round keeps ints; |title starts words
+  // after - ( [ { < and whitespace only (str.title() does after any non-letter); |wordcount counts \w+ runs;
+  // round is Python's (half to even). The template source keeps U+2028/U+0085 (jinja2 3 breaks lines at \r,
+  // \n).
+  EXPECT_EQ(render_src("{{ ['a\u00a0b', 'c\u3000', 'z\u200dw', '\u2028', '\u0085', '\U0001F600'] }}|"
+                       "{{ {'k': '\ue000'} }}"),
+            "['a\\xa0b', 'c\\u3000', 'z\\u200dw', '\\u2028', '\\x85', '\U0001F600']|{'k': '\\ue000'}");
+  EXPECT_EQ(render_src("{{ 1|lower is lower }}{{ 'ab1' is lower }}{{ 'AB' is upper }}{{ '' is upper }}"
+                       "{{ [1] is lower }}"),
+            "FalseTrueTrueFalseFalse");
+  EXPECT_EQ(render_src("{{ 3|round }} {{ true|round(2) }} {{ 2.5|round }} {{ 7|round(1, 'floor') }}"),
+            "3 1 2.0 7.0");
+  EXPECT_EQ(render_src("{{ \"o'neil-smith (x) [y] {z} <w> tab\tcase\"|title }}|{{ {'k': 1}|title }}|"
+                       "{{ \"o'neil\".title() }}"),
+            "O'neil-Smith (X) [Y] {Z} <W> Tab\tCase|{'k': 1}|O'Neil");
+  EXPECT_EQ(render_src("{{ 'a.b,c d_e'|wordcount }} {{ []|wordcount }} {{ ''|wordcount }}"), "4 0 0");
+  EXPECT_EQ(render_src("{{ undefined_name is callable }}"), "True");
+}
+
 TEST(DataChat, StringLiteralsUsePythonEscapes) {
   // jinja2 decodes literals with Python's unicode-escape; unknown escapes stay as written.
   EXPECT_EQ(render_src(R"({{ '\u00e9\x41\n\t\\ \d' }})"),

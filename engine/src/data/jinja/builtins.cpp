@@ -63,6 +63,65 @@ std::string title_case(const std::string& s) {
   return out;
 }
 
+// jinja2's |title (unlike str.title()): words start after '-', whitespace, '(', '{', '[' or '<'; each word is
+// its first character upper-cased and the rest lower-cased ("o'neil" -> "O'neil", "{'k': 1}" unchanged).
+std::string jinja_title(const std::string& s) {
+  std::string out;
+  bool word_start = true;
+  size_t i = 0;
+  uint32_t cp;
+  while (i < s.size()) {
+    int n = utf8_decode(s, i, &cp);
+    if (n <= 0) n = 1, cp = static_cast<unsigned char>(s[i]);
+    const bool sep =
+        cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || utf8_is_python_space(cp);
+    const auto c = static_cast<utf8proc_int32_t>(cp);
+    utf8_append(&out, static_cast<uint32_t>(sep          ? c
+                                            : word_start ? utf8proc_toupper(c)
+                                                         : utf8proc_tolower(c)));
+    word_start = sep;
+    i += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+// Python str.islower() / str.isupper(): some cased character and none of the other case.
+bool py_is_case(const std::string& s, bool upper) {
+  bool any_cased = false;
+  size_t i = 0;
+  uint32_t cp;
+  while (i < s.size()) {
+    int n = utf8_decode(s, i, &cp);
+    if (n <= 0) n = 1, cp = 0xFFFD;
+    const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+    if (upper ? (cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT)
+              : (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LT))
+      return false;
+    if (cat == (upper ? UTF8PROC_CATEGORY_LU : UTF8PROC_CATEGORY_LL)) any_cased = true;
+    i += static_cast<size_t>(n);
+  }
+  return any_cased;
+}
+
+// jinja2's |wordcount: the number of matches of Python's re `\w+` (alphanumeric or '_').
+int64_t count_py_words(const std::string& s) {
+  int64_t words = 0;
+  bool in_word = false;
+  size_t i = 0;
+  uint32_t cp;
+  while (i < s.size()) {
+    int n = utf8_decode(s, i, &cp);
+    if (n <= 0) n = 1, cp = 0xFFFD;
+    const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+    const bool w = cp == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+                   (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
+    if (w && !in_word) ++words;
+    in_word = w;
+    i += static_cast<size_t>(n);
+  }
+  return words;
+}
+
 std::string capitalize(const std::string& s) {
   if (s.empty()) return s;
   uint32_t cp;
@@ -708,7 +767,7 @@ bool apply_test(const std::string& name, const Value& v, std::vector<Value>& arg
   if (name == "mapping") return v.is_dict() && !v.is_namespace();
   if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
   if (name == "sequence") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
-  if (name == "callable") return v.is_function();
+  if (name == "callable") return v.is_function() || v.is_undefined();  // jinja2's Undefined has __call__
   if (name == "odd") return v.as_int() % 2 != 0;
   if (name == "even") return v.as_int() % 2 == 0;
   if (name == "divisibleby") return a0().as_int() != 0 && v.as_int() % a0().as_int() == 0;
@@ -725,8 +784,7 @@ bool apply_test(const std::string& name, const Value& v, std::vector<Value>& arg
   if (name == "gt" || name == ">") return values_compare(v, a0()) > 0;
   if (name == "ge" || name == ">=") return values_compare(v, a0()) >= 0;
   if (name == "in") return contains(a0(), v);
-  if (name == "lower") return v.is_string() && map_case(v.str(), 0) == v.str();
-  if (name == "upper") return v.is_string() && map_case(v.str(), 1) == v.str();
+  if (name == "lower" || name == "upper") return py_is_case(v.to_str(), name == "upper");  // str(v).islower()
   if (name == "escaped") return false;
   throw Error("unsupported template construct: test '" + name + "'");
 }
@@ -768,7 +826,7 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
   }
   if (name == "upper" || name == "lower") return Value(map_case(v.to_str(), name == "upper"));
   if (name == "capitalize") return Value(capitalize(v.to_str()));
-  if (name == "title") return Value(title_case(v.to_str()));
+  if (name == "title") return Value(jinja_title(v.to_str()));
   if (name == "replace")
     return Value(replace_all(
         v.to_str(), arg(args, kw, 0, "old").to_str(), arg(args, kw, 1, "new").to_str(),
@@ -841,9 +899,13 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
   if (name == "round") {
     const int64_t precision = arg(args, kw, 0, "precision", Value(int64_t{0})).as_int();
     const std::string method = arg(args, kw, 1, "method", Value("common")).to_str();
+    if ((v.is_int() || v.is_bool()) && method == "common" && precision >= 0)
+      return Value(v.as_int());  // Python round(int, n) is the int
     const double scale = std::pow(10.0, static_cast<double>(precision));
     double x = v.as_double() * scale;
-    x = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
+    x = method == "ceil"    ? std::ceil(x)
+        : method == "floor" ? std::floor(x)
+                            : std::nearbyint(x);  // half to even
     return Value(x / scale);
   }
   if (name == "reverse") {
@@ -958,7 +1020,7 @@ Value apply_filter(const std::string& name, const Value& v, std::vector<Value>& 
     return Value(out);
   }
   if (name == "e" || name == "escape") return v.is_markup() ? v : Value::markup(html_escape(v.to_str()));
-  if (name == "wordcount") return Value(static_cast<int64_t>(split_ws(v.to_str(), -1).size()));
+  if (name == "wordcount") return Value(count_py_words(v.to_str()));
   throw Error("unsupported template construct: filter '" + name + "'");
 }
 

@@ -40,28 +40,20 @@ bool all_space(const std::string& s, size_t from) {
   return skip_space(s, from) == s.size();
 }
 
-// str.splitlines() + "\n".join(): every line break spelling becomes "\n", a final one is dropped.
+// jinja2 3.x (newline_re = \r\n|\r|\n, as transformers requires jinja2 >= 3.1): each of those line breaks
+// becomes
+// "\n" and one final line break is dropped. Other characters str.splitlines() breaks at (\x0b, \x0c,
+// \x1c-\x1e, U+0085, U+2028, U+2029) stay as they are.
 std::string prepare_source(const std::string& src) {
   std::string out;
   out.reserve(src.size());
-  size_t i = 0;
-  while (i < src.size()) {
-    const unsigned char c = static_cast<unsigned char>(src[i]);
-    uint32_t cp = c;
-    int n = 1;
-    if (c >= 0x80) {
-      n = utf8_decode(src, i, &cp);
-      if (n <= 0) n = 1, cp = 0xFFFD;
-    }
-    const bool brk = cp == '\n' || cp == '\r' || cp == 0x0b || cp == 0x0c || cp == 0x1c || cp == 0x1d ||
-                     cp == 0x1e || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
-    if (brk) {
-      if (cp == '\r' && i + 1 < src.size() && src[i + 1] == '\n') ++i;
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i] == '\r') {
+      if (i + 1 < src.size() && src[i + 1] == '\n') ++i;
       out.push_back('\n');
     } else {
-      out.append(src, i, static_cast<size_t>(n));
+      out.push_back(src[i]);
     }
-    i += static_cast<size_t>(n);
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();
   return out;

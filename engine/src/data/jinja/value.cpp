@@ -1,5 +1,7 @@
 #include "data/jinja/value.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -156,6 +158,29 @@ std::string python_float_repr(double v) {
   return neg ? "-" + out : out;
 }
 
+namespace {
+
+// Python's str.isprintable() for one code point: not in categories Cc, Cf, Cs, Co, Cn, Zl, Zp, nor Zs other
+// than the space.
+bool python_printable(uint32_t cp) {
+  if (cp == ' ') return true;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
 std::string python_str_repr(const std::string& s) {
   const bool has_single = s.find('\'') != std::string::npos, has_double = s.find('"') != std::string::npos;
   const char q = (has_single && !has_double) ? '"' : '\'';
@@ -180,9 +205,9 @@ std::string python_str_repr(const std::string& s) {
       out += "\\r";
     else if (cp == '\t')
       out += "\\t";
-    else if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", cp);
+    else if (!python_printable(cp)) {  // Python escapes what str.isprintable() rejects
+      char b[12];
+      std::snprintf(b, sizeof b, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
       out += b;
     } else
       out.append(s, i, static_cast<size_t>(n));
