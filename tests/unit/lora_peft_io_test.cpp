@@ -14,6 +14,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "deltatune/trainer.h"
+#include "lora/lora.h"
 #include "io/safetensors.h"
 #include "lora/peft_io.h"
 #include "model/config.h"
@@ -25,7 +27,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 const std::string kFixtures = std::string(DT_SOURCE_DIR) + "/tests/goldens/peft/fixtures/";
-const std::vector<std::string> kCases = {"dense_cg", "dense_clm_patterns", "dense_f32", "moe_all", "moe_down"};
+const std::vector<std::string> kCases = {"dense_cg",  "dense_clm_patterns", "dense_f32",        "moe_all",
+                                          "moe_down", "moe_layers_params",  "dense_unmatched"};
 
 std::string what(const std::function<void()>& f) {
   try {
@@ -122,12 +125,13 @@ TEST(PeftIo, ReadsPeftAdaptersAndWritesThemBackUnchanged) {
     for (const char* k : {"use_dora", "lora_bias", "fan_in_fan_out"}) EXPECT_EQ(oc[k], false) << k;
     // Every field PEFT writes is there (older/newer PEFT drop what they do not know).
     for (auto it = rc.begin(); it != rc.end(); ++it) EXPECT_TRUE(oc.contains(it.key())) << it.key();
-    if (rc["target_parameters"].is_null()) EXPECT_TRUE(oc["target_parameters"].is_null());
-    else {
-      std::set<std::string> a1(rc["target_parameters"].begin(), rc["target_parameters"].end());
-      // PEFT keeps what the user wrote ("experts.down_proj"); we write the unambiguous "mlp." form.
-      EXPECT_EQ(oc["target_parameters"].size(), a1.size());
-    }
+    // PEFT keeps what the user wrote ("experts.down_proj", or a name this model lacks); we write the
+    // unambiguous "mlp." form of each adapted expert parameter.
+    std::set<std::string> expert_suffixes;
+    for (const LoraModule& m : a.modules)
+      if (m.experts > 0) expert_suffixes.insert(m.suffix);
+    if (expert_suffixes.empty()) EXPECT_TRUE(oc["target_parameters"].is_null());
+    else EXPECT_EQ(oc["target_parameters"].size(), expert_suffixes.size());
     // Reading ours gives the same adapter (paths, ranks, scalings, values).
     const LoraAdapter b = peft_adapter_read(out.string(), cfg);
     ASSERT_EQ(b.modules.size(), a.modules.size());
@@ -160,6 +164,62 @@ TEST(PeftIo, PatternsRankAndScaling) {
   ASSERT_NE(k, nullptr);
   EXPECT_FLOAT_EQ(k->scaling, 8.f);
   EXPECT_EQ(a.find("layers.0.linear_attn.in_proj_qkv"), nullptr);
+}
+
+// PEFT: layers_to_transform / exclude_modules filter target_modules, never target_parameters.
+TEST(PeftIo, LayerFiltersLeaveExpertParametersAlone) {
+  const std::string c = "moe_layers_params";
+  const ModelConfig cfg = model_config_load(kFixtures + c + "/config.json");
+  const LoraAdapter a = peft_adapter_read(kFixtures + c + "/adapter", cfg);
+  std::set<std::string> paths;
+  for (const LoraModule& m : a.modules) paths.insert(m.path);
+  EXPECT_EQ(paths, (std::set<std::string>{"layers.0.linear_attn.in_proj_z", "layers.1.self_attn.q_proj",
+                                          "layers.0.mlp.experts.down_proj", "layers.1.mlp.experts.down_proj",
+                                          "layers.2.mlp.experts.down_proj", "layers.3.mlp.experts.down_proj"}));
+}
+
+// PEFT accepts list entries that match nothing while another target matches.
+TEST(PeftIo, UnmatchedListTargetsAreIgnoredAsPeftDoes) {
+  const std::string c = "dense_unmatched";
+  const ModelConfig cfg = model_config_load(kFixtures + c + "/config.json");
+  const LoraAdapter a = peft_adapter_read(kFixtures + c + "/adapter", cfg);
+  std::set<std::string> paths;
+  for (const LoraModule& m : a.modules) paths.insert(m.path);
+  EXPECT_EQ(paths, (std::set<std::string>{"layers.0.linear_attn.in_proj_b", "layers.1.self_attn.v_proj",
+                                          "layers.2.linear_attn.in_proj_b", "layers.3.self_attn.v_proj"}));
+}
+
+// The adapter remembers its class (key prefix); export --class auto and training from it keep it.
+TEST(PeftIo, AdapterKeepsItsClass) {
+  EXPECT_EQ(peft_adapter_read(kFixtures + "dense_cg/adapter",
+                              model_config_load(kFixtures + "dense_cg/config.json")).class_prefix,
+            "model.language_model.");
+  EXPECT_EQ(peft_adapter_read(kFixtures + "dense_clm_patterns/adapter",
+                              model_config_load(kFixtures + "dense_clm_patterns/config.json")).class_prefix,
+            "model.");
+  // The demo checkpoint is a *ForCausalLM one (model.*); an adapter written for ForConditionalGeneration
+  // exports for that class unless --class says otherwise.
+  const std::string demo = std::string(DT_SOURCE_DIR) + "/resources/demo/model";
+  const ModelConfig cfg = model_config_load(demo + "/config.json");
+  LoraSpec s;
+  s.r = 2;
+  s.modules = {"q_proj", "down_proj"};
+  const LoraAdapter a = lora_create(cfg, s, 3);
+  EXPECT_EQ(a.class_prefix, "");
+  TempDir tmp("cls");
+  peft_adapter_write(a, cfg, "model.language_model.", "", (tmp.path / "in").string());
+  auto first_key = [](const fs::path& dir) { return tensors_of(dir / "adapter_model.safetensors").begin()->first; };
+  ExportOptions o;
+  o.model_dir = demo;
+  o.adapter_dir = (tmp.path / "in").string();
+  o.out_dir = (tmp.path / "auto").string();
+  export_adapter(o);
+  EXPECT_EQ(first_key(tmp.path / "auto").rfind("base_model.model.model.language_model.layers.", 0), 0u)
+      << first_key(tmp.path / "auto");
+  o.out_dir = (tmp.path / "clm").string();
+  o.model_class = "causal_lm";
+  export_adapter(o);
+  EXPECT_EQ(first_key(tmp.path / "clm").rfind("base_model.model.model.layers.", 0), 0u) << first_key(tmp.path / "clm");
 }
 
 TEST(PeftIo, ExpertKeysNestAsPeftDoes) {
@@ -256,11 +316,29 @@ TEST(PeftIo, BadAdaptersGiveErrorsNamingFileAndKey) {
   EXPECT_NE(m.find("linear_fc1"), std::string::npos) << m;
   EXPECT_NE(m.find("adapter_config.json"), std::string::npos) << m;
 
-  // Expert targets on a dense model.
+  // Only targets that name nothing adaptable of this model (here expert parameters of a dense model; PEFT
+  // accepts such list entries, but not a config that adapts nothing).
   reset();
-  rewrite_config([](json& j) { j["target_parameters"] = json::array({"mlp.experts.down_proj"}); });
+  rewrite_config([](json& j) {
+    j["target_modules"] = json::array({"shared_expert.up_proj"});
+    j["target_parameters"] = json::array({"mlp.experts.down_proj"});
+  });
   m = what([&] { peft_adapter_read(d.string(), cfg); });
-  EXPECT_NE(m.find("mlp.experts.down_proj"), std::string::npos) << m;
+  EXPECT_NE(m.find("select no module"), std::string::npos) << m;
+  EXPECT_NE(m.find("adapter_config.json"), std::string::npos) << m;
+
+  // Tensors of a module we cannot adapt (PEFT's "all-linear" on an MoE model takes mlp.shared_expert_gate).
+  reset();
+  rewrite_config([](json& j) { j["target_modules"].push_back("shared_expert_gate"); });
+  m = what([&] { peft_adapter_read(d.string(), cfg); });
+  EXPECT_NE(m.find("shared_expert_gate"), std::string::npos) << m;
+  reset();
+  rewrite_tensors([&](auto& ts) {
+    ts.emplace_back("base_model.model.model.language_model.layers.0.mlp.shared_expert_gate.lora_A.weight",
+                    ts.front().second);
+  });
+  m = what([&] { peft_adapter_read(d.string(), cfg); });
+  EXPECT_NE(m.find("layers.0.mlp.shared_expert_gate, which is not an adaptable module"), std::string::npos) << m;
 
   // Missing weights file, corrupt config, missing config.
   reset();

@@ -37,6 +37,10 @@ struct LoraAdapter {
   double alpha = 32;
   double dropout = 0;
   bool rslora = false;
+  // Class prefix of the keys of the PEFT adapter this was read from ("model." for *ForCausalLM,
+  // "model.language_model." for *ForConditionalGeneration); empty for an adapter created here. Training from
+  // that adapter and exporting it keep its class unless one is asked for.
+  std::string class_prefix;
   std::vector<LoraModule> modules;
   std::map<std::string, size_t> by_path;
 

@@ -381,23 +381,38 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
   std::set<std::string> used_targets;
   for (size_t i = 0; i < inv.size(); ++i) {
     const LoraModule& m = inv[i];
-    if (!layers_to_transform.empty() && !layers_to_transform.count(m.layer)) continue;
-    if (config_target_matches(exclude, m, cfg_name + " exclude_modules")) continue;
-    if (m.experts == 0) targeted[i] = config_target_matches(target_modules, m, cfg_name + " target_modules");
-    else if (target_parameters.is_array())
+    // layers_to_transform and exclude_modules filter target_modules only: PEFT's _inject_parameters matches
+    // target_parameters against every module's parameters, in every layer.
+    if (m.experts == 0) {
+      if (!layers_to_transform.empty() && !layers_to_transform.count(m.layer)) continue;
+      if (config_target_matches(exclude, m, cfg_name + " exclude_modules")) continue;
+      targeted[i] = config_target_matches(target_modules, m, cfg_name + " target_modules");
+    } else if (target_parameters.is_array())
       for (const json& t : target_parameters)
         if (t.is_string() && lora_target_matches(m, t.get<std::string>())) targeted[i] = true;
   }
   // Targets that name nothing of this model: a different model, or modules we cannot adapt (vision, lm_head).
+  // A list entry whose last component is an adaptable projection of some Qwen3.5 model (in_proj_z of a model
+  // without linear-attention layers, gate_proj of an MoE model without a shared expert, a layer index past
+  // the end) matches nothing in PEFT either, which accepts the adapter as long as one target matches.
   std::vector<std::string> unknown;
   auto any_match = [&](const std::string& t, bool experts) {
     for (const LoraModule& m : inv)
       if ((m.experts > 0) == experts && lora_target_matches(m, t)) return true;
     return false;
   };
+  auto adaptable_leaf = [](const std::string& t, bool experts) {
+    static const std::set<std::string> linears = {"q_proj",    "k_proj",      "v_proj",    "o_proj",
+                                                  "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b",
+                                                  "out_proj",  "gate_proj",   "up_proj",   "down_proj"};
+    static const std::set<std::string> params = {"gate_up_proj", "down_proj"};
+    const std::string leaf = t.substr(t.rfind('.') + 1);
+    return experts ? params.count(leaf) > 0 : linears.count(leaf) > 0;
+  };
   if (target_modules.is_array()) {
     for (const json& t : target_modules)
-      if (t.is_string() && !any_match(t.get<std::string>(), false)) unknown.push_back(t.get<std::string>());
+      if (t.is_string() && !any_match(t.get<std::string>(), false) && !adaptable_leaf(t.get<std::string>(), false))
+        unknown.push_back(t.get<std::string>());
   } else if (target_modules.is_string()) {
     bool any = false;
     for (const LoraModule& m : inv) any |= config_target_matches(target_modules, m, cfg_name + " target_modules");
@@ -405,7 +420,8 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
   }
   if (target_parameters.is_array())
     for (const json& t : target_parameters)
-      if (t.is_string() && !any_match(t.get<std::string>(), true)) unknown.push_back(t.get<std::string>());
+      if (t.is_string() && !any_match(t.get<std::string>(), true) && !adaptable_leaf(t.get<std::string>(), true))
+        unknown.push_back(t.get<std::string>());
   if (!unknown.empty()) {
     std::string list;
     for (const std::string& u : unknown) list += (list.empty() ? "" : ", ") + u;
@@ -467,8 +483,10 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
       throw Error(wname + ": tensor " + key + (exists || ends_with(module, ".mlp.experts") ||
                                                         ends_with(module, ".mlp.experts.base_layer")
                                                     ? " is for a module that " + cfg_name + " does not target"
-                                                    : " names module " + module + ", which this " + cfg.model_type +
-                                                          " model does not have"));
+                                                    : " names module " + module + ", which is not an adaptable "
+                                                          "module of this " + cfg.model_type + " model (supported: "
+                                                          "attention, linear-attention, MLP/shared-expert "
+                                                          "projections, expert tensors)"));
     }
     Tensor t = file.get(key);
     check(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F16,
@@ -482,6 +500,7 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
   adapter.alpha = alpha;
   adapter.dropout = c.contains("lora_dropout") && c["lora_dropout"].is_number() ? c["lora_dropout"].get<double>() : 0;
   adapter.rslora = rslora;
+  adapter.class_prefix = prefix_seen;
   const json rank_pattern = c.value("rank_pattern", json::object());
   const json alpha_pattern = c.value("alpha_pattern", json::object());
   const bool old_orientation_possible = version_before_0_19_1(c);

@@ -121,8 +121,12 @@ void export_adapter(const ExportOptions& opts) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
     try {
-      peft_adapter_write(adapter, base.config, peft_class_prefix(base, opts.model_class), opts.model_dir,
-                         tmp.string());
+      // --class auto keeps the class the adapter was written for (its key prefix), e.g. a run's chosen
+      // model_class or a PEFT adapter made on *ForCausalLM of a VL checkpoint.
+      const bool keep_class =
+          (opts.model_class == "auto" || opts.model_class.empty()) && !adapter.class_prefix.empty();
+      const std::string prefix = keep_class ? adapter.class_prefix : peft_class_prefix(base, opts.model_class);
+      peft_adapter_write(adapter, base.config, prefix, opts.model_dir, tmp.string());
       publish(tmp, out);
     } catch (...) {
       fs::remove_all(tmp, ec);

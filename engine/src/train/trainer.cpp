@@ -176,7 +176,12 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
   // affecting it. The fingerprint goes into every checkpoint for the resume check below.
   const std::string data_fp = data_fingerprint(data.train);
 
-  const std::string class_prefix = peft_class_prefix(weights, cfg.model_class);
+  // A run that starts from a PEFT adapter writes its adapters for that adapter's class (the keys PEFT expects
+  // there), unless model_class names one.
+  const std::string class_prefix = (cfg.model_class == "auto" || cfg.model_class.empty()) &&
+                                           !adapter.class_prefix.empty()
+                                       ? adapter.class_prefix
+                                       : peft_class_prefix(weights, cfg.model_class);
   auto be = backend_create(cfg.backend, cfg.gpu);
   log(LogLevel::Info, "backend: " + be->name());
   Qwen35Model model(weights, *be);

@@ -41,6 +41,19 @@ CASES = {
     "moe_down": dict(model="moe_text", cls="causal_lm",
                      lora=dict(r=2, lora_alpha=4, task_type="CAUSAL_LM", target_modules=["q_proj"],
                                target_parameters=["experts.down_proj"])),
+    # layers_to_transform / exclude_modules filter target_modules only: PEFT adapts the expert parameters of
+    # every layer (fuzz find: we dropped layer 3's experts and refused the adapter).
+    "moe_layers_params": dict(model="moe_text", cls="causal_lm",
+                              lora=dict(r=2, lora_alpha=6, task_type="CAUSAL_LM",
+                                        target_modules=["in_proj_z", "q_proj", "o_proj"], layers_to_transform=[0, 1],
+                                        exclude_modules=["o_proj"], target_parameters=["mlp.experts.down_proj"])),
+    # List entries that match nothing in this model (PEFT accepts them while one target matches): the shared
+    # expert, a layer past the end, expert parameters of a dense model (fuzz find: we refused the adapter).
+    "dense_unmatched": dict(model="dense_f32", cls="causal_lm",
+                            lora=dict(r=2, lora_alpha=4, task_type="CAUSAL_LM",
+                                      target_modules=["v_proj", "in_proj_b", "shared_expert.up_proj",
+                                                      "layers.9.mlp.down_proj"],
+                                      target_parameters=["mlp.experts.gate_up_proj"])),
 }
 
 
@@ -50,8 +63,10 @@ def load_base(path, cls):
     return AutoModelForCausalLM.from_pretrained(path, dtype="auto")
 
 
-def main(models):
+def main(models, only=None):
     for name, case in CASES.items():
+        if only and name not in only:
+            continue
         torch.manual_seed(7)
         out = os.path.join(HERE, "fixtures", name)
         shutil.rmtree(out, ignore_errors=True)
@@ -69,4 +84,5 @@ def main(models):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/dt_peft_models")
+    # make_adapters.py [MODELS_DIR [CASE...]]: only the named cases (the others' files stay as committed)
+    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/dt_peft_models", sys.argv[2:])
