@@ -207,6 +207,52 @@ TEST_F(DataPipeline, BadRowsNameFileAndLine) {
   EXPECT_EQ(data.datasets[0].skipped_rows, 1);
 }
 
+// Fuzz findings: a dataset that gives no examples names its file and why (an empty file or JSON array, a
+// file of only bad rows with skip_bad_rows, a directory); empty input_ids is a bad row with its line; a
+// null required string field says so.
+TEST_F(DataPipeline, DatasetsWithNoExamplesNameTheFile) {
+  auto expect_error = [&](const RunConfig& cfg, const std::vector<std::string>& needles) {
+    try {
+      data_prepare(cfg);
+      ADD_FAILURE() << "no error for " << cfg.datasets[0].path;
+    } catch (const Error& e) {
+      for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  };
+  const std::string good = R"({"text":"fine"})";
+  const auto ok = write("ok.jsonl", good + "\n");
+  for (const char* content : {"", "\n \r\n\n", "[]", " [ ]\n", "\xEF\xBB\xBF"}) {
+    const auto empty = write("empty.jsonl", content);
+    expect_error(config({{empty, "", ""}}), {empty + ": no rows"});
+    expect_error(config({{ok, "", ""}, {empty, "completion", ""}}), {empty + ": no rows"});
+  }
+  auto cache_files = [&] {
+    return std::distance(fs::directory_iterator(dir / "cache"), fs::directory_iterator{});
+  };
+  EXPECT_EQ(cache_files(), 1) << "only ok.jsonl's tokens are cached, no file of a failed dataset";
+  auto skip = config({{write("bad.jsonl", "{oops\n{\"messages\":[]}\n"), "", ""}});
+  skip.skip_bad_rows = true;
+  expect_error(skip, {"bad.jsonl: every row is bad (2 skipped with skip_bad_rows)", "bad.jsonl:1: malformed JSON"});
+  // Rows that fail only when tokenized (an id outside the vocabulary) count the same way.
+  skip.datasets = {{write("ids.jsonl", "{\"input_ids\":[999999]}\n"), "", ""}};
+  expect_error(skip, {"ids.jsonl: every row is bad (1 skipped", "ids.jsonl:1: input_ids[0] = 999999"});
+  EXPECT_EQ(cache_files(), 1);
+  fs::create_directories(dir / "folder.jsonl");
+  expect_error(config({{(dir / "folder.jsonl").string(), "", ""}}), {"folder.jsonl: is a directory"});
+  expect_error(config({{(dir / "missing.jsonl").string(), "", ""}}), {"missing.jsonl: dataset file not found"});
+
+  const auto empty_ids = write("e.jsonl", R"({"input_ids":[1]})" "\n" R"({"input_ids":[]})" "\n");
+  expect_error(config({{empty_ids, "", ""}}), {empty_ids + ":2: field 'input_ids' is empty"});
+  const auto null_out = write("n.jsonl", R"({"instruction":"i","output":null})" "\n");
+  expect_error(config({{null_out, "alpaca", ""}}), {null_out + ":1: field 'output' must be a string, got null"});
+
+  // Every example dropped for length: the message says so.
+  auto drop = config({{write("long.jsonl", R"({"input_ids":[1,2,3,4,5]})" "\n"), "", ""}});
+  drop.sequence_len = 4;
+  drop.truncation = "drop";
+  expect_error(drop, {"no training examples left in", "long.jsonl: 1 dropped as longer than sequence_len 4"});
+}
+
 TEST_F(DataPipeline, ValidationSplitIsDeterministic) {
   std::string lines;
   for (int i = 0; i < 50; ++i) lines += "{\"text\":\"row " + std::to_string(i) + "\"}\n";

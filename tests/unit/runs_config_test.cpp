@@ -249,6 +249,15 @@ TEST(RunsConfig, BadDatasetEntries) {
       std::string::npos);
 }
 
+// `type: messages` (the dataset reader's alias for rows with a `messages` list) is accepted and stored as
+// chat, so the run file, the studio's type box and the reader agree (fuzz finding: the reader took it, the
+// run file refused it).
+TEST(RunsConfig, DatasetTypeMessagesIsChat) {
+  const auto cfg = run_config_from_yaml_string("datasets:\n  - path: a.jsonl\n    type: messages\n");
+  ASSERT_EQ(cfg.datasets.size(), 1u);
+  EXPECT_EQ(cfg.datasets[0].type, "chat");
+}
+
 TEST(RunsConfig, StructuralErrors) {
   EXPECT_EQ(parse_error("seed: 1\nseed: 2\n"), "run.yaml:2: key 'seed' appears twice");
   EXPECT_NE(parse_error("seed: [1\n").find("run.yaml:"), std::string::npos);

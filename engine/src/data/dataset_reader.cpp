@@ -27,8 +27,13 @@ const ojson& field(const ojson& row, const char* key, const std::string& source,
 std::string string_field(const ojson& row, const char* key, const std::string& source,
                          const std::string& format, bool required = true) {
   auto it = row.find(key);
-  if (it == row.end() || it->is_null()) {
+  if (it == row.end()) {
     if (required) bad(source, std::string("missing field '") + key + "' (" + format + " format)");
+    return "";
+  }
+  if (it->is_null()) {
+    if (required)
+      bad(source, std::string("field '") + key + "' must be a string, got null (" + format + " format)");
     return "";
   }
   if (!it->is_string())
@@ -94,7 +99,9 @@ ojson parse_sharegpt(const ojson& row, const std::string& source) {
     else if (from == "tool" || from == "function" || from == "observation")
       role = "tool";
     else
-      bad(source, "unknown role '" + from + "' in " + where + ".from (expected human, gpt or system)");
+      bad(source, "unknown role '" + from + "' in " + where +
+                      ".from (expected human, user, gpt, assistant, model, system, tool, function or "
+                      "observation)");
     out.push_back(message(role, value));
   }
   return out;
@@ -220,6 +227,7 @@ DatasetRow dataset_parse_row(const ojson& row, const std::string& format_in, con
   } else if (format == "pretokenized") {
     out.kind = RowKind::kPretokenized;
     out.input_ids = int_array(field(row, "input_ids", source, "pretokenized"), "input_ids", source, false);
+    if (out.input_ids.empty()) bad(source, "field 'input_ids' is empty (expected at least one token id)");
     auto labels = row.find("labels");
     if (labels != row.end() && !labels->is_null()) {
       out.labels = int_array(*labels, "labels", source, true);
@@ -233,10 +241,20 @@ DatasetRow dataset_parse_row(const ojson& row, const std::string& format_in, con
   return out;
 }
 
+void dataset_check_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  check(std::filesystem::exists(st), path + ": dataset file not found");
+  check(!std::filesystem::is_directory(st),
+        path + ": is a directory (expected a dataset file: JSONL, or a JSON array)");
+  check(std::filesystem::is_regular_file(st),
+        path + ": not a regular file (expected a dataset file: JSONL, or a JSON array)");
+}
+
 DatasetFile dataset_read(const std::string& path, const std::string& type, bool skip_bad_rows) {
   check(dataset_type_valid(type), path + ": unknown dataset type '" + type +
                                       "' (expected chat, sharegpt, alpaca, completion or pretokenized)");
-  check(std::filesystem::is_regular_file(path), path + ": dataset file not found");
+  dataset_check_file(path);
   return dataset_parse_text(read_text_file(path), path, type, skip_bad_rows);
 }
 
@@ -314,6 +332,16 @@ DatasetFile dataset_parse_text(std::string content, const std::string& path, con
     }
   }
   if (out.format.empty()) out.format = "chat";
+  check(out.total_rows > 0,
+        path +
+            ": no rows (an empty file or JSON array; expected JSONL, one JSON object a line, or a JSON "
+            "array of objects)");
+  if (out.rows.empty()) {
+    std::string msg =
+        path + ": every row is bad (" + std::to_string(out.skipped_rows) + " skipped with skip_bad_rows)";
+    if (!out.skipped_reasons.empty()) msg += "; first: " + out.skipped_reasons.front();
+    throw Error(msg);
+  }
   return out;
 }
 

@@ -45,6 +45,9 @@ struct DatasetFile {
 
 // Valid `type` values ("" = detect).
 bool dataset_type_valid(const std::string& type);
+// Throws Error naming `path` when it is missing, a directory or not a regular file.
+void dataset_check_file(const std::string& path);
+// Throws Error naming the file when it has no rows at all, or when every row is bad (skip_bad_rows).
 DatasetFile dataset_read(const std::string& path, const std::string& type, bool skip_bad_rows);
 // dataset_read on text already in memory (`path` only names the rows' sources). Used by dataset_read and
 // by the fuzz target, so the parser is fuzzed without a file system round trip.

@@ -25,8 +25,8 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 // Bump when the encoding of rows changes, so old cache files are not reused (2: session 11 tokenizer and
-// label-mask fixes).
-constexpr const char* kEncodingVersion = "dt-data-2";
+// label-mask fixes; 3: empty files, empty input_ids and files of only bad rows are errors).
+constexpr const char* kEncodingVersion = "dt-data-3";
 
 std::string config_token(const std::string& model_dir, const char* key) {
   const std::string path = (fs::path(model_dir) / "tokenizer_config.json").string();
@@ -116,7 +116,7 @@ struct LoadedFile {
 LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tokenizer* tok,
                         const ChatTemplate* tpl, const std::string& tpl_error, int32_t eos_id,
                         const std::function<void(const std::string&)>& log) {
-  check(fs::is_regular_file(spec.path), spec.path + ": dataset file not found");
+  dataset_check_file(spec.path);
   const std::string key = hash_bytes_hex(std::string(kEncodingVersion) + "|" + hash_file_hex(spec.path) +
                                          "|" + (tok ? tok->content_hash() : std::string("no-tokenizer")) + "|" + (tpl ? tpl->content_hash() : "-") +
                                          "|" + spec.type + "|" + (cfg.train_on_inputs ? "1" : "0") + "|" +
@@ -154,6 +154,12 @@ LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tok
     }
     d.examples.push_back(std::move(enc.examples[i]));
     d.sources.push_back(std::move(enc.sources[i]));
+  }
+  if (d.examples.empty()) {  // every row read was bad when tokenized (dataset_read refuses a file of no rows)
+    std::string msg = spec.path + ": every row is bad (" + std::to_string(d.skipped_rows) +
+                      " skipped with skip_bad_rows)";
+    if (!d.skipped_reasons.empty()) msg += "; first: " + d.skipped_reasons.front();
+    throw Error(msg);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (log) {
@@ -356,7 +362,21 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
   int64_t tr_trunc = 0, tr_drop = 0, ev_trunc = 0, ev_drop = 0;
   limit(out.train, out.train_sources, &tr_trunc, &tr_drop);
   limit(out.eval, out.eval_sources, &ev_trunc, &ev_drop);
-  check(!out.train.empty(), "no training examples left after reading, skipping bad rows and truncation");
+  if (out.train.empty()) {
+    std::string files;
+    for (const auto& [spec, is_eval] : specs)
+      if (!is_eval) {
+        if (!files.empty()) files += ", ";
+        files += spec->path;
+      }
+    std::string msg = "no training examples left in " + (files.empty() ? std::string("the datasets") : files);
+    if (tr_drop > 0)
+      msg += ": " + std::to_string(tr_drop) + " dropped as longer than sequence_len " +
+             std::to_string(cfg.sequence_len) + " (truncation: drop; truncation: truncate keeps them cut)";
+    else if (files.empty())
+      msg += ": every dataset is a validation split";
+    throw Error(msg);
+  }
 
   out.train_stats = data_stats(out.train, cfg);
   out.train_stats.truncated = tr_trunc;

@@ -310,6 +310,7 @@ DatasetSpec parse_dataset(const YAML::Node& n, const std::string& sub) {
     if (v.IsNull()) continue;
     (k == "path" ? d.path : k == "type" ? d.type : d.split) = scalar_of(v, sub + "." + k);
   }
+  if (d.type == "messages") d.type = "chat";  // the dataset readers' alias: rows with a `messages` list
   if (!seen.count("path")) throw BadValue{flow_text(n), sub, "a 'path' key"};
   return d;
 }
