@@ -28,7 +28,16 @@ using json = nlohmann::json;
 
 const std::string kFixtures = std::string(DT_SOURCE_DIR) + "/tests/goldens/peft/fixtures/";
 const std::vector<std::string> kCases = {"dense_cg",  "dense_clm_patterns", "dense_f32",        "moe_all",
-                                          "moe_down", "moe_layers_params",  "dense_unmatched"};
+                                          "moe_down", "moe_layers_params",  "dense_unmatched",  "moe_regex_params",
+                                          "moe_zero_shared"};
+
+// The fixture's tensors that carry an update: the zero-sized shared expert of a model without one is skipped.
+std::map<std::string, std::pair<Shape, std::vector<float>>> effective(
+    std::map<std::string, std::pair<Shape, std::vector<float>>> t, const ModelConfig& cfg) {
+  if (cfg.is_moe() && !cfg.has_shared_expert())
+    std::erase_if(t, [](const auto& kv) { return kv.first.find(".mlp.shared_expert.") != std::string::npos; });
+  return t;
+}
 
 std::string what(const std::function<void()>& f) {
   try {
@@ -98,11 +107,11 @@ TEST(PeftIo, ReadsPeftAdaptersAndWritesThemBackUnchanged) {
     const json rc = read_json(ref / "adapter_config.json");
     EXPECT_EQ(a.r, rc["r"].get<int>());
     EXPECT_EQ(a.alpha, rc["lora_alpha"].get<double>());
-    EXPECT_EQ(a.modules.size() * 2, tensors_of(ref / "adapter_model.safetensors").size());
+    EXPECT_EQ(a.modules.size() * 2, effective(tensors_of(ref / "adapter_model.safetensors"), cfg).size());
 
     const fs::path out = out_dir_for(c, tmp);
     peft_adapter_write(a, cfg, fixture_class_prefix(c), "tiny-" + c, out.string());
-    const auto want = tensors_of(ref / "adapter_model.safetensors");
+    const auto want = effective(tensors_of(ref / "adapter_model.safetensors"), cfg);
     const auto got = tensors_of(out / "adapter_model.safetensors");
     ASSERT_EQ(got.size(), want.size());
     for (const auto& [k, v] : want) {
@@ -187,6 +196,42 @@ TEST(PeftIo, UnmatchedListTargetsAreIgnoredAsPeftDoes) {
   for (const LoraModule& m : a.modules) paths.insert(m.path);
   EXPECT_EQ(paths, (std::set<std::string>{"layers.0.linear_attn.in_proj_b", "layers.1.self_attn.v_proj",
                                           "layers.2.linear_attn.in_proj_b", "layers.3.self_attn.v_proj"}));
+}
+
+// A regex string target_modules that matches nothing next to target_parameters that do (PEFT warns only);
+// PEFT's LoRA on the zero-sized shared expert of a model without one (shared_expert_intermediate_size 0).
+TEST(PeftIo, RegexMatchingNothingAndZeroSizedSharedExpert) {
+  auto paths_of = [](const std::string& c) {
+    const LoraAdapter a =
+        peft_adapter_read(kFixtures + c + "/adapter", model_config_load(kFixtures + c + "/config.json"));
+    std::set<std::string> p;
+    for (const LoraModule& m : a.modules) p.insert(m.path);
+    return p;
+  };
+  EXPECT_EQ(paths_of("moe_regex_params"),
+            (std::set<std::string>{"layers.0.mlp.experts.gate_up_proj", "layers.1.mlp.experts.gate_up_proj",
+                                   "layers.2.mlp.experts.gate_up_proj", "layers.3.mlp.experts.gate_up_proj"}));
+  EXPECT_EQ(paths_of("moe_zero_shared"),
+            (std::set<std::string>{"layers.1.self_attn.q_proj", "layers.3.self_attn.q_proj"}));
+  // A shared-expert tensor with no zero dimension on such a model is an error, not skipped.
+  const std::string c = "moe_zero_shared";
+  const ModelConfig cfg = model_config_load(kFixtures + c + "/config.json");
+  TempDir tmp("zs");
+  copy_fixture(c, tmp.path);
+  const fs::path w = tmp.path / "adapter_model.safetensors";
+  std::vector<std::pair<std::string, Tensor>> ts;
+  {
+    SafetensorsFile f(w.string());
+    for (const TensorEntry& e : f.entries()) {
+      Tensor t = f.get(e.name);
+      if (e.name.find("layers.0.mlp.shared_expert.up_proj.lora_B") != std::string::npos) t = host_tensor({3, 2});
+      ts.emplace_back(e.name, t);
+    }
+  }
+  safetensors_write(w.string(), ts);
+  const std::string m = what([&] { peft_adapter_read(tmp.path.string(), cfg); });
+  EXPECT_NE(m.find("layers.0.mlp.shared_expert.up_proj, a shared expert"), std::string::npos) << m;
+  EXPECT_NE(m.find("adapter_model.safetensors"), std::string::npos) << m;
 }
 
 // The adapter remembers its class (key prefix); export --class auto and training from it keep it.
@@ -324,7 +369,7 @@ TEST(PeftIo, BadAdaptersGiveErrorsNamingFileAndKey) {
     j["target_parameters"] = json::array({"mlp.experts.down_proj"});
   });
   m = what([&] { peft_adapter_read(d.string(), cfg); });
-  EXPECT_NE(m.find("select no module"), std::string::npos) << m;
+  EXPECT_NE(m.find("select no adaptable module"), std::string::npos) << m;
   EXPECT_NE(m.find("adapter_config.json"), std::string::npos) << m;
 
   // Tensors of a module we cannot adapt (PEFT's "all-linear" on an MoE model takes mlp.shared_expert_gate).

@@ -413,11 +413,9 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
     for (const json& t : target_modules)
       if (t.is_string() && !any_match(t.get<std::string>(), false) && !adaptable_leaf(t.get<std::string>(), false))
         unknown.push_back(t.get<std::string>());
-  } else if (target_modules.is_string()) {
-    bool any = false;
-    for (const LoraModule& m : inv) any |= config_target_matches(target_modules, m, cfg_name + " target_modules");
-    if (!any) unknown.push_back(target_modules.get<std::string>());
   }
+  // A regex string that matches nothing here is fine while target_parameters match (PEFT only warns); one that
+  // matched modules we cannot adapt shows up as their tensors below.
   if (target_parameters.is_array())
     for (const json& t : target_parameters)
       if (t.is_string() && !any_match(t.get<std::string>(), true) && !adaptable_leaf(t.get<std::string>(), true))
@@ -429,7 +427,9 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
                 " model (supported: attention, linear-attention, MLP/shared-expert projections, expert tensors)");
   }
   check(std::count(targeted.begin(), targeted.end(), true) > 0,
-        cfg_name + ": target_modules / target_parameters select no module of this model");
+        cfg_name + ": target_modules " + target_modules.dump() + " / target_parameters " + target_parameters.dump() +
+            " select no adaptable module of this " + cfg.model_type +
+            " model (supported: attention, linear-attention, MLP/shared-expert projections, expert tensors)");
 
   // Expert nesting per layer (§6.1).
   std::map<int, std::vector<size_t>> experts_of_layer;
@@ -448,6 +448,7 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
   SafetensorsFile file(w_path.string());
   const std::string wname = w_path.string();
   std::map<size_t, Tensor> a_of, b_of;
+  std::map<std::string, int> zero_size_modules;  // module -> how many of its tensors have a zero dimension
   std::string prefix_seen;
   for (const TensorEntry& e : file.entries()) {
     const std::string& key = e.name;
@@ -477,6 +478,13 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
                                " is not a lora_A/lora_B weight (DoRA, biases, embeddings and full module copies "
                                "are not supported)");
     auto it = module_of_key_module.find(module);
+    // shared_expert_intermediate_size 0: transformers builds zero-sized shared-expert linears and PEFT adapts
+    // them; their LoRA (one factor has a zero dimension) changes nothing, so it is skipped.
+    if (it == module_of_key_module.end() && cfg.is_moe() && !cfg.has_shared_expert() &&
+        module.find(".mlp.shared_expert.") != std::string::npos) {
+      zero_size_modules[module] += e.shape.size() == 2 && (e.shape[0] == 0 || e.shape[1] == 0) ? 1 : 0;
+      continue;
+    }
     if (it == module_of_key_module.end()) {
       bool exists = false;
       for (const LoraModule& m : inv) exists |= m.path == module;
@@ -494,6 +502,10 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
     check(t.ndim() == 2, wname + ": tensor " + key + " has shape " + shape_str(t.shape) + ", expected 2-D");
     (is_a ? a_of : b_of)[it->second] = host_convert(t, DType::F32);
   }
+
+  for (const auto& [module, zero_dims] : zero_size_modules)
+    check(zero_dims > 0, wname + ": tensors for " + module + ", a shared expert this " + cfg.model_type +
+                             " model does not have (shared_expert_intermediate_size is 0)");
 
   LoraAdapter adapter;
   adapter.r = r;

@@ -54,6 +54,14 @@ CASES = {
                                       target_modules=["v_proj", "in_proj_b", "shared_expert.up_proj",
                                                       "layers.9.mlp.down_proj"],
                                       target_parameters=["mlp.experts.gate_up_proj"])),
+    # target_modules a regex string that matches nothing (PEFT warns, the expert parameter is adapted).
+    "moe_regex_params": dict(model="moe_text", cls="causal_lm",
+                             lora=dict(r=2, lora_alpha=4, task_type="CAUSAL_LM", target_modules="gate_proj",
+                                       target_parameters=["mlp.experts.gate_up_proj"])),
+    # "up_proj"/"down_proj" also take the zero-sized shared-expert linears of a model without a shared expert.
+    "moe_zero_shared": dict(model="moe_noshared", cls="causal_lm",
+                            lora=dict(r=2, lora_alpha=4, task_type="CAUSAL_LM",
+                                      target_modules=["q_proj", "up_proj", "down_proj"])),
 }
 
 

@@ -5,6 +5,7 @@ Writes, under OUT (default /tmp/dt_peft_models):
   dense_f32/  Qwen3_5ForCausalLM, F32 (text layout, model.*)
   moe_text/   Qwen3_5MoeForCausalLM, BF16, sharded; transformers saves experts per expert
               (mlp.experts.{e}.gate_proj.weight, ...)
+  moe_noshared/ Qwen3_5MoeForCausalLM, F32, shared_expert_intermediate_size 0 (zero-sized shared expert)
 Sizes differ on purpose (q_proj out != H, dv != dk, Ie != Is) so transposition bugs change shapes.
 Run: /opt/gold/bin/python tests/goldens/peft/make_models.py [OUT]
 """
@@ -45,6 +46,13 @@ def main(out):
                                                      shared_expert_intermediate_size=40, **COMMON))
     randomize(moe)
     moe.to(torch.bfloat16).save_pretrained(f"{out}/moe_text", max_shard_size="60KB")
+
+    # shared_expert_intermediate_size 0: transformers keeps zero-sized shared-expert linears (PEFT adapts them).
+    noshared = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(num_experts=4, num_experts_per_tok=2,
+                                                          moe_intermediate_size=16,
+                                                          shared_expert_intermediate_size=0, **COMMON))
+    randomize(noshared)
+    noshared.to(torch.float32).save_pretrained(f"{out}/moe_noshared")
 
 
 if __name__ == "__main__":
