@@ -253,6 +253,30 @@ TEST_F(DataPipeline, DatasetsWithNoExamplesNameTheFile) {
   expect_error(drop, {"no training examples left in", "long.jsonl: 1 dropped as longer than sequence_len 4"});
 }
 
+// Fuzz finding: a run whose examples have no trained token (no assistant turn, labels all -100) trained
+// silently at loss 0. It still prepares, with a warning that names the cause.
+TEST_F(DataPipeline, ExamplesWithoutTrainedTokensAreWarned) {
+  const auto chat = write("c.jsonl",
+                          R"({"messages":[{"role":"user","content":"only a question"}]})"
+                          "\n"
+                          R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]})"
+                          "\n");
+  auto some = data_prepare(config({{chat, "", ""}}));
+  ASSERT_EQ(some.warnings.size(), 1u);
+  EXPECT_NE(some.warnings[0].find("1 of 2 training examples have no trained token"), std::string::npos)
+      << some.warnings[0];
+  const auto masked = write("m.jsonl", R"({"input_ids":[1,2],"labels":[-100,-100]})"
+                                       "\n");
+  auto none = data_prepare(config({{masked, "", ""}}));
+  ASSERT_EQ(none.warnings.size(), 1u);
+  EXPECT_NE(none.warnings[0].find("no training example has a trained token"), std::string::npos)
+      << none.warnings[0];
+  EXPECT_EQ(none.train_stats.trained_tokens, 0);
+  auto cfg = config({{chat, "", ""}});
+  cfg.train_on_inputs = true;
+  EXPECT_TRUE(data_prepare(cfg).warnings.empty());
+}
+
 TEST_F(DataPipeline, ValidationSplitIsDeterministic) {
   std::string lines;
   for (int i = 0; i < 50; ++i) lines += "{\"text\":\"row " + std::to_string(i) + "\"}\n";

@@ -378,6 +378,23 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
     throw Error(msg);
   }
 
+  // Examples with every label -100 (no assistant turn, or it was truncated away; masked pre-tokenized rows) add
+  // nothing to the loss: say so, and loudly when no example trains anything (the loss would stay 0).
+  int64_t untrained = 0;
+  for (const auto& e : out.train)
+    untrained += std::none_of(e.labels.begin(), e.labels.end(), [](int32_t l) { return l != -100; });
+  if (untrained > 0) {
+    const std::string why =
+        " (every label is -100: chat rows without an assistant turn or with it cut off at sequence_len, or "
+        "pre-tokenized rows whose labels are all -100; train_on_inputs: true trains the prompts too)";
+    std::string w = untrained == static_cast<int64_t>(out.train.size())
+                        ? "no training example has a trained token" + why + ": the loss is 0 and nothing is learned"
+                        : std::to_string(untrained) + " of " + std::to_string(out.train.size()) +
+                              " training examples have no trained token" + why;
+    out.warnings.push_back(w);
+    if (log) log("warning: " + w);
+  }
+
   out.train_stats = data_stats(out.train, cfg);
   out.train_stats.truncated = tr_trunc;
   out.train_stats.skipped_bad_rows = skipped;
