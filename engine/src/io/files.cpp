@@ -72,12 +72,14 @@ void AtomicFileWriter::write(const void* data, size_t n) {
 
 void AtomicFileWriter::commit() {
   check(fd_ >= 0 && !committed_, path_ + ": internal: commit twice");
-  check(::fsync(fd_) == 0, path_ + ": fsync failed (" + errno_str(errno) + ")");
-  const int rc = ::close(fd_);
+  // errno is read in statements of its own: in check(call() == 0, ... errno ...) the message may be built first.
+  const int synced = ::fsync(fd_), sync_err = errno;
+  check(synced == 0, path_ + ": fsync failed (" + errno_str(sync_err) + ")");
+  const int rc = ::close(fd_), close_err = errno;
   fd_ = -1;
-  check(rc == 0, path_ + ": close failed (" + errno_str(errno) + ")");
-  check(::rename(tmp_.c_str(), path_.c_str()) == 0,
-        path_ + ": rename from temporary file failed (" + errno_str(errno) + ")");
+  check(rc == 0, path_ + ": close failed (" + errno_str(close_err) + ")");
+  const int renamed = ::rename(tmp_.c_str(), path_.c_str()), rename_err = errno;
+  check(renamed == 0, path_ + ": rename from temporary file failed (" + errno_str(rename_err) + ")");
   committed_ = true;
   // The rename is durable only once the folder entry is on disk.
   const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

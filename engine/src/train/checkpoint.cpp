@@ -40,6 +40,11 @@ void fsync_path(const fs::path& p, bool directory) {
   check(rc == 0, p.string() + ": fsync failed (" + errno_text(e) + ")");
 }
 
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  const int rc = ::rename(from.c_str(), to.c_str()), e = errno;  // errno read before any message is built
+  check(rc == 0, "rename of " + from.string() + " to " + to.string() + " failed (" + errno_text(e) + ")");
+}
+
 // Every file below `dir`, then every folder bottom-up: whatever the adapter writer did is on disk.
 void fsync_tree(const fs::path& dir) {
   std::vector<fs::path> dirs{dir};
@@ -211,14 +216,14 @@ std::string checkpoint_write(const std::string& output_dir, const TrainerState& 
       check(fs::is_regular_file(tmp / f), std::string("the adapter writer did not write ") + f);
     fsync_tree(tmp);
     if (!fs::exists(final_dir)) {
-      check(::rename(tmp.c_str(), final_dir.c_str()) == 0, "rename failed (" + errno_text(errno) + ")");
+      rename_or_throw(tmp, final_dir);
     } else {
       // Same step again (e.g. a save on stop right after a periodic save): swap atomically, so the step is
       // never missing; the old content ends up under the leftover name and goes.
       if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0) {
         const fs::path old = out / tmp_name(state.step, "-old");
-        check(::rename(final_dir.c_str(), old.c_str()) == 0, "rename failed (" + errno_text(errno) + ")");
-        check(::rename(tmp.c_str(), final_dir.c_str()) == 0, "rename failed (" + errno_text(errno) + ")");
+        rename_or_throw(final_dir, old);
+        rename_or_throw(tmp, final_dir);
         fs::remove_all(old, ec);
       }
     }

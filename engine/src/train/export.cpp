@@ -68,12 +68,13 @@ void publish(const fs::path& tmp, const fs::path& out) {
   for (const auto& e : fs::directory_iterator(tmp)) fsync_path(e.path(), false);
   fsync_path(tmp, true);
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  auto fail = [&](const std::string& what) {
-    throw Error(out.string() + ": cannot move the exported adapter into place (" + what + ": " +
-                std::strerror(errno) + ")");
+  // Called right after the failed rename with its errno (read before any string is built).
+  auto fail = [&](int err, const char* what, const char* name = "") {
+    throw Error(out.string() + ": cannot move the exported adapter into place (" + what + name + ": " +
+                std::strerror(err) + ")");
   };
   if (!fs::exists(out, ec) || (fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
-    if (::rename(tmp.c_str(), out.c_str()) != 0) fail("rename");
+    if (::rename(tmp.c_str(), out.c_str()) != 0) fail(errno, "rename");
     fsync_path(parent, true);
     return;
   }
@@ -90,7 +91,7 @@ void publish(const fs::path& tmp, const fs::path& out) {
     return;
   }
   for (const char* name : {"README.md", "adapter_config.json", "adapter_model.safetensors"})
-    if (::rename((tmp / name).c_str(), (out / name).c_str()) != 0) fail(std::string("rename of ") + name);
+    if (::rename((tmp / name).c_str(), (out / name).c_str()) != 0) fail(errno, "rename of ", name);
   fsync_path(out, true);
   fs::remove_all(tmp, ec);
 }
