@@ -42,6 +42,21 @@ std::string map_case(const std::string& s, int mode /*0 lower 1 upper*/) {
   return out;
 }
 
+// Calls f(cp) for each code point of s; a byte that starts no valid sequence counts as one code point: its own
+// value (kByteValue) or U+FFFD (kReplacement).
+enum class BadByte { kByteValue, kReplacement };
+template <class F>
+void for_each_code_point(const std::string& s, BadByte bad, F&& f) {
+  size_t i = 0;
+  uint32_t cp;
+  while (i < s.size()) {
+    int n = utf8_decode(s, i, &cp);
+    if (n <= 0) n = 1, cp = bad == BadByte::kByteValue ? static_cast<unsigned char>(s[i]) : 0xFFFDu;
+    f(cp);
+    i += static_cast<size_t>(n);
+  }
+}
+
 bool is_cased_letter(uint32_t cp) {
   const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
   return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
@@ -50,16 +65,11 @@ bool is_cased_letter(uint32_t cp) {
 std::string title_case(const std::string& s) {
   std::string out;
   bool prev_cased = false;
-  size_t i = 0;
-  uint32_t cp;
-  while (i < s.size()) {
-    int n = utf8_decode(s, i, &cp);
-    if (n <= 0) n = 1, cp = static_cast<unsigned char>(s[i]);
+  for_each_code_point(s, BadByte::kByteValue, [&](uint32_t cp) {
     const auto c = static_cast<utf8proc_int32_t>(cp);
     utf8_append(&out, static_cast<uint32_t>(prev_cased ? utf8proc_tolower(c) : utf8proc_totitle(c)));
     prev_cased = is_cased_letter(cp);
-    i += static_cast<size_t>(n);
-  }
+  });
   return out;
 }
 
@@ -68,11 +78,7 @@ std::string title_case(const std::string& s) {
 std::string jinja_title(const std::string& s) {
   std::string out;
   bool word_start = true;
-  size_t i = 0;
-  uint32_t cp;
-  while (i < s.size()) {
-    int n = utf8_decode(s, i, &cp);
-    if (n <= 0) n = 1, cp = static_cast<unsigned char>(s[i]);
+  for_each_code_point(s, BadByte::kByteValue, [&](uint32_t cp) {
     const bool sep =
         cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || utf8_is_python_space(cp);
     const auto c = static_cast<utf8proc_int32_t>(cp);
@@ -80,45 +86,34 @@ std::string jinja_title(const std::string& s) {
                                             : word_start ? utf8proc_toupper(c)
                                                          : utf8proc_tolower(c)));
     word_start = sep;
-    i += static_cast<size_t>(n);
-  }
+  });
   return out;
 }
 
 // Python str.islower() / str.isupper(): some cased character and none of the other case.
 bool py_is_case(const std::string& s, bool upper) {
-  bool any_cased = false;
-  size_t i = 0;
-  uint32_t cp;
-  while (i < s.size()) {
-    int n = utf8_decode(s, i, &cp);
-    if (n <= 0) n = 1, cp = 0xFFFD;
+  bool any_cased = false, other_case = false;
+  for_each_code_point(s, BadByte::kReplacement, [&](uint32_t cp) {
     const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
     if (upper ? (cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT)
               : (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LT))
-      return false;
+      other_case = true;
     if (cat == (upper ? UTF8PROC_CATEGORY_LU : UTF8PROC_CATEGORY_LL)) any_cased = true;
-    i += static_cast<size_t>(n);
-  }
-  return any_cased;
+  });
+  return any_cased && !other_case;
 }
 
 // jinja2's |wordcount: the number of matches of Python's re `\w+` (alphanumeric or '_').
 int64_t count_py_words(const std::string& s) {
   int64_t words = 0;
   bool in_word = false;
-  size_t i = 0;
-  uint32_t cp;
-  while (i < s.size()) {
-    int n = utf8_decode(s, i, &cp);
-    if (n <= 0) n = 1, cp = 0xFFFD;
+  for_each_code_point(s, BadByte::kReplacement, [&](uint32_t cp) {
     const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
     const bool w = cp == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
                    (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
     if (w && !in_word) ++words;
     in_word = w;
-    i += static_cast<size_t>(n);
-  }
+  });
   return words;
 }
 
