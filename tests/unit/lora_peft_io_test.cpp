@@ -175,43 +175,35 @@ TEST(PeftIo, PatternsRankAndScaling) {
   EXPECT_EQ(a.find("layers.0.linear_attn.in_proj_qkv"), nullptr);
 }
 
-// PEFT: layers_to_transform / exclude_modules filter target_modules, never target_parameters.
-TEST(PeftIo, LayerFiltersLeaveExpertParametersAlone) {
-  const std::string c = "moe_layers_params";
-  const ModelConfig cfg = model_config_load(kFixtures + c + "/config.json");
-  const LoraAdapter a = peft_adapter_read(kFixtures + c + "/adapter", cfg);
+// The module paths a fixture's PEFT adapter adapts, read against its own config.json.
+std::set<std::string> fixture_adapter_paths(const std::string& c) {
+  const LoraAdapter a =
+      peft_adapter_read(kFixtures + c + "/adapter", model_config_load(kFixtures + c + "/config.json"));
   std::set<std::string> paths;
   for (const LoraModule& m : a.modules) paths.insert(m.path);
-  EXPECT_EQ(paths, (std::set<std::string>{"layers.0.linear_attn.in_proj_z", "layers.1.self_attn.q_proj",
+  return paths;
+}
+
+// PEFT: layers_to_transform / exclude_modules filter target_modules, never target_parameters.
+TEST(PeftIo, LayerFiltersLeaveExpertParametersAlone) {
+  EXPECT_EQ(fixture_adapter_paths("moe_layers_params"), (std::set<std::string>{"layers.0.linear_attn.in_proj_z", "layers.1.self_attn.q_proj",
                                           "layers.0.mlp.experts.down_proj", "layers.1.mlp.experts.down_proj",
                                           "layers.2.mlp.experts.down_proj", "layers.3.mlp.experts.down_proj"}));
 }
 
 // PEFT accepts list entries that match nothing while another target matches.
 TEST(PeftIo, UnmatchedListTargetsAreIgnoredAsPeftDoes) {
-  const std::string c = "dense_unmatched";
-  const ModelConfig cfg = model_config_load(kFixtures + c + "/config.json");
-  const LoraAdapter a = peft_adapter_read(kFixtures + c + "/adapter", cfg);
-  std::set<std::string> paths;
-  for (const LoraModule& m : a.modules) paths.insert(m.path);
-  EXPECT_EQ(paths, (std::set<std::string>{"layers.0.linear_attn.in_proj_b", "layers.1.self_attn.v_proj",
+  EXPECT_EQ(fixture_adapter_paths("dense_unmatched"), (std::set<std::string>{"layers.0.linear_attn.in_proj_b", "layers.1.self_attn.v_proj",
                                           "layers.2.linear_attn.in_proj_b", "layers.3.self_attn.v_proj"}));
 }
 
 // A regex string target_modules that matches nothing next to target_parameters that do (PEFT warns only);
 // PEFT's LoRA on the zero-sized shared expert of a model without one (shared_expert_intermediate_size 0).
 TEST(PeftIo, RegexMatchingNothingAndZeroSizedSharedExpert) {
-  auto paths_of = [](const std::string& c) {
-    const LoraAdapter a =
-        peft_adapter_read(kFixtures + c + "/adapter", model_config_load(kFixtures + c + "/config.json"));
-    std::set<std::string> p;
-    for (const LoraModule& m : a.modules) p.insert(m.path);
-    return p;
-  };
-  EXPECT_EQ(paths_of("moe_regex_params"),
+  EXPECT_EQ(fixture_adapter_paths("moe_regex_params"),
             (std::set<std::string>{"layers.0.mlp.experts.gate_up_proj", "layers.1.mlp.experts.gate_up_proj",
                                    "layers.2.mlp.experts.gate_up_proj", "layers.3.mlp.experts.gate_up_proj"}));
-  EXPECT_EQ(paths_of("moe_zero_shared"),
+  EXPECT_EQ(fixture_adapter_paths("moe_zero_shared"),
             (std::set<std::string>{"layers.1.self_attn.q_proj", "layers.3.self_attn.q_proj"}));
   // A shared-expert tensor with no zero dimension on such a model is an error, not skipped.
   const std::string c = "moe_zero_shared";
