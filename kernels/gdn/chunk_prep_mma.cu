@@ -408,6 +408,16 @@ __device__ __forceinline__ void next_state(bf16* dst, const bf16* Kt, const bf16
   }
 }
 
+// x[lane] for lane < N by constant indices (a select chain: x stays in registers).
+template <int N>
+__device__ __forceinline__ float lane_pick(const float (&x)[N], int lane) {
+  float a = x[0];
+#pragma unroll
+  for (int i = 1; i < N; ++i)
+    if (lane == i) a = x[i];
+  return a;
+}
+
 // Whether chunk ch + 1 belongs to the sequence of chunk ch (chunk_off: each sequence's first chunk, nseq + 1).
 __device__ __forceinline__ bool next_chunk_continues(const int32_t* chunk_off, int nseq, int ch) {
   int lo = 0, hi = nseq;  // the sequence of chunk ch: chunk_off[lo] <= ch < chunk_off[lo + 1]
@@ -492,11 +502,8 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
     l2_rows_normalise(kr, 1.f, nout.eps, rk);
     l2_rows_normalise(qr, scale, nout.eps, rq);
     const bool put_rho = nout.rq && h % (HV / HK) == 0;
-    if (lane < RW) {  // lane i writes row warp·RW + i (constant indices into rk, rq: a select chain)
-      float a = rk[0], b = rq[0];
-#pragma unroll
-      for (int i = 1; i < RW; ++i)
-        if (lane == i) a = rk[i], b = rq[i];
+    if (lane < RW) {  // lane i writes row warp·RW + i
+      const float a = lane_pick(rk, lane), b = lane_pick(rq, lane);
       const int r = warp * RW + lane;
       Rk[r] = a, Rq[r] = b;
       if (put_rho && r < len) {
@@ -799,13 +806,7 @@ __global__ void __launch_bounds__(NT, 2)
   for (int i = 0; i < RW; ++i) kr[i] = l2_row_load4(KIn{Kt + (warp * RW + i) * LK, KType::BF16}, 4 * lane);
   float rk[RW];
   l2_rows_normalise(kr, 1.f, eps, rk);
-  if (lane < RW) {
-    float a = rk[0];
-#pragma unroll
-    for (int i = 1; i < RW; ++i)
-      if (lane == i) a = rk[i];
-    Rk[warp * RW + lane] = a;
-  }
+  if (lane < RW) Rk[warp * RW + lane] = lane_pick(rk, lane);
   __syncthreads();
   next_state(dst, Kt, St, Vt, Gs, Rk, len);
 }
