@@ -1,6 +1,7 @@
 #include "io/files.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "core/error.h"
 
@@ -93,6 +95,19 @@ void write_text_file_atomic(const std::string& path, const std::string& content)
   AtomicFileWriter out(path);
   out.write(content.data(), content.size());
   out.commit();
+}
+
+void remove_leftovers_of_dead_writers(
+    const std::string& dir, const std::function<int64_t(const std::filesystem::directory_entry&)>& owner_pid) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const int64_t pid = owner_pid(e);
+    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      stale.push_back(e.path());
+  }
+  for (const auto& p : stale) fs::remove_all(p, ec);
 }
 
 void check_dir_writable(const std::string& dir, const std::string& what) {

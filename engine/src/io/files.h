@@ -1,5 +1,8 @@
 // Small file helpers shared by the readers and writers (checkpoints, configs, adapters).
 #pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <string>
 
 namespace deltatune {
@@ -33,5 +36,11 @@ void write_text_file_atomic(const std::string& path, const std::string& content)
 // read-only or unusable folder is reported before hours of work are spent. Throws Error
 // "<what> '<dir>': ..." with the system's reason (e.g. Permission denied, Read-only file system).
 void check_dir_writable(const std::string& dir, const std::string& what);
+
+// Removes the entries of folder `dir` that `owner_pid` attributes to a writer process that no longer exists
+// (the leftovers of a killed write). Entries it gives no pid for (<= 0), this process's own and those of a live
+// process (maybe writing right now) stay. A missing folder is no error.
+void remove_leftovers_of_dead_writers(
+    const std::string& dir, const std::function<int64_t(const std::filesystem::directory_entry&)>& owner_pid);
 
 }  // namespace deltatune

@@ -1,7 +1,6 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -290,16 +289,10 @@ std::vector<std::pair<int64_t, std::string>> checkpoint_list(const std::string& 
 }
 
 std::optional<std::string> checkpoint_latest(const std::string& output_dir) {
-  std::error_code ec;
-  std::vector<fs::path> stale;
-  for (const auto& e : fs::directory_iterator(output_dir, ec)) {
-    const int64_t pid = leftover_pid(e.path().filename().string());
-    // Our own leftovers are in progress or already cleaned up by the writer; a live pid may be another
-    // trainer writing into this folder right now.
-    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
-      stale.push_back(e.path());
-  }
-  for (const auto& p : stale) fs::remove_all(p, ec);
+  // Our own leftovers are in progress or already cleaned up by the writer; a live pid may be another trainer
+  // writing into this folder right now.
+  remove_leftovers_of_dead_writers(
+      output_dir, [](const fs::directory_entry& e) { return leftover_pid(e.path().filename().string()); });
 
   auto all = checkpoint_list(output_dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {

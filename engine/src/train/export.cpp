@@ -3,7 +3,6 @@
 // so a kill at any moment leaves the target either as it was or complete; leftovers of killed exports
 // are removed by the next export into the same parent folder.
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 
 #include "core/error.h"
 #include "deltatune/trainer.h"
+#include "io/files.h"
 #include "lora/peft_io.h"
 #include "model/weights.h"
 
@@ -33,23 +33,16 @@ fs::path normalized(const std::string& dir) {
   return p;
 }
 
-// Removes ".<name>.partial<pid>" folders beside `out` whose process is gone (killed exports).
-void remove_stale_partials(const fs::path& out) {
-  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+// The pid in a ".<name>.partial<pid>" folder's name (an export in progress or killed), else -1.
+int64_t partial_owner_pid(const fs::directory_entry& e) {
+  const std::string name = e.path().filename().string();
+  const size_t at = name.rfind(".partial");
   std::error_code ec;
-  std::vector<fs::path> stale;
-  for (const auto& e : fs::directory_iterator(parent, ec)) {
-    const std::string name = e.path().filename().string();
-    const size_t at = name.rfind(".partial");
-    if (name[0] != '.' || at == std::string::npos || at == 0 || !e.is_directory(ec)) continue;
-    const std::string digits = name.substr(at + 8);
-    if (digits.empty()) continue;
-    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    const long pid = std::stol(digits);
-    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
-      stale.push_back(e.path());
-  }
-  for (const auto& p : stale) fs::remove_all(p, ec);
+  if (name[0] != '.' || at == std::string::npos || at == 0 || !e.is_directory(ec)) return -1;
+  const std::string digits = name.substr(at + 8);
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stol(digits);
 }
 
 void fsync_path(const fs::path& p, bool directory) {
@@ -107,7 +100,8 @@ void export_adapter(const ExportOptions& opts) {
   check(fs::weakly_canonical(opts.out_dir) != fs::weakly_canonical(opts.adapter_dir),
         "export: --out must differ from the adapter folder");
   const fs::path out = normalized(opts.out_dir);
-  remove_stale_partials(out);
+  remove_leftovers_of_dead_writers((out.has_parent_path() ? out.parent_path() : fs::path(".")).string(),
+                                   partial_owner_pid);
   if (opts.progress) opts.progress(0.0);
   const ModelWeights base = model_weights_load(opts.model_dir);
   const LoraAdapter adapter = peft_adapter_read(opts.adapter_dir, base.config);
