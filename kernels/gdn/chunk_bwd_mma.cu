@@ -81,6 +81,8 @@ constexpr int NWC = NT / 32 / (C / 16);
 
 using gdn_chunk::chunk_at;
 using gdn_chunk::ChunkRef;
+using gdn_chunk::grad_item;
+using gdn_chunk::GradItem;
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ float4 ld4(const __half* p) {
@@ -133,29 +135,6 @@ __device__ __forceinline__ float2 ld_split(const bf16* hi, const bf16* lo, int o
   return make_float2(h.x + l.x, h.y + l.y);
 }
 
-// Rows m0 + g (+8) < rows_ok of a warp's 16 x 8·NB tile, times s, to dst[row·rs + n0 + ..] as bf16. Lanes
-// t4, t4^1 swap one pair so that each stores 4 consecutive columns (8 bytes; 32 per row and instruction).
-template <int NB>
-__device__ __forceinline__ void store_tile_bf16(bf16* dst, int64_t rs, const float (&acc)[NB][4], int m0, int n0,
-                                                int rows_ok, float s) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const bool odd = t4 & 1;
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int i = m0 + g + 8 * hf;
-#pragma unroll
-    for (int p = 0; p < NB / 2; ++p) {
-      const uint32_t v0 = mma::pack_bf16(s * acc[2 * p][2 * hf], s * acc[2 * p][2 * hf + 1]);
-      const uint32_t v1 = mma::pack_bf16(s * acc[2 * p + 1][2 * hf], s * acc[2 * p + 1][2 * hf + 1]);
-      const uint32_t r = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 1);
-      if (i < rows_ok) {
-        const int c = n0 + 16 * p + (odd ? 8 + 2 * (t4 - 1) : 2 * t4);
-        *reinterpret_cast<uint2*>(dst + i * rs + c) = odd ? make_uint2(r, v1) : make_uint2(v0, r);
-      }
-    }
-  }
-}
-
 // Shared memory of the fused kernel (byte offsets), dk = dv = DK. Region A (S_n, dV', dO) is refilled with
 // the next item's while region B (dS^end, V', dO lo) holds the hi/lo tiles of K̂ and Q̂. R16: q, k stay as
 // loaded (bf16, padded rows, then ρ_k, ρ_q), in two sets by item parity (the next item's land during this
@@ -177,23 +156,6 @@ struct GradSmem {
 template <int DK, int DV, bool R16>
 constexpr size_t grad_mma_smem() {
   return GradSmem<DK, R16>::bytes;
-}
-
-// One work item: (chunk, value head), value heads fastest (the two of a key head share its K̂, Q̂ through L2).
-struct GradItem {
-  int h;
-  ChunkRef cr;
-  int64_t hs, rv, rkq;  // (chunk, head) row of states/dh/gsum; first elements of the chunk's rows
-};
-template <int DK, int DV>
-__device__ __forceinline__ GradItem grad_item(int item, const int32_t* chunks, int64_t HK, int64_t HV) {
-  GradItem it;
-  const int ch = item / static_cast<int>(HV);
-  it.h = item % static_cast<int>(HV);
-  it.cr = chunk_at(chunks, ch);
-  it.hs = static_cast<int64_t>(ch) * HV + it.h;
-  it.rv = (it.cr.t0 * HV + it.h) * DV, it.rkq = (it.cr.t0 * HK + it.h / (HV / HK)) * DK;
-  return it;
 }
 
 // Persistent: block b takes items b, b + gridDim.x, ... While one item's intra products and epilogue run, the
@@ -466,11 +428,16 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc
                                       int nchunks, const void* states16, const void* dh16, const void* vnew16,
                                       const void* dvn16, void* dqh16, void* dkh16, void* dW16, float* gsum,
                                       float* dg, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
-                                      KOut dq, const void* states_odd16) {
+                                      KOut dq, const void* states_odd16, int64_t T) {
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
   if (dq.p && !gdn_grad_fuses_dq(qk, dout, dq, HK, HV)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
+  if (gdn_grad_wgmma_selected(qk, dout, dk, dv)) {  // Hopper: wgmma + TMA, unless no tensor maps (T unknown)
+    const cudaError_t e = launch_gdn_chunk_grad_wgmma(dout, qk, Gc, chunks, nchunks, states16, dh16, vnew16, dvn16,
+                                                      dqh16, dkh16, dW16, gsum, dg, HK, HV, s, dq, states_odd16, T);
+    if (e != cudaErrorNotSupported) return e;
+  }
   auto* kern =
       kind == 1 ? gdn_chunk_grad_mma_kernel<128, 128, true> : gdn_chunk_grad_mma_kernel<128, 128, false>;
   const size_t smem = kind == 1 ? grad_mma_smem<128, 128, true>() : grad_mma_smem<128, 128, false>();

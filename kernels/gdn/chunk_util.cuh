@@ -1,4 +1,5 @@
-// Device helpers shared by the chunked GDN kernels (chunk_bwd.cu, chunk_bwd_mma.cu, chunk_dscan_mma.cu).
+// Device helpers shared by the chunked GDN kernels (chunk_bwd.cu, chunk_bwd_mma.cu, chunk_dscan_mma.cu,
+// chunk_grad_wgmma.cu).
 #pragma once
 #include <cstdint>
 
@@ -28,6 +29,24 @@ __device__ __forceinline__ void store_reverse_cumsum(const float* dG, float* dg,
     acc += dG[i];
     dg[(cr.t0 + i) * HV + h] = acc;
   }
+}
+
+// One work item of the state/intra kernels (chunk_bwd_mma.cu, chunk_grad_wgmma.cu): (chunk, value head),
+// value heads fastest (the value heads of a key head share its q, k).
+struct GradItem {
+  int h;
+  ChunkRef cr;
+  int64_t hs, rv, rkq;  // (chunk, head) row of states/dh/gsum; first elements of the chunk's rows
+};
+template <int DK, int DV>
+__device__ __forceinline__ GradItem grad_item(int item, const int32_t* chunks, int64_t HK, int64_t HV) {
+  GradItem it;
+  const int ch = item / static_cast<int>(HV);
+  it.h = item % static_cast<int>(HV);
+  it.cr = chunk_at(chunks, ch);
+  it.hs = static_cast<int64_t>(ch) * HV + it.h;
+  it.rv = (it.cr.t0 * HV + it.h) * DV, it.rkq = (it.cr.t0 * HK + it.h / (HV / HK)) * DK;
+  return it;
 }
 
 }  // namespace deltatune::kernels::gdn_chunk

@@ -147,13 +147,24 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc
                                       int nchunks, const void* states16, const void* dh16, const void* vnew16,
                                       const void* dvn16, void* dqh16, void* dk_part16, void* dW16,
                                       float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
-                                      cudaStream_t s, KOut dq = {}, const void* states_odd16 = nullptr);
+                                      cudaStream_t s, KOut dq = {}, const void* states_odd16 = nullptr,
+                                      int64_t T = 0);
 // With dq.p set the kernel also runs the L2 norm's backward for q (the value heads of a key head in one
 // block) and writes dq (T, HK, dk) (=) instead of dqh16: only for gdn_grad_fuses_dq's inputs (BF16 q, k with
 // ρ, BF16 dO, HV a multiple of HK, dq 8-byte aligned), else the launch is refused. With states_odd16 set,
 // states16 holds the even chunks' states and states_odd16 the odd ones' (both at slot chunk / 2:
-// GdnHalfStates).
+// GdnHalfStates). T (the tokens) lets the wgmma kernel below load its tiles by TMA (0: by cp.async).
 bool gdn_grad_fuses_dq(const GdnQK& qk, KIn dout, KOut dq, int64_t HK, int64_t HV);
+// The same contract on Hopper's warpgroup tensor cores with TMA copies (chunk_grad_wgmma.cu, sm_90a):
+// launch_gdn_chunk_grad_mma calls it where gdn_grad_wgmma_selected (BF16 q, k with ρ, BF16 dO, dk = dv = 128, a
+// compute capability 9 device, DT_GDN_SCAN_MMA and DT_GDN_GRAD_MMA unset); cudaErrorNotSupported where the
+// tensor maps cannot be made (T 0, or the driver refuses them).
+bool gdn_grad_wgmma_selected(const GdnQK& qk, KIn dout, int dk, int dv);
+cudaError_t launch_gdn_chunk_grad_wgmma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
+                                        int nchunks, const void* states16, const void* dh16, const void* vnew16,
+                                        const void* dvn16, void* dqh16, void* dk_part16, void* dW16,
+                                        float* gsum, float* dg, int64_t HK, int64_t HV, cudaStream_t s, KOut dq,
+                                        const void* states_odd16, int64_t T);
 // 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dk_part16 + the WY terms (bf16), dv (=), dg (+= then reverse
 // cumsum within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16
 // elsewhere. With raw gates it writes da, db from the final dg, dβ instead (gr.dg is still read and written).
@@ -177,6 +188,7 @@ struct GdnBwdBf16 {
   KOut dq;  // set: dq itself in place of dqh16 (launch_gdn_chunk_grad_mma's fused L2 backward)
   bool image = false;
   const void* states_odd16 = nullptr;  // set: states16 holds the even chunks only (GdnHalfStates)
+  int64_t tokens = 0;                  // T (the state/intra kernel's TMA maps need the tensors' extent)
 };
 // image: W16, M16 are operand images (GdnScanBf16::image, written by the backward's prep from the kept
 // states): the reverse scan runs on wgmma (launch_gdn_chunk_dscan_wgmma; bf16 dO, q, k). dk_part16: bf16

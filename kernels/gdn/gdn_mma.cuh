@@ -215,4 +215,27 @@ __device__ __forceinline__ void stage_f32_split(bf16* hi, bf16* lo, int ld, cons
   });
 }
 
+// Rows m0 + g (+8) < rows_ok of a warp's 16 x 8·NB tile, times s, to dst[row·rs + n0 + ..] as bf16. Lanes
+// t4, t4^1 swap one pair so that each stores 4 consecutive columns (8 bytes; 32 per row and instruction).
+template <int NB>
+__device__ __forceinline__ void store_tile_bf16(bf16* dst, int64_t rs, const float (&acc)[NB][4], int m0, int n0,
+                                                int rows_ok, float s) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const bool odd = t4 & 1;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = m0 + g + 8 * hf;
+#pragma unroll
+    for (int p = 0; p < NB / 2; ++p) {
+      const uint32_t v0 = mma::pack_bf16(s * acc[2 * p][2 * hf], s * acc[2 * p][2 * hf + 1]);
+      const uint32_t v1 = mma::pack_bf16(s * acc[2 * p + 1][2 * hf], s * acc[2 * p + 1][2 * hf + 1]);
+      const uint32_t r = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 1);
+      if (i < rows_ok) {
+        const int c = n0 + 16 * p + (odd ? 8 + 2 * (t4 - 1) : 2 * t4);
+        *reinterpret_cast<uint2*>(dst + i * rs + c) = odd ? make_uint2(r, v1) : make_uint2(v0, r);
+      }
+    }
+  }
+}
+
 }  // namespace deltatune::kernels::gdn_mma

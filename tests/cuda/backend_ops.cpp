@@ -540,8 +540,11 @@ void case_gdn(Env& e) {
     if (c.dk == 128 && c.dv == 128) {
       // States keep's other layouts: every chunk's state without V' (DT_GDN_FULL_STATES; the default keeps V'
       // and the even chunks' states), the even chunks' states written by the mma.sync forward scan, and the
-      // odd ones formed by the full-size backward prep instead of the lean prep + odd-state kernel.
-      for (const char* env : {"DT_GDN_FULL_STATES", "DT_GDN_SCAN_MMA", "DT_GDN_PREP_FUSED_ODD"}) {
+      // odd ones formed by the full-size backward prep instead of the lean prep + odd-state kernel, and the
+      // state/intra kernel on mma.sync where the default runs it on wgmma with TMA copies (Hopper), or its TMA
+      // copies one column group at a time (the tensor maps of drivers that refuse the one-copy form).
+      for (const char* env : {"DT_GDN_FULL_STATES", "DT_GDN_SCAN_MMA", "DT_GDN_PREP_FUSED_ODD", "DT_GDN_GRAD_MMA",
+                             "DT_TMA_BOXES"}) {
         setenv(env, "1", 1);
         keep_pair(Backend::GdnKeep::States, std::string(" keep states ") + env);
         unsetenv(env);

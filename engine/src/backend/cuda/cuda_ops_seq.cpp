@@ -594,6 +594,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       if (dq_fused) b.dq = kout(dq, "gdn dq");
       b.image = f->image;
       b.states_odd16 = f->states_odd.defined() ? f->states_odd.data : nullptr;
+      b.tokens = d.T;
       cuda_check(kernels::launch_gdn_chunk_bwd_mma(kin(dout, "gdn dout"), qk, kin(v, "gdn v"), gates,
                                                    iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
                                                    fptr(f->Gc), b, fptr(gsum), dk_part.data,

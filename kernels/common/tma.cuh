@@ -1,0 +1,76 @@
+// Hopper tensor memory accelerator (TMA, sm_90a): tiles of bf16 rows copied from global to shared memory by
+// one thread through a tensor map, completing on a shared-memory mbarrier; and the host side that encodes
+// the maps (the driver's cuTensorMapEncodeTiled, reached through the runtime: no link to libcuda).
+//
+// Tiles land in the "image" layout of the wgmma kernels (gdn/wgmma_tiles.cuh): element (r, c) of an R-row,
+// 128-column tile at (c/8)·R·16 + r·16 + (c%8)·2, i.e. the 16 column groups one after another, each R rows
+// of 16 bytes. A map walks a row-major [rows][heads][128] tensor as (8 elements, rows, column group, head):
+// the column group's stride (16 bytes) is smaller than the rows', so one box {8, R, 16, 1} writes a whole
+// image tile. Drivers that refuse the out-of-order strides get the in-order map (8 elements, head·16 + column
+// group, rows) and one box {8, 1, R} per column group (ImageMap::one_box false).
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deltatune::kernels::tma {
+
+struct ImageMap {
+  CUtensorMap map;
+  int rows;      // R: rows of a box
+  bool one_box;  // the whole tile in one copy (else 16, one per column group)
+};
+
+// Encodes a map over a row-major bf16 tensor [nrows][heads][128] (base 16-byte aligned) for tiles of R rows
+// of one head. false where the driver refuses both forms or the device has no TMA.
+bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows);
+
+#if defined(__CUDACC__)
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes a barrier's initialisation visible to the async proxy (the copies' complete_tx); a block barrier follows.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also expects `bytes` more to land in the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nTMA_WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra TMA_WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void copy3(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void copy4(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2, int c3,
+                                      uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+// Rows row0 .. row0 + R − 1 of head h as an image tile at dst (rows past the tensor's end: zeros), counted
+// on bar: R·256 bytes.
+__device__ __forceinline__ void image_tile(uint32_t dst, const ImageMap& m, int row0, int h, uint32_t bar) {
+  if (m.one_box) {
+    copy4(dst, &m.map, 0, row0, 0, h, bar);
+  } else {
+#pragma unroll 1
+    for (int cg = 0; cg < 16; ++cg) copy3(dst + cg * m.rows * 16, &m.map, 0, h * 16 + cg, row0, bar);
+  }
+}
+#endif
+
+}  // namespace deltatune::kernels::tma
