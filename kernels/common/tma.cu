@@ -7,7 +7,7 @@
 
 namespace deltatune::kernels::tma {
 
-bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows) {
+bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows, bool sw32) {
   void* fn_ptr = nullptr;
   cudaDriverEntryPointQueryResult found{};
   if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn_ptr, 12000, cudaEnableDefault, &found) !=
@@ -16,27 +16,31 @@ bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t head
     return false;
   auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn_ptr);
   m.rows = rows;
+  m.blocks = sw32 ? 8 : 16;
+  const cuuint32_t block_elems = 128 / m.blocks, block_bytes = 2 * block_elems;
+  const CUtensorMapSwizzle swizzle = sw32 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE;
   void* p = const_cast<void*>(base);
   const cuuint64_t row_bytes = static_cast<cuuint64_t>(heads) * 256;
   const cuuint32_t ones[4] = {1, 1, 1, 1};
   // DT_TMA_BOXES=1: the in-order map even where the one-box map is accepted (A/B timing, tests)
   if (!std::getenv("DT_TMA_BOXES")) {
-    const cuuint64_t dim[4] = {8, static_cast<cuuint64_t>(nrows), 16, static_cast<cuuint64_t>(heads)};
-    const cuuint64_t stride[3] = {row_bytes, 16, 256};
-    const cuuint32_t box[4] = {8, static_cast<cuuint32_t>(rows), 16, 1};
+    const cuuint64_t dim[4] = {block_elems, static_cast<cuuint64_t>(nrows), static_cast<cuuint64_t>(m.blocks),
+                               static_cast<cuuint64_t>(heads)};
+    const cuuint64_t stride[3] = {row_bytes, block_bytes, 256};
+    const cuuint32_t box[4] = {block_elems, static_cast<cuuint32_t>(rows), static_cast<cuuint32_t>(m.blocks), 1};
     if (encode(&m.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, p, dim, stride, box, ones,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS) {
       m.one_box = true;
       return true;
     }
   }
-  const cuuint64_t dim[3] = {8, static_cast<cuuint64_t>(heads) * 16, static_cast<cuuint64_t>(nrows)};
-  const cuuint64_t stride[2] = {16, row_bytes};
-  const cuuint32_t box[3] = {8, 1, static_cast<cuuint32_t>(rows)};
+  const cuuint64_t dim[3] = {block_elems, static_cast<cuuint64_t>(heads) * m.blocks, static_cast<cuuint64_t>(nrows)};
+  const cuuint64_t stride[2] = {block_bytes, row_bytes};
+  const cuuint32_t box[3] = {block_elems, 1, static_cast<cuuint32_t>(rows)};
   m.one_box = false;
   return encode(&m.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p, dim, stride, box, ones,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

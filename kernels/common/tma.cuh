@@ -2,12 +2,14 @@
 // one thread through a tensor map, completing on a shared-memory mbarrier; and the host side that encodes
 // the maps (the driver's cuTensorMapEncodeTiled, reached through the runtime: no link to libcuda).
 //
-// Tiles land in the "image" layout of the wgmma kernels (gdn/wgmma_tiles.cuh): element (r, c) of an R-row,
-// 128-column tile at (c/8)·R·16 + r·16 + (c%8)·2, i.e. the 16 column groups one after another, each R rows
-// of 16 bytes. A map walks a row-major [rows][heads][128] tensor as (8 elements, rows, column group, head):
-// the column group's stride (16 bytes) is smaller than the rows', so one box {8, R, 16, 1} writes a whole
-// image tile. Drivers that refuse the out-of-order strides get the in-order map (8 elements, head·16 + column
-// group, rows) and one box {8, 1, R} per column group (ImageMap::one_box false).
+// A tile of R rows x 128 bf16 columns lands as its column blocks one after another, each R rows of the block's
+// bytes: with 8-column blocks (16 bytes, no swizzle) element (r, c) at (c/8)·R·16 + r·16 + (c%8)·2, the
+// "image" layout of the wgmma kernels (gdn/wgmma_tiles.cuh); with 16-column blocks (32 bytes, TMA's 32-byte
+// swizzle, the wgmma layouts of swizzle mode 3) at (c/16)·R·32 + r·32 + ((c/8 % 2) ^ (r/4 % 2))·16 + (c%8)·2.
+// A map walks a row-major [rows][heads][128] tensor as (block elements, rows, column block, head): the
+// block's stride (16 or 32 bytes) is smaller than the rows', so one box writes a whole tile. Drivers that
+// refuse the out-of-order strides get the in-order map (block elements, head·blocks + block, rows) and one
+// box per column block (ImageMap::one_box false).
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -19,12 +21,14 @@ namespace deltatune::kernels::tma {
 struct ImageMap {
   CUtensorMap map;
   int rows;      // R: rows of a box
-  bool one_box;  // the whole tile in one copy (else 16, one per column group)
+  int blocks;    // column blocks of a tile: 16 (16 bytes, no swizzle) or 8 (32 bytes, swizzled)
+  bool one_box;  // the whole tile in one copy (else one per column block)
 };
 
 // Encodes a map over a row-major bf16 tensor [nrows][heads][128] (base 16-byte aligned) for tiles of R rows
-// of one head. false where the driver refuses both forms or the device has no TMA.
-bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows);
+// of one head, in 16-byte blocks or (sw32) 32-byte swizzled ones. false where the driver refuses both forms
+// or the device has no TMA.
+bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows, bool sw32 = false);
 
 #if defined(__CUDACC__)
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -67,8 +71,9 @@ __device__ __forceinline__ void image_tile(uint32_t dst, const ImageMap& m, int 
   if (m.one_box) {
     copy4(dst, &m.map, 0, row0, 0, h, bar);
   } else {
+    const int block_bytes = 256 / m.blocks;
 #pragma unroll 1
-    for (int cg = 0; cg < 16; ++cg) copy3(dst + cg * m.rows * 16, &m.map, 0, h * 16 + cg, row0, bar);
+    for (int b = 0; b < m.blocks; ++b) copy3(dst + b * m.rows * block_bytes, &m.map, 0, h * m.blocks + b, row0, bar);
   }
 }
 #endif

@@ -9,9 +9,9 @@
 //   row dots with q and k for dg, the stores, and with dq fused the L2 norm's backward of q (see the mma.sync
 //   kernel's comments: the same sums in the same places).
 // Warpgroup wg owns columns 64wg .. 64wg + 63 of every 64 x 128 product (all 64 rows). Every operand is a
-// no-swizzle core-matrix tile in the "image" layout of the wgmma scans: element (r, c) of an R-row tile at
-// (c/8)·R·16 + r·16 + (c%8)·2, so one tile serves as a K-major operand (rows m or n) and as an MN-major one
-// (rows k); one TMA copy writes a whole tile (common/tma.cuh).
+// 32-byte-swizzled tile (sw below): 16-column blocks of R rows x 32 bytes, so one tile serves as a K-major
+// operand (rows m or n) and as an MN-major one (rows k); one TMA copy writes a whole tile (common/tma.cuh;
+// 32-byte rows: whole sectors, half the requests of 16-byte blocks).
 //
 // Pipeline (a persistent grid of one 256-thread block per SM; thread 0 issues the copies):
 //   S_n, dV', dO   two buffers by item parity: the next item's are issued when an item starts (barA[parity])
@@ -45,10 +45,19 @@ using gdn_chunk::GradItem;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
 constexpr uint32_t kState = D * D * 2, kRows = C * D * 2;  // bytes of a state tile and of a 64-row tile
 
-// Byte offset of element (r, c) in an image tile of R rows.
+// Byte offset of element (r, c) in a tile of R rows: 16-column blocks of R rows x 32 bytes, the two 16-byte
+// halves of rows 4..7 (mod 8) swapped (TMA's 32-byte swizzle; wgmma swizzle mode 3).
 template <int R>
-__device__ __forceinline__ uint32_t img(int r, int c) {
-  return uint32_t((c >> 3) * (R * 16) + r * 16 + (c & 7) * 2);
+__device__ __forceinline__ uint32_t sw(int r, int c) {
+  return uint32_t((c >> 4) * (R * 32) + r * 32 + ((((c >> 3) ^ (r >> 2)) & 1) << 4) + (c & 7) * 2);
+}
+// Descriptors of 32-byte-swizzled operands: K-major (rows m or n 32 bytes apart, 8-row groups SBO = 256; LBO
+// unused) and MN-major (k rows 32 bytes apart, 8-row groups SBO = 256, 16-column blocks LBO apart).
+__device__ __forceinline__ uint64_t desc_k(uint32_t addr) {
+  return wgmma::desc(addr, 16, 256) | (uint64_t(3) << 62);
+}
+__device__ __forceinline__ uint64_t desc_mn(uint32_t addr, uint32_t block_bytes) {
+  return wgmma::desc(addr, block_bytes, 256) | (uint64_t(3) << 62);
 }
 
 struct Smem {                                      // byte offsets
@@ -81,6 +90,21 @@ __device__ __forceinline__ float2 ld_bf16x2(const unsigned char* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
 
+// 2^x (ex2.approx.ftz: relative error ~2^-22, zero below 2^-126). The exponentials here scale values that are
+// rounded to bf16 (D') or multiply fp32 accumulators whose results leave as bf16 or enter dg's sums.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr float kLog2e = 1.4426950408889634f;
+
+// A descriptor of the tile `off` bytes further (the 14-bit address field does not overflow: shared memory
+// addresses are below 2^18).
+__device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t off) {
+  return (d & ~uint64_t(0xffffffffu)) | uint32_t(uint32_t(d) + (off >> 4));
+}
+
 // The wgmma accumulators as the mma.sync m16n8 fragments store_tile_bf16 takes (the same register layout).
 __device__ __forceinline__ const float (&as_frags(const float (&x)[32]))[8][4] {
   return *reinterpret_cast<const float(*)[8][4]>(&x);
@@ -95,9 +119,10 @@ __global__ void __launch_bounds__(NT, 1)
   extern __shared__ __align__(128) unsigned char gdn_smem[];
   const uint32_t sb = mma::smem_addr(gdn_smem);
   const uint32_t barA = sb + Smem::bar, barB = barA + 16, barKQ = barA + 24;  // barA[p] at barA + 8p
-  const int tid = threadIdx.x, warp = tid >> 5, wg = tid >> 7, wq = warp & 3, lane = tid & 31;
+  const int tid = threadIdx.x, warp = tid >> 5, wq = warp & 3, lane = tid & 31;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform: descriptors stay in uniform registers
   const int g = lane >> 2, t4 = lane & 3, m0 = 16 * wq, n0 = 64 * wg;
-  const int64_t rs = HV * D, ks = HK * D;  // row strides of (T, HV, ·) and (T, HK, dk) tensors
+  const int64_t ks = HK * D;  // row stride of (T, HK, dk) tensors
   float* Gb = reinterpret_cast<float*>(gdn_smem + Smem::G);
   float* rqs = reinterpret_cast<float*>(gdn_smem + Smem::rq);
   float* rks = reinterpret_cast<float*>(gdn_smem + Smem::rk);
@@ -107,6 +132,11 @@ __global__ void __launch_bounds__(NT, 1)
   const float* rhq = rhk + C;
   const unsigned char* kp = gdn_smem + Smem::K;
   const unsigned char* qp = gdn_smem + Smem::Q;
+  // operand descriptors; a k step of 16 columns is the next block (64 rows: 2048 bytes, 128 rows: 4096) for
+  // K-major operands and the next two 8-row groups (512 bytes) for MN-major ones
+  const uint64_t Vp_k = desc_k(sb + Smem::Vp), dS_k = desc_k(sb + Smem::dS + 2048 * wg);
+  const uint64_t Dp_k = desc_k(sb + Smem::Dp), Dp_mn = desc_mn(sb + Smem::Dp, 2048);
+  const uint64_t K_mn = desc_mn(sb + Smem::K + 8192 * wg, 2048), Q_mn = desc_mn(sb + Smem::Q + 8192 * wg, 2048);
 
   // thread 0: S_n, dV', dO of item `it` into buffer p (barA[p]); G by cp.async (every thread: tid < 64)
   auto load_a = [&](const GradItem& it, int p) {
@@ -149,7 +179,15 @@ __global__ void __launch_bounds__(NT, 1)
   // diag(scale·ρ_q)·dQ̂ summed in registers (stash), the last one storing dq = A − ρ_q²·q·(q·A).
   const bool fuse = dq.p != nullptr;
   const int r = fuse ? static_cast<int>(HV / HK) : 1, ngroups = nitems / r;
+  // The block's items in order: (group, head j) -> the next one; chunk records are read one item ahead of use.
+  auto after = [&](int grp, int j, int& ngrp, int& nj) {
+    const bool last = j + 1 == r;
+    ngrp = last ? grp + static_cast<int>(gridDim.x) : grp, nj = last ? 0 : j + 1;
+  };
   GradItem it = grad_item<D, D>(blockIdx.x * r, chunks, HK, HV);
+  int ngrp, nj;
+  after(blockIdx.x, 0, ngrp, nj);
+  GradItem next = ngrp < ngroups ? grad_item<D, D>(ngrp * r + nj, chunks, HK, HV) : it;
   if (tid == 0) {
     for (int b = 0; b < 4; ++b) tma::mbar_init(barA + 8 * b, 1);
     tma::fence_barrier_init();
@@ -164,9 +202,10 @@ __global__ void __launch_bounds__(NT, 1)
     const ChunkRef cr = it.cr;
     const int par = n & 1;
     const bool last = j + 1 == r;  // the group's last value head
-    const int ngrp = last ? grp + static_cast<int>(gridDim.x) : grp, nj = last ? 0 : j + 1;
     const bool more = ngrp < ngroups;
-    const GradItem next = more ? grad_item<D, D>(ngrp * r + nj, chunks, HK, HV) : it;
+    int n2grp, n2j;  // the item after next (its record is loaded now, used by the next iteration)
+    after(ngrp, nj, n2grp, n2j);
+    const GradItem next2 = n2grp < ngroups ? grad_item<D, D>(n2grp * r + n2j, chunks, HK, HV) : next;
     const float* G = Gb + par * C;
     const uint32_t Sb = sb + Smem::S + par * kState, dUb = sb + Smem::dU + par * kRows,
                    dOb = sb + Smem::dO + par * kRows;
@@ -177,19 +216,18 @@ __global__ void __launch_bounds__(NT, 1)
     if (more) load_a(next, par ^ 1);
     mma::cp_async_commit();
 
+    const uint64_t dU_k = desc_k(dUb), dO_k = desc_k(dOb), S_k = desc_k(Sb + 2048 * wg);
     float aw[32], aq[32], ak[32], d[16];
     wgmma::fence_operands(aw);
     wgmma::fence_operands(aq);
     wgmma::fence();
-    // [1] S_n as the K-major B (rows n = dk): k steps of 16 dv columns are 2 x 2048 bytes
+    // [1] S_n as the K-major B (rows n = dk)
 #pragma unroll
     for (int s = 0; s < D / 16; ++s)
-      wgmma::mma_m64n64<0, 0>(aw, wgmma::desc(dUb + 2048 * s, 1024, 128),
-                              wgmma::desc(Sb + 1024 * wg + 4096 * s, 2048, 128), s > 0);
+      wgmma::mma_m64n64<0, 0>(aw, desc_at(dU_k, 2048 * s), desc_at(S_k, 4096 * s), s > 0);
 #pragma unroll
     for (int s = 0; s < D / 16; ++s)
-      wgmma::mma_m64n64<0, 0>(aq, wgmma::desc(dOb + 2048 * s, 1024, 128),
-                              wgmma::desc(Sb + 1024 * wg + 4096 * s, 2048, 128), s > 0);
+      wgmma::mma_m64n64<0, 0>(aq, desc_at(dO_k, 2048 * s), desc_at(S_k, 4096 * s), s > 0);
     wgmma::commit();
     tma::mbar_wait(barB, n & 1);
     wgmma::fence_operands(ak);
@@ -198,12 +236,10 @@ __global__ void __launch_bounds__(NT, 1)
     // [2] D on columns 32wg .. (V' rows as the K-major B), dK̂_s
 #pragma unroll
     for (int s = 0; s < D / 16; ++s)
-      wgmma::mma_m64n32<0, 0>(d, wgmma::desc(dOb + 2048 * s, 1024, 128),
-                              wgmma::desc(sb + Smem::Vp + 512 * wg + 2048 * s, 1024, 128), s > 0);
+      wgmma::mma_m64n32<0, 0>(d, desc_at(dO_k, 2048 * s), desc_at(Vp_k, 1024 * wg + 2048 * s), s > 0);
 #pragma unroll
     for (int s = 0; s < D / 16; ++s)
-      wgmma::mma_m64n64<0, 0>(ak, wgmma::desc(sb + Smem::Vp + 2048 * s, 1024, 128),
-                              wgmma::desc(sb + Smem::dS + 1024 * wg + 4096 * s, 2048, 128), s > 0);
+      wgmma::mma_m64n64<0, 0>(ak, desc_at(Vp_k, 2048 * s), desc_at(dS_k, 4096 * s), s > 0);
     wgmma::commit();
     float trace = 0.f;  // this thread's share of Σ(S_n ⊙ dS^end): both tiles have the same layout
 #pragma unroll
@@ -237,27 +273,35 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {  // D' into its tile (zeros above the diagonal and past the chunk's end)
       const int i = m0 + g + 8 * hf;
-      const float qi = scale * rhq[i], Gi = G[i];
+      const float qi = scale * rhq[i], Gi = G[i];  // e^{G_i − G_j} = 2^{(G_i − G_j)·log2 e}
 #pragma unroll
       for (int nb = 0; nb < 4; ++nb) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int jc = 32 * wg + 8 * nb + 2 * t4 + e;
           float& x = d[4 * nb + 2 * hf + e];
-          x = (i >= jc && i < cr.len) ? qi * x * rhk[jc] * expf(Gi - G[jc]) : 0.f;
+          x = (i >= jc && i < cr.len) ? qi * x * rhk[jc] * exp2_approx((Gi - G[jc]) * kLog2e) : 0.f;
         }
       }
     }
-    gdn_wgmma::store_acc<false>(sb + Smem::Dp + 4 * wg * 1024, 128, 1024, 16, 0, d);
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {  // stmatrix x4: lane 8i + rr gives row rr of matrix i = (column block, half)
+      const int i = lane >> 3, row = m0 + 8 * (i & 1) + (lane & 7), col = 32 * wg + 8 * (2 * jj + (i >> 1));
+      using gdn_wgmma::pack;
+      wgmma::stmatrix_x4(sb + Smem::Dp + sw<C>(row, col), pack(d[8 * jj], d[8 * jj + 1]),
+                         pack(d[8 * jj + 2], d[8 * jj + 3]), pack(d[8 * jj + 4], d[8 * jj + 5]),
+                         pack(d[8 * jj + 6], d[8 * jj + 7]));
+    }
     tma::mbar_wait(barKQ, ng & 1);  // the group's q, k
     float kpart = 0.f;              // Σ(dK̂_s ⊙ K̂) over this thread's elements
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + g + 8 * hf;
-      const float eq = expf(G[i]) * scale * rhq[i], ek = i < cr.len ? expf(Gl - G[i]) * rhk[i] : 0.f;
+      const float eq = exp2_approx(G[i] * kLog2e) * scale * rhq[i];
+      const float ek = i < cr.len ? exp2_approx((Gl - G[i]) * kLog2e) * rhk[i] : 0.f;
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
-        const float2 kv = ld_bf16x2(kp + img<C>(i, n0 + 8 * nb + 2 * t4));
+        const float2 kv = ld_bf16x2(kp + sw<C>(i, n0 + 8 * nb + 2 * t4));
         const int a = 4 * nb + 2 * hf;
         aq[a] *= eq, aq[a + 1] *= eq;
         ak[a] *= ek, ak[a + 1] *= ek;
@@ -272,12 +316,10 @@ __global__ void __launch_bounds__(NT, 1)
     wgmma::fence();
 #pragma unroll
     for (int s = 0; s < C / 16; ++s)
-      wgmma::mma_m64n64<0, 1>(aq, wgmma::desc(sb + Smem::Dp + 2048 * s, 1024, 128),
-                              wgmma::desc(sb + Smem::K + 8192 * wg + 256 * s, 128, 1024), true);
+      wgmma::mma_m64n64<0, 1>(aq, desc_at(Dp_k, 2048 * s), desc_at(K_mn, 512 * s), true);
 #pragma unroll
     for (int s = 0; s < C / 16; ++s)
-      wgmma::mma_m64n64<1, 1>(ak, wgmma::desc(sb + Smem::Dp + 256 * s, 128, 1024),
-                              wgmma::desc(sb + Smem::Q + 8192 * wg + 256 * s, 128, 1024), true);
+      wgmma::mma_m64n64<1, 1>(ak, desc_at(Dp_mn, 512 * s), desc_at(Q_mn, 512 * s), true);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(aq);
@@ -287,23 +329,27 @@ __global__ void __launch_bounds__(NT, 1)
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + g + 8 * hf;
       float sq = 0.f, sk = 0.f;
-      if (i < cr.len) {
-        const int64_t o = it.rv + i * rs;
-        const float uq = 1.f / (scale * rhq[i]), uk = 1.f / rhk[i];  // rows < len have ρ > 0
 #pragma unroll
-        for (int nb = 0; nb < 8; ++nb) {
-          const int dc = n0 + 8 * nb + 2 * t4, a = 4 * nb + 2 * hf;
-          if (!fuse) gdn_mma::st_bf16x2(dqh + o + dc, uq * aq[a], uq * aq[a + 1]);
-          gdn_mma::st_bf16x2(dkh + o + dc, uk * ak[a], uk * ak[a + 1]);
-          const float2 qv = ld_bf16x2(qp + img<C>(i, dc)), kv = ld_bf16x2(kp + img<C>(i, dc));
-          sq += aq[a] * qv.x + aq[a + 1] * qv.y;
-          sk += ak[a] * kv.x + ak[a + 1] * kv.y;
-        }
+      for (int nb = 0; nb < 8; ++nb) {  // rows past the chunk's end: zeros in aq, ak (eq·0, ek = 0, D' = 0)
+        const int dc = n0 + 8 * nb + 2 * t4, a = 4 * nb + 2 * hf;
+        const float2 qv = ld_bf16x2(qp + sw<C>(i, dc)), kv = ld_bf16x2(kp + sw<C>(i, dc));
+        sq += aq[a] * qv.x + aq[a + 1] * qv.y;
+        sk += ak[a] * kv.x + ak[a + 1] * kv.y;
+      }
+      // dk̂ = ak / ρ_k and (without fused dq) dq̂ = aq / (scale·ρ_q); rows < len have ρ > 0
+      const float uq = i < cr.len ? 1.f / (scale * rhq[i]) : 0.f, uk = i < cr.len ? 1.f / rhk[i] : 0.f;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const int a = 4 * nb + 2 * hf;
+        ak[a] *= uk, ak[a + 1] *= uk;
+        if (!fuse) aq[a] *= uq, aq[a + 1] *= uq;
       }
       sq = gdn_chunk::quad_sum(sq);
       sk = gdn_chunk::quad_sum(sk);
       if (t4 == 0) rqs[wg * C + i] = sq, rks[wg * C + i] = sk;
     }
+    gdn_mma::store_tile_bf16(dkh + it.rv, HV * D, as_frags(ak), m0, n0, cr.len, 1.f);
+    if (!fuse) gdn_mma::store_tile_bf16(dqh + it.rv, HV * D, as_frags(aq), m0, n0, cr.len, 1.f);
     if (fuse) {
 #pragma unroll
       for (int x = 0; x < 32; ++x) {
@@ -311,7 +357,7 @@ __global__ void __launch_bounds__(NT, 1)
         stash[x] = last ? 0.f : aq[x];
       }
     }
-    const float part = warp_sum(expf(Gl) * trace + kpart);
+    const float part = warp_sum(exp2_approx(Gl * kLog2e) * trace + kpart);
     if (lane == 0) red[warp] = part;
     __syncthreads();  // row sums, gsum shares
     float total = 0.f;  // gsum, summed in the same order by every thread
@@ -333,13 +379,13 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
         for (int nb = 0; nb < 8; ++nb) {
           const int dc = n0 + 8 * nb + 2 * t4, a = 4 * nb + 2 * hf;
-          const float2 qv = ld_bf16x2(qp + img<C>(i, dc));
+          const float2 qv = ld_bf16x2(qp + sw<C>(i, dc));
           st_pair<true>(dq, it.rkq + i * ks + dc, aq[a] - c * qv.x, aq[a + 1] - c * qv.y);
         }
       }
     }
     if (last) ++ng;
-    it = next, grp = ngrp, j = nj;
+    it = next, next = next2, grp = ngrp, j = nj, ngrp = n2grp, nj = n2j;
   }
 #else
   __trap();  // built without sm_90a: the launcher does not choose this kernel there
@@ -363,11 +409,11 @@ bool grad_maps(GradMaps& m, int64_t T, int nchunks, int64_t HK, int64_t HV, cons
   const int64_t even = states_odd ? (int64_t(nchunks) + 1) / 2 * HV : slots, odd = int64_t(nchunks) / 2 * HV;
   const bool has_odd = states_odd && odd > 0;
   using tma::encode_image_map;
-  return encode_image_map(m.dO, dout, T, HV, C) && encode_image_map(m.Vp, vnew, T, HV, C) &&
-         encode_image_map(m.dU, dvn, T, HV, C) && encode_image_map(m.q, q, T, HK, C) &&
-         encode_image_map(m.k, k, T, HK, C) && encode_image_map(m.dS, dh, slots * D, 1, D) &&
-         encode_image_map(m.S, states, even * D, 1, D) &&
-         encode_image_map(m.So, has_odd ? states_odd : states, (has_odd ? odd : even) * D, 1, D);
+  return encode_image_map(m.dO, dout, T, HV, C, true) && encode_image_map(m.Vp, vnew, T, HV, C, true) &&
+         encode_image_map(m.dU, dvn, T, HV, C, true) && encode_image_map(m.q, q, T, HK, C, true) &&
+         encode_image_map(m.k, k, T, HK, C, true) && encode_image_map(m.dS, dh, slots * D, 1, D, true) &&
+         encode_image_map(m.S, states, even * D, 1, D, true) &&
+         encode_image_map(m.So, has_odd ? states_odd : states, (has_odd ? odd : even) * D, 1, D, true);
 }
 
 cudaError_t launch_gdn_chunk_grad_wgmma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
