@@ -65,6 +65,13 @@ __device__ __forceinline__ void copy4(uint32_t dst, const CUtensorMap* m, int c0
       "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+// `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+// counted on bar (no tensor map: cp.async.bulk).
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
 // Rows row0 .. row0 + R − 1 of head h as an image tile at dst (rows past the tensor's end: zeros), counted
 // on bar: R·256 bytes.
 __device__ __forceinline__ void image_tile(uint32_t dst, const ImageMap& m, int row0, int h, uint32_t bar) {

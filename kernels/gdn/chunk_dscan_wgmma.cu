@@ -21,6 +21,7 @@
 
 #include "common/device.cuh"
 #include "common/mma.cuh"
+#include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/wgmma_tiles.cuh"
@@ -29,7 +30,6 @@ namespace deltatune::kernels {
 namespace {
 
 using bf16 = __nv_bfloat16;
-using gdn_wgmma::cp_block;
 using gdn_wgmma::pack;
 using gdn_wgmma::quad_piece;
 using gdn_wgmma::store_acc;
@@ -49,7 +49,8 @@ struct Set {                                     // byte offsets in one set of a
 constexpr uint32_t kDs = 2 * Set::bytes;  // dS: [dk][64 columns], 8-row groups 1024 apart, columns groups 128
 constexpr uint32_t kDv = kDs + DK * BV * 2;  // −dV': image layout [64 rows][64 columns]
 constexpr uint32_t kGo = kDv + C * BV * 2;   // γ∘dO: image layout
-constexpr size_t kSmem = kGo + C * BV * 2;   // 164,864 B: one block per SM
+constexpr uint32_t kBar = kGo + C * BV * 2;  // two mbarriers: the W, M images of set 0, 1
+constexpr size_t kSmem = kBar + 16;          // 164,880 B: one block per SM
 static_assert(Set::bytes % 128 == 0, "tiles stay 128-byte aligned");
 
 // cp.async of rows [0, 64) x dk bf16 (row r at src + r·stride) into an image-layout tile; rows ≥ len zeros.
@@ -89,10 +90,15 @@ __global__ void __launch_bounds__(NT, 1)
       mma::cp_async4(set + Set::G + 4 * threadIdx.x, ok ? src : Gc, ok);
     }
     const int64_t vt = static_cast<int64_t>(ch) * HV + h;
-    cp_block<C * DK * 2, NT>(set + Set::W, Wi + vt * C * DK);
+    if (threadIdx.x == 0) {  // the W and M images: one bulk copy each (contiguous), on the set's mbarrier
+      const uint32_t bar = sbase + kBar + 8 * b;
+      wgmma::fence_proxy_async();  // the set's last generic reads before the copies' writes
+      tma::mbar_arrive_expect_tx(bar, C * DK * 2 + C * C * 2);
+      tma::bulk_copy(set + Set::W, Wi + vt * C * DK, C * DK * 2, bar);
+      tma::bulk_copy(set + Set::M, Mi + vt * C * C, C * C * 2, bar);
+    }
     cp_rows_image(set + Set::Q, q + (t0 * HK + hk) * DK, HK * DK, len);
     cp_rows_image(set + Set::K, k + (t0 * HK + hk) * DK, HK * DK, len);
-    cp_block<C * C * 2, NT>(set + Set::M, Mi + vt * C * C);
 #pragma unroll
     for (int e = 0; e < C * BV / 8 / NT; ++e) {  // dO rows into the image layout, zeros past the chunk's end
       int r, cg;
@@ -112,6 +118,12 @@ __global__ void __launch_bounds__(NT, 1)
   for (int i = 0; i < 16; ++i) a1[i] = a2[i] = 0.f;
   for (int i = threadIdx.x; i < DK * BV / 8; i += NT)
     reinterpret_cast<uint4*>(gdn_smem + kDs)[i] = make_uint4(0u, 0u, 0u, 0u);
+  if (threadIdx.x == 0) {
+    tma::mbar_init(sbase + kBar, 1);
+    tma::mbar_init(sbase + kBar + 8, 1);
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
   // Chunk records two chunks ahead of their use (as the forward wgmma scan).
   int64_t t0 = chunks[2 * last], t0n = 0;
   int len = chunks[2 * last + 1], lenn = 0;
@@ -124,6 +136,7 @@ __global__ void __launch_bounds__(NT, 1)
     if (ch - 2 >= cb) t0nn = chunks[2 * ch - 4], lennn = chunks[2 * ch - 3];
     const int b = (last - ch) & 1;
     mma::cp_async_wait<0>();
+    tma::mbar_wait(sbase + kBar + 8 * b, ((last - ch) >> 1) & 1);
     wgmma::fence_proxy_async();
     __syncthreads();  // set b landed; the dS tile holds bf16(dS); the last chunk is done with set b ^ 1
     const uint32_t set = sbase + b * Set::bytes;

@@ -27,6 +27,7 @@
 
 #include "common/device.cuh"
 #include "common/mma.cuh"
+#include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/wgmma_tiles.cuh"
@@ -35,7 +36,6 @@ namespace deltatune::kernels {
 namespace {
 
 using bf16 = __nv_bfloat16;
-using gdn_wgmma::cp_block;
 using gdn_wgmma::pack;
 using gdn_wgmma::quad_piece;
 using gdn_wgmma::store_acc;
@@ -43,8 +43,8 @@ constexpr int C = kGdnChunk;
 constexpr int DK = 128, DV = 128, NT = 256;
 
 // A chunk's operand tiles arrive as the prep wrote them (GdnScanBf16::image, gdn_scan_image_index): core
-// matrices of 8 rows x 16 bytes, column group major, one contiguous block per tile, copied as it is (whole
-// sectors, no bank conflicts). Core matrices adjacent along a row are kCG = 64·16 bytes apart, adjacent 8-row
+// matrices of 8 rows x 16 bytes, column group major, one contiguous block per tile, copied as it is by one
+// bulk copy (thread 0 issues it: no copy instructions from the other threads on the scan's serial path). Core matrices adjacent along a row are kCG = 64·16 bytes apart, adjacent 8-row
 // groups 128: as a K-major operand LBO kCG, SBO 128; as the MN-major operand Kdᵀ (m = the columns) LBO 128,
 // SBO kCG.
 constexpr uint32_t kCG = C * 16;
@@ -67,7 +67,8 @@ struct Smem {
   static constexpr uint32_t Dt =
       Vt + BV * C * 2;  // (diag(e^{G_last−G_i})·V')ᵀ, as V'ᵀ (the state update's B)
   static constexpr uint32_t Ot = Dt + BV * C * 2;    // O: bf16 [64 rows][LDO], row-major (coalesced stores)
-  static constexpr size_t bytes = Ot + C * LDO * 2;  // BV 64: 194,048 B; 16: 131,584 B (one block per SM)
+  static constexpr uint32_t bar = Ot + C * LDO * 2;  // two mbarriers: the images of set 0, 1
+  static constexpr size_t bytes = bar + 16;          // BV 64: 194,064 B; 16: 131,600 B (one block per SM)
 };
 
 template <int BV>
@@ -99,11 +100,16 @@ __global__ void __launch_bounds__(NT, 1)
       const bool ok = int(threadIdx.x) < len;
       mma::cp_async4(set + Set::G + 4 * threadIdx.x, ok ? Gc + (t0 + threadIdx.x) * HV + h : Gc, ok);
     }
-    const int64_t vt = static_cast<int64_t>(ch) * HV + h, kt = static_cast<int64_t>(ch) * HK + hk;
-    cp_block<C * DK * 2, NT>(set + Set::W, Wh + vt * C * DK);
-    cp_block<C * DK * 2, NT>(set + Set::Q, Qh + kt * C * DK);
-    cp_block<C * DK * 2, NT>(set + Set::K, Kdh + kt * C * DK);
-    cp_block<C * C * 2, NT>(set + Set::M, Mh + vt * C * C);
+    if (threadIdx.x == 0) {  // the four images: one bulk copy each (contiguous), counted on the set's mbarrier
+      const int64_t vt = static_cast<int64_t>(ch) * HV + h, kt = static_cast<int64_t>(ch) * HK + hk;
+      const uint32_t bar = sbase + L::bar + 8 * b;
+      wgmma::fence_proxy_async();  // the set's last generic reads before the copies' writes
+      tma::mbar_arrive_expect_tx(bar, 3 * C * DK * 2 + C * C * 2);
+      tma::bulk_copy(set + Set::W, Wh + vt * C * DK, C * DK * 2, bar);
+      tma::bulk_copy(set + Set::Q, Qh + kt * C * DK, C * DK * 2, bar);
+      tma::bulk_copy(set + Set::K, Kdh + kt * C * DK, C * DK * 2, bar);
+      tma::bulk_copy(set + Set::M, Mh + vt * C * C, C * C * 2, bar);
+    }
     const bf16* us = U + (t0 * HV + h) * DV + c0;
     for (int p = threadIdx.x; p < C * NB; p += NT) {
       const int r = p / NB, c = (p % NB) * 8;
@@ -125,6 +131,12 @@ __global__ void __launch_bounds__(NT, 1)
   // during this chunk) and the one after.
   int64_t t0 = 0, t0n = 0;
   int len = 0, lenn = 0;
+  if (threadIdx.x == 0) {
+    tma::mbar_init(sbase + L::bar, 1);
+    tma::mbar_init(sbase + L::bar + 8, 1);
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
   if (cb < ce) {
     t0 = chunks[2 * cb], len = chunks[2 * cb + 1];
     load(cb, t0, len, 0);
@@ -137,6 +149,7 @@ __global__ void __launch_bounds__(NT, 1)
     if (ch + 2 < ce) t0nn = chunks[2 * ch + 4], lennn = chunks[2 * ch + 5];
     const int b = (ch - cb) & 1;
     mma::cp_async_wait<0>();
+    tma::mbar_wait(sbase + L::bar + 8 * b, ((ch - cb) >> 1) & 1);
     wgmma::fence_proxy_async();
     __syncthreads();  // set b landed; the S tile holds bf16(S); the previous chunk is done with set b ^ 1,
                       // V'ᵀ
