@@ -7,7 +7,8 @@
 
 namespace deltatune::kernels::tma {
 
-bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows, bool sw32) {
+bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows, bool sw32,
+                      int cols) {
   void* fn_ptr = nullptr;
   cudaDriverEntryPointQueryResult found{};
   if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn_ptr, 12000, cudaEnableDefault, &found) !=
@@ -18,6 +19,7 @@ bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t head
   m.rows = rows;
   m.blocks = sw32 ? 8 : 16;
   const cuuint32_t block_elems = 128 / m.blocks, block_bytes = 2 * block_elems;
+  m.tile = cols / static_cast<int>(block_elems);
   const CUtensorMapSwizzle swizzle = sw32 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE;
   void* p = const_cast<void*>(base);
   const cuuint64_t row_bytes = static_cast<cuuint64_t>(heads) * 256;
@@ -27,7 +29,7 @@ bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t head
     const cuuint64_t dim[4] = {block_elems, static_cast<cuuint64_t>(nrows), static_cast<cuuint64_t>(m.blocks),
                                static_cast<cuuint64_t>(heads)};
     const cuuint64_t stride[3] = {row_bytes, block_bytes, 256};
-    const cuuint32_t box[4] = {block_elems, static_cast<cuuint32_t>(rows), static_cast<cuuint32_t>(m.blocks), 1};
+    const cuuint32_t box[4] = {block_elems, static_cast<cuuint32_t>(rows), static_cast<cuuint32_t>(m.tile), 1};
     if (encode(&m.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, p, dim, stride, box, ones,
                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS) {

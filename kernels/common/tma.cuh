@@ -21,14 +21,17 @@ namespace deltatune::kernels::tma {
 struct ImageMap {
   CUtensorMap map;
   int rows;      // R: rows of a box
-  int blocks;    // column blocks of a tile: 16 (16 bytes, no swizzle) or 8 (32 bytes, swizzled)
+  int blocks;    // column blocks of a row: 16 (16 bytes, no swizzle) or 8 (32 bytes, swizzled)
+  int tile;      // column blocks of a tile (all of a row's, or `cols` of them)
   bool one_box;  // the whole tile in one copy (else one per column block)
 };
 
 // Encodes a map over a row-major bf16 tensor [nrows][heads][128] (base 16-byte aligned) for tiles of R rows
 // of one head, in 16-byte blocks or (sw32) 32-byte swizzled ones. false where the driver refuses both forms
 // or the device has no TMA.
-bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows, bool sw32 = false);
+// cols < 128: tiles of that many columns (a multiple of the block), from any block-aligned column.
+bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows, bool sw32 = false,
+                      int cols = 128);
 
 #if defined(__CUDACC__)
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -72,15 +75,18 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
-// Rows row0 .. row0 + R − 1 of head h as an image tile at dst (rows past the tensor's end: zeros), counted
-// on bar: R·256 bytes.
-__device__ __forceinline__ void image_tile(uint32_t dst, const ImageMap& m, int row0, int h, uint32_t bar) {
+// Rows row0 .. row0 + R − 1 of head h, columns col0 .. (a tile's width) as an image tile at dst (rows past
+// the tensor's end: zeros), counted on bar: R·(tile's width)·2 bytes.
+__device__ __forceinline__ void image_tile(uint32_t dst, const ImageMap& m, int row0, int h, uint32_t bar,
+                                           int col0 = 0) {
+  const int b0 = col0 / (128 / m.blocks);
   if (m.one_box) {
-    copy4(dst, &m.map, 0, row0, 0, h, bar);
+    copy4(dst, &m.map, 0, row0, b0, h, bar);
   } else {
     const int block_bytes = 256 / m.blocks;
 #pragma unroll 1
-    for (int b = 0; b < m.blocks; ++b) copy3(dst + b * m.rows * block_bytes, &m.map, 0, h * m.blocks + b, row0, bar);
+    for (int b = 0; b < m.tile; ++b)
+      copy3(dst + b * m.rows * block_bytes, &m.map, 0, h * m.blocks + b0 + b, row0, bar);
   }
 }
 #endif

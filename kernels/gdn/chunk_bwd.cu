@@ -432,7 +432,7 @@ cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const Gdn
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   cudaError_t e = b.image ? launch_gdn_chunk_dscan_wgmma(dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq,
-                                                         b.dh16, b.dvn16, HK, HV, s)
+                                                         b.dh16, b.dvn16, HK, HV, s, b.tokens)
                           : launch_gdn_chunk_dscan_mma(dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq,
                                                        b.dh16, b.dvn16, HK, HV, dk, dv, s);
   if (e == cudaSuccess)

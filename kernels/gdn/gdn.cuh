@@ -310,12 +310,13 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
 // The contract of launch_gdn_chunk_dscan_mma for bf16 dO, q, k (GdnQK with ρ) with W16, M16 as the backward
 // prep's operand images (GdnBwdBf16::image). gdn_dscan_wgmma_selected: whether a backward of `pairs`
 // (sequence, value head) pairs takes it (its 64-column tile, a compute capability 9 device, DT_GDN_SCAN_MMA
-// unset), i.e. whether the backward's prep is to write images.
+// unset), i.e. whether the backward's prep is to write images. T (the tokens, 0: unknown) lets it bring q, k
+// and dO by TMA (else by cp.async).
 bool gdn_dscan_wgmma_selected(int64_t pairs, int dv);
 cudaError_t launch_gdn_chunk_dscan_wgmma(KIn dout, const GdnQK& qk, const void* W16, const void* M16,
                                          const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
                                          int nseq, void* dh16, void* dvn16, int64_t HK, int64_t HV,
-                                         cudaStream_t s);
+                                         cudaStream_t s, int64_t T = 0);
 
 // ---- tensor-core reverse state scan, chunk_dscan_mma.cu ----
 // Same contract as step 1 of launch_gdn_chunk_bwd (the FMA dscan kernel): per sequence, chunks in reverse,
