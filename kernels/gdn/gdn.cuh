@@ -153,7 +153,7 @@ cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc
 // block) and writes dq (T, HK, dk) (=) instead of dqh16: only for gdn_grad_fuses_dq's inputs (BF16 q, k with
 // ρ, BF16 dO, HV a multiple of HK, dq 8-byte aligned), else the launch is refused. With states_odd16 set,
 // states16 holds the even chunks' states and states_odd16 the odd ones' (both at slot chunk / 2:
-// GdnHalfStates). T (the tokens) lets the wgmma kernel below load its tiles by TMA (0: by cp.async).
+// GdnHalfStates). T (the tokens) lets it run the wgmma + TMA kernel below on Hopper (0: the mma.sync kernel).
 bool gdn_grad_fuses_dq(const GdnQK& qk, KIn dout, KOut dq, int64_t HK, int64_t HV);
 // The same contract on Hopper's warpgroup tensor cores with TMA copies (chunk_grad_wgmma.cu, sm_90a):
 // launch_gdn_chunk_grad_mma calls it where gdn_grad_wgmma_selected (BF16 q, k with ρ, BF16 dO, dk = dv = 128, a
