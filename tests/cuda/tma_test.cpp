@@ -1,0 +1,70 @@
+// The TMA image tiles the Hopper GDN kernels load (kernels/common/tma.cuh), checked on the GPU element by
+// element against the layout formulas their wgmma descriptors assume: 16-byte and 32-byte swizzled column
+// blocks, whole rows and a column range, the one-copy maps and (DT_TMA_BOXES=1) one copy per column block,
+// and rows past the tensor's end (zeros).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/tma_check.h"
+
+namespace {
+
+bool hopper() {
+  int dev = 0, major = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9;
+}
+
+// An exact bf16 value per (row, head, column): small integers.
+float value(int64_t r, int64_t h, int c) { return static_cast<float>((r * 7 + h * 13 + c * 3) % 251 - 125); }
+
+TEST(Tma, ImageTilesMatchTheWgmmaLayouts) {
+  if (!hopper()) GTEST_SKIP() << "TMA needs a compute capability 9 GPU";
+  const int64_t nrows = 150, heads = 3;
+  std::vector<__nv_bfloat16> host(nrows * heads * 128);
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int c = 0; c < 128; ++c) host[(r * heads + h) * 128 + c] = __float2bfloat16(value(r, h, c));
+  void *src = nullptr, *out = nullptr;
+  ASSERT_EQ(cudaMalloc(&src, host.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&out, 128 * 128 * 2), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(src, host.data(), host.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  struct Case {
+    int rows, cols, row0, h, col0;
+  };
+  for (const char* boxes : {"", "1"}) {
+    if (*boxes) setenv("DT_TMA_BOXES", boxes, 1);
+    for (bool sw32 : {false, true})
+      for (const Case k : {Case{64, 128, 0, 0, 0}, Case{64, 128, 40, 2, 0}, Case{128, 128, 5, 1, 0},
+                           Case{64, 64, 17, 1, 64}, Case{64, 128, 120, 0, 0} /* 34 rows past the end */}) {
+        const std::string what = std::string(sw32 ? "32-byte swizzled" : "16-byte") + (*boxes ? ", per block" : "") +
+                                 " rows " + std::to_string(k.row0) + "+" + std::to_string(k.rows) + " head " +
+                                 std::to_string(k.h) + " columns " + std::to_string(k.col0) + "+" +
+                                 std::to_string(k.cols);
+        ASSERT_EQ(deltatune::kernels::tma_image_tile_check(src, nrows, heads, k.rows, sw32, k.cols, k.row0, k.h,
+                                                             k.col0, out),
+                  cudaSuccess)
+            << what;
+        std::vector<__nv_bfloat16> got(k.rows * k.cols);
+        ASSERT_EQ(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        int wrong = 0;
+        for (int r = 0; r < k.rows; ++r)
+          for (int c = 0; c < k.cols; ++c) {
+            const int64_t row = k.row0 + r;
+            const float want = row < nrows ? value(row, k.h, k.col0 + c) : 0.f;
+            wrong += __bfloat162float(got[r * k.cols + c]) != want;
+          }
+        EXPECT_EQ(wrong, 0) << what;
+      }
+    unsetenv("DT_TMA_BOXES");
+  }
+  cudaFree(src);
+  cudaFree(out);
+}
+
+}  // namespace
