@@ -42,23 +42,14 @@ using bf16 = __nv_bfloat16;
 using gdn_chunk::ChunkRef;
 using gdn_chunk::grad_item;
 using gdn_chunk::GradItem;
+using gdn_wgmma::as_frags;
+using gdn_wgmma::desc_at;
+using gdn_wgmma::desc_k;
+using gdn_wgmma::desc_mn;
+using gdn_wgmma::sw;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
 constexpr uint32_t kState = D * D * 2, kRows = C * D * 2;  // bytes of a state tile and of a 64-row tile
 
-// Byte offset of element (r, c) in a tile of R rows: 16-column blocks of R rows x 32 bytes, the two 16-byte
-// halves of rows 4..7 (mod 8) swapped (TMA's 32-byte swizzle; wgmma swizzle mode 3).
-template <int R>
-__device__ __forceinline__ uint32_t sw(int r, int c) {
-  return uint32_t((c >> 4) * (R * 32) + r * 32 + ((((c >> 3) ^ (r >> 2)) & 1) << 4) + (c & 7) * 2);
-}
-// Descriptors of 32-byte-swizzled operands: K-major (rows m or n 32 bytes apart, 8-row groups SBO = 256; LBO
-// unused) and MN-major (k rows 32 bytes apart, 8-row groups SBO = 256, 16-column blocks LBO apart).
-__device__ __forceinline__ uint64_t desc_k(uint32_t addr) {
-  return wgmma::desc(addr, 16, 256) | (uint64_t(3) << 62);
-}
-__device__ __forceinline__ uint64_t desc_mn(uint32_t addr, uint32_t block_bytes) {
-  return wgmma::desc(addr, block_bytes, 256) | (uint64_t(3) << 62);
-}
 
 struct Smem {                                      // byte offsets
   static constexpr uint32_t S = 0;                 // [2] S_n [dk][dv], image R = 128
@@ -99,16 +90,7 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 constexpr float kLog2e = 1.4426950408889634f;
 
-// A descriptor of the tile `off` bytes further (the 14-bit address field does not overflow: shared memory
-// addresses are below 2^18).
-__device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t off) {
-  return (d & ~uint64_t(0xffffffffu)) | uint32_t(uint32_t(d) + (off >> 4));
-}
 
-// The wgmma accumulators as the mma.sync m16n8 fragments store_tile_bf16 takes (the same register layout).
-__device__ __forceinline__ const float (&as_frags(const float (&x)[32]))[8][4] {
-  return *reinterpret_cast<const float(*)[8][4]>(&x);
-}
 
 __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_grad_wgmma_kernel(const __grid_constant__ GradMaps maps, const float* rho_q_in,

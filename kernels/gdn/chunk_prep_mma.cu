@@ -856,6 +856,8 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
       halfm ? half->nseq : 0);
   e = cudaGetLastError();
   if (e != cudaSuccess || !lean || nchunks < 2) return e;
+  e = launch_gdn_odd_states_wgmma(k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);
+  if (e != cudaErrorNotSupported) return e;
   constexpr size_t osm = odd_states_smem();
   e = cudaFuncSetAttribute(gdn_odd_states_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(osm));

@@ -297,7 +297,15 @@ struct GdnHalfStates {
   void* odd = nullptr;                 // (=) the odd chunks' states (nchunks / 2, HV, dk, dv) bf16, slot c / 2
   const int32_t* chunk_off = nullptr;  // I32 (nseq + 1): first chunk of each sequence
   int nseq = 0;
+  int64_t tokens = 0;  // T: lets the odd states run on wgmma with TMA copies (launch_gdn_odd_states_wgmma)
 };
+// The odd chunks' states of the half-states keep on Hopper's warpgroup tensor cores with TMA copies
+// (odd_states_wgmma.cu, sm_90a): launch_gdn_chunk_prep_mma's lean path calls it; cudaErrorNotSupported where it
+// does not apply (T unknown, not a compute capability 9 device, DT_GDN_SCAN_MMA or DT_GDN_ODD_MMA set, tensor
+// maps refused), and the mma.sync kernel forms them instead.
+cudaError_t launch_gdn_odd_states_wgmma(KIn k, float eps, const float* Gc, const int32_t* chunks, int nchunks,
+                                        const void* states16, const GdnHalfStates& half, int64_t HK, int64_t HV,
+                                        cudaStream_t s);
 size_t gdn_chunk_prep_mma_smem(int dk, int dv);
 cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
                                       const GdnGates& gates, const int32_t* chunks, int nchunks, float* W,

@@ -1,5 +1,5 @@
-// Tile copies and accumulator stores shared by the GDN scans on wgmma (chunk_scan_wgmma.cu,
-// chunk_dscan_wgmma.cu; device only).
+// Tile copies, layouts and accumulator stores shared by the GDN kernels on wgmma (chunk_scan_wgmma.cu,
+// chunk_dscan_wgmma.cu, chunk_grad_wgmma.cu, odd_states_wgmma.cu; device only).
 #pragma once
 #include <cstdint>
 
@@ -54,6 +54,33 @@ __device__ __forceinline__ void cp_block(uint32_t dst, const void* src) {
     const int p = threadIdx.x + NT * e;
     mma::cp_async16(dst + 16 * p, static_cast<const unsigned char*>(src) + 16 * p, true);
   }
+}
+
+
+// Byte offset of element (r, c) in a tile of R rows: 16-column blocks of R rows x 32 bytes, the two 16-byte
+// halves of rows 4..7 (mod 8) swapped (TMA's 32-byte swizzle; wgmma swizzle mode 3).
+template <int R>
+__device__ __forceinline__ uint32_t sw(int r, int c) {
+  return uint32_t((c >> 4) * (R * 32) + r * 32 + ((((c >> 3) ^ (r >> 2)) & 1) << 4) + (c & 7) * 2);
+}
+// Descriptors of 32-byte-swizzled operands: K-major (rows m or n 32 bytes apart, 8-row groups SBO = 256; LBO
+// unused) and MN-major (k rows 32 bytes apart, 8-row groups SBO = 256, 16-column blocks LBO apart).
+__device__ __forceinline__ uint64_t desc_k(uint32_t addr) {
+  return wgmma::desc(addr, 16, 256) | (uint64_t(3) << 62);
+}
+__device__ __forceinline__ uint64_t desc_mn(uint32_t addr, uint32_t block_bytes) {
+  return wgmma::desc(addr, block_bytes, 256) | (uint64_t(3) << 62);
+}
+
+// A descriptor of the tile `off` bytes further (the 14-bit address field does not overflow: shared memory
+// addresses are below 2^18).
+__device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t off) {
+  return (d & ~uint64_t(0xffffffffu)) | uint32_t(uint32_t(d) + (off >> 4));
+}
+
+// The wgmma accumulators as the mma.sync m16n8 fragments store_tile_bf16 takes (the same register layout).
+__device__ __forceinline__ const float (&as_frags(const float (&x)[32]))[8][4] {
+  return *reinterpret_cast<const float(*)[8][4]>(&x);
 }
 
 }  // namespace deltatune::kernels::gdn_wgmma

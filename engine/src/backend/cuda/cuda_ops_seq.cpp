@@ -445,6 +445,7 @@ void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, cons
     f.states_odd = alloc({std::max<int64_t>(f.ch.n / 2, 1), d.HV, d.dk, d.dv}, DType::BF16);
     half.vnew = f.vnew.data, half.odd = f.states_odd.data;
     half.chunk_off = iptr(f.ch.off), half.nseq = static_cast<int>(f.ch.off.numel() - 1);
+    half.tokens = d.T;
   } else {
     f.vnew = alloc({d.T, d.HV, d.dv}, DType::BF16);
   }
