@@ -1,9 +1,9 @@
 // Host side of common/tma.cuh: tensor maps for image-layout tiles.
-#include "common/tma.cuh"
-
 #include <cudaTypedefs.h>
 
 #include <cstdlib>
+
+#include "common/tma.cuh"
 
 namespace deltatune::kernels::tma {
 
@@ -29,7 +29,8 @@ bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t head
     const cuuint64_t dim[4] = {block_elems, static_cast<cuuint64_t>(nrows), static_cast<cuuint64_t>(m.blocks),
                                static_cast<cuuint64_t>(heads)};
     const cuuint64_t stride[3] = {row_bytes, block_bytes, 256};
-    const cuuint32_t box[4] = {block_elems, static_cast<cuuint32_t>(rows), static_cast<cuuint32_t>(m.tile), 1};
+    const cuuint32_t box[4] = {block_elems, static_cast<cuuint32_t>(rows), static_cast<cuuint32_t>(m.tile),
+                               1};
     if (encode(&m.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, p, dim, stride, box, ones,
                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS) {
@@ -37,7 +38,8 @@ bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t head
       return true;
     }
   }
-  const cuuint64_t dim[3] = {block_elems, static_cast<cuuint64_t>(heads) * m.blocks, static_cast<cuuint64_t>(nrows)};
+  const cuuint64_t dim[3] = {block_elems, static_cast<cuuint64_t>(heads) * m.blocks,
+                             static_cast<cuuint64_t>(nrows)};
   const cuuint64_t stride[2] = {block_bytes, row_bytes};
   const cuuint32_t box[3] = {block_elems, 1, static_cast<cuuint32_t>(rows)};
   m.one_box = false;

@@ -2,12 +2,12 @@
 // one thread through a tensor map, completing on a shared-memory mbarrier; and the host side that encodes
 // the maps (the driver's cuTensorMapEncodeTiled, reached through the runtime: no link to libcuda).
 //
-// A tile of R rows x 128 bf16 columns lands as its column blocks one after another, each R rows of the block's
-// bytes: with 8-column blocks (16 bytes, no swizzle) element (r, c) at (c/8)·R·16 + r·16 + (c%8)·2, the
-// "image" layout of the wgmma kernels (gdn/wgmma_tiles.cuh); with 16-column blocks (32 bytes, TMA's 32-byte
-// swizzle, the wgmma layouts of swizzle mode 3) at (c/16)·R·32 + r·32 + ((c/8 % 2) ^ (r/4 % 2))·16 + (c%8)·2.
-// A map walks a row-major [rows][heads][128] tensor as (block elements, rows, column block, head): the
-// block's stride (16 or 32 bytes) is smaller than the rows', so one box writes a whole tile. Drivers that
+// A tile of R rows x 128 bf16 columns lands as its column blocks one after another, each R rows of the
+// block's bytes: with 8-column blocks (16 bytes, no swizzle) element (r, c) at (c/8)·R·16 + r·16 + (c%8)·2,
+// the "image" layout of the wgmma kernels (gdn/wgmma_tiles.cuh); with 16-column blocks (32 bytes, TMA's
+// 32-byte swizzle, the wgmma layouts of swizzle mode 3) at (c/16)·R·32 + r·32 + ((c/8 % 2) ^ (r/4 % 2))·16 +
+// (c%8)·2. A map walks a row-major [rows][heads][128] tensor as (block elements, rows, column block, head):
+// the block's stride (16 or 32 bytes) is smaller than the rows', so one box writes a whole tile. Drivers that
 // refuse the out-of-order strides get the in-order map (block elements, head·blocks + block, rows) and one
 // box per column block (ImageMap::one_box false).
 #pragma once
@@ -30,14 +30,15 @@ struct ImageMap {
 // of one head, in 16-byte blocks or (sw32) 32-byte swizzled ones. false where the driver refuses both forms
 // or the device has no TMA.
 // cols < 128: tiles of that many columns (a multiple of the block), from any block-aligned column.
-bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows, bool sw32 = false,
-                      int cols = 128);
+bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows,
+                      bool sw32 = false, int cols = 128);
 
 #if defined(__CUDACC__)
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
-// Makes a barrier's initialisation visible to the async proxy (the copies' complete_tx); a block barrier follows.
+// Makes a barrier's initialisation visible to the async proxy (the copies' complete_tx); a block barrier
+// follows.
 __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
@@ -53,27 +54,29 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-__device__ __forceinline__ void copy3(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2, uint32_t bar) {
+__device__ __forceinline__ void copy3(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2,
+                                      uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(dst),
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
 __device__ __forceinline__ void copy4(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2, int c3,
                                       uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
-      "%5}], [%6];\n" ::"r"(dst),
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
 // `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
 // counted on bar (no tensor map: cp.async.bulk).
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
 }
 // Rows row0 .. row0 + R − 1 of head h, columns col0 .. (a tile's width) as an image tile at dst (rows past
 // the tensor's end: zeros), counted on bar: R·(tile's width)·2 bytes.

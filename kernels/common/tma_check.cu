@@ -12,8 +12,8 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 __global__ void __launch_bounds__(128)
-    tma_check_kernel(const __grid_constant__ tma::ImageMap map, int rows, int cols, bool sw32, int row0, int h,
-                     int col0, bf16* out) {
+    tma_check_kernel(const __grid_constant__ tma::ImageMap map, int rows, int cols, bool sw32, int row0,
+                     int h, int col0, bf16* out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char tile[];  // the tile, then the mbarrier
   const uint32_t dst = mma::smem_addr(tile), bar = dst + rows * cols * 2;
@@ -29,8 +29,9 @@ __global__ void __launch_bounds__(128)
   tma::mbar_wait(bar, 0);
   for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
     const int r = i / cols, c = i % cols;
-    const uint32_t off = sw32 ? (c >> 4) * rows * 32 + r * 32 + ((((c >> 3) ^ (r >> 2)) & 1) << 4) + (c & 7) * 2
-                              : (c >> 3) * rows * 16 + r * 16 + (c & 7) * 2;
+    const uint32_t off =
+        sw32 ? (c >> 4) * rows * 32 + r * 32 + ((((c >> 3) ^ (r >> 2)) & 1) << 4) + (c & 7) * 2
+             : (c >> 3) * rows * 16 + r * 16 + (c & 7) * 2;
     out[i] = *reinterpret_cast<const bf16*>(tile + off);
   }
 #else

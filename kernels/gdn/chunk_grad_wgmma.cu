@@ -50,7 +50,6 @@ using gdn_wgmma::sw;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
 constexpr uint32_t kState = D * D * 2, kRows = C * D * 2;  // bytes of a state tile and of a 64-row tile
 
-
 struct Smem {                                      // byte offsets
   static constexpr uint32_t S = 0;                 // [2] S_n [dk][dv], image R = 128
   static constexpr uint32_t dU = S + 2 * kState;   // [2] dV' [64][dv], R = 64
@@ -90,8 +89,6 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 constexpr float kLog2e = 1.4426950408889634f;
 
-
-
 __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_grad_wgmma_kernel(const __grid_constant__ GradMaps maps, const float* rho_q_in,
                                 const float* rho_k_in, float scale, const float* Gc, const int32_t* chunks,
@@ -102,7 +99,8 @@ __global__ void __launch_bounds__(NT, 1)
   const uint32_t sb = mma::smem_addr(gdn_smem);
   const uint32_t barA = sb + Smem::bar, barB = barA + 16, barKQ = barA + 24;  // barA[p] at barA + 8p
   const int tid = threadIdx.x, warp = tid >> 5, wq = warp & 3, lane = tid & 31;
-  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform: descriptors stay in uniform registers
+  const int wg =
+      __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform: descriptors stay in uniform registers
   const int g = lane >> 2, t4 = lane & 3, m0 = 16 * wq, n0 = 64 * wg;
   const int64_t ks = HK * D;  // row stride of (T, HK, dk) tensors
   float* Gb = reinterpret_cast<float*>(gdn_smem + Smem::G);
@@ -118,12 +116,14 @@ __global__ void __launch_bounds__(NT, 1)
   // K-major operands and the next two 8-row groups (512 bytes) for MN-major ones
   const uint64_t Vp_k = desc_k(sb + Smem::Vp), dS_k = desc_k(sb + Smem::dS + 2048 * wg);
   const uint64_t Dp_k = desc_k(sb + Smem::Dp), Dp_mn = desc_mn(sb + Smem::Dp, 2048);
-  const uint64_t K_mn = desc_mn(sb + Smem::K + 8192 * wg, 2048), Q_mn = desc_mn(sb + Smem::Q + 8192 * wg, 2048);
+  const uint64_t K_mn = desc_mn(sb + Smem::K + 8192 * wg, 2048),
+                 Q_mn = desc_mn(sb + Smem::Q + 8192 * wg, 2048);
 
   // thread 0: S_n, dV', dO of item `it` into buffer p (barA[p]); G by cp.async (every thread: tid < 64)
   auto load_a = [&](const GradItem& it, int p) {
     if (tid == 0) {
-      // states[chunk], or with half states the even chunks' at S[chunk / 2] and the odd ones' at So[chunk / 2]
+      // states[chunk], or with half states the even chunks' at S[chunk / 2] and the odd ones' at So[chunk /
+      // 2]
       const int64_t ch = it.hs / HV, slot = half_states ? (ch >> 1) * HV + it.hs % HV : it.hs;
       const uint32_t bar = barA + 8 * p;
       tma::mbar_arrive_expect_tx(bar, kABytes);
@@ -161,7 +161,8 @@ __global__ void __launch_bounds__(NT, 1)
   // diag(scale·ρ_q)·dQ̂ summed in registers (stash), the last one storing dq = A − ρ_q²·q·(q·A).
   const bool fuse = dq.p != nullptr;
   const int r = fuse ? static_cast<int>(HV / HK) : 1, ngroups = nitems / r;
-  // The block's items in order: (group, head j) -> the next one; chunk records are read one item ahead of use.
+  // The block's items in order: (group, head j) -> the next one; chunk records are read one item ahead of
+  // use.
   auto after = [&](int grp, int j, int& ngrp, int& nj) {
     const bool last = j + 1 == r;
     ngrp = last ? grp + static_cast<int>(gridDim.x) : grp, nj = last ? 0 : j + 1;
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(NT, 1)
     const uint32_t Sb = sb + Smem::S + par * kState, dUb = sb + Smem::dU + par * kRows,
                    dOb = sb + Smem::dO + par * kRows;
     tma::mbar_wait(barA + 8 * par, (n >> 1) & 1);
-    __syncthreads();  // the last item's shared reads are done
+    __syncthreads();                           // the last item's shared reads are done
     if (tid == 0) wgmma::fence_proxy_async();  // before copies overwrite tiles read generically
     if (j == 0) load_kq(it);
     if (more) load_a(next, par ^ 1);
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(NT, 1)
     wgmma::fence_operands(d);
     wgmma::fence_operands(ak);
     mma::cp_async_wait<0>();  // this item's ρ, the next one's G
-    __syncthreads();          // both warpgroups' [1], [2] and the trace are done with S_n, dV', dO, dS^end, V'
+    __syncthreads();  // both warpgroups' [1], [2] and the trace are done with S_n, dV', dO, dS^end, V'
     if (more && tid == 0) {
       wgmma::fence_proxy_async();  // the trace's generic reads before the copies' writes
       load_b(next);
@@ -267,7 +268,8 @@ __global__ void __launch_bounds__(NT, 1)
       }
     }
 #pragma unroll
-    for (int jj = 0; jj < 2; ++jj) {  // stmatrix x4: lane 8i + rr gives row rr of matrix i = (column block, half)
+    for (int jj = 0; jj < 2;
+         ++jj) {  // stmatrix x4: lane 8i + rr gives row rr of matrix i = (column block, half)
       const int i = lane >> 3, row = m0 + 8 * (i & 1) + (lane & 7), col = 32 * wg + 8 * (2 * jj + (i >> 1));
       using gdn_wgmma::pack;
       wgmma::stmatrix_x4(sb + Smem::Dp + sw<C>(row, col), pack(d[8 * jj], d[8 * jj + 1]),
@@ -341,7 +343,7 @@ __global__ void __launch_bounds__(NT, 1)
     }
     const float part = warp_sum(exp2_approx(Gl * kLog2e) * trace + kpart);
     if (lane == 0) red[warp] = part;
-    __syncthreads();  // row sums, gsum shares
+    __syncthreads();    // row sums, gsum shares
     float total = 0.f;  // gsum, summed in the same order by every thread
 #pragma unroll
     for (int w = 0; w < NT / 32; ++w) total += red[w];
@@ -383,9 +385,9 @@ bool gdn_grad_wgmma_selected(const GdnQK& qk, KIn dout, int dk, int dv) {
 }
 
 // The tensor maps of the launch's tensors (T tokens), or false.
-bool grad_maps(GradMaps& m, int64_t T, int nchunks, int64_t HK, int64_t HV, const void* dout, const void* vnew,
-               const void* dvn, const void* q, const void* k, const void* dh, const void* states,
-               const void* states_odd) {
+bool grad_maps(GradMaps& m, int64_t T, int nchunks, int64_t HK, int64_t HV, const void* dout,
+               const void* vnew, const void* dvn, const void* q, const void* k, const void* dh,
+               const void* states, const void* states_odd) {
   if (T <= 0) return false;
   const int64_t slots = int64_t(nchunks) * HV;  // (chunk, head) pairs
   const int64_t even = states_odd ? (int64_t(nchunks) + 1) / 2 * HV : slots, odd = int64_t(nchunks) / 2 * HV;
@@ -399,18 +401,20 @@ bool grad_maps(GradMaps& m, int64_t T, int nchunks, int64_t HK, int64_t HV, cons
 }
 
 cudaError_t launch_gdn_chunk_grad_wgmma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
-                                        int nchunks, const void* states16, const void* dh16, const void* vnew16,
-                                        const void* dvn16, void* dqh16, void* dk_part16, void* dW16,
-                                        float* gsum, float* dg, int64_t HK, int64_t HV, cudaStream_t s, KOut dq,
-                                        const void* states_odd16, int64_t T) {
+                                        int nchunks, const void* states16, const void* dh16,
+                                        const void* vnew16, const void* dvn16, void* dqh16, void* dk_part16,
+                                        void* dW16, float* gsum, float* dg, int64_t HK, int64_t HV,
+                                        cudaStream_t s, KOut dq, const void* states_odd16, int64_t T) {
   if (!gdn_grad_wgmma_selected(qk, dout, D, D)) return cudaErrorInvalidValue;
   if (dq.p && !gdn_grad_fuses_dq(qk, dout, dq, HK, HV)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   GradMaps maps{};
-  if (!grad_maps(maps, T, nchunks, HK, HV, dout.p, vnew16, dvn16, qk.q.p, qk.k.p, dh16, states16, states_odd16))
+  if (!grad_maps(maps, T, nchunks, HK, HV, dout.p, vnew16, dvn16, qk.q.p, qk.k.p, dh16, states16,
+                 states_odd16))
     return cudaErrorNotSupported;
-  cudaError_t e = cudaFuncSetAttribute(gdn_chunk_grad_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Smem::bytes));
+  cudaError_t e =
+      cudaFuncSetAttribute(gdn_chunk_grad_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(Smem::bytes));
   if (e != cudaSuccess) return e;
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);

@@ -53,6 +53,7 @@
 #include <cstdlib>
 
 #include "common/device.cuh"
+#include "gdn/chunk_util.cuh"
 #include "gdn/gate_math.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
@@ -418,16 +419,7 @@ __device__ __forceinline__ float lane_pick(const float (&x)[N], int lane) {
   return a;
 }
 
-// Whether chunk ch + 1 belongs to the sequence of chunk ch (chunk_off: each sequence's first chunk, nseq + 1).
-__device__ __forceinline__ bool next_chunk_continues(const int32_t* chunk_off, int nseq, int ch) {
-  int lo = 0, hi = nseq;  // the sequence of chunk ch: chunk_off[lo] <= ch < chunk_off[lo + 1]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (chunk_off[mid] <= ch) lo = mid;
-    else hi = mid;
-  }
-  return ch + 1 < chunk_off[lo + 1];
-}
+using gdn_chunk::next_chunk_continues;
 
 // RAW: q, k and v are BF16 and no q̂, k̂ are asked for (nout.qn null). The tiles then hold the inputs as loaded
 // (cp.async, no register staging) and ρ_k, ρ_q scale the products instead: K̂K̂ᵀ = diag(ρ_k)·kkᵀ·diag(ρ_k) and

@@ -49,4 +49,15 @@ __device__ __forceinline__ GradItem grad_item(int item, const int32_t* chunks, i
   return it;
 }
 
+// Whether chunk ch + 1 belongs to the sequence of chunk ch (chunk_off: each sequence's first chunk, nseq + 1).
+__device__ __forceinline__ bool next_chunk_continues(const int32_t* chunk_off, int nseq, int ch) {
+  int lo = 0, hi = nseq;  // the sequence of chunk ch: chunk_off[lo] <= ch < chunk_off[lo + 1]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (chunk_off[mid] <= ch) lo = mid;
+    else hi = mid;
+  }
+  return ch + 1 < chunk_off[lo + 1];
+}
+
 }  // namespace deltatune::kernels::gdn_chunk

@@ -1,6 +1,6 @@
 // The half-states keep's odd chunk states (the contract of gdn_odd_states_kernel, chunk_prep_mma.cu) on
-// Hopper's warpgroup tensor cores with TMA copies (sm_90a). Item (p, h), value heads fastest: the state at chunk
-// 2p + 1 from the kept one at 2p and its V',
+// Hopper's warpgroup tensor cores with TMA copies (sm_90a). Item (p, h), value heads fastest: the state at
+// chunk 2p + 1 from the kept one at 2p and its V',
 //   S_{2p+1} = γ_last·S_{2p} + kᵀ·diag(ρ_k·e^{G_last−G})·V'   (k before the norm; zeros where chunk 2p + 1
 //                                                              starts another sequence)
 // with ρ_k from the k tile by the prep's lanes and sums (l2norm_row.cuh: bit-identical ρ) and the scaled V'
@@ -17,6 +17,7 @@
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
 #include "gdn/l2norm_row.cuh"
@@ -26,16 +27,17 @@ namespace deltatune::kernels {
 namespace {
 
 using bf16 = __nv_bfloat16;
+using gdn_chunk::next_chunk_continues;
 using gdn_wgmma::as_frags;
 using gdn_wgmma::desc_at;
 using gdn_wgmma::desc_mn;
 using gdn_wgmma::sw;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
 
-struct Smem {                                    // byte offsets
-  static constexpr uint32_t K = 0;               // k [64][dk] (one set; sets kSet apart)
-  static constexpr uint32_t V = K + C * D * 2;   // V' [64][dv], then scaled in place
-  static constexpr uint32_t S = V + C * D * 2;   // S_{2p} [dk][dv]
+struct Smem {                                   // byte offsets
+  static constexpr uint32_t K = 0;              // k [64][dk] (one set; sets kSet apart)
+  static constexpr uint32_t V = K + C * D * 2;  // V' [64][dv], then scaled in place
+  static constexpr uint32_t S = V + C * D * 2;  // S_{2p} [dk][dv]
   static constexpr uint32_t kSet = S + D * D * 2;
   static constexpr uint32_t G = 2 * kSet;        // [2][64] G by set
   static constexpr uint32_t Rk = G + 2 * C * 4;  // [64] ρ_k
@@ -47,17 +49,6 @@ constexpr uint32_t kSetBytes = 2 * C * D * 2 + D * D * 2;
 struct OddMaps {
   tma::ImageMap k, V, S;
 };
-
-// Whether chunk ch + 1 belongs to the sequence of chunk ch (chunk_off: each sequence's first chunk).
-__device__ __forceinline__ bool continues(const int32_t* chunk_off, int nseq, int ch) {
-  int lo = 0, hi = nseq;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (chunk_off[mid] <= ch) lo = mid;
-    else hi = mid;
-  }
-  return ch + 1 < chunk_off[lo + 1];
-}
 
 __global__ void __launch_bounds__(NT, 1)
     gdn_odd_states_wgmma_kernel(const __grid_constant__ OddMaps maps, float eps, const float* Gc,
@@ -75,7 +66,7 @@ __global__ void __launch_bounds__(NT, 1)
   // < 64 its G by cp.async.
   auto issue = [&](int i, int b) {
     const int p = i / static_cast<int>(HV), h = i % static_cast<int>(HV), ch = 2 * p;
-    if (!continues(chunk_off, nseq, ch)) return;
+    if (!next_chunk_continues(chunk_off, nseq, ch)) return;
     const int t0 = chunks[2 * ch];
     if (tid == 0) {
       const uint32_t set = sb + b * Smem::kSet, bar = bar0 + 8 * b;
@@ -104,7 +95,8 @@ __global__ void __launch_bounds__(NT, 1)
     if (i + static_cast<int>(gridDim.x) < nitems) issue(i + gridDim.x, b ^ 1);
     mma::cp_async_commit();
     bf16* dst = Sodd + (int64_t(p) * HV + h) * D * D;
-    if (!continues(chunk_off, nseq, 2 * p)) {  // chunk 2p + 1 starts another sequence: its state is zero
+    if (!next_chunk_continues(chunk_off, nseq,
+                              2 * p)) {  // chunk 2p + 1 starts another sequence: its state is zero
       uint4* so = reinterpret_cast<uint4*>(dst);
       for (int x = tid; x < D * D / 8; x += NT) so[x] = make_uint4(0u, 0u, 0u, 0u);
       continue;
@@ -191,19 +183,21 @@ __global__ void __launch_bounds__(NT, 1)
 
 #ifndef DT_ATTN_EMU
 cudaError_t launch_gdn_odd_states_wgmma(KIn k, float eps, const float* Gc, const int32_t* chunks, int nchunks,
-                                        const void* states16, const GdnHalfStates& half, int64_t HK, int64_t HV,
-                                        cudaStream_t s) {
+                                        const void* states16, const GdnHalfStates& half, int64_t HK,
+                                        int64_t HV, cudaStream_t s) {
   if (k.t != KType::BF16 || !half.odd || !half.vnew || !half.chunk_off) return cudaErrorInvalidValue;
   const int64_t T = half.tokens;
   if (T <= 0 || !gdn_scan_wgmma_available() || std::getenv("DT_GDN_ODD_MMA")) return cudaErrorNotSupported;
   if (nchunks < 2 || HV == 0) return cudaSuccess;
   const int64_t even = (int64_t(nchunks) + 1) / 2 * HV;  // slots of the kept (even) states
   OddMaps maps{};
-  if (!tma::encode_image_map(maps.k, k.p, T, HK, C, true) || !tma::encode_image_map(maps.V, half.vnew, T, HV, C, true) ||
+  if (!tma::encode_image_map(maps.k, k.p, T, HK, C, true) ||
+      !tma::encode_image_map(maps.V, half.vnew, T, HV, C, true) ||
       !tma::encode_image_map(maps.S, states16, even * D, 1, D, true))
     return cudaErrorNotSupported;
-  cudaError_t e = cudaFuncSetAttribute(gdn_odd_states_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Smem::bytes));
+  cudaError_t e =
+      cudaFuncSetAttribute(gdn_odd_states_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(Smem::bytes));
   if (e != cudaSuccess) return e;
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);

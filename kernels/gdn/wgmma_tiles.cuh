@@ -56,7 +56,6 @@ __device__ __forceinline__ void cp_block(uint32_t dst, const void* src) {
   }
 }
 
-
 // Byte offset of element (r, c) in a tile of R rows: 16-column blocks of R rows x 32 bytes, the two 16-byte
 // halves of rows 4..7 (mod 8) swapped (TMA's 32-byte swizzle; wgmma swizzle mode 3).
 template <int R>

@@ -21,7 +21,9 @@ bool hopper() {
 }
 
 // An exact bf16 value per (row, head, column): small integers.
-float value(int64_t r, int64_t h, int c) { return static_cast<float>((r * 7 + h * 13 + c * 3) % 251 - 125); }
+float value(int64_t r, int64_t h, int c) {
+  return static_cast<float>((r * 7 + h * 13 + c * 3) % 251 - 125);
+}
 
 TEST(Tma, ImageTilesMatchTheWgmmaLayouts) {
   if (!hopper()) GTEST_SKIP() << "TMA needs a compute capability 9 GPU";
@@ -42,12 +44,12 @@ TEST(Tma, ImageTilesMatchTheWgmmaLayouts) {
     for (bool sw32 : {false, true})
       for (const Case k : {Case{64, 128, 0, 0, 0}, Case{64, 128, 40, 2, 0}, Case{128, 128, 5, 1, 0},
                            Case{64, 64, 17, 1, 64}, Case{64, 128, 120, 0, 0} /* 34 rows past the end */}) {
-        const std::string what = std::string(sw32 ? "32-byte swizzled" : "16-byte") + (*boxes ? ", per block" : "") +
-                                 " rows " + std::to_string(k.row0) + "+" + std::to_string(k.rows) + " head " +
-                                 std::to_string(k.h) + " columns " + std::to_string(k.col0) + "+" +
-                                 std::to_string(k.cols);
-        ASSERT_EQ(deltatune::kernels::tma_image_tile_check(src, nrows, heads, k.rows, sw32, k.cols, k.row0, k.h,
-                                                             k.col0, out),
+        const std::string what = std::string(sw32 ? "32-byte swizzled" : "16-byte") +
+                                 (*boxes ? ", per block" : "") + " rows " + std::to_string(k.row0) + "+" +
+                                 std::to_string(k.rows) + " head " + std::to_string(k.h) + " columns " +
+                                 std::to_string(k.col0) + "+" + std::to_string(k.cols);
+        ASSERT_EQ(deltatune::kernels::tma_image_tile_check(src, nrows, heads, k.rows, sw32, k.cols, k.row0,
+                                                           k.h, k.col0, out),
                   cudaSuccess)
             << what;
         std::vector<__nv_bfloat16> got(k.rows * k.cols);
