@@ -183,7 +183,8 @@ TEST(IoConfig, UnsupportedMathIsRefused) {
   expect_error(j, {"field hidden_act", "gelu", "only \"silu\""});
   json text = flat_dense();
   text["hidden_act"] = "gelu_pytorch_tanh";
-  expect_error(json{{"model_type", "qwen3_5"}, {"text_config", text}}, {"text_config.hidden_act", "gelu_pytorch_tanh"});
+  expect_error(json{{"model_type", "qwen3_5"}, {"text_config", text}},
+               {"text_config.hidden_act", "gelu_pytorch_tanh"});
   j = flat_moe();
   j["attention_bias"] = true;
   expect_error(j, {"field attention_bias", "only false"});
@@ -197,24 +198,59 @@ TEST(IoConfig, NestedLegacyRopeAtTextLevel) {
   EXPECT_DOUBLE_EQ(parse(root).rope_theta, 3e6);
 }
 
+// Size fields config.json leaves out take the class defaults of transformers' Qwen3_5TextConfig and
+// Qwen3_5MoeTextConfig (configuration_qwen3_5.py, configuration_qwen3_5_moe.py), as from_pretrained does, and
+// are listed for the weights' shape errors.
+TEST(IoConfig, MissingSizeFieldsTakeHfClassDefaults) {
+  json dense = flat_dense();
+  for (const char* k :
+       {"vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+        "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
+        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"})
+    dense.erase(k);
+  const ModelConfig d = parse(dense);
+  EXPECT_EQ(d.vocab_size, 248320);
+  EXPECT_EQ(d.hidden_size, 4096);
+  EXPECT_EQ(d.num_layers, 32);
+  EXPECT_EQ(d.intermediate_size, 12288);
+  EXPECT_EQ(d.num_heads, 16);
+  EXPECT_EQ(d.num_kv_heads, 4);
+  EXPECT_EQ(d.head_dim, 256);
+  EXPECT_EQ(d.lin_k_heads, 16);
+  EXPECT_EQ(d.lin_v_heads, 32);
+  EXPECT_EQ(d.lin_k_dim, 128);
+  EXPECT_EQ(d.lin_v_dim, 128);
+  EXPECT_EQ(d.conv_kernel, 4);
+  ASSERT_EQ(d.layer_types.size(), 32u);  // HF's full_attention_interval 4 over the default 32 layers
+  EXPECT_EQ(d.layer_types[3], LayerKind::FullAttention);
+  EXPECT_EQ(d.defaulted.size(), 12u);
+  EXPECT_EQ(d.defaulted[1], "hidden_size = 4096");
+
+  json moe = flat_moe();
+  for (const char* k : {"hidden_size", "num_hidden_layers", "num_key_value_heads", "num_experts",
+                        "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size"})
+    moe.erase(k);
+  const ModelConfig m = parse(moe);
+  EXPECT_EQ(m.hidden_size, 2048);
+  EXPECT_EQ(m.num_layers, 40);
+  EXPECT_EQ(m.num_kv_heads, 2);
+  EXPECT_EQ(m.num_experts, 256);
+  EXPECT_EQ(m.top_k, 8);
+  EXPECT_EQ(m.moe_intermediate, 512);
+  EXPECT_EQ(m.shared_intermediate, 512);
+
+  json text = flat_dense();
+  text.erase("head_dim");
+  const ModelConfig n = parse(json{{"model_type", "qwen3_5"}, {"text_config", text}});
+  EXPECT_EQ(n.head_dim, 256);
+  ASSERT_EQ(n.defaulted.size(), 1u);
+  EXPECT_EQ(n.defaulted[0], "text_config.head_dim = 256");
+  EXPECT_TRUE(parse(flat_dense()).defaulted.empty());
+}
+
 TEST(IoConfig, Errors) {
   expect_error(json::parse(R"({"model_type": "llama"})"), {"unsupported model_type", "llama"});
   expect_error(json::parse("{}"), {"model_type", "missing"});
-  {
-    json j = flat_dense();
-    j.erase("hidden_size");
-    expect_error(j, {"hidden_size", "missing"});
-  }
-  {
-    json j = flat_moe();
-    j.erase("num_experts");
-    expect_error(j, {"num_experts", "missing"});
-  }
-  {
-    json text = flat_dense();
-    text.erase("head_dim");
-    expect_error(json{{"model_type", "qwen3_5"}, {"text_config", text}}, {"text_config.head_dim", "missing"});
-  }
   {
     json j = flat_dense();
     j["linear_num_value_heads"] = 3;

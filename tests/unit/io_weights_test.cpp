@@ -200,6 +200,21 @@ TEST(IoWeights, WrongShapeNamesKeyAndShapes) {
                     {"model.layers.0.mlp.experts.gate_up_proj", "[4, 64, 64]", "expected [4, 32, 64]"});
 }
 
+// A size field config.json leaves out takes Hugging Face's default: the checkpoint loads where its tensors
+// fit it, and the shape error names the defaulted field where they do not.
+TEST(IoWeights, MissingConfigFieldsTakeHfDefaults) {
+  {
+    TempCheckpoint t("moe_tied");
+    t.edit_config(
+        [](json& c) { c.erase("linear_conv_kernel_dim"); });  // the golden's value is HF's default 4
+    EXPECT_EQ(model_weights_load(t.write()).config.conv_kernel, 4);
+  }
+  TempCheckpoint t("moe_tied");
+  t.edit_config([](json& c) { c.erase("moe_intermediate_size"); });
+  expect_load_error(t.write(), {"model.layers.0.mlp.experts.gate_up_proj", "expected [4, 1024, 64]",
+                                "leaves out moe_intermediate_size", "moe_intermediate_size = 512"});
+}
+
 TEST(IoWeights, UnknownTextTensorIsAnError) {
   TempCheckpoint t("moe_tied");
   t.tensors().emplace_back("model.layers.0.mlp.mystery.weight", host_tensor({2}));

@@ -26,10 +26,6 @@ class FieldReader {
   const json& at(const std::string& key) const { return obj_[key]; }
   std::string where(const std::string& key) const { return source_ + ": field " + prefix_ + key; }
 
-  int64_t require_int(const std::string& key) const {
-    check(has(key), where(key) + " is missing (expected an integer)");
-    return as_int(key);
-  }
   int64_t int_or(const std::string& key, int64_t fallback) const { return has(key) ? as_int(key) : fallback; }
   double double_or(const std::string& key, double fallback) const {
     if (!has(key)) return fallback;
@@ -112,24 +108,35 @@ static ModelConfig model_config_parse_impl(const std::string& json_text, const s
     }
   }
 
-  c.vocab_size = tc.require_int("vocab_size");
-  c.hidden_size = tc.require_int("hidden_size");
-  c.num_layers = tc.require_int("num_hidden_layers");
-  c.num_heads = tc.require_int("num_attention_heads");
-  c.num_kv_heads = tc.require_int("num_key_value_heads");
-  c.head_dim = tc.require_int("head_dim");
-  c.lin_k_heads = tc.require_int("linear_num_key_heads");
-  c.lin_v_heads = tc.require_int("linear_num_value_heads");
-  c.lin_k_dim = tc.require_int("linear_key_head_dim");
-  c.lin_v_dim = tc.require_int("linear_value_head_dim");
-  c.conv_kernel = tc.int_or("linear_conv_kernel_dim", 4);
-  if (c.is_moe()) {
-    c.num_experts = tc.require_int("num_experts");
-    c.top_k = tc.require_int("num_experts_per_tok");
-    c.moe_intermediate = tc.require_int("moe_intermediate_size");
-    c.shared_intermediate = tc.require_int("shared_expert_intermediate_size");
+  // A missing size field takes the class default of transformers' Qwen3_5TextConfig / Qwen3_5MoeTextConfig,
+  // as from_pretrained does; the weights' shapes then decide (model_weights names the defaulted fields).
+  const bool moe = c.is_moe();
+  auto size_or_default = [&](const char* key, int64_t hf_default) {
+    if (!tc.has(key)) {
+      std::string d = c.nested_text_config ? "text_config." : "";
+      d.append(key).append(" = ").append(std::to_string(hf_default));
+      c.defaulted.push_back(std::move(d));
+    }
+    return tc.int_or(key, hf_default);
+  };
+  c.vocab_size = size_or_default("vocab_size", 248320);
+  c.hidden_size = size_or_default("hidden_size", moe ? 2048 : 4096);
+  c.num_layers = size_or_default("num_hidden_layers", moe ? 40 : 32);
+  c.num_heads = size_or_default("num_attention_heads", 16);
+  c.num_kv_heads = size_or_default("num_key_value_heads", moe ? 2 : 4);
+  c.head_dim = size_or_default("head_dim", 256);
+  c.lin_k_heads = size_or_default("linear_num_key_heads", 16);
+  c.lin_v_heads = size_or_default("linear_num_value_heads", 32);
+  c.lin_k_dim = size_or_default("linear_key_head_dim", 128);
+  c.lin_v_dim = size_or_default("linear_value_head_dim", 128);
+  c.conv_kernel = size_or_default("linear_conv_kernel_dim", 4);
+  if (moe) {
+    c.num_experts = size_or_default("num_experts", 256);
+    c.top_k = size_or_default("num_experts_per_tok", 8);
+    c.moe_intermediate = size_or_default("moe_intermediate_size", 512);
+    c.shared_intermediate = size_or_default("shared_expert_intermediate_size", 512);
   } else {
-    c.intermediate_size = tc.require_int("intermediate_size");
+    c.intermediate_size = size_or_default("intermediate_size", 12288);
   }
   c.rms_eps = tc.double_or("rms_norm_eps", 1e-6);
 
@@ -150,10 +157,9 @@ static ModelConfig model_config_parse_impl(const std::string& json_text, const s
   c.rope_theta = tc.double_or("rope_theta", 10000.0);
   c.partial_rotary_factor = tc.double_or("partial_rotary_factor", 0.25);
   // HF (convert_rope_params_to_dict): a non-empty legacy `rope_scaling` dict replaces `rope_parameters`.
-  const bool scaling = tc.has("rope_scaling") && !(tc.at("rope_scaling").is_object() && tc.at("rope_scaling").empty());
-  const char* rope_key = scaling                      ? "rope_scaling"
-                         : tc.has("rope_parameters") ? "rope_parameters"
-                                                     : nullptr;
+  const bool scaling =
+      tc.has("rope_scaling") && !(tc.at("rope_scaling").is_object() && tc.at("rope_scaling").empty());
+  const char* rope_key = scaling ? "rope_scaling" : tc.has("rope_parameters") ? "rope_parameters" : nullptr;
   if (rope_key) {
     const json& rp = tc.at(rope_key);
     check(rp.is_object(), tc.where(rope_key) + " is not an object");
@@ -263,6 +269,17 @@ ModelConfig model_config_parse_string(const std::string& json_text, const std::s
   } catch (const nlohmann::json::exception& e) {
     throw Error(source_name + ": " + e.what());
   }
+}
+
+std::string model_config_defaults_note(const ModelConfig& c) {
+  if (c.defaulted.empty()) return "";
+  std::string fields, values;
+  for (const std::string& d : c.defaulted) {
+    if (!fields.empty()) fields += ", ", values += ", ";
+    fields.append(d, 0, d.find(' '));
+    values += d;
+  }
+  return "config.json leaves out " + fields + "; Hugging Face's defaults were used: " + values;
 }
 
 }  // namespace deltatune

@@ -22,6 +22,9 @@ struct ModelConfig {
   std::vector<LayerKind> layer_types;
   bool tie_word_embeddings_flag = false;  // what config.json says (the checkpoint decides, see weights)
   int64_t eos_token_id = -1, pad_token_id = -1;
+  // Size fields config.json left out, as "field = value": they take Hugging Face's class defaults
+  // (Qwen3_5TextConfig / Qwen3_5MoeTextConfig), as transformers does; weight shape errors name them.
+  std::vector<std::string> defaulted;
 
   bool is_moe() const { return model_type == "qwen3_5_moe"; }
   // MoE with shared_expert_intermediate_size > 0 (0: HF's zero-width shared expert adds nothing).
@@ -35,5 +38,7 @@ struct ModelConfig {
 // Parses `path` (a config.json). Throws deltatune::Error naming the file and the missing/bad field.
 ModelConfig model_config_load(const std::string& path);
 ModelConfig model_config_parse_string(const std::string& json_text, const std::string& source_name);
+// "config.json leaves out a, b; Hugging Face's defaults were used: a = 1, b = 2" ("" when nothing was left out).
+std::string model_config_defaults_note(const ModelConfig& c);
 
 }  // namespace deltatune

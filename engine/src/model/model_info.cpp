@@ -108,6 +108,7 @@ ModelInfo model_info_load(const std::string& dir) {
   }
   add_listed_warning(&info.warnings, "missing tensors (training will refuse this checkpoint)", missing);
   add_listed_warning(&info.warnings, "tensors with unexpected shapes", mismatched);
+  if (!c.defaulted.empty()) info.warnings.push_back(model_config_defaults_note(c));
   add_listed_warning(&info.warnings, "unknown text tensors (training will refuse this checkpoint)", unknown);
   if (info.tied_embeddings != c.tie_word_embeddings_flag)
     info.warnings.push_back(std::string("config.json says tie_word_embeddings = ") +
@@ -218,8 +219,10 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   int64_t kept = 0, largest = 0;
   for (size_t i = 0; i < info.layer_types.size(); ++i) {
     const int64_t e = info.layer_types[i] == "full_attention" ? full_layer : lin_layer;
-    if (static_cast<int64_t>(i) < n_ckpt) largest = std::max(largest, e);
-    else kept += e;
+    if (static_cast<int64_t>(i) < n_ckpt)
+      largest = std::max(largest, e);
+    else
+      kept += e;
   }
   // The kept layers are the last ones: the backward frees them before the first recompute.
   v.activations = 2 * T * (n_ckpt * H + std::max(largest, kept));

@@ -13,8 +13,8 @@
 
 namespace deltatune {
 
-// Vision tower (`model.visual.*`, or top-level `visual.*` as older VL checkpoints store it; HF loads both) and
-// the MTP head (`mtp.*`).
+// Vision tower (`model.visual.*`, or top-level `visual.*` as older VL checkpoints store it; HF loads both)
+// and the MTP head (`mtp.*`).
 bool model_key_skipped(const std::string& key) {
   return key.rfind("model.visual.", 0) == 0 || key.rfind("visual.", 0) == 0 || key.rfind("mtp.", 0) == 0;
 }
@@ -24,10 +24,11 @@ bool model_key_skipped(const std::string& key) {
 std::string model_key_prefix(const CheckpointReader& reader) {
   for (const char* p : {"model.language_model.", "model.", "language_model.", ""})
     if (reader.has(std::string(p) + "embed_tokens.weight")) return p;
-  throw Error(reader.dir() +
-              ": no model.language_model.embed_tokens.weight or model.embed_tokens.weight (nor a base model's "
-              "language_model.embed_tokens.weight / embed_tokens.weight): expected a Qwen3.5 Hugging Face "
-              "checkpoint");
+  throw Error(
+      reader.dir() +
+      ": no model.language_model.embed_tokens.weight or model.embed_tokens.weight (nor a base model's "
+      "language_model.embed_tokens.weight / embed_tokens.weight): expected a Qwen3.5 Hugging Face "
+      "checkpoint");
 }
 
 bool model_experts_per_expert(const CheckpointReader& reader, const std::string& p) {
@@ -138,13 +139,16 @@ ModelWeights model_weights_load(const std::string& dir) {
   w.experts_per_expert_layout = c.is_moe() && model_experts_per_expert(r, P);
 
   auto where = [&](const std::string& key) { return (fs::path(dir) / r.file_of(key)).string(); };
+  // Expected shapes come from config.json, with Hugging Face's defaults for the size fields it left out.
+  const std::string note = model_config_defaults_note(c);
+  const std::string from = "from config.json" + (note.empty() ? "" : " (" + note + ")");
   std::set<std::string> used;
   for (const ExpectedTensor& e : model_expected_tensors(c, P, w.experts_per_expert_layout)) {
     check(r.has(e.key), dir + ": checkpoint has no tensor '" + e.key + "' (expected shape " +
-                            shape_str(e.shape) + " from config.json)");
+                            shape_str(e.shape) + " " + from + ")");
     const TensorEntry& got = r.entry(e.key);
     check(got.shape == e.shape, where(e.key) + ": tensor '" + e.key + "' has shape " + shape_str(got.shape) +
-                                    ", expected " + shape_str(e.shape) + " from config.json");
+                                    ", expected " + shape_str(e.shape) + " " + from);
     check(is_float(got.dtype), where(e.key) + ": tensor '" + e.key + "' has dtype " + dtype_name(got.dtype) +
                                    " (expected F32, BF16 or F16)");
     used.insert(e.key);
