@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/error.h"
 #include "model/config.h"
@@ -201,44 +202,46 @@ TEST(IoConfig, NestedLegacyRopeAtTextLevel) {
 // Size fields config.json leaves out take the class defaults of transformers' Qwen3_5TextConfig and
 // Qwen3_5MoeTextConfig (configuration_qwen3_5.py, configuration_qwen3_5_moe.py), as from_pretrained does, and
 // are listed for the weights' shape errors.
+// A config.json key left out, the ModelConfig field it sets and transformers' class default for it.
+struct HfDefault {
+  const char* key;
+  int64_t ModelConfig::*field;
+  int64_t value;
+};
+
+// Parses `base` without the listed keys and expects each field to hold its default.
+ModelConfig parse_without(json base, const std::vector<HfDefault>& defaults) {
+  for (const HfDefault& d : defaults) base.erase(d.key);
+  const ModelConfig c = parse(base);
+  for (const HfDefault& d : defaults) EXPECT_EQ(c.*d.field, d.value) << d.key;
+  EXPECT_EQ(c.defaulted.size(), defaults.size());
+  return c;
+}
+
 TEST(IoConfig, MissingSizeFieldsTakeHfClassDefaults) {
-  json dense = flat_dense();
-  for (const char* k :
-       {"vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
-        "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
-        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"})
-    dense.erase(k);
-  const ModelConfig d = parse(dense);
-  EXPECT_EQ(d.vocab_size, 248320);
-  EXPECT_EQ(d.hidden_size, 4096);
-  EXPECT_EQ(d.num_layers, 32);
-  EXPECT_EQ(d.intermediate_size, 12288);
-  EXPECT_EQ(d.num_heads, 16);
-  EXPECT_EQ(d.num_kv_heads, 4);
-  EXPECT_EQ(d.head_dim, 256);
-  EXPECT_EQ(d.lin_k_heads, 16);
-  EXPECT_EQ(d.lin_v_heads, 32);
-  EXPECT_EQ(d.lin_k_dim, 128);
-  EXPECT_EQ(d.lin_v_dim, 128);
-  EXPECT_EQ(d.conv_kernel, 4);
+  using M = ModelConfig;
+  const ModelConfig d = parse_without(flat_dense(), {{"vocab_size", &M::vocab_size, 248320},
+                                                     {"hidden_size", &M::hidden_size, 4096},
+                                                     {"num_hidden_layers", &M::num_layers, 32},
+                                                     {"intermediate_size", &M::intermediate_size, 12288},
+                                                     {"num_attention_heads", &M::num_heads, 16},
+                                                     {"num_key_value_heads", &M::num_kv_heads, 4},
+                                                     {"head_dim", &M::head_dim, 256},
+                                                     {"linear_num_key_heads", &M::lin_k_heads, 16},
+                                                     {"linear_num_value_heads", &M::lin_v_heads, 32},
+                                                     {"linear_key_head_dim", &M::lin_k_dim, 128},
+                                                     {"linear_value_head_dim", &M::lin_v_dim, 128},
+                                                     {"linear_conv_kernel_dim", &M::conv_kernel, 4}});
   ASSERT_EQ(d.layer_types.size(), 32u);  // HF's full_attention_interval 4 over the default 32 layers
   EXPECT_EQ(d.layer_types[3], LayerKind::FullAttention);
-  EXPECT_EQ(d.defaulted.size(), 12u);
-  EXPECT_EQ(d.defaulted[1], "hidden_size = 4096");
-
-  json moe = flat_moe();
-  for (const char* k : {"hidden_size", "num_hidden_layers", "num_key_value_heads", "num_experts",
-                        "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size"})
-    moe.erase(k);
-  const ModelConfig m = parse(moe);
-  EXPECT_EQ(m.hidden_size, 2048);
-  EXPECT_EQ(m.num_layers, 40);
-  EXPECT_EQ(m.num_kv_heads, 2);
-  EXPECT_EQ(m.num_experts, 256);
-  EXPECT_EQ(m.top_k, 8);
-  EXPECT_EQ(m.moe_intermediate, 512);
-  EXPECT_EQ(m.shared_intermediate, 512);
-
+  EXPECT_EQ(d.defaulted[0], "vocab_size = 248320");
+  parse_without(flat_moe(), {{"hidden_size", &M::hidden_size, 2048},
+                             {"num_hidden_layers", &M::num_layers, 40},
+                             {"num_key_value_heads", &M::num_kv_heads, 2},
+                             {"num_experts", &M::num_experts, 256},
+                             {"num_experts_per_tok", &M::top_k, 8},
+                             {"moe_intermediate_size", &M::moe_intermediate, 512},
+                             {"shared_expert_intermediate_size", &M::shared_intermediate, 512}});
   json text = flat_dense();
   text.erase("head_dim");
   const ModelConfig n = parse(json{{"model_type", "qwen3_5"}, {"text_config", text}});
