@@ -490,6 +490,7 @@ void case_gdn(Env& e) {
   for (int32_t len = 1; many.back() + len <= 1500; len = len % 97 + 7) many.push_back(many.back() + len);
   const D cases[] = {{2, 4, 128, 128, {0, 70, 75, 150}},            // Qwen3.5 head dims, GVA 2, chunk 64 + partial
                      {1, 3, 16, 24, {0, 9, 73}},                     // small dims, GVA 3
+                     {1, 3, 128, 128, {0, 100, 230}},                // GVA 3 at the Hopper kernels' head dims
                      {2, 2, 32, 32, {0, 1, 2, 131}},                 // GVA 1, length-1 sequences
                      {1, 4, 128, 128, many},                          // GVA 4, many short sequences
                      {2, 2, 64, 96, {0, 200}, -12.f},                // strongly decaying gates (g down to -12)
