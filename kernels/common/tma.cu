@@ -7,15 +7,26 @@
 
 namespace deltatune::kernels::tma {
 
+namespace {
+// The driver's cuTensorMapEncodeTiled (null where the driver has none), looked up once: a constant of the
+// process, read by every launch that encodes maps.
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_entry() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 entry = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const bool ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                                     &found) == cudaSuccess &&
+                    found == cudaDriverEntryPointSuccess;
+    return ok ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn) : nullptr;
+  }();
+  return entry;
+}
+}  // namespace
+
 bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows, bool sw32,
                       int cols) {
-  void* fn_ptr = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn_ptr, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess || fn_ptr == nullptr)
-    return false;
-  auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn_ptr);
+  const auto encode = encode_tiled_entry();
+  if (encode == nullptr) return false;
   m.rows = rows;
   m.blocks = sw32 ? 8 : 16;
   const cuuint32_t block_elems = 128 / m.blocks, block_bytes = 2 * block_elems;
