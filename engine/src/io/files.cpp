@@ -48,7 +48,23 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
   dir_ = p.has_parent_path() ? p.parent_path().string() : std::string(".");
   std::string name = ".";  // built stepwise: GCC 12 gives a false -Wrestrict on "." + s + "..."
   name += p.filename().string();
-  name += ".tmp.XXXXXX";
+  name += ".tmp.";
+  // Temp files of earlier writes of this file whose process was killed ("<prefix><pid>.XXXXXX") go first.
+  const std::string prefix = name;
+  remove_leftovers_of_dead_writers(dir_, [&](const fs::directory_entry& e) -> int64_t {
+    const std::string n = e.path().filename().string();
+    if (n.size() <= prefix.size() || n.compare(0, prefix.size(), prefix) != 0) return 0;
+    const size_t end = n.find('.', prefix.size());
+    if (end == std::string::npos || end == prefix.size() || end - prefix.size() > 9) return 0;
+    int64_t pid = 0;
+    for (size_t i = prefix.size(); i < end; ++i) {
+      if (n[i] < '0' || n[i] > '9') return 0;
+      pid = pid * 10 + (n[i] - '0');
+    }
+    return pid;
+  });
+  name += std::to_string(::getpid());
+  name += ".XXXXXX";
   tmp_ = (fs::path(dir_) / name).string();
   fd_ = ::mkstemp(tmp_.data());
   check(fd_ >= 0, path + ": cannot create a temporary file in " + dir_ + " (" + errno_str(errno) + ")");
@@ -74,7 +90,8 @@ void AtomicFileWriter::write(const void* data, size_t n) {
 
 void AtomicFileWriter::commit() {
   check(fd_ >= 0 && !committed_, path_ + ": internal: commit twice");
-  // errno is read in statements of its own: in check(call() == 0, ... errno ...) the message may be built first.
+  // errno is read in statements of its own: in check(call() == 0, ... errno ...) the message may be built
+  // first.
   const int synced = ::fsync(fd_), sync_err = errno;
   check(synced == 0, path_ + ": fsync failed (" + errno_str(sync_err) + ")");
   const int rc = ::close(fd_), close_err = errno;
@@ -98,7 +115,8 @@ void write_text_file_atomic(const std::string& path, const std::string& content)
 }
 
 void remove_leftovers_of_dead_writers(
-    const std::string& dir, const std::function<int64_t(const std::filesystem::directory_entry&)>& owner_pid) {
+    const std::string& dir,
+    const std::function<int64_t(const std::filesystem::directory_entry&)>& owner_pid) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::vector<fs::path> stale;

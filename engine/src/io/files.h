@@ -10,9 +10,10 @@ namespace deltatune {
 // Whole file as bytes. Throws Error naming the path.
 std::string read_text_file(const std::string& path);
 
-// Crash-safe replacement of `path`: data goes to a temp file in the same folder, which is fsync'ed and
-// renamed over `path` on commit(), then the folder is fsync'ed. Without commit() (an exception, a full
-// disk) the temp file is removed, so `path` is either the old file or the complete new one.
+// Crash-safe replacement of `path`: data goes to a temp file in the same folder (".<name>.tmp.<pid>.XXXXXX"),
+// which is fsync'ed and renamed over `path` on commit(), then the folder is fsync'ed. Without commit() (an
+// exception, a full disk) the temp file is removed, so `path` is either the old file or the complete new one.
+// A killed writer's temp file is removed by the next write of the same file.
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(const std::string& path);  // throws Error naming the path
@@ -38,8 +39,8 @@ void write_text_file_atomic(const std::string& path, const std::string& content)
 void check_dir_writable(const std::string& dir, const std::string& what);
 
 // Removes the entries of folder `dir` that `owner_pid` attributes to a writer process that no longer exists
-// (the leftovers of a killed write). Entries it gives no pid for (<= 0), this process's own and those of a live
-// process (maybe writing right now) stay. A missing folder is no error.
+// (the leftovers of a killed write). Entries it gives no pid for (<= 0), this process's own and those of a
+// live process (maybe writing right now) stay. A missing folder is no error.
 void remove_leftovers_of_dead_writers(
     const std::string& dir, const std::function<int64_t(const std::filesystem::directory_entry&)>& owner_pid);
 
