@@ -44,18 +44,6 @@ __device__ __forceinline__ void store_acc(uint32_t tile, int RG, int CG, int RS,
   }
 }
 
-// cp.async of BYTES contiguous bytes (an operand image tile, gdn_scan_image_index) by NT threads, 16 bytes
-// per thread and step: consecutive threads take consecutive pieces (whole sectors, no bank conflicts).
-template <int BYTES, int NT>
-__device__ __forceinline__ void cp_block(uint32_t dst, const void* src) {
-  static_assert(BYTES % (16 * NT) == 0, "even split");
-#pragma unroll
-  for (int e = 0; e < BYTES / 16 / NT; ++e) {
-    const int p = threadIdx.x + NT * e;
-    mma::cp_async16(dst + 16 * p, static_cast<const unsigned char*>(src) + 16 * p, true);
-  }
-}
-
 // Byte offset of element (r, c) in a tile of R rows: 16-column blocks of R rows x 32 bytes, the two 16-byte
 // halves of rows 4..7 (mod 8) swapped (TMA's 32-byte swizzle; wgmma swizzle mode 3).
 template <int R>
