@@ -24,22 +24,23 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_entry() {
 }  // namespace
 
 bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows, bool sw32,
-                      int cols) {
+                      int cols, int width) {
   const auto encode = encode_tiled_entry();
-  if (encode == nullptr) return false;
+  if (encode == nullptr || (width != 128 && !(width == 64 && sw32)) || cols > width) return false;
   m.rows = rows;
-  m.blocks = sw32 ? 8 : 16;
-  const cuuint32_t block_elems = 128 / m.blocks, block_bytes = 2 * block_elems;
+  m.width = width;
+  m.blocks = (sw32 ? 8 : 16) * width / 128;
+  const cuuint32_t block_elems = width / m.blocks, block_bytes = 2 * block_elems;
   m.tile = cols / static_cast<int>(block_elems);
   const CUtensorMapSwizzle swizzle = sw32 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE;
   void* p = const_cast<void*>(base);
-  const cuuint64_t row_bytes = static_cast<cuuint64_t>(heads) * 256;
+  const cuuint64_t head_bytes = 2 * static_cast<cuuint64_t>(width), row_bytes = heads * head_bytes;
   const cuuint32_t ones[4] = {1, 1, 1, 1};
   // DT_TMA_BOXES=1: the in-order map even where the one-box map is accepted (A/B timing, tests)
   if (!std::getenv("DT_TMA_BOXES")) {
     const cuuint64_t dim[4] = {block_elems, static_cast<cuuint64_t>(nrows), static_cast<cuuint64_t>(m.blocks),
                                static_cast<cuuint64_t>(heads)};
-    const cuuint64_t stride[3] = {row_bytes, block_bytes, 256};
+    const cuuint64_t stride[3] = {row_bytes, block_bytes, head_bytes};
     const cuuint32_t box[4] = {block_elems, static_cast<cuuint32_t>(rows), static_cast<cuuint32_t>(m.tile),
                                1};
     if (encode(&m.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, p, dim, stride, box, ones,

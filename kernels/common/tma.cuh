@@ -23,15 +23,17 @@ struct ImageMap {
   int rows;      // R: rows of a box
   int blocks;    // column blocks of a row: 16 (16 bytes, no swizzle) or 8 (32 bytes, swizzled)
   int tile;      // column blocks of a tile (all of a row's, or `cols` of them)
+  int width;     // elements of a head's row: 128, or 64 (the 64 x 64 chunk matrices)
   bool one_box;  // the whole tile in one copy (else one per column block)
 };
 
 // Encodes a map over a row-major bf16 tensor [nrows][heads][128] (base 16-byte aligned) for tiles of R rows
 // of one head, in 16-byte blocks or (sw32) 32-byte swizzled ones. false where the driver refuses both forms
 // or the device has no TMA.
-// cols < 128: tiles of that many columns (a multiple of the block), from any block-aligned column.
+// cols < width: tiles of that many columns (a multiple of the block), from any block-aligned column.
+// width 64 (sw32 only): rows of 64 elements, [nrows][heads][64].
 bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows,
-                      bool sw32 = false, int cols = 128);
+                      bool sw32 = false, int cols = 128, int width = 128);
 
 #if defined(__CUDACC__)
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -45,6 +47,14 @@ __device__ __forceinline__ void fence_barrier_init() {
 // One arrival that also expects `bytes` more to land in the current phase.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Expects `bytes` more to land in the current phase, without an arrival.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// One arrival (release: this thread's earlier shared-memory writes are seen by the waiters of the phase).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
@@ -82,11 +92,11 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
 // the tensor's end: zeros), counted on bar: R·(tile's width)·2 bytes.
 __device__ __forceinline__ void image_tile(uint32_t dst, const ImageMap& m, int row0, int h, uint32_t bar,
                                            int col0 = 0) {
-  const int b0 = col0 / (128 / m.blocks);
+  const int b0 = col0 / (m.width / m.blocks);
   if (m.one_box) {
     copy4(dst, &m.map, 0, row0, b0, h, bar);
   } else {
-    const int block_bytes = 256 / m.blocks;
+    const int block_bytes = 2 * m.width / m.blocks;
 #pragma unroll 1
     for (int b = 0; b < m.tile; ++b)
       copy3(dst + b * m.rows * block_bytes, &m.map, 0, h * m.blocks + b0 + b, row0, bar);

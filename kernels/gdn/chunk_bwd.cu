@@ -439,6 +439,12 @@ cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const Gdn
     e = launch_gdn_chunk_grad_mma(dout, qk, Gc, chunks, nchunks, b.states16, b.dh16, b.vnew16, b.dvn16,
                                   b.dqh16, dk_part16, b.dW16, gsum, gr.dg, HK, HV, dk, dv, s, b.dq,
                                   b.states_odd16, b.tokens);
+  if (e == cudaSuccess && gdn_wy_wgmma_selected(qk, v, dk, dv)) {  // Hopper, unless no tensor maps
+    e = launch_gdn_wy_grad_wgmma(qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dk_part16, b.dkh16,
+                                 dv_out, gr, HK, HV, s, b.tokens);
+    if (e != cudaErrorNotSupported) return e;
+    e = cudaSuccess;
+  }
   if (e == cudaSuccess)
     e = launch_gdn_wy_grad_mma(qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dk_part16, b.dkh16,
                                dv_out, gr, HK, HV, dk, dv, s);

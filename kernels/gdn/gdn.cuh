@@ -173,6 +173,15 @@ cudaError_t launch_gdn_wy_grad_mma(const GdnQK& qk, KIn v, const GdnGates& gates
                                    const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
                                    const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
                                    cudaStream_t s);
+// The WY backward on wgmma with TMA copies (wy_grad_wgmma.cu, sm_90a) for bf16 k with ρ, 16-byte aligned bf16
+// v, dk = dv = 128 (selected: also a compute capability 9 device, DT_GDN_SCAN_MMA and DT_GDN_WY_MMA unset);
+// the contract of launch_gdn_wy_grad_mma; cudaErrorNotSupported where the tensor maps cannot be made (T 0, or
+// the driver refuses them).
+bool gdn_wy_wgmma_selected(const GdnQK& qk, KIn v, int dk, int dv);
+cudaError_t launch_gdn_wy_grad_wgmma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
+                                     const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
+                                     const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
+                                     const GdnGateGrads& gr, int64_t HK, int64_t HV, cudaStream_t s, int64_t T);
 // The whole tensor-core backward after the recompute: reverse scan, 2 + 3, 4 (chunk_bwd.cu).
 struct GdnBwdBf16 {
   const void* W16 = nullptr;

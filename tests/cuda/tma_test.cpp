@@ -63,6 +63,25 @@ TEST(Tma, ImageTilesMatchTheWgmmaLayouts) {
           }
         EXPECT_EQ(wrong, 0) << what;
       }
+    // Rows of 64 elements (the chunk matrices' maps): the same tensor as [nrows][2·heads][64].
+    for (const Case k : {Case{64, 64, 0, 3, 0}, Case{64, 64, 100, 4, 0} /* 14 rows past the end */}) {
+      const std::string what = std::string("64-wide rows") + (*boxes ? ", per block" : "") + " rows " +
+                               std::to_string(k.row0) + " head " + std::to_string(k.h);
+      ASSERT_EQ(deltatune::kernels::tma_image_tile_check(src, nrows, 2 * heads, k.rows, true, k.cols, k.row0, k.h,
+                                                         k.col0, out, 64),
+                cudaSuccess)
+          << what;
+      std::vector<__nv_bfloat16> got(k.rows * k.cols);
+      ASSERT_EQ(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      int wrong = 0;
+      for (int r = 0; r < k.rows; ++r)
+        for (int c = 0; c < k.cols; ++c) {
+          const int64_t row = k.row0 + r;
+          const float want = row < nrows ? value(row, k.h / 2, 64 * (k.h % 2) + c) : 0.f;
+          wrong += __bfloat162float(got[r * k.cols + c]) != want;
+        }
+      EXPECT_EQ(wrong, 0) << what;
+    }
     unsetenv("DT_TMA_BOXES");
   }
   cudaFree(src);
