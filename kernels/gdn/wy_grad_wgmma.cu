@@ -66,8 +66,11 @@ struct Smem {                                    // byte offsets
                                                  // dg -> da
   static constexpr uint32_t sums = vec + 2 * kVecs * C * 4;  // [2][kSums][64] by parity: xw[4], xu[4] per
                                                              // warp, ra[2], ca[4]
-  static constexpr uint32_t bar = sums + 2 * kSums * C * 4;  // mbarriers full[2], empty[2]
-  static constexpr uint32_t bytes = bar + 4 * 8;             // 223,264
+  static constexpr uint32_t rec = sums + 2 * kSums * C * 4;  // int [2] (t0, len), then [2] h, by parity
+  static constexpr uint32_t tail = rec + 32;                  // [2] by parity: dG, gda [64] fp32; then [2][3]
+                                                              // int (t0, len, h): step [5]'s suffix sums
+  static constexpr uint32_t bar = tail + 4 * C * 4 + 32;      // mbarriers full[2], empty[2]
+  static constexpr uint32_t bytes = bar + 4 * 8;              // 224,352
 };
 static_assert(Smem::set % 1024 == 0 && Smem::bar % 8 == 0, "tile and mbarrier alignment");
 constexpr uint32_t kSetBytes = 5 * kRows + kSq;
@@ -135,7 +138,8 @@ __global__ void __launch_bounds__(NT + 32, 1)
                              GdnGateGrads gr, int64_t HK, int64_t HV) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char gdn_smem[];
-  const uint32_t sb = mma::smem_addr(gdn_smem), full = sb + Smem::bar, empty = full + 16;  // [2] each
+  // mbarriers by set: full (tiles and row values in), empty (the consumers are done with it)
+  const uint32_t sb = mma::smem_addr(gdn_smem), full = sb + Smem::bar, empty = full + 16;
   const int tid = threadIdx.x, warp = tid >> 5, wq = warp & 3, lane = tid & 31;
   const int step = static_cast<int>(gridDim.x);
   if (tid == 0) {
@@ -147,17 +151,101 @@ __global__ void __launch_bounds__(NT + 32, 1)
   }
   __syncthreads();
 
+  // [5] in two parts. row_terms (rows 8·warp .. + 7, one per lane < 8, once the item's sums are complete): dβ
+  // and dG_i into the tail of set p, with the row's dg -> da factor and the chunk record (set p itself is
+  // refilled once the consumers release it). row_suffix (one warp, during the next item): dg_i (=) Σ_{m ≥ i}
+  // dG_m within the chunk, or da.
+  float* tails = reinterpret_cast<float*>(gdn_smem + Smem::tail);  // [2][2][64] dG, gda; then [2][3] int
+  auto row_terms = [&](int p, int64_t t0, int len, int h) {
+    const float* vec = reinterpret_cast<const float*>(gdn_smem + Smem::vec) + p * kVecs * C;
+    const float *B = vec + C, *Gam = vec + 2 * C, *dGin = vec + 3 * C, *Gda = vec + 5 * C;
+    const float* sums = reinterpret_cast<const float*>(gdn_smem + Smem::sums) + p * kSums * C;
+    const float *xws = sums, *xus = sums + 4 * C, *ras = sums + 8 * C, *cas = sums + 10 * C;
+    const int i = 8 * warp + lane;
+    float dG = 0.f;
+    if (i < len) {
+      const int64_t o = (t0 + i) * HV + h;
+      const float bi = B[i], gi = Gam[i];
+      const float xw_ = xws[i] + xws[C + i] + xws[2 * C + i] + xws[3 * C + i];
+      const float xu_ = xus[i] + xus[C + i] + xus[2 * C + i] + xus[3 * C + i];
+      const float ra_ = ras[i] + ras[C + i], ca_ = cas[i] + cas[C + i] + cas[2 * C + i] + cas[3 * C + i];
+      const float dbeta = xu_ + gi * xw_ + ra_;
+      if (gates.a.p)
+        st(gr.db, o, gate_db(dbeta, bi));
+      else
+        st(gr.dbeta, o, dbeta);
+      dG = dGin[i] + bi * gi * xw_ + bi * ra_ - ca_;
+    }
+    float* tail = tails + p * 2 * C;
+    tail[i] = dG, tail[C + i] = Gda[i];
+    if (i == 0) {
+      int* rec = reinterpret_cast<int*>(tails + 4 * C) + 3 * p;
+      rec[0] = static_cast<int>(t0), rec[1] = len, rec[2] = h;
+    }
+  };
+  auto row_suffix = [&](int p) {  // one warp: rows i = 2·lane + r
+    const float* tail = tails + p * 2 * C;
+    const int* rec = reinterpret_cast<const int*>(tails + 4 * C) + 3 * p;
+    const int64_t t0 = rec[0];
+    const int len = rec[1], h = rec[2];
+    float d[2] = {tail[2 * lane], tail[2 * lane + 1]};
+    d[0] += d[1];
+    float tot = d[0], after = 0.f;  // suffix over lanes (see chunk_wy_mma.cu)
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float q = __shfl_xor_sync(0xffffffffu, tot, o);
+      if (!(lane & o)) after += q;
+      tot += q;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = 2 * lane + r;
+      if (i >= len) continue;
+      const int64_t o = (t0 + i) * HV + h;
+      if (gates.a.p)
+        st(gr.da, o, (d[r] + after) * tail[C + i]);
+      else
+        gr.dg[o] = d[r] + after;
+    }
+  };
+
   if (warp == NT / 32) {
-    // Producer warp: the item's tiles by TMA (lane 0) and its per-row values (rows lane, lane + 32) into set
-    // p once the consumers have released it (the item two before).
-    for (int idx = blockIdx.x, n = 0; idx < nitems; idx += step, ++n) {
-      const int p = n & 1;
-      if (n >= 2) tma::mbar_wait(empty + 8 * p, ((n >> 1) - 1) & 1);
-      const WyItem it = wy_item(idx, chunks, HV);
+    // Producer warp: the item's tiles by TMA (lane 0), its chunk record and per-row values (rows lane, lane +
+    // 32) into set p once the consumers have released it (the item two before); then step [5] of the item
+    // before, once its partial sums are complete.
+    // The per-row values of item `it` (rows lane, lane + 32; zeros and γ = 1 past the chunk's end), loaded
+    // one item ahead of their store so that a fill waits on no global load.
+    struct Rows {
+      float G[2], beta[2], dg[2], rho[2], gda[2];
+    };
+    auto load_rows = [&](const WyItem& it) {
+      Rows r{};
       const int hk = static_cast<int>(it.h / (HV / HK));
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int i = lane + 32 * rr;
+        if (i < it.cr.len) {
+          const int64_t t = it.cr.t0 + i, o = t * HV + it.h;
+          r.G[rr] = Gc[o];
+          r.beta[rr] = gdn_beta_at(gates, o);
+          r.dg[rr] = gr.dg[o];
+          r.rho[rr] = rho_k[t * HK + hk];
+          if (gates.a.p) r.gda[rr] = gate_da(1.f, gates.a, gates.A_log, gates.dt_bias, o, it.h);
+        }
+      }
+      return r;
+    };
+    WyItem it = wy_item(blockIdx.x, chunks, HV);
+    Rows rows = load_rows(it);
+    int n = 0;
+    for (int idx = blockIdx.x; idx < nitems; idx += step, ++n) {
+      const int p = n & 1;
+      const bool more = idx + step < nitems;
+      const WyItem nx = more ? wy_item(idx + step, chunks, HV) : it;
+      if (n >= 2) tma::mbar_wait(empty + 8 * p, ((n >> 1) - 1) & 1);
       if (lane == 0) {
         const uint32_t s = sb + p * Smem::set, bar = full + 8 * p;
-        const int t0 = static_cast<int>(it.cr.t0);
+        const int t0 = static_cast<int>(it.cr.t0), hk = static_cast<int>(it.h / (HV / HK));
         tma::mbar_expect_tx(bar, kSetBytes);
         tma::image_tile(s + Smem::dW, maps.dW, t0, it.h, bar);
         tma::image_tile(s + Smem::dU, maps.dU, t0, it.h, bar);
@@ -165,24 +253,19 @@ __global__ void __launch_bounds__(NT + 32, 1)
         tma::image_tile(s + Smem::K, maps.k, t0, hk, bar);
         tma::image_tile(s + Smem::dF, maps.dF, t0, it.h, bar);
         tma::image_tile(s + Smem::T, maps.T, (it.ch * static_cast<int>(HV) + it.h) * C, 0, bar);
+        int* rec = reinterpret_cast<int*>(gdn_smem + Smem::rec);
+        rec[2 * p] = t0, rec[2 * p + 1] = it.cr.len, rec[4 + p] = it.h;
       }
       float* v = reinterpret_cast<float*>(gdn_smem + Smem::vec) + p * kVecs * C;
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
         const int i = lane + 32 * rr;
-        float G = 0.f, beta = 0.f, dg = 0.f, rho = 0.f, gda = 0.f;  // zeros (γ = 1) past the chunk's end
-        if (i < it.cr.len) {
-          const int64_t t = it.cr.t0 + i, o = t * HV + it.h;
-          G = Gc[o];
-          beta = gdn_beta_at(gates, o);
-          dg = gr.dg[o];
-          rho = rho_k[t * HK + hk];
-          if (gates.a.p) gda = gate_da(1.f, gates.a, gates.A_log, gates.dt_bias, o, it.h);
-        }
-        v[i] = G, v[C + i] = beta, v[2 * C + i] = expf(G), v[3 * C + i] = dg, v[4 * C + i] = rho;
-        v[5 * C + i] = gda;
+        v[i] = rows.G[rr], v[C + i] = rows.beta[rr], v[2 * C + i] = expf(rows.G[rr]), v[3 * C + i] = rows.dg[rr];
+        v[4 * C + i] = rows.rho[rr], v[5 * C + i] = rows.gda[rr];
       }
       tma::mbar_arrive(full + 8 * p);
+      if (more) rows = load_rows(nx);  // in flight until the next fill
+      it = nx;
     }
     return;
   }
@@ -194,23 +277,22 @@ __global__ void __launch_bounds__(NT + 32, 1)
   auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory"); };
   const uint64_t P_k = desc_k(sb + Smem::P), Y_mn = desc_mn(sb + Smem::Y + 4096 * wg, 2048);
   const uint64_t P1_k = desc_k(sb + Smem::P1), P2_mn = desc_mn(sb + Smem::P2, 2048);
-  WyItem it = wy_item(blockIdx.x, chunks, HV);
   for (int idx = blockIdx.x, n = 0; idx < nitems; idx += step, ++n) {
-    const ChunkRef cr = it.cr;
-    const int p = n & 1, len = cr.len;
-    const WyItem next = idx + step < nitems ? wy_item(idx + step, chunks, HV) : it;  // used next iteration
+    const int p = n & 1, h = idx % static_cast<int>(HV);
     const uint32_t S = sb + p * Smem::set;
     const unsigned char* Tp = gdn_smem + p * Smem::set + Smem::T;
     const unsigned char* dFp = gdn_smem + p * Smem::set + Smem::dF;
     const float* vec = reinterpret_cast<const float*>(gdn_smem + Smem::vec) + p * kVecs * C;
-    const float *G = vec, *B = vec + C, *Gam = vec + 2 * C, *dGin = vec + 3 * C, *Rho = vec + 4 * C;
-    const float* Gda = vec + 5 * C;
+    const float *G = vec, *B = vec + C, *Gam = vec + 2 * C, *Rho = vec + 4 * C;
     float* sums = reinterpret_cast<float*>(gdn_smem + Smem::sums) + p * kSums * C;
     float* xws = sums;           // [4][64]
     float* xus = sums + 4 * C;   // [4][64]
     float* ras = sums + 8 * C;   // [2][64]
     float* cas = sums + 10 * C;  // [4][64]
     tma::mbar_wait(full + 8 * p, (n >> 1) & 1);
+    const int* rec = reinterpret_cast<const int*>(gdn_smem + Smem::rec) + 2 * p;
+    const int64_t t0 = rec[0];
+    const int len = rec[1];
 
     const uint64_t dW_k = desc_k(S + Smem::dW), dU_k = desc_k(S + Smem::dU), K_k = desc_k(S + Smem::K);
     const uint64_t Kn_k = desc_k(S + Smem::K + 1024 * wg), Vn_k = desc_k(S + Smem::V + 1024 * wg);
@@ -218,7 +300,7 @@ __global__ void __launch_bounds__(NT + 32, 1)
     const uint64_t dW_mn = desc_mn(S + Smem::dW + 8192 * wg, 2048),
                    dU_mn = desc_mn(S + Smem::dU + 8192 * wg, 2048),
                    K_mn = desc_mn(S + Smem::K + 8192 * wg, 2048);
-    const int64_t row0 = cr.t0 * HV + it.h;  // (t0, h) of the (T, HV, 128) tensors
+    const int64_t row0 = t0 * HV + h;  // (t0, h) of the (T, HV, 128) tensors
     // Products in issue order (wgmma groups complete in order): [1] a, b; k·kᵀ; Xu | Y | Tᵀ·Y; Xw | Z. Those
     // that depend on nothing but the tiles (k·kᵀ, Xu, Xw) run while the epilogues before them do.
     float a[16], b[16], kk[16], xu[32];
@@ -280,6 +362,7 @@ __global__ void __launch_bounds__(NT + 32, 1)
     for (int s = 0; s < C / 16; ++s)
       wgmma::mma_m64n32<0, 0>(y, desc_at(P_k, 2048 * s), desc_at(Tn_k, 2048 * s), s > 0);
     wgmma::commit();
+    if (warp == 0 && n > 0) row_suffix(p ^ 1);  // the item before: its row terms are complete
     wgmma::wait<0>();
     wgmma::fence_operands(kk);
     wgmma::fence_operands(xu);
@@ -375,53 +458,15 @@ __global__ void __launch_bounds__(NT + 32, 1)
     for (int s = 0; s < C / 16; ++s)
       wgmma::mma_m64n64<1, 1>(xw, desc_at(P2_mn, 512 * s), desc_at(K_mn, 512 * s), true);
     wgmma::commit();
+    if (lane < 8) row_terms(p, t0, len, h);  // the sums are complete since the P1/P2 barrier
     wgmma::wait<0>();
     wgmma::fence_operands(xw);
-    gdn_mma::store_tile_bf16(dkh + row0 * D, HV * D, as_frags(xw), 16 * wq, c64, len, 1.f);
-    if (warp == 0) {
-      // [5] Row i = 2·lane + r: dβ, dG_i, then dg_i (=) Σ_{m ≥ i} dG_m within the chunk.
-      float d[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int i = 2 * lane + r;
-        d[r] = 0.f;
-        if (i < len) {
-          const int64_t o = (cr.t0 + i) * HV + it.h;
-          const float bi = B[i], gi = Gam[i];
-          const float xw_ = xws[i] + xws[C + i] + xws[2 * C + i] + xws[3 * C + i];
-          const float xu_ = xus[i] + xus[C + i] + xus[2 * C + i] + xus[3 * C + i];
-          const float ra_ = ras[i] + ras[C + i], ca_ = cas[i] + cas[C + i] + cas[2 * C + i] + cas[3 * C + i];
-          const float dbeta = xu_ + gi * xw_ + ra_;
-          if (gates.a.p)
-            st(gr.db, o, gate_db(dbeta, bi));
-          else
-            st(gr.dbeta, o, dbeta);
-          d[r] = dGin[i] + bi * gi * xw_ + bi * ra_ - ca_;
-        }
-      }
-      d[0] += d[1];
-      float tot = d[0], after = 0.f;  // suffix over lanes (see chunk_wy_mma.cu)
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float q = __shfl_xor_sync(0xffffffffu, tot, o);
-        if (!(lane & o)) after += q;
-        tot += q;
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int i = 2 * lane + r;
-        if (i >= len) continue;
-        const int64_t o = (cr.t0 + i) * HV + it.h;
-        if (gates.a.p)
-          st(gr.da, o, (d[r] + after) * Gda[i]);
-        else
-          gr.dg[o] = d[r] + after;
-      }
-    }
     __syncwarp();
     if (lane == 0) tma::mbar_arrive(empty + 8 * p);  // this warp is done with set p
-    it = next;
+    gdn_mma::store_tile_bf16(dkh + row0 * D, HV * D, as_frags(xw), 16 * wq, c64, len, 1.f);
   }
+  consumers_sync();  // the last item's row terms
+  if (warp == 0 && nitems > static_cast<int>(blockIdx.x)) row_suffix((((nitems - 1 - blockIdx.x) / step) & 1));
 #else
   __trap();  // built without sm_90a: the launcher does not choose this kernel there
 #endif
