@@ -50,7 +50,8 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 }
 // Expects `bytes` more to land in the current phase, without an arrival.
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
 }
 // One arrival (release: this thread's earlier shared-memory writes are seen by the waiters of the phase).
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {

@@ -810,6 +810,20 @@ size_t gdn_chunk_prep_mma_smem(int dk, int dv) {
 }
 
 #ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
+// The odd chunks' states by the mma.sync kernel (where the wgmma one does not apply).
+static cudaError_t launch_odd_states_mma(KIn k, float eps, const float* Gc, const int32_t* chunks, int nchunks,
+                                         const void* states16, const GdnHalfStates& half, int64_t HK,
+                                         int64_t HV, cudaStream_t s) {
+  constexpr size_t osm = odd_states_smem();
+  const cudaError_t e = cudaFuncSetAttribute(gdn_odd_states_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(osm));
+  if (e != cudaSuccess) return e;
+  gdn_odd_states_kernel<<<dim3(static_cast<unsigned>(nchunks / 2), static_cast<unsigned>(HV)), NT, osm, s>>>(
+      k, eps, Gc, chunks, static_cast<const bf16*>(states16), static_cast<const bf16*>(half.vnew),
+      static_cast<bf16*>(half.odd), HK, HV, half.chunk_off, half.nseq);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
                                       const GdnGates& gates, const int32_t* chunks, int nchunks, float* W,
                                       float* U, float* M, float* Gc, float* Tout, int64_t HK, int64_t HV,
@@ -834,8 +848,20 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
                       : raw ? gdn_chunk_prep_mma_kernel<true>
                             : gdn_chunk_prep_mma_kernel<false>;
   const size_t smem_k = lean ? prep_mma_smem<true>() : smem;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_k));
+  auto odd_states = [&] {  // after the lean prep: on wgmma with TMA copies where it applies
+    if (nchunks < 2) return cudaSuccess;
+    const cudaError_t o =
+        launch_gdn_odd_states_wgmma(k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);
+    return o != cudaErrorNotSupported
+               ? o
+               : launch_odd_states_mma(k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);
+  };
+  // Hopper: the lean prep on wgmma with TMA copies, unless it does not apply
+  cudaError_t e = lean ? launch_gdn_lean_prep_wgmma(q, k, scale, nout, gates, chunks, nchunks, Gc, *b16, HK,
+                                                    HV, half->tokens, s)
+                       : cudaErrorNotSupported;
+  if (e != cudaErrorNotSupported) return e != cudaSuccess ? e : odd_states();
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_k));
   if (e != cudaSuccess) return e;
   kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem_k, s>>>(
       q, k, scale, nout, v, gates, chunks, W, U, M, Gc, Tout, HK, HV,
@@ -847,18 +873,9 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
       halfm ? static_cast<const bf16*>(half->vnew) : nullptr, halfm ? half->chunk_off : nullptr,
       halfm ? half->nseq : 0);
   e = cudaGetLastError();
-  if (e != cudaSuccess || !lean || nchunks < 2) return e;
-  e = launch_gdn_odd_states_wgmma(k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);
-  if (e != cudaErrorNotSupported) return e;
-  constexpr size_t osm = odd_states_smem();
-  e = cudaFuncSetAttribute(gdn_odd_states_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(osm));
-  if (e != cudaSuccess) return e;
-  gdn_odd_states_kernel<<<dim3(static_cast<unsigned>(nchunks / 2), static_cast<unsigned>(HV)), NT, osm, s>>>(
-      k, nout.eps, Gc, chunks, static_cast<const bf16*>(states16), static_cast<const bf16*>(half->vnew),
-      static_cast<bf16*>(half->odd), HK, HV, half->chunk_off, half->nseq);
-  return cudaGetLastError();
+  return e != cudaSuccess || !lean ? e : odd_states();
 }
+
 #endif  // DT_ATTN_EMU
 
 }  // namespace deltatune::kernels

@@ -315,6 +315,14 @@ struct GdnHalfStates {
 cudaError_t launch_gdn_odd_states_wgmma(KIn k, float eps, const float* Gc, const int32_t* chunks, int nchunks,
                                         const void* states16, const GdnHalfStates& half, int64_t HK, int64_t HV,
                                         cudaStream_t s);
+// The half-states backward's lean prep on Hopper's warpgroup tensor cores with TMA copies (lean_prep_wgmma.cu,
+// sm_90a): bf16 q, k, the kept T, image outputs (b16.W, b16.M), Gc and ρ (nout) as the lean
+// gdn_chunk_prep_mma_kernel writes them; cudaErrorNotSupported where it does not apply (T unknown, other
+// inputs or outputs, not a compute capability 9 device, DT_GDN_SCAN_MMA or DT_GDN_LEAN_MMA set, tensor maps
+// refused).
+cudaError_t launch_gdn_lean_prep_wgmma(KIn q, KIn k, float scale, const GdnNormOut& nout, const GdnGates& gates,
+                                       const int32_t* chunks, int nchunks, float* Gc, const GdnScanBf16& b16,
+                                       int64_t HK, int64_t HV, int64_t T, cudaStream_t s);
 size_t gdn_chunk_prep_mma_smem(int dk, int dv);
 cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
                                       const GdnGates& gates, const int32_t* chunks, int nchunks, float* W,

@@ -48,29 +48,29 @@ using gdn_wgmma::pack;
 using gdn_wgmma::sw;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
 constexpr uint32_t kRows = C * D * 2, kSq = C * C * 2;  // bytes of a 64 x 128 and of a 64 x 64 tile
-constexpr int kVecs = 6, kSums = 14;                     // per-row vectors of an item, partial-sum rows
+constexpr int kVecs = 6, kSums = 14;                    // per-row vectors of an item, partial-sum rows
 
-struct Smem {                                    // byte offsets
-  static constexpr uint32_t dW = 0;              // in a set: dW [64][dk]
-  static constexpr uint32_t dU = dW + kRows;     //   dV' [64][dv]
-  static constexpr uint32_t V = dU + kRows;      //   V [64][dv]
-  static constexpr uint32_t K = V + kRows;       //   k [64][dk] (before the norm)
-  static constexpr uint32_t dF = K + kRows;      //   dk̂ partial sums [64][dk]
-  static constexpr uint32_t T = dF + kRows;      //   T [64][64]
-  static constexpr uint32_t set = T + kSq;       // [2] sets by item parity
-  static constexpr uint32_t P = 2 * set;         // dT [64][64]
-  static constexpr uint32_t Y = P + kSq;         // Y = dT·Tᵀ
-  static constexpr uint32_t P1 = Y + kSq;        // diag(β)dÂ·diag(ρ)
-  static constexpr uint32_t P2 = P1 + kSq;       // diag(ρβ)dÂ
-  static constexpr uint32_t vec = P2 + kSq;      // [2][kVecs][64] fp32 by parity: G, β, γ = e^G, dg in, ρ_k,
-                                                 // dg -> da
+struct Smem {                                 // byte offsets
+  static constexpr uint32_t dW = 0;           // in a set: dW [64][dk]
+  static constexpr uint32_t dU = dW + kRows;  //   dV' [64][dv]
+  static constexpr uint32_t V = dU + kRows;   //   V [64][dv]
+  static constexpr uint32_t K = V + kRows;    //   k [64][dk] (before the norm)
+  static constexpr uint32_t dF = K + kRows;   //   dk̂ partial sums [64][dk]
+  static constexpr uint32_t T = dF + kRows;   //   T [64][64]
+  static constexpr uint32_t set = T + kSq;    // [2] sets by item parity
+  static constexpr uint32_t P = 2 * set;      // dT [64][64]
+  static constexpr uint32_t Y = P + kSq;      // Y = dT·Tᵀ
+  static constexpr uint32_t P1 = Y + kSq;     // diag(β)dÂ·diag(ρ)
+  static constexpr uint32_t P2 = P1 + kSq;    // diag(ρβ)dÂ
+  static constexpr uint32_t vec = P2 + kSq;   // [2][kVecs][64] fp32 by parity: G, β, γ = e^G, dg in, ρ_k,
+                                              // dg -> da
   static constexpr uint32_t sums = vec + 2 * kVecs * C * 4;  // [2][kSums][64] by parity: xw[4], xu[4] per
                                                              // warp, ra[2], ca[4]
   static constexpr uint32_t rec = sums + 2 * kSums * C * 4;  // int [2] (t0, len), then [2] h, by parity
-  static constexpr uint32_t tail = rec + 32;                  // [2] by parity: dG, gda [64] fp32; then [2][3]
-                                                              // int (t0, len, h): step [5]'s suffix sums
-  static constexpr uint32_t bar = tail + 4 * C * 4 + 32;      // mbarriers full[2], empty[2]
-  static constexpr uint32_t bytes = bar + 4 * 8;              // 224,352
+  static constexpr uint32_t tail = rec + 32;                 // [2] by parity: dG, gda [64] fp32; then [2][3]
+                                                             // int (t0, len, h): step [5]'s suffix sums
+  static constexpr uint32_t bar = tail + 4 * C * 4 + 32;     // mbarriers full[2], empty[2]
+  static constexpr uint32_t bytes = bar + 4 * 8;             // 224,352
 };
 static_assert(Smem::set % 1024 == 0 && Smem::bar % 8 == 0, "tile and mbarrier alignment");
 constexpr uint32_t kSetBytes = 5 * kRows + kSq;
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(NT + 32, 1)
   const int step = static_cast<int>(gridDim.x);
   if (tid == 0) {
     for (int p = 0; p < 2; ++p) {
-      tma::mbar_init(full + 8 * p, 32);         // the producer's lanes (and the copies' bytes)
+      tma::mbar_init(full + 8 * p, 32);        // the producer's lanes (and the copies' bytes)
       tma::mbar_init(empty + 8 * p, NT / 32);  // the consumer warps
     }
     tma::fence_barrier_init();
@@ -260,7 +260,8 @@ __global__ void __launch_bounds__(NT + 32, 1)
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
         const int i = lane + 32 * rr;
-        v[i] = rows.G[rr], v[C + i] = rows.beta[rr], v[2 * C + i] = expf(rows.G[rr]), v[3 * C + i] = rows.dg[rr];
+        v[i] = rows.G[rr], v[C + i] = rows.beta[rr], v[2 * C + i] = expf(rows.G[rr]),
+        v[3 * C + i] = rows.dg[rr];
         v[4 * C + i] = rows.rho[rr], v[5 * C + i] = rows.gda[rr];
       }
       tma::mbar_arrive(full + 8 * p);
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(NT + 32, 1)
 #pragma unroll
     for (int s = 0; s < D / 16; ++s)
       wgmma::mma_m64n32<0, 0>(kk, desc_at(K_k, 2048 * s), desc_at(Kn_k, 2048 * s), s > 0);
-    // Xu = Tᵀ·dU on columns c64 .. c64 + 63 (T, dU MN-major)
+      // Xu = Tᵀ·dU on columns c64 .. c64 + 63 (T, dU MN-major)
 #pragma unroll
     for (int s = 0; s < C / 16; ++s)
       wgmma::mma_m64n64<1, 1>(xu, desc_at(T_mn, 512 * s), desc_at(dU_mn, 512 * s), s > 0);
@@ -377,8 +378,8 @@ __global__ void __launch_bounds__(NT + 32, 1)
       for (int nb = 0; nb < 8; ++nb) xu[4 * nb + 2 * hf] *= bi, xu[4 * nb + 2 * hf + 1] *= bi;
     }
     if (dv16) {
-      gdn_mma::store_tile_bf16(static_cast<bf16*>(dv_out.p) + row0 * D, HV * D, as_frags(xu), 16 * wq, c64, len,
-                               1.f);
+      gdn_mma::store_tile_bf16(static_cast<bf16*>(dv_out.p) + row0 * D, HV * D, as_frags(xu), 16 * wq, c64,
+                               len, 1.f);
     } else {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
@@ -466,7 +467,8 @@ __global__ void __launch_bounds__(NT + 32, 1)
     gdn_mma::store_tile_bf16(dkh + row0 * D, HV * D, as_frags(xw), 16 * wq, c64, len, 1.f);
   }
   consumers_sync();  // the last item's row terms
-  if (warp == 0 && nitems > static_cast<int>(blockIdx.x)) row_suffix((((nitems - 1 - blockIdx.x) / step) & 1));
+  if (warp == 0 && nitems > static_cast<int>(blockIdx.x))
+    row_suffix((((nitems - 1 - blockIdx.x) / step) & 1));
 #else
   __trap();  // built without sm_90a: the launcher does not choose this kernel there
 #endif
@@ -483,7 +485,8 @@ bool gdn_wy_wgmma_selected(const GdnQK& qk, KIn v, int dk, int dv) {
 cudaError_t launch_gdn_wy_grad_wgmma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
                                      const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
                                      const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
-                                     const GdnGateGrads& gr, int64_t HK, int64_t HV, cudaStream_t s, int64_t T) {
+                                     const GdnGateGrads& gr, int64_t HK, int64_t HV, cudaStream_t s,
+                                     int64_t T) {
   if (!gdn_wy_wgmma_selected(qk, v, D, D)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   if (T <= 0) return cudaErrorNotSupported;

@@ -1,0 +1,313 @@
+// The half-states backward's lean prep (gdn_chunk_prep_mma_kernel<true, true>, chunk_prep_mma.cu: bf16 q, k,
+// the kept T, image outputs) on Hopper's warpgroup tensor cores with TMA copies (sm_90a). Per work item
+// (chunk, value head), the same outputs by the same arithmetic:
+//   G = cumsum(g) in the prep's order (Gc), ρ_k, ρ_q from the tiles with the L2 norm's lanes and sums
+//   (written by a key head's first value head), M = diag(scale·ρ_q)·(q·kᵀ)·diag(ρ_k) ⊙ e^{G_i−G_j} on i ≥ j
+//   (one bf16 product, m64n32 per warpgroup) and W = T'·k with T' = T·diag(β·e^G·ρ_k) split into bf16 hi + lo
+//   (two products, m64n64 per warpgroup), both as the scan's operand images (gdn_scan_image_index).
+// Pipeline (a persistent grid of two blocks per SM, each two consumer warpgroups and a producer warp): q, k
+// and T (32-byte swizzled tiles by TMA) and the per-row G, β in two sets by item parity, filled by the
+// producer warp once the consumers release a set (mbarriers full/empty), its gate values loaded one item
+// ahead. The consumers meet at three named barriers per item (ρ; T'; T' free) and store M and W from their
+// accumulators in the image layout. Rows past a chunk's end come in as the next sequence's: ρ and β are zero
+// there, M's mask stops at the chunk's end, T's identity rows past the end then give zero rows of W, as the
+// image format wants.
+#include <cstdlib>
+
+#include "common/device.cuh"
+#include "common/mma.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+#include "gdn/chunk_util.cuh"
+#include "gdn/gate_math.cuh"
+#include "gdn/gdn.cuh"
+#include "gdn/gdn_mma.cuh"
+#include "gdn/l2norm_row.cuh"
+#include "gdn/wgmma_tiles.cuh"
+
+namespace deltatune::kernels {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using gdn_wgmma::desc_at;
+using gdn_wgmma::desc_k;
+using gdn_wgmma::desc_mn;
+using gdn_wgmma::pack;
+using gdn_wgmma::sw;
+constexpr int C = kGdnChunk, D = 128, NT = 256;
+constexpr uint32_t kRows = C * D * 2, kSq = C * C * 2;  // bytes of a 64 x 128 and of a 64 x 64 tile
+
+struct Smem {                                           // byte offsets
+  static constexpr uint32_t Q = 0;                      // in a set: q [64][dk]
+  static constexpr uint32_t K = Q + kRows;              //   k [64][dk]
+  static constexpr uint32_t T = K + kRows;              //   T [64][64] (bf16, kept by the forward)
+  static constexpr uint32_t set = T + kSq;              // [2] sets by item parity
+  static constexpr uint32_t Thi = 2 * set;              // T' hi [64][64]
+  static constexpr uint32_t Tlo = Thi + kSq;            // T' lo
+  static constexpr uint32_t vec = Tlo + kSq;           // [2][2][64] fp32 by parity: G, β
+  static constexpr uint32_t rho = vec + 2 * 2 * C * 4;  // [3][64]: ρ_k, ρ_q, s = β·e^G·ρ_k
+  static constexpr uint32_t rec = rho + 3 * C * 4;      // int [2][4] by parity: t0, len, h, ch
+  static constexpr uint32_t bar = rec + 32;             // mbarriers full[2], empty[2]
+  static constexpr uint32_t bytes = bar + 4 * 8;        // 100,128: two blocks per SM
+};
+static_assert(Smem::set % 1024 == 0 && Smem::bar % 8 == 0, "tile and mbarrier alignment");
+constexpr uint32_t kSetBytes = 2 * kRows + kSq;
+
+struct LeanMaps {
+  tma::ImageMap q, k, T;
+};
+
+// A warpgroup's accumulators (m64nN, N = R/2 columns from c0) as bf16 into a 64-row operand image tile in
+// global memory (gdn_scan_image_index): the pairs of a row's 8-column group lie in one 16-byte run and the 8
+// rows of a warp's quarter in 128 consecutive bytes, so each 4-byte store instruction writes whole lines.
+template <int R>
+__device__ __forceinline__ void store_image(bf16* tile, const float (&d)[R], int c0) {
+  const int lane = threadIdx.x & 31, r0 = 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2);
+  bf16* t = tile + gdn_scan_image_index(r0, c0 + 2 * (lane & 3));  // then + 8·64 per column group, + 8·8 rows
+#pragma unroll
+  for (int nb = 0; nb < R / 4; ++nb)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+      *reinterpret_cast<uint32_t*>(t + 8 * C * nb + 64 * hf) = pack(d[4 * nb + 2 * hf], d[4 * nb + 2 * hf + 1]);
+}
+
+__device__ __forceinline__ float4 ld_bf16x4(const unsigned char* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+__global__ void __launch_bounds__(NT + 32, 2)
+    gdn_lean_prep_wgmma_kernel(const __grid_constant__ LeanMaps maps, float scale, GdnNormOut nout,
+                               GdnGates gates, const int32_t* chunks, int nitems, float* Gc, bf16* Wh,
+                               bf16* Mh, int64_t HK, int64_t HV) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char gdn_smem[];
+  const uint32_t sb = mma::smem_addr(gdn_smem), full = sb + Smem::bar, empty = full + 16;  // [2] each
+  const int tid = threadIdx.x, warp = tid >> 5, wq = warp & 3, lane = tid & 31;
+  const int step = static_cast<int>(gridDim.x);
+  if (tid == 0) {
+    for (int p = 0; p < 2; ++p) {
+      tma::mbar_init(full + 8 * p, 32);
+      tma::mbar_init(empty + 8 * p, NT / 32);
+    }
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp == NT / 32) {
+    // Producer warp: q, k, T by TMA (lane 0), G and β of the rows lane, lane + 32 (the gates loaded one item
+    // ahead), the chunk record and the Gc output; set p once the consumers released it (the item two before).
+    struct Gates {
+      float g[2], beta[2];
+    };
+    auto load_gates = [&](int idx) {
+      Gates r{};
+      const int ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
+      const gdn_chunk::ChunkRef cr = gdn_chunk::chunk_at(chunks, ch);
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int i = lane + 32 * rr;
+        if (i < cr.len) {
+          const int64_t o = (cr.t0 + i) * HV + h;
+          r.g[rr] = gdn_g_at(gates, o, h);
+          r.beta[rr] = gdn_beta_at(gates, o);
+        }
+      }
+      return r;
+    };
+    Gates gv = load_gates(blockIdx.x);
+    int n = 0;
+    for (int idx = blockIdx.x; idx < nitems; idx += step, ++n) {
+      const int p = n & 1, ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
+      const gdn_chunk::ChunkRef cr = gdn_chunk::chunk_at(chunks, ch);
+      if (n >= 2) tma::mbar_wait(empty + 8 * p, ((n >> 1) - 1) & 1);
+      if (lane == 0) {
+        const uint32_t s = sb + p * Smem::set, bar = full + 8 * p;
+        const int t0 = static_cast<int>(cr.t0), hk = static_cast<int>(h / (HV / HK));
+        tma::mbar_expect_tx(bar, kSetBytes);
+        tma::image_tile(s + Smem::Q, maps.q, t0, hk, bar);
+        tma::image_tile(s + Smem::K, maps.k, t0, hk, bar);
+        tma::image_tile(s + Smem::T, maps.T, (ch * static_cast<int>(HV) + h) * C, 0, bar);
+        int* rec = reinterpret_cast<int*>(gdn_smem + Smem::rec) + 4 * p;
+        rec[0] = t0, rec[1] = cr.len, rec[2] = h, rec[3] = ch;
+      }
+      float* G = reinterpret_cast<float*>(gdn_smem + Smem::vec) + p * 2 * C;
+      float* B = G + C;
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) G[lane + 32 * rr] = gv.g[rr], B[lane + 32 * rr] = gv.beta[rr];
+      __syncwarp();
+      if (lane == 0) {  // G = cumsum(g), zeros past the chunk's end: the prep's order
+        float s = 0.f;
+#pragma unroll
+        for (int q = 0; q < C / 4; ++q) {
+          float4 y = reinterpret_cast<float4*>(G)[q];
+          float* x = reinterpret_cast<float*>(&y);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s += x[e];
+            x[e] = 4 * q + e < cr.len ? s : 0.f;
+          }
+          reinterpret_cast<float4*>(G)[q] = y;
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int i = lane + 32 * rr;
+        if (i < cr.len) Gc[(cr.t0 + i) * HV + h] = G[i];
+      }
+      tma::mbar_arrive(full + 8 * p);
+      if (idx + step < nitems) gv = load_gates(idx + step);  // in flight until the next fill
+    }
+    return;
+  }
+
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform: descriptors in uniform registers
+  const int g = lane >> 2, t4 = lane & 3, c32 = 32 * wg, c64 = 64 * wg;
+  auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory"); };
+  float* Rk = reinterpret_cast<float*>(gdn_smem + Smem::rho);
+  float* Rq = Rk + C;
+  float* Sv = Rq + C;  // β·e^G·ρ_k
+  const uint64_t Thi_k = desc_k(sb + Smem::Thi), Tlo_k = desc_k(sb + Smem::Tlo);
+  for (int idx = blockIdx.x, n = 0; idx < nitems; idx += step, ++n) {
+    const int p = n & 1;
+    const uint32_t S = sb + p * Smem::set;
+    const unsigned char* set = gdn_smem + p * Smem::set;
+    const float* G = reinterpret_cast<const float*>(gdn_smem + Smem::vec) + p * 2 * C;
+    const float* B = G + C;
+    tma::mbar_wait(full + 8 * p, (n >> 1) & 1);
+    const int* rec = reinterpret_cast<const int*>(gdn_smem + Smem::rec) + 4 * p;
+    const int64_t t0 = rec[0];
+    const int len = rec[1], h = rec[2], ch = rec[3];
+    const int64_t hk = h / (HV / HK);
+    {
+      // ρ_k, ρ_q of rows 8·warp .. + 7: lane columns 4·lane .. + 3, the L2 norm's sums (l2norm_row.cuh)
+      constexpr int RW = C / (NT / 32);
+      float4 kr[RW], qr[RW];
+#pragma unroll
+      for (int i = 0; i < RW; ++i) {
+        const int r = warp * RW + i;
+        kr[i] = ld_bf16x4(set + Smem::K + sw<C>(r, 4 * lane));
+        qr[i] = ld_bf16x4(set + Smem::Q + sw<C>(r, 4 * lane));
+      }
+      float rk[RW], rq[RW];
+      l2_rows_normalise(kr, 1.f, nout.eps, rk);
+      l2_rows_normalise(qr, scale, nout.eps, rq);
+      float a = 0.f, b = 0.f;  // lane i < RW: row warp·RW + i
+#pragma unroll
+      for (int i = 0; i < RW; ++i)
+        if (lane == i) a = rk[i], b = rq[i];
+      if (lane < RW) {
+        const int r = warp * RW + lane;
+        const bool ok = r < len;
+        Rk[r] = ok ? a : 0.f, Rq[r] = ok ? b : 0.f;
+        Sv[r] = ok ? B[r] * expf(G[r]) * a : 0.f;
+        if (ok && nout.rq && h % (HV / HK) == 0) {
+          nout.rk[(t0 + r) * HK + hk] = a;
+          nout.rq[(t0 + r) * HK + hk] = b;
+        }
+      }
+    }
+    consumers_sync();  // ρ and s complete
+    float m[16];
+    wgmma::fence_operands(m);
+    wgmma::fence();
+    {
+      // q·kᵀ on columns c32 .. c32 + 31 (k rows as the K-major B)
+      const uint64_t Q_k = desc_k(S + Smem::Q), Kn_k = desc_k(S + Smem::K + 1024 * wg);
+#pragma unroll
+      for (int s = 0; s < D / 16; ++s)
+        wgmma::mma_m64n32<0, 0>(m, desc_at(Q_k, 2048 * s), desc_at(Kn_k, 2048 * s), s > 0);
+      wgmma::commit();
+    }
+    // T' = T·diag(s) as bf16 hi + lo, two 16-byte pieces (8 columns of a row) per thread, in T's layout
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = tid + NT * e, r = (q & 127) >> 1, c = 16 * (q >> 7) + 8 * ((q & 1) ^ ((r >> 2) & 1));
+      const uint4 t = *reinterpret_cast<const uint4*>(set + Smem::T + 16 * q);
+      const uint32_t tw[4] = {t.x, t.y, t.z, t.w};
+      uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&tw[w]));
+        gdn_mma::split_bf16x2(hi[w], lo[w], x.x * Sv[c + 2 * w], x.y * Sv[c + 2 * w + 1]);
+      }
+      *reinterpret_cast<uint4*>(gdn_smem + Smem::Thi + 16 * q) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(gdn_smem + Smem::Tlo + 16 * q) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operands(m);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {  // M_ij = scale·ρ_q,i·(q·k)_ij·ρ_k,j·e^{G_i−G_j} on j ≤ i < len
+      const int i = 16 * wq + g + 8 * hf;
+      const float Gi = G[i], qi = scale * Rq[i];
+#pragma unroll
+      for (int nb = 0; nb < 4; ++nb)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = c32 + 8 * nb + 2 * t4 + e, r = 4 * nb + 2 * hf + e;
+          const float qk = qi * (m[r] * Rk[j]);
+          m[r] = (i >= j && i < len) ? qk * expf(Gi - G[j]) : 0.f;
+        }
+    }
+    store_image(Mh + (int64_t(ch) * HV + h) * C * C, m, c32);
+    wgmma::fence_proxy_async();
+    consumers_sync();  // T' complete
+    float w[32];
+    wgmma::fence_operands(w);
+    wgmma::fence();
+    {
+      // W = T'hi·k + T'lo·k on columns c64 .. c64 + 63 (k MN-major)
+      const uint64_t K_mn = desc_mn(S + Smem::K + 8192 * wg, 2048);
+#pragma unroll
+      for (int s = 0; s < C / 16; ++s)
+        wgmma::mma_m64n64<0, 1>(w, desc_at(Thi_k, 2048 * s), desc_at(K_mn, 512 * s), s > 0);
+#pragma unroll
+      for (int s = 0; s < C / 16; ++s)
+        wgmma::mma_m64n64<0, 1>(w, desc_at(Tlo_k, 2048 * s), desc_at(K_mn, 512 * s), true);
+      wgmma::commit();
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operands(w);
+    __syncwarp();
+    if (lane == 0) tma::mbar_arrive(empty + 8 * p);  // this warp is done with set p
+    store_image(Wh + (int64_t(ch) * HV + h) * C * D, w, c64);
+    consumers_sync();  // every warp is done with T' (the next item rewrites it)
+  }
+#else
+  __trap();  // built without sm_90a: the launcher does not choose this kernel there
+#endif
+}
+
+}  // namespace
+
+#ifndef DT_ATTN_EMU
+cudaError_t launch_gdn_lean_prep_wgmma(KIn q, KIn k, float scale, const GdnNormOut& nout,
+                                       const GdnGates& gates, const int32_t* chunks, int nchunks, float* Gc,
+                                       const GdnScanBf16& b16, int64_t HK, int64_t HV, int64_t T,
+                                       cudaStream_t s) {
+  if (T <= 0 || !b16.image || !b16.W || !b16.M || !b16.T_kept || q.t != KType::BF16 || k.t != KType::BF16 ||
+      nout.qn || !Gc || !gdn_scan_wgmma_available() || std::getenv("DT_GDN_LEAN_MMA"))
+    return cudaErrorNotSupported;
+  if (nchunks == 0 || HV == 0) return cudaSuccess;
+  LeanMaps maps{};
+  if (!tma::encode_image_map(maps.q, q.p, T, HK, C, true) ||
+      !tma::encode_image_map(maps.k, k.p, T, HK, C, true) ||
+      !tma::encode_image_map(maps.T, b16.T_kept, int64_t(nchunks) * HV * C, 1, C, true, C, C))
+    return cudaErrorNotSupported;
+  cudaError_t e = cudaFuncSetAttribute(
+      gdn_lean_prep_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Smem::bytes));
+  if (e != cudaSuccess) return e;
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int items = nchunks * static_cast<int>(HV);
+  gdn_lean_prep_wgmma_kernel<<<std::min(items, 2 * sms), NT + 32, Smem::bytes, s>>>(
+      maps, scale, nout, gates, chunks, items, Gc, static_cast<bf16*>(b16.W), static_cast<bf16*>(b16.M), HK,
+      HV);
+  return cudaGetLastError();
+}
+#endif
+
+}  // namespace deltatune::kernels
