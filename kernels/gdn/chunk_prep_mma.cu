@@ -58,16 +58,20 @@
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
 #include "gdn/l2norm_row.cuh"
+#include "gdn/prep_solve.cuh"
 
 namespace deltatune::kernels {
 namespace {
 
 using namespace gdn_mma;
+using gdn_prep::diagonal_t;
+using gdn_prep::off_diagonal_t;
 constexpr int C = kGdnChunk;
 constexpr int NT = 256;     // 8 warps
 constexpr int PD = 128;     // dk = dv
 constexpr int LK = PD + 8;  // bf16 row stride of the K̂, Q̂, V tiles
 constexpr int LA = C + 8;   // fp32 row stride of A and T: float2 fragment reads conflict-free
+static_assert(LA == gdn_prep::kLA, "the solve (prep_solve.cuh) reads A and T with this stride");
 
 // LEAN: the backward's prep of the half-states keep without its odd-state work (gdn_odd_states_kernel does
 // that): only the k and q tiles, T and the row vectors.
@@ -181,72 +185,6 @@ __device__ __forceinline__ void t_times(float (&acc)[8][4], const float* Tf, con
       }
     }
   }
-}
-
-// Fragments (hi, lo) of the A operand Xᵀ of a 16x16 fp32 block X at Xb (row stride LA): element (i, j) of the
-// operand is X[j][i] (gathered by columns).
-__device__ __forceinline__ void frag_a_tr_f32(uint32_t (&hi)[4], uint32_t (&lo)[4], const float* Xb) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int i = g + 8 * (q & 1), j = 2 * t + 8 * (q >> 1);
-    split_bf16x2(hi[q], lo[q], Xb[j * LA + i], Xb[(j + 1) * LA + i]);
-  }
-}
-// Fragments (hi, lo) of the B operand Yᵀ (16x16, columns nb·8..+7) of a 16x16 fp32 block Y at Yb: element
-// (k, n) of the operand is Y[n][k] (row pairs of Y: float2 reads).
-__device__ __forceinline__ void frag_b_tr_f32(uint32_t (&hi)[2], uint32_t (&lo)[2], const float* Yb, int nb) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const float2 y = *reinterpret_cast<const float2*>(Yb + (8 * nb + g) * LA + 2 * t + 8 * q);
-    split_bf16x2(hi[q], lo[q], y.x, y.y);
-  }
-}
-// acc += X·B for split operands (3 mma per 16x8 block).
-__device__ __forceinline__ void mma_split3(float (&acc)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
-                                           const uint32_t (&bh)[2], const uint32_t (&bl)[2]) {
-  mma::mma16816(acc, ah, bh[0], bh[1]);
-  mma::mma16816(acc, ah, bl[0], bl[1]);
-  mma::mma16816(acc, al, bh[0], bh[1]);
-}
-
-// One warp: block (r, k) of T (r > k; the diagonal blocks and every block of smaller distance r − k in Tf, A in
-// Af): T_rk = −T_rr·Σ_{k≤m<r} A_rm·T_mk, formed transposed (see step 3). Rows past the chunk's end are zero.
-__device__ __forceinline__ void off_diagonal_t(const float* Af, float* Tf, int k, int r, int len) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  float p[2][4] = {};
-  for (int m = k; m < r; ++m) {
-    uint32_t ah[4], al[4];
-    frag_a_tr_f32(ah, al, Tf + 16 * m * LA + 16 * k);  // T_mkᵀ
-#pragma unroll
-    for (int nb = 0; nb < 2; ++nb) {
-      uint32_t bh[2], bl[2];
-      frag_b_tr_f32(bh, bl, Af + 16 * r * LA + 16 * m, nb);  // A_rmᵀ
-      mma_split3(p[nb], ah, al, bh, bl);
-    }
-  }
-  // Pᵀ's accumulators as an A operand: (g, 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..).
-  uint32_t ah[4], al[4];
-  split_bf16x2(ah[0], al[0], p[0][0], p[0][1]);
-  split_bf16x2(ah[1], al[1], p[0][2], p[0][3]);
-  split_bf16x2(ah[2], al[2], p[1][0], p[1][1]);
-  split_bf16x2(ah[3], al[3], p[1][2], p[1][3]);
-  float x[2][4] = {};
-#pragma unroll
-  for (int nb = 0; nb < 2; ++nb) {
-    uint32_t bh[2], bl[2];
-    frag_b_tr_f32(bh, bl, Tf + 16 * r * LA + 16 * r, nb);  // T_rrᵀ
-    mma_split3(x[nb], ah, al, bh, bl);
-  }
-  // x = T_rkᵀ: x[nb][e + 2h] is element (g + 8h, 8nb + 2t + e) of the transpose, T_rk[8nb + 2t + e][g + 8h].
-#pragma unroll
-  for (int nb = 0; nb < 2; ++nb)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = 8 * nb + 2 * t + (e & 1), c = g + 8 * (e >> 1);
-      Tf[(16 * r + i) * LA + 16 * k + c] = 16 * r + i < len ? -x[nb][e] : 0.f;
-    }
 }
 
 // Rows m0 + lane/4 (+8) of a 16 x 64 warp tile → dst (F32, row stride HV·PD from the chunk's first token)
@@ -635,22 +573,7 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
       }
     }
     __syncwarp();
-    // T_bb = (I + A_bb)^{-1}: lane c (< 16) solves column c, x_i = δ_ic − Σ_{j<i} A_ij·x_j. Rows past the
-    // chunk's end are identity rows (their A rows are zero; set explicitly: exact zeros, as the FMA kernel).
-    if (lane < 16) {
-      const int c = lane;
-      float x[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        float s = 0.f;
-        const float* ar = Af + (m0 + i) * LA + m0;
-#pragma unroll
-        for (int j = 0; j < i; ++j) s += ar[j] * x[j];
-        x[i] = i == c ? 1.f : (i < c || m0 + i >= len ? 0.f : -s);
-      }
-#pragma unroll
-      for (int i = 0; i < 16; ++i) Tf[(m0 + i) * LA + m0 + c] = x[i];
-    }
+    diagonal_t(Af, Tf, m0, len);
   }
   if (warp >= 4 || kept_t) {
     // M_ij = (q̂_i·k̂_j)·e^{G_i−G_j} (i ≥ j, i < len), all 64 columns (zeros above the diagonal); with a kept
@@ -856,11 +779,14 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
                ? o
                : launch_odd_states_mma(k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);
   };
-  // Hopper: the lean prep on wgmma with TMA copies, unless it does not apply
-  cudaError_t e = lean ? launch_gdn_lean_prep_wgmma(q, k, scale, nout, gates, chunks, nchunks, Gc, *b16, HK,
-                                                    HV, half->tokens, s)
-                       : cudaErrorNotSupported;
-  if (e != cudaErrorNotSupported) return e != cudaSuccess ? e : odd_states();
+  // Hopper: the lean prep, or the forward's for the wgmma scan, on wgmma with TMA copies where they apply
+  const bool fwd_img = raw && !halfm && b16 && b16->image && !states16 && !vnew16 && !W && !U && !M && !Tout;
+  cudaError_t e = lean      ? launch_gdn_lean_prep_wgmma(q, k, scale, nout, gates, chunks, nchunks, Gc, *b16, HK,
+                                                         HV, half->tokens, s)
+                  : fwd_img ? launch_gdn_fwd_prep_wgmma(q, k, scale, nout, v, gates, chunks, nchunks, Gc, *b16, HK,
+                                                        HV, b16->tokens, s)
+                            : cudaErrorNotSupported;
+  if (e != cudaErrorNotSupported) return e != cudaSuccess || !lean ? e : odd_states();
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_k));
   if (e != cudaSuccess) return e;
   kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem_k, s>>>(

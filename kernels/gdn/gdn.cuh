@@ -239,6 +239,7 @@ struct GdnScanBf16 {
   // The scan's states16: only the even chunks' states, chunk c's at slot c / 2 ((nchunks + 1) / 2 slots; the
   // GdnKeep::States forward that also keeps V', see GdnHalfStates).
   bool states_even = false;
+  int64_t tokens = 0;  // T: lets the forward prep run on wgmma with TMA copies (launch_gdn_fwd_prep_wgmma)
 };
 
 // Element (r, c) of a 64-row operand image tile: the tensor cores' 8 x 8 core matrices, column group major
@@ -315,6 +316,14 @@ struct GdnHalfStates {
 cudaError_t launch_gdn_odd_states_wgmma(KIn k, float eps, const float* Gc, const int32_t* chunks, int nchunks,
                                         const void* states16, const GdnHalfStates& half, int64_t HK, int64_t HV,
                                         cudaStream_t s);
+// The forward prep for the wgmma scan (images, bf16 U; no kept T, no states) on Hopper's warpgroup tensor cores
+// with TMA copies (fwd_prep_wgmma.cu, sm_90a): bf16 q, k, v; b16.W, M, Kd, Q, U (and T when not null), Gc and ρ
+// (nout) as gdn_chunk_prep_mma_kernel<true> writes them; cudaErrorNotSupported where it does not apply (T
+// unknown, other inputs or outputs, not a compute capability 9 device, DT_GDN_SCAN_MMA or DT_GDN_PREP_MMA set,
+// tensor maps refused).
+cudaError_t launch_gdn_fwd_prep_wgmma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
+                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* Gc,
+                                      const GdnScanBf16& b16, int64_t HK, int64_t HV, int64_t T, cudaStream_t s);
 // The half-states backward's lean prep on Hopper's warpgroup tensor cores with TMA copies (lean_prep_wgmma.cu,
 // sm_90a): bf16 q, k, the kept T, image outputs (b16.W, b16.M), Gc and ρ (nout) as the lean
 // gdn_chunk_prep_mma_kernel writes them; cudaErrorNotSupported where it does not apply (T unknown, other

@@ -544,10 +544,11 @@ void case_gdn(Env& e) {
       // odd ones formed by the full-size backward prep instead of the lean prep + odd-state kernel, and the
       // state/intra kernel on mma.sync where the default runs it on wgmma with TMA copies (Hopper), or its TMA
       // copies one column group at a time (the tensor maps of drivers that refuse the one-copy form), the odd
-      // states by the mma.sync kernel instead of wgmma with TMA copies, and the WY backward and the lean prep
-      // likewise.
+      // states by the mma.sync kernel instead of wgmma with TMA copies, and the WY backward, the lean prep and
+      // the forward prep likewise.
       for (const char* env : {"DT_GDN_FULL_STATES", "DT_GDN_SCAN_MMA", "DT_GDN_PREP_FUSED_ODD", "DT_GDN_GRAD_MMA",
-                             "DT_GDN_ODD_MMA", "DT_TMA_BOXES", "DT_GDN_WY_MMA", "DT_GDN_LEAN_MMA"}) {
+                             "DT_GDN_ODD_MMA", "DT_TMA_BOXES", "DT_GDN_WY_MMA", "DT_GDN_LEAN_MMA",
+                             "DT_GDN_PREP_MMA"}) {
         setenv(env, "1", 1);
         keep_pair(Backend::GdnKeep::States, std::string(" keep states ") + env);
         unsetenv(env);

@@ -348,7 +348,7 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   Tensor Kdb = image ? alloc({r->ch.n, d.HK, C, d.dk}, DType::BF16) : alloc({d.T, d.HV, d.dk}, DType::BF16),
          Qb;
   kernels::GdnScanBf16 b16;
-  b16.W = r->W.data, b16.Kd = Kdb.data, b16.M = r->M.data, b16.image = image;
+  b16.W = r->W.data, b16.Kd = Kdb.data, b16.M = r->M.data, b16.image = image, b16.tokens = d.T;
   if (image) b16.U = U.data;
   if (o) {
     Qb = image ? alloc({r->ch.n, d.HK, C, d.dk}, DType::BF16) : alloc({d.T, d.HK, d.dk}, DType::BF16);

@@ -1,0 +1,389 @@
+// The chunked GDN forward prep for the wgmma scan (gdn_chunk_prep_mma_kernel<true>, chunk_prep_mma.cu: bf16
+// q, k, v, operand images) on Hopper's warpgroup tensor cores with TMA copies (sm_90a). Per work item (chunk,
+// value head), the same outputs by the same arithmetic:
+//   G = cumsum(g) in the prep's order (Gc); ρ_k, ρ_q from the tiles with the L2 norm's lanes and sums
+//   A = diag(β·ρ_k)·(k·kᵀ)·diag(ρ_k) ⊙ e^{G_i−G_j} on i > j and M = diag(scale·ρ_q)·(q·kᵀ)·diag(ρ_k) ⊙
+//   e^{G_i−G_j} on i ≥ j (one bf16 product each, m64n32 per warpgroup; A to fp32 shared memory, M as an image
+//   tile) T = (I + A)^{-1} by prep_solve.cuh (diagonal blocks by substitution, the others by distance on
+//   mma.sync with hi + lo operands), written as bf16 when asked W = T·diag(β·e^G·ρ_k)·k and U = T·diag(β)·V
+//   with T's factors split into bf16 hi + lo (two products each, m64n64 per warpgroup): W as an image tile, U
+//   (bf16) by rows the key head's K̂ = ρ_k·k and Q̂ = scale·ρ_q·q image tiles (its first value head)
+// Pipeline (a persistent grid of two blocks per SM, each two consumer warpgroups and a producer warp): q, k,
+// v (32-byte swizzled tiles by TMA) and the per-row G, β in one set per block, refilled by the producer warp
+// as soon as the consumers release it (mbarriers full/empty; the other block computes meanwhile), its gate
+// values loaded one item ahead. Rows past a chunk's end come in as the next sequence's: ρ and β are zero
+// there, A's and M's masks stop at the chunk's end, T's rows past the end are identity rows (zero rows of W
+// and U, as the image format wants), and the row stores stop at the chunk's end.
+#include <cstdlib>
+
+#include "common/device.cuh"
+#include "common/mma.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
+#include "gdn/chunk_util.cuh"
+#include "gdn/gate_math.cuh"
+#include "gdn/gdn.cuh"
+#include "gdn/gdn_mma.cuh"
+#include "gdn/l2norm_row.cuh"
+#include "gdn/prep_solve.cuh"
+#include "gdn/wgmma_tiles.cuh"
+
+namespace deltatune::kernels {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using gdn_prep::kLA;
+using gdn_wgmma::as_frags;
+using gdn_wgmma::desc_at;
+using gdn_wgmma::desc_k;
+using gdn_wgmma::desc_mn;
+using gdn_wgmma::pack;
+using gdn_wgmma::sw;
+constexpr int C = kGdnChunk, D = 128, NT = 256;
+constexpr uint32_t kRows = C * D * 2, kSq = C * C * 2, kF32 = C * kLA * 4;
+
+struct Smem {                                       // byte offsets
+  static constexpr uint32_t Q = 0;                  // q [64][dk]
+  static constexpr uint32_t K = Q + kRows;          // k [64][dk]
+  static constexpr uint32_t V = K + kRows;          // v [64][dv]
+  static constexpr uint32_t A = V + kRows;          // A fp32 [64][kLA]; then T' = T·diag(s) hi, lo [64][64]
+  static constexpr uint32_t T = A + kF32;           // T fp32 [64][kLA]
+  static constexpr uint32_t Tb = T + kF32;          // T'' = T·diag(β) hi, lo [64][64]
+  static constexpr uint32_t vec = Tb + 2 * kSq;     // [5][64] fp32: G, β, ρ_k, ρ_q, s = β·e^G·ρ_k
+  static constexpr uint32_t rec = vec + 5 * C * 4;  // int [4]: t0, len, h, ch
+  static constexpr uint32_t bar = rec + 16;         // mbarriers full, empty
+  static constexpr uint32_t bytes = bar + 2 * 8;    // 104,000: two blocks per SM
+};
+static_assert(Smem::A % 1024 == 0 && Smem::T % 1024 == 0 && Smem::Tb % 1024 == 0 && Smem::bar % 8 == 0,
+              "tile and mbarrier alignment");
+static_assert(2 * kSq <= kF32, "T' hi + lo fit in A's place");
+constexpr uint32_t kSetBytes = 3 * kRows;
+
+struct FwdMaps {
+  tma::ImageMap q, k, v;
+};
+
+// As lean_prep_wgmma.cu: a warpgroup's accumulators (N = R/2 columns from c0) as bf16 into a 64-row operand
+// image tile in global memory; each 4-byte store instruction of a warp writes 128 consecutive bytes.
+template <int R>
+__device__ __forceinline__ void store_image(bf16* tile, const float (&d)[R], int c0) {
+  const int lane = threadIdx.x & 31, r0 = 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2);
+  bf16* t = tile + gdn_scan_image_index(r0, c0 + 2 * (lane & 3));
+#pragma unroll
+  for (int nb = 0; nb < R / 4; ++nb)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+      *reinterpret_cast<uint32_t*>(t + 8 * C * nb + 64 * hf) =
+          pack(d[4 * nb + 2 * hf], d[4 * nb + 2 * hf + 1]);
+}
+
+__device__ __forceinline__ float4 ld_bf16x4(const unsigned char* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+// 8 bf16 (16 bytes) times scale·rho each, rounded back (the prep's raw_scaled8 arithmetic).
+__device__ __forceinline__ uint4 scaled8(uint4 u, float scale, float rho) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  uint32_t o[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
+    o[e] = mma::pack_bf16(scale * f.x * rho, scale * f.y * rho);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+__global__ void __launch_bounds__(NT + 32, 2)
+    gdn_fwd_prep_wgmma_kernel(const __grid_constant__ FwdMaps maps, float scale, GdnNormOut nout,
+                              GdnGates gates, const int32_t* chunks, int nitems, float* Gc, bf16* Wh,
+                              bf16* Mh, bf16* Kdh, bf16* Qh, bf16* Th, bf16* U16, int64_t HK, int64_t HV) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char gdn_smem[];
+  const uint32_t sb = mma::smem_addr(gdn_smem), full = sb + Smem::bar, empty = full + 8;
+  const int tid = threadIdx.x, warp = tid >> 5, wq = warp & 3, lane = tid & 31;
+  const int step = static_cast<int>(gridDim.x);
+  float* G = reinterpret_cast<float*>(gdn_smem + Smem::vec);
+  float* B = G + C;
+  float* Rk = B + C;
+  float* Rq = Rk + C;
+  float* Sv = Rq + C;  // β·e^G·ρ_k
+  int* rec = reinterpret_cast<int*>(gdn_smem + Smem::rec);
+  if (tid == 0) {
+    tma::mbar_init(full, 32);
+    tma::mbar_init(empty, NT / 32);
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp == NT / 32) {
+    // Producer warp: q, k, v by TMA (lane 0), G and β of the rows lane, lane + 32 (the gates loaded one item
+    // ahead), the chunk record and the Gc output, once the consumers released the set (the item before).
+    struct Gates {
+      float g[2], beta[2];
+    };
+    auto load_gates = [&](int idx) {
+      Gates r{};
+      const int ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
+      const gdn_chunk::ChunkRef cr = gdn_chunk::chunk_at(chunks, ch);
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int i = lane + 32 * rr;
+        if (i < cr.len) {
+          const int64_t o = (cr.t0 + i) * HV + h;
+          r.g[rr] = gdn_g_at(gates, o, h);
+          r.beta[rr] = gdn_beta_at(gates, o);
+        }
+      }
+      return r;
+    };
+    Gates gv = load_gates(blockIdx.x);
+    int n = 0;
+    for (int idx = blockIdx.x; idx < nitems; idx += step, ++n) {
+      const int ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
+      const gdn_chunk::ChunkRef cr = gdn_chunk::chunk_at(chunks, ch);
+      if (n >= 1) tma::mbar_wait(empty, (n - 1) & 1);
+      if (lane == 0) {
+        const int t0 = static_cast<int>(cr.t0), hk = static_cast<int>(h / (HV / HK));
+        tma::mbar_expect_tx(full, kSetBytes);
+        tma::image_tile(sb + Smem::Q, maps.q, t0, hk, full);
+        tma::image_tile(sb + Smem::K, maps.k, t0, hk, full);
+        tma::image_tile(sb + Smem::V, maps.v, t0, h, full);
+        rec[0] = t0, rec[1] = cr.len, rec[2] = h, rec[3] = ch;
+      }
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) G[lane + 32 * rr] = gv.g[rr], B[lane + 32 * rr] = gv.beta[rr];
+      __syncwarp();
+      if (lane == 0) {  // G = cumsum(g), zeros past the chunk's end: the prep's order
+        float s = 0.f;
+#pragma unroll
+        for (int q = 0; q < C / 4; ++q) {
+          float4 y = reinterpret_cast<float4*>(G)[q];
+          float* x = reinterpret_cast<float*>(&y);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s += x[e];
+            x[e] = 4 * q + e < cr.len ? s : 0.f;
+          }
+          reinterpret_cast<float4*>(G)[q] = y;
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int i = lane + 32 * rr;
+        if (i < cr.len) Gc[(cr.t0 + i) * HV + h] = G[i];
+      }
+      tma::mbar_arrive(full);
+      if (idx + step < nitems) gv = load_gates(idx + step);  // in flight until the next fill
+    }
+    return;
+  }
+
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform: descriptors in uniform registers
+  const int g = lane >> 2, t4 = lane & 3, c32 = 32 * wg, c64 = 64 * wg;
+  auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory"); };
+  float* Af = reinterpret_cast<float*>(gdn_smem + Smem::A);
+  float* Tf = reinterpret_cast<float*>(gdn_smem + Smem::T);
+  const uint64_t Q_k = desc_k(sb + Smem::Q), K_k = desc_k(sb + Smem::K),
+                 Kn_k = desc_k(sb + Smem::K + 1024 * wg);
+  const uint64_t K_mn = desc_mn(sb + Smem::K + 8192 * wg, 2048),
+                 V_mn = desc_mn(sb + Smem::V + 8192 * wg, 2048);
+  const uint64_t Th_k = desc_k(sb + Smem::A), Tl_k = desc_k(sb + Smem::A + kSq);
+  const uint64_t Bh_k = desc_k(sb + Smem::Tb), Bl_k = desc_k(sb + Smem::Tb + kSq);
+  for (int idx = blockIdx.x, n = 0; idx < nitems; idx += step, ++n) {
+    tma::mbar_wait(full, n & 1);
+    const int64_t t0 = rec[0];
+    const int len = rec[1], h = rec[2], ch = rec[3];
+    const int64_t hk = h / (HV / HK);
+    const bool first = h % (HV / HK) == 0;  // the key head's first value head writes its K̂, Q̂ (and ρ)
+    float kk[16], m[16];
+    wgmma::fence_operands(kk);
+    wgmma::fence_operands(m);
+    wgmma::fence();
+    // k·kᵀ and q·kᵀ on columns c32 .. c32 + 31 (k rows as the K-major B), while ρ is formed
+#pragma unroll
+    for (int s = 0; s < D / 16; ++s)
+      wgmma::mma_m64n32<0, 0>(kk, desc_at(K_k, 2048 * s), desc_at(Kn_k, 2048 * s), s > 0);
+#pragma unroll
+    for (int s = 0; s < D / 16; ++s)
+      wgmma::mma_m64n32<0, 0>(m, desc_at(Q_k, 2048 * s), desc_at(Kn_k, 2048 * s), s > 0);
+    wgmma::commit();
+    {
+      // ρ_k, ρ_q of rows 8·warp .. + 7: lane columns 4·lane .. + 3, the L2 norm's sums (l2norm_row.cuh)
+      constexpr int RW = C / (NT / 32);
+      float4 kr[RW], qr[RW];
+#pragma unroll
+      for (int i = 0; i < RW; ++i) {
+        const int r = warp * RW + i;
+        kr[i] = ld_bf16x4(gdn_smem + Smem::K + sw<C>(r, 4 * lane));
+        qr[i] = ld_bf16x4(gdn_smem + Smem::Q + sw<C>(r, 4 * lane));
+      }
+      float rk[RW], rq[RW];
+      l2_rows_normalise(kr, 1.f, nout.eps, rk);
+      l2_rows_normalise(qr, scale, nout.eps, rq);
+      float a = 0.f, b = 0.f;  // lane i < RW: row warp·RW + i
+#pragma unroll
+      for (int i = 0; i < RW; ++i)
+        if (lane == i) a = rk[i], b = rq[i];
+      if (lane < RW) {
+        const int r = warp * RW + lane;
+        const bool ok = r < len;
+        Rk[r] = ok ? a : 0.f, Rq[r] = ok ? b : 0.f;
+        Sv[r] = ok ? B[r] * expf(G[r]) * a : 0.f;
+        if (ok && nout.rq && first) {
+          nout.rk[(t0 + r) * HK + hk] = a;
+          nout.rq[(t0 + r) * HK + hk] = b;
+        }
+      }
+    }
+    consumers_sync();  // ρ and s complete
+    wgmma::wait<0>();
+    wgmma::fence_operands(kk);
+    wgmma::fence_operands(m);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      // A_ij = β_i·ρ_k,i·(k·k)_ij·ρ_k,j·e^{G_i−G_j} on j < i < len; M_ij likewise with scale·ρ_q,i on j ≤ i
+      const int i = 16 * wq + g + 8 * hf;
+      const float Gi = G[i], bi = B[i] * Rk[i], qi = scale * Rq[i];
+#pragma unroll
+      for (int nb = 0; nb < 4; ++nb) {
+        float x[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = c32 + 8 * nb + 2 * t4 + e, r = 4 * nb + 2 * hf + e;
+          const float dec = i >= j && i < len ? expf(Gi - G[j]) : 0.f;
+          x[e] = i > j ? bi * (kk[r] * Rk[j]) * dec : 0.f;
+          m[r] = qi * (m[r] * Rk[j]) * dec;
+        }
+        *reinterpret_cast<float2*>(Af + i * kLA + c32 + 8 * nb + 2 * t4) = make_float2(x[0], x[1]);
+      }
+    }
+    store_image(Mh + (int64_t(ch) * HV + h) * C * C, m, c32);
+    consumers_sync();  // A complete
+    if (warp < 4) {
+      gdn_prep::diagonal_t(Af, Tf, 16 * warp, len);
+    } else if (first && Kdh) {  // meanwhile the key head's K̂, Q̂ image tiles: 8 row pieces of 8 columns each
+      bf16* kd = Kdh + (int64_t(ch) * HK + hk) * C * D;
+      bf16* qd = Qh ? Qh + (int64_t(ch) * HK + hk) * C * D : nullptr;
+#pragma unroll 4
+      for (int e = 0; e < C * D / 8 / (NT / 2); ++e) {
+        const int pc = tid - NT / 2 + NT / 2 * e, r = pc % C, c = 8 * (pc / C);
+        const uint32_t at = sw<C>(r, c);
+        const int64_t o = gdn_scan_image_index(r, c);
+        *reinterpret_cast<uint4*>(kd + o) =
+            scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Smem::K + at), 1.f, Rk[r]);
+        if (qd)
+          *reinterpret_cast<uint4*>(qd + o) =
+              scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Smem::Q + at), scale, Rq[r]);
+      }
+    }
+    consumers_sync();              // the diagonal blocks of T
+    for (int d = 1; d < 4; ++d) {  // the off-diagonal blocks by distance (prep_solve.cuh)
+      if (warp + d < 4) gdn_prep::off_diagonal_t(Af, Tf, warp, warp + d, len);
+      consumers_sync();
+    }
+    {
+      // T (bf16, zeros above the diagonal blocks), T' = T·diag(s) and T'' = T·diag(β) as bf16 hi + lo in
+      // swizzled tiles (T' over A): two 8-column row pieces per thread
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = tid + NT * e, r = q >> 3, c = 8 * (q & 7);
+        float t[8];
+        const bool on = (c >> 4) <= (r >> 4);  // the upper blocks hold the solve's scratch
+#pragma unroll
+        for (int w = 0; w < 8; w += 4) {
+          const float4 y =
+              on ? *reinterpret_cast<const float4*>(Tf + r * kLA + c + w) : make_float4(0.f, 0.f, 0.f, 0.f);
+          t[w] = y.x, t[w + 1] = y.y, t[w + 2] = y.z, t[w + 3] = y.w;
+        }
+        uint32_t ph[4], pl[4], bh[4], bl[4], th[4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const int j = c + 2 * w;
+          gdn_mma::split_bf16x2(ph[w], pl[w], t[2 * w] * Sv[j], t[2 * w + 1] * Sv[j + 1]);
+          gdn_mma::split_bf16x2(bh[w], bl[w], t[2 * w] * B[j], t[2 * w + 1] * B[j + 1]);
+          th[w] = pack(t[2 * w], t[2 * w + 1]);
+        }
+        if (Th)
+          *reinterpret_cast<uint4*>(Th + (int64_t(ch) * HV + h) * C * C + r * C + c) =
+              make_uint4(th[0], th[1], th[2], th[3]);
+        const uint32_t at = sw<C>(r, c);
+        *reinterpret_cast<uint4*>(gdn_smem + Smem::A + at) = make_uint4(ph[0], ph[1], ph[2], ph[3]);
+        *reinterpret_cast<uint4*>(gdn_smem + Smem::A + kSq + at) = make_uint4(pl[0], pl[1], pl[2], pl[3]);
+        *reinterpret_cast<uint4*>(gdn_smem + Smem::Tb + at) = make_uint4(bh[0], bh[1], bh[2], bh[3]);
+        *reinterpret_cast<uint4*>(gdn_smem + Smem::Tb + kSq + at) = make_uint4(bl[0], bl[1], bl[2], bl[3]);
+      }
+    }
+    wgmma::fence_proxy_async();
+    consumers_sync();  // T', T'' complete
+    {
+      // W = T'·k, then U = T''·V, on columns c64 .. c64 + 63 (k, V MN-major; one accumulator tile at a time)
+      float w[32];
+      wgmma::fence_operands(w);
+      wgmma::fence();
+#pragma unroll
+      for (int s = 0; s < C / 16; ++s)
+        wgmma::mma_m64n64<0, 1>(w, desc_at(Th_k, 2048 * s), desc_at(K_mn, 512 * s), s > 0);
+#pragma unroll
+      for (int s = 0; s < C / 16; ++s)
+        wgmma::mma_m64n64<0, 1>(w, desc_at(Tl_k, 2048 * s), desc_at(K_mn, 512 * s), true);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(w);
+      store_image(Wh + (int64_t(ch) * HV + h) * C * D, w, c64);
+    }
+    float u[32];
+    wgmma::fence_operands(u);
+    wgmma::fence();
+#pragma unroll
+    for (int s = 0; s < C / 16; ++s)
+      wgmma::mma_m64n64<0, 1>(u, desc_at(Bh_k, 2048 * s), desc_at(V_mn, 512 * s), s > 0);
+#pragma unroll
+    for (int s = 0; s < C / 16; ++s)
+      wgmma::mma_m64n64<0, 1>(u, desc_at(Bl_k, 2048 * s), desc_at(V_mn, 512 * s), true);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(u);
+    __syncwarp();
+    if (lane == 0) tma::mbar_arrive(empty);  // this warp is done with q, k, v
+    gdn_mma::store_tile_bf16(U16 + (t0 * HV + h) * D, HV * D, as_frags(u), 16 * wq, c64, len, 1.f);
+  }
+#else
+  __trap();  // built without sm_90a: the launcher does not choose this kernel there
+#endif
+}
+
+}  // namespace
+
+#ifndef DT_ATTN_EMU
+cudaError_t launch_gdn_fwd_prep_wgmma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
+                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* Gc,
+                                      const GdnScanBf16& b16, int64_t HK, int64_t HV, int64_t T,
+                                      cudaStream_t s) {
+  if (T <= 0 || !b16.image || !b16.W || !b16.M || !b16.Kd || !b16.U || b16.T_kept || q.t != KType::BF16 ||
+      k.t != KType::BF16 || v.t != KType::BF16 || nout.qn || !Gc || !gdn_scan_wgmma_available() ||
+      std::getenv("DT_GDN_PREP_MMA"))
+    return cudaErrorNotSupported;
+  if (nchunks == 0 || HV == 0) return cudaSuccess;
+  FwdMaps maps{};
+  if (!tma::encode_image_map(maps.q, q.p, T, HK, C, true) ||
+      !tma::encode_image_map(maps.k, k.p, T, HK, C, true) ||
+      !tma::encode_image_map(maps.v, v.p, T, HV, C, true))
+    return cudaErrorNotSupported;
+  cudaError_t e = cudaFuncSetAttribute(gdn_fwd_prep_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(Smem::bytes));
+  if (e != cudaSuccess) return e;
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int items = nchunks * static_cast<int>(HV);
+  gdn_fwd_prep_wgmma_kernel<<<std::min(items, 2 * sms), NT + 32, Smem::bytes, s>>>(
+      maps, scale, nout, gates, chunks, items, Gc, static_cast<bf16*>(b16.W), static_cast<bf16*>(b16.M),
+      static_cast<bf16*>(b16.Kd), static_cast<bf16*>(b16.Q), static_cast<bf16*>(b16.T),
+      static_cast<bf16*>(b16.U), HK, HV);
+  return cudaGetLastError();
+}
+#endif
+
+}  // namespace deltatune::kernels
