@@ -42,22 +42,22 @@ using gdn_wgmma::sw;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
 constexpr uint32_t kRows = C * D * 2, kSq = C * C * 2, kF32 = C * kLA * 4;
 
-struct Smem {                                       // byte offsets
-  static constexpr uint32_t Q = 0;                  // q [64][dk]
-  static constexpr uint32_t K = Q + kRows;          // k [64][dk]
-  static constexpr uint32_t V = K + kRows;          // v [64][dv]
-  static constexpr uint32_t A = V + kRows;          // A fp32 [64][kLA]; then T' = T·diag(s) hi, lo [64][64]
-  static constexpr uint32_t T = A + kF32;           // T fp32 [64][kLA]
-  static constexpr uint32_t Tb = T + kF32;          // T'' = T·diag(β) hi, lo [64][64]
-  static constexpr uint32_t vec = Tb + 2 * kSq;     // [5][64] fp32: G, β, ρ_k, ρ_q, s = β·e^G·ρ_k
-  static constexpr uint32_t rec = vec + 5 * C * 4;  // int [4]: t0, len, h, ch
-  static constexpr uint32_t bar = rec + 16;         // mbarriers full, empty
-  static constexpr uint32_t bytes = bar + 2 * 8;    // 104,000: two blocks per SM
+struct Smem {                                   // byte offsets
+  static constexpr uint32_t K = 0;              // [2] k [64][dk] by item parity
+  static constexpr uint32_t Q = K + 2 * kRows;  // q [64][dk]
+  static constexpr uint32_t V = Q + kRows;      // v [64][dv]
+  static constexpr uint32_t A = V + kRows;      // A fp32 [64][kLA]; then T' = T·diag(s) hi, lo [64][64]
+  static constexpr uint32_t T = A + kF32;       // T fp32 [64][kLA]; then T'' = T·diag(β) hi, lo
+  static constexpr uint32_t vec = T + kF32;     // [2][2][64] fp32 by parity: G, β
+  static constexpr uint32_t rho = vec + 2 * 2 * C * 4;  // [3][64] fp32: ρ_k, ρ_q, s = β·e^G·ρ_k
+  static constexpr uint32_t rec = rho + 3 * C * 4;      // int [2][4] by parity: t0, len, h, ch
+  static constexpr uint32_t bar =
+      rec + 32;  // mbarriers full_k[2], empty_k[2], full_q, empty_q, full_v, empty_v
+  static constexpr uint32_t bytes = bar + 8 * 8;  // 104,288: two blocks per SM
 };
-static_assert(Smem::A % 1024 == 0 && Smem::T % 1024 == 0 && Smem::Tb % 1024 == 0 && Smem::bar % 8 == 0,
+static_assert(Smem::A % 1024 == 0 && Smem::T % 1024 == 0 && Smem::bar % 8 == 0,
               "tile and mbarrier alignment");
-static_assert(2 * kSq <= kF32, "T' hi + lo fit in A's place");
-constexpr uint32_t kSetBytes = 3 * kRows;
+static_assert(2 * kSq <= kF32, "T' (T'') hi + lo fit in A's (T's) place");
 
 struct FwdMaps {
   tma::ImageMap q, k, v;
@@ -101,25 +101,31 @@ __global__ void __launch_bounds__(NT + 32, 2)
                               bf16* Mh, bf16* Kdh, bf16* Qh, bf16* Th, bf16* U16, int64_t HK, int64_t HV) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char gdn_smem[];
-  const uint32_t sb = mma::smem_addr(gdn_smem), full = sb + Smem::bar, empty = full + 8;
+  // mbarriers: k, the row values and the chunk record by item parity (released after W); q (released once
+  // M and the images are formed) and v (released after U), one each
+  const uint32_t sb = mma::smem_addr(gdn_smem), full_k = sb + Smem::bar, empty_k = full_k + 16,
+                 full_q = full_k + 32, empty_q = full_k + 40, full_v = full_k + 48, empty_v = full_k + 56;
   const int tid = threadIdx.x, warp = tid >> 5, wq = warp & 3, lane = tid & 31;
   const int step = static_cast<int>(gridDim.x);
-  float* G = reinterpret_cast<float*>(gdn_smem + Smem::vec);
-  float* B = G + C;
-  float* Rk = B + C;
+  float* Rk = reinterpret_cast<float*>(gdn_smem + Smem::rho);
   float* Rq = Rk + C;
   float* Sv = Rq + C;  // β·e^G·ρ_k
-  int* rec = reinterpret_cast<int*>(gdn_smem + Smem::rec);
   if (tid == 0) {
-    tma::mbar_init(full, 32);
-    tma::mbar_init(empty, NT / 32);
+    for (int p = 0; p < 2; ++p) {
+      tma::mbar_init(full_k + 8 * p, 32);  // the producer's lanes (and the copy's bytes)
+      tma::mbar_init(empty_k + 8 * p, NT / 32);
+    }
+    tma::mbar_init(full_q, 1);
+    tma::mbar_init(empty_q, NT / 32);
+    tma::mbar_init(full_v, 1);
+    tma::mbar_init(empty_v, NT / 32);
     tma::fence_barrier_init();
   }
   __syncthreads();
 
   if (warp == NT / 32) {
-    // Producer warp: q, k, v by TMA (lane 0), G and β of the rows lane, lane + 32 (the gates loaded one item
-    // ahead), the chunk record and the Gc output, once the consumers released the set (the item before).
+    // Producer warp: k, q, v by TMA (lane 0) as their buffers are released, G and β of the rows lane, lane +
+    // 32 (the gates loaded one item ahead), the chunk record and the Gc output.
     struct Gates {
       float g[2], beta[2];
     };
@@ -143,13 +149,15 @@ __global__ void __launch_bounds__(NT + 32, 2)
     for (int idx = blockIdx.x; idx < nitems; idx += step, ++n) {
       const int ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
       const gdn_chunk::ChunkRef cr = gdn_chunk::chunk_at(chunks, ch);
-      if (n >= 1) tma::mbar_wait(empty, (n - 1) & 1);
+      const int p = n & 1, t0 = static_cast<int>(cr.t0), hk = static_cast<int>(h / (HV / HK));
+      // k, G, β and the record into set p once the item two before is done with it
+      if (n >= 2) tma::mbar_wait(empty_k + 8 * p, ((n >> 1) - 1) & 1);
+      int* rec = reinterpret_cast<int*>(gdn_smem + Smem::rec) + 4 * p;
+      float* G = reinterpret_cast<float*>(gdn_smem + Smem::vec) + p * 2 * C;
+      float* B = G + C;
       if (lane == 0) {
-        const int t0 = static_cast<int>(cr.t0), hk = static_cast<int>(h / (HV / HK));
-        tma::mbar_expect_tx(full, kSetBytes);
-        tma::image_tile(sb + Smem::Q, maps.q, t0, hk, full);
-        tma::image_tile(sb + Smem::K, maps.k, t0, hk, full);
-        tma::image_tile(sb + Smem::V, maps.v, t0, h, full);
+        tma::mbar_expect_tx(full_k + 8 * p, kRows);
+        tma::image_tile(sb + Smem::K + p * kRows, maps.k, t0, hk, full_k + 8 * p);
         rec[0] = t0, rec[1] = cr.len, rec[2] = h, rec[3] = ch;
       }
 #pragma unroll
@@ -175,7 +183,18 @@ __global__ void __launch_bounds__(NT + 32, 2)
         const int i = lane + 32 * rr;
         if (i < cr.len) Gc[(cr.t0 + i) * HV + h] = G[i];
       }
-      tma::mbar_arrive(full);
+      tma::mbar_arrive(full_k + 8 * p);
+      // q once the item before has formed M and the images, v once it is done
+      if (n >= 1) tma::mbar_wait(empty_q, (n - 1) & 1);
+      if (lane == 0) {
+        tma::mbar_arrive_expect_tx(full_q, kRows);
+        tma::image_tile(sb + Smem::Q, maps.q, t0, hk, full_q);
+      }
+      if (n >= 1) tma::mbar_wait(empty_v, (n - 1) & 1);
+      if (lane == 0) {
+        tma::mbar_arrive_expect_tx(full_v, kRows);
+        tma::image_tile(sb + Smem::V, maps.v, t0, h, full_v);
+      }
       if (idx + step < nitems) gv = load_gates(idx + step);  // in flight until the next fill
     }
     return;
@@ -186,14 +205,19 @@ __global__ void __launch_bounds__(NT + 32, 2)
   auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory"); };
   float* Af = reinterpret_cast<float*>(gdn_smem + Smem::A);
   float* Tf = reinterpret_cast<float*>(gdn_smem + Smem::T);
-  const uint64_t Q_k = desc_k(sb + Smem::Q), K_k = desc_k(sb + Smem::K),
-                 Kn_k = desc_k(sb + Smem::K + 1024 * wg);
-  const uint64_t K_mn = desc_mn(sb + Smem::K + 8192 * wg, 2048),
-                 V_mn = desc_mn(sb + Smem::V + 8192 * wg, 2048);
+  const uint64_t Q_k = desc_k(sb + Smem::Q), V_mn = desc_mn(sb + Smem::V + 8192 * wg, 2048);
   const uint64_t Th_k = desc_k(sb + Smem::A), Tl_k = desc_k(sb + Smem::A + kSq);
-  const uint64_t Bh_k = desc_k(sb + Smem::Tb), Bl_k = desc_k(sb + Smem::Tb + kSq);
+  const uint64_t Bh_k = desc_k(sb + Smem::T), Bl_k = desc_k(sb + Smem::T + kSq);
   for (int idx = blockIdx.x, n = 0; idx < nitems; idx += step, ++n) {
-    tma::mbar_wait(full, n & 1);
+    const int p = n & 1;
+    const uint32_t Kb = Smem::K + p * kRows;  // this item's k tile
+    const uint64_t K_k = desc_k(sb + Kb), Kn_k = desc_k(sb + Kb + 1024 * wg),
+                   K_mn = desc_mn(sb + Kb + 8192 * wg, 2048);
+    const float* G = reinterpret_cast<const float*>(gdn_smem + Smem::vec) + p * 2 * C;
+    const float* B = G + C;
+    const int* rec = reinterpret_cast<const int*>(gdn_smem + Smem::rec) + 4 * p;
+    tma::mbar_wait(full_k + 8 * p, (n >> 1) & 1);
+    tma::mbar_wait(full_q, n & 1);
     const int64_t t0 = rec[0];
     const int len = rec[1], h = rec[2], ch = rec[3];
     const int64_t hk = h / (HV / HK);
@@ -217,7 +241,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
 #pragma unroll
       for (int i = 0; i < RW; ++i) {
         const int r = warp * RW + i;
-        kr[i] = ld_bf16x4(gdn_smem + Smem::K + sw<C>(r, 4 * lane));
+        kr[i] = ld_bf16x4(gdn_smem + Kb + sw<C>(r, 4 * lane));
         qr[i] = ld_bf16x4(gdn_smem + Smem::Q + sw<C>(r, 4 * lane));
       }
       float rk[RW], rq[RW];
@@ -261,7 +285,8 @@ __global__ void __launch_bounds__(NT + 32, 2)
       }
     }
     store_image(Mh + (int64_t(ch) * HV + h) * C * C, m, c32);
-    consumers_sync();  // A complete
+    consumers_sync();                                      // A complete
+    if (warp < 4 && lane == 0) tma::mbar_arrive(empty_q);  // these warps are done with q
     if (warp < 4) {
       gdn_prep::diagonal_t(Af, Tf, 16 * warp, len);
     } else if (first && Kdh) {  // meanwhile the key head's K̂, Q̂ image tiles: 8 row pieces of 8 columns each
@@ -273,20 +298,25 @@ __global__ void __launch_bounds__(NT + 32, 2)
         const uint32_t at = sw<C>(r, c);
         const int64_t o = gdn_scan_image_index(r, c);
         *reinterpret_cast<uint4*>(kd + o) =
-            scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Smem::K + at), 1.f, Rk[r]);
+            scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Kb + at), 1.f, Rk[r]);
         if (qd)
           *reinterpret_cast<uint4*>(qd + o) =
               scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Smem::Q + at), scale, Rq[r]);
       }
+    }
+    if (warp >= 4) {
+      __syncwarp();
+      if (lane == 0) tma::mbar_arrive(empty_q);
     }
     consumers_sync();              // the diagonal blocks of T
     for (int d = 1; d < 4; ++d) {  // the off-diagonal blocks by distance (prep_solve.cuh)
       if (warp + d < 4) gdn_prep::off_diagonal_t(Af, Tf, warp, warp + d, len);
       consumers_sync();
     }
+    uint32_t bh[2][4], bl[2][4];  // T'' hi, lo of the thread's pieces
     {
       // T (bf16, zeros above the diagonal blocks), T' = T·diag(s) and T'' = T·diag(β) as bf16 hi + lo in
-      // swizzled tiles (T' over A): two 8-column row pieces per thread
+      // swizzled tiles (T' over A, T'' over T once T is read): two 8-column row pieces per thread
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int q = tid + NT * e, r = q >> 3, c = 8 * (q & 7);
@@ -298,12 +328,12 @@ __global__ void __launch_bounds__(NT + 32, 2)
               on ? *reinterpret_cast<const float4*>(Tf + r * kLA + c + w) : make_float4(0.f, 0.f, 0.f, 0.f);
           t[w] = y.x, t[w + 1] = y.y, t[w + 2] = y.z, t[w + 3] = y.w;
         }
-        uint32_t ph[4], pl[4], bh[4], bl[4], th[4];
+        uint32_t ph[4], pl[4], th[4];
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           const int j = c + 2 * w;
           gdn_mma::split_bf16x2(ph[w], pl[w], t[2 * w] * Sv[j], t[2 * w + 1] * Sv[j + 1]);
-          gdn_mma::split_bf16x2(bh[w], bl[w], t[2 * w] * B[j], t[2 * w + 1] * B[j + 1]);
+          gdn_mma::split_bf16x2(bh[e][w], bl[e][w], t[2 * w] * B[j], t[2 * w + 1] * B[j + 1]);
           th[w] = pack(t[2 * w], t[2 * w + 1]);
         }
         if (Th)
@@ -312,9 +342,16 @@ __global__ void __launch_bounds__(NT + 32, 2)
         const uint32_t at = sw<C>(r, c);
         *reinterpret_cast<uint4*>(gdn_smem + Smem::A + at) = make_uint4(ph[0], ph[1], ph[2], ph[3]);
         *reinterpret_cast<uint4*>(gdn_smem + Smem::A + kSq + at) = make_uint4(pl[0], pl[1], pl[2], pl[3]);
-        *reinterpret_cast<uint4*>(gdn_smem + Smem::Tb + at) = make_uint4(bh[0], bh[1], bh[2], bh[3]);
-        *reinterpret_cast<uint4*>(gdn_smem + Smem::Tb + kSq + at) = make_uint4(bl[0], bl[1], bl[2], bl[3]);
       }
+    }
+    consumers_sync();  // every read of T is done: T'' goes over it
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = tid + NT * e;
+      const uint32_t at = sw<C>(q >> 3, 8 * (q & 7));
+      *reinterpret_cast<uint4*>(gdn_smem + Smem::T + at) = make_uint4(bh[e][0], bh[e][1], bh[e][2], bh[e][3]);
+      *reinterpret_cast<uint4*>(gdn_smem + Smem::T + kSq + at) =
+          make_uint4(bl[e][0], bl[e][1], bl[e][2], bl[e][3]);
     }
     wgmma::fence_proxy_async();
     consumers_sync();  // T', T'' complete
@@ -332,8 +369,11 @@ __global__ void __launch_bounds__(NT + 32, 2)
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operands(w);
+      __syncwarp();
+      if (lane == 0) tma::mbar_arrive(empty_k + 8 * p);  // this warp is done with k (and the row values)
       store_image(Wh + (int64_t(ch) * HV + h) * C * D, w, c64);
     }
+    tma::mbar_wait(full_v, n & 1);
     float u[32];
     wgmma::fence_operands(u);
     wgmma::fence();
@@ -347,7 +387,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
     wgmma::wait<0>();
     wgmma::fence_operands(u);
     __syncwarp();
-    if (lane == 0) tma::mbar_arrive(empty);  // this warp is done with q, k, v
+    if (lane == 0) tma::mbar_arrive(empty_v);  // this warp is done with v
     gdn_mma::store_tile_bf16(U16 + (t0 * HV + h) * D, HV * D, as_frags(u), 16 * wq, c64, len, 1.f);
   }
 #else
