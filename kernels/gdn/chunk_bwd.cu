@@ -441,13 +441,15 @@ cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const Gdn
                                   b.states_odd16, b.tokens);
   if (e == cudaSuccess && gdn_wy_wgmma_selected(qk, v, dk, dv)) {  // Hopper, unless no tensor maps
     e = launch_gdn_wy_grad_wgmma(qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dk_part16, b.dkh16,
-                                 dv_out, gr, HK, HV, s, b.tokens);
+                                 dv_out, gr, HK, HV, s, b.tokens, b.dk);
     if (e != cudaErrorNotSupported) return e;
     e = cudaSuccess;
   }
   if (e == cudaSuccess)
     e = launch_gdn_wy_grad_mma(qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dk_part16, b.dkh16,
                                dv_out, gr, HK, HV, dk, dv, s);
+  if (e == cudaSuccess && b.dk.p)  // dk from the per-value-head dk̂ the mma.sync kernel wrote
+    e = launch_l2norm_bwd_gva(KIn{b.dkh16, KType::BF16}, qk.k, qk.rk, 1.f, b.dk, b.tokens, HK, HV, dk, s);
   return e;
 }
 #endif  // DT_ATTN_EMU

@@ -175,13 +175,15 @@ cudaError_t launch_gdn_wy_grad_mma(const GdnQK& qk, KIn v, const GdnGates& gates
                                    cudaStream_t s);
 // The WY backward on wgmma with TMA copies (wy_grad_wgmma.cu, sm_90a) for bf16 k with ρ, 16-byte aligned bf16
 // v, dk = dv = 128 (selected: also a compute capability 9 device, DT_GDN_SCAN_MMA and DT_GDN_WY_MMA unset);
-// the contract of launch_gdn_wy_grad_mma; cudaErrorNotSupported where the tensor maps cannot be made (T 0, or
-// the driver refuses them).
+// the contract of launch_gdn_wy_grad_mma; with dk set, the value heads of a key head run back to back in one
+// block and it writes dk (the L2 backward of k, dkh16 unused) instead; cudaErrorNotSupported where the tensor
+// maps cannot be made (T 0, or the driver refuses them).
 bool gdn_wy_wgmma_selected(const GdnQK& qk, KIn v, int dk, int dv);
 cudaError_t launch_gdn_wy_grad_wgmma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
                                      const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
                                      const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
-                                     const GdnGateGrads& gr, int64_t HK, int64_t HV, cudaStream_t s, int64_t T);
+                                     const GdnGateGrads& gr, int64_t HK, int64_t HV, cudaStream_t s, int64_t T,
+                                     KOut dk = {});
 // The whole tensor-core backward after the recompute: reverse scan, 2 + 3, 4 (chunk_bwd.cu).
 struct GdnBwdBf16 {
   const void* W16 = nullptr;
@@ -195,6 +197,9 @@ struct GdnBwdBf16 {
   void* dqh16 = nullptr;  // outputs: dq̂, dk̂ per value head (for launch_l2norm_bwd_gva)
   void* dkh16 = nullptr;
   KOut dq;  // set: dq itself in place of dqh16 (launch_gdn_chunk_grad_mma's fused L2 backward)
+  // set (with dq): dk itself (=), the L2 backward of k summed over each key head's value heads, in the WY
+  // kernel on Hopper (launch_gdn_wy_grad_wgmma) or by launch_l2norm_bwd_gva from dkh16 after it
+  KOut dk;
   bool image = false;
   const void* states_odd16 = nullptr;  // set: states16 holds the even chunks only (GdnHalfStates)
   int64_t tokens = 0;                  // T (the state/intra kernel's TMA maps need the tensors' extent)

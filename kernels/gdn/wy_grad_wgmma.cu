@@ -69,8 +69,9 @@ struct Smem {                                 // byte offsets
   static constexpr uint32_t rec = sums + 2 * kSums * C * 4;  // int [2] (t0, len), then [2] h, by parity
   static constexpr uint32_t tail = rec + 32;                 // [2] by parity: dG, gda [64] fp32; then [2][3]
                                                              // int (t0, len, h): step [5]'s suffix sums
-  static constexpr uint32_t bar = tail + 4 * C * 4 + 32;     // mbarriers full[2], empty[2]
-  static constexpr uint32_t bytes = bar + 4 * 8;             // 224,352
+  static constexpr uint32_t kdot = tail + 4 * C * 4 + 32;    // [2][64] fp32: the fused dk's row dots
+  static constexpr uint32_t bar = kdot + 2 * C * 4;          // mbarriers full[2], empty[2]
+  static constexpr uint32_t bytes = bar + 4 * 8;             // 224,864
 };
 static_assert(Smem::set % 1024 == 0 && Smem::bar % 8 == 0, "tile and mbarrier alignment");
 constexpr uint32_t kSetBytes = 5 * kRows + kSq;
@@ -135,13 +136,20 @@ __device__ __forceinline__ void store_column_sums(float* dst, float (&v)[8]) {
 __global__ void __launch_bounds__(NT + 32, 1)
     gdn_wy_grad_wgmma_kernel(const __grid_constant__ WyMaps maps, const float* rho_k, GdnGates gates,
                              const float* Gc, const int32_t* chunks, int nitems, bf16* dkh, KOut dv_out,
-                             GdnGateGrads gr, int64_t HK, int64_t HV) {
+                             GdnGateGrads gr, int64_t HK, int64_t HV, KOut dk_out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char gdn_smem[];
   // mbarriers by set: full (tiles and row values in), empty (the consumers are done with it)
   const uint32_t sb = mma::smem_addr(gdn_smem), full = sb + Smem::bar, empty = full + 16;
   const int tid = threadIdx.x, warp = tid >> 5, wq = warp & 3, lane = tid & 31;
   const int step = static_cast<int>(gridDim.x);
+  // The block's n-th item: with dk fused, the r value heads of a key head (one chunk) back to back (a group),
+  // groups blockIdx.x, + gridDim.x, ...; else r = 1. -1 past the block's last item.
+  const int r = dk_out.p ? static_cast<int>(HV / HK) : 1, ngroups = nitems / r;
+  auto item_at = [&](int n) {
+    const int grp = static_cast<int>(blockIdx.x) + (n / r) * step;
+    return grp < ngroups ? grp * r + n % r : -1;
+  };
   if (tid == 0) {
     for (int p = 0; p < 2; ++p) {
       tma::mbar_init(full + 8 * p, 32);        // the producer's lanes (and the copies' bytes)
@@ -235,13 +243,12 @@ __global__ void __launch_bounds__(NT + 32, 1)
       }
       return r;
     };
-    WyItem it = wy_item(blockIdx.x, chunks, HV);
+    WyItem it = wy_item(item_at(0), chunks, HV);
     Rows rows = load_rows(it);
-    int n = 0;
-    for (int idx = blockIdx.x; idx < nitems; idx += step, ++n) {
-      const int p = n & 1;
-      const bool more = idx + step < nitems;
-      const WyItem nx = more ? wy_item(idx + step, chunks, HV) : it;
+    for (int n = 0; item_at(n) >= 0; ++n) {
+      const int p = n & 1, nidx = item_at(n + 1);
+      const bool more = nidx >= 0;
+      const WyItem nx = more ? wy_item(nidx, chunks, HV) : it;
       if (n >= 2) tma::mbar_wait(empty + 8 * p, ((n >> 1) - 1) & 1);
       if (lane == 0) {
         const uint32_t s = sb + p * Smem::set, bar = full + 8 * p;
@@ -278,8 +285,9 @@ __global__ void __launch_bounds__(NT + 32, 1)
   auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory"); };
   const uint64_t P_k = desc_k(sb + Smem::P), Y_mn = desc_mn(sb + Smem::Y + 4096 * wg, 2048);
   const uint64_t P1_k = desc_k(sb + Smem::P1), P2_mn = desc_mn(sb + Smem::P2, 2048);
-  for (int idx = blockIdx.x, n = 0; idx < nitems; idx += step, ++n) {
-    const int p = n & 1, h = idx % static_cast<int>(HV);
+  int n = 0;
+  for (int idx = item_at(0); idx >= 0; idx = item_at(++n)) {
+    const int p = n & 1, h = idx % static_cast<int>(HV), head = n % r;  // head: within the group
     const uint32_t S = sb + p * Smem::set;
     const unsigned char* Tp = gdn_smem + p * Smem::set + Smem::T;
     const unsigned char* dFp = gdn_smem + p * Smem::set + Smem::dF;
@@ -462,13 +470,67 @@ __global__ void __launch_bounds__(NT + 32, 1)
     if (lane < 8) row_terms(p, t0, len, h);  // the sums are complete since the P1/P2 barrier
     wgmma::wait<0>();
     wgmma::fence_operands(xw);
-    __syncwarp();
-    if (lane == 0) tma::mbar_arrive(empty + 8 * p);  // this warp is done with set p
-    gdn_mma::store_tile_bf16(dkh + row0 * D, HV * D, as_frags(xw), 16 * wq, c64, len, 1.f);
+    if (!dk_out.p) {
+      __syncwarp();
+      if (lane == 0) tma::mbar_arrive(empty + 8 * p);  // this warp is done with set p
+      gdn_mma::store_tile_bf16(dkh + row0 * D, HV * D, as_frags(xw), 16 * wq, c64, len, 1.f);
+    } else if (head + 1 < r) {
+      // dk̂ of this value head into the next one's partial sums (the group's next item: same chunk, rows and
+      // thread layout), as bf16 like the per-head dk̂ the separate L2 backward would read
+      tma::mbar_wait(full + 8 * (p ^ 1), ((n + 1) >> 1) & 1);
+      unsigned char* dFn = gdn_smem + (p ^ 1) * Smem::set + Smem::dF;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+          const int i = 16 * wq + g + 8 * hf, q = 4 * nb + 2 * hf;
+          auto* at = reinterpret_cast<__nv_bfloat162*>(dFn + sw<C>(i, c64 + 8 * nb + 2 * t4));
+          const float2 f = __bfloat1622float2(*at);
+          *at = __floats2bfloat162_rn(f.x + xw[q], f.y + xw[q + 1]);
+        }
+      __syncwarp();
+      if (lane == 0) tma::mbar_arrive(empty + 8 * p);
+    } else {
+      // the group's last head: dk = ρ·(dk̂ − k·ρ·(Σ dk̂ ⊙ k)·ρ), dk̂ summed over the group's heads (the L2
+      // norm's backward, l2norm.cu), the row dots over both warpgroups' columns
+      const unsigned char* Kp = gdn_smem + p * Smem::set + Smem::K;
+      float* kdot = reinterpret_cast<float*>(gdn_smem + Smem::kdot);  // [2][64] by warpgroup
+      float2 kv[2][8];                                                // k at the thread's elements
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = 16 * wq + g + 8 * hf;
+        float dot = 0.f;
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+          kv[hf][nb] = ld_bf16x2(Kp + sw<C>(i, c64 + 8 * nb + 2 * t4));
+          dot += xw[4 * nb + 2 * hf] * kv[hf][nb].x + xw[4 * nb + 2 * hf + 1] * kv[hf][nb].y;
+        }
+        dot = gdn_chunk::quad_sum(dot);
+        if (t4 == 0) kdot[wg * C + i] = dot;
+      }
+      const float rh[2] = {Rho[16 * wq + g], Rho[16 * wq + g + 8]};
+      __syncwarp();
+      if (lane == 0) tma::mbar_arrive(empty + 8 * p);  // k and ρ are in registers
+      // the row dots: warps wq and wq + 4 hold the same rows (named barrier 2 + wq, the two warps only)
+      asm volatile("bar.sync %0, 64;\n" ::"r"(2 + wq) : "memory");
+      const int64_t hk = h / r;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = 16 * wq + g + 8 * hf;
+        if (i >= len) continue;
+        const float rho = rh[hf], dot = (kdot[i] + kdot[C + i]) * rho;
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+          const int q = 4 * nb + 2 * hf;
+          st_pair<true>(dk_out, ((t0 + i) * HK + hk) * D + c64 + 8 * nb + 2 * t4,
+                        rho * (xw[q] - kv[hf][nb].x * rho * dot),
+                        rho * (xw[q + 1] - kv[hf][nb].y * rho * dot));
+        }
+      }
+    }
   }
   consumers_sync();  // the last item's row terms
-  if (warp == 0 && nitems > static_cast<int>(blockIdx.x))
-    row_suffix((((nitems - 1 - blockIdx.x) / step) & 1));
+  if (warp == 0 && n > 0) row_suffix((n - 1) & 1);
 #else
   __trap();  // built without sm_90a: the launcher does not choose this kernel there
 #endif
@@ -486,10 +548,10 @@ cudaError_t launch_gdn_wy_grad_wgmma(const GdnQK& qk, KIn v, const GdnGates& gat
                                      const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
                                      const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
                                      const GdnGateGrads& gr, int64_t HK, int64_t HV, cudaStream_t s,
-                                     int64_t T) {
+                                     int64_t T, KOut dk) {
   if (!gdn_wy_wgmma_selected(qk, v, D, D)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
-  if (T <= 0) return cudaErrorNotSupported;
+  if (T <= 0 || reinterpret_cast<uintptr_t>(dk.p) % 4 != 0) return cudaErrorNotSupported;  // dk: pair stores
   WyMaps maps{};
   using tma::encode_image_map;
   const int64_t mats = int64_t(nchunks) * HV * C;  // rows of the (nchunks, HV, 64, 64) T
@@ -503,9 +565,9 @@ cudaError_t launch_gdn_wy_grad_wgmma(const GdnQK& qk, KIn v, const GdnGates& gat
   if (e != cudaSuccess) return e;
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  const int items = nchunks * static_cast<int>(HV);
-  gdn_wy_grad_wgmma_kernel<<<std::min(items, sms), NT + 32, Smem::bytes, s>>>(
-      maps, qk.rk, gates, Gc, chunks, items, static_cast<bf16*>(dkh16), dv_out, gr, HK, HV);
+  const int items = nchunks * static_cast<int>(HV), groups = dk.p ? items / static_cast<int>(HV / HK) : items;
+  gdn_wy_grad_wgmma_kernel<<<std::min(groups, sms), NT + 32, Smem::bytes, s>>>(
+      maps, qk.rk, gates, Gc, chunks, items, static_cast<bf16*>(dkh16), dv_out, gr, HK, HV, dk);
   return cudaGetLastError();
 }
 #endif

@@ -592,7 +592,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       b.vnew16 = f->vnew.data, b.dh16 = dh.data, b.dvn16 = dvn.data;
       b.dW16 = f->W.data;  // W is read only by the reverse scan, before the state products write dW
       b.dqh16 = dq_fused ? nullptr : dqh.data, b.dkh16 = dkh.data;
-      if (dq_fused) b.dq = kout(dq, "gdn dq");
+      if (dq_fused) b.dq = kout(dq, "gdn dq"), b.dk = kout(dk, "gdn dk");  // the backward finishes both
       b.image = f->image;
       b.states_odd16 = f->states_odd.defined() ? f->states_odd.data : nullptr;
       b.tokens = d.T;
@@ -618,13 +618,8 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
   }
   if (!raw_gates && dg32.defined()) copy(*gout.dg, dg32);
   if (!raw_gates && db32.defined()) copy(*gout.dbeta, db32);
+  if (dq_fused) return;  // dq and dk written by the tensor-core backward itself
   const kernels::L2BwdArgs l2k{kin(dkh, "gdn dk-hat"), kin(k, "gdn k"), fptr(f->rk), 1.f, kout(dk, "gdn dk")};
-  if (dq_fused) {
-    cuda_check(
-        kernels::launch_l2norm_bwd_gva(l2k.dyh, l2k.x, l2k.rstd, l2k.scale, l2k.dx, d.T, d.HK, d.HV, d.dk, s),
-        "gdn_bwd (l2norm k)");
-    return;
-  }
   const kernels::L2BwdArgs l2q{kin(dqh, "gdn dq-hat"), kin(q, "gdn q"), fptr(f->rq), scale,
                                kout(dq, "gdn dq")};
   cuda_check(kernels::launch_l2norm_bwd_gva2(l2q, l2k, d.T, d.HK, d.HV, d.dk, s), "gdn_bwd (l2norm q, k)");
