@@ -581,8 +581,8 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
           gdn_reads_raw_qk(q, k)
               ? kernels::GdnQK{kin(q, "gdn q"), kin(k, "gdn k"), fptr(f->rq), fptr(f->rk), scale}
               : kernels::GdnQK{kin(f->qn, "gdn q-hat"), kin(f->kn, "gdn k-hat")};
-      // The state/intra kernel finishes dq itself (the L2 backward for q) where it can; DT_GDN_L2_SEPARATE=1
-      // keeps the separate pass (A/B timing).
+      // The state/intra kernel finishes dq itself (the L2 backward for q) where it can, and then the backward
+      // finishes dk too (the WY kernel on Hopper); DT_GDN_L2_SEPARATE=1 keeps the separate pass (A/B timing).
       dq_fused = !std::getenv("DT_GDN_L2_SEPARATE") &&
                  kernels::gdn_grad_fuses_dq(qk, kin(dout, "gdn dout"), kout(dq, "gdn dq"), d.HK, d.HV);
       if (!dq_fused) dqh = alloc({d.T, d.HV, d.dk}, DType::BF16);
