@@ -416,8 +416,7 @@ cudaError_t launch_gdn_chunk_grad_wgmma(KIn dout, const GdnQK& qk, const float* 
       cudaFuncSetAttribute(gdn_chunk_grad_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(Smem::bytes));
   if (e != cudaSuccess) return e;
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int sms = sm_count();
   const int items = nchunks * static_cast<int>(HV);
   const int groups = dq.p ? items / static_cast<int>(HV / HK) : items;
   gdn_chunk_grad_wgmma_kernel<<<std::min(groups, sms), NT, Smem::bytes, s>>>(

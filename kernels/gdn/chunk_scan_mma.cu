@@ -388,12 +388,6 @@ bool scan_mma_b16(const GdnScanBf16* b16, bool with_o) {
 
 #ifndef DT_ATTN_EMU
 namespace {
-int sm_count() {
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  return sms;
-}
-
 // Column tile: gdn_scan_tile_cols's 32 (16 where even that grid fits one wave), or, with the bf16 operands,
 // 64 where BV 32's grid (pairs · dv/32 blocks) has more blocks than the GPU has SMs, with or without output
 // (with output the prefetching BV 32 variant runs one block per SM, so such a grid ran without prefetch;

@@ -21,9 +21,23 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v;
 }
 
+// The sum of x over the warp's later lanes (lane + 1 .. 31), by a butterfly: at step o, `tot` is the sum over
+// this lane's aligned block of o lanes; a lane in the lower half of a 2o-block adds the upper half's total.
+__device__ __forceinline__ float later_lanes_sum(float x) {
+  const int lane = threadIdx.x & 31;
+  float tot = x, after = 0.f;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float p = __shfl_xor_sync(0xffffffffu, tot, o);
+    if (!(lane & o)) after += p;
+    tot += p;
+  }
+  return after;
+}
+
 // dg[(t0 + i)·HV + h] (=) Σ_{m ≥ i} dG[m] for i < len: the gate gradient from the per-row terms (one thread).
-__device__ __forceinline__ void store_reverse_cumsum(const float* dG, float* dg, const ChunkRef& cr, int64_t HV,
-                                                     int64_t h) {
+__device__ __forceinline__ void store_reverse_cumsum(const float* dG, float* dg, const ChunkRef& cr,
+                                                     int64_t HV, int64_t h) {
   float acc = 0.f;
   for (int i = cr.len - 1; i >= 0; --i) {
     acc += dG[i];
@@ -49,13 +63,16 @@ __device__ __forceinline__ GradItem grad_item(int item, const int32_t* chunks, i
   return it;
 }
 
-// Whether chunk ch + 1 belongs to the sequence of chunk ch (chunk_off: each sequence's first chunk, nseq + 1).
+// Whether chunk ch + 1 belongs to the sequence of chunk ch (chunk_off: each sequence's first chunk, nseq +
+// 1).
 __device__ __forceinline__ bool next_chunk_continues(const int32_t* chunk_off, int nseq, int ch) {
   int lo = 0, hi = nseq;  // the sequence of chunk ch: chunk_off[lo] <= ch < chunk_off[lo + 1]
   while (hi - lo > 1) {
     const int mid = (lo + hi) >> 1;
-    if (chunk_off[mid] <= ch) lo = mid;
-    else hi = mid;
+    if (chunk_off[mid] <= ch)
+      lo = mid;
+    else
+      hi = mid;
   }
   return ch + 1 < chunk_off[lo + 1];
 }

@@ -415,15 +415,7 @@ __global__ void __launch_bounds__(NT, 2)
       }
     }
     d[0] += d[1];
-    // Suffix over lanes: at step o, `tot` is the sum of this lane's aligned block of o lanes; a lane in the
-    // lower half of the 2o-block adds the upper half's total to `after` (the sum of all later lanes).
-    float tot = d[0], after = 0.f;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float p = __shfl_xor_sync(0xffffffffu, tot, o);
-      if (!(lane & o)) after += p;
-      tot += p;
-    }
+    const float after = gdn_chunk::later_lanes_sum(d[0]);  // the rows after this lane's
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = 2 * lane + r;

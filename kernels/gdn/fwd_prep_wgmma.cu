@@ -26,6 +26,7 @@
 #include "gdn/gdn_mma.cuh"
 #include "gdn/l2norm_row.cuh"
 #include "gdn/prep_solve.cuh"
+#include "gdn/prep_wgmma.cuh"
 #include "gdn/wgmma_tiles.cuh"
 
 namespace deltatune::kernels {
@@ -37,6 +38,7 @@ using gdn_wgmma::as_frags;
 using gdn_wgmma::desc_at;
 using gdn_wgmma::desc_k;
 using gdn_wgmma::desc_mn;
+using gdn_wgmma::mma_steps;
 using gdn_wgmma::pack;
 using gdn_wgmma::sw;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
@@ -63,26 +65,6 @@ struct FwdMaps {
   tma::ImageMap q, k, v;
 };
 
-// As lean_prep_wgmma.cu: a warpgroup's accumulators (N = R/2 columns from c0) as bf16 into a 64-row operand
-// image tile in global memory; each 4-byte store instruction of a warp writes 128 consecutive bytes.
-template <int R>
-__device__ __forceinline__ void store_image(bf16* tile, const float (&d)[R], int c0) {
-  const int lane = threadIdx.x & 31, r0 = 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2);
-  bf16* t = tile + gdn_scan_image_index(r0, c0 + 2 * (lane & 3));
-#pragma unroll
-  for (int nb = 0; nb < R / 4; ++nb)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf)
-      *reinterpret_cast<uint32_t*>(t + 8 * C * nb + 64 * hf) =
-          pack(d[4 * nb + 2 * hf], d[4 * nb + 2 * hf + 1]);
-}
-
-__device__ __forceinline__ float4 ld_bf16x4(const unsigned char* p) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-  return make_float4(a.x, a.y, b.x, b.y);
-}
 // 8 bf16 (16 bytes) times scale·rho each, rounded back (the prep's raw_scaled8 arithmetic).
 __device__ __forceinline__ uint4 scaled8(uint4 u, float scale, float rho) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -126,25 +108,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
   if (warp == NT / 32) {
     // Producer warp: k, q, v by TMA (lane 0) as their buffers are released, G and β of the rows lane, lane +
     // 32 (the gates loaded one item ahead), the chunk record and the Gc output.
-    struct Gates {
-      float g[2], beta[2];
-    };
-    auto load_gates = [&](int idx) {
-      Gates r{};
-      const int ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
-      const gdn_chunk::ChunkRef cr = gdn_chunk::chunk_at(chunks, ch);
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int i = lane + 32 * rr;
-        if (i < cr.len) {
-          const int64_t o = (cr.t0 + i) * HV + h;
-          r.g[rr] = gdn_g_at(gates, o, h);
-          r.beta[rr] = gdn_beta_at(gates, o);
-        }
-      }
-      return r;
-    };
-    Gates gv = load_gates(blockIdx.x);
+    gdn_prep::RowGates gv = gdn_prep::load_row_gates(gates, chunks, blockIdx.x, HV);
     int n = 0;
     for (int idx = blockIdx.x; idx < nitems; idx += step, ++n) {
       const int ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
@@ -160,29 +124,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
         tma::image_tile(sb + Smem::K + p * kRows, maps.k, t0, hk, full_k + 8 * p);
         rec[0] = t0, rec[1] = cr.len, rec[2] = h, rec[3] = ch;
       }
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) G[lane + 32 * rr] = gv.g[rr], B[lane + 32 * rr] = gv.beta[rr];
-      __syncwarp();
-      if (lane == 0) {  // G = cumsum(g), zeros past the chunk's end: the prep's order
-        float s = 0.f;
-#pragma unroll
-        for (int q = 0; q < C / 4; ++q) {
-          float4 y = reinterpret_cast<float4*>(G)[q];
-          float* x = reinterpret_cast<float*>(&y);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s += x[e];
-            x[e] = 4 * q + e < cr.len ? s : 0.f;
-          }
-          reinterpret_cast<float4*>(G)[q] = y;
-        }
-      }
-      __syncwarp();
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int i = lane + 32 * rr;
-        if (i < cr.len) Gc[(cr.t0 + i) * HV + h] = G[i];
-      }
+      gdn_prep::store_row_gates(G, B, gv, cr, Gc, HV, h);
       tma::mbar_arrive(full_k + 8 * p);
       // q once the item before has formed M and the images, v once it is done
       if (n >= 1) tma::mbar_wait(empty_q, (n - 1) & 1);
@@ -195,7 +137,8 @@ __global__ void __launch_bounds__(NT + 32, 2)
         tma::mbar_arrive_expect_tx(full_v, kRows);
         tma::image_tile(sb + Smem::V, maps.v, t0, h, full_v);
       }
-      if (idx + step < nitems) gv = load_gates(idx + step);  // in flight until the next fill
+      if (idx + step < nitems)
+        gv = gdn_prep::load_row_gates(gates, chunks, idx + step, HV);  // in flight until the next fill
     }
     return;
   }
@@ -227,41 +170,11 @@ __global__ void __launch_bounds__(NT + 32, 2)
     wgmma::fence_operands(m);
     wgmma::fence();
     // k·kᵀ and q·kᵀ on columns c32 .. c32 + 31 (k rows as the K-major B), while ρ is formed
-#pragma unroll
-    for (int s = 0; s < D / 16; ++s)
-      wgmma::mma_m64n32<0, 0>(kk, desc_at(K_k, 2048 * s), desc_at(Kn_k, 2048 * s), s > 0);
-#pragma unroll
-    for (int s = 0; s < D / 16; ++s)
-      wgmma::mma_m64n32<0, 0>(m, desc_at(Q_k, 2048 * s), desc_at(Kn_k, 2048 * s), s > 0);
+    mma_steps<D / 16, 0, 0>(kk, K_k, 2048, Kn_k, 2048);
+    mma_steps<D / 16, 0, 0>(m, Q_k, 2048, Kn_k, 2048);
     wgmma::commit();
-    {
-      // ρ_k, ρ_q of rows 8·warp .. + 7: lane columns 4·lane .. + 3, the L2 norm's sums (l2norm_row.cuh)
-      constexpr int RW = C / (NT / 32);
-      float4 kr[RW], qr[RW];
-#pragma unroll
-      for (int i = 0; i < RW; ++i) {
-        const int r = warp * RW + i;
-        kr[i] = ld_bf16x4(gdn_smem + Kb + sw<C>(r, 4 * lane));
-        qr[i] = ld_bf16x4(gdn_smem + Smem::Q + sw<C>(r, 4 * lane));
-      }
-      float rk[RW], rq[RW];
-      l2_rows_normalise(kr, 1.f, nout.eps, rk);
-      l2_rows_normalise(qr, scale, nout.eps, rq);
-      float a = 0.f, b = 0.f;  // lane i < RW: row warp·RW + i
-#pragma unroll
-      for (int i = 0; i < RW; ++i)
-        if (lane == i) a = rk[i], b = rq[i];
-      if (lane < RW) {
-        const int r = warp * RW + lane;
-        const bool ok = r < len;
-        Rk[r] = ok ? a : 0.f, Rq[r] = ok ? b : 0.f;
-        Sv[r] = ok ? B[r] * expf(G[r]) * a : 0.f;
-        if (ok && nout.rq && first) {
-          nout.rk[(t0 + r) * HK + hk] = a;
-          nout.rq[(t0 + r) * HK + hk] = b;
-        }
-      }
-    }
+    gdn_prep::rows_rho(gdn_smem + Kb, gdn_smem + Smem::Q, scale, nout, first, G, B, Rk, Rq, Sv, len, t0, hk,
+                       HK);
     consumers_sync();  // ρ and s complete
     wgmma::wait<0>();
     wgmma::fence_operands(kk);
@@ -284,7 +197,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
         *reinterpret_cast<float2*>(Af + i * kLA + c32 + 8 * nb + 2 * t4) = make_float2(x[0], x[1]);
       }
     }
-    store_image(Mh + (int64_t(ch) * HV + h) * C * C, m, c32);
+    gdn_prep::store_image(Mh + (int64_t(ch) * HV + h) * C * C, m, c32);
     consumers_sync();                                      // A complete
     if (warp < 4 && lane == 0) tma::mbar_arrive(empty_q);  // these warps are done with q
     if (warp < 4) {
@@ -360,29 +273,21 @@ __global__ void __launch_bounds__(NT + 32, 2)
       float w[32];
       wgmma::fence_operands(w);
       wgmma::fence();
-#pragma unroll
-      for (int s = 0; s < C / 16; ++s)
-        wgmma::mma_m64n64<0, 1>(w, desc_at(Th_k, 2048 * s), desc_at(K_mn, 512 * s), s > 0);
-#pragma unroll
-      for (int s = 0; s < C / 16; ++s)
-        wgmma::mma_m64n64<0, 1>(w, desc_at(Tl_k, 2048 * s), desc_at(K_mn, 512 * s), true);
+      mma_steps<C / 16, 0, 1>(w, Th_k, 2048, K_mn, 512);
+      mma_steps<C / 16, 0, 1>(w, Tl_k, 2048, K_mn, 512, true);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operands(w);
       __syncwarp();
       if (lane == 0) tma::mbar_arrive(empty_k + 8 * p);  // this warp is done with k (and the row values)
-      store_image(Wh + (int64_t(ch) * HV + h) * C * D, w, c64);
+      gdn_prep::store_image(Wh + (int64_t(ch) * HV + h) * C * D, w, c64);
     }
     tma::mbar_wait(full_v, n & 1);
     float u[32];
     wgmma::fence_operands(u);
     wgmma::fence();
-#pragma unroll
-    for (int s = 0; s < C / 16; ++s)
-      wgmma::mma_m64n64<0, 1>(u, desc_at(Bh_k, 2048 * s), desc_at(V_mn, 512 * s), s > 0);
-#pragma unroll
-    for (int s = 0; s < C / 16; ++s)
-      wgmma::mma_m64n64<0, 1>(u, desc_at(Bl_k, 2048 * s), desc_at(V_mn, 512 * s), true);
+    mma_steps<C / 16, 0, 1>(u, Bh_k, 2048, V_mn, 512);
+    mma_steps<C / 16, 0, 1>(u, Bl_k, 2048, V_mn, 512, true);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(u);
@@ -415,8 +320,7 @@ cudaError_t launch_gdn_fwd_prep_wgmma(KIn q, KIn k, float scale, const GdnNormOu
   cudaError_t e = cudaFuncSetAttribute(gdn_fwd_prep_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(Smem::bytes));
   if (e != cudaSuccess) return e;
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int sms = sm_count();
   const int items = nchunks * static_cast<int>(HV);
   gdn_fwd_prep_wgmma_kernel<<<std::min(items, 2 * sms), NT + 32, Smem::bytes, s>>>(
       maps, scale, nout, gates, chunks, items, Gc, static_cast<bf16*>(b16.W), static_cast<bf16*>(b16.M),

@@ -23,6 +23,7 @@
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
 #include "gdn/l2norm_row.cuh"
+#include "gdn/prep_wgmma.cuh"
 #include "gdn/wgmma_tiles.cuh"
 
 namespace deltatune::kernels {
@@ -32,6 +33,7 @@ using bf16 = __nv_bfloat16;
 using gdn_wgmma::desc_at;
 using gdn_wgmma::desc_k;
 using gdn_wgmma::desc_mn;
+using gdn_wgmma::mma_steps;
 using gdn_wgmma::pack;
 using gdn_wgmma::sw;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
@@ -44,7 +46,7 @@ struct Smem {                                           // byte offsets
   static constexpr uint32_t set = T + kSq;              // [2] sets by item parity
   static constexpr uint32_t Thi = 2 * set;              // T' hi [64][64]
   static constexpr uint32_t Tlo = Thi + kSq;            // T' lo
-  static constexpr uint32_t vec = Tlo + kSq;           // [2][2][64] fp32 by parity: G, β
+  static constexpr uint32_t vec = Tlo + kSq;            // [2][2][64] fp32 by parity: G, β
   static constexpr uint32_t rho = vec + 2 * 2 * C * 4;  // [3][64]: ρ_k, ρ_q, s = β·e^G·ρ_k
   static constexpr uint32_t rec = rho + 3 * C * 4;      // int [2][4] by parity: t0, len, h, ch
   static constexpr uint32_t bar = rec + 32;             // mbarriers full[2], empty[2]
@@ -56,27 +58,6 @@ constexpr uint32_t kSetBytes = 2 * kRows + kSq;
 struct LeanMaps {
   tma::ImageMap q, k, T;
 };
-
-// A warpgroup's accumulators (m64nN, N = R/2 columns from c0) as bf16 into a 64-row operand image tile in
-// global memory (gdn_scan_image_index): the pairs of a row's 8-column group lie in one 16-byte run and the 8
-// rows of a warp's quarter in 128 consecutive bytes, so each 4-byte store instruction writes whole lines.
-template <int R>
-__device__ __forceinline__ void store_image(bf16* tile, const float (&d)[R], int c0) {
-  const int lane = threadIdx.x & 31, r0 = 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2);
-  bf16* t = tile + gdn_scan_image_index(r0, c0 + 2 * (lane & 3));  // then + 8·64 per column group, + 8·8 rows
-#pragma unroll
-  for (int nb = 0; nb < R / 4; ++nb)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf)
-      *reinterpret_cast<uint32_t*>(t + 8 * C * nb + 64 * hf) = pack(d[4 * nb + 2 * hf], d[4 * nb + 2 * hf + 1]);
-}
-
-__device__ __forceinline__ float4 ld_bf16x4(const unsigned char* p) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-  return make_float4(a.x, a.y, b.x, b.y);
-}
 
 __global__ void __launch_bounds__(NT + 32, 2)
     gdn_lean_prep_wgmma_kernel(const __grid_constant__ LeanMaps maps, float scale, GdnNormOut nout,
@@ -99,25 +80,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
   if (warp == NT / 32) {
     // Producer warp: q, k, T by TMA (lane 0), G and β of the rows lane, lane + 32 (the gates loaded one item
     // ahead), the chunk record and the Gc output; set p once the consumers released it (the item two before).
-    struct Gates {
-      float g[2], beta[2];
-    };
-    auto load_gates = [&](int idx) {
-      Gates r{};
-      const int ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
-      const gdn_chunk::ChunkRef cr = gdn_chunk::chunk_at(chunks, ch);
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int i = lane + 32 * rr;
-        if (i < cr.len) {
-          const int64_t o = (cr.t0 + i) * HV + h;
-          r.g[rr] = gdn_g_at(gates, o, h);
-          r.beta[rr] = gdn_beta_at(gates, o);
-        }
-      }
-      return r;
-    };
-    Gates gv = load_gates(blockIdx.x);
+    gdn_prep::RowGates gv = gdn_prep::load_row_gates(gates, chunks, blockIdx.x, HV);
     int n = 0;
     for (int idx = blockIdx.x; idx < nitems; idx += step, ++n) {
       const int p = n & 1, ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
@@ -135,31 +98,10 @@ __global__ void __launch_bounds__(NT + 32, 2)
       }
       float* G = reinterpret_cast<float*>(gdn_smem + Smem::vec) + p * 2 * C;
       float* B = G + C;
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) G[lane + 32 * rr] = gv.g[rr], B[lane + 32 * rr] = gv.beta[rr];
-      __syncwarp();
-      if (lane == 0) {  // G = cumsum(g), zeros past the chunk's end: the prep's order
-        float s = 0.f;
-#pragma unroll
-        for (int q = 0; q < C / 4; ++q) {
-          float4 y = reinterpret_cast<float4*>(G)[q];
-          float* x = reinterpret_cast<float*>(&y);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s += x[e];
-            x[e] = 4 * q + e < cr.len ? s : 0.f;
-          }
-          reinterpret_cast<float4*>(G)[q] = y;
-        }
-      }
-      __syncwarp();
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int i = lane + 32 * rr;
-        if (i < cr.len) Gc[(cr.t0 + i) * HV + h] = G[i];
-      }
+      gdn_prep::store_row_gates(G, B, gv, cr, Gc, HV, h);
       tma::mbar_arrive(full + 8 * p);
-      if (idx + step < nitems) gv = load_gates(idx + step);  // in flight until the next fill
+      if (idx + step < nitems)
+        gv = gdn_prep::load_row_gates(gates, chunks, idx + step, HV);  // in flight until the next fill
     }
     return;
   }
@@ -182,34 +124,8 @@ __global__ void __launch_bounds__(NT + 32, 2)
     const int64_t t0 = rec[0];
     const int len = rec[1], h = rec[2], ch = rec[3];
     const int64_t hk = h / (HV / HK);
-    {
-      // ρ_k, ρ_q of rows 8·warp .. + 7: lane columns 4·lane .. + 3, the L2 norm's sums (l2norm_row.cuh)
-      constexpr int RW = C / (NT / 32);
-      float4 kr[RW], qr[RW];
-#pragma unroll
-      for (int i = 0; i < RW; ++i) {
-        const int r = warp * RW + i;
-        kr[i] = ld_bf16x4(set + Smem::K + sw<C>(r, 4 * lane));
-        qr[i] = ld_bf16x4(set + Smem::Q + sw<C>(r, 4 * lane));
-      }
-      float rk[RW], rq[RW];
-      l2_rows_normalise(kr, 1.f, nout.eps, rk);
-      l2_rows_normalise(qr, scale, nout.eps, rq);
-      float a = 0.f, b = 0.f;  // lane i < RW: row warp·RW + i
-#pragma unroll
-      for (int i = 0; i < RW; ++i)
-        if (lane == i) a = rk[i], b = rq[i];
-      if (lane < RW) {
-        const int r = warp * RW + lane;
-        const bool ok = r < len;
-        Rk[r] = ok ? a : 0.f, Rq[r] = ok ? b : 0.f;
-        Sv[r] = ok ? B[r] * expf(G[r]) * a : 0.f;
-        if (ok && nout.rq && h % (HV / HK) == 0) {
-          nout.rk[(t0 + r) * HK + hk] = a;
-          nout.rq[(t0 + r) * HK + hk] = b;
-        }
-      }
-    }
+    gdn_prep::rows_rho(set + Smem::K, set + Smem::Q, scale, nout, h % (HV / HK) == 0, G, B, Rk, Rq, Sv, len,
+                       t0, hk, HK);
     consumers_sync();  // ρ and s complete
     float m[16];
     wgmma::fence_operands(m);
@@ -217,9 +133,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
     {
       // q·kᵀ on columns c32 .. c32 + 31 (k rows as the K-major B)
       const uint64_t Q_k = desc_k(S + Smem::Q), Kn_k = desc_k(S + Smem::K + 1024 * wg);
-#pragma unroll
-      for (int s = 0; s < D / 16; ++s)
-        wgmma::mma_m64n32<0, 0>(m, desc_at(Q_k, 2048 * s), desc_at(Kn_k, 2048 * s), s > 0);
+      mma_steps<D / 16, 0, 0>(m, Q_k, 2048, Kn_k, 2048);
       wgmma::commit();
     }
     // T' = T·diag(s) as bf16 hi + lo, two 16-byte pieces (8 columns of a row) per thread, in T's layout
@@ -252,7 +166,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
           m[r] = (i >= j && i < len) ? qk * expf(Gi - G[j]) : 0.f;
         }
     }
-    store_image(Mh + (int64_t(ch) * HV + h) * C * C, m, c32);
+    gdn_prep::store_image(Mh + (int64_t(ch) * HV + h) * C * C, m, c32);
     wgmma::fence_proxy_async();
     consumers_sync();  // T' complete
     float w[32];
@@ -261,19 +175,15 @@ __global__ void __launch_bounds__(NT + 32, 2)
     {
       // W = T'hi·k + T'lo·k on columns c64 .. c64 + 63 (k MN-major)
       const uint64_t K_mn = desc_mn(S + Smem::K + 8192 * wg, 2048);
-#pragma unroll
-      for (int s = 0; s < C / 16; ++s)
-        wgmma::mma_m64n64<0, 1>(w, desc_at(Thi_k, 2048 * s), desc_at(K_mn, 512 * s), s > 0);
-#pragma unroll
-      for (int s = 0; s < C / 16; ++s)
-        wgmma::mma_m64n64<0, 1>(w, desc_at(Tlo_k, 2048 * s), desc_at(K_mn, 512 * s), true);
+      mma_steps<C / 16, 0, 1>(w, Thi_k, 2048, K_mn, 512);
+      mma_steps<C / 16, 0, 1>(w, Tlo_k, 2048, K_mn, 512, true);
       wgmma::commit();
     }
     wgmma::wait<0>();
     wgmma::fence_operands(w);
     __syncwarp();
     if (lane == 0) tma::mbar_arrive(empty + 8 * p);  // this warp is done with set p
-    store_image(Wh + (int64_t(ch) * HV + h) * C * D, w, c64);
+    gdn_prep::store_image(Wh + (int64_t(ch) * HV + h) * C * D, w, c64);
     consumers_sync();  // every warp is done with T' (the next item rewrites it)
   }
 #else
@@ -300,8 +210,7 @@ cudaError_t launch_gdn_lean_prep_wgmma(KIn q, KIn k, float scale, const GdnNormO
   cudaError_t e = cudaFuncSetAttribute(
       gdn_lean_prep_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Smem::bytes));
   if (e != cudaSuccess) return e;
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int sms = sm_count();
   const int items = nchunks * static_cast<int>(HV);
   gdn_lean_prep_wgmma_kernel<<<std::min(items, 2 * sms), NT + 32, Smem::bytes, s>>>(
       maps, scale, nout, gates, chunks, items, Gc, static_cast<bf16*>(b16.W), static_cast<bf16*>(b16.M), HK,

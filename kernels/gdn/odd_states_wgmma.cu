@@ -199,8 +199,7 @@ cudaError_t launch_gdn_odd_states_wgmma(KIn k, float eps, const float* Gc, const
       cudaFuncSetAttribute(gdn_odd_states_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(Smem::bytes));
   if (e != cudaSuccess) return e;
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int sms = sm_count();
   const int nitems = nchunks / 2 * static_cast<int>(HV);
   gdn_odd_states_wgmma_kernel<<<std::min(nitems, sms), NT, Smem::bytes, s>>>(
       maps, eps, Gc, chunks, static_cast<bf16*>(half.odd), HK, HV, half.chunk_off, half.nseq, nitems);

@@ -65,6 +65,16 @@ __device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t off) {
   return (d & ~uint64_t(0xffffffffu)) | uint32_t(uint32_t(d) + (off >> 4));
 }
 
+// d (+)= the sum over STEPS k steps of 16 of A·B (m64nN, N by d's size), the operands step_a / step_b bytes
+// further at each step; the first step overwrites d unless acc.
+template <int STEPS, int TA, int TB, int R>
+__device__ __forceinline__ void mma_steps(float (&d)[R], uint64_t a, uint32_t step_a, uint64_t b,
+                                          uint32_t step_b, bool acc = false) {
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s)
+    wgmma::mma_m64n<TA, TB>(d, desc_at(a, step_a * s), desc_at(b, step_b * s), acc || s > 0);
+}
+
 // The wgmma accumulators as the mma.sync m16n8 fragments store_tile_bf16 takes (the same register layout).
 __device__ __forceinline__ const float (&as_frags(const float (&x)[32]))[8][4] {
   return *reinterpret_cast<const float(*)[8][4]>(&x);

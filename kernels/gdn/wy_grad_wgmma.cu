@@ -44,6 +44,7 @@ using gdn_wgmma::as_frags;
 using gdn_wgmma::desc_at;
 using gdn_wgmma::desc_k;
 using gdn_wgmma::desc_mn;
+using gdn_wgmma::mma_steps;
 using gdn_wgmma::pack;
 using gdn_wgmma::sw;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
@@ -198,13 +199,7 @@ __global__ void __launch_bounds__(NT + 32, 1)
     const int len = rec[1], h = rec[2];
     float d[2] = {tail[2 * lane], tail[2 * lane + 1]};
     d[0] += d[1];
-    float tot = d[0], after = 0.f;  // suffix over lanes (see chunk_wy_mma.cu)
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float q = __shfl_xor_sync(0xffffffffu, tot, o);
-      if (!(lane & o)) after += q;
-      tot += q;
-    }
+    const float after = gdn_chunk::later_lanes_sum(d[0]);  // the rows after this lane's
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int i = 2 * lane + r;
@@ -319,20 +314,12 @@ __global__ void __launch_bounds__(NT + 32, 1)
     wgmma::fence_operands(xu);
     wgmma::fence();
     // [1] a = dW·kᵀ, b = dU·Vᵀ on columns c32 .. c32 + 31 (k, V rows as the K-major B)
-#pragma unroll
-    for (int s = 0; s < D / 16; ++s)
-      wgmma::mma_m64n32<0, 0>(a, desc_at(dW_k, 2048 * s), desc_at(Kn_k, 2048 * s), s > 0);
-#pragma unroll
-    for (int s = 0; s < D / 16; ++s)
-      wgmma::mma_m64n32<0, 0>(b, desc_at(dU_k, 2048 * s), desc_at(Vn_k, 2048 * s), s > 0);
+    mma_steps<D / 16, 0, 0>(a, dW_k, 2048, Kn_k, 2048);
+    mma_steps<D / 16, 0, 0>(b, dU_k, 2048, Vn_k, 2048);
     wgmma::commit();
-#pragma unroll
-    for (int s = 0; s < D / 16; ++s)
-      wgmma::mma_m64n32<0, 0>(kk, desc_at(K_k, 2048 * s), desc_at(Kn_k, 2048 * s), s > 0);
-      // Xu = Tᵀ·dU on columns c64 .. c64 + 63 (T, dU MN-major)
-#pragma unroll
-    for (int s = 0; s < C / 16; ++s)
-      wgmma::mma_m64n64<1, 1>(xu, desc_at(T_mn, 512 * s), desc_at(dU_mn, 512 * s), s > 0);
+    mma_steps<D / 16, 0, 0>(kk, K_k, 2048, Kn_k, 2048);
+    // Xu = Tᵀ·dU on columns c64 .. c64 + 63 (T, dU MN-major)
+    mma_steps<C / 16, 1, 1>(xu, T_mn, 512, dU_mn, 512);
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::fence_operands(a);
@@ -367,9 +354,7 @@ __global__ void __launch_bounds__(NT + 32, 1)
     wgmma::fence_operands(y);
     wgmma::fence();
     // [2] Y = dT·Tᵀ (T rows as the K-major B)
-#pragma unroll
-    for (int s = 0; s < C / 16; ++s)
-      wgmma::mma_m64n32<0, 0>(y, desc_at(P_k, 2048 * s), desc_at(Tn_k, 2048 * s), s > 0);
+    mma_steps<C / 16, 0, 0>(y, P_k, 2048, Tn_k, 2048);
     wgmma::commit();
     if (warp == 0 && n > 0) row_suffix(p ^ 1);  // the item before: its row terms are complete
     wgmma::wait<0>();
@@ -405,13 +390,9 @@ __global__ void __launch_bounds__(NT + 32, 1)
     wgmma::fence_operands(xw);
     wgmma::fence();
     // [3] Tᵀ·Y (T and Y MN-major); then Xw = Tᵀ·dW on columns c64 .. (dW MN-major)
-#pragma unroll
-    for (int s = 0; s < C / 16; ++s)
-      wgmma::mma_m64n32<1, 1>(da, desc_at(T_mn, 512 * s), desc_at(Y_mn, 512 * s), s > 0);
+    mma_steps<C / 16, 1, 1>(da, T_mn, 512, Y_mn, 512);
     wgmma::commit();
-#pragma unroll
-    for (int s = 0; s < C / 16; ++s)
-      wgmma::mma_m64n64<1, 1>(xw, desc_at(T_mn, 512 * s), desc_at(dW_mn, 512 * s), s > 0);
+    mma_steps<C / 16, 1, 1>(xw, T_mn, 512, dW_mn, 512);
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::fence_operands(da);
@@ -460,12 +441,8 @@ __global__ void __launch_bounds__(NT + 32, 1)
     wgmma::fence_operands(xw);
     wgmma::fence();
     // [4] Z = P1·k + P2ᵀ·k on columns c64 .. (k MN-major)
-#pragma unroll
-    for (int s = 0; s < C / 16; ++s)
-      wgmma::mma_m64n64<0, 1>(xw, desc_at(P1_k, 2048 * s), desc_at(K_mn, 512 * s), true);
-#pragma unroll
-    for (int s = 0; s < C / 16; ++s)
-      wgmma::mma_m64n64<1, 1>(xw, desc_at(P2_mn, 512 * s), desc_at(K_mn, 512 * s), true);
+    mma_steps<C / 16, 0, 1>(xw, P1_k, 2048, K_mn, 512, true);
+    mma_steps<C / 16, 1, 1>(xw, P2_mn, 512, K_mn, 512, true);
     wgmma::commit();
     if (lane < 8) row_terms(p, t0, len, h);  // the sums are complete since the P1/P2 barrier
     wgmma::wait<0>();
@@ -563,8 +540,7 @@ cudaError_t launch_gdn_wy_grad_wgmma(const GdnQK& qk, KIn v, const GdnGates& gat
   cudaError_t e = cudaFuncSetAttribute(gdn_wy_grad_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(Smem::bytes));
   if (e != cudaSuccess) return e;
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int sms = sm_count();
   const int items = nchunks * static_cast<int>(HV), groups = dk.p ? items / static_cast<int>(HV / HK) : items;
   gdn_wy_grad_wgmma_kernel<<<std::min(groups, sms), NT + 32, Smem::bytes, s>>>(
       maps, qk.rk, gates, Gc, chunks, items, static_cast<bf16*>(dkh16), dv_out, gr, HK, HV, dk);
