@@ -8,7 +8,11 @@
 //       ca_j = Σ_i β_i dÂ_ij (K̂K̂ᵀ)_ij; P1 = diag(β)dÂ·diag(ρ), P2 = diag(ρβ)dÂ as bf16 tiles
 //   [4] Xw = Tᵀ·dW, Z = P1·k + P2ᵀ·k (= diag(β)dÂ·K̂ + (diag(β)dÂ)ᵀ·K̂), Xu = Tᵀ·dU (m64n64 per warpgroup):
 //       dk̂ (=) dk̂ partial + diag(βγ)Xw + Z, dv (=) diag(β)Xu
-//   [5] one warp: dβ, dG per row and their reverse cumsum within the chunk (as chunk_wy_mma.cu).
+//   [5] dβ, dG per row (8 rows per consumer warp) and their reverse cumsum within the chunk (one warp, during
+//       the next item's Y product), as chunk_wy_mma.cu
+//   with dk (GdnBwdBf16::dk): the value heads of a key head back to back in one block; each head's dk̂ goes
+//   into the next head's partial-sum tile (bf16, in shared memory), and the last head forms dk itself, the L2
+//   norm's backward (l2norm.cu) with the row dots exchanged between the two warps that hold a row.
 // k enters every product exactly (bf16), ρ in fp32 epilogues or in the bf16 rounding of P1, P2 (the mma.sync
 // kernel rounds K̂ = ρk to bf16 instead). Cross-warp partial sums go through fixed slots, summed in a fixed
 // order: bit-reproducible.
@@ -18,11 +22,11 @@
 // and the gate factor) in two sets by item parity, filled by the producer warp (tiles by TMA from one lane)
 // as soon as the consumers release a set (mbarriers full/empty per set), so the next item's loads are in
 // flight during an item and no consumer issues a copy or waits on a global load. The consumers meet at three
-// named barriers per item (dT, Y, P1/P2 complete); products that depend on the tiles alone (k·kᵀ, Xu, Xw)
-// run while the epilogues before them do. Every tile is 32-byte swizzled (wgmma_tiles.cuh) and serves as a
-// K-major or an MN-major operand. Rows past a chunk's end come in as the next sequence's: β is zero there
-// (dT's columns, P), dT's rows are masked, T's identity rows past the end meet them in the column sums and in
-// Tᵀ·X, and the stores stop at the chunk's end.
+// named barriers per item (dT, Y, P1/P2 complete; a fourth, per warp pair, for the fused dk's row dots);
+// products that depend on the tiles alone (k·kᵀ, Xu, Xw) run while the epilogues before them do. Every tile
+// is 32-byte swizzled (wgmma_tiles.cuh) and serves as a K-major or an MN-major operand. Rows past a chunk's
+// end come in as the next sequence's: β is zero there (dT's columns, P), dT's rows are masked, T's identity
+// rows past the end meet them in the column sums and in Tᵀ·X, and the stores stop at the chunk's end.
 #include <cstdlib>
 
 #include "common/device.cuh"
@@ -214,8 +218,7 @@ __global__ void __launch_bounds__(NT + 32, 1)
 
   if (warp == NT / 32) {
     // Producer warp: the item's tiles by TMA (lane 0), its chunk record and per-row values (rows lane, lane +
-    // 32) into set p once the consumers have released it (the item two before); then step [5] of the item
-    // before, once its partial sums are complete.
+    // 32) into set p once the consumers have released it (the item two before).
     // The per-row values of item `it` (rows lane, lane + 32; zeros and γ = 1 past the chunk's end), loaded
     // one item ahead of their store so that a fill waits on no global load.
     struct Rows {
