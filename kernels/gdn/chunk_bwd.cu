@@ -429,7 +429,8 @@ cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const Gdn
                                      const float* Gc, const GdnBwdBf16& b, float* gsum, void* dk_part16,
                                      KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
                                      int dv, cudaStream_t s) {
-  if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
+  // dk (=) needs T: the L2 backward's rows where the WY kernel does not form dk itself
+  if (!gdn_chunk_mma_supported(dk, dv) || (b.dk.p && b.tokens <= 0)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   cudaError_t e = b.image ? launch_gdn_chunk_dscan_wgmma(dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq,
                                                          b.dh16, b.dvn16, HK, HV, s, b.tokens)

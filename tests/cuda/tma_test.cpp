@@ -39,49 +39,39 @@ TEST(Tma, ImageTilesMatchTheWgmmaLayouts) {
   struct Case {
     int rows, cols, row0, h, col0;
   };
+  // Copies the tile of case k through a map over rows of `width` elements (the tensor seen as
+  // [nrows][heads·128/width][width]) and counts the elements that differ from value().
+  auto check = [&](const Case& k, bool sw32, int width, const std::string& what) {
+    const int per = 128 / width;  // map heads per tensor head
+    ASSERT_EQ(deltatune::kernels::tma_image_tile_check(src, nrows, heads * per, k.rows, sw32, k.cols, k.row0,
+                                                       k.h, k.col0, out, width),
+              cudaSuccess)
+        << what;
+    std::vector<__nv_bfloat16> got(k.rows * k.cols);
+    ASSERT_EQ(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    int wrong = 0;
+    for (int r = 0; r < k.rows; ++r)
+      for (int c = 0; c < k.cols; ++c) {
+        const int64_t row = k.row0 + r;
+        const float want = row < nrows ? value(row, k.h / per, width * (k.h % per) + k.col0 + c) : 0.f;
+        wrong += __bfloat162float(got[r * k.cols + c]) != want;
+      }
+    EXPECT_EQ(wrong, 0) << what;
+  };
   for (const char* boxes : {"", "1"}) {
     if (*boxes) setenv("DT_TMA_BOXES", boxes, 1);
     for (bool sw32 : {false, true})
       for (const Case k : {Case{64, 128, 0, 0, 0}, Case{64, 128, 40, 2, 0}, Case{128, 128, 5, 1, 0},
-                           Case{64, 64, 17, 1, 64}, Case{64, 128, 120, 0, 0} /* 34 rows past the end */}) {
-        const std::string what = std::string(sw32 ? "32-byte swizzled" : "16-byte") +
-                                 (*boxes ? ", per block" : "") + " rows " + std::to_string(k.row0) + "+" +
-                                 std::to_string(k.rows) + " head " + std::to_string(k.h) + " columns " +
-                                 std::to_string(k.col0) + "+" + std::to_string(k.cols);
-        ASSERT_EQ(deltatune::kernels::tma_image_tile_check(src, nrows, heads, k.rows, sw32, k.cols, k.row0,
-                                                           k.h, k.col0, out),
-                  cudaSuccess)
-            << what;
-        std::vector<__nv_bfloat16> got(k.rows * k.cols);
-        ASSERT_EQ(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-        int wrong = 0;
-        for (int r = 0; r < k.rows; ++r)
-          for (int c = 0; c < k.cols; ++c) {
-            const int64_t row = k.row0 + r;
-            const float want = row < nrows ? value(row, k.h, k.col0 + c) : 0.f;
-            wrong += __bfloat162float(got[r * k.cols + c]) != want;
-          }
-        EXPECT_EQ(wrong, 0) << what;
-      }
+                           Case{64, 64, 17, 1, 64}, Case{64, 128, 120, 0, 0} /* 34 rows past the end */})
+        check(k, sw32, 128,
+              std::string(sw32 ? "32-byte swizzled" : "16-byte") + (*boxes ? ", per block" : "") + " rows " +
+                  std::to_string(k.row0) + "+" + std::to_string(k.rows) + " head " + std::to_string(k.h) +
+                  " columns " + std::to_string(k.col0) + "+" + std::to_string(k.cols));
     // Rows of 64 elements (the chunk matrices' maps): the same tensor as [nrows][2·heads][64].
-    for (const Case k : {Case{64, 64, 0, 3, 0}, Case{64, 64, 100, 4, 0} /* 14 rows past the end */}) {
-      const std::string what = std::string("64-wide rows") + (*boxes ? ", per block" : "") + " rows " +
-                               std::to_string(k.row0) + " head " + std::to_string(k.h);
-      ASSERT_EQ(deltatune::kernels::tma_image_tile_check(src, nrows, 2 * heads, k.rows, true, k.cols, k.row0, k.h,
-                                                         k.col0, out, 64),
-                cudaSuccess)
-          << what;
-      std::vector<__nv_bfloat16> got(k.rows * k.cols);
-      ASSERT_EQ(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      int wrong = 0;
-      for (int r = 0; r < k.rows; ++r)
-        for (int c = 0; c < k.cols; ++c) {
-          const int64_t row = k.row0 + r;
-          const float want = row < nrows ? value(row, k.h / 2, 64 * (k.h % 2) + c) : 0.f;
-          wrong += __bfloat162float(got[r * k.cols + c]) != want;
-        }
-      EXPECT_EQ(wrong, 0) << what;
-    }
+    for (const Case k : {Case{64, 64, 0, 3, 0}, Case{64, 64, 100, 4, 0} /* 14 rows past the end */})
+      check(k, true, 64,
+            std::string("64-wide rows") + (*boxes ? ", per block" : "") + " rows " + std::to_string(k.row0) +
+                " head " + std::to_string(k.h));
     unsetenv("DT_TMA_BOXES");
   }
   cudaFree(src);
