@@ -14,6 +14,8 @@ int cmd_tokenize(const Args& args);   // deltatune tokenize --model DIR [--chat]
 int cmd_prepare(const Args& args);    // deltatune prepare RUN.yaml [--out FILE]
 int cmd_runs(const Args& args);       // deltatune runs list|show|compare|delete|tag
 int cmd_export(const Args& args);     // deltatune export (RUN [--checkpoint N] | --adapter DIR) --out DIR [--merged]
-int cmd_demo(const Args& args);       // deltatune demo: headless training run on the bundled tiny model
+int cmd_demo(const Args& args);
+int cmd_chat(const Args& args);       // deltatune chat --model DIR [--adapter DIR|RUN]: interactive, streamed
+int cmd_generate(const Args& args);   // deltatune generate --model DIR [--adapter DIR|RUN] --prompts FILE.jsonl       // deltatune demo: headless training run on the bundled tiny model
 
 }  // namespace deltatune::cli

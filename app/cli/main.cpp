@@ -21,6 +21,8 @@ void print_usage() {
                "  prepare  RUN.yaml [--out FILE]            tokenize and pack a run's datasets, print statistics\n"
                "  runs     list|show|compare|delete|tag     the experiment database\n"
                "  export   RUN|--adapter DIR --out DIR      PEFT adapter or --merged checkpoint\n"
+               "  chat     --model DIR [--adapter DIR|RUN]  talk to the model (streamed; /base /adapter /reset)\n"
+               "  generate --model DIR --prompts FILE.jsonl one JSON answer per prompt [--adapter DIR|RUN]\n"
                "  demo                                      train the bundled tiny model headless\n"
                "  --version\n";
 }
@@ -41,7 +43,8 @@ int main(int argc, char** argv) {
       {"info", deltatune::cli::cmd_info},         {"eval", deltatune::cli::cmd_eval},
       {"train", deltatune::cli::cmd_train},       {"tokenize", deltatune::cli::cmd_tokenize},
       {"prepare", deltatune::cli::cmd_prepare},   {"runs", deltatune::cli::cmd_runs},
-      {"export", deltatune::cli::cmd_export},     {"demo", deltatune::cli::cmd_demo}};
+      {"export", deltatune::cli::cmd_export},     {"demo", deltatune::cli::cmd_demo},
+      {"chat", deltatune::cli::cmd_chat},         {"generate", deltatune::cli::cmd_generate}};
   const auto it = commands.find(argv[1]);
   if (it == commands.end()) {
     std::cerr << "error: unknown command '" << argv[1] << "'\n";

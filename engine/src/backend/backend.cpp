@@ -145,4 +145,18 @@ std::unique_ptr<Backend> make_cuda_backend(int, DType) {
 bool cuda_backend_available() { return false; }
 #endif
 
+void Backend::conv1d_silu_step(const Tensor&, const Tensor&, const SeqLayout&, Tensor&, Tensor&) {
+  throw Error("conv1d_silu_step: the " + name() + " backend has no generation ops");
+}
+void Backend::gdn_recurrent(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const SeqLayout&, float, Tensor&, Tensor&) {
+  throw Error("gdn_recurrent: the " + name() + " backend has no generation ops");
+}
+void Backend::kv_cache_write(const Tensor&, const Tensor&, const SeqLayout&, Tensor&, Tensor&) {
+  throw Error("kv_cache_write: the " + name() + " backend has no generation ops");
+}
+void Backend::attention_cached(const Tensor&, const Tensor&, const Tensor&, const SeqLayout&, float, Tensor&) {
+  throw Error("attention_cached: the " + name() + " backend has no generation ops");
+}
+
 }  // namespace deltatune

@@ -203,6 +203,27 @@ class Backend {
                              const Tensor& v, const GdnGateInputs& gates, const SeqLayout& seq, float scale,
                              Tensor& dq, Tensor& dk, Tensor& dv, Tensor& da, Tensor& db);
 
+  // ---- generation: prefill and decode with per-sequence state kept between calls ---------------------
+  // Sequence n of `seq` continues row n of every state tensor; seq.positions[t] is token t's absolute position
+  // in its sequence (the tokens already in the state come before it). Backends without these ops throw.
+  // Causal depthwise conv + SiLU that reads its history from conv_state [N, K-1, C] (the last K-1 inputs of
+  // sequence n, zeros before its start) and leaves the last K-1 inputs there (history included when a
+  // sequence has fewer than K-1 new tokens). x, y (=) [T, C]; w [C, K].
+  virtual void conv1d_silu_step(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& conv_state,
+                                Tensor& y);
+  // Gated delta rule continuing from state (F32 [N, HV, dk, dv]: S_n before the sequence's first new token; left
+  // as after its last). Same q, k, v, g, beta, scale contract as gdn_fwd (which is this op from a zero state).
+  virtual void gdn_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                             const SeqLayout& seq, float scale, Tensor& state, Tensor& o);
+  // KV cache k_cache, v_cache [N, L, nKV, hd]: cache[n, positions[t]] (=) k[t], v[t] for token t of sequence n
+  // (k, v [T, nKV, hd]; positions < L).
+  virtual void kv_cache_write(const Tensor& k, const Tensor& v, const SeqLayout& seq, Tensor& k_cache,
+                              Tensor& v_cache);
+  // o[t] (=) softmax(scale·q[t]·K_nᵀ)·V_n over the cache rows 0..positions[t] (inclusive) of t's sequence n;
+  // q, o [T, nH, hd]; query head h reads kv head h / (nH/nKV).
+  virtual void attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const SeqLayout& seq,
+                                float scale, Tensor& o);
+
   // ---- MoE -------------------------------------------------------------------------------------
   // logits [T, E] -> softmax (fp32) -> top-k -> renormalised weights. idx I32 [T, k] (=), w F32 [T, k] (=).
   // Ties pick the lower expert index (as torch.topk on CPU).

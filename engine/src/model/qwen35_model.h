@@ -36,6 +36,17 @@ struct StepOutput {
   Tensor moe_load;
 };
 
+// What generation keeps per sequence between forwards (spec §3.9), on the model's backend: for every linear
+// attention layer the conv history [N, K-1, conv_dim] (compute dtype) and the delta-rule state
+// [N, HV, dk, dv] (F32); for every full attention layer the KV cache [N, capacity, nKV, hd] (compute dtype).
+struct InferenceCache {
+  int64_t batch = 0, capacity = 0;
+  struct Layer {
+    Tensor conv, recurrent, k, v;
+  };
+  std::vector<Layer> layers;
+};
+
 class Qwen35Model {
  public:
   // Uploads the frozen weights to the backend (matrices in the backend's weight dtype, small vectors F32).
@@ -48,6 +59,18 @@ class Qwen35Model {
   StepOutput step(const Batch& batch, LoraAdapter* lora, const StepOptions& opts);
   // Full logits [T, V] (F32 host tensor) of a batch; for tests and evaluation tools.
   Tensor logits(const Batch& batch, LoraAdapter* lora);
+
+  // Generation. A zeroed cache for `batch` sequences of up to `capacity` tokens each.
+  InferenceCache new_inference_cache(int64_t batch, int64_t capacity);
+  // Forward of new tokens (ids I32 [T] on the device) of every sequence of the cache: the layout's sequence n
+  // continues cache row n, seq.positions are absolute positions (tokens already cached + offset); the cache is
+  // updated. `prefill_from_empty`: every sequence starts at position 0 (the full attention then runs on the new
+  // tokens alone). Returns the final hidden state (after the last norm) of the rows `rows` (I32 [N] on the
+  // device; null = every token), [N, H] in the compute dtype; lm_logits turns them into logits.
+  Tensor forward_cached(const Tensor& ids, const SeqLayout& seq, InferenceCache& cache, LoraAdapter* lora,
+                        bool prefill_from_empty, const Tensor* rows);
+  // logits (=) h·lm_headᵀ: h [N, H], logits [N, V] (any float dtype the backend's gemm writes).
+  void lm_logits(const Tensor& h, Tensor& logits);
 
   struct DeviceLayer;
  private:

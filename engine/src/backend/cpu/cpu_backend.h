@@ -92,6 +92,16 @@ class CpuBackend final : public Backend {
                const Tensor& beta, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk, Tensor& dv,
                Tensor& dg, Tensor& dbeta) override;
 
+  // decode.cpp (generation state ops)
+  void conv1d_silu_step(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& conv_state,
+                        Tensor& y) override;
+  void gdn_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     const SeqLayout& seq, float scale, Tensor& state, Tensor& o) override;
+  void kv_cache_write(const Tensor& k, const Tensor& v, const SeqLayout& seq, Tensor& k_cache,
+                      Tensor& v_cache) override;
+  void attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const SeqLayout& seq,
+                        float scale, Tensor& o) override;
+
   // moe.cpp
   void moe_router_fwd(const Tensor& logits, int k, Tensor& idx, Tensor& w) override;
   void moe_router_bwd(const Tensor& dw, const Tensor& idx, const Tensor& w, Tensor& dlogits) override;
