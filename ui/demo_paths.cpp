@@ -4,12 +4,15 @@
 #include <QDir>
 #include <QFileInfo>
 
+#include "deltatune/program_path.h"
+
 namespace studio {
 
 QString demoDir() {
   const QStringList candidates = {
       qEnvironmentVariable("DELTATUNE_DEMO_DIR"),
-      QCoreApplication::applicationDirPath() + QStringLiteral("/../share/deltatune/demo"),
+      QString::fromStdString(deltatune::program_path().parent_path().string()) +
+          QStringLiteral("/../share/deltatune/demo"),
       QStringLiteral(DT_DEMO_INSTALL_DIR),
       QStringLiteral(DT_SOURCE_DIR "/resources/demo"),
   };

@@ -1,55 +1,62 @@
 #include "gpu_probe.h"
 
-#include <QProcess>
-#include <QStandardPaths>
+#include <QThread>
+#include <memory>
 
 namespace studio {
 
-QList<GpuInfo> parseNvidiaSmi(const QString& csv) {
+namespace {
+QString cudaVersion(int v) { return QStringLiteral("%1.%2").arg(v / 1000).arg(v % 1000 / 10); }
+}  // namespace
+
+QList<GpuInfo> gpuList(const deltatune::GpuEnvironment& env) {
   QList<GpuInfo> out;
-  constexpr int64_t kMiB = 1024 * 1024;
-  for (const QString& line : csv.split('\n', Qt::SkipEmptyParts)) {
-    const QStringList f = line.split(',');
-    if (f.size() < 4) continue;
-    bool ok1 = false, ok2 = false, ok3 = false;
+  for (const deltatune::GpuDevice& d : env.devices) {
     GpuInfo g;
-    g.index = f[0].trimmed().toInt(&ok1);
-    g.name = f[1].trimmed();
-    g.totalBytes = f[2].trimmed().toLongLong(&ok2) * kMiB;
-    g.freeBytes = f[3].trimmed().toLongLong(&ok3) * kMiB;
-    if (ok1 && ok2 && ok3) out.append(g);
+    g.index = d.index;
+    g.name = QString::fromStdString(d.name);
+    g.totalBytes = d.total_bytes;
+    g.freeBytes = d.free_bytes;
+    g.arch = QString::fromStdString(d.arch);
+    g.kernelPath = QString::fromStdString(d.kernel_path);
+    g.problem = QString::fromStdString(d.problem);
+    out.append(g);
   }
   return out;
 }
 
+QString describeGpuRuntime(const deltatune::GpuEnvironment& env) {
+  QString driver = QObject::tr("no NVIDIA driver");
+  if (env.driver_version)
+    driver = QObject::tr("NVIDIA driver %1(CUDA %2)")
+                 .arg(env.driver_release.empty() ? QString() : QString::fromStdString(env.driver_release) + ' ',
+                      cudaVersion(env.driver_version));
+  QString text = driver;
+  if (env.runtime_version) text += QObject::tr(", CUDA runtime %1").arg(cudaVersion(env.runtime_version));
+  if (!env.problem.empty()) text += QObject::tr(". The GPU backend cannot run: %1").arg(QString::fromStdString(env.problem));
+  return text;
+}
+
 GpuProbe::GpuProbe(QObject* parent) : QObject(parent) {}
 
+GpuProbe::~GpuProbe() {
+  if (thread_) thread_->wait();
+}
+
 void GpuProbe::refresh() {
-  if (process_) return;
-  const QString exe = QStandardPaths::findExecutable(QStringLiteral("nvidia-smi"));
-  if (exe.isEmpty()) {
-    gpus_.clear();
-    emit gpusChanged();
-    return;
-  }
-  process_ = new QProcess(this);
-  connect(process_, &QProcess::finished, this, [this](int code, QProcess::ExitStatus status) {
-    gpus_ = (status == QProcess::NormalExit && code == 0)
-                ? parseNvidiaSmi(QString::fromUtf8(process_->readAllStandardOutput()))
-                : QList<GpuInfo>{};
-    process_->deleteLater();
-    process_ = nullptr;
+  if (thread_) return;
+  auto env = std::make_shared<deltatune::GpuEnvironment>();
+  QThread* t = QThread::create([env] { *env = deltatune::gpu_environment(); });
+  thread_ = t;
+  connect(t, &QThread::finished, this, [this, t, env] {
+    gpus_ = gpuList(*env);
+    runtimeText_ = describeGpuRuntime(*env);
+    usable_ = env->runtime_loaded;
+    probed_ = true;
+    t->deleteLater();
     emit gpusChanged();
   });
-  connect(process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
-    if (e != QProcess::FailedToStart) return;
-    process_->deleteLater();
-    process_ = nullptr;
-    gpus_.clear();
-    emit gpusChanged();
-  });
-  process_->start(exe, {QStringLiteral("--query-gpu=index,name,memory.total,memory.free"),
-                        QStringLiteral("--format=csv,noheader,nounits")});
+  t->start();
 }
 
 }  // namespace studio

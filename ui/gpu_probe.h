@@ -1,12 +1,16 @@
-// Lists NVIDIA GPUs and their memory for the GPU choice and the VRAM check, by asking nvidia-smi
-// asynchronously (the public engine API has no device query; nvidia-smi ships with every driver).
+// Lists NVIDIA GPUs and their memory for the GPU choice and the VRAM check, and says which driver, CUDA
+// runtime and kernel path are in use or what to install: deltatune::gpu_environment(), asked on a worker
+// thread (loading the driver and the GPU module takes a moment).
 #pragma once
 #include <QList>
 #include <QObject>
+#include <QPointer>
 #include <QString>
 #include <cstdint>
 
-class QProcess;
+#include "deltatune/gpu_info.h"
+
+class QThread;
 
 namespace studio {
 
@@ -15,24 +19,34 @@ struct GpuInfo {
   QString name;
   int64_t totalBytes = 0;
   int64_t freeBytes = 0;
+  QString arch;        // "sm_90"
+  QString kernelPath;  // "hopper" | "portable" | "" (not decided / not supported)
+  QString problem;     // why this GPU cannot train
 };
 
-// Parses `nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv,noheader,nounits`.
-QList<GpuInfo> parseNvidiaSmi(const QString& csv);
+QList<GpuInfo> gpuList(const deltatune::GpuEnvironment& env);
+// One line for the Train page: "NVIDIA driver 580.95.05 (CUDA 13.0), CUDA runtime 13.0" or what to install.
+QString describeGpuRuntime(const deltatune::GpuEnvironment& env);
 
 class GpuProbe : public QObject {
   Q_OBJECT
  public:
   explicit GpuProbe(QObject* parent = nullptr);
+  ~GpuProbe() override;
   void refresh();  // emits gpusChanged when done (an empty list when there is no driver)
   const QList<GpuInfo>& gpus() const { return gpus_; }
+  const QString& runtimeText() const { return runtimeText_; }
+  bool probed() const { return probed_; }
+  bool gpuUsable() const { return usable_; }
 
  signals:
   void gpusChanged();
 
  private:
   QList<GpuInfo> gpus_;
-  QProcess* process_ = nullptr;
+  QString runtimeText_;
+  bool probed_ = false, usable_ = false;
+  QPointer<QThread> thread_;
 };
 
 }  // namespace studio

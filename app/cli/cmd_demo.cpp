@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "console_observer.h"
 #include "core/error.h"
+#include "deltatune/program_path.h"
 #include "deltatune/run_config.h"
 #include "deltatune/trainer.h"
 
@@ -21,9 +22,8 @@ namespace {
 fs::path find_demo_dir() {
   std::vector<fs::path> candidates;
   if (const char* env = std::getenv("DELTATUNE_DEMO_DIR")) candidates.emplace_back(env);
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
+  const fs::path exe = program_path();
+  if (!exe.empty()) {
     for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
       candidates.push_back(p / "resources" / "demo");
       candidates.push_back(p / "share" / "deltatune" / "demo");

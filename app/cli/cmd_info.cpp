@@ -1,4 +1,5 @@
-// `deltatune info --model DIR [--json]`: what a checkpoint folder holds, LoRA sizes and a VRAM estimate.
+// `deltatune info [--model DIR] [--json]`: the GPU runtime (driver, CUDA runtime, GPUs and their kernel path)
+// and, with --model, what a checkpoint folder holds, LoRA sizes and a VRAM estimate.
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -7,7 +8,9 @@
 #include "args.h"
 #include "commands.h"
 #include "core/error.h"
+#include "deltatune/gpu_info.h"
 #include "deltatune/model_info.h"
+#include "gpu_report.h"
 
 namespace deltatune::cli {
 
@@ -47,8 +50,8 @@ int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
 int cmd_info(const Args& args) {
   const ParsedArgs a = parse_args(args, {"--model", "--lora-r", "--tokens", "--checkpoint-layers"},
                                   {"--json", "--gradient-checkpointing", "--unfused-loss"});
-  check(a.options.count("--model") && a.positionals.empty(),
-        "usage: deltatune info --model DIR [--json] [--lora-r N] [--tokens N] [--gradient-checkpointing "
+  check(a.positionals.empty(),
+        "usage: deltatune info [--model DIR] [--json] [--lora-r N] [--tokens N] [--gradient-checkpointing "
         "[--checkpoint-layers N]] [--unfused-loss]");
   const int r = static_cast<int>(parse_int("--lora-r", a.get("--lora-r", "16"), 1));
   const int64_t tokens = parse_int("--tokens", a.get("--tokens", "4096"), 1);
@@ -56,6 +59,14 @@ int cmd_info(const Args& args) {
   const bool fused = a.flags.count("--unfused-loss") == 0;
   const int64_t ckpt_layers = parse_int("--checkpoint-layers", a.get("--checkpoint-layers", "-1"), -1);
 
+  const GpuEnvironment gpu = gpu_environment();
+  if (!a.options.count("--model")) {
+    if (a.flags.count("--json"))
+      std::cout << nlohmann::ordered_json{{"gpu", gpu_report_json(gpu)}}.dump() << "\n";
+    else
+      std::cout << gpu_report_text(gpu);
+    return 0;
+  }
   const ModelInfo info = model_info_load(a.get("--model"));
   const auto lora = lora_params_per_group(info, r);
   int64_t lora_total = 0;
@@ -107,6 +118,7 @@ int cmd_info(const Args& args) {
                           {"overhead", vram.overhead},
                           {"total", vram.total}};
     j["warnings"] = info.warnings;
+    j["gpu"] = gpu_report_json(gpu);
     std::cout << j.dump() << "\n";
     return 0;
   }
@@ -157,6 +169,7 @@ int cmd_info(const Args& args) {
     o << "warnings:\n";
     for (const auto& w : info.warnings) o << "  - " << w << "\n";
   }
+  o << gpu_report_text(gpu);
   std::cout << o.str();
   return 0;
 }

@@ -14,7 +14,7 @@ using deltatune::cli::Args;
 void print_usage() {
   std::cout << "deltatune " DT_VERSION " - LoRA fine-tuning for Qwen3.5\n"
                "usage: deltatune <command> [options]\n"
-               "  info     --model DIR                      describe a checkpoint folder\n"
+               "  info     [--model DIR]                    the GPU runtime; with --model, a checkpoint folder\n"
                "  eval     --model DIR --data FILE.jsonl    loss of pre-tokenized data [--seq-len N] [--adapter DIR]\n"
                "  train    RUN.yaml [--resume RUN]          LoRA training run\n"
                "  tokenize --model DIR [--chat]             JSONL on stdin -> ids (and labels with --chat)\n"

@@ -65,13 +65,30 @@ class WidgetsTest : public QObject {
     QCOMPARE(formatLoss(-1), QString("—"));
   }
 
-  void nvidiaSmiParsing() {
-    const auto gpus =
-        parseNvidiaSmi("0, NVIDIA H100 80GB HBM3, 81559, 80000\n1, NVIDIA H200, 143771, 143000\nbad line\n");
-    QCOMPARE(gpus.size(), 2);
-    QCOMPARE(gpus[0].name, QString("NVIDIA H100 80GB HBM3"));
+  void gpuRuntimeText() {
+    deltatune::GpuEnvironment none;
+    none.cuda_built = true;
+    none.problem = "no NVIDIA driver found (libcuda.so.1 is not installed): install the NVIDIA driver 580 or newer";
+    QCOMPARE(describeGpuRuntime(none), QString("no NVIDIA driver. The GPU backend cannot run: ") +
+                                           QString::fromStdString(none.problem));
+    deltatune::GpuEnvironment env;
+    env.cuda_built = env.runtime_loaded = true;
+    env.driver_version = 13000;
+    env.driver_release = "580.95.05";
+    env.runtime_version = 13000;
+    deltatune::GpuDevice d;
+    d.index = 1;
+    d.name = "NVIDIA H100 80GB HBM3";
+    d.total_bytes = int64_t(81559) * 1024 * 1024;
+    d.arch = "sm_90";
+    d.kernel_path = "hopper";
+    env.devices = {d};
+    QCOMPARE(describeGpuRuntime(env), QString("NVIDIA driver 580.95.05 (CUDA 13.0), CUDA runtime 13.0"));
+    const auto gpus = gpuList(env);
+    QCOMPARE(gpus.size(), 1);
+    QCOMPARE(gpus[0].index, 1);
     QCOMPARE(gpus[0].totalBytes, int64_t(81559) * 1024 * 1024);
-    QCOMPARE(gpus[1].index, 1);
+    QCOMPARE(gpus[0].kernelPath, QString("hopper"));
   }
 
   void runsTableModel() {

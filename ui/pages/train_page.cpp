@@ -243,6 +243,9 @@ void TrainPage::buildUi() {
   backend_ = named(new QComboBox, "backend");
   backend_->addItems({"auto", "cpu", "cuda"});
   gpu_ = named(new QComboBox, "gpu");
+  gpuRuntime_ = named(new QLabel, "gpu_runtime");  // driver, CUDA runtime, or what to install
+  gpuRuntime_->setWordWrap(true);
+  gpuRuntime_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   fusedLoss_ = named(new QCheckBox(tr("fused linear cross-entropy")), "fused_loss");
   gradCkpt_ = named(new QCheckBox(tr("gradient checkpointing")), "gradient_checkpointing");
   ckptLayers_ = named(new QSpinBox, "gradient_checkpointing_layers");
@@ -259,6 +262,7 @@ void TrainPage::buildUi() {
   engForm->addRow(tr("Seed"), seed_);
   engForm->addRow(tr("Backend"), backend_);
   engForm->addRow(tr("GPU"), gpu_);
+  engForm->addRow(QString(), gpuRuntime_);
   engForm->addRow(tr("Loss"), fusedLoss_);
   engForm->addRow(tr("Memory"), gradCkpt_);
   engForm->addRow(tr("Layers checkpointed"), ckptLayers_);
@@ -426,7 +430,14 @@ void TrainPage::updateGpuList() {
   gpu_->clear();
   if (gpus_) {
     for (const GpuInfo& g : gpus_->gpus())
-      gpu_->addItem(QString("%1: %2 (%3)").arg(g.index).arg(g.name, formatBytes(g.totalBytes)), g.index);
+      gpu_->addItem(QString("%1: %2 (%3, %4%5)")
+                        .arg(g.index)
+                        .arg(g.name, formatBytes(g.totalBytes), g.arch,
+                             g.kernelPath.isEmpty() ? QString() : tr(", %1 kernels").arg(g.kernelPath)),
+                    g.index);
+    gpuRuntime_->setText(gpus_->probed() ? gpus_->runtimeText() : tr("looking for the NVIDIA driver…"));
+    gpuRuntime_->setStyleSheet(gpus_->probed() && !gpus_->gpuUsable() ? QStringLiteral("color:#b00020")
+                                                                      : QString());
   }
   if (gpu_->findData(current) < 0)
     gpu_->addItem(gpu_->count() == 0 ? tr("GPU %1 (no NVIDIA GPU detected)").arg(current) : tr("GPU %1").arg(current),

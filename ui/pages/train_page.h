@@ -76,6 +76,7 @@ class TrainPage : public QWidget {
   QSpinBox* seed_ = nullptr;
   QComboBox* backend_ = nullptr;
   QComboBox* gpu_ = nullptr;
+  QLabel* gpuRuntime_ = nullptr;
   QCheckBox* fusedLoss_ = nullptr;
   QCheckBox* gradCkpt_ = nullptr;
   QSpinBox* ckptLayers_ = nullptr;

@@ -15,7 +15,7 @@ struct GpuDevice {
   std::string arch;                // "sm_90"
   int sm_count = 0;
   int64_t shared_memory_per_block_optin = 0;  // bytes
-  int64_t total_bytes = 0, free_bytes = 0;
+  int64_t total_bytes = 0, free_bytes = 0;  // free_bytes: 0 when unknown (no NVML)
   // "hopper" (wgmma, TMA) | "portable" (mma.sync, cp.async) | "" when the GPU is not supported.
   std::string kernel_path;
   bool supported = false;
@@ -26,7 +26,9 @@ struct GpuEnvironment {
   bool cuda_built = false;       // this build carries the CUDA backend
   bool runtime_loaded = false;   // the driver and the CUDA libraries were found and loaded
   int driver_version = 0;        // CUDA driver API version (e.g. 13000), 0 when there is no driver
-  int runtime_version = 0;       // CUDA runtime the backend was built with
+  std::string driver_release;    // the driver's release ("580.95.05"), "" when unknown
+  int runtime_version = 0;       // CUDA runtime the backend was built with (0 when its module did not load)
+  std::string module_path;       // the GPU backend module loaded or tried (lib/deltatune/libdeltatune-cuda.so)
   std::string problem;           // one line: why the GPU backend cannot run here, and what to install
   std::vector<GpuDevice> devices;
 };

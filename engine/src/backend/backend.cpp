@@ -138,13 +138,6 @@ void Backend::adamw_step_many(const std::vector<AdamWSlot>& slots, float lr, flo
   }
 }
 
-#ifndef DT_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int, DType) {
-  throw Error("this build of DeltaTune has no CUDA backend (configure with -DDT_CUDA=ON on a machine with nvcc)");
-}
-bool cuda_backend_available() { return false; }
-#endif
-
 void Backend::conv1d_silu_step(const Tensor&, const Tensor&, const SeqLayout&, Tensor&, Tensor&) {
   throw Error("conv1d_silu_step: the " + name() + " backend has no generation ops");
 }

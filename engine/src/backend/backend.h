@@ -302,7 +302,8 @@ class Backend {
 
 // The reference backend (always available).
 std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
-// The CUDA backend; throws Error if CUDA is not compiled in or no device is usable. `compute` is the
+// The CUDA backend, defined in the GPU module (backend/cuda, loaded at run time; see cuda_module.h): code
+// outside it reaches it through backend_create(). Throws Error if no device is usable. `compute` is the
 // activation and frozen-weight dtype: BF16 for training; F32 runs every op in fp32 (a diagnostic that
 // separates formula errors from bf16 rounding in tests).
 std::unique_ptr<Backend> make_cuda_backend(int device_index = 0, DType compute = DType::BF16);
