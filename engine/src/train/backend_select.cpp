@@ -1,7 +1,5 @@
 #include "train/backend_select.h"
 
-#include <cstdio>
-
 #include "backend/cuda_driver.h"
 #include "backend/cuda_module_loader.h"
 #include "core/error.h"
@@ -18,17 +16,16 @@ std::string cuda_problem() {
 }
 }  // namespace
 
-std::unique_ptr<Backend> backend_create(const std::string& name, int gpu) {
+std::unique_ptr<Backend> backend_create(const std::string& name, int gpu, std::string* note) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "cuda") {
     if (const std::string problem = cuda_problem(); !problem.empty()) throw Error("backend cuda: " + problem);
     return cuda_module().module->make_backend(gpu, DType::BF16);
   }
   if (name == "auto" || name.empty()) {
-    if (const std::string problem = cuda_problem(); problem.empty())
-      return cuda_module().module->make_backend(gpu, DType::BF16);
-    else
-      std::fprintf(stderr, "backend auto: training on the CPU (%s)\n", problem.c_str());
+    const std::string problem = cuda_problem();
+    if (problem.empty()) return cuda_module().module->make_backend(gpu, DType::BF16);
+    if (note) *note = "auto: no GPU backend here: " + problem;
     return make_cpu_backend();
   }
   throw Error("backend: unknown backend '" + name + "' (expected auto, cpu or cuda)");

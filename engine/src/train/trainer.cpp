@@ -182,8 +182,9 @@ std::string train_run(const RunConfig& cfg_in, RunObserver& obs, RunControl& con
                                            !adapter.class_prefix.empty()
                                        ? adapter.class_prefix
                                        : peft_class_prefix(weights, cfg.model_class);
-  auto be = backend_create(cfg.backend, cfg.gpu);
-  log(LogLevel::Info, "backend: " + be->name());
+  std::string backend_note;
+  auto be = backend_create(cfg.backend, cfg.gpu, &backend_note);
+  log(LogLevel::Info, "backend: " + be->name() + (backend_note.empty() ? "" : " (" + backend_note + ")"));
   Qwen35Model model(weights, *be);
   lora_to_backend(adapter, *be);
 
