@@ -152,4 +152,14 @@ void Backend::attention_cached(const Tensor&, const Tensor&, const Tensor&, cons
   throw Error("attention_cached: the " + name() + " backend has no generation ops");
 }
 
+void Backend::replay(Recording&) { throw Error("replay: the " + name() + " backend records nothing"); }
+
+void Backend::write_i32(Tensor& dst, const std::vector<int32_t>& values) {
+  check(dst.dtype == DType::I32 && dst.numel() == static_cast<int64_t>(values.size()),
+        "write_i32: " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
+            shape_str(dst.shape));
+  check(dst.device == Device::CPU, "write_i32: the " + name() + " backend must write its own device tensors");
+  std::copy(values.begin(), values.end(), dst.ptr<int32_t>());
+}
+
 }  // namespace deltatune

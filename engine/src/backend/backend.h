@@ -224,6 +224,21 @@ class Backend {
   virtual void attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const SeqLayout& seq,
                                 float scale, Tensor& o);
 
+  // Recorded replays (the decode step): ops issued between begin_capture() and end_capture() are recorded, not
+  // run; replay() runs them again on the same tensors (inputs rewritten in place, e.g. with write_i32, outputs
+  // read after). Every tensor the backend allocates while recording stays allocated until the recording is
+  // dropped. Backends that cannot record return false from begin_capture (the caller runs the ops itself);
+  // end_capture returns null when the recording failed (an op that cannot be recorded), and must be called once
+  // begin_capture returned true, also when an op threw.
+  struct Recording {
+    virtual ~Recording() = default;
+  };
+  virtual bool begin_capture() { return false; }
+  virtual std::unique_ptr<Recording> end_capture() { return nullptr; }
+  virtual void replay(Recording& r);
+  // dst (=) values; dst an I32 tensor of values.size() elements on this backend.
+  virtual void write_i32(Tensor& dst, const std::vector<int32_t>& values);
+
   // ---- MoE -------------------------------------------------------------------------------------
   // logits [T, E] -> softmax (fp32) -> top-k -> renormalised weights. idx I32 [T, k] (=), w F32 [T, k] (=).
   // Ties pick the lower expert index (as torch.topk on CPU).

@@ -1,6 +1,7 @@
 #include "generate/decode_loop.h"
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <span>
 
@@ -100,23 +101,46 @@ void run_decode(const DecodeContext& ctx, const std::vector<DecodeSequence*>& se
     for (Live& l : live) l.pos = static_cast<int32_t>(l.seq->prompt.size());
   }
 
+  // Decode: one token per sequence per step, on fixed device buffers (ids, positions, logits) so that the step
+  // can be recorded once and replayed.
   std::vector<int32_t> cu(static_cast<size_t>(N + 1));
   std::iota(cu.begin(), cu.end(), 0);
+  SeqLayout seq;
+  seq.host_cu_seqlens = cu;
+  seq.cu_seqlens = be.upload_i32(cu);
+  seq.positions = be.alloc({N}, DType::I32);
+  seq.max_seqlen = 1;
+  Tensor ids = be.alloc({N}, DType::I32);
+  Tensor logits = be.alloc({N, V}, be.compute_dtype());
+  auto step = [&] { model.lm_logits(model.forward_cached(ids, seq, cache, ctx.lora, false, nullptr), logits); };
+  std::unique_ptr<Backend::Recording> recording;
+  bool record = ctx.record_step;
   while (std::any_of(live.begin(), live.end(), [](const Live& l) { return !l.done; })) {
     if (cancel && cancel->load()) {
       for (Live& l : live)
         if (!l.done) finish(l, "cancelled", l.text.finish(), -1);
       break;
     }
-    std::vector<int32_t> ids, positions;
+    std::vector<int32_t> step_ids, positions;
     for (const Live& l : live) {
-      ids.push_back(l.last);
+      step_ids.push_back(l.last);
       positions.push_back(std::min<int32_t>(l.pos, static_cast<int32_t>(capacity - 1)));
     }
-    const SeqLayout seq = make_layout(be, cu, positions);
-    const Tensor h = model.forward_cached(be.upload_i32(ids), seq, cache, ctx.lora, false, nullptr);
-    Tensor logits = be.alloc({N, V}, be.compute_dtype());
-    model.lm_logits(h, logits);
+    be.write_i32(ids, step_ids);
+    be.write_i32(seq.positions, positions);
+    if (record && !recording && be.begin_capture()) {
+      bool complete = true;
+      try {
+        step();
+      } catch (const Error&) {
+        complete = false;  // nothing ran while recording: the step is run op by op below
+      }
+      recording = be.end_capture();
+      if (!complete) recording.reset();
+      record = recording != nullptr;
+    }
+    if (recording) be.replay(*recording);
+    else step();
     take(be.download(logits, DType::F32));
     for (Live& l : live)
       if (!l.done) ++l.pos;

@@ -27,6 +27,9 @@ struct DecodeContext {
   LoraAdapter* lora;             // null: the base model
   const Tokenizer* tok;          // null: no text
   const std::set<int32_t>& end_ids;
+  // Record the decode step once (a CUDA graph) and replay it for every token; backends that cannot record, or a
+  // recording that fails, run the step op by op.
+  bool record_step = true;
 };
 
 void run_decode(const DecodeContext& ctx, const std::vector<DecodeSequence*>& seqs, const GenerateCallback& on_event,

@@ -108,6 +108,7 @@ Tensor CudaBackend::alloc(Shape shape, DType dtype) {
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   t.storage = alloc_->allocate(t.nbytes());
   t.data = t.storage.get();
+  if (recording_) keep_for_recording(t);
   return t;
 }
 

@@ -20,6 +20,7 @@ struct GdnGates;    // gdn/gdn.cuh
 namespace deltatune::cuda {
 
 struct CudaGdnSaved;
+struct CudaRecording;  // cuda_decode_ops.cpp
 struct GdnDims {
   int64_t T, HK, HV;
   int dk, dv;
@@ -141,6 +142,20 @@ class CudaBackend final : public Backend {
   void adamw_step_many(const std::vector<AdamWSlot>& slots, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int64_t step, float grad_scale) override;
 
+  // cuda_decode_ops.cpp (generation state ops; kernels/decode)
+  void conv1d_silu_step(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& conv_state,
+                        Tensor& y) override;
+  void gdn_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                     const SeqLayout& seq, float scale, Tensor& state, Tensor& o) override;
+  void kv_cache_write(const Tensor& k, const Tensor& v, const SeqLayout& seq, Tensor& k_cache,
+                      Tensor& v_cache) override;
+  void attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const SeqLayout& seq,
+                        float scale, Tensor& o) override;
+  bool begin_capture() override;
+  std::unique_ptr<Recording> end_capture() override;
+  void replay(Recording& r) override;
+  void write_i32(Tensor& dst, const std::vector<int32_t>& values) override;
+
  private:
   // The stream, after making this backend's device current on the calling thread.
   cudaStream_t stream() const;
@@ -201,6 +216,9 @@ class CudaBackend final : public Backend {
   DType compute_ = DType::BF16;
   std::shared_ptr<DeviceAllocator> alloc_;
   cudaStream_t stream_ = nullptr;
+  // While recording (cuda_decode_ops.cpp): the recording being made; alloc() keeps its tensors in it.
+  std::shared_ptr<CudaRecording> recording_;
+  void keep_for_recording(const Tensor& t);
   cublasHandle_t cublas_ = nullptr;
   Tensor cublas_ws_;
   Tensor scalars_;  // 16 bytes: one double accumulator + one int flag
