@@ -181,6 +181,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_cached_kernel(KIn q
 
 }  // namespace
 
+#ifndef DT_DECODE_EMU  // launchers: not part of the host emulation build (emu/decode_emu.cpp)
 cudaError_t launch_conv1d_silu_step(KIn x, KIn w, const int32_t* cu_seqlens, int nseq, KOut conv_state, KOut y,
                                     int64_t C, int K, cudaStream_t s) {
   if (K < 1 || K > kMaxConvK) return cudaErrorInvalidValue;
@@ -214,5 +215,6 @@ cudaError_t launch_attention_cached(KIn q, KIn k_cache, KIn v_cache, const int32
       q, k_cache, v_cache, cu_seqlens, nseq, positions, o, nH, nKV, hd, L, scale);
   return cudaGetLastError();
 }
+#endif  // DT_DECODE_EMU
 
 }  // namespace deltatune::kernels
