@@ -14,6 +14,7 @@
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QStyle>
+#include <QTimer>
 #include <exception>
 
 #include "app_settings.h"
@@ -24,9 +25,14 @@
 #include "pages/export_page.h"
 #include "pages/model_page.h"
 #include "pages/monitor_page.h"
+#include "pages/playground_page.h"
+#include "pages/queue_page.h"
 #include "pages/train_page.h"
+#include "deltatune/experiment_store.h"
+#include "queue_runner.h"
 #include "run_controller.h"
 #include "run_document.h"
+#include "run_queue.h"
 
 namespace studio {
 
@@ -50,8 +56,12 @@ QString MainWindow::pageName(Page p) {
       return tr("Train settings");
     case MonitorPageIndex:
       return tr("Monitor");
+    case QueuePageIndex:
+      return tr("Queue");
     case ExperimentsPageIndex:
       return tr("Experiments");
+    case PlaygroundPageIndex:
+      return tr("Playground");
     case ExportPageIndex:
       return tr("Export");
     case PageCount:
@@ -70,8 +80,23 @@ MainWindow::MainWindow(AppSettings* settings, QWidget* parent) : QMainWindow(par
   dataPage_ = new DataPage(doc_, settings_);
   trainPage_ = new TrainPage(doc_, gpus_);
   monitorPage_ = new MonitorPage(doc_, controller_, settings_);
+  queue_ = new RunQueue(this);
+  const bool queueLoaded = queue_->load(queueFile());
+  runner_ = new QueueRunner(queue_, this);
+  runner_->setDatabasePath(settings_->databasePath());
+  // The Monitor's own run and the queue's runs would share GPUs: one waits for the other.
+  runner_->setBusyCheck([this] { return controller_->isActive(); });
+  monitorPage_->setStartGuard([this]() -> QString {
+    const int n = runner_->runningCount();
+    return n > 0 ? tr("Queued runs are training (%1): pause the queue and wait for them, or queue this run "
+                      "(Queue page).")
+                       .arg(n)
+                 : QString();
+  });
+  queuePage_ = new QueuePage(doc_, queue_, runner_, gpus_);
   experimentsPage_ = new ExperimentsPage(settings_);
   exportPage_ = new ExportPage(settings_);
+  playgroundPage_ = new PlaygroundPage(settings_);
 
   auto* central = new QWidget;
   auto* layout = new QHBoxLayout(central);
@@ -82,9 +107,11 @@ MainWindow::MainWindow(AppSettings* settings, QWidget* parent) : QMainWindow(par
   nav_->setSpacing(2);
   const QStyle::StandardPixmap icons[] = {
       QStyle::SP_DirIcon,   QStyle::SP_FileIcon,           QStyle::SP_FileDialogDetailedView,
-      QStyle::SP_MediaPlay, QStyle::SP_FileDialogListView, QStyle::SP_DialogSaveButton};
+      QStyle::SP_MediaPlay, QStyle::SP_FileDialogContentsView, QStyle::SP_FileDialogListView,
+      QStyle::SP_MessageBoxQuestion, QStyle::SP_DialogSaveButton};
   stack_ = new QStackedWidget;
-  QWidget* pages[] = {modelPage_, dataPage_, trainPage_, monitorPage_, experimentsPage_, exportPage_};
+  QWidget* pages[] = {modelPage_,       dataPage_,       trainPage_,      monitorPage_,
+                      queuePage_,       experimentsPage_, playgroundPage_, exportPage_};
   for (int i = 0; i < PageCount; ++i) {
     nav_->addItem(new QListWidgetItem(style()->standardIcon(icons[i]), pageName(static_cast<Page>(i))));
     stack_->addWidget(pages[i]);
@@ -100,9 +127,15 @@ MainWindow::MainWindow(AppSettings* settings, QWidget* parent) : QMainWindow(par
     stack_->setCurrentIndex(row);
     if (row == ExperimentsPageIndex) experimentsPage_->refresh();
     if (row == ExportPageIndex) exportPage_->refresh();
+    if (row == PlaygroundPageIndex) playgroundPage_->refreshRuns();
   });
   connect(doc_, &RunDocument::filePathChanged, this, &MainWindow::updateTitle);
   connect(trainPage_, &TrainPage::errorOccurred, this, &MainWindow::showError);
+  connect(queue_, &RunQueue::saveFailed, this, &MainWindow::showError);
+  connect(runner_, &QueueRunner::runningChanged, monitorPage_, &MonitorPage::setQueueRunning);
+  connect(runner_, &QueueRunner::runningChanged, this, [this] {
+    if (stack_->currentIndex() == ExperimentsPageIndex) experimentsPage_->refresh();
+  });
   connect(monitorPage_, &MonitorPage::runListChanged, this, [this] {
     if (stack_->currentIndex() == ExperimentsPageIndex) experimentsPage_->refresh();
   });
@@ -140,6 +173,7 @@ MainWindow::MainWindow(AppSettings* settings, QWidget* parent) : QMainWindow(par
   });
   connect(controller_, &RunController::runFinished, this,
           [this](const QString& status, const QString& message) {
+            QTimer::singleShot(0, runner_, &QueueRunner::schedule);  // the queue waited for this run
             if (closeWhenStopped_) {
               close();
               return;
@@ -153,6 +187,14 @@ MainWindow::MainWindow(AppSettings* settings, QWidget* parent) : QMainWindow(par
   showPage(static_cast<Page>(std::clamp(settings_->lastPage(), 0, PageCount - 1)));
   updateTitle();
   gpus_->refresh();
+  if (!queueLoaded) QTimer::singleShot(0, this, [this] { showError(queue_->errorString()); });
+}
+
+QString MainWindow::queueFile() const {
+  const QString db = settings_->databasePath().isEmpty()
+                         ? QString::fromStdString(deltatune::ExperimentStore::default_path())
+                         : settings_->databasePath();
+  return QFileInfo(db).absolutePath() + QStringLiteral("/queue.json");
 }
 
 MainWindow::~MainWindow() = default;
@@ -283,6 +325,19 @@ QStringList MainWindow::grabPages(const QString& dir) {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+  if (runner_->runningCount() > 0 && !closeWhenStopped_) {
+    const auto answer = QMessageBox::question(
+        this, tr("Queued runs are training"),
+        tr("Queued runs are training (%1). Stop them at their next step (a checkpoint each; they resume when "
+           "the queue runs again) and quit?")
+            .arg(runner_->runningCount()));
+    if (answer != QMessageBox::Yes) {
+      event->ignore();
+      return;
+    }
+    statusBar()->showMessage(tr("Stopping the queued runs…"));
+    runner_->stopAllForShutdown();
+  }
   if (controller_->isActive()) {
     if (!closeWhenStopped_) {
       const auto answer = QMessageBox::question(this, tr("A run is in progress"),

@@ -1,5 +1,6 @@
-// The studio window: a page list on the left (Model, Data, Train settings, Monitor, Experiments,
-// Export) over one RunDocument, a RunController for the engine, and File menu handling of run files.
+// The studio window: a page list on the left (Model, Data, Train settings, Monitor, Queue, Experiments,
+// Playground, Export) over one RunDocument, a RunController for the engine, the run queue and its runner, and File
+// menu handling of run files.
 #pragma once
 #include <QMainWindow>
 
@@ -15,9 +16,13 @@ class ExperimentsPage;
 class ExportPage;
 class GpuProbe;
 class ModelPage;
+class PlaygroundPage;
 class MonitorPage;
+class QueuePage;
+class QueueRunner;
 class RunController;
 class RunDocument;
+class RunQueue;
 class TrainPage;
 
 class MainWindow : public QMainWindow {
@@ -28,7 +33,9 @@ class MainWindow : public QMainWindow {
     DataPageIndex,
     TrainPageIndex,
     MonitorPageIndex,
+    QueuePageIndex,
     ExperimentsPageIndex,
+    PlaygroundPageIndex,
     ExportPageIndex,
     PageCount
   };
@@ -42,8 +49,14 @@ class MainWindow : public QMainWindow {
   DataPage* dataPage() const { return dataPage_; }
   TrainPage* trainPage() const { return trainPage_; }
   MonitorPage* monitorPage() const { return monitorPage_; }
+  QueuePage* queuePage() const { return queuePage_; }
+  RunQueue* runQueue() const { return queue_; }
+  QueueRunner* queueRunner() const { return runner_; }
+  // queue.json next to the experiment database.
+  QString queueFile() const;
   ExperimentsPage* experimentsPage() const { return experimentsPage_; }
   ExportPage* exportPage() const { return exportPage_; }
+  PlaygroundPage* playgroundPage() const { return playgroundPage_; }
 
   void showPage(Page p);
   static QString pageName(Page p);
@@ -76,8 +89,12 @@ class MainWindow : public QMainWindow {
   DataPage* dataPage_;
   TrainPage* trainPage_;
   MonitorPage* monitorPage_;
+  QueuePage* queuePage_;
+  RunQueue* queue_;
+  QueueRunner* runner_;
   ExperimentsPage* experimentsPage_;
   ExportPage* exportPage_;
+  PlaygroundPage* playgroundPage_;
   bool closeWhenStopped_ = false;
 };
 

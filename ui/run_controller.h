@@ -1,6 +1,8 @@
 // Starts and steers a training run from the UI thread. The engine's synchronous train_run() runs in an
 // EngineWorker on a private QThread; everything it reports comes back here as queued calls and leaves
 // as signals on the UI thread. Stop and pause are atomics in a RunControl shared with the engine.
+// A data-parallel run (several GPUs) and, with setProcessMode(true), every run go to a child
+// `deltatune train` process instead (TrainProcess): same signals, no pause.
 #pragma once
 #include <QObject>
 #include <QString>
@@ -12,6 +14,7 @@
 namespace studio {
 
 class EngineWorker;
+class TrainProcess;
 
 class RunController : public QObject {
   Q_OBJECT
@@ -22,8 +25,16 @@ class RunController : public QObject {
   explicit RunController(QObject* parent = nullptr);
   ~RunController() override;  // stops a live run at its next step boundary and joins the thread
 
-  // False (and nothing happens) while a run is active.
+  // False (and nothing happens) while a run is active, or when a child process cannot be started
+  // (lastError() says why).
   bool start(const deltatune::RunConfig& cfg, const deltatune::TrainOptions& opts = {});
+  // True: every run in a child process (the queue's runs); false: only data-parallel runs.
+  void setProcessMode(bool on) { processMode_ = on; }
+  // The `deltatune` program child processes run (default: TrainProcess::findCli()).
+  void setCliPath(const QString& path);
+  bool inProcess() const { return process_ == nullptr || !processActive_; }
+  bool canPause() const { return isActive() && !processActive_; }
+  QString lastError() const { return lastError_; }
   void setPaused(bool paused);
   void requestStop();
   // requestStop(), then quit() and wait() for the worker thread. Blocks; for shutdown only.
@@ -52,8 +63,15 @@ class RunController : public QObject {
  private:
   void setState(State s);
 
+  bool startProcess(const deltatune::RunConfig& cfg, const deltatune::TrainOptions& opts);
+
   QThread thread_;
   EngineWorker* worker_ = nullptr;  // lives on thread_, deleted when it finishes
+  TrainProcess* process_ = nullptr;
+  bool processMode_ = false;
+  bool processActive_ = false;
+  QString cliPath_;
+  QString lastError_;
   std::shared_ptr<deltatune::RunControl> control_;
   State state_ = State::Idle;
   QString runId_;

@@ -16,10 +16,12 @@
 #include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
+#include <QTextBrowser>
 #include <QVBoxLayout>
 #include <exception>
 
 #include "app_settings.h"
+#include "run_details.h"
 #include "runs_table_model.h"
 
 namespace studio {
@@ -107,6 +109,9 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent)
   diffTable_->verticalHeader()->setVisible(false);
   diffTable_->setWordWrap(true);
   tabs->addTab(diffTable_, tr("Config diff"));
+  details_ = new QTextBrowser;
+  details_->setOpenLinks(false);
+  tabs->addTab(details_, tr("Details"));
   split->addWidget(tabs);
   split->setStretchFactor(0, 2);
   split->setStretchFactor(1, 3);
@@ -164,6 +169,7 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent)
   connect(view_->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
     updateOverlay();
     updateDiff();
+    updateDetails();
   });
   connect(axis_, &QComboBox::currentIndexChanged, this, &ExperimentsPage::updateOverlay);
   connect(metric_, &QComboBox::currentIndexChanged, this, &ExperimentsPage::updateOverlay);
@@ -224,6 +230,28 @@ void ExperimentsPage::selectRuns(const QStringList& ids) {
   view_->selectionModel()->select(sel, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
   updateOverlay();
   updateDiff();
+  updateDetails();
+}
+
+QString ExperimentsPage::detailsText() const {
+  return details_->toPlainText();
+}
+
+void ExperimentsPage::updateDetails() {
+  const QStringList ids = selectedRunIds();
+  const int row = ids.isEmpty() ? -1 : model_->rowOfId(ids.first());
+  if (row < 0) {
+    details_->setHtml(tr("<p style='color:#555'>Select a run to see where it ran, its folders and artifacts.</p>"));
+    return;
+  }
+  const deltatune::RunRecord* r = model_->runAt(row);
+  try {
+    details_->setHtml(runDetailsHtml(*r, store()->artifacts(r->id), store()->events(r->id)));
+  } catch (const std::exception& e) {
+    details_->setHtml(runDetailsHtml(*r, {}, {}));
+    error_->setText(QString::fromUtf8(e.what()));
+    error_->show();
+  }
 }
 
 void ExperimentsPage::setAxis(Axis a) {

@@ -1,6 +1,6 @@
 // Experiments page: all runs of the experiment database (runs from the CLI too), sortable and
 // filterable, with tags and delete; the curves of the selected runs overlaid (by step, tokens seen or
-// wall time) and their configs diffed (only differing keys).
+// wall time), their configs diffed (only differing keys), and the details of one (device, GPUs, artifacts).
 #pragma once
 #include "store_handle.h"
 #include <QMap>
@@ -20,6 +20,7 @@ class QLineEdit;
 class QSortFilterProxyModel;
 class QTableView;
 class QTableWidget;
+class QTextBrowser;
 
 namespace studio {
 
@@ -38,6 +39,7 @@ class ExperimentsPage : public QWidget {
   const QList<ConfigDiffRow>& diffRows() const { return diff_; }
   QStringList selectedRunIds() const;
   QString errorText() const;
+  QString detailsText() const;  // the Details tab as plain text
 
  public slots:
   void refresh();
@@ -59,6 +61,7 @@ class ExperimentsPage : public QWidget {
   deltatune::ExperimentStore* store();
   void updateOverlay();
   void updateDiff();
+  void updateDetails();
   const std::vector<deltatune::StepMetrics>& metricsOf(const std::string& id);
   QString canonicalConfig(const deltatune::RunRecord& r) const;
 
@@ -73,6 +76,7 @@ class ExperimentsPage : public QWidget {
   QComboBox* metric_;
   QCustomPlot* plot_;
   QTableWidget* diffTable_;
+  QTextBrowser* details_;
   QList<ConfigDiffRow> diff_;
   std::map<std::string, std::vector<deltatune::StepMetrics>> metricsCache_;
   QTimer liveTimer_;

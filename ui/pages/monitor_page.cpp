@@ -13,6 +13,8 @@
 #include "app_settings.h"
 #include "deltatune/experiment_store.h"
 #include "format.h"
+#include "gpu_usage.h"
+#include "gpu_usage_view.h"
 #include "live_plots.h"
 #include "run_document.h"
 
@@ -45,6 +47,13 @@ MonitorPage::MonitorPage(RunDocument* doc, RunController* controller, AppSetting
   stats_->setTextFormat(Qt::RichText);
   progRow->addWidget(stats_, 3);
   outer->addLayout(progRow);
+
+  gpuView_ = new GpuUsageView;
+  gpuPoller_ = new GpuUsagePoller(this);
+  if (!gpuPoller_->available())
+    gpuView_->setUnavailable(tr("No NVIDIA driver found (nvidia-smi): per-GPU memory and utilization are not shown."));
+  connect(gpuPoller_, &GpuUsagePoller::updated, gpuView_, &GpuUsageView::setUsage);
+  outer->addWidget(gpuView_);
 
   auto* split = new QSplitter(Qt::Vertical);
   plots_ = new LivePlots;
@@ -117,13 +126,24 @@ bool MonitorPage::startWith(const deltatune::TrainOptions& opts) {
     appendLog(QStringLiteral("#b00020"), tr("Add a training file on the Data page first."));
     return false;
   }
+  if (startGuard_) {
+    const QString why = startGuard_();
+    if (!why.isEmpty()) {
+      appendLog(QStringLiteral("#b00020"), why);
+      return false;
+    }
+  }
   totalSteps_ = 0;
   last_ = {};
   appendLog(QStringLiteral("#1f77b4"),
             opts.resume_run.empty()
                 ? tr("Starting a new run (%1 backend)…").arg(QString::fromStdString(cfg.backend))
                 : tr("Resuming run %1…").arg(QString::fromStdString(opts.resume_run)));
-  return controller_->start(cfg, opts);
+  if (!controller_->start(cfg, opts)) {
+    appendLog(QStringLiteral("#b00020"), tr("The run did not start: %1").arg(controller_->lastError()));
+    return false;
+  }
+  return true;
 }
 
 void MonitorPage::togglePause() {
@@ -135,11 +155,25 @@ void MonitorPage::stop() {
   controller_->requestStop();
 }
 
+void MonitorPage::setQueueRunning(int running) {
+  queueRunning_ = running;
+  updateGpuPolling();
+}
+
+void MonitorPage::updateGpuPolling() {
+  gpuPoller_->setActive(controller_->isActive() || queueRunning_ > 0);
+}
+
 void MonitorPage::onStateChanged(RunController::State s) {
+  updateGpuPolling();
   const bool active = s != RunController::State::Idle;
   start_->setEnabled(!active);
   resume_->setEnabled(!active && !lastRunId_.isEmpty() && lastStatus_ != "finished");
-  pause_->setEnabled(s == RunController::State::Running || s == RunController::State::Paused);
+  pause_->setEnabled(controller_->canPause() &&
+                     (s == RunController::State::Running || s == RunController::State::Paused));
+  pause_->setToolTip(active && !controller_->canPause()
+                         ? tr("A run over several GPUs cannot pause (stop it; it resumes from its checkpoint)")
+                         : QString());
   pause_->setChecked(s == RunController::State::Paused);
   pause_->setText(s == RunController::State::Paused ? tr("Continue") : tr("Pause"));
   stop_->setEnabled(s == RunController::State::Running || s == RunController::State::Paused);

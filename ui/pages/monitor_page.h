@@ -1,7 +1,8 @@
 // Monitor page: Start / Pause / Stop / Resume of the run being edited, progress with ETA and
-// throughput, live plots and the engine's log.
+// throughput, memory and utilization of every GPU while runs are active, live plots and the engine's log.
 #pragma once
 #include <QWidget>
+#include <functional>
 
 #include "deltatune/trainer.h"
 #include "run_controller.h"
@@ -14,6 +15,8 @@ class QPushButton;
 namespace studio {
 
 class AppSettings;
+class GpuUsagePoller;
+class GpuUsageView;
 class LivePlots;
 class RunDocument;
 
@@ -23,11 +26,15 @@ class MonitorPage : public QWidget {
   MonitorPage(RunDocument* doc, RunController* controller, AppSettings* settings, QWidget* parent = nullptr);
 
   LivePlots* plots() const { return plots_; }
+  GpuUsageView* gpuView() const { return gpuView_; }
+  GpuUsagePoller* gpuPoller() const { return gpuPoller_; }
   QString lastRunId() const { return lastRunId_; }
   QString lastStatus() const { return lastStatus_; }
   QString logText() const;
   int lastStep() const { return static_cast<int>(last_.step); }
   QString databasePath() const;  // what TrainOptions.db_path gets ("" = engine default)
+  // Asked before a start: a non-empty answer is why the run cannot start now (e.g. queued runs train).
+  void setStartGuard(std::function<QString()> guard) { startGuard_ = std::move(guard); }
 
  public slots:
   bool start();
@@ -37,6 +44,8 @@ class MonitorPage : public QWidget {
   bool resumeRun(const QString& runId);
   void togglePause();
   void stop();
+  // Runs of the queue that train meanwhile (the GPU table is polled while any run is active).
+  void setQueueRunning(int running);
 
  signals:
   void runListChanged();  // a run started or ended: the experiments table is stale
@@ -49,6 +58,7 @@ class MonitorPage : public QWidget {
   void onLog(deltatune::LogLevel level, const QString& message);
   void onFinished(const QString& status, const QString& message);
   void appendLog(const QString& color, const QString& text);
+  void updateGpuPolling();
 
   RunDocument* doc_;
   RunController* controller_;
@@ -61,11 +71,15 @@ class MonitorPage : public QWidget {
   QProgressBar* progress_;
   QLabel* stats_;
   LivePlots* plots_;
+  GpuUsageView* gpuView_;
+  GpuUsagePoller* gpuPoller_;
+  int queueRunning_ = 0;
   QPlainTextEdit* log_;
   QString lastRunId_;
   QString lastStatus_;
   deltatune::StepMetrics last_;
   qint64 totalSteps_ = 0;
+  std::function<QString()> startGuard_;
 };
 
 }  // namespace studio
