@@ -24,6 +24,7 @@ int run(const Args& args) {
   std::cerr << "deltatune chat on " << gen.backend_name()
             << (gen.has_adapter() ? " with adapter " + gen.adapter_dir() : std::string(" (base model)"))
             << ". Commands: /base /adapter /reset /exit\n";
+  if (!gen.backend_note().empty()) std::cerr << gen.backend_note() << "\n";
   std::vector<ChatMessage> history;
   if (p.has("--system")) history.push_back({"system", p.get("--system")});
   const size_t keep = history.size();

@@ -89,6 +89,7 @@ int run(const Args& args) {
   if (reqs.empty()) throw UsageError(path + ": no prompts");
 
   Generator gen(generator_options(p));
+  if (!gen.backend_note().empty()) std::cerr << gen.backend_note() << "\n";
   std::ofstream file;
   if (p.has("--out")) {
     file.open(p.get("--out"));

@@ -82,6 +82,8 @@ class Generator {
   bool has_adapter() const;
   const std::string& adapter_dir() const;  // the resolved folder ("" = none)
   std::string backend_name() const;
+  // Why backend "auto" took the CPU ("" when it did not, or the backend was named).
+  const std::string& backend_note() const;
   int64_t context_length() const;          // max_position_embeddings of config.json
   bool has_tokenizer() const;              // tokenizer.json in the model folder (needed for messages and text)
 

@@ -32,6 +32,9 @@ struct DecodeContext {
   bool record_step = true;
 };
 
+// Generates for every sequence together. With a LoRA adapter the caller holds a LoraComputeCopies of it for the
+// call (the products read its compute-dtype factors). The trainer's sample generations can call this with its
+// own model and adapter.
 void run_decode(const DecodeContext& ctx, const std::vector<DecodeSequence*>& seqs, const GenerateCallback& on_event,
                 const std::atomic<bool>* cancel);
 

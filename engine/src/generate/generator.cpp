@@ -60,6 +60,7 @@ struct Generator::Impl {
   std::unique_ptr<LoraAdapter> adapter;
   std::unique_ptr<LoraComputeCopies> adapter_copies;
   std::string adapter_dir;
+  std::string backend_note;
   std::set<int32_t> end_ids;
   int64_t context = 0;
 
@@ -90,7 +91,7 @@ Generator::Generator(const GeneratorOptions& opts) : impl_(new Impl) {
   check(fs::is_directory(opts.model_dir), opts.model_dir + ": no such model folder");
   m.weights = model_weights_load(opts.model_dir);
   m.context = context_of(opts.model_dir);
-  m.be = backend_create(opts.backend, opts.gpu);
+  m.be = backend_create(opts.backend, opts.gpu, &m.backend_note);
   m.model = std::make_unique<Qwen35Model>(m.weights, *m.be);
   const fs::path dir(opts.model_dir);
   if (fs::exists(dir / "tokenizer.json")) m.tok = std::make_unique<Tokenizer>(Tokenizer::from_file(opts.model_dir));
@@ -118,6 +119,7 @@ void Generator::set_adapter(const std::string& adapter) { impl_->load_adapter(ad
 bool Generator::has_adapter() const { return impl_->adapter != nullptr; }
 const std::string& Generator::adapter_dir() const { return impl_->adapter_dir; }
 std::string Generator::backend_name() const { return impl_->be->name(); }
+const std::string& Generator::backend_note() const { return impl_->backend_note; }
 int64_t Generator::context_length() const { return impl_->context; }
 bool Generator::has_tokenizer() const { return impl_->tok != nullptr; }
 
