@@ -5,8 +5,7 @@
 // hand-over without a GPU; not part of the build (static __shared__ arrays become function statics: the
 // emulation runs one block at a time):
 //   g++ -std=c++20 -O2 -w -DDT_DECODE_EMU -I kernels -I engine/src -I /usr/local/cuda/include \
-//       kernels/decode/emu/decode_emu.cpp build/engine/libdt_engine.a build/kernels/libdt_kernels.a \
-//       -L/usr/local/cuda/lib64 -lcudart -lcublas -lcublasLt -lpcre2-8 -lutf8proc -lyaml-cpp -lsqlite3 \
+//       kernels/decode/emu/decode_emu.cpp build/engine/libdt_engine.a -lpcre2-8 -lutf8proc -lyaml-cpp -lsqlite3 \
 //       -lpthread -o /tmp/decode_emu && /tmp/decode_emu
 #include "attention/emu/emu_rt.h"
 #undef __shared__
