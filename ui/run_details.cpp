@@ -24,12 +24,13 @@ QString row(const QString& name, const QString& v) {
 QString runGpusText(const QString& configYaml) {
   const QList<YamlBlock> b = yamlBlocks(configYaml);
   const QString backend = value(b, QStringLiteral("backend"));
-  if (backend == QLatin1String("cpu")) return QObject::tr("CPU");
   QString gpus = value(b, QStringLiteral("gpus"));
-  if (gpus == QLatin1String("all")) return QObject::tr("all visible GPUs (data parallel)");
   gpus.remove('[').remove(']');
   QStringList ids;
   for (const QString& s : gpus.split(',', Qt::SkipEmptyParts)) ids << s.trimmed();
+  if (backend == QLatin1String("cpu"))  // worker processes without GPUs when several were asked for
+    return ids.size() > 1 ? QObject::tr("CPU, %1 data-parallel workers").arg(ids.size()) : QObject::tr("CPU");
+  if (gpus == QLatin1String("all")) return QObject::tr("all visible GPUs (data parallel)");
   if (ids.size() > 1) return QObject::tr("%1 (data parallel)").arg(ids.join(QStringLiteral(", ")));
   if (ids.size() == 1) return QObject::tr("GPU %1").arg(ids.first());
   const QString gpu = value(b, QStringLiteral("gpu"));

@@ -9,7 +9,7 @@
 namespace studio {
 
 // The GPUs a run's config asks for, from its YAML: "0, 1 (data parallel)", "all visible GPUs (data
-// parallel)", "GPU 0", or "CPU" for the CPU backend.
+// parallel)", "GPU 0", or for the CPU backend "CPU" / "CPU, 2 data-parallel workers".
 QString runGpusText(const QString& configYaml);
 
 QString runDetailsHtml(const deltatune::RunRecord& run, const std::vector<deltatune::ArtifactRecord>& artifacts,

@@ -69,7 +69,8 @@ bool TrainProcess::start(const QString& configYaml, const QString& configFile, c
   }
   args << QStringLiteral("--db") << dbPath;
   dbPath_ = dbPath;
-  runId_ = resumeRun;
+  runId_.clear();  // known from the child's first line (a resume prints it too)
+  resuming_ = !resumeRun.isEmpty();
   totalSteps_ = 0;
   lastStep_ = 0;
   lastError_.clear();
@@ -133,6 +134,14 @@ void TrainProcess::handleLine(const QString& line) {
   if (!id.isEmpty()) {
     runId_ = id;
     totalSteps_ = total;
+    if (resuming_) {
+      // The steps up to the checkpoint it resumes from are known (the engine has dropped later ones by now).
+      try {
+        if (!store_) store_ = std::make_unique<deltatune::ExperimentStore>(dbPath_.toStdString());
+        for (const deltatune::StepMetrics& m : store_->metrics(id.toStdString())) lastStep_ = std::max(lastStep_, m.step);
+      } catch (const std::exception&) {
+      }
+    }
     emit runStarted(id, total);
     pollMetrics();
     return;

@@ -72,6 +72,7 @@ class TrainProcess : public QObject {
   QString lastErrorLine_;
   QByteArray partial_[2];
   bool stopRequested_ = false;
+  bool resuming_ = false;
   bool active_ = false;  // started and its end not yet reported
 };
 

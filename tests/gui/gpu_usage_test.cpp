@@ -59,6 +59,7 @@ class GpuUsageTest : public QObject {
     QCOMPARE(runGpusText("backend: cuda\ngpu: 2\ngpus: []\n"), QStringLiteral("GPU 2"));
     QCOMPARE(runGpusText("backend: cuda\ngpu: 0\ngpus: [1]\n"), QStringLiteral("GPU 1"));
     QCOMPARE(runGpusText("backend: cpu\ngpu: 0\n"), QStringLiteral("CPU"));
+    QCOMPARE(runGpusText("backend: cpu\ngpus: [0, 1]\n"), QStringLiteral("CPU, 2 data-parallel workers"));
   }
 
   void monitorPollsWhileARunIsActive() {

@@ -90,14 +90,21 @@ QString MonitorPage::databasePath() const {
   return settings_->databasePath();
 }
 
+deltatune::TrainOptions MonitorPage::options(const QString& resumeRun) const {
+  deltatune::TrainOptions o;
+  o.db_path = databasePath().toStdString();
+  o.resume_run = resumeRun.toStdString();
+  return o;
+}
+
 bool MonitorPage::start() {
   plots_->clear();
-  return startWith({databasePath().toStdString(), {}});
+  return startWith(options({}));
 }
 
 bool MonitorPage::resume() {
   if (lastRunId_.isEmpty()) return false;
-  return startWith({databasePath().toStdString(), lastRunId_.toStdString()});
+  return startWith(options(lastRunId_));
 }
 
 bool MonitorPage::resumeRun(const QString& runId) {
@@ -113,7 +120,7 @@ bool MonitorPage::resumeRun(const QString& runId) {
               tr("Earlier metrics not shown: %1").arg(QString::fromUtf8(e.what())));
   }
   lastRunId_ = runId;
-  return startWith({databasePath().toStdString(), runId.toStdString()});
+  return startWith(options(runId));
 }
 
 bool MonitorPage::startWith(const deltatune::TrainOptions& opts) {

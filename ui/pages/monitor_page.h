@@ -51,6 +51,7 @@ class MonitorPage : public QWidget {
   void runListChanged();  // a run started or ended: the experiments table is stale
 
  private:
+  deltatune::TrainOptions options(const QString& resumeRun) const;
   bool startWith(const deltatune::TrainOptions& opts);
   void onStateChanged(RunController::State s);
   void onStarted(const QString& runId, qint64 total);

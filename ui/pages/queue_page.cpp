@@ -180,7 +180,11 @@ void QueuePage::removeSelected() {
 
 void QueuePage::updateGpuChecks() {
   const QList<int> pool = runner_->gpuPool();
-  qDeleteAll(gpuChecks_);
+  for (QCheckBox* c : gpuChecks_) {
+    c->hide();
+    c->disconnect(this);
+    c->deleteLater();
+  }
   gpuChecks_.clear();
   const QList<GpuInfo> gpus = gpus_ ? gpus_->gpus() : QList<GpuInfo>{};
   for (const GpuInfo& g : gpus) {
