@@ -20,6 +20,7 @@ struct GeneratorInfo {
   QString modelDir;
   QString adapterDir;  // "" = none
   QString backend;
+  QString backendNote;  // why backend auto took the CPU ("" when it did not)
   qint64 contextLength = 0;
 };
 

@@ -38,6 +38,7 @@ void GenerationWorker::load(const deltatune::GeneratorOptions& opts) {
     info.modelDir = QString::fromStdString(opts.model_dir);
     info.adapterDir = QString::fromStdString(gen_->adapter_dir());
     info.backend = QString::fromStdString(gen_->backend_name());
+    info.backendNote = QString::fromStdString(gen_->backend_note());
     info.contextLength = gen_->context_length();
     if (!gen_->has_tokenizer())
       throw std::runtime_error(opts.model_dir + ": no tokenizer.json, so the model cannot chat");

@@ -400,7 +400,10 @@ void PlaygroundPage::load() {
 void PlaygroundPage::onLoaded(const GeneratorInfo& info) {
   status_->setText(tr("<b>%1</b> on %2, context %3 tokens")
                        .arg(QDir(info.modelDir).dirName(), info.backend)
-                       .arg(info.contextLength));
+                       .arg(info.contextLength) +
+                   (info.backendNote.isEmpty() ? QString()
+                                               : QStringLiteral("<br><span style='color:#a05a00'>%1</span>")
+                                                     .arg(info.backendNote.toHtmlEscaped())));
   status_->setToolTip(info.modelDir + (info.adapterDir.isEmpty() ? QString() : "\n" + info.adapterDir));
   render();
   if (sendAfterLoad_) {
