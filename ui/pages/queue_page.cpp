@@ -44,6 +44,12 @@ QueuePage::QueuePage(RunDocument* doc, RunQueue* queue, QueueRunner* runner, Gpu
   gpuRow_->addStretch();
   outer->addLayout(gpuRow_);
 
+  emptyHint_ = new QLabel(tr("No runs queued yet. <b>Queue current run</b> adds the settings being edited; "
+                             "<b>Queue a grid…</b> adds every combination of a few settings (e.g. learning rate "
+                             "× LoRA rank). Queued runs are kept when the studio closes."));
+  emptyHint_->setWordWrap(true);
+  emptyHint_->setStyleSheet(QStringLiteral("color: #555; padding: 8px;"));
+  outer->addWidget(emptyHint_);
   view_ = new QTableView;
   view_->setModel(queue_);
   view_->setSelectionBehavior(QAbstractItemView::SelectRows);
@@ -225,6 +231,7 @@ void QueuePage::updateButtons() {
   down_->setEnabled(it != nullptr);
   cancel_->setEnabled(running || waiting);
   remove_->setEnabled(it && !running);
+  emptyHint_->setVisible(queue_->rowCount() == 0);
   summary_->setText(tr("%1 running · %2 queued · %3 done · %4 failed · %5 cancelled")
                         .arg(queue_->count(QueueItem::State::Running))
                         .arg(queue_->count(QueueItem::State::Queued))

@@ -59,6 +59,7 @@ class QueuePage : public QWidget {
   QLabel* gpuHint_;
   QList<QCheckBox*> gpuChecks_;
   QLabel* summary_;
+  QLabel* emptyHint_;
   QLabel* note_;
 };
 
