@@ -34,7 +34,10 @@ TrainProcess::~TrainProcess() {
 QString TrainProcess::findCli() {
   const QString local = QCoreApplication::applicationDirPath() + QStringLiteral("/deltatune");
   if (QFileInfo(local).isExecutable()) return local;
-  return QStandardPaths::findExecutable(QStringLiteral("deltatune"));
+  const QString onPath = QStandardPaths::findExecutable(QStringLiteral("deltatune"));
+  if (!onPath.isEmpty()) return onPath;
+  const QString buildTree = QStringLiteral(DT_CLI_BUILD_PATH);
+  return QFileInfo(buildTree).isExecutable() ? buildTree : QString();
 }
 
 QString TrainProcess::runIdFromLine(const QString& line, qint64* totalSteps) {

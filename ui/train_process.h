@@ -25,7 +25,8 @@ class TrainProcess : public QObject {
   explicit TrainProcess(QObject* parent = nullptr);
   ~TrainProcess() override;  // kills a child still running (callers stop it first)
 
-  // The `deltatune` command-line program: next to the studio's executable, else on PATH; "" when missing.
+  // The `deltatune` command-line program: next to the studio's executable, else on PATH, else the one of the
+  // build tree the studio was built in; "" when missing.
   static QString findCli();
   void setCliPath(const QString& path) { cli_ = path; }
   QString cliPath() const { return cli_; }
