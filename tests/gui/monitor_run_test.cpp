@@ -76,14 +76,13 @@ class MonitorRunTest : public QObject {
   void pauseHoldsTheRun() {
     monitor()->togglePause();
     QCOMPARE(controller()->state(), RunController::State::Paused);
-    // Let a step that was in flight land: on a loaded machine one step can take longer than a wait.
-    int before = steps_;
-    for (int i = 0; i < 40; ++i) {
-      QTest::qWait(1500);
-      if (steps_ == before) break;
-      before = steps_;
-    }
-    QTest::qWait(1500);
+    // The pause takes effect at the next step boundary: a step in flight still lands (on a loaded machine it
+    // can take seconds), none after it.
+    const int atPause = steps_;
+    guitest::waitFor([&] { return steps_ > atPause; }, 10000);
+    const int before = steps_;
+    QVERIFY(before <= atPause + 1);
+    QTest::qWait(2000);
     QCOMPARE(steps_, before);
     monitor()->togglePause();
     QCOMPARE(controller()->state(), RunController::State::Running);
