@@ -1,10 +1,12 @@
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include "args.h"
 #include "commands.h"
 #include "console_observer.h"
 #include "core/error.h"
+#include "deltatune/distributed.h"
 #include "deltatune/experiment_store.h"
 #include "deltatune/run_config.h"
 #include "deltatune/trainer.h"
@@ -17,12 +19,45 @@ extern "C" void on_sigint(int) {
   if (g_control) g_control->stop.store(true);
 }
 
+// A worker other than rank 0 prints only warnings and errors, tagged with its rank (rank 0 reports the run).
+class WorkerObserver : public RunObserver {
+ public:
+  explicit WorkerObserver(int rank) : rank_(rank) {}
+  void on_log(LogLevel level, const std::string& message) override {
+    if (level == LogLevel::Info) return;
+    std::fprintf(stderr, "[rank %d %s] %s\n", rank_, level == LogLevel::Error ? "error" : "warning", message.c_str());
+  }
+  void on_finished(const std::string& status, const std::string& message) override {
+    if (status != "finished") std::fprintf(stderr, "[rank %d %s] %s\n", rank_, status.c_str(), message.c_str());
+  }
+
+ private:
+  int rank_;
+};
+
+// The GPUs a run asks for on this machine: --gpus, else the run file's (or, on a resume, the run's) gpus.
+GpuSelection requested_gpus(const ParsedArgs& p, const RunConfig& cfg, const std::string& db_path) {
+  if (p.has("--gpus")) return parse_gpu_list(p.get("--gpus"));
+  const RunConfig* c = &cfg;
+  RunConfig stored;
+  if (p.has("--resume") && db_path != "-") {
+    const auto r = ExperimentStore(db_path.empty() ? ExperimentStore::default_path() : db_path).find_run(p.get("--resume"));
+    if (r) {
+      stored = run_config_from_yaml_string(r->config_yaml, ".");
+      c = &stored;
+    }
+  }
+  return GpuSelection{c->gpus, c->gpus_all};
+}
+
 }  // namespace
 
 int cmd_train(const Args& args) {
-  const ParsedArgs p = parse_args(args, {"--resume", "--db", "--backend", "--max-steps", "--output-dir"}, {});
+  const ParsedArgs p = parse_args(args, {"--resume", "--db", "--backend", "--max-steps", "--output-dir", "--gpus"},
+                                  {"--check-replicas"});
   check(p.positionals.size() == 1 || (p.positionals.empty() && p.has("--resume")),
-        "usage: deltatune train RUN.yaml [--resume RUN] [--db PATH] [--backend cpu|cuda|auto] [--max-steps N]");
+        "usage: deltatune train RUN.yaml [--resume RUN] [--gpus 0,1|all] [--db PATH] [--backend cpu|cuda|auto] "
+        "[--max-steps N]");
   RunConfig cfg;
   if (!p.positionals.empty()) cfg = run_config_from_yaml_file(p.positionals[0]);
   if (p.has("--backend")) cfg.backend = p.get("--backend");
@@ -31,13 +66,41 @@ int cmd_train(const Args& args) {
   TrainOptions opts;
   opts.db_path = p.get("--db");
   opts.resume_run = p.get("--resume");
+  opts.check_replicas = p.has("--check-replicas");
+  opts.dist = dist_world_from_env();
+  const GpuSelection gpus = requested_gpus(p, cfg, opts.db_path);
+  opts.gpus = gpus.ids;
+
+  if (!opts.dist.active()) {
+    const int n = gpus.all ? visible_cuda_devices() : static_cast<int>(gpus.ids.size());
+    check(!gpus.all || n > 0, "gpus: all, but no CUDA GPU is visible (check nvidia-smi, or train on the CPU)");
+    if (n > 1) {  // this machine's launcher: one worker per GPU, each this program with the same arguments
+      LocalLaunch l;
+      l.exe = "/proc/self/exe";
+      l.args.push_back("train");
+      l.args.insert(l.args.end(), args.begin(), args.end());
+      l.workers = n;
+      l.db_path = opts.db_path;
+      l.log = [](const std::string& m) { std::fprintf(stderr, "[launcher] %s\n", m.c_str()); };
+      const int rc = launch_local_workers(l);
+      if (rc != 0) std::fprintf(stderr, "error: the run ended because a worker failed (see above)\n");
+      return rc == 0 ? 0 : 1;
+    }
+    if (gpus.all && n == 1) opts.gpus = {0};
+  } else if (!std::getenv("NCCL_NVLS_ENABLE")) {
+    ::setenv("NCCL_NVLS_ENABLE", "0", 0);  // NVLink multicast can take a shared host's GPUs out of service
+  }
+
   RunControl control;
   g_control = &control;
   std::signal(SIGINT, on_sigint);
   std::signal(SIGTERM, on_sigint);
-  ConsoleObserver obs(cfg.logging_steps);
+  ConsoleObserver console(cfg.logging_steps);
+  WorkerObserver quiet(opts.dist.rank);
+  RunObserver& obs = opts.dist.rank == 0 ? static_cast<RunObserver&>(console) : quiet;
   const std::string id = train_run(cfg, obs, control, opts);
   g_control = nullptr;
+  if (opts.dist.rank != 0) return 0;
   std::string out = cfg.output_dir;
   if (p.positionals.empty()) {  // a resume: the run's own config, not the defaults above, says where
     try {

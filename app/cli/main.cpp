@@ -16,7 +16,7 @@ void print_usage() {
                "usage: deltatune <command> [options]\n"
                "  info     [--model DIR]                    the GPU runtime; with --model, a checkpoint folder\n"
                "  eval     --model DIR --data FILE.jsonl    loss of pre-tokenized data [--seq-len N] [--adapter DIR]\n"
-               "  train    RUN.yaml [--resume RUN]          LoRA training run\n"
+               "  train    RUN.yaml [--resume RUN] [--gpus 0,1|all]   LoRA training run (one worker per GPU)\n"
                "  tokenize --model DIR [--chat]             JSONL on stdin -> ids (and labels with --chat)\n"
                "  prepare  RUN.yaml [--out FILE]            tokenize and pack a run's datasets, print statistics\n"
                "  runs     list|show|compare|delete|tag     the experiment database\n"

@@ -58,6 +58,10 @@ struct RunConfig {
   // engine
   std::string backend = "auto";         // auto | cpu | cuda
   int gpu = 0;
+  // Data parallel over this machine's GPUs: `gpus: [0, 1]` or `gpus: all` (one worker process per GPU);
+  // empty = one GPU, `gpu`.
+  std::vector<int> gpus;
+  bool gpus_all = false;
   bool fused_loss = true;
   bool gradient_checkpointing = false;
   // With gradient_checkpointing: checkpoint only the first N decoder layers; the rest keep their activations

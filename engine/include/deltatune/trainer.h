@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "deltatune/distributed.h"
 #include "deltatune/run_config.h"
 
 namespace deltatune {
@@ -52,6 +53,15 @@ struct RunControl {
 struct TrainOptions {
   std::string db_path;      // "" = default experiment database; "-" = none
   std::string resume_run;   // run id or name to resume ("" = new run)
+  // This process's place in a data-parallel job (dist_world_from_env); world_size 1 = a single process. In a
+  // job, rank 0 alone writes the database, checkpoints and the adapter, and reports the global loss.
+  DistWorld dist;
+  // GPUs of this machine for the run (--gpus), overriding the config's gpus / gpu; a worker of a job takes
+  // gpus[LOCAL_RANK].
+  std::vector<int> gpus;
+  // After every step, every worker hashes its LoRA weights and the run fails unless all hashes agree (rank 0
+  // logs the hash): a check that data parallelism keeps the replicas bit-identical.
+  bool check_replicas = false;
 };
 
 // Runs a whole training run. Returns the run id. Errors in the config or data throw deltatune::Error

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/gradient_reducer.h"
 #include "core/tensor.h"
 
 namespace deltatune {
@@ -313,6 +314,11 @@ class Backend {
   };
   virtual void adamw_step_many(const std::vector<AdamWSlot>& slots, float lr, float beta1, float beta2, float eps,
                                float weight_decay, int64_t step, float grad_scale);
+
+  // ---- data parallel -----------------------------------------------------------------------------
+  // This device's reducer for a data-parallel job (NCCL on CUDA), or null when the backend has none (the CPU
+  // backend: the job sums through its host connections).
+  virtual std::unique_ptr<GradientReducer> create_gradient_reducer(const ReducerSetup& setup) { return nullptr; }
 };
 
 // The reference backend (always available).

@@ -246,6 +246,7 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
     }
     dx = layer_bwd(ctx, *layers_[static_cast<size_t>(i)], l, dx, c);
     c = LayerCache{};  // free this layer's activations
+    if (opts.on_layer_backward) opts.on_layer_backward(i);
   }
   return out;
 }

@@ -2,6 +2,7 @@
 // module into the LoRA weights. Backend-agnostic: it only calls Backend ops (spec §3).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct StepOptions {
     return gradient_checkpointing && (checkpoint_layers < 0 || layer < checkpoint_layers);
   }
   LoraRuntime lora;                // dropout settings (training only)
+  // Called (on the caller's thread) once the backward of a decoder layer has enqueued all of that layer's
+  // LoRA gradient work, layers in backward order (last to first): data parallelism starts summing them there.
+  std::function<void(int layer)> on_layer_backward;
 };
 
 struct StepOutput {

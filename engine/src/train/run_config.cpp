@@ -284,6 +284,58 @@ Field list(const char* key, std::vector<std::string> RunConfig::*m, std::vector<
   return f;
 }
 
+// gpus: a list of GPU indices, or `all`; emitted as `all` or a flow list ([] = one GPU, the `gpu` key).
+Field gpu_list(const char* key) {
+  Field f;
+  f.key = key;
+  f.expected = "a list of distinct GPU indices >= 0 (e.g. [0, 1]) or all";
+  f.parse = [](const YAML::Node& n, RunConfig& c) {
+    c.gpus.clear();
+    c.gpus_all = false;
+    if (n.IsScalar() && n.Scalar() == "all") {
+      c.gpus_all = true;
+      return;
+    }
+    if (n.IsScalar()) {
+      const int64_t v = parse_int(n);
+      if (v < 0 || v > std::numeric_limits<int>::max()) throw BadValue{n.Scalar(), "", ""};
+      c.gpus.push_back(static_cast<int>(v));
+      return;
+    }
+    if (!n.IsSequence()) throw BadValue{flow_text(n), "", ""};
+    for (size_t i = 0; i < n.size(); ++i) {
+      int64_t v = -1;
+      try {
+        v = parse_int(n[i]);
+      } catch (const BadValue& b) {
+        throw BadValue{b.value, index_key(i), "a GPU index >= 0"};
+      }
+      if (v < 0 || v > std::numeric_limits<int>::max()) throw BadValue{flow_text(n[i]), index_key(i), "a GPU index >= 0"};
+      c.gpus.push_back(static_cast<int>(v));
+    }
+  };
+  f.check = [](const RunConfig& c) -> std::optional<Problem> {
+    if (c.gpus_all && !c.gpus.empty()) return Problem{"", "all", "either all or a list, not both"};
+    for (size_t i = 0; i < c.gpus.size(); ++i) {
+      if (c.gpus[i] < 0) return Problem{index_key(i), std::to_string(c.gpus[i]), "a GPU index >= 0"};
+      for (size_t j = 0; j < i; ++j)
+        if (c.gpus[j] == c.gpus[i])
+          return Problem{index_key(i), std::to_string(c.gpus[i]), "distinct GPU indices (it is listed twice)"};
+    }
+    return std::nullopt;
+  };
+  f.emit = [](YAML::Emitter& out, const RunConfig& c) {
+    if (c.gpus_all) {
+      out << "all";
+      return;
+    }
+    out << YAML::Flow << YAML::BeginSeq;
+    for (int g : c.gpus) out << g;
+    out << YAML::EndSeq;
+  };
+  return f;
+}
+
 const std::vector<std::string> kDatasetKeys = {"path", "type", "split"};
 const std::vector<std::string> kDatasetTypes = {"",       "chat",       "sharegpt",
                                                 "alpaca", "completion", "pretokenized"};
@@ -423,6 +475,7 @@ const std::vector<Field>& fields() {
     // engine
     t.push_back(text("backend", &C::backend, {"auto", "cpu", "cuda"}));
     t.push_back(integer("gpu", &C::gpu, at_least(0), "a GPU index >= 0"));
+    t.push_back(gpu_list("gpus"));
     t.push_back(boolean("fused_loss", &C::fused_loss));
     t.push_back(boolean("gradient_checkpointing", &C::gradient_checkpointing));
     t.push_back(integer("gradient_checkpointing_layers", &C::gradient_checkpointing_layers, at_least(-1),
@@ -453,6 +506,9 @@ void check_combination(const RunConfig& c, const std::string& where) {
   check(!(c.warmup_steps > 0 && c.warmup_ratio > 0),
         where + ": warmup_steps (" + std::to_string(c.warmup_steps) + ") and warmup_ratio (" +
             format_real(c.warmup_ratio) + ") are both set (expected at most one of them)");
+  check(c.gpu == 0 || (c.gpus.empty() && !c.gpus_all),
+        where + ": gpu (" + std::to_string(c.gpu) +
+            ") and gpus are both set (expected gpu for one GPU, or gpus for several)");
 }
 
 std::string resolve_path(const std::string& p, const std::string& base_dir, PathKind kind) {

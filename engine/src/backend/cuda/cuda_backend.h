@@ -156,6 +156,9 @@ class CudaBackend final : public Backend {
   void replay(Recording& r) override;
   void write_i32(Tensor& dst, const std::vector<int32_t>& values) override;
 
+  // nccl_reducer.cpp: NCCL on a stream of its own, ordered after this backend's stream by events.
+  std::unique_ptr<GradientReducer> create_gradient_reducer(const ReducerSetup& setup) override;
+
  private:
   // The stream, after making this backend's device current on the calling thread.
   cudaStream_t stream() const;

@@ -1,0 +1,59 @@
+// One worker's side of a data-parallel run (see deltatune/distributed.h for the design): the connections to
+// the other workers, the gradient reducer of its backend (NCCL on CUDA, the host connections on the CPU),
+// and the LoRA gradients in one flat buffer whose buckets are summed as the backward completes them.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "dist/grad_buckets.h"
+#include "dist/rendezvous.h"
+#include "lora/lora.h"
+
+namespace deltatune {
+
+class DataParallel {
+ public:
+  // Joins the other workers (blocking up to world.join_timeout_s). Throws DistFault.
+  explicit DataParallel(const DistWorld& world);
+  ~DataParallel();
+
+  int rank() const { return rv_.rank(); }
+  int world() const { return rv_.world(); }
+  bool root() const { return rv_.rank() == 0; }
+  Rendezvous& host() { return rv_; }
+
+  // Creates the gradient reducer of `be` (NCCL's communicator joins here). Throws Error when the backend
+  // cannot sum across workers (a CUDA build without NCCL).
+  void connect_backend(Backend& be);
+  // Gives the adapter's gradients one flat zeroed buffer (gA/gB become views of it) and plans the buckets.
+  void attach(LoraAdapter& adapter, int64_t bucket_bytes);
+  // Zeroes every gradient (the whole flat buffer) for a new step.
+  void zero_gradients();
+  // Called after the backward of `layer` in the step's last micro-batch: starts the sum of every bucket the
+  // backward has completed.
+  void layer_done(int layer);
+  // Starts the buckets not started yet and waits for all: afterwards every worker holds the summed gradients.
+  void finish_gradients();
+  // Rank 0's A, B and AdamW moments on every worker (moments only where rank 0 has them).
+  void broadcast_adapter(LoraAdapter& adapter);
+  // In place: Σ over the workers of an F32 tensor of the backend (blocking; small tensors).
+  void sum_tensor(Tensor& t);
+  // Ends the job for every worker: tells the peers why (best effort) and aborts the communicator.
+  void fail(const std::string& why) noexcept;
+
+ private:
+  Rendezvous rv_;
+  Backend* be_ = nullptr;
+  std::unique_ptr<GradientReducer> reducer_;
+  Tensor flat_;
+  std::vector<GradBucket> buckets_;
+  size_t next_bucket_ = 0;
+};
+
+// The CPU backend's reducer: sums through the host connections (rank order on rank 0), synchronously.
+std::unique_ptr<GradientReducer> make_host_reducer(Rendezvous& rv);
+
+}  // namespace deltatune
