@@ -460,12 +460,13 @@ std::string train_run_impl(const RunConfig& cfg_in, RunObserver& obs, RunControl
       else lora_zero_grad(adapter, *be);
       // The step's micro-batches are those of a one-GPU run with `global` micro-batches per step; this worker
       // trains the positions `mine` of them (all of them without data parallelism).
-      std::vector<const Batch*> micro;
-      for (int64_t i = 0; i < global; ++i) micro.push_back(&stream.next());
+      // Copies: a step that runs into the next epoch reloads the stream's batch list under earlier references.
+      std::vector<Batch> micro;
+      for (int64_t i = 0; i < global; ++i) micro.push_back(stream.next());
       int64_t targets = 0, tokens = 0;
-      for (const Batch* b : micro) {
-        targets += b->num_targets;
-        tokens += static_cast<int64_t>(b->input_ids.size());
+      for (const Batch& b : micro) {
+        targets += b.num_targets;
+        tokens += static_cast<int64_t>(b.input_ids.size());
       }
       double loss_sum = 0;
       StepOptions so;
@@ -482,7 +483,7 @@ std::string train_run_impl(const RunConfig& cfg_in, RunObserver& obs, RunControl
         so.lora.dropout_seed = step_seed(cfg.seed, step + 1, pos);
         // The last micro-batch's backward completes the gradients layer by layer: their sums start there.
         if (dp && k + 1 == mine.size()) so.on_layer_backward = [&](int layer) { dp->layer_done(layer); };
-        const StepOutput out = model.step(*micro[static_cast<size_t>(pos)], &adapter, so);
+        const StepOutput out = model.step(micro[static_cast<size_t>(pos)], &adapter, so);
         loss_sum += out.loss_sum;
         if (out.moe_load.defined()) {
           if (!moe_load.defined()) moe_load = out.moe_load;

@@ -1,0 +1,252 @@
+// Data-parallel training end to end on the CPU backend (the same coordination path as on GPUs, with the host
+// connections summing in place of NCCL): two workers started as a launcher would give the loss curve of one
+// process with the same global batch and identical weights on both; this machine's launcher (`--gpus 0,1`)
+// ends the whole run as crashed within seconds when one worker is SIGKILLed, and the run resumes on one worker
+// along the reference curve. Also the launcher alone, with shell scripts as workers.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "deltatune/distributed.h"
+#include "deltatune/experiment_store.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace deltatune {
+namespace {
+
+const fs::path kDemo = fs::path(DT_SOURCE_DIR) / "resources" / "demo";
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("dt_dist_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void write_run(const fs::path& file, int accumulation, int max_steps, int save_steps) {
+  std::ofstream y(file);
+  y << "base_model: " << (kDemo / "model").string() << "\n"
+    << "datasets:\n  - path: " << (kDemo / "data" / "demo_chat.jsonl").string() << "\n    type: chat\n"
+    << "val_set_size: 0.05\nsequence_len: 128\nsample_packing: true\nmicro_batch_size: 2\n"
+    << "gradient_accumulation_steps: " << accumulation << "\nmax_steps: " << max_steps
+    << "\nsave_steps: " << save_steps << "\nlearning_rate: 0.003\nwarmup_steps: 2\nlora_dropout: 0.1\n"
+    << "backend: cpu\noutput_dir: out\ndataset_prepared_path: cache\n";
+}
+
+pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<StepMetrics> only_run_metrics(const std::string& db) {
+  ExperimentStore store(db);
+  const auto runs = store.list_runs();
+  EXPECT_EQ(runs.size(), 1u);
+  return runs.empty() ? std::vector<StepMetrics>{} : store.metrics(runs[0].id);
+}
+
+// A one-process run of `run.yaml` with the given accumulation: the reference curve.
+std::vector<StepMetrics> reference_curve(const fs::path& dir, int accumulation, int steps) {
+  const fs::path ref = dir / "ref";
+  fs::create_directories(ref);
+  write_run(ref / "run.yaml", accumulation, steps, 0);
+  const pid_t p = spawn({DT_CLI_PATH, "train", (ref / "run.yaml").string(), "--db", (ref / "db").string()}, {},
+                        ref / "log.txt");
+  EXPECT_EQ(wait_exit(p), 0) << slurp(ref / "log.txt");
+  return only_run_metrics((ref / "db").string());
+}
+
+// CPU fp32: only the order of the fp32 gradient additions differs from the one-process run.
+void expect_same_curve(const std::vector<StepMetrics>& got, const std::vector<StepMetrics>& want, size_t from = 0) {
+  ASSERT_EQ(got.size() + from, want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const StepMetrics &g = got[i], &w = want[i + from];
+    EXPECT_EQ(g.step, w.step);
+    EXPECT_NEAR(g.loss, w.loss, 1e-5 * std::abs(w.loss)) << "step " << w.step;
+    EXPECT_NEAR(g.grad_norm, w.grad_norm, 1e-4 * w.grad_norm) << "step " << w.step;
+    EXPECT_EQ(g.trained_tokens, w.trained_tokens) << "step " << w.step;
+    if (w.eval_loss >= 0) EXPECT_NEAR(g.eval_loss, w.eval_loss, 1e-5 * w.eval_loss) << "step " << w.step;
+  }
+}
+
+TEST(DistTrain, TwoWorkersGiveTheOneProcessCurveWithIdenticalWeights) {
+  if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
+  const fs::path dir = fresh_dir("curve");
+  write_run(dir / "run.yaml", 2, 8, 4);
+  const auto want = reference_curve(dir, 4, 8);  // 2 workers x 2 micro-batches = 4 per step
+  std::vector<pid_t> workers;
+  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  for (int r = 0; r < 2; ++r)
+    workers.push_back(spawn({DT_CLI_PATH, "train", (dir / "run.yaml").string(), "--db", (dir / "db").string(),
+                             "--check-replicas"},
+                            {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
+                             "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
+                            dir / ("rank" + std::to_string(r) + ".txt")));
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(wait_exit(workers[r]), 0) << slurp(dir / ("rank" + std::to_string(r) + ".txt"));
+  const std::string log0 = slurp(dir / "rank0.txt");
+  EXPECT_NE(log0.find("step 8: LoRA weights hash"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("data parallel: 2 workers"), std::string::npos) << log0;
+  expect_same_curve(only_run_metrics((dir / "db").string()), want);
+  // Rank 0 alone wrote: the checkpoints of steps 4 and 8 and the adapter; the run records its workers.
+  EXPECT_TRUE(checkpoint_load((dir / "out" / "checkpoint-4").string()).state.extra.count("global_micro_batches"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "adapter_model.safetensors"));
+  ExperimentStore store((dir / "db").string());
+  const RunRecord run = store.list_runs().at(0);
+  EXPECT_EQ(run.status, "finished");
+  EXPECT_NE(run.device.find("2 workers: rank 0 ("), std::string::npos) << run.device;
+  EXPECT_NE(run.device.find("rank 1 ("), std::string::npos) << run.device;
+  fs::remove_all(dir);
+}
+
+// The worker of `launcher` whose environment says RANK=<rank>, or -1.
+pid_t worker_of(pid_t launcher, int rank) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = slurp(e.path() / "stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream in(stat.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    in >> state >> ppid;
+    if (ppid != launcher) continue;
+    const std::string env = slurp(e.path() / "environ");
+    if (env.find(std::string("RANK=") + std::to_string(rank) + '\0') != std::string::npos &&
+        (env.rfind("RANK=", 0) == 0 || env.find(std::string("\0RANK=", 6)) != std::string::npos))
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+TEST(DistTrain, KilledWorkerEndsTheRunAsCrashedAndItResumesOnOneWorker) {
+  if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
+  const fs::path dir = fresh_dir("kill");
+  const int steps = 16;
+  write_run(dir / "run.yaml", 1, steps, 2);
+  const auto want = reference_curve(dir, 2, steps);
+  const std::string db = (dir / "db").string();
+  const pid_t launcher =
+      spawn({DT_CLI_PATH, "train", (dir / "run.yaml").string(), "--db", db, "--gpus", "0,1"}, {}, dir / "log.txt");
+  // Once a checkpoint is written, SIGKILL worker 1.
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  int status = 0;
+  while (checkpoint_list((dir / "out").string()).empty() && Clock::now() < deadline) {
+    ASSERT_EQ(::waitpid(launcher, &status, WNOHANG), 0) << "the run ended early\n" << slurp(dir / "log.txt");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const pid_t victim = worker_of(launcher, 1);
+  ASSERT_GT(victim, 0) << slurp(dir / "log.txt");
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const auto killed_at = Clock::now();
+  const int rc = wait_exit(launcher);
+  const double secs = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  const std::string log = slurp(dir / "log.txt");
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_LT(secs, 5.0) << "the run took " << secs << " s to end after a worker was killed\n" << log;
+  EXPECT_NE(log.find("was killed by signal 9"), std::string::npos) << log;
+
+  std::string run_id;
+  {
+    ExperimentStore store(db);
+    const RunRecord run = store.list_runs().at(0);
+    run_id = run.id;
+    EXPECT_EQ(run.status, "crashed") << log;
+    EXPECT_EQ(store.integrity_check(), "ok");
+    bool named = false;
+    for (const auto& e : store.events(run.id)) named |= e.message.find("rank 1 (") != std::string::npos;
+    EXPECT_TRUE(named) << "no event names the killed worker\n" << log;
+  }
+  for (const auto& [step, path] : checkpoint_list((dir / "out").string())) EXPECT_NO_THROW(checkpoint_load(path));
+
+  // Resumed on one worker: the same global batch (2 micro-batches per step), the reference curve onwards.
+  const pid_t resume = spawn({DT_CLI_PATH, "train", "--resume", run_id, "--db", db, "--gpus", "0"}, {},
+                             dir / "resume.txt");
+  ASSERT_EQ(wait_exit(resume), 0) << slurp(dir / "resume.txt");
+  EXPECT_NE(slurp(dir / "resume.txt").find("2 micro-batches per step over 1 GPU"), std::string::npos);
+  ExperimentStore store(db);
+  EXPECT_EQ(store.find_run(run_id)->status, "finished");
+  const auto got = store.metrics(run_id);
+  ASSERT_EQ(got.size(), static_cast<size_t>(steps));
+  expect_same_curve(got, want);
+  fs::remove_all(dir);
+}
+
+TEST(DistLauncher, SetsTheJobVariablesAndStopsTheOthersWhenOneDies) {
+  const fs::path dir = fresh_dir("launch");
+  LocalLaunch ok;
+  ok.exe = "/bin/sh";
+  ok.args = {"-c", "echo $RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT $NCCL_NVLS_ENABLE > " +
+                       (dir / "w").string() + "$RANK"};
+  ok.workers = 3;
+  ok.db_path = "-";
+  EXPECT_EQ(launch_local_workers(ok), 0);
+  for (int r = 0; r < 3; ++r) {
+    std::istringstream in(slurp(dir / ("w" + std::to_string(r))));
+    int rank = -1, size = 0, local = -1, port = 0;
+    std::string addr, nvls;
+    in >> rank >> size >> local >> addr >> port >> nvls;
+    EXPECT_EQ(rank, r);
+    EXPECT_EQ(size, 3);
+    EXPECT_EQ(local, r);
+    EXPECT_EQ(addr, "127.0.0.1");
+    EXPECT_GT(port, 0);
+    if (!std::getenv("NCCL_NVLS_ENABLE")) EXPECT_EQ(nvls, "0");
+  }
+
+  LocalLaunch bad = ok;
+  bad.args = {"-c", "if [ $RANK = 1 ]; then kill -9 $$; fi; trap '' TERM; sleep 60"};
+  bad.grace_s = 0.5;
+  std::vector<std::string> lines;
+  bad.log = [&](const std::string& m) { lines.push_back(m); };
+  const auto t0 = Clock::now();
+  EXPECT_EQ(launch_local_workers(bad), 128 + SIGKILL);
+  // Grace, then SIGTERM (ignored by these workers), then SIGKILL 5 s later.
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(15));
+  bool named = false;
+  for (const auto& l : lines) named |= l.find("worker 1") != std::string::npos && l.find("signal 9") != std::string::npos;
+  EXPECT_TRUE(named);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace deltatune
