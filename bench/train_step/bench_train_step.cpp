@@ -3,7 +3,12 @@
 // Times forward + backward + grad norm + optimizer (median of --steps after --warmup) and prints a table
 // and one JSON line: tokens/s, peak VRAM (the backend allocator's peak, weights included), MFU.
 //
-//   bench_train_step --shape 2b [--tokens 4096] [--steps 5] [--warmup 2] [--ckpt 1] [--seqs 1]
+// Data parallel: started once per GPU with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set (as by
+// torchrun; bench/train_step/run_dp_step.sh does it), each worker trains its own row of --tokens tokens and the
+// LoRA gradients are summed over the GPUs as in training (NCCL, buckets overlapped with the backward; --overlap 0
+// sums them all after the backward). Rank 0 prints tokens/s of all GPUs together (GPUs x tokens / median step).
+//
+//   bench_train_step --shape 2b [--tokens 4096] [--steps 5] [--warmup 2] [--ckpt 1] [--seqs 1] [--overlap 1]
 //                    [--layers N (fewer layers of the shape)] [--experts 0|1 (LoRA on MoE experts, default 1)]
 //                    [--rank R (LoRA rank, default 16; alpha = 2R)]
 //                    [--ckpt-layers N (with --ckpt 1: checkpoint only the first N layers; -1 = all)]
@@ -25,6 +30,8 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "data/batch.h"
+#include "deltatune/distributed.h"
+#include "dist/data_parallel.h"
 #include "lora/lora.h"
 #include "model/qwen35_model.h"
 #include "model/weights.h"
@@ -79,7 +86,7 @@ int main(int argc, char** argv) {
   bool experts = true;
   int64_t rank = 16, ckpt_layers = -1;
   int steps = 5, warmup = 2;
-  bool ckpt = true;
+  bool ckpt = true, overlap = true;
   double peak = 989e12;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -94,6 +101,7 @@ int main(int argc, char** argv) {
     else if (a == "--experts") experts = std::atoi(v.c_str()) != 0;
     else if (a == "--rank") rank = std::atoll(v.c_str());
     else if (a == "--ckpt-layers") ckpt_layers = std::atoll(v.c_str());
+    else if (a == "--overlap") overlap = std::atoi(v.c_str()) != 0;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -101,9 +109,15 @@ int main(int argc, char** argv) {
   }
   try {
     const ModelConfig cfg = shape_config(shape, layers);
+    const DistWorld world = dist_world_from_env();
+    std::unique_ptr<DataParallel> dp;
+    if (world.active()) dp = std::make_unique<DataParallel>(world);
+    const int ranks = dp ? dp->world() : 1;
+    const bool root = !dp || dp->root();
     const double t0 = now_s();
     ModelWeights w = random_weights(cfg);
-    auto be = make_cuda_backend();
+    auto be = make_cuda_backend(dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0);
+    if (dp) dp->connect_backend(*be);
     Qwen35Model model(w, *be);
     be->synchronize();
     const double t_load = now_s() - t0;
@@ -115,9 +129,13 @@ int main(int argc, char** argv) {
     if (cfg.is_moe() && experts) spec.groups.push_back("experts");
     LoraAdapter adapter = lora_create(cfg, spec, 1);
     lora_to_backend(adapter, *be);
+    if (dp) {
+      dp->attach(adapter, int64_t(25) << 20);
+      dp->broadcast_adapter(adapter);
+    }
 
     // One packed row: `seqs` sequences of equal length, random token ids, every token trained.
-    std::mt19937 rng(11);
+    std::mt19937 rng(11 + (dp ? dp->rank() : 0));  // each GPU its own row
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size - 1));
     std::vector<Example> ex(static_cast<size_t>(seqs));
     for (int64_t s = 0; s < seqs; ++s) {
@@ -132,7 +150,8 @@ int main(int argc, char** argv) {
     OptimizerSettings os;
     StepOptions so;
     so.backward = true;
-    so.grad_scale = 1.f / static_cast<float>(batch.num_targets);
+    so.grad_scale = 1.f / static_cast<float>(batch.num_targets * ranks);
+    if (dp && overlap) so.on_layer_backward = [&](int layer) { dp->layer_done(layer); };
     so.gradient_checkpointing = ckpt;
     so.checkpoint_layers = ckpt_layers;
     so.fused_loss = true;
@@ -141,9 +160,21 @@ int main(int argc, char** argv) {
     for (int s = 1; s <= warmup + steps; ++s) {
       be->synchronize();
       const double a = now_s();
-      lora_zero_grad(adapter, *be);
+      if (dp) dp->zero_gradients();
+      else lora_zero_grad(adapter, *be);
       loss = model.step(batch, &adapter, so).loss_sum / static_cast<double>(batch.num_targets);
-      optimizer_step(adapter, *be, os, 1e-5, s, lora_grad_norm(adapter, *be));
+      double norm = 0;
+      if (dp) {  // as the trainer: summed gradients, then one host exchange (loss, rank 0's norm)
+        dp->finish_gradients();
+        const double mine = lora_grad_norm(adapter, *be);
+        std::vector<double> v{loss / ranks, root ? mine : 0.0};
+        dp->host().sum(v);
+        loss = v[0];
+        norm = v[1];
+      } else {
+        norm = lora_grad_norm(adapter, *be);
+      }
+      optimizer_step(adapter, *be, os, 1e-5, s, norm);
       be->synchronize();
       if (s > warmup) times.push_back(now_s() - a);
     }
@@ -151,8 +182,9 @@ int main(int argc, char** argv) {
     const double med = times[times.size() / 2];
     const MemoryStats ms = be->memory_stats();
     const Flops f = count_flops(cfg, tokens, seqs);
-    const double tps = static_cast<double>(tokens) / med;
-    const double mfu = (f.linear + f.attn + f.gdn) / med / peak;
+    if (!root) return 0;
+    const double tps = static_cast<double>(tokens) * ranks / med;
+    const double mfu = (f.linear + f.attn + f.gdn) / med / peak;  // per GPU
     const double gib = 1024.0 * 1024.0 * 1024.0;
     std::printf("%-6s %-7s %-5s %-10s %-10s %-9s %-9s %-7s %-8s %s\n", "shape", "tokens", "ckpt", "step_ms", "tok/s",
                 "peak_GiB", "resv_GiB", "MFU", "loss", "device");
@@ -163,13 +195,14 @@ int main(int argc, char** argv) {
         "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,\"seqs\":%lld,"
         "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
         "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
-        "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\"}\n",
+        "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
+        "\"gpus\":%d,\"overlap\":%s}\n",
         shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
         static_cast<long long>(seqs), ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
         tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
         static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
         static_cast<long long>(adapter.trainable_params()), loss, t_load,
-        be->name().c_str());
+        be->name().c_str(), ranks, overlap ? "true" : "false");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());
     return 1;
