@@ -35,12 +35,14 @@ class WorkerObserver : public RunObserver {
   int rank_;
 };
 
-// The GPUs a run asks for on this machine: --gpus, else the run file's (or, on a resume, the run's) gpus.
-GpuSelection requested_gpus(const ParsedArgs& p, const RunConfig& cfg, const std::string& db_path) {
+// The GPUs a run asks for on this machine: --gpus, else the run file's (or, on a resume, the run's) gpus. A
+// worker of a job does not read the database (its machine may have none): its launcher passes --gpus, and a
+// resumed run's gpus reach it with the config from worker 0.
+GpuSelection requested_gpus(const ParsedArgs& p, const RunConfig& cfg, const std::string& db_path, bool worker) {
   if (p.has("--gpus")) return parse_gpu_list(p.get("--gpus"));
   const RunConfig* c = &cfg;
   RunConfig stored;
-  if (p.has("--resume") && db_path != "-") {
+  if (p.has("--resume") && db_path != "-" && !worker) {
     const auto r = ExperimentStore(db_path.empty() ? ExperimentStore::default_path() : db_path).find_run(p.get("--resume"));
     if (r) {
       stored = run_config_from_yaml_string(r->config_yaml, ".");
@@ -68,7 +70,7 @@ int cmd_train(const Args& args) {
   opts.resume_run = p.get("--resume");
   opts.check_replicas = p.has("--check-replicas");
   opts.dist = dist_world_from_env();
-  const GpuSelection gpus = requested_gpus(p, cfg, opts.db_path);
+  const GpuSelection gpus = requested_gpus(p, cfg, opts.db_path, opts.dist.active());
   opts.gpus = gpus.ids;
 
   if (!opts.dist.active()) {
@@ -79,6 +81,11 @@ int cmd_train(const Args& args) {
       l.exe = "/proc/self/exe";
       l.args.push_back("train");
       l.args.insert(l.args.end(), args.begin(), args.end());
+      if (!p.has("--gpus")) {  // the workers take their GPU from the list, whatever the config said
+        std::string list;
+        for (int i = 0; i < n; ++i) list += (i ? "," : "") + std::to_string(gpus.all ? i : gpus.ids[i]);
+        l.args.insert(l.args.end(), {"--gpus", list});
+      }
       l.workers = n;
       l.db_path = opts.db_path;
       l.log = [](const std::string& m) { std::fprintf(stderr, "[launcher] %s\n", m.c_str()); };
