@@ -8,10 +8,13 @@
 #  nodes    "two nodes": two separately started processes (WORLD_SIZE=2, MASTER_ADDR=127.0.0.1, one GPU each,
 #           LOCAL_RANK 0 both), NCCL's shared-memory and peer-to-peer transports off (its network transport,
 #           as between machines); same curve as 1 GPU
-#   [SECTIONS="curve kill nodes"] tests/cuda/dist_check.sh DELTATUNE_BIN DEMO_DIR WORK_DIR     (BACKEND=cpu: a dry run of the script itself)
+# GPUS=4 runs curve and kill on 4 GPUs (reference: 1 GPU with accumulation 4).
+#   [GPUS=2] [SECTIONS="curve kill nodes"] tests/cuda/dist_check.sh DELTATUNE_BIN DEMO_DIR WORK_DIR     (BACKEND=cpu: a dry run of the script itself)
 set -u
 BIN=${1:?deltatune}; DEMO=${2:?resources/demo}; W=${3:?work dir}
 export NCCL_NVLS_ENABLE=0
+N=${GPUS:-2}
+LIST=$(seq -s, 0 $((N - 1)))
 mkdir -p "$W"
 run_yaml() {  # name accumulation steps save_steps
   cat > "$W/$1.yaml" <<EOF
@@ -71,20 +74,20 @@ want() { [[ " ${SECTIONS:-curve kill nodes} " == *" $1 "* ]]; }
 
 if want curve; then
 echo "== curve"
-run_yaml one 2 20 0; run_yaml two 1 20 0
+run_yaml one $N 20 0; run_yaml two 1 20 0
 "$BIN" train "$W/one.yaml" --db "$W/one.db" --gpus 0 > "$W/one.log" 2>&1; echo "1 GPU exit $?"
-"$BIN" train "$W/two.yaml" --db "$W/two.db" --gpus 0,1 --check-replicas > "$W/two.log" 2>&1; echo "2 GPUs exit $?"
+"$BIN" train "$W/two.yaml" --db "$W/two.db" --gpus $LIST --check-replicas > "$W/two.log" 2>&1; echo "$N GPUs exit $?"
 grep -E "data parallel|launcher|error" "$W/two.log" | head -5
 echo "replica hashes agreed after $(grep -c 'LoRA weights hash' "$W/two.log") steps; last: $(grep 'LoRA weights hash' "$W/two.log" | tail -1)"
-compare "$W/one.db" "$W/two.db" "2 GPUs vs 1 GPU"
+compare "$W/one.db" "$W/two.db" "$N GPUs vs 1 GPU"
 grep -E "^step (1|20)/" "$W/one.log" "$W/two.log"
 
 fi
 
 if want kill; then
 echo "== kill"
-run_yaml kill 1 600 50; run_yaml killref 2 600 0
-"$BIN" train "$W/kill.yaml" --db "$W/kill.db" --gpus 0,1 > "$W/kill.log" 2>&1 &
+run_yaml kill 1 600 50; run_yaml killref $N 600 0
+"$BIN" train "$W/kill.yaml" --db "$W/kill.db" --gpus $LIST > "$W/kill.log" 2>&1 &
 L=$!
 for i in $(seq 1 6000); do [ -d "$W/kill.out/checkpoint-50" ] && break; sleep 0.01; done
 V=""
@@ -100,8 +103,8 @@ ID=$(python3 -c "import sqlite3; print(sqlite3.connect('$W/kill.db').execute('se
 grep -E "resuming" "$W/resume.log"
 status_of "$W/kill.db"
 "$BIN" train "$W/killref.yaml" --db "$W/killref.db" --gpus 0 > "$W/killref.log" 2>&1
-compare "$W/killref.db" "$W/kill.db" "2 GPUs killed, resumed on 1 vs 1 GPU (steps <= 100)" 100
-compare "$W/killref.db" "$W/kill.db" "2 GPUs killed, resumed on 1 vs 1 GPU (all steps)"
+compare "$W/killref.db" "$W/kill.db" "$N GPUs killed, resumed on 1 vs 1 GPU (steps <= 100)" 100
+compare "$W/killref.db" "$W/kill.db" "$N GPUs killed, resumed on 1 vs 1 GPU (all steps)"
 
 fi
 

@@ -174,7 +174,7 @@ TEST(RunsConfig, CanonicalYamlHasEveryKeyInOrder) {
   std::vector<std::string> keys;
   for (const auto& kv : root) keys.push_back(kv.first.Scalar());
   EXPECT_EQ(keys, deltatune::run_config_keys());
-  EXPECT_EQ(keys.size(), 50u);
+  EXPECT_EQ(keys.size(), 51u);
 }
 
 TEST(RunsConfig, UnknownKeySuggestsClosest) {
