@@ -64,16 +64,38 @@ void QueueRunner::schedule() {
   }
   int running = runningCount();
   const int capacity = static_cast<int>(wanted.size());
+  for (const Slot* s : slots_)
+    if (s->exclusive) running = capacity;  // a data-parallel run has the GPUs to itself
   for (Slot* s : slots_) {
     if (running >= capacity) break;
     if (!s->itemId.isEmpty() || !wanted.contains(s->gpu)) continue;
     const QString id = queue_->nextQueued();
     if (id.isEmpty()) break;
+    if (isDataParallelEntry(id)) {
+      if (running > 0) break;  // waits, in order, until the GPUs are free
+      s->exclusive = true;
+      startOn(*s, id);
+      if (s->itemId.isEmpty()) {
+        s->exclusive = false;
+        continue;
+      }
+      break;
+    }
     startOn(*s, id);
     if (!s->itemId.isEmpty()) ++running;
   }
   emit runningChanged(runningCount());
   // When every queued entry failed to start, nothing is running: the loop above ran through them all.
+}
+
+bool QueueRunner::isDataParallelEntry(const QString& itemId) const {
+  const QueueItem* it = queue_->item(queue_->rowOfId(itemId));
+  try {
+    return it && RunController::isDataParallel(
+                     deltatune::run_config_from_yaml_string(it->configYaml.toStdString(), "/"));
+  } catch (const std::exception&) {
+    return false;  // startOn reports the parse error
+  }
 }
 
 void QueueRunner::startOn(Slot& slot, const QString& itemId) {
@@ -89,7 +111,10 @@ void QueueRunner::startOn(Slot& slot, const QString& itemId) {
     });
     return;
   }
-  if (slot.gpu >= 0) cfg.gpu = slot.gpu;
+  if (slot.gpu >= 0 && !RunController::isDataParallel(cfg)) {
+    cfg.gpu = slot.gpu;  // side by side: this slot's GPU
+    cfg.gpus.clear();
+  }
   const QString resume = it->resumeRun;
   RunController* c = slot.controller;
   c->disconnect(this);
@@ -115,7 +140,7 @@ void QueueRunner::startOn(Slot& slot, const QString& itemId) {
   slot.itemId = itemId;
   queue_->update(itemId, [&](QueueItem& q) {
     q.state = QueueItem::State::Running;
-    q.gpu = slot.gpu;
+    q.gpu = slot.exclusive ? -1 : slot.gpu;
     q.message.clear();
   });
   if (!c->start(cfg, opts)) {
@@ -132,6 +157,7 @@ void QueueRunner::startOn(Slot& slot, const QString& itemId) {
 void QueueRunner::finished(Slot& slot, const QString& status, const QString& msg) {
   const QString id = slot.itemId;
   slot.itemId.clear();
+  slot.exclusive = false;
   queue_->update(id, [&](QueueItem& q) {
     if (shuttingDown_ && !q.runId.isEmpty() && status != QLatin1String("finished")) {
       // Stopped because the studio closes: continue from the checkpoint next time.

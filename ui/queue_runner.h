@@ -50,7 +50,9 @@ class QueueRunner : public QObject {
     RunController* controller = nullptr;
     int gpu = -1;  // -1 = as the entry's config says
     QString itemId;
+    bool exclusive = false;  // runs a data-parallel entry: nothing else starts meanwhile
   };
+  bool isDataParallelEntry(const QString& itemId) const;
   void startOn(Slot& slot, const QString& itemId);
   void finished(Slot& slot, const QString& status, const QString& message);
   void rebuildSlots();

@@ -23,6 +23,10 @@ RunController::~RunController() {
   shutdown();
 }
 
+bool RunController::isDataParallel(const deltatune::RunConfig& cfg) {
+  return cfg.gpus_all || cfg.gpus.size() > 1;
+}
+
 void RunController::setCliPath(const QString& path) {
   cliPath_ = path;
   if (process_) process_->setCliPath(path);
@@ -31,7 +35,7 @@ void RunController::setCliPath(const QString& path) {
 bool RunController::start(const deltatune::RunConfig& cfg, const deltatune::TrainOptions& opts) {
   if (isActive()) return false;
   lastError_.clear();
-  if (processMode_) return startProcess(cfg, opts);
+  if (processMode_ || isDataParallel(cfg)) return startProcess(cfg, opts);
   // A fresh control block per run: a stop flag left set by the last run must not stop this one.
   control_ = std::make_shared<deltatune::RunControl>();
   if (!thread_.isRunning()) thread_.start();

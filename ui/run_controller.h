@@ -30,6 +30,9 @@ class RunController : public QObject {
   bool start(const deltatune::RunConfig& cfg, const deltatune::TrainOptions& opts = {});
   // True: every run in a child process (the queue's runs); false: only data-parallel runs.
   void setProcessMode(bool on) { processMode_ = on; }
+  // Whether `cfg` trains on several GPUs (a list of more than one, or `all`): such a run needs one worker
+  // process per GPU, so it always runs as a child `deltatune train`.
+  static bool isDataParallel(const deltatune::RunConfig& cfg);
   // The `deltatune` program child processes run (default: TrainProcess::findCli()).
   void setCliPath(const QString& path);
   bool inProcess() const { return process_ == nullptr || !processActive_; }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "format.h"
+#include "gpu_picker.h"
 #include "gpu_probe.h"
 #include "run_document.h"
 #include "yaml_blocks.h"
@@ -242,9 +243,12 @@ void TrainPage::buildUi() {
   seed_->setRange(0, 2147483647);
   backend_ = named(new QComboBox, "backend");
   backend_->addItems({"auto", "cpu", "cuda"});
-  gpu_ = named(new QComboBox, "gpu");
+  gpus_picker_ = named(new GpuPicker, "gpus");
+  gpusNote_ = new QLabel;
+  gpusNote_->setStyleSheet(QStringLiteral("color: #555;"));
   gpuRuntime_ = named(new QLabel, "gpu_runtime");  // driver, CUDA runtime, or what to install
   gpuRuntime_->setWordWrap(true);
+  gpuRuntime_->setAlignment(Qt::AlignLeft | Qt::AlignTop);  // a wrapped label's row can be taller than its text
   gpuRuntime_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   fusedLoss_ = named(new QCheckBox(tr("fused linear cross-entropy")), "fused_loss");
   gradCkpt_ = named(new QCheckBox(tr("gradient checkpointing")), "gradient_checkpointing");
@@ -261,7 +265,8 @@ void TrainPage::buildUi() {
   engForm->addRow(tr("Checkpoint every"), saveSteps_);
   engForm->addRow(tr("Seed"), seed_);
   engForm->addRow(tr("Backend"), backend_);
-  engForm->addRow(tr("GPU"), gpu_);
+  engForm->addRow(tr("GPUs"), gpus_picker_);
+  engForm->addRow(QString(), gpusNote_);
   engForm->addRow(QString(), gpuRuntime_);
   engForm->addRow(tr("Loss"), fusedLoss_);
   engForm->addRow(tr("Memory"), gradCkpt_);
@@ -290,7 +295,8 @@ void TrainPage::buildUi() {
     connect(s, &QDoubleSpinBox::valueChanged, this, &TrainPage::writeToConfig);
   for (QCheckBox* c : {rslora_, packing_, fusedLoss_, gradCkpt_})
     connect(c, &QCheckBox::toggled, this, &TrainPage::writeToConfig);
-  for (QComboBox* c : {scheduler_, backend_, gpu_})
+  connect(gpus_picker_, &GpuPicker::changed, this, &TrainPage::writeToConfig);
+  for (QComboBox* c : {scheduler_, backend_})
     connect(c, &QComboBox::currentIndexChanged, this, &TrainPage::writeToConfig);
   for (QLineEdit* e : {outputDir_, runName_})
     connect(e, &QLineEdit::textEdited, this, &TrainPage::writeToConfig);
@@ -326,12 +332,7 @@ void TrainPage::loadFromConfig() {
   saveSteps_->setValue(static_cast<int>(c.save_steps));
   seed_->setValue(static_cast<int>(c.seed));
   backend_->setCurrentText(QString::fromStdString(c.backend));
-  int gi = gpu_->findData(c.gpu);
-  if (gi < 0) {
-    gpu_->addItem(tr("GPU %1").arg(c.gpu), c.gpu);
-    gi = gpu_->count() - 1;
-  }
-  gpu_->setCurrentIndex(gi);
+  gpus_picker_->loadFrom(c);
   fusedLoss_->setChecked(c.fused_loss);
   gradCkpt_->setChecked(c.gradient_checkpointing);
   ckptLayers_->setValue(static_cast<int>(c.gradient_checkpointing_layers));
@@ -368,7 +369,7 @@ void TrainPage::writeToConfig() {
   c.save_steps = saveSteps_->value();
   c.seed = seed_->value();
   c.backend = backend_->currentText().toStdString();
-  c.gpu = gpu_->currentData().isValid() ? gpu_->currentData().toInt() : 0;
+  gpus_picker_->applyTo(c);
   c.fused_loss = fusedLoss_->isChecked();
   c.gradient_checkpointing = gradCkpt_->isChecked();
   c.gradient_checkpointing_layers = ckptLayers_->value();
@@ -425,28 +426,46 @@ void TrainPage::updateGroups() {
 }
 
 void TrainPage::updateGpuList() {
-  const int current = doc_->config().gpu;
-  QSignalBlocker block(gpu_);
-  gpu_->clear();
   if (gpus_) {
-    for (const GpuInfo& g : gpus_->gpus())
-      gpu_->addItem(QString("%1: %2 (%3, %4%5)")
-                        .arg(g.index)
-                        .arg(g.name, formatBytes(g.totalBytes), g.arch,
-                             g.kernelPath.isEmpty() ? QString() : tr(", %1 kernels").arg(g.kernelPath)),
-                    g.index);
+    {
+      QSignalBlocker block(gpus_picker_);
+      gpus_picker_->setDetected(gpus_->gpus());
+      gpus_picker_->loadFrom(doc_->config());
+    }
     gpuRuntime_->setText(gpus_->probed() ? gpus_->runtimeText() : tr("looking for the NVIDIA driver…"));
     gpuRuntime_->setStyleSheet(gpus_->probed() && !gpus_->gpuUsable() ? QStringLiteral("color:#b00020")
                                                                       : QString());
   }
-  if (gpu_->findData(current) < 0)
-    gpu_->addItem(gpu_->count() == 0 ? tr("GPU %1 (no NVIDIA GPU detected)").arg(current) : tr("GPU %1").arg(current),
-                  current);
-  gpu_->setCurrentIndex(gpu_->findData(current));
   updateVram();
 }
 
+QString TrainPage::gpusNoteText() const {
+  return gpusNote_->text();
+}
+
+void TrainPage::updateGpusNote() {
+  const deltatune::RunConfig& c = doc_->config();
+  const int n = c.gpus_all ? (gpus_ ? static_cast<int>(gpus_->gpus().size()) : 0) : static_cast<int>(c.gpus.size());
+  if (!c.gpus_all && n <= 1) {
+    gpusNote_->setText(tr("One GPU; check several to train this run data-parallel."));
+    gpusNote_->setToolTip(QString());
+    return;
+  }
+  QString text = n > 0 ? tr("Data parallel over %1 GPUs").arg(n) : tr("Data parallel over every GPU");
+  if (n > 0)
+    text += tr(" · global batch %1 × %2 × %3 = %4 sequences per step")
+                .arg(c.micro_batch_size)
+                .arg(c.gradient_accumulation_steps)
+                .arg(n)
+                .arg(c.micro_batch_size * c.gradient_accumulation_steps * n);
+  gpusNote_->setText(text);
+  gpusNote_->setToolTip(tr("One worker process per GPU, each with the base model and a LoRA copy; the run goes "
+                           "to a separate 'deltatune train' process: Pause is not available, Stop writes a "
+                           "checkpoint."));
+}
+
 void TrainPage::updateVram() {
+  updateGpusNote();
   const auto& info = doc_->modelInfo();
   const deltatune::RunConfig& c = doc_->config();
   if (!info) {
@@ -465,8 +484,14 @@ void TrainPage::updateVram() {
   int64_t capacity = 0;
   QString gpuName;
   if (gpus_) {
+    // Data parallel: every worker trains micro-batches of the same shape, so the smallest chosen GPU decides.
+    QList<int> chosen;
+    if (!c.gpus.empty())
+      for (int g : c.gpus) chosen << g;
+    else if (!c.gpus_all)
+      chosen << c.gpu;
     for (const GpuInfo& g : gpus_->gpus()) {
-      if (g.index == c.gpu) {
+      if ((c.gpus_all || chosen.contains(g.index)) && (capacity == 0 || g.totalBytes < capacity)) {
         capacity = g.totalBytes;
         gpuName = g.name;
       }

@@ -16,6 +16,7 @@ class QSpinBox;
 
 namespace studio {
 
+class GpuPicker;
 class GpuProbe;
 class RunDocument;
 
@@ -28,6 +29,8 @@ class TrainPage : public QWidget {
   QCheckBox* groupCheck(const QString& group) const { return groupChecks_.value(group); }
   QString groupInfoText(const QString& group) const;
   QString vramText() const;
+  GpuPicker* gpuPicker() const { return gpus_picker_; }
+  QString gpusNoteText() const;
   // Keys a preset never changes (they belong to one run, not to a recipe).
   static const QStringList& presetSkippedKeys();
 
@@ -46,6 +49,7 @@ class TrainPage : public QWidget {
   void updateGroups();
   void updateVram();
   void updateGpuList();
+  void updateGpusNote();
   void choosePreset();
 
   RunDocument* doc_;
@@ -75,7 +79,8 @@ class TrainPage : public QWidget {
   QSpinBox* saveSteps_ = nullptr;
   QSpinBox* seed_ = nullptr;
   QComboBox* backend_ = nullptr;
-  QComboBox* gpu_ = nullptr;
+  GpuPicker* gpus_picker_ = nullptr;
+  QLabel* gpusNote_ = nullptr;
   QLabel* gpuRuntime_ = nullptr;
   QCheckBox* fusedLoss_ = nullptr;
   QCheckBox* gradCkpt_ = nullptr;
