@@ -14,8 +14,10 @@ rm -f "$build"/deltatune_*.deb "$build"/deltatune-cuda-libs_*.deb
 t0=$(date +%s)
 cmake --build "$build" --target package >/dev/null
 echo "packaging: $(( $(date +%s) - t0 )) s"
-deb=$(ls -t "$build"/deltatune_*.deb | head -1)
+# Absolute paths: the checks below run in another folder.
+deb=$(realpath "$(ls -t "$build"/deltatune_*.deb | head -1)")
 libs_deb=$(ls -t "$build"/deltatune-cuda-libs_*.deb 2>/dev/null | head -1 || true)
+[ -z "$libs_deb" ] || libs_deb=$(realpath "$libs_deb")
 for d in "$deb" $libs_deb; do
   echo "package: $d ($(( $(stat -c %s "$d") / 1024 )) KiB)"
   dpkg-deb --field "$d" Package Version Depends Recommends | sed 's/^/  /'
