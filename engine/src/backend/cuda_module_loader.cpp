@@ -12,7 +12,7 @@ namespace {
 
 std::string libs_hint() {
   const int need = cuda_runtime_needed();
-  return "install the package deltatune-cuda-libs (NVIDIA's cuBLAS " + std::to_string(need / 1000) +
+  return "install the package deltatune-cuda-libs (NVIDIA's cuBLAS and NCCL for CUDA " + std::to_string(need / 1000) +
          " for DeltaTune) or NVIDIA's libcublas-" + std::to_string(need / 1000) + "-" +
          std::to_string(need % 1000 / 10) + " from the CUDA repository";
 }
@@ -42,7 +42,8 @@ CudaModuleLoad load() {
   if (!lib) {
     const std::string why = dlerror();
     out.problem = "the GPU backend module cannot load (" + why + ")";
-    if (why.find("libcublas") != std::string::npos) out.problem += ": " + libs_hint();
+    if (why.find("libcublas") != std::string::npos || why.find("libnccl") != std::string::npos)
+      out.problem += ": " + libs_hint();
     return out;
   }
   auto entry = reinterpret_cast<Entry>(dlsym(lib, kCudaModuleEntry));
