@@ -12,6 +12,7 @@
 //                    [--layers N (fewer layers of the shape)] [--experts 0|1 (LoRA on MoE experts, default 1)]
 //                    [--rank R (LoRA rank, default 16; alpha = 2R)]
 //                    [--ckpt-layers N (with --ckpt 1: checkpoint only the first N layers; -1 = all)]
+//                    [--kernels auto|portable (the run config's `kernels`; portable: the sm_80 kernels)]
 //
 // FLOPs counted (the usual convention, so numbers compare with HF's): 6·N·T for the linear layers (N =
 // matmul parameters incl. lm_head; a frozen-base LoRA step skips the weight-gradient third, so this
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda_kernels_setting.h"
 #include "core/error.h"
 #include "data/batch.h"
 #include "deltatune/distributed.h"
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
   int steps = 5, warmup = 2;
   bool ckpt = true, overlap = true;
   double peak = 989e12;
+  std::string kernels = "auto";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--shape") shape = v;
@@ -102,6 +105,7 @@ int main(int argc, char** argv) {
     else if (a == "--rank") rank = std::atoll(v.c_str());
     else if (a == "--ckpt-layers") ckpt_layers = std::atoll(v.c_str());
     else if (a == "--overlap") overlap = std::atoi(v.c_str()) != 0;
+    else if (a == "--kernels") kernels = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -116,7 +120,7 @@ int main(int argc, char** argv) {
     const bool root = !dp || dp->root();
     const double t0 = now_s();
     ModelWeights w = random_weights(cfg);
-    auto be = make_cuda_backend(dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0);
+    auto be = make_cuda_backend(dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0, DType::BF16, kernels);
     if (dp) dp->connect_backend(*be);
     Qwen35Model model(w, *be);
     be->synchronize();
@@ -196,13 +200,13 @@ int main(int argc, char** argv) {
         "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
         "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
         "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
-        "\"gpus\":%d,\"overlap\":%s}\n",
+        "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\"}\n",
         shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
         static_cast<long long>(seqs), ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
         tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
         static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
         static_cast<long long>(adapter.trainable_params()), loss, t_load,
-        be->name().c_str(), ranks, overlap ? "true" : "false");
+        be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());
     return 1;

@@ -2,11 +2,12 @@
 Qwen3_5ForCausalLM (bf16), one row of --tokens random ids, LoRA r=16 (alpha 32) on every linear module,
 gradient checkpointing, sdpa, batch 1, AdamW. Prints one JSON line (tokens/s, peak VRAM, which GDN path ran).
 
-  python3 hf_train_step.py --shape 2b --tokens 4096 [--fla 1]
+  python3 hf_train_step.py --shape 2b --tokens 4096 [--fla 1] [--liger 1]
 
 --fla 1 needs flash-linear-attention importable (carried wheels); run --fla 0 where it is not importable. FLA 0.5.x refuses its gated GDN
 backward on Hopper with Triton < 3.7.1 (FACTS.md); we lift that guard in memory for a speed anchor only,
-so its gradients are untrusted.
+so its gradients are untrusted. --liger 1 applies liger-kernel's Qwen3.5 patches (fused linear cross entropy,
+RMSNorm, SwiGLU) before the model is built (FACTS.md, "Checked 2026-11-28": the strongest HF stack).
 """
 import argparse
 import json
@@ -42,6 +43,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--fla", type=int, default=0)
+    ap.add_argument("--liger", type=int, default=0)
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--experts", type=int, default=1, help="LoRA on MoE experts via target_parameters")
     a = ap.parse_args()
@@ -65,6 +67,9 @@ def main():
     else:
         from transformers import Qwen3_5ForCausalLM as Model, Qwen3_5TextConfig as Config
 
+    if a.liger:  # fails loudly when the wheel is missing
+        from liger_kernel.transformers import apply_liger_kernel_to_qwen3_5, apply_liger_kernel_to_qwen3_5_moe
+        (apply_liger_kernel_to_qwen3_5_moe if moe else apply_liger_kernel_to_qwen3_5)()
     cfg = Config(vocab_size=248320, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
                  linear_value_head_dim=128, linear_conv_kernel_dim=4, rms_norm_eps=1e-6, **shape)
     cfg._attn_implementation = "sdpa"
@@ -102,7 +107,7 @@ def main():
     if a.fla and mods:
         gdn_path = "fla"
     peak = torch.cuda.max_memory_allocated() / 2**30
-    print(json.dumps(dict(bench="train_step", impl="hf_peft" + ("_fla" if a.fla else ""), shape=a.shape,
+    print(json.dumps(dict(bench="train_step", impl="hf_peft" + ("_fla" if a.fla else "") + ("_liger" if a.liger else ""), shape=a.shape,
                           layers=cfg.num_hidden_layers,
                           tokens=a.tokens, step_ms=round(med * 1e3, 2), tokens_per_s=round(a.tokens / med, 1),
                           peak_vram_gib=round(peak, 3), loss=round(loss, 5), gdn_path=gdn_path,

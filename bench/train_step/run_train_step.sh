@@ -4,8 +4,10 @@
 #
 #   bench/train_step/run_train_step.sh BENCH_BIN [WHEEL_DIR] [SHAPES...]
 #   BENCH_BIN: path to bench_train_step; WHEEL_DIR: folder with flash-linear-attention, fla-core, einops
-#   wheels ("" to skip HF+FLA); SHAPES default "0.8b 2b 9b". Env TOKENS (4096), STEPS (5), HF=0 skips HF,
-#   OURS_ARGS: more options for bench_train_step (e.g. "--ckpt-layers 8": checkpoint only the first 8 layers).
+#   wheels, and liger-kernel's for the strongest HF stack (HF + PEFT + FLA + Liger) ("" to skip HF+FLA);
+#   SHAPES default "0.8b 2b 9b". Env TOKENS (4096), STEPS (5), HF=0 skips HF, HF_PLAIN=0 skips HF without
+#   FLA, OURS_ARGS: more options for bench_train_step (e.g. "--ckpt-layers 8": checkpoint only the first 8
+#   layers), OURS_PORTABLE=1 also runs ours with `--kernels portable`.
 set -u
 BIN=${1:?bench_train_step binary}
 WHL=${2:-}
@@ -23,12 +25,20 @@ if [ -n "$WHL" ] && ls "$WHL"/*.whl >/dev/null 2>&1; then
 fi
 for s in $SHAPES; do
   "$BIN" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --warmup 2 --ckpt 1 ${OURS_ARGS:-} | tee /dev/stderr | grep '^{' >> "$LOG"
+  if [ "${OURS_PORTABLE:-0}" = 1 ]; then
+    "$BIN" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --warmup 2 --ckpt 1 ${OURS_ARGS:-} --kernels portable \
+      | tee /dev/stderr | grep '^{' >> "$LOG"
+  fi
   if [ "${HF:-1}" = 1 ]; then
-    PYTHONUNBUFFERED=1 python3 "$HERE/hf_train_step.py" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --fla 0 \
-      2> >(tail -3 >&2) | grep '^{' >> "$LOG"
+    if [ "${HF_PLAIN:-1}" = 1 ]; then
+      PYTHONUNBUFFERED=1 python3 "$HERE/hf_train_step.py" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --fla 0 \
+        2> >(tail -3 >&2) | grep '^{' >> "$LOG"
+    fi
     if [ -n "$FLA_PATH" ]; then
+      LIGER=0
+      PYTHONPATH=$FLA_PATH python3 -c "import liger_kernel" 2>/dev/null && LIGER=1
       PYTHONPATH=$FLA_PATH PYTHONUNBUFFERED=1 python3 "$HERE/hf_train_step.py" --shape "$s" --tokens "$TOKENS" \
-        --steps "$STEPS" --fla 1 2> >(tail -3 >&2) | grep '^{' >> "$LOG"
+        --steps "$STEPS" --fla 1 --liger $LIGER 2> >(tail -3 >&2) | grep '^{' >> "$LOG"
     fi
   fi
 done
@@ -37,7 +47,8 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
-    by.setdefault(r["shape"], {})[r["impl"]] = r
+    impl = r["impl"] + ("_" + r["kernels"] if r.get("kernels") == "portable" else "")
+    by.setdefault(r["shape"], {})[impl] = r
 print(f"{'shape':6} {'impl':14} {'tok/s':>9} {'peak GiB':>9} {'MFU':>6}   vs HF tok/s   vs HF VRAM")
 for shape, d in by.items():
     ours = d.get("deltatune")

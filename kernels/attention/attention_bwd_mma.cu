@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(Q_NT, 2) attention_dq_mma_kernel(
   }
 }
 
-#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (emu/attention_emu.cpp)
+#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
 template <int HD>
 cudaError_t run_bwd(KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl, const int32_t* cu,
                     const int32_t* q_tiles, const int32_t* k_tiles, int ntiles, int64_t T, int64_t nH, int64_t nKV,

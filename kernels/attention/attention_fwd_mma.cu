@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(NT, 2) attention_fwd_mma_kernel(
   }
 }
 
-#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (emu/attention_emu.cpp)
+#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
 template <int HD>
 cudaError_t run_fwd(KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles, int ntiles, int64_t nH,
                     int64_t nKV, float scale, KOut o, float* lse, cudaStream_t s) {

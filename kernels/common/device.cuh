@@ -51,13 +51,6 @@ __device__ __forceinline__ void st_pair(KOut a, int64_t i, float x, float y) {
   }
 }
 
-// The current device's SM count (132 where it cannot be read), for persistent grids.
-inline int sm_count() {
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  return sms;
-}
-
 // Templated element access for kernels specialised on one storage type.
 template <class T> __device__ __forceinline__ float to_f(T v);
 template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }

@@ -29,7 +29,7 @@
 #include <cstdint>
 
 #ifdef DT_ATTN_EMU
-#include "attention/emu/emu_mma.h"  // the primitives below emulated on the host (emu/attention_emu.cpp)
+#include "emu/attention/emu_mma.h"  // the primitives below emulated on the host (dev/emu/attention/attention_emu.cpp)
 #else
 namespace deltatune::kernels::mma {
 

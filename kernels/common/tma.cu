@@ -24,7 +24,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_entry() {
 }  // namespace
 
 bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows, bool sw32,
-                      int cols, int width) {
+                      int cols, int width, bool one_box) {
   const auto encode = encode_tiled_entry();
   if (encode == nullptr || (width != 128 && !(width == 64 && sw32)) || cols > width) return false;
   m.rows = rows;
@@ -36,8 +36,7 @@ bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t head
   void* p = const_cast<void*>(base);
   const cuuint64_t head_bytes = 2 * static_cast<cuuint64_t>(width), row_bytes = heads * head_bytes;
   const cuuint32_t ones[4] = {1, 1, 1, 1};
-  // DT_TMA_BOXES=1: the in-order map even where the one-box map is accepted (A/B timing, tests)
-  if (!std::getenv("DT_TMA_BOXES")) {
+  if (one_box) {
     const cuuint64_t dim[4] = {block_elems, static_cast<cuuint64_t>(nrows), static_cast<cuuint64_t>(m.blocks),
                                static_cast<cuuint64_t>(heads)};
     const cuuint64_t stride[3] = {row_bytes, block_bytes, head_bytes};

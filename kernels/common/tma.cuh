@@ -32,8 +32,10 @@ struct ImageMap {
 // or the device has no TMA.
 // cols < width: tiles of that many columns (a multiple of the block), from any block-aligned column.
 // width 64 (sw32 only): rows of 64 elements, [nrows][heads][64].
+// one_box false: the in-order map (one copy per column block) even where the one-copy map is accepted (the
+// fallback where the driver refuses it; the TMA test checks both).
 bool encode_image_map(ImageMap& m, const void* base, int64_t nrows, int64_t heads, int rows,
-                      bool sw32 = false, int cols = 128, int width = 128);
+                      bool sw32 = false, int cols = 128, int width = 128, bool one_box = true);
 
 #if defined(__CUDACC__)
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {

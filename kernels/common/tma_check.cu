@@ -42,9 +42,10 @@ __global__ void __launch_bounds__(128)
 }  // namespace
 
 cudaError_t tma_image_tile_check(const void* src, int64_t nrows, int64_t heads, int rows, bool sw32, int cols,
-                                 int row0, int h, int col0, void* out, int width) {
+                                 int row0, int h, int col0, void* out, int width, bool one_box) {
   tma::ImageMap map{};
-  if (!tma::encode_image_map(map, src, nrows, heads, rows, sw32, cols, width)) return cudaErrorNotSupported;
+  if (!tma::encode_image_map(map, src, nrows, heads, rows, sw32, cols, width, one_box))
+    return cudaErrorNotSupported;
   const int smem = rows * cols * 2 + 8;
   cudaError_t e = cudaFuncSetAttribute(tma_check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;

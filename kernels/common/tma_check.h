@@ -10,5 +10,5 @@ namespace deltatune::kernels {
 // blocks or 16-byte ones), reads it back through the documented element offsets and writes it row-major to
 // out [rows][cols] (bf16, device memory). cudaErrorNotSupported where the driver refuses the tensor map.
 cudaError_t tma_image_tile_check(const void* src, int64_t nrows, int64_t heads, int rows, bool sw32, int cols,
-                                 int row0, int h, int col0, void* out, int width = 128);
+                                 int row0, int h, int col0, void* out, int width = 128, bool one_box = true);
 }  // namespace deltatune::kernels

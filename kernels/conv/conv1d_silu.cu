@@ -9,7 +9,7 @@
 // Other K: one thread per (t, c), the backward recomputing the K pre-activations it needs.
 // bf16 tensors with C % 8 == 0 (the training case): shared-memory tiles of 64 tokens x 128 channels staged
 // with 16-byte copies (conv_*_smem_kernel). 2B step on an H100 (ncu, 24 forward / 18 backward calls): forward
-// 2.30 -> 1.48 ms, backward 2.22 -> 2.00 ms against the walking kernels (kernels/PERF_NOTES.md, session 7).
+// 2.30 -> 1.48 ms, backward 2.22 -> 2.00 ms against the walking kernels (docs/perf/PERF_NOTES.md, session 7).
 // The output (forward) and the incoming gradient (backward) may be column parts (ColParts: the GDN layer's
 // q | k | v as their own tensors).
 #include <initializer_list>

@@ -13,6 +13,7 @@
 //     the rest of dK̂ and dG, and dg = reverse cumsum of dG within the chunk.
 // The decomposition was checked in fp64 against the spec's oracle (max rel. error 5e-16).
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
 
@@ -379,11 +380,6 @@ size_t wy_smem(int dk, int dv) {
   return sizeof(float) * (2 * size_t(C) * (dk + 1) + 2 * size_t(C) * (dv + 1) + 3 * size_t(C) * (C + 1) + 3 * C);
 }
 
-template <class K>
-cudaError_t allow_smem(K kernel, size_t bytes) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-}
-
 }  // namespace
 
 size_t gdn_chunk_bwd_smem(int dk, int dv) {
@@ -392,21 +388,22 @@ size_t gdn_chunk_bwd_smem(int dk, int dv) {
   return m;
 }
 
-#ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn v, KIn beta, const int32_t* chunks,
-                                 int nchunks, const int32_t* chunk_off, int nseq, float* W, const float* M,
-                                 const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
-                                 float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
-                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
+#ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (dev/emu/gdn)
+cudaError_t launch_gdn_chunk_bwd(const KernelPolicy& pol, KIn dout, const float* qn, const float* kn, KIn v,
+                                 KIn beta, const int32_t* chunks, int nchunks, const int32_t* chunk_off,
+                                 int nseq, float* W, const float* M, const float* Gc, const float* Tm,
+                                 const float* states, const float* vnew, float* dh, float* dvn, float* gsum,
+                                 float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta, int64_t HK,
+                                 int64_t HV, int dk, int dv, cudaStream_t s) {
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t s1 = dscan_smem(dk), s2 = state_grad_smem(), s3 = intra_smem(dk, dv), s4 = wy_smem(dk, dv);
-  cudaError_t e = allow_smem(gdn_chunk_dscan_kernel<kChunkBV>, s1);
-  if (e == cudaSuccess) e = allow_smem(gdn_chunk_dscan_kernel<kChunkBV / 2>, s1);
-  if (e == cudaSuccess) e = allow_smem(gdn_chunk_state_grad_kernel, s2);
-  if (e == cudaSuccess) e = allow_smem(gdn_chunk_intra_grad_kernel, s3);
-  if (e == cudaSuccess) e = allow_smem(gdn_chunk_wy_grad_kernel, s4);
+  cudaError_t e = set_launch_smem(pol, gdn_chunk_dscan_kernel<kChunkBV>, s1);
+  if (e == cudaSuccess) e = set_launch_smem(pol, gdn_chunk_dscan_kernel<kChunkBV / 2>, s1);
+  if (e == cudaSuccess) e = set_launch_smem(pol, gdn_chunk_state_grad_kernel, s2);
+  if (e == cudaSuccess) e = set_launch_smem(pol, gdn_chunk_intra_grad_kernel, s3);
+  if (e == cudaSuccess) e = set_launch_smem(pol, gdn_chunk_wy_grad_kernel, s4);
   if (e != cudaSuccess) return e;
-  const int bv = gdn_scan_tile_cols(nseq * HV, dv);
+  const int bv = gdn_scan_tile_cols(nseq * HV, dv, pol.sm_count);
   const dim3 scan_grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + bv - 1) / bv));
   auto* dscan = bv == kChunkBV ? gdn_chunk_dscan_kernel<kChunkBV> : gdn_chunk_dscan_kernel<kChunkBV / 2>;
   dscan<<<scan_grid, kThreads, s1, s>>>(dout, qn, kn, W, M, Gc, chunks, chunk_off, dh, dvn, HK, HV, dk, dv);
@@ -424,31 +421,31 @@ cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn
   return cudaGetLastError();
 }
 
-cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const GdnGates& gates,
-                                     const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
-                                     const float* Gc, const GdnBwdBf16& b, float* gsum, void* dk_part16,
-                                     KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
-                                     int dv, cudaStream_t s) {
+cudaError_t launch_gdn_chunk_bwd_mma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, KIn v,
+                                     const GdnGates& gates, const int32_t* chunks, int nchunks,
+                                     const int32_t* chunk_off, int nseq, const float* Gc, const GdnBwdBf16& b,
+                                     float* gsum, void* dk_part16, KOut dv_out, const GdnGateGrads& gr,
+                                     int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
   // dk (=) needs T: the L2 backward's rows where the WY kernel does not form dk itself
   if (!gdn_chunk_mma_supported(dk, dv) || (b.dk.p && b.tokens <= 0)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
-  cudaError_t e = b.image ? launch_gdn_chunk_dscan_wgmma(dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq,
-                                                         b.dh16, b.dvn16, HK, HV, s, b.tokens)
-                          : launch_gdn_chunk_dscan_mma(dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq,
-                                                       b.dh16, b.dvn16, HK, HV, dk, dv, s);
+  cudaError_t e = b.image ? launch_gdn_chunk_dscan_wgmma(pol, dout, qk, b.W16, b.M16, Gc, chunks, chunk_off,
+                                                         nseq, b.dh16, b.dvn16, HK, HV, s, b.tokens)
+                          : launch_gdn_chunk_dscan_mma(pol, dout, qk, b.W16, b.M16, Gc, chunks, chunk_off,
+                                                       nseq, b.dh16, b.dvn16, HK, HV, dk, dv, s);
   if (e == cudaSuccess)
-    e = launch_gdn_chunk_grad_mma(dout, qk, Gc, chunks, nchunks, b.states16, b.dh16, b.vnew16, b.dvn16,
+    e = launch_gdn_chunk_grad_mma(pol, dout, qk, Gc, chunks, nchunks, b.states16, b.dh16, b.vnew16, b.dvn16,
                                   b.dqh16, dk_part16, b.dW16, gsum, gr.dg, HK, HV, dk, dv, s, b.dq,
                                   b.states_odd16, b.tokens);
-  if (e == cudaSuccess && gdn_wy_wgmma_selected(qk, v, dk, dv)) {  // Hopper, unless no tensor maps
-    e = launch_gdn_wy_grad_wgmma(qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dk_part16, b.dkh16,
-                                 dv_out, gr, HK, HV, s, b.tokens, b.dk);
+  if (e == cudaSuccess && gdn_wy_wgmma_selected(pol, qk, v, dk, dv)) {  // Hopper, unless no tensor maps
+    e = launch_gdn_wy_grad_wgmma(pol, qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dk_part16,
+                                 b.dkh16, dv_out, gr, HK, HV, s, b.tokens, b.dk);
     if (e != cudaErrorNotSupported) return e;
     e = cudaSuccess;
   }
   if (e == cudaSuccess)
-    e = launch_gdn_wy_grad_mma(qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dk_part16, b.dkh16,
-                               dv_out, gr, HK, HV, dk, dv, s);
+    e = launch_gdn_wy_grad_mma(pol, qk, v, gates, Gc, chunks, nchunks, b.T16, b.dW16, b.dvn16, dk_part16,
+                               b.dkh16, dv_out, gr, HK, HV, dk, dv, s);
   if (e == cudaSuccess && b.dk.p)  // dk from the per-value-head dk̂ the mma.sync kernel wrote
     e = launch_l2norm_bwd_gva(KIn{b.dkh16, KType::BF16}, qk.k, qk.rk, 1.f, b.dk, b.tokens, HK, HV, dk, s);
   return e;

@@ -36,8 +36,8 @@
 // memory time overlap well, and both would have to shrink. 512 threads per block (16 warps, 128 registers)
 // was slower (more ldmatrix traffic and instructions per mma).
 //
-// Precision (host emulator, gdn/emu/gdn_emu.cpp, nmse vs the fp32 FMA kernels): every output ≤ 2e-5. dg is a
-// cancelling sum: the intra D-terms enter row i of dQ̂⊙Q̂ and row j of dK̂⊙K̂ with opposite signs and cancel
+// Precision (host emulator, dev/emu/gdn/gdn_emu.cpp, nmse vs the fp32 FMA kernels): every output ≤ 2e-5. dg
+// is a cancelling sum: the intra D-terms enter row i of dQ̂⊙Q̂ and row j of dK̂⊙K̂ with opposite signs and cancel
 // in the chunk's reverse cumsum, so bf16 rounding of K̂ in D·K̂ and of Q̂ in Dᵀ·Q̂ showed ~100x in dg (2.7e-4
 // and 8.0e-4 on a 171- and a 200-token shape). Leaving one product at a time unsplit in an all-split build
 // (dg 6e-10, 171 tokens): D·K̂ 3.6e-4, Dᵀ·Q̂ 5.9e-5, dO·V'ᵀ 2.2e-6, every state or WY product ≤ 1.8e-7. So K̂
@@ -67,6 +67,7 @@
 #include <algorithm>
 
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
@@ -423,29 +424,36 @@ bool gdn_grad_fuses_dq(const GdnQK& qk, KIn dout, KOut dq, int64_t HK, int64_t H
   return gdn_qk_kind(qk) == 1 && dout.t == KType::BF16 && HK > 0 && HV % HK == 0 && aligned;
 }
 
-#ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
-                                      int nchunks, const void* states16, const void* dh16, const void* vnew16,
-                                      const void* dvn16, void* dqh16, void* dkh16, void* dW16, float* gsum,
-                                      float* dg, int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
-                                      KOut dq, const void* states_odd16, int64_t T) {
+#ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (dev/emu/gdn)
+size_t gdn_chunk_grad_mma_smem(bool raw) {
+  return raw ? grad_mma_smem<128, 128, true>() : grad_mma_smem<128, 128, false>();
+}
+
+cudaError_t launch_gdn_chunk_grad_mma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const float* Gc,
+                                      const int32_t* chunks, int nchunks, const void* states16,
+                                      const void* dh16, const void* vnew16, const void* dvn16, void* dqh16,
+                                      void* dkh16, void* dW16, float* gsum, float* dg, int64_t HK, int64_t HV,
+                                      int dk, int dv, cudaStream_t s, KOut dq, const void* states_odd16,
+                                      int64_t T) {
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
   if (dq.p && !gdn_grad_fuses_dq(qk, dout, dq, HK, HV)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
-  if (gdn_grad_wgmma_selected(qk, dout, dk, dv)) {  // Hopper: wgmma + TMA, unless no tensor maps (T unknown)
-    const cudaError_t e = launch_gdn_chunk_grad_wgmma(dout, qk, Gc, chunks, nchunks, states16, dh16, vnew16, dvn16,
-                                                      dqh16, dkh16, dW16, gsum, dg, HK, HV, s, dq, states_odd16, T);
+  if (gdn_grad_wgmma_selected(pol, qk, dout, dk,
+                              dv)) {  // Hopper: wgmma + TMA, unless no tensor maps (T unknown)
+    const cudaError_t e =
+        launch_gdn_chunk_grad_wgmma(pol, dout, qk, Gc, chunks, nchunks, states16, dh16, vnew16, dvn16, dqh16,
+                                    dkh16, dW16, gsum, dg, HK, HV, s, dq, states_odd16, T);
     if (e != cudaErrorNotSupported) return e;
   }
   auto* kern =
       kind == 1 ? gdn_chunk_grad_mma_kernel<128, 128, true> : gdn_chunk_grad_mma_kernel<128, 128, false>;
   const size_t smem = kind == 1 ? grad_mma_smem<128, 128, true>() : grad_mma_smem<128, 128, false>();
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaError_t e = set_launch_smem(pol, kern, smem);
   if (e != cudaSuccess) return e;
   const int items = nchunks * static_cast<int>(HV);
-  int dev = 0, sms = 132, per_sm = 1;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int sms = pol.sm_count;
+  int per_sm = 1;
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, NT, smem);
   if (e != cudaSuccess) return e;
   const int groups = dq.p ? items / static_cast<int>(HV / HK) : items;

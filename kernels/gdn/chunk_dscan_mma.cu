@@ -52,6 +52,7 @@
 // has no model of it), and a cluster of the blocks that share a key head (4 here) exchanging Q̂/K̂ (W, M
 // between the two column tiles of a head) through distributed shared memory: a fraction of the L2 reads.
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "gdn/chunk_util.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
@@ -448,20 +449,18 @@ size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv) {
                     : 0;
 }
 
-#ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
+#ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (dev/emu/gdn)
 namespace {
 template <bool R16>
 cudaError_t launch_dscan(KIn dout, const GdnQK& qk, const bf16* W16, const bf16* M16, const float* Gc,
                          const int32_t* chunks, const int32_t* chunk_off, int nseq, bf16* dh16, bf16* dvn16,
-                         int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  const int bv = dscan_mma_tile_cols(int64_t(nseq) * HV, sms);
+                         int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, const KernelPolicy& pol) {
+  const int bv = dscan_mma_tile_cols(int64_t(nseq) * HV, pol.sm_count);
   auto* kern = bv == 16   ? gdn_chunk_dscan_mma_kernel<16, kDscanLoS, kDscanLoV, R16>
                : bv == 32 ? gdn_chunk_dscan_mma_kernel<32, kDscanLoS, kDscanLoV, R16>
                           : gdn_chunk_dscan_mma_kernel<64, kDscanLoS, kDscanLoV, R16>;
   const size_t smem = gdn_chunk_dscan_mma_smem(dk, dv, bv);
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaError_t e = set_launch_smem(pol, kern, smem);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
   kern<<<grid, NT, smem, s>>>(dout, qk, W16, M16, Gc, chunks, chunk_off, dh16, dvn16, HK, HV);
@@ -469,16 +468,16 @@ cudaError_t launch_dscan(KIn dout, const GdnQK& qk, const bf16* W16, const bf16*
 }
 }  // namespace
 
-cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const GdnQK& qk, const void* W16, const void* M16,
-                                       const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
-                                       int nseq, void* dh16, void* dvn16, int64_t HK, int64_t HV, int dk,
-                                       int dv, cudaStream_t s) {
+cudaError_t launch_gdn_chunk_dscan_mma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const void* W16,
+                                       const void* M16, const float* Gc, const int32_t* chunks,
+                                       const int32_t* chunk_off, int nseq, void* dh16, void* dvn16,
+                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
   auto* run = kind == 1 ? launch_dscan<true> : launch_dscan<false>;
   return run(dout, qk, static_cast<const bf16*>(W16), static_cast<const bf16*>(M16), Gc, chunks, chunk_off,
-             nseq, static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV, dk, dv, s);
+             nseq, static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV, dk, dv, s, pol);
 }
 #endif  // DT_ATTN_EMU
 

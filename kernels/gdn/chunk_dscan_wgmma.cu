@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -250,18 +251,17 @@ __global__ void __launch_bounds__(NT, 1)
 }  // namespace
 
 #ifndef DT_ATTN_EMU
-bool gdn_dscan_wgmma_selected(int64_t pairs, int dv) {
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+bool gdn_dscan_wgmma_selected(const KernelPolicy& pol, int64_t pairs, int dv) {
   // The mma.sync kernel's 64-column choice (dscan_mma_tile_cols): more pairs than a wave of 32-column tiles.
-  return dv == DV && gdn_scan_wgmma_available() && pairs * (DV / 32) > sms;
+  return pol.hopper() && dv == DV && pairs * (DV / 32) > pol.sm_count;
 }
 
-cudaError_t launch_gdn_chunk_dscan_wgmma(KIn dout, const GdnQK& qk, const void* W16, const void* M16,
-                                         const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
-                                         int nseq, void* dh16, void* dvn16, int64_t HK, int64_t HV,
-                                         cudaStream_t s, int64_t T) {
-  if (dout.t != KType::BF16 || gdn_qk_kind(qk) != 1 || !W16 || !M16) return cudaErrorInvalidValue;
+cudaError_t launch_gdn_chunk_dscan_wgmma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const void* W16,
+                                         const void* M16, const float* Gc, const int32_t* chunks,
+                                         const int32_t* chunk_off, int nseq, void* dh16, void* dvn16,
+                                         int64_t HK, int64_t HV, cudaStream_t s, int64_t T) {
+  if (!pol.hopper() || dout.t != KType::BF16 || gdn_qk_kind(qk) != 1 || !W16 || !M16)
+    return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
   // TMA for sequences of 8+ chunks on average: whole 64-row boxes also for a sequence's partial last chunk
   // (cp.async reads only its rows), and a scan of two chunks has nothing to overlap. H200, reverse scan:
@@ -271,7 +271,7 @@ cudaError_t launch_gdn_chunk_dscan_wgmma(KIn dout, const GdnQK& qk, const void* 
                        tma::encode_image_map(maps.k, qk.k.p, T, HK, C) &&
                        tma::encode_image_map(maps.dO, dout.p, T, HV, C, false, BV);
   auto* kern = use_tma ? gdn_chunk_dscan_wgmma_kernel<true> : gdn_chunk_dscan_wgmma_kernel<false>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+  cudaError_t e = set_launch_smem(pol, kern, kSmem);
   if (e != cudaSuccess) return e;
   kern<<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, kSmem, s>>>(
       maps, static_cast<const bf16*>(dout.p), static_cast<const bf16*>(W16), static_cast<const bf16*>(M16),

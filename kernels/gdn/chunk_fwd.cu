@@ -11,6 +11,7 @@
 //     O = diag(γ)·Q̂·S + M·V', S ← Γ·S + K̂ᵀ·diag(Γ/γ)·V'.
 // The serial dependency is one step per 64 tokens instead of one per token (core_fwd.cu).
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "gdn/gdn.cuh"
 
 namespace deltatune::kernels {
@@ -202,10 +203,8 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_scan_kernel(
 
 }  // namespace
 
-#ifndef DT_ATTN_EMU  // host side: not part of the host emulation build (gdn/emu)
-int gdn_scan_tile_cols(int64_t pairs, int dv) {
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+#ifndef DT_ATTN_EMU  // host side: not part of the host emulation build (dev/emu/gdn)
+int gdn_scan_tile_cols(int64_t pairs, int dv, int sms) {
   // Only when the doubled grid still fits in one wave (measured: 128 -> 256 blocks on 132 SMs is slower).
   return 2 * pairs * ((dv + kChunkBV - 1) / kChunkBV) <= sms ? kChunkBV / 2 : kChunkBV;
 }
@@ -223,27 +222,24 @@ size_t gdn_chunk_scan_smem(int dk, int dv) {
 }
 
 #ifndef DT_ATTN_EMU
-cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
-                                 const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq, KOut o,
-                                 float* W, float* U, float* M, float* Gc, float* states, int64_t HK, int64_t HV,
-                                 int dk, int dv, cudaStream_t s, float* Tout, float* vnew) {
+cudaError_t launch_gdn_chunk_fwd(const KernelPolicy& pol, const float* qn, const float* kn, KIn v,
+                                 const float* g, KIn beta, const int32_t* chunks, int nchunks,
+                                 const int32_t* chunk_off, int nseq, KOut o, float* W, float* U, float* M,
+                                 float* Gc, float* states, int64_t HK, int64_t HV, int dk, int dv,
+                                 cudaStream_t s, float* Tout, float* vnew) {
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t s1 = gdn_chunk_prep_smem(dk, dv), s2 = gdn_chunk_scan_smem(dk, dv);
-  cudaError_t e = cudaFuncSetAttribute(gdn_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(s1));
+  cudaError_t e = set_launch_smem(pol, gdn_chunk_prep_kernel, s1);
   if (e != cudaSuccess) return e;
-  e = cudaFuncSetAttribute(gdn_chunk_scan_kernel<kChunkBV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(s2));
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(gdn_chunk_scan_kernel<kChunkBV / 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(s2));
+  e = set_launch_smem(pol, gdn_chunk_scan_kernel<kChunkBV>, s2);
+  if (e == cudaSuccess) e = set_launch_smem(pol, gdn_chunk_scan_kernel<kChunkBV / 2>, s2);
   if (e != cudaSuccess) return e;
   gdn_chunk_prep_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), kThreads, s1, s>>>(
       qn, kn, v, g, beta, chunks, W, U, M, Gc, Tout, HK, HV, dk, dv);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   // The scan is serial over chunks: with few (sequence, head) pairs, narrower column tiles fill the GPU.
-  const int bv = gdn_scan_tile_cols(nseq * HV, dv);
+  const int bv = gdn_scan_tile_cols(nseq * HV, dv, pol.sm_count);
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>((dv + bv - 1) / bv));
   auto* scan = bv == kChunkBV ? gdn_chunk_scan_kernel<kChunkBV> : gdn_chunk_scan_kernel<kChunkBV / 2>;
   scan<<<grid, kThreads, s2, s>>>(qn, kn, W, U, M, Gc, chunks, chunk_off, o, states, vnew, HK, HV, dk, dv);

@@ -23,10 +23,11 @@
 // sequence's (or zeros past the tensor's end): every product masks them (D' is zero there, ek and ρ_q are
 // zero, the stores and row dots stop at the chunk's end).
 //
-// Measured (H200, 8K tokens = 2 x 4096, HK 16, HV 32, ncu): see kernels/PERF_NOTES.md, session 17.
+// Measured (H200, 8K tokens = 2 x 4096, HK 16, HV 32, ncu): see docs/perf/PERF_NOTES.md, session 17.
 #include <cstdlib>
 
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -379,9 +380,8 @@ __global__ void __launch_bounds__(NT, 1)
 }  // namespace
 
 #ifndef DT_ATTN_EMU
-bool gdn_grad_wgmma_selected(const GdnQK& qk, KIn dout, int dk, int dv) {
-  return gdn_qk_kind(qk) == 1 && dout.t == KType::BF16 && dk == D && dv == D && gdn_scan_wgmma_available() &&
-         !std::getenv("DT_GDN_GRAD_MMA");
+bool gdn_grad_wgmma_selected(const KernelPolicy& pol, const GdnQK& qk, KIn dout, int dk, int dv) {
+  return pol.hopper() && gdn_qk_kind(qk) == 1 && dout.t == KType::BF16 && dk == D && dv == D;
 }
 
 // The tensor maps of the launch's tensors (T tokens), or false.
@@ -400,23 +400,22 @@ bool grad_maps(GradMaps& m, int64_t T, int nchunks, int64_t HK, int64_t HV, cons
          encode_image_map(m.So, has_odd ? states_odd : states, (has_odd ? odd : even) * D, 1, D, true);
 }
 
-cudaError_t launch_gdn_chunk_grad_wgmma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
-                                        int nchunks, const void* states16, const void* dh16,
-                                        const void* vnew16, const void* dvn16, void* dqh16, void* dk_part16,
-                                        void* dW16, float* gsum, float* dg, int64_t HK, int64_t HV,
-                                        cudaStream_t s, KOut dq, const void* states_odd16, int64_t T) {
-  if (!gdn_grad_wgmma_selected(qk, dout, D, D)) return cudaErrorInvalidValue;
+cudaError_t launch_gdn_chunk_grad_wgmma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const float* Gc,
+                                        const int32_t* chunks, int nchunks, const void* states16,
+                                        const void* dh16, const void* vnew16, const void* dvn16, void* dqh16,
+                                        void* dk_part16, void* dW16, float* gsum, float* dg, int64_t HK,
+                                        int64_t HV, cudaStream_t s, KOut dq, const void* states_odd16,
+                                        int64_t T) {
+  if (!gdn_grad_wgmma_selected(pol, qk, dout, D, D)) return cudaErrorInvalidValue;
   if (dq.p && !gdn_grad_fuses_dq(qk, dout, dq, HK, HV)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   GradMaps maps{};
   if (!grad_maps(maps, T, nchunks, HK, HV, dout.p, vnew16, dvn16, qk.q.p, qk.k.p, dh16, states16,
                  states_odd16))
     return cudaErrorNotSupported;
-  cudaError_t e =
-      cudaFuncSetAttribute(gdn_chunk_grad_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(Smem::bytes));
+  cudaError_t e = set_launch_smem(pol, gdn_chunk_grad_wgmma_kernel, Smem::bytes);
   if (e != cudaSuccess) return e;
-  const int sms = sm_count();
+  const int sms = pol.sm_count;
   const int items = nchunks * static_cast<int>(HV);
   const int groups = dq.p ? items / static_cast<int>(HV / HK) : items;
   gdn_chunk_grad_wgmma_kernel<<<std::min(groups, sms), NT, Smem::bytes, s>>>(

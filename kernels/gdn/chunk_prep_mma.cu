@@ -27,8 +27,8 @@
 // the T tile in place of steps 1-3's K̂K̂ᵀ, A and solve; W and U then use bf16(T) split hi + lo as above.
 // Half states (session 16): the backward's prep runs LEAN (k, q, T tiles only: 54.5 KiB, 64 registers, four
 // blocks per SM) and gdn_odd_states_kernel forms the odd chunks' states. H200, 8K (2 x 4096, HK 16, HV 32):
-// lean prep 0.125 (three blocks; 0.117 at four) + odd states 0.090 ms against 0.225 for the full-size prep doing
-// both (kernel sums 1.540 / 1.541 vs 1.550 / 1.554 at three blocks); 82 x 100 tokens 1.926 vs 1.943.
+// lean prep 0.125 (three blocks; 0.117 at four) + odd states 0.090 ms against 0.225 for the full-size prep
+// doing both (kernel sums 1.540 / 1.541 vs 1.550 / 1.554 at three blocks); 82 x 100 tokens 1.926 vs 1.943.
 // RAW (bf16 q, k, v and no q̂, k̂ output: the model's path; session 12): the tiles hold q, k, v as loaded by
 // cp.async (no register staging), ρ_k and ρ_q come from the tiles with the same lanes and sums as
 // l2norm_row.cuh, and the diagonal scalings move into the products' epilogues: A =
@@ -43,16 +43,17 @@
 // for the q/k/v loads), gram 11%, epilogues + diagonal solve 13%, off-diagonal T 19% (before its float4
 // operand reads: 22%, 43M instructions -> 30M), products and stores 16%, the backward's V' 7%. Running the
 // value heads of a key head side by side (one-dimensional grid) and copying V by cp.async behind the staging
-// changed nothing measurable. Emulator nmse vs the FMA kernel (gdn/emu): W ~2e-11, U ~1e-13 (BF16 v; 2e-6 for
-// F32 v), M ~3e-6, Gc 0, Tout ≤ 4e-12. Estimate at T = 8192, HV 32, HK 16 (4096 blocks): memory bound. Per
-// block 80 KB in (K̂, Q̂ F32, shared in L2 by the 2 value heads of a key head; V bf16) and 96 KB out (W, U F32,
-// M, Tout): ~600 MB of HBM traffic, ≈ 0.2 ms on an H100 (≈ 0.15 ms on an H200). Tensor work: 1,600
+// changed nothing measurable. Emulator nmse vs the FMA kernel (dev/emu/gdn): W ~2e-11, U ~1e-13 (BF16 v; 2e-6
+// for F32 v), M ~3e-6, Gc 0, Tout ≤ 4e-12. Estimate at T = 8192, HV 32, HK 16 (4096 blocks): memory bound.
+// Per block 80 KB in (K̂, Q̂ F32, shared in L2 by the 2 value heads of a key head; V bf16) and 96 KB out (W, U
+// F32, M, Tout): ~600 MB of HBM traffic, ≈ 0.2 ms on an H100 (≈ 0.15 ms on an H200). Tensor work: 1,600
 // mma.m16n8k16 per block, ~50k per SM ≈ 40 µs at mma.sync rates; the serial parts (cumsum ~400 cycles, 16-row
 // diagonal solve ~600 cycles, six barriers) overlap with the other resident block's loads and stores. Expect
 // 0.2-0.3 ms vs 3.0 ms (FMA).
 #include <cstdlib>
 
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "gdn/chunk_util.cuh"
 #include "gdn/gate_math.cuh"
 #include "gdn/gdn.cuh"
@@ -731,15 +732,20 @@ __global__ void __launch_bounds__(NT, 2)
 size_t gdn_chunk_prep_mma_smem(int dk, int dv) {
   return gdn_chunk_mma_supported(dk, dv) ? prep_mma_smem() : 0;
 }
+size_t gdn_lean_prep_mma_smem() {
+  return prep_mma_smem<true>();
+}
+size_t gdn_odd_states_mma_smem() {
+  return odd_states_smem();
+}
 
-#ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (gdn/emu)
+#ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (dev/emu/gdn)
 // The odd chunks' states by the mma.sync kernel (where the wgmma one does not apply).
-static cudaError_t launch_odd_states_mma(KIn k, float eps, const float* Gc, const int32_t* chunks, int nchunks,
-                                         const void* states16, const GdnHalfStates& half, int64_t HK,
-                                         int64_t HV, cudaStream_t s) {
+static cudaError_t launch_odd_states_mma(const KernelPolicy& pol, KIn k, float eps, const float* Gc,
+                                         const int32_t* chunks, int nchunks, const void* states16,
+                                         const GdnHalfStates& half, int64_t HK, int64_t HV, cudaStream_t s) {
   constexpr size_t osm = odd_states_smem();
-  const cudaError_t e = cudaFuncSetAttribute(gdn_odd_states_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(osm));
+  const cudaError_t e = set_launch_smem(pol, gdn_odd_states_kernel, osm);
   if (e != cudaSuccess) return e;
   gdn_odd_states_kernel<<<dim3(static_cast<unsigned>(nchunks / 2), static_cast<unsigned>(HV)), NT, osm, s>>>(
       k, eps, Gc, chunks, static_cast<const bf16*>(states16), static_cast<const bf16*>(half.vnew),
@@ -747,11 +753,12 @@ static cudaError_t launch_odd_states_mma(KIn k, float eps, const float* Gc, cons
   return cudaGetLastError();
 }
 
-cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
-                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* W,
-                                      float* U, float* M, float* Gc, float* Tout, int64_t HK, int64_t HV,
-                                      int dk, int dv, cudaStream_t s, const GdnScanBf16* b16,
-                                      const void* states16, void* vnew16, const GdnHalfStates* half) {
+cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, float scale,
+                                      const GdnNormOut& nout, KIn v, const GdnGates& gates,
+                                      const int32_t* chunks, int nchunks, float* W, float* U, float* M,
+                                      float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv,
+                                      cudaStream_t s, const GdnScanBf16* b16, const void* states16,
+                                      void* vnew16, const GdnHalfStates* half) {
   const bool halfm = half && half->odd;
   if (!gdn_chunk_mma_supported(dk, dv) || (!halfm && (states16 == nullptr) != (vnew16 == nullptr)) ||
       (states16 == nullptr && U == nullptr && !(b16 && b16->U)) ||
@@ -763,10 +770,12 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
   const bool raw_ok = q.t == KType::BF16 && k.t == KType::BF16 && v.t == KType::BF16 && !nout.qn &&
                       aligned16(q.p) && aligned16(k.p) && aligned16(v.p) && (!halfm || aligned16(half->vnew));
   if (halfm && !raw_ok) return cudaErrorInvalidValue;  // the half-states path is the RAW kernel's
-  const bool raw = raw_ok && (halfm || !std::getenv("DT_GDN_PREP_SPLIT"));
-  // Half states: the lean prep, then the odd chunks' states by their own kernel (DT_GDN_PREP_FUSED_ODD=1: both
-  // in the full-size prep, for A/B timing).
-  const bool lean = halfm && Gc != nullptr && !std::getenv("DT_GDN_PREP_FUSED_ODD");
+  // raw: q, k, v read before the norm (bf16); otherwise (other dtypes, or q̂/k̂ wanted as outputs) the split
+  // kernel that reads them as given is the fallback.
+  const bool raw = raw_ok;
+  // Half states: the lean prep, then the odd chunks' states by their own kernel (without Gc the full-size
+  // prep does both).
+  const bool lean = halfm && Gc != nullptr;
   const auto kernel = lean  ? gdn_chunk_prep_mma_kernel<true, true>
                       : raw ? gdn_chunk_prep_mma_kernel<true>
                             : gdn_chunk_prep_mma_kernel<false>;
@@ -774,20 +783,20 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
   auto odd_states = [&] {  // after the lean prep: on wgmma with TMA copies where it applies
     if (nchunks < 2) return cudaSuccess;
     const cudaError_t o =
-        launch_gdn_odd_states_wgmma(k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);
+        launch_gdn_odd_states_wgmma(pol, k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);
     return o != cudaErrorNotSupported
                ? o
-               : launch_odd_states_mma(k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);
+               : launch_odd_states_mma(pol, k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);
   };
   // Hopper: the lean prep, or the forward's for the wgmma scan, on wgmma with TMA copies where they apply
   const bool fwd_img = raw && !halfm && b16 && b16->image && !states16 && !vnew16 && !W && !U && !M && !Tout;
-  cudaError_t e = lean      ? launch_gdn_lean_prep_wgmma(q, k, scale, nout, gates, chunks, nchunks, Gc, *b16, HK,
-                                                         HV, half->tokens, s)
-                  : fwd_img ? launch_gdn_fwd_prep_wgmma(q, k, scale, nout, v, gates, chunks, nchunks, Gc, *b16, HK,
-                                                        HV, b16->tokens, s)
+  cudaError_t e = lean ? launch_gdn_lean_prep_wgmma(pol, q, k, scale, nout, gates, chunks, nchunks, Gc, *b16,
+                                                    HK, HV, half->tokens, s)
+                  : fwd_img ? launch_gdn_fwd_prep_wgmma(pol, q, k, scale, nout, v, gates, chunks, nchunks, Gc,
+                                                        *b16, HK, HV, b16->tokens, s)
                             : cudaErrorNotSupported;
   if (e != cudaErrorNotSupported) return e != cudaSuccess || !lean ? e : odd_states();
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_k));
+  e = set_launch_smem(pol, kernel, smem_k);
   if (e != cudaSuccess) return e;
   kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem_k, s>>>(
       q, k, scale, nout, v, gates, chunks, W, U, M, Gc, Tout, HK, HV,

@@ -32,10 +32,12 @@
 // the reverse scan's BV 64 (4.2 µs per chunk step): ~3.5-4.5 µs per step, ~0.25 ms (BV 32 without PF:
 // 0.38 ms, ~5.9 µs per step, latency of the chunk's loads). 72 KiB of loads per block and chunk (9 MB per
 // step, mostly L2: the two column tiles and HV/HK heads share them).
+#include <algorithm>
 #include <cstdlib>
 #include <type_traits>
 
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
 
@@ -393,47 +395,63 @@ namespace {
 // (with output the prefetching BV 32 variant runs one block per SM, so such a grid ran without prefetch;
 // without output two per SM fit, but BV 64 was still faster: measured below). E.g. 2 sequences of HV 32:
 // 128 blocks of BV 64 instead of 256 of BV 32; 1 sequence of HV 16 / 32 keeps BV 16 / 32.
-// DT_GDN_SCAN_BV=16/32/64 forces it (A/B timing; 64 only with the bf16 operands).
 int scan_mma_tile_cols(int64_t pairs, int dv, bool b16, bool with_o, int sms) {
-  if (const char* f = std::getenv("DT_GDN_SCAN_BV")) {
-    const int bv = std::atoi(f);
-    if (bv == 16 || bv == 32 || (bv == 64 && b16)) return bv;
-  }
   // Without output too: at 2 sequences of HV 32 (256 BV-32 blocks, one wave at two per SM with prefetch)
   // BV 64 took 0.186 ms against 0.284 (H100, session 6).
   if (b16 && pairs * (dv / kChunkBV) > int64_t(sms)) return 64;
-  return gdn_scan_tile_cols(pairs, dv);
+  return gdn_scan_tile_cols(pairs, dv, sms);
 }
 
 // BV 16/32: the prefetching variant when the grid fits one wave at the blocks per SM its shared memory
-// allows: one, or two for the bf16 variant without output (99.5 KiB at BV 32). DT_GDN_SCAN_PF=0/1 forces it
-// (A/B timing). BV 64 always prefetches (its only variant).
+// allows: one, or two for the bf16 variant without output (99.5 KiB at BV 32). BV 64 always prefetches (its
+// only variant).
 bool scan_mma_prefetch(int64_t blocks, bool two_per_sm, int sms) {
-  if (const char* f = std::getenv("DT_GDN_SCAN_PF")) return f[0] == '1';
   return blocks <= (two_per_sm ? 2 : 1) * int64_t(sms);
 }
 }  // namespace
 
-bool gdn_scan_wgmma_selected(int64_t pairs, int dv, bool with_o) {
-  // DT_GDN_SCAN_WGMMA64=1: only the 64-column tiles on wgmma (A/B timing of the narrow tiles).
-  return with_o && gdn_chunk_mma_supported(128, dv) && gdn_scan_wgmma_available() &&
-         (!std::getenv("DT_GDN_SCAN_WGMMA64") || scan_mma_tile_cols(pairs, dv, true, true, sm_count()) == 64);
+size_t gdn_chunk_scan_mma_smem(int bv, bool pf, bool with_o, bool b16) {
+  size_t smem = 0;
+  with_scan_variant(bv, pf, with_o, b16, [&](auto bv_c, auto pf_c, auto o_c, auto b16_c) {
+    smem = scan_mma_smem<decltype(bv_c)::value, decltype(pf_c)::value, decltype(o_c)::value,
+                         decltype(b16_c)::value>();
+  });
+  return smem;
 }
 
-cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
-                                      const float* M, const float* Gc, const int32_t* chunks,
-                                      const int32_t* chunk_off, int nseq, KOut o, void* states16, void* vnew16,
-                                      int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
-                                      const GdnScanBf16* b16) {
+size_t gdn_chunk_mma_smem_needed(const KernelPolicy& /*pol*/) {
+  // The wgmma + TMA kernels run only with the Hopper policy (compute capability 9.0: 227 KiB per block,
+  // which each of them is sized for); the mma.sync kernels below run on every path.
+  size_t m = std::max({gdn_chunk_prep_mma_smem(128, 128), gdn_lean_prep_mma_smem(), gdn_odd_states_mma_smem(),
+                       gdn_chunk_grad_mma_smem(true), gdn_chunk_grad_mma_smem(false), gdn_wy_grad_mma_smem()});
+  for (int bv : {16, 32, 64}) {
+    m = std::max(m, gdn_chunk_dscan_mma_smem(128, 128, bv));
+    for (bool pf : {false, true})
+      for (bool o : {false, true})
+        for (bool b16 : {false, true}) m = std::max(m, gdn_chunk_scan_mma_smem(bv, pf, o, b16));
+  }
+  return m;
+}
+
+bool gdn_scan_wgmma_selected(const KernelPolicy& pol, int64_t /*pairs*/, int dv, bool with_o) {
+  return pol.hopper() && with_o && gdn_chunk_mma_supported(128, dv);
+}
+
+cudaError_t launch_gdn_chunk_scan_mma(const KernelPolicy& pol, const float* qn, const float* kn,
+                                      const float* W, const float* U, const float* M, const float* Gc,
+                                      const int32_t* chunks, const int32_t* chunk_off, int nseq, KOut o,
+                                      void* states16, void* vnew16, int64_t HK, int64_t HV, int dk, int dv,
+                                      cudaStream_t s, const GdnScanBf16* b16) {
   if (!gdn_chunk_mma_supported(dk, dv)) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
   const bool with_o = o.p != nullptr, use_b16 = scan_mma_b16(b16, with_o);
-  const int sms = sm_count();
+  const int sms = pol.sm_count;
   const int bv = scan_mma_tile_cols(int64_t(nseq) * HV, dv, use_b16, with_o, sms);
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
   if (b16 && b16->image) {  // operand images: only the wgmma kernel reads them (gdn_scan_wgmma_selected)
-    if (!(with_o && use_b16 && gdn_scan_wgmma_available())) return cudaErrorInvalidValue;
-    return launch_gdn_chunk_scan_wgmma(Gc, chunks, chunk_off, nseq, o, states16, vnew16, HK, HV, *b16, bv, s);
+    if (!(with_o && use_b16 && pol.hopper())) return cudaErrorInvalidValue;
+    return launch_gdn_chunk_scan_wgmma(pol, Gc, chunks, chunk_off, nseq, o, states16, vnew16, HK, HV, *b16,
+                                       bv, s);
   }
   const bool pf = bv == 64 || scan_mma_prefetch(int64_t(grid.x) * grid.y, !with_o && use_b16, sms);
   decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true, true, false>) kernel = nullptr;
@@ -449,7 +467,7 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
         threads = scan_threads<BV>();
       });
   if (!found) return cudaErrorInvalidValue;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaError_t e = set_launch_smem(pol, kernel, smem);
   if (e != cudaSuccess) return e;
   const bf16 *Wh = nullptr, *Kdh = nullptr, *Qh = nullptr, *Mh = nullptr;
   if (use_b16) {

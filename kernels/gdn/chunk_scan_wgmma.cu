@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -286,18 +287,10 @@ __global__ void __launch_bounds__(NT, 1)
 
 }  // namespace
 
-bool gdn_scan_wgmma_available() {
-  if (std::getenv("DT_GDN_SCAN_MMA")) return false;  // A/B timing: the mma.sync kernel
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return false;
-  return major == 9;
-}
-
-cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
-                                        int nseq, KOut o, void* states16, void* vnew16, int64_t HK,
-                                        int64_t HV, const GdnScanBf16& b16, int bv, cudaStream_t s) {
+cudaError_t launch_gdn_chunk_scan_wgmma(const KernelPolicy& pol, const float* Gc, const int32_t* chunks,
+                                        const int32_t* chunk_off, int nseq, KOut o, void* states16,
+                                        void* vnew16, int64_t HK, int64_t HV, const GdnScanBf16& b16, int bv,
+                                        cudaStream_t s) {
   if (!o.p || !b16.W || !b16.Kd || !b16.Q || !b16.M || !b16.U || !b16.image ||
       (bv != 16 && bv != 32 && bv != 64))
     return cudaErrorInvalidValue;
@@ -305,8 +298,7 @@ cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, 
   auto run = [&](auto bv_c) {
     constexpr int BV = decltype(bv_c)::value;
     constexpr size_t smem = Smem<BV>::bytes;
-    cudaError_t e = cudaFuncSetAttribute(gdn_chunk_scan_wgmma_kernel<BV>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    cudaError_t e = set_launch_smem(pol, gdn_chunk_scan_wgmma_kernel<BV>, smem);
     if (e != cudaSuccess) return e;
     gdn_chunk_scan_wgmma_kernel<BV><<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, smem, s>>>(
         static_cast<const bf16*>(b16.U), Gc, chunks, chunk_off, o, static_cast<bf16*>(states16),

@@ -36,6 +36,7 @@
 // (was 1.20 ms with synchronous fp32 staging at 1 block per SM); ~34k cycles per block, a third of it the
 // staging's wait for DRAM, the rest mostly phases 3-4 (the dk̂ read-modify-write).
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "gdn/chunk_util.cuh"
 #include "gdn/gate_math.cuh"
 #include "gdn/gdn.cuh"
@@ -431,18 +432,22 @@ __global__ void __launch_bounds__(NT, 2)
 
 }  // namespace
 
-#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (gdn/emu)
-cudaError_t launch_gdn_wy_grad_mma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
-                                   const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
-                                   const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
-                                   const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
-                                   cudaStream_t s) {
+#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/gdn)
+size_t gdn_wy_grad_mma_smem() {
+  return wy_grad_mma_smem<128, 128>();
+}
+
+cudaError_t launch_gdn_wy_grad_mma(const KernelPolicy& pol, const GdnQK& qk, KIn v, const GdnGates& gates,
+                                   const float* Gc, const int32_t* chunks, int nchunks, const void* T16,
+                                   const void* dW16, const void* dvn16, const void* dk_part16, void* dkh16,
+                                   KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
+                                   int dv, cudaStream_t s) {
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
   auto* kern = kind == 1 ? gdn_chunk_wy_grad_mma_kernel<128, 128, true>
                          : gdn_chunk_wy_grad_mma_kernel<128, 128, false>;
   const int smem = static_cast<int>(wy_grad_mma_smem<128, 128>());
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaError_t e = set_launch_smem(pol, kern, smem);
   if (e != cudaSuccess) return e;
   kern<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem, s>>>(
       qk, v, gates, Gc, chunks, static_cast<const bf16*>(T16), static_cast<const bf16*>(dW16),

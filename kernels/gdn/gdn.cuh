@@ -1,10 +1,12 @@
 // Launchers for the Gated DeltaNet ops: gates (gates.cu), L2 norm helpers (l2norm.cu), and the first
-// (recurrent, fp32-state) core forward/backward (core_fwd.cu, core_bwd.cu).
+// (recurrent, fp32-state) core forward/backward (core_fwd.cu, core_bwd.cu: the fallback for devices and head
+// dims whose chunked kernels' tiles do not fit the shared memory per block).
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "common/kernel_policy.h"
 #include "common/kptr.h"
 
 namespace deltatune::kernels {
@@ -65,7 +67,7 @@ constexpr float kGdnL2Eps = 1e-6f;  // the q/k L2 norm's eps (spec §3.4 step 7:
 constexpr int kChunkBV = 32;  // value columns per scan block (half that when few blocks would run)
 // Value columns per scan block for `pairs` (sequence, value head) pairs: kChunkBV, or kChunkBV / 2 when the
 // grid would not fill the GPU's multiprocessors.
-int gdn_scan_tile_cols(int64_t pairs, int dv);
+int gdn_scan_tile_cols(int64_t pairs, int dv, int sms);
 size_t gdn_chunk_prep_smem(int dk, int dv);
 size_t gdn_chunk_scan_smem(int dk, int dv);
 // chunks I32 (nchunks, 2): (first token, length ≤ 64), chunks of a sequence consecutive and never crossing
@@ -75,10 +77,11 @@ size_t gdn_chunk_scan_smem(int dk, int dv);
 // Tout (nchunks, HV, 64, 64) (=) T = (I + A)^{-1} and vnew (T, HV, dv) (=) V' when not null.
 // fp32 FMA kernels (any head dims); the tensor-core path runs launch_gdn_chunk_prep_mma and
 // launch_gdn_chunk_scan_mma instead.
-cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const float* g, KIn beta,
-                                 const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq, KOut o,
-                                 float* W, float* U, float* M, float* Gc, float* states, int64_t HK, int64_t HV,
-                                 int dk, int dv, cudaStream_t s, float* Tout = nullptr, float* vnew = nullptr);
+cudaError_t launch_gdn_chunk_fwd(const KernelPolicy& pol, const float* qn, const float* kn, KIn v,
+                                 const float* g, KIn beta, const int32_t* chunks, int nchunks,
+                                 const int32_t* chunk_off, int nseq, KOut o, float* W, float* U, float* M,
+                                 float* Gc, float* states, int64_t HK, int64_t HV, int dk, int dv,
+                                 cudaStream_t s, float* Tout = nullptr, float* vnew = nullptr);
 
 // Chunked backward (spec §4.3, chunk_bwd.cu), after launch_gdn_chunk_fwd ran with states, Tout and vnew:
 // reverse state scan (dh, dV'), state products, intra-chunk and WY backward. Inputs as the forward plus
@@ -86,11 +89,12 @@ cudaError_t launch_gdn_chunk_fwd(const float* qn, const float* kn, KIn v, const 
 // dvn (T, HV, dv), gsum (nchunks, HV). W is overwritten with dW. Outputs: dqh, dkh F32 (T, HV, dk) (=)
 // per value head w.r.t. the normalised (q: scaled) inputs; dv (T, HV, dv) (=); dg, dbeta F32 (T, HV) (=).
 size_t gdn_chunk_bwd_smem(int dk, int dv);
-cudaError_t launch_gdn_chunk_bwd(KIn dout, const float* qn, const float* kn, KIn v, KIn beta, const int32_t* chunks,
-                                 int nchunks, const int32_t* chunk_off, int nseq, float* W, const float* M,
-                                 const float* Gc, const float* Tm, const float* states, const float* vnew, float* dh,
-                                 float* dvn, float* gsum, float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta,
-                                 int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
+cudaError_t launch_gdn_chunk_bwd(const KernelPolicy& pol, KIn dout, const float* qn, const float* kn, KIn v,
+                                 KIn beta, const int32_t* chunks, int nchunks, const int32_t* chunk_off,
+                                 int nseq, float* W, const float* M, const float* Gc, const float* Tm,
+                                 const float* states, const float* vnew, float* dh, float* dvn, float* gsum,
+                                 float* dqh, float* dkh, KOut dv_out, float* dg, float* dbeta, int64_t HK,
+                                 int64_t HV, int dk, int dv, cudaStream_t s);
 
 // ---- tensor-core (bf16 mma.sync, fp32 accumulate) chunk kernels ----
 // Where they read the gates (T, HV): g (F32) and beta as given, or, when a.p is set, formed from the raw
@@ -143,12 +147,12 @@ inline int gdn_qk_kind(const GdnQK& qk) {
 // 2 + 3. state products and intra-chunk terms in one persistent kernel (chunk_bwd_mma.cu): dqh16, dk_part16
 // (bf16) (=), dW16 (=), gsum (=) and dg (=) (the intra row sums plus the chunk's gsum term on its last row);
 // the contracts of chunk_bwd.cu's kernels 2 and 3 together.
-cudaError_t launch_gdn_chunk_grad_mma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
-                                      int nchunks, const void* states16, const void* dh16, const void* vnew16,
-                                      const void* dvn16, void* dqh16, void* dk_part16, void* dW16,
-                                      float* gsum, float* dg, int64_t HK, int64_t HV, int dk, int dv,
-                                      cudaStream_t s, KOut dq = {}, const void* states_odd16 = nullptr,
-                                      int64_t T = 0);
+cudaError_t launch_gdn_chunk_grad_mma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const float* Gc,
+                                      const int32_t* chunks, int nchunks, const void* states16,
+                                      const void* dh16, const void* vnew16, const void* dvn16, void* dqh16,
+                                      void* dk_part16, void* dW16, float* gsum, float* dg, int64_t HK,
+                                      int64_t HV, int dk, int dv, cudaStream_t s, KOut dq = {},
+                                      const void* states_odd16 = nullptr, int64_t T = 0);
 // With dq.p set the kernel also runs the L2 norm's backward for q (the value heads of a key head in one
 // block) and writes dq (T, HK, dk) (=) instead of dqh16: only for gdn_grad_fuses_dq's inputs (BF16 q, k with
 // ρ, BF16 dO, HV a multiple of HK, dq 8-byte aligned), else the launch is refused. With states_odd16 set,
@@ -159,31 +163,32 @@ bool gdn_grad_fuses_dq(const GdnQK& qk, KIn dout, KOut dq, int64_t HK, int64_t H
 // launch_gdn_chunk_grad_mma calls it where gdn_grad_wgmma_selected (BF16 q, k with ρ, BF16 dO, dk = dv = 128, a
 // compute capability 9 device, DT_GDN_SCAN_MMA and DT_GDN_GRAD_MMA unset); cudaErrorNotSupported where the
 // tensor maps cannot be made (T 0, or the driver refuses them).
-bool gdn_grad_wgmma_selected(const GdnQK& qk, KIn dout, int dk, int dv);
-cudaError_t launch_gdn_chunk_grad_wgmma(KIn dout, const GdnQK& qk, const float* Gc, const int32_t* chunks,
-                                        int nchunks, const void* states16, const void* dh16, const void* vnew16,
-                                        const void* dvn16, void* dqh16, void* dk_part16, void* dW16,
-                                        float* gsum, float* dg, int64_t HK, int64_t HV, cudaStream_t s, KOut dq,
-                                        const void* states_odd16, int64_t T);
+bool gdn_grad_wgmma_selected(const KernelPolicy& pol, const GdnQK& qk, KIn dout, int dk, int dv);
+cudaError_t launch_gdn_chunk_grad_wgmma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const float* Gc,
+                                        const int32_t* chunks, int nchunks, const void* states16,
+                                        const void* dh16, const void* vnew16, const void* dvn16, void* dqh16,
+                                        void* dk_part16, void* dW16, float* gsum, float* dg, int64_t HK,
+                                        int64_t HV, cudaStream_t s, KOut dq, const void* states_odd16,
+                                        int64_t T);
 // 4. WY backward (chunk_wy_mma.cu): dkh16 (=) dk_part16 + the WY terms (bf16), dv (=), dg (+= then reverse
 // cumsum within each chunk), dbeta (=); contract of chunk_bwd.cu's kernel 4 with the dk̂ sum written as bf16
 // elsewhere. With raw gates it writes da, db from the final dg, dβ instead (gr.dg is still read and written).
-cudaError_t launch_gdn_wy_grad_mma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
-                                   const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
-                                   const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
-                                   const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk, int dv,
-                                   cudaStream_t s);
+cudaError_t launch_gdn_wy_grad_mma(const KernelPolicy& pol, const GdnQK& qk, KIn v, const GdnGates& gates,
+                                   const float* Gc, const int32_t* chunks, int nchunks, const void* T16,
+                                   const void* dW16, const void* dvn16, const void* dk_part16, void* dkh16,
+                                   KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
+                                   int dv, cudaStream_t s);
 // The WY backward on wgmma with TMA copies (wy_grad_wgmma.cu, sm_90a) for bf16 k with ρ, 16-byte aligned bf16
 // v, dk = dv = 128 (selected: also a compute capability 9 device, DT_GDN_SCAN_MMA and DT_GDN_WY_MMA unset);
 // the contract of launch_gdn_wy_grad_mma; with dk set, the value heads of a key head run back to back in one
 // block and it writes dk (the L2 backward of k, dkh16 unused) instead; cudaErrorNotSupported where the tensor
 // maps cannot be made (T 0, or the driver refuses them).
-bool gdn_wy_wgmma_selected(const GdnQK& qk, KIn v, int dk, int dv);
-cudaError_t launch_gdn_wy_grad_wgmma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
-                                     const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
-                                     const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
-                                     const GdnGateGrads& gr, int64_t HK, int64_t HV, cudaStream_t s, int64_t T,
-                                     KOut dk = {});
+bool gdn_wy_wgmma_selected(const KernelPolicy& pol, const GdnQK& qk, KIn v, int dk, int dv);
+cudaError_t launch_gdn_wy_grad_wgmma(const KernelPolicy& pol, const GdnQK& qk, KIn v, const GdnGates& gates,
+                                     const float* Gc, const int32_t* chunks, int nchunks, const void* T16,
+                                     const void* dW16, const void* dvn16, const void* dk_part16, void* dkh16,
+                                     KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV,
+                                     cudaStream_t s, int64_t T, KOut dk = {});
 // The whole tensor-core backward after the recompute: reverse scan, 2 + 3, 4 (chunk_bwd.cu).
 struct GdnBwdBf16 {
   const void* W16 = nullptr;
@@ -208,11 +213,11 @@ struct GdnBwdBf16 {
 // states): the reverse scan runs on wgmma (launch_gdn_chunk_dscan_wgmma; bf16 dO, q, k). dk_part16: bf16
 // scratch (T, HV, dk) for the dk̂ partial sums between the kernels. Each kernel is refused
 // (cudaErrorInvalidValue) for q, k that are neither BF16 with ρ nor F32 without (GdnQK).
-cudaError_t launch_gdn_chunk_bwd_mma(KIn dout, const GdnQK& qk, KIn v, const GdnGates& gates,
-                                     const int32_t* chunks, int nchunks, const int32_t* chunk_off, int nseq,
-                                     const float* Gc, const GdnBwdBf16& b, float* gsum, void* dk_part16,
-                                     KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
-                                     int dv, cudaStream_t s);
+cudaError_t launch_gdn_chunk_bwd_mma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, KIn v,
+                                     const GdnGates& gates, const int32_t* chunks, int nchunks,
+                                     const int32_t* chunk_off, int nseq, const float* Gc, const GdnBwdBf16& b,
+                                     float* gsum, void* dk_part16, KOut dv_out, const GdnGateGrads& gr,
+                                     int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
 
 // ---- bf16 operands of the tensor-core forward scan, written by its prep (BF16 scratch, bf16 bit patterns)
 // ---- Rounded (round to nearest even) from the fp32 values exactly as the scan's fp32 staging rounds them,
@@ -258,11 +263,11 @@ __host__ __device__ constexpr int64_t gdn_scan_image_index(int r, int c) {
 // and vnew16 (bf16, see GdnBwdBf16) (=) when not null. With o.p null the scan leaves out the output's tiles
 // and products (a shorter serial path). bv: the column tile the launcher picks (gdn_scan_tile_cols, or 64
 // with the bf16 operands when BV 32 would take more than one wave).
-cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const float* W, const float* U,
-                                      const float* M, const float* Gc, const int32_t* chunks,
-                                      const int32_t* chunk_off, int nseq, KOut o, void* states16, void* vnew16,
-                                      int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
-                                      const GdnScanBf16* b16 = nullptr);
+cudaError_t launch_gdn_chunk_scan_mma(const KernelPolicy& pol, const float* qn, const float* kn,
+                                      const float* W, const float* U, const float* M, const float* Gc,
+                                      const int32_t* chunks, const int32_t* chunk_off, int nseq, KOut o,
+                                      void* states16, void* vnew16, int64_t HK, int64_t HV, int dk, int dv,
+                                      cudaStream_t s, const GdnScanBf16* b16 = nullptr);
 
 // The variant with output on Hopper's warpgroup tensor cores (chunk_scan_wgmma.cu, sm_90a; column tile bv 16,
 // 32 or 64 as launch_gdn_chunk_scan_mma picks it): same results contract, reading the prep's operand images
@@ -270,11 +275,11 @@ cudaError_t launch_gdn_chunk_scan_mma(const float* qn, const float* kn, const fl
 // scan of `pairs` (sequence, value head) pairs with output takes this kernel (gdn_scan_wgmma_available(): a
 // compute capability 9 device, DT_GDN_SCAN_MMA unset; DT_GDN_SCAN_WGMMA64=1 keeps the narrower tiles on
 // mma.sync), i.e. whether the prep is to write images (and U in bf16, GdnScanBf16::U).
-bool gdn_scan_wgmma_available();
-bool gdn_scan_wgmma_selected(int64_t pairs, int dv, bool with_o);
-cudaError_t launch_gdn_chunk_scan_wgmma(const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
-                                        int nseq, KOut o, void* states16, void* vnew16, int64_t HK,
-                                        int64_t HV, const GdnScanBf16& b16, int bv, cudaStream_t s);
+bool gdn_scan_wgmma_selected(const KernelPolicy& pol, int64_t pairs, int dv, bool with_o);
+cudaError_t launch_gdn_chunk_scan_wgmma(const KernelPolicy& pol, const float* Gc, const int32_t* chunks,
+                                        const int32_t* chunk_off, int nseq, KOut o, void* states16,
+                                        void* vnew16, int64_t HK, int64_t HV, const GdnScanBf16& b16, int bv,
+                                        cudaStream_t s);
 
 // ---- tensor-core forward prep, chunk_prep_mma.cu ----
 // Same contract as the prep step of launch_gdn_chunk_fwd (gdn_chunk_prep_kernel), except that it takes q and k
@@ -318,30 +323,33 @@ struct GdnHalfStates {
 // (odd_states_wgmma.cu, sm_90a): launch_gdn_chunk_prep_mma's lean path calls it; cudaErrorNotSupported where it
 // does not apply (T unknown, not a compute capability 9 device, DT_GDN_SCAN_MMA or DT_GDN_ODD_MMA set, tensor
 // maps refused), and the mma.sync kernel forms them instead.
-cudaError_t launch_gdn_odd_states_wgmma(KIn k, float eps, const float* Gc, const int32_t* chunks, int nchunks,
-                                        const void* states16, const GdnHalfStates& half, int64_t HK, int64_t HV,
-                                        cudaStream_t s);
+cudaError_t launch_gdn_odd_states_wgmma(const KernelPolicy& pol, KIn k, float eps, const float* Gc,
+                                        const int32_t* chunks, int nchunks, const void* states16,
+                                        const GdnHalfStates& half, int64_t HK, int64_t HV, cudaStream_t s);
 // The forward prep for the wgmma scan (images, bf16 U; no kept T, no states) on Hopper's warpgroup tensor cores
 // with TMA copies (fwd_prep_wgmma.cu, sm_90a): bf16 q, k, v; b16.W, M, Kd, Q, U (and T when not null), Gc and ρ
 // (nout) as gdn_chunk_prep_mma_kernel<true> writes them; cudaErrorNotSupported where it does not apply (T
 // unknown, other inputs or outputs, not a compute capability 9 device, DT_GDN_SCAN_MMA or DT_GDN_PREP_MMA set,
 // tensor maps refused).
-cudaError_t launch_gdn_fwd_prep_wgmma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
-                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* Gc,
-                                      const GdnScanBf16& b16, int64_t HK, int64_t HV, int64_t T, cudaStream_t s);
+cudaError_t launch_gdn_fwd_prep_wgmma(const KernelPolicy& pol, KIn q, KIn k, float scale,
+                                      const GdnNormOut& nout, KIn v, const GdnGates& gates,
+                                      const int32_t* chunks, int nchunks, float* Gc, const GdnScanBf16& b16,
+                                      int64_t HK, int64_t HV, int64_t T, cudaStream_t s);
 // The half-states backward's lean prep on Hopper's warpgroup tensor cores with TMA copies (lean_prep_wgmma.cu,
 // sm_90a): bf16 q, k, the kept T, image outputs (b16.W, b16.M), Gc and ρ (nout) as the lean
 // gdn_chunk_prep_mma_kernel writes them; cudaErrorNotSupported where it does not apply (T unknown, other
 // inputs or outputs, not a compute capability 9 device, DT_GDN_SCAN_MMA or DT_GDN_LEAN_MMA set, tensor maps
 // refused).
-cudaError_t launch_gdn_lean_prep_wgmma(KIn q, KIn k, float scale, const GdnNormOut& nout, const GdnGates& gates,
-                                       const int32_t* chunks, int nchunks, float* Gc, const GdnScanBf16& b16,
-                                       int64_t HK, int64_t HV, int64_t T, cudaStream_t s);
+cudaError_t launch_gdn_lean_prep_wgmma(const KernelPolicy& pol, KIn q, KIn k, float scale,
+                                       const GdnNormOut& nout, const GdnGates& gates, const int32_t* chunks,
+                                       int nchunks, float* Gc, const GdnScanBf16& b16, int64_t HK, int64_t HV,
+                                       int64_t T, cudaStream_t s);
 size_t gdn_chunk_prep_mma_smem(int dk, int dv);
-cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOut& nout, KIn v,
-                                      const GdnGates& gates, const int32_t* chunks, int nchunks, float* W,
-                                      float* U, float* M, float* Gc, float* Tout, int64_t HK, int64_t HV,
-                                      int dk, int dv, cudaStream_t s, const GdnScanBf16* b16 = nullptr,
+cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, float scale,
+                                      const GdnNormOut& nout, KIn v, const GdnGates& gates,
+                                      const int32_t* chunks, int nchunks, float* W, float* U, float* M,
+                                      float* Gc, float* Tout, int64_t HK, int64_t HV, int dk, int dv,
+                                      cudaStream_t s, const GdnScanBf16* b16 = nullptr,
                                       const void* states16 = nullptr, void* vnew16 = nullptr,
                                       const GdnHalfStates* half = nullptr);
 
@@ -351,11 +359,11 @@ cudaError_t launch_gdn_chunk_prep_mma(KIn q, KIn k, float scale, const GdnNormOu
 // (sequence, value head) pairs takes it (its 64-column tile, a compute capability 9 device, DT_GDN_SCAN_MMA
 // unset), i.e. whether the backward's prep is to write images. T (the tokens, 0: unknown) lets it bring q, k
 // and dO by TMA (else by cp.async).
-bool gdn_dscan_wgmma_selected(int64_t pairs, int dv);
-cudaError_t launch_gdn_chunk_dscan_wgmma(KIn dout, const GdnQK& qk, const void* W16, const void* M16,
-                                         const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
-                                         int nseq, void* dh16, void* dvn16, int64_t HK, int64_t HV,
-                                         cudaStream_t s, int64_t T = 0);
+bool gdn_dscan_wgmma_selected(const KernelPolicy& pol, int64_t pairs, int dv);
+cudaError_t launch_gdn_chunk_dscan_wgmma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const void* W16,
+                                         const void* M16, const float* Gc, const int32_t* chunks,
+                                         const int32_t* chunk_off, int nseq, void* dh16, void* dvn16,
+                                         int64_t HK, int64_t HV, cudaStream_t s, int64_t T = 0);
 
 // ---- tensor-core reverse state scan, chunk_dscan_mma.cu ----
 // Same contract as step 1 of launch_gdn_chunk_bwd (the FMA dscan kernel): per sequence, chunks in reverse,
@@ -364,9 +372,21 @@ cudaError_t launch_gdn_chunk_dscan_wgmma(KIn dout, const GdnQK& qk, const void* 
 // cudaErrorInvalidValue, also for q, k that are neither BF16 with ρ nor F32 without). Every pointer 16-byte
 // aligned.
 size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv);  // 0 when unsupported
-cudaError_t launch_gdn_chunk_dscan_mma(KIn dout, const GdnQK& qk, const void* W16, const void* M16,
-                                       const float* Gc, const int32_t* chunks, const int32_t* chunk_off,
-                                       int nseq, void* dh16, void* dvn16, int64_t HK, int64_t HV, int dk,
-                                       int dv, cudaStream_t s);
+// Dynamic shared memory of the other portable (mma.sync) kernels at dk = dv = 128, every variant a launcher
+// may pick (0 for a variant that does not exist): the forward scan (column tile bv, prefetching, with output,
+// bf16 operands), the state/intra backward (raw: bf16 q, k with ρ), the WY backward, the lean prep and the
+// odd states. The kernel policy test checks them against the portable limit.
+size_t gdn_chunk_scan_mma_smem(int bv, bool pf, bool with_o, bool b16);
+// The most shared memory per block any kernel of the tensor-core path may ask for at dk = dv = 128: the path
+// runs only on a device that gives that much (else the FMA chunk kernels, else the per-token ones).
+size_t gdn_chunk_mma_smem_needed(const KernelPolicy& pol);
+size_t gdn_chunk_grad_mma_smem(bool raw);
+size_t gdn_wy_grad_mma_smem();
+size_t gdn_lean_prep_mma_smem();
+size_t gdn_odd_states_mma_smem();
+cudaError_t launch_gdn_chunk_dscan_mma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const void* W16,
+                                       const void* M16, const float* Gc, const int32_t* chunks,
+                                       const int32_t* chunk_off, int nseq, void* dh16, void* dvn16,
+                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
 
 }  // namespace deltatune::kernels

@@ -71,7 +71,7 @@ __global__ void l2norm_fwd_n128_kernel(KIn x, float scale, float eps, float* y, 
 
 // The backward for dk = 128 takes half a warp per row: 8 consecutive values per lane (one 16-byte access per
 // bf16 row, two per fp32 row), twice the bytes in flight per instruction of a warp-per-row layout (q's and k's
-// rows in one launch: 0.122 -> 0.096 ms at T 8192, HK 16, HV 32; kernels/PERF_NOTES.md session 9).
+// rows in one launch: 0.122 -> 0.096 ms at T 8192, HK 16, HV 32; docs/perf/PERF_NOTES.md session 9).
 constexpr int kBwdRowsPerBlock = 2 * kRowsPerBlock;
 __device__ __forceinline__ void load8(KIn x, int64_t at, float (&v)[8]) {
   if (x.t == KType::BF16) {  // at is a multiple of 8

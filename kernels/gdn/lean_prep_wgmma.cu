@@ -15,6 +15,7 @@
 #include <cstdlib>
 
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -194,12 +195,12 @@ __global__ void __launch_bounds__(NT + 32, 2)
 }  // namespace
 
 #ifndef DT_ATTN_EMU
-cudaError_t launch_gdn_lean_prep_wgmma(KIn q, KIn k, float scale, const GdnNormOut& nout,
-                                       const GdnGates& gates, const int32_t* chunks, int nchunks, float* Gc,
-                                       const GdnScanBf16& b16, int64_t HK, int64_t HV, int64_t T,
-                                       cudaStream_t s) {
+cudaError_t launch_gdn_lean_prep_wgmma(const KernelPolicy& pol, KIn q, KIn k, float scale,
+                                       const GdnNormOut& nout, const GdnGates& gates, const int32_t* chunks,
+                                       int nchunks, float* Gc, const GdnScanBf16& b16, int64_t HK, int64_t HV,
+                                       int64_t T, cudaStream_t s) {
   if (T <= 0 || !b16.image || !b16.W || !b16.M || !b16.T_kept || q.t != KType::BF16 || k.t != KType::BF16 ||
-      nout.qn || !Gc || !gdn_scan_wgmma_available() || std::getenv("DT_GDN_LEAN_MMA"))
+      nout.qn || !Gc || !pol.hopper())
     return cudaErrorNotSupported;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   LeanMaps maps{};
@@ -207,10 +208,9 @@ cudaError_t launch_gdn_lean_prep_wgmma(KIn q, KIn k, float scale, const GdnNormO
       !tma::encode_image_map(maps.k, k.p, T, HK, C, true) ||
       !tma::encode_image_map(maps.T, b16.T_kept, int64_t(nchunks) * HV * C, 1, C, true, C, C))
     return cudaErrorNotSupported;
-  cudaError_t e = cudaFuncSetAttribute(
-      gdn_lean_prep_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Smem::bytes));
+  cudaError_t e = set_launch_smem(pol, gdn_lean_prep_wgmma_kernel, Smem::bytes);
   if (e != cudaSuccess) return e;
-  const int sms = sm_count();
+  const int sms = pol.sm_count;
   const int items = nchunks * static_cast<int>(HV);
   gdn_lean_prep_wgmma_kernel<<<std::min(items, 2 * sms), NT + 32, Smem::bytes, s>>>(
       maps, scale, nout, gates, chunks, items, Gc, static_cast<bf16*>(b16.W), static_cast<bf16*>(b16.M), HK,

@@ -14,6 +14,7 @@
 #include <cstdlib>
 
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -182,12 +183,12 @@ __global__ void __launch_bounds__(NT, 1)
 }  // namespace
 
 #ifndef DT_ATTN_EMU
-cudaError_t launch_gdn_odd_states_wgmma(KIn k, float eps, const float* Gc, const int32_t* chunks, int nchunks,
-                                        const void* states16, const GdnHalfStates& half, int64_t HK,
-                                        int64_t HV, cudaStream_t s) {
+cudaError_t launch_gdn_odd_states_wgmma(const KernelPolicy& pol, KIn k, float eps, const float* Gc,
+                                        const int32_t* chunks, int nchunks, const void* states16,
+                                        const GdnHalfStates& half, int64_t HK, int64_t HV, cudaStream_t s) {
   if (k.t != KType::BF16 || !half.odd || !half.vnew || !half.chunk_off) return cudaErrorInvalidValue;
   const int64_t T = half.tokens;
-  if (T <= 0 || !gdn_scan_wgmma_available() || std::getenv("DT_GDN_ODD_MMA")) return cudaErrorNotSupported;
+  if (T <= 0 || !pol.hopper()) return cudaErrorNotSupported;
   if (nchunks < 2 || HV == 0) return cudaSuccess;
   const int64_t even = (int64_t(nchunks) + 1) / 2 * HV;  // slots of the kept (even) states
   OddMaps maps{};
@@ -195,11 +196,9 @@ cudaError_t launch_gdn_odd_states_wgmma(KIn k, float eps, const float* Gc, const
       !tma::encode_image_map(maps.V, half.vnew, T, HV, C, true) ||
       !tma::encode_image_map(maps.S, states16, even * D, 1, D, true))
     return cudaErrorNotSupported;
-  cudaError_t e =
-      cudaFuncSetAttribute(gdn_odd_states_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(Smem::bytes));
+  cudaError_t e = set_launch_smem(pol, gdn_odd_states_wgmma_kernel, Smem::bytes);
   if (e != cudaSuccess) return e;
-  const int sms = sm_count();
+  const int sms = pol.sm_count;
   const int nitems = nchunks / 2 * static_cast<int>(HV);
   gdn_odd_states_wgmma_kernel<<<std::min(nitems, sms), NT, Smem::bytes, s>>>(
       maps, eps, Gc, chunks, static_cast<bf16*>(half.odd), HK, HV, half.chunk_off, half.nseq, nitems);

@@ -30,6 +30,7 @@
 #include <cstdlib>
 
 #include "common/device.cuh"
+#include "common/launch_smem.cuh"
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -519,17 +520,17 @@ __global__ void __launch_bounds__(NT + 32, 1)
 }  // namespace
 
 #ifndef DT_ATTN_EMU
-bool gdn_wy_wgmma_selected(const GdnQK& qk, KIn v, int dk, int dv) {
-  return gdn_qk_kind(qk) == 1 && v.t == KType::BF16 && (reinterpret_cast<uintptr_t>(v.p) & 15) == 0 &&
-         dk == D && dv == D && gdn_scan_wgmma_available() && !std::getenv("DT_GDN_WY_MMA");
+bool gdn_wy_wgmma_selected(const KernelPolicy& pol, const GdnQK& qk, KIn v, int dk, int dv) {
+  return pol.hopper() && gdn_qk_kind(qk) == 1 && v.t == KType::BF16 &&
+         (reinterpret_cast<uintptr_t>(v.p) & 15) == 0 && dk == D && dv == D;
 }
 
-cudaError_t launch_gdn_wy_grad_wgmma(const GdnQK& qk, KIn v, const GdnGates& gates, const float* Gc,
-                                     const int32_t* chunks, int nchunks, const void* T16, const void* dW16,
-                                     const void* dvn16, const void* dk_part16, void* dkh16, KOut dv_out,
-                                     const GdnGateGrads& gr, int64_t HK, int64_t HV, cudaStream_t s,
-                                     int64_t T, KOut dk) {
-  if (!gdn_wy_wgmma_selected(qk, v, D, D)) return cudaErrorInvalidValue;
+cudaError_t launch_gdn_wy_grad_wgmma(const KernelPolicy& pol, const GdnQK& qk, KIn v, const GdnGates& gates,
+                                     const float* Gc, const int32_t* chunks, int nchunks, const void* T16,
+                                     const void* dW16, const void* dvn16, const void* dk_part16, void* dkh16,
+                                     KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV,
+                                     cudaStream_t s, int64_t T, KOut dk) {
+  if (!gdn_wy_wgmma_selected(pol, qk, v, D, D)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   if (T <= 0 || reinterpret_cast<uintptr_t>(dk.p) % 4 != 0) return cudaErrorNotSupported;  // dk: pair stores
   WyMaps maps{};
@@ -540,10 +541,9 @@ cudaError_t launch_gdn_wy_grad_wgmma(const GdnQK& qk, KIn v, const GdnGates& gat
       !encode_image_map(maps.dF, dk_part16, T, HV, C, true) ||
       !encode_image_map(maps.T, T16, mats, 1, C, true, C, C))
     return cudaErrorNotSupported;
-  cudaError_t e = cudaFuncSetAttribute(gdn_wy_grad_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Smem::bytes));
+  cudaError_t e = set_launch_smem(pol, gdn_wy_grad_wgmma_kernel, Smem::bytes);
   if (e != cudaSuccess) return e;
-  const int sms = sm_count();
+  const int sms = pol.sm_count;
   const int items = nchunks * static_cast<int>(HV), groups = dk.p ? items / static_cast<int>(HV / HK) : items;
   gdn_wy_grad_wgmma_kernel<<<std::min(groups, sms), NT + 32, Smem::bytes, s>>>(
       maps, qk.rk, gates, Gc, chunks, items, static_cast<bf16*>(dkh16), dv_out, gr, HK, HV, dk);

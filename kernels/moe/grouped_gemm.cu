@@ -24,7 +24,7 @@
 // and ldmatrix(.trans) as documented in common/mma.cuh (the address patterns are at frag_a / frag_b2).
 // Shared rows are padded by 8 bf16 (k-major rows of 80 bytes, i-major rows of 272 or 80 bytes): the eight
 // 16-byte row reads of each ldmatrix phase then fall in distinct banks.
-// The MMA and ldmatrix go through common/mma.cuh, so kernels/moe/emu/grouped_gemm_emu.cpp can run this
+// The MMA and ldmatrix go through common/mma.cuh, so dev/emu/moe/grouped_gemm_emu.cpp can run this
 // kernel on the host against the PTX-defined fragment layouts (DT_ATTN_EMU build).
 #include <cuda_bf16.h>
 

@@ -16,12 +16,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "backend/backend.h"
+#include "backend/cuda_kernels_setting.h"
 #include "backend_harness.h"
 #include "core/error.h"
 
@@ -538,22 +541,6 @@ void case_gdn(Env& e) {
     };
     keep_pair(Backend::GdnKeep::All, " keep all");
     keep_pair(Backend::GdnKeep::States, " keep states");
-    if (c.dk == 128 && c.dv == 128) {
-      // States keep's other layouts: every chunk's state without V' (DT_GDN_FULL_STATES; the default keeps V'
-      // and the even chunks' states), the even chunks' states written by the mma.sync forward scan, and the
-      // odd ones formed by the full-size backward prep instead of the lean prep + odd-state kernel, and the
-      // state/intra kernel on mma.sync where the default runs it on wgmma with TMA copies (Hopper), or its TMA
-      // copies one column group at a time (the tensor maps of drivers that refuse the one-copy form), the odd
-      // states by the mma.sync kernel instead of wgmma with TMA copies, and the WY backward, the lean prep and
-      // the forward prep likewise.
-      for (const char* env : {"DT_GDN_FULL_STATES", "DT_GDN_SCAN_MMA", "DT_GDN_PREP_FUSED_ODD", "DT_GDN_GRAD_MMA",
-                             "DT_GDN_ODD_MMA", "DT_TMA_BOXES", "DT_GDN_WY_MMA", "DT_GDN_LEAN_MMA",
-                             "DT_GDN_PREP_MMA"}) {
-        setenv(env, "1", 1);
-        keep_pair(Backend::GdnKeep::States, std::string(" keep states ") + env);
-        unsetenv(env);
-      }
-    }
     // The gate inputs in place of g and β (the tensor-core path forms the gates while loading and its WY
     // backward writes da, db; other paths compose the gate ops), each keep mode.
     Pair a = e.in({T, c.HV}, BF, -6.f, 6.f), bl = e.in({T, c.HV}, BF, -4.f, 4.f);
@@ -576,30 +563,6 @@ void case_gdn(Env& e) {
       e.gpu->gdn_gated_bwd(kg.get(), dout.g, q.g, k.g, v.g, gin_g, sg, scale, dq4.g, dk4.g, dv4.g, da4.g,
                            db4.g);
       compare_gdn_grads(e, "gdn_gated_bwd", kt + tag.str(), dq4, dk4, dv4, da4, db4, {"da", "db"});
-    }
-    if (c.dk != 128 || c.dv != 128) continue;
-    // The other kernel paths for these head dims (cuda_ops_seq.cpp): DT_GDN_FMA=1 keeps every chunk kernel on
-    // fp32 FMA (the default above runs them on tensor cores); DT_GDN_SCAN_MMA=1 runs the forward scan's
-    // 64-column tile on mma.sync where the default runs it on wgmma (Hopper).
-    struct Path {
-      const char* env;
-      const char* name;
-      double dg_tol;
-    };
-    for (const Path& p :
-         {Path{"DT_GDN_FMA", "gdn (fma)", 5e-4}, Path{"DT_GDN_SCAN_MMA", "gdn (scan mma.sync)", 5e-4}}) {
-      setenv(p.env, "1", 1);
-      Pair o3 = e.out({T, c.HV, c.dv}, BF);
-      Pair dq3 = e.out({T, c.HK, c.dk}, BF), dk3 = e.out({T, c.HK, c.dk}, BF), dv3 = e.out({T, c.HV, c.dv}, BF);
-      Pair dg3 = e.out({T, c.HV}, F32), db3 = e.out({T, c.HV}, BF);
-      e.cpu->gdn_fwd(q.c, k.c, v.c, g.c, beta.c, sc, scale, o3.c);
-      e.gpu->gdn_fwd(q.g, k.g, v.g, g.g, beta.g, sg, scale, o3.g);
-      e.cpu->gdn_bwd(dout.c, q.c, k.c, v.c, g.c, beta.c, sc, scale, dq3.c, dk3.c, dv3.c, dg3.c, db3.c);
-      e.gpu->gdn_bwd(dout.g, q.g, k.g, v.g, g.g, beta.g, sg, scale, dq3.g, dk3.g, dv3.g, dg3.g, db3.g);
-      unsetenv(p.env);
-      const std::string n = p.name;
-      compare(e, n + " o" + tag.str(), o3, 1e-4);
-      compare_gdn_grads(e, n, tag.str(), dq3, dk3, dv3, dg3, db3, kDgDbeta, p.dg_tol);
     }
   }
 }
@@ -938,14 +901,18 @@ const std::vector<OpCase>& all_cases() {
   return cases;
 }
 
-class BackendOps : public ::testing::TestWithParam<std::string> {
+// Every case runs under both kernel policies (the run config's `kernels`): "auto" (on a Hopper the wgmma +
+// TMA kernels where an op has them) and "portable" (the sm_80 kernels, on any GPU).
+using CaseAndKernels = std::tuple<std::string, std::string>;
+class BackendOps : public ::testing::TestWithParam<CaseAndKernels> {
  protected:
-  static Env* env() {
-    static std::unique_ptr<Env> e;
+  static Env* env(const std::string& kernels) {
+    static std::map<std::string, std::unique_ptr<Env>> envs;
+    std::unique_ptr<Env>& e = envs[kernels];
     if (!e) {
       e = std::make_unique<Env>();
       e->cpu = make_cpu_backend(2);
-      e->gpu = make_cuda_backend(0);
+      e->gpu = make_cuda_backend(0, DType::BF16, kernels);
     }
     return e.get();
   }
@@ -953,16 +920,17 @@ class BackendOps : public ::testing::TestWithParam<std::string> {
 
 TEST_P(BackendOps, MatchesCpu) {
   if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  const auto& [name, kernels] = GetParam();
   for (const OpCase& c : all_cases())
-    if (c.name == GetParam()) {
-      Env* e = env();
+    if (c.name == name) {
+      Env* e = env(kernels);
       e->rng.seed(std::hash<std::string>{}(c.name));
-      std::printf("[%s]\n", c.name.c_str());
+      std::printf("[%s, kernels: %s]\n", c.name.c_str(), kernels.c_str());
       c.run(*e);
       e->gpu->synchronize();
       return;
     }
-  FAIL() << "no case " << GetParam();
+  FAIL() << "no case " << name;
 }
 
 std::vector<std::string> case_names() {
@@ -971,8 +939,12 @@ std::vector<std::string> case_names() {
   return n;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::ValuesIn(case_names()),
-                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps,
+                         ::testing::Combine(::testing::ValuesIn(case_names()),
+                                            ::testing::Values(std::string("auto"), std::string("portable"))),
+                         [](const ::testing::TestParamInfo<CaseAndKernels>& i) {
+                           return std::get<0>(i.param) + "_" + std::get<1>(i.param);
+                         });
 
 // Every virtual function of backend.h must be exercised by some case (runs without a GPU too).
 TEST(BackendOpsCoverage, EveryInterfaceOpHasACase) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda_kernels_setting.h"
 #include "core/tensor.h"
 
 namespace deltatune::test {
@@ -192,7 +193,7 @@ TEST(BackendTiming, DISABLED_MoeShapes) {
 }
 
 // Attention at the Qwen3.5 shape (T=4096 one sequence, nH 8, nKV 2, head_dim 256), forward and backward
-// timed separately, on the tensor-core kernels and on the FMA kernels (DT_ATTN_FMA=1) for A/B. Causal flops:
+// timed separately, on the tensor-core kernels (the FMA kernels take F32 inputs). Causal flops:
 // forward 2 products · 2·T²/2·hd·nH, backward 2.5x that (FA2's count: 5 products).
 TEST(BackendTiming, DISABLED_AttentionHd256) {
   if (!cuda_backend_available()) GTEST_SKIP();
@@ -208,12 +209,10 @@ TEST(BackendTiming, DISABLED_AttentionHd256) {
   const double flops = 2.0 * 2.0 * double(T) * T / 2 * hd * nH;
   const float scale = 0.0625f;
   std::printf("%s\n", b.name().c_str());
-  for (const char* path : {"tensor cores", "fma (DT_ATTN_FMA=1)"}) {
-    const bool fma = path[0] == 'f';
-    if (fma) setenv("DT_ATTN_FMA", "1", 1);
+  {
+    const char* path = "tensor cores";
     const double f = median_ms(b, [&] { b.attention_fwd(q, k, v, s, scale, o, lse); });
     const double bw = median_ms(b, [&] { b.attention_bwd(dout, q, k, v, o, lse, s, scale, dq, dk, dv); });
-    if (fma) unsetenv("DT_ATTN_FMA");
     std::printf("attention %-20s T=%d nH=%d nKV=%d hd=%d  fwd %8.3f ms (%6.1f TFLOP/s)  bwd %8.3f ms (%6.1f TFLOP/s)\n",
                 path, T, nH, nKV, hd, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
     EXPECT_TRUE(b.all_finite(o) && b.all_finite(lse) && b.all_finite(dq) && b.all_finite(dk) && b.all_finite(dv));
@@ -222,40 +221,42 @@ TEST(BackendTiming, DISABLED_AttentionHd256) {
 
 // Gated DeltaNet core at the training shape (T=8192 as 2 sequences of 4096, HK 16, HV 32, dk = dv = 128),
 // forward and backward (which recomputes the forward's chunk quantities), on the tensor-core chunk kernels
-// on both kernel paths for A/B: all FMA (DT_GDN_FMA=1) and the default (tensor cores). Per-kernel times: nsys/ncu on this test or bench/gdn.
+// under both kernel policies (`kernels: auto` and `portable`). Per-kernel times: nsys/ncu on this test or
+// bench/gdn.
 TEST(BackendTiming, DISABLED_GdnChunked) {
   if (!cuda_backend_available()) GTEST_SKIP();
-  auto gpu = make_cuda_backend(0);
-  Backend& b = *gpu;
-  const DType BF = DType::BF16;
-  const int T = 8192, HK = 16, HV = 32, dk = 128, dv = 128;
-  SeqLayout s = one_seq(b, T);
-  s.host_cu_seqlens = {0, T / 2, T};
-  Tensor hc = host_tensor({3}, DType::I32);
-  hc.ptr<int32_t>()[0] = 0, hc.ptr<int32_t>()[1] = T / 2, hc.ptr<int32_t>()[2] = T;
-  s.cu_seqlens = b.upload(hc, DType::I32);
-  Tensor hp = host_tensor({T}, DType::I32);
-  for (int32_t t = 0; t < T; ++t) hp.ptr<int32_t>()[t] = t % (T / 2);
-  s.positions = b.upload(hp, DType::I32);
-  s.max_seqlen = T / 2;
-  Tensor q = rand_dev(b, {T, HK, dk}, BF, -1, 1, 3), k = rand_dev(b, {T, HK, dk}, BF, -1, 1, 4);
-  Tensor v = rand_dev(b, {T, HV, dv}, BF, -1, 1, 5), dout = rand_dev(b, {T, HV, dv}, BF, -1, 1, 6);
-  Tensor g = rand_dev(b, {T, HV}, DType::F32, -1, 0, 7), beta = rand_dev(b, {T, HV}, BF, 0.05f, 1, 8);
-  Tensor o = b.alloc({T, HV, dv}, BF), dq = b.alloc(q.shape, BF), dk_ = b.alloc(k.shape, BF);
-  Tensor dv_ = b.alloc(v.shape, BF);
-  Tensor dg = b.alloc(g.shape, DType::F32), db = b.alloc(beta.shape, BF);
-  const float scale = 1.f / std::sqrt(float(dk));
-  std::printf("%s\n", b.name().c_str());
-  for (const char* env : {"DT_GDN_FMA", ""}) {
-    const std::string path = *env ? std::string(env) + "=1" : "default";
-    if (*env) setenv(env, "1", 1);
-    const double f = median_ms(b, [&] { b.gdn_fwd(q, k, v, g, beta, s, scale, o); });
-    const double bw = median_ms(b, [&] { b.gdn_bwd(dout, q, k, v, g, beta, s, scale, dq, dk_, dv_, dg, db); });
-    if (*env) unsetenv(env);
-    std::printf("gdn %-20s T=%d (2 seqs) HK=%d HV=%d dk=dv=%d  fwd %8.3f ms  bwd %8.3f ms\n", path.c_str(), T, HK, HV,
-                dk, f, bw);
-    EXPECT_TRUE(b.all_finite(o) && b.all_finite(dq) && b.all_finite(dk_) && b.all_finite(dv_) && b.all_finite(dg) &&
-                b.all_finite(db));
+  for (const std::string kernels : {"auto", "portable"}) {
+    auto gpu = make_cuda_backend(0, DType::BF16, kernels);
+    Backend& b = *gpu;
+    const DType BF = DType::BF16;
+    const int T = 8192, HK = 16, HV = 32, dk = 128, dv = 128;
+    SeqLayout s = one_seq(b, T);
+    s.host_cu_seqlens = {0, T / 2, T};
+    Tensor hc = host_tensor({3}, DType::I32);
+    hc.ptr<int32_t>()[0] = 0, hc.ptr<int32_t>()[1] = T / 2, hc.ptr<int32_t>()[2] = T;
+    s.cu_seqlens = b.upload(hc, DType::I32);
+    Tensor hp = host_tensor({T}, DType::I32);
+    for (int32_t t = 0; t < T; ++t) hp.ptr<int32_t>()[t] = t % (T / 2);
+    s.positions = b.upload(hp, DType::I32);
+    s.max_seqlen = T / 2;
+    Tensor q = rand_dev(b, {T, HK, dk}, BF, -1, 1, 3), k = rand_dev(b, {T, HK, dk}, BF, -1, 1, 4);
+    Tensor v = rand_dev(b, {T, HV, dv}, BF, -1, 1, 5), dout = rand_dev(b, {T, HV, dv}, BF, -1, 1, 6);
+    Tensor g = rand_dev(b, {T, HV}, DType::F32, -1, 0, 7), beta = rand_dev(b, {T, HV}, BF, 0.05f, 1, 8);
+    Tensor o = b.alloc({T, HV, dv}, BF), dq = b.alloc(q.shape, BF), dk_ = b.alloc(k.shape, BF);
+    Tensor dv_ = b.alloc(v.shape, BF);
+    Tensor dg = b.alloc(g.shape, DType::F32), db = b.alloc(beta.shape, BF);
+    const float scale = 1.f / std::sqrt(float(dk));
+    std::printf("%s\n", b.name().c_str());
+    {
+      const std::string path = "kernels: " + kernels;
+      const double f = median_ms(b, [&] { b.gdn_fwd(q, k, v, g, beta, s, scale, o); });
+      const double bw =
+          median_ms(b, [&] { b.gdn_bwd(dout, q, k, v, g, beta, s, scale, dq, dk_, dv_, dg, db); });
+      std::printf("gdn %-20s T=%d (2 seqs) HK=%d HV=%d dk=dv=%d  fwd %8.3f ms  bwd %8.3f ms\n", path.c_str(),
+                  T, HK, HV, dk, f, bw);
+      EXPECT_TRUE(b.all_finite(o) && b.all_finite(dq) && b.all_finite(dk_) && b.all_finite(dv_) &&
+                  b.all_finite(dg) && b.all_finite(db));
+    }
   }
 }
 

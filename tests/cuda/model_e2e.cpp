@@ -32,9 +32,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "../golden_files.h"
 #include "backend/backend.h"
+#include "backend/cuda_kernels_setting.h"
 #include "data/batch.h"
 #include "io/safetensors.h"
 #include "lora/lora.h"
@@ -73,15 +75,24 @@ double norm_rel(const float* got, const std::vector<float>& ref) {
   return std::sqrt(err2 / std::max(ref2, 1e-30));
 }
 
-class CudaModelGolden : public ::testing::TestWithParam<std::string> {};
+// Each test runs under both kernel policies (the run config's `kernels`: "auto", "portable"); the setting
+// ends the test's name (--gtest_filter='*portable*' runs only the portable half).
+const auto kKernelSettings = ::testing::Values(std::string("auto"), std::string("portable"));
+const auto kernels_name = [](const auto& info) {
+  using P = std::decay_t<decltype(info.param)>;
+  return std::to_string(info.index) + "_" + std::get<std::tuple_size_v<P> - 1>(info.param);
+};
+
+class CudaModelGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(CudaModelGolden, ForwardLossAndLogitsMatchHF) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const fs::path dir = goldens_dir() / "models" / GetParam();
+  const auto& [name, kernels] = GetParam();
+  const fs::path dir = goldens_dir() / "models" / name;
   if (!fs::exists(dir)) GTEST_SKIP() << "no golden checkpoint " << dir;
   const auto golden = read_json(dir / "golden_eval.json");
   ModelWeights w = model_weights_load(dir.string());
-  auto be = make_cuda_backend();
+  auto be = make_cuda_backend(0, DType::BF16, kernels);
   Qwen35Model model(w, *be);
   const auto seqs = read_jsonl(dir / "golden_eval.jsonl");
 
@@ -104,29 +115,34 @@ TEST_P(CudaModelGolden, ForwardLossAndLogitsMatchHF) {
   ASSERT_EQ(static_cast<int64_t>(r.size()), logits.numel());
   const double lrel = norm_rel(logits.ptr<float>(), r);
   EXPECT_LE(lrel, w.config.is_moe() ? 0.2 : 5e-2);
-  std::printf("[e2e] %-16s loss hf %.6f  cuda %.6f (rel %.2e)  packed+plain CE %.6f (rel %.2e)  logits rel %.2e\n",
-              GetParam().c_str(), hf, sum / n, rel1, packed.loss_sum / packed.targets, rel2, lrel);
+  std::printf(
+      "[e2e] %-16s loss hf %.6f  cuda %.6f (rel %.2e)  packed+plain CE %.6f (rel %.2e)  logits rel %.2e\n",
+      (name + "/" + kernels).c_str(), hf, sum / n, rel1, packed.loss_sum / packed.targets, rel2, lrel);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaModelGolden,
-                         ::testing::Values("dense_vl", "moe_tied", "dense_bf16", "moe_per_expert", "moe_vl_quirks"));
+                         ::testing::Combine(::testing::Values("dense_vl", "moe_tied", "dense_bf16",
+                                                              "moe_per_expert", "moe_vl_quirks"),
+                                            kKernelSettings),
+                         kernels_name);
 
 // (checkpoint, gradient checkpointing, fp32 compute). In fp32 the CUDA backend must match HF's fp32 gradients
 // as closely as the CPU reference does (norm-relative 1e-3 per tensor): any larger gap is a formula error,
 // not bf16 rounding.
-class CudaLoraGolden : public ::testing::TestWithParam<std::tuple<std::string, bool, bool>> {};
+class CudaLoraGolden : public ::testing::TestWithParam<std::tuple<std::string, bool, bool, std::string>> {};
 
 TEST_P(CudaLoraGolden, LossAndEveryLoraGradientMatchPeft) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::string name = std::get<0>(GetParam());
   const bool ckpt = std::get<1>(GetParam());
   const bool fp32 = std::get<2>(GetParam());
+  const std::string kernels = std::get<3>(GetParam());
   const fs::path gdir = goldens_dir() / "lora" / name;
   const fs::path mdir = goldens_dir() / "models" / name;
   if (!fs::exists(gdir) || !fs::exists(mdir)) GTEST_SKIP() << "no goldens for " << name;
   const auto golden = read_json(gdir / "golden.json");
   ModelWeights w = model_weights_load(mdir.string());
-  auto be = make_cuda_backend(0, fp32 ? DType::F32 : DType::BF16);
+  auto be = make_cuda_backend(0, fp32 ? DType::F32 : DType::BF16, kernels);
   Qwen35Model model(w, *be);
   LoraAdapter adapter = peft_adapter_read((gdir / "adapter").string(), w.config);
   lora_to_backend(adapter, *be);
@@ -156,9 +172,13 @@ TEST_P(CudaLoraGolden, LossAndEveryLoraGradientMatchPeft) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaLoraGolden,
-                         ::testing::Combine(::testing::Values("dense_vl"), ::testing::Bool(), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values("dense_vl"), ::testing::Bool(),
+                                            ::testing::Bool(), kKernelSettings),
+                         kernels_name);
 INSTANTIATE_TEST_SUITE_P(MoeCheckpoints, CudaLoraGolden,
-                         ::testing::Combine(::testing::Values("moe_tied"), ::testing::Bool(), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values("moe_tied"), ::testing::Bool(),
+                                            ::testing::Bool(), kKernelSettings),
+                         kernels_name);
 
 // 20 AdamW steps of the same run on the CPU reference and on CUDA.
 std::vector<double> train_losses(Backend& be, const ModelWeights& w, const std::vector<Example>& seqs, int steps,
@@ -191,16 +211,17 @@ std::vector<double> train_losses(Backend& be, const ModelWeights& w, const std::
   return losses;
 }
 
-class CudaTrainTracksCpu : public ::testing::TestWithParam<std::string> {};
+class CudaTrainTracksCpu : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(CudaTrainTracksCpu, TwentyStepsOfAdamW) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const fs::path dir = goldens_dir() / "models" / GetParam();
+  const auto& [name, kernels] = GetParam();
+  const fs::path dir = goldens_dir() / "models" / name;
   if (!fs::exists(dir)) GTEST_SKIP() << "no golden checkpoint " << dir;
   ModelWeights w = model_weights_load(dir.string());
   const auto seqs = read_jsonl(dir / "golden_eval.jsonl");
   auto cpu = make_cpu_backend();
-  auto gpu = make_cuda_backend();
+  auto gpu = make_cuda_backend(0, DType::BF16, kernels);
   const bool experts = w.config.is_moe();
   const auto lc = train_losses(*cpu, w, seqs, 20, experts);
   const auto lg = train_losses(*gpu, w, seqs, 20, experts);
@@ -214,10 +235,12 @@ TEST_P(CudaTrainTracksCpu, TwentyStepsOfAdamW) {
   EXPECT_GT(dc, 0) << "the CPU run did not learn";
   EXPECT_NEAR(dg, dc, 0.2 * std::fabs(dc)) << "loss drop cpu " << dc << " cuda " << dg;
   std::printf("[e2e] train %-10s 20 steps: cpu %.5f -> %.5f, cuda %.5f -> %.5f, worst step rel diff %.2e\n",
-              GetParam().c_str(), lc.front(), lc.back(), lg.front(), lg.back(), worst);
+              (name + "/" + kernels).c_str(), lc.front(), lc.back(), lg.front(), lg.back(), worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaTrainTracksCpu, ::testing::Values("dense_vl", "moe_tied"));
+INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaTrainTracksCpu,
+                         ::testing::Combine(::testing::Values("dense_vl", "moe_tied"), kKernelSettings),
+                         kernels_name);
 
 }  // namespace
 }  // namespace deltatune

@@ -6,18 +6,22 @@
 
 #include <string>
 
+#include "common/kernel_policy.h"
 #include "common/wgmma_check.h"
 
 namespace {
 
+// A compute capability 9.0 GPU and a binary with sm_90a code (a compute_80-PTX-only build has none).
 bool hopper() {
-  int dev = 0, major = 0;
-  return cudaGetDevice(&dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9;
+  int dev = 0, major = 0, minor = 0;
+  return deltatune::kernels::kernels_built_for_hopper() && cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
+         minor == 0;
 }
 
 TEST(Wgmma, CoreLayoutProductsAndTransposedStores) {
-  if (!hopper()) GTEST_SKIP() << "wgmma needs a compute capability 9 GPU";
+  if (!hopper()) GTEST_SKIP() << "wgmma needs a compute capability 9.0 GPU and sm_90a code";
   for (bool a_mn : {false, true})
     for (bool b_mn : {false, true}) {
       double err = -1, err_t = -1;

@@ -80,6 +80,7 @@ RunConfig filled_config() {
   c.seed = 1234;
   c.backend = "cuda";
   c.gpu = 1;
+  c.kernels = "portable";
   c.fused_loss = false;
   c.gradient_checkpointing = true;
   c.gradient_checkpointing_layers = 7;
@@ -174,7 +175,7 @@ TEST(RunsConfig, CanonicalYamlHasEveryKeyInOrder) {
   std::vector<std::string> keys;
   for (const auto& kv : root) keys.push_back(kv.first.Scalar());
   EXPECT_EQ(keys, deltatune::run_config_keys());
-  EXPECT_EQ(keys.size(), 51u);
+  EXPECT_EQ(keys.size(), 52u);
 }
 
 TEST(RunsConfig, UnknownKeySuggestsClosest) {
@@ -221,6 +222,8 @@ TEST(RunsConfig, BadValuesNameKeyValueAndExpectation) {
   EXPECT_NE(parse_error("val_set_size: 1.5").find("expected a fraction in [0, 1)"), std::string::npos);
   EXPECT_NE(parse_error("max_steps: 0").find("expected an integer >= 1, or -1 for no limit"),
             std::string::npos);
+  EXPECT_EQ(parse_error("kernels: hopper"),
+            "run.yaml:1: kernels: 'hopper' is not valid (expected one of auto, portable)");
   EXPECT_NE(parse_error("gpu: 99999999999").find("gpu: '99999999999' is not valid"), std::string::npos);
   EXPECT_NE(
       parse_error("output_dir: \"\"").find("output_dir: '\"\"' is not valid (expected a non-empty string)"),

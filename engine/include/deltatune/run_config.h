@@ -62,6 +62,9 @@ struct RunConfig {
   // empty = one GPU, `gpu`.
   std::vector<int> gpus;
   bool gpus_all = false;
+  // CUDA kernels: "auto" (the device's best path: wgmma + TMA on a Hopper, the portable sm_80 kernels
+  // elsewhere) | "portable" (the sm_80 kernels on any GPU; for comparisons and bug reports).
+  std::string kernels = "auto";
   bool fused_loss = true;
   bool gradient_checkpointing = false;
   // With gradient_checkpointing: checkpoint only the first N decoder layers; the rest keep their activations

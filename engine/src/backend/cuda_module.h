@@ -11,7 +11,7 @@
 namespace deltatune {
 
 // Raised whenever the table changes shape, so a module from another build is refused instead of crashing.
-inline constexpr int kCudaModuleAbi = 1;
+inline constexpr int kCudaModuleAbi = 2;
 inline constexpr const char* kCudaModuleEntry = "deltatune_cuda_module";  // extern "C" entry point
 inline constexpr const char* kCudaModuleFile = "libdeltatune-cuda.so";
 
@@ -19,7 +19,9 @@ struct CudaModule {
   int abi = kCudaModuleAbi;
   const char* engine_version = "";  // DT_VERSION of the build that made the module
   int runtime_version = 0;          // CUDART_VERSION of the CUDA runtime linked into it (statically)
-  std::unique_ptr<Backend> (*make_backend)(int device_index, DType compute) = nullptr;
+  // kernels: the run config's `kernels` setting ("auto" | "portable"), which picks the kernel policy.
+  std::unique_ptr<Backend> (*make_backend)(int device_index, DType compute,
+                                           const std::string& kernels) = nullptr;
   // Fills `arch`, `kernel_path`, `supported` and `problem` of a device whose index, name and compute
   // capability are already set, for the run config's `kernels` setting ("auto" | "portable").
   void (*describe_device)(GpuDevice& device, const std::string& kernels) = nullptr;

@@ -1,30 +1,12 @@
 // Gated DeltaNet layer (spec §3.4): projections, causal depthwise conv + SiLU over q|k|v channels,
 // gates, the gated delta rule, gated RMSNorm with z, output projection.
 #include <cmath>
-#include <cstdlib>
 #include <optional>
 #include <string>
 
 #include "model/blocks.h"
 
 namespace deltatune {
-namespace {
-// Layers that are not checkpointed keep the GDN core's chunk-start states and T for the backward (it skips its
-// serial recompute scan) when DT_GDN_KEEP_STATES=1: A/B timing against the memory it costs.
-bool env_on(const char* name) {
-  const char* env = std::getenv(name);
-  return env && *env && std::string(env) != "0";
-}
-bool gdn_keep_states() {
-  return env_on("DT_GDN_KEEP_STATES");
-}
-// DT_GDN_UNFUSED=1 runs the Backend base class's compositions of the fused conv and core ops (the conv
-// through one [T, C] tensor and column copies, the gate kernels around the core): A/B timing of the fusions.
-bool gdn_unfused() {
-  return env_on("DT_GDN_UNFUSED");
-}
-}  // namespace
-
 Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
                      GdnCache& k) {
   Backend& be = c.be;
@@ -46,26 +28,16 @@ Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   k.k = be.alloc({T, kd}, dt);
   k.v = be.alloc({T, vd}, dt);
   Tensor* qkv[] = {&k.q, &k.k, &k.v};  // the conv's q | k | v channel blocks, each its own tensor
-  if (gdn_unfused())
-    be.Backend::conv1d_silu_fwd_split(k.p, w.conv, c.seq, qkv);
-  else
-    be.conv1d_silu_fwd_split(k.p, w.conv, c.seq, qkv);
+  be.conv1d_silu_fwd_split(k.p, w.conv, c.seq, qkv);
 
   k.o = be.alloc({T, HV, dv}, dt);
   std::optional<Backend::GdnKeep> keep;
-  if (c.keep_for_backward)
-    keep = Backend::GdnKeep::All;
-  else if (c.activations_kept && gdn_keep_states())
-    keep = Backend::GdnKeep::States;
+  if (c.keep_for_backward) keep = Backend::GdnKeep::All;
   // The gates (β = σ(b), g = −e^{A_log}·softplus(a + dt_bias)) are formed inside the core.
   const Backend::GdnGateInputs gates{k.al, k.bl, w.A_log, w.dt_bias};
   const float scale = 1.f / std::sqrt(static_cast<float>(dk));
-  if (gdn_unfused())
-    k.core = be.Backend::gdn_gated_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}),
-                                       gates, c.seq, scale, k.o, keep);
-  else
-    k.core = be.gdn_gated_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), gates,
-                              c.seq, scale, k.o, keep);
+  k.core = be.gdn_gated_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), gates, c.seq,
+                            scale, k.o, keep);
 
   k.y = be.alloc({T * HV, dv}, dt);
   k.rstd = be.alloc({T * HV}, DType::F32);
@@ -94,21 +66,13 @@ void gdn_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
   Tensor dal = be.alloc({T, HV}, dt), dbl = be.alloc({T, HV}, dt);
   const Backend::GdnGateInputs gates{k.al, k.bl, w.A_log, w.dt_bias};
   const float scale = 1.f / std::sqrt(static_cast<float>(dk));
-  if (gdn_unfused())
-    be.Backend::gdn_gated_bwd(k.core.get(), d_o.view({T, HV, dv}), k.q.view({T, HK, dk}),
-                              k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), gates, c.seq, scale, dq, dkk, dvv,
-                              dal, dbl);
-  else
-    be.gdn_gated_bwd(k.core.get(), d_o.view({T, HV, dv}), k.q.view({T, HK, dk}), k.k.view({T, HK, dk}),
-                     k.v.view({T, HV, dv}), gates, c.seq, scale, dq, dkk, dvv, dal, dbl);
+  be.gdn_gated_bwd(k.core.get(), d_o.view({T, HV, dv}), k.q.view({T, HK, dk}), k.k.view({T, HK, dk}),
+                   k.v.view({T, HV, dv}), gates, c.seq, scale, dq, dkk, dvv, dal, dbl);
 
   const Tensor dq2 = dq.view({T, kd}), dk2 = dkk.view({T, kd}), dv2 = dvv.view({T, vd});
   const Tensor* dqkv[] = {&dq2, &dk2, &dv2};
   Tensor dp = be.alloc({T, C}, dt);
-  if (gdn_unfused())
-    be.Backend::conv1d_silu_bwd_split(dqkv, k.p, w.conv, c.seq, dp);
-  else
-    be.conv1d_silu_bwd_split(dqkv, k.p, w.conv, c.seq, dp);
+  be.conv1d_silu_bwd_split(dqkv, k.p, w.conv, c.seq, dp);
 
   linear_bwd(be, dp, w.in_qkv, l.qkv, c.rt, c.salt(4), k.lqkv, dx, false);
   linear_bwd(be, dz.view({T, vd}), w.in_z, l.z, c.rt, c.salt(5), k.lz, dx, true);

@@ -7,24 +7,33 @@
 namespace deltatune {
 
 namespace {
-// Why the GPU backend cannot run here ("" when it can). The driver is asked first, so a machine without
-// one never maps the GPU module and cuBLAS.
-std::string cuda_problem() {
-  const CudaDriverInfo driver = probe_cuda_driver();
+// Why the GPU backend cannot run on device `gpu` here ("" when it can). The driver is asked first, so a
+// machine without one never maps the GPU module and cuBLAS; then the module's kernel policy judges the GPU
+// (one line naming it, its compute capability and what is supported).
+std::string cuda_problem(int gpu, const std::string& kernels) {
+  CudaDriverInfo driver = probe_cuda_driver();
   if (!driver.usable) return driver.problem;
-  return cuda_module().problem;
+  if (!cuda_module().problem.empty()) return cuda_module().problem;
+  for (GpuDevice& d : driver.devices)
+    if (d.index == gpu) {
+      cuda_module().module->describe_device(d, kernels);
+      return d.problem;
+    }
+  return "";  // an index out of range: the backend names it
 }
 }  // namespace
 
-std::unique_ptr<Backend> backend_create(const std::string& name, int gpu, std::string* note) {
+std::unique_ptr<Backend> backend_create(const std::string& name, int gpu, std::string* note,
+                                        const std::string& kernels) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "cuda") {
-    if (const std::string problem = cuda_problem(); !problem.empty()) throw Error("backend cuda: " + problem);
-    return cuda_module().module->make_backend(gpu, DType::BF16);
+    if (const std::string problem = cuda_problem(gpu, kernels); !problem.empty())
+      throw Error("backend cuda: " + problem);
+    return cuda_module().module->make_backend(gpu, DType::BF16, kernels);
   }
   if (name == "auto" || name.empty()) {
-    const std::string problem = cuda_problem();
-    if (problem.empty()) return cuda_module().module->make_backend(gpu, DType::BF16);
+    const std::string problem = cuda_problem(gpu, kernels);
+    if (problem.empty()) return cuda_module().module->make_backend(gpu, DType::BF16, kernels);
     if (note) *note = "auto: no GPU backend here: " + problem;
     return make_cpu_backend();
   }

@@ -476,6 +476,7 @@ const std::vector<Field>& fields() {
     t.push_back(text("backend", &C::backend, {"auto", "cpu", "cuda"}));
     t.push_back(integer("gpu", &C::gpu, at_least(0), "a GPU index >= 0"));
     t.push_back(gpu_list("gpus"));
+    t.push_back(text("kernels", &C::kernels, {"auto", "portable"}));
     t.push_back(boolean("fused_loss", &C::fused_loss));
     t.push_back(boolean("gradient_checkpointing", &C::gradient_checkpointing));
     t.push_back(integer("gradient_checkpointing_layers", &C::gradient_checkpointing_layers, at_least(-1),

@@ -279,7 +279,7 @@ std::string train_run_impl(const RunConfig& cfg_in, RunObserver& obs, RunControl
                                        ? adapter.class_prefix
                                        : peft_class_prefix(weights, cfg.model_class);
   std::string backend_note;
-  auto be = backend_create(cfg.backend, training_gpu(cfg, topts), &backend_note);
+  auto be = backend_create(cfg.backend, training_gpu(cfg, topts), &backend_note, cfg.kernels);
   log(LogLevel::Info, "backend: " + be->name() + (backend_note.empty() ? "" : " (" + backend_note + ")"));
   std::string device = be->name();
   if (dp) {

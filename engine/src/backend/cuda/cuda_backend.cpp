@@ -1,11 +1,14 @@
 // CudaBackend: construction, memory, transfers and GEMM. The ops live in cuda_ops_*.cpp.
 #include "backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_policy_select.h"
+#include "backend/cuda_kernels_setting.h"
 #include "core/error.h"
 #include "elementwise/elementwise.cuh"
 
@@ -51,7 +54,8 @@ KOut kout(Tensor& t, const char* what) {
   return KOut{t.data, ktype(t.dtype, what)};
 }
 
-CudaBackend::CudaBackend(int device_index, DType compute) : device_(device_index), compute_(compute) {
+CudaBackend::CudaBackend(int device_index, DType compute, const std::string& kernels)
+    : device_(device_index), compute_(compute) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -65,11 +69,8 @@ CudaBackend::CudaBackend(int device_index, DType compute) : device_(device_index
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
-  check(prop.major >= 8, std::string("CUDA device ") + prop.name + " has compute capability " +
-                             std::to_string(prop.major) + "." + std::to_string(prop.minor) +
-                             "; the CUDA backend needs 8.0 or newer (bf16) and is built for sm_90a");
+  policy_ = choose_kernel_policy(prop, kernels);
   name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
-  smem_optin_ = static_cast<int>(prop.sharedMemPerBlockOptin);
   alloc_ = std::make_shared<DeviceAllocator>(device_);
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cublas_check(cublasCreate(&cublas_), "cublasCreate");
@@ -79,6 +80,12 @@ CudaBackend::CudaBackend(int device_index, DType compute) : device_(device_index
   cublas_ws_ = alloc({static_cast<int64_t>(kCublasWorkspace)}, DType::U8);
   cublas_check(cublasSetWorkspace(cublas_, cublas_ws_.data, kCublasWorkspace), "cublasSetWorkspace");
   scalars_ = alloc({16}, DType::U8);
+}
+
+CudaBackend::CudaBackend(int device_index, DType compute, const kernels::KernelPolicy& limit)
+    : CudaBackend(device_index, compute, limit.hopper() ? "auto" : "portable") {
+  policy_.smem_optin = std::min(policy_.smem_optin, limit.smem_optin);
+  policy_.sm_count = std::max(1, std::min(policy_.sm_count, limit.sm_count));
 }
 
 CudaBackend::~CudaBackend() {
@@ -309,9 +316,12 @@ bool CudaBackend::all_finite_many(const std::vector<const Tensor*>& xs) {
 }  // namespace cuda
 
 std::unique_ptr<Backend> make_cuda_backend(int device_index, DType compute) {
+  return make_cuda_backend(device_index, compute, "auto");
+}
+std::unique_ptr<Backend> make_cuda_backend(int device_index, DType compute, const std::string& kernels) {
   check(compute == DType::BF16 || compute == DType::F32,
         std::string("CUDA backend: compute dtype must be BF16 or F32, got ") + dtype_name(compute));
-  return std::make_unique<cuda::CudaBackend>(device_index, compute);
+  return std::make_unique<cuda::CudaBackend>(device_index, compute, kernels);
 }
 
 bool cuda_backend_available() {

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/layout_tables.h"
+#include "common/kernel_policy.h"
 #include "common/kptr.h"
 
 namespace deltatune::kernels {
@@ -34,7 +35,12 @@ struct GdnChunks {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device_index, DType compute);
+  // kernels: the run config's `kernels` setting ("auto" | "portable"), which picks the kernel policy.
+  CudaBackend(int device_index, DType compute, const std::string& kernels = "auto");
+  // Tests: `limit` narrows the device's policy (the portable path, a smaller shared-memory limit, fewer SMs);
+  // it never widens it past what the device reports.
+  CudaBackend(int device_index, DType compute, const kernels::KernelPolicy& limit);
+  const kernels::KernelPolicy& kernel_policy() const { return policy_; }
   ~CudaBackend() override;
 
   Device device() const override { return Device::CUDA; }
@@ -215,7 +221,7 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   std::string name_;
-  int smem_optin_ = 48 * 1024;
+  kernels::KernelPolicy policy_;  // chosen once in the constructor (kernel_policy_select.h)
   DType compute_ = DType::BF16;
   std::shared_ptr<DeviceAllocator> alloc_;
   cudaStream_t stream_ = nullptr;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -66,11 +65,10 @@ Tensor CudaBackend::attention_tiles_mma(const SeqLayout& seq) {
 }
 
 namespace {
-// Tensor-core attention: BF16 operands, a supported head_dim, 16-byte aligned rows for cp.async, and not
-// switched off with DT_ATTN_FMA=1 (the fp32 FMA kernels, kept for A/B timing and as a safety net).
+// Tensor-core attention (mma.sync, every GPU): BF16 operands, a supported head_dim, 16-byte aligned rows for
+// cp.async. The fp32 FMA kernels are the fallback for the rest (F32/F16 inputs, other head dims, unaligned
+// views, or a device whose shared memory does not take the tensor-core tiles).
 bool attention_mma_ok(std::initializer_list<const Tensor*> ins, int hd) {
-  const char* env = std::getenv("DT_ATTN_FMA");
-  if (env && *env && std::string(env) != "0") return false;
   if (!kernels::attention_mma_supported(hd)) return false;
   for (const Tensor* t : ins)
     if (t->dtype != DType::BF16 || reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
@@ -80,14 +78,18 @@ bool attention_mma_ok(std::initializer_list<const Tensor*> ins, int hd) {
 // WY backward) runs on tensor cores by default for dk = dv = 128: bf16 operands with fp32 accumulators and
 // fp32 state, fp32 operands split into bf16 hi + lo where a product feeds a cancelling sum (dg, T, W).
 // Measured on an H200 (backend_ops gdn cases) before the splits: dg at nmse 5.3-6.0e-4 vs the fp32 reference;
-// with them see the backend_ops log. DT_GDN_FMA=1 keeps every chunk kernel on the fp32 FMA path (A/B timing,
-// precision checks); launch_gdn_chunk_* fall back to FMA by themselves for other head dims.
-bool env_flag(const char* name) {
-  const char* env = std::getenv(name);
-  return env && *env && std::string(env) != "0";
+// with them see the backend_ops log. The fp32 FMA chunk kernels are the fallback for other head dims.
+// The tensor-core chunk kernels run these head dims (bf16 scratch, L2 norm in the prep, the States keep), on
+// a device whose shared memory per block takes all of their tiles. The fallbacks, in order: the fp32 FMA
+// chunk kernels (other head dims, or less shared memory), then the per-token kernels (less still).
+bool gdn_mma_path(int dk, int dv, const kernels::KernelPolicy& pol) {
+  return kernels::gdn_chunk_mma_supported(dk, dv) && kernels::gdn_chunk_mma_smem_needed(pol) <= pol.smem_optin;
 }
-// The tensor-core chunk kernels run these head dims (bf16 scratch, L2 norm in the prep, the States keep).
-bool gdn_mma_path(int dk, int dv) { return !env_flag("DT_GDN_FMA") && kernels::gdn_chunk_mma_supported(dk, dv); }
+// The fp32 FMA chunk forward's prep and scan tiles fit the device.
+bool gdn_chunk_fma_fwd_fits(const GdnDims& d, const kernels::KernelPolicy& pol) {
+  return std::max(kernels::gdn_chunk_prep_smem(d.dk, d.dv), kernels::gdn_chunk_scan_smem(d.dk, d.dv)) <=
+         pol.smem_optin;
+}
 }  // namespace
 
 // ---- attention ------------------------------------------------------------------------------------------
@@ -101,7 +103,7 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
   check(hd <= kernels::kAttnMaxHeadDim, "attention_fwd: head_dim " + std::to_string(hd) + " > 256 is not supported");
   check_layout(seq, q.dim(0), "attention_fwd");
   check(lse.dtype == DType::F32, "attention_fwd: lse must be F32");
-  if (attention_mma_ok({&q, &k, &v}, hd) && kernels::attention_fwd_mma_smem(hd) <= size_t(smem_optin_)) {
+  if (attention_mma_ok({&q, &k, &v}, hd) && kernels::attention_fwd_mma_smem(hd) <= policy_.smem_optin) {
     Tensor tiles = attention_tiles_mma(seq);
     if (!tiles.defined()) return;
     cuda_check(kernels::launch_attention_fwd_mma(kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
@@ -111,7 +113,8 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
                "attention_fwd (tensor cores)");
     return;
   }
-  check(kernels::attention_fwd_smem(hd) <= size_t(smem_optin_), "attention_fwd: head_dim too large for shared memory");
+  check(kernels::attention_fwd_smem(hd) <= policy_.smem_optin,
+        "attention_fwd: head_dim too large for shared memory");
   Tensor tiles = attention_tiles(seq);
   if (!tiles.defined()) return;
   cuda_check(kernels::launch_attention_fwd(kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
@@ -132,7 +135,8 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
   check(hd <= kernels::kAttnMaxHeadDim, "attention_bwd: head_dim " + std::to_string(hd) + " is not supported");
   check_layout(seq, q.dim(0), "attention_bwd");
   check(lse.dtype == DType::F32, "attention_bwd: lse must be F32");
-  if (attention_mma_ok({&dout, &q, &k, &v}, hd) && kernels::attention_bwd_mma_smem(hd) <= size_t(smem_optin_)) {
+  if (attention_mma_ok({&dout, &q, &k, &v}, hd) &&
+      kernels::attention_bwd_mma_smem(hd) <= policy_.smem_optin) {
     Tensor tiles = attention_tiles_mma(seq);
     if (!tiles.defined()) return;
     const int ntiles = static_cast<int>(tiles.dim(0) / 2);
@@ -148,7 +152,7 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
                "attention_bwd (tensor cores)");
     return;
   }
-  check(kernels::attention_bwd_smem(hd) <= size_t(smem_optin_),
+  check(kernels::attention_bwd_smem(hd) <= policy_.smem_optin,
         "attention_bwd: head_dim " + std::to_string(hd) + " too large for shared memory");
   Tensor tiles = attention_tiles(seq);
   if (!tiles.defined()) return;
@@ -240,15 +244,16 @@ struct CudaGdnSaved final : Backend::GdnSaved {
 };
 
 namespace {
-bool gdn_use_recurrent(const GdnDims& d, int smem_optin) {
-  return std::getenv("DT_GDN_RECURRENT") != nullptr ||
-         kernels::gdn_chunk_bwd_smem(d.dk, d.dv) > size_t(smem_optin);
+// The per-token backward: the fallback where neither the tensor-core nor the FMA chunk backward fits the
+// device's shared memory.
+bool gdn_use_recurrent(const GdnDims& d, const kernels::KernelPolicy& pol) {
+  return !gdn_mma_path(d.dk, d.dv, pol) && kernels::gdn_chunk_bwd_smem(d.dk, d.dv) > pol.smem_optin;
 }
 }  // namespace
 
 void CudaBackend::gdn_check(const char* op, const GdnDims& d, const SeqLayout& seq) {
-  check(std::max(kernels::gdn_chunk_prep_smem(d.dk, d.dv), kernels::gdn_chunk_scan_smem(d.dk, d.dv)) <=
-            size_t(smem_optin_),
+  check(gdn_mma_path(d.dk, d.dv, policy_) || gdn_chunk_fma_fwd_fits(d, policy_) ||
+            kernels::gdn_core_fwd_smem(d.dk, d.dv) <= policy_.smem_optin,
         std::string(op) + ": key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) +
             " exceed shared memory");
   check_layout(seq, d.T, op);
@@ -300,30 +305,33 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   cudaStream_t s = stream();
   // The tensor-core path keeps its scratch in bf16 (kernels/gdn/gdn.cuh, GdnBwdBf16; U stays fp32) and its prep
   // L2-normalises q and k while loading them.
-  r->mma = gdn_mma_path(d.dk, d.dv);
+  r->mma = gdn_mma_path(d.dk, d.dv, policy_);
   check(r->mma || !gates.a.p, "internal: gdn gates formed in the core need the tensor-core path");
-  const bool per_token = scratch == GdnScratch::None && (!o || std::getenv("DT_GDN_RECURRENT"));
+  // Without output: only the per-token backward's L2 norms. With output where no chunk kernel fits the
+  // device's shared memory: the per-token forward.
+  const bool per_token =
+      scratch == GdnScratch::None && (!o || (!r->mma && !gdn_chunk_fma_fwd_fits(d, policy_)));
   if (per_token || !r->mma) gdn_l2norms(q, k, scale, *r);
-  if (!o && scratch == GdnScratch::None) return r;  // the per-token backward needs only the normalised inputs
-  if (per_token) {  // the first (per-token) kernel, kept for A/B timing
+  if (!o && per_token) return r;
+  if (per_token) {
     cuda_check(kernels::launch_gdn_core_fwd(fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), gates.g, gates.beta,
                                             iptr(seq.cu_seqlens), static_cast<int>(seq.num_seqs()),
                                             kout(*o, "gdn o"), d.HK, d.HV, d.dk, d.dv, s),
-               "gdn_fwd (core)");
+               "gdn_fwd (per-token core)");
     return r;
   }
   r->ch = gdn_chunks(seq);
   constexpr int64_t C = kernels::kGdnChunk;
   check(r->mma || scratch != GdnScratch::States, "internal: gdn states-only keep needs the tensor-core path");
   r->states_only = scratch == GdnScratch::States;
-  r->half_states = r->states_only && gdn_reads_raw_qk(q, k) && v.dtype == DType::BF16 &&
-                   !std::getenv("DT_GDN_FULL_STATES");
+  // Every chunk's state (no V') is the fallback for q, k, v that are not all BF16.
+  r->half_states = r->states_only && gdn_reads_raw_qk(q, k) && v.dtype == DType::BF16;
   const DType st = r->mma ? DType::BF16 : DType::F32;
   const int nseq = static_cast<int>(seq.num_seqs());
   // The wgmma scan (Hopper, the forward with output) reads W, K̂, Q̂, M as per-chunk operand images and U in bf16;
   // the backward then recomputes W and M (images are never kept).
   const bool image =
-      r->mma && o && !for_backward && kernels::gdn_scan_wgmma_selected(nseq * d.HV, d.dv, true);
+      r->mma && o && !for_backward && kernels::gdn_scan_wgmma_selected(policy_, nseq * d.HV, d.dv, true);
   r->W = image ? alloc({r->ch.n, d.HV, C, d.dk}, st) : alloc({d.T, d.HV, d.dk}, st);
   Tensor U = alloc({d.T, d.HV, d.dv}, image ? DType::BF16 : DType::F32);  // images: bf16 U for the wgmma scan
   r->M = alloc({r->ch.n, d.HV, C, C}, st);
@@ -336,9 +344,9 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   const kernels::KOut ko = o ? kout(*o, "gdn o") : kernels::KOut{};
   if (!r->mma) {
     cuda_check(kernels::launch_gdn_chunk_fwd(
-                   fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), gates.g, gates.beta, iptr(r->ch.chunks), nch,
-                   iptr(r->ch.off), nseq, ko, fptr(r->W), fptr(U), fptr(r->M), fptr(r->Gc),
-                   for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
+                   policy_, fptr(r->qn), fptr(r->kn), kin(v, "gdn v"), gates.g, gates.beta,
+                   iptr(r->ch.chunks), nch, iptr(r->ch.off), nseq, ko, fptr(r->W), fptr(U), fptr(r->M),
+                   fptr(r->Gc), for_backward ? fptr(r->states) : nullptr, d.HK, d.HV, d.dk, d.dv, s,
                    for_backward ? fptr(r->Tm) : nullptr, for_backward ? fptr(r->vnew) : nullptr),
                "gdn_fwd (chunked core)");
     return r;
@@ -360,14 +368,14 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   // k̂) for the backward's other kernels.
   const kernels::GdnNormOut nout =
       gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr, !gdn_reads_raw_qk(q, k));
-  cuda_check(
-      kernels::launch_gdn_chunk_prep_mma(kin(q, "gdn q"), kin(k, "gdn k"), scale, nout, kin(v, "gdn v"),
-                                         gates, iptr(r->ch.chunks), nch, nullptr, image ? nullptr : fptr(U),
-                                         nullptr, fptr(r->Gc), nullptr, d.HK, d.HV, d.dk, d.dv, s, &b16),
-      "gdn_fwd (chunk prep)");
-  cuda_check(kernels::launch_gdn_chunk_scan_mma(nullptr, nullptr, nullptr, image ? nullptr : fptr(U), nullptr,
-                                                fptr(r->Gc), iptr(r->ch.chunks), iptr(r->ch.off), nseq, ko,
-                                                r->states.defined() ? r->states.data : nullptr,
+  cuda_check(kernels::launch_gdn_chunk_prep_mma(policy_, kin(q, "gdn q"), kin(k, "gdn k"), scale, nout,
+                                                kin(v, "gdn v"), gates, iptr(r->ch.chunks), nch, nullptr,
+                                                image ? nullptr : fptr(U), nullptr, fptr(r->Gc), nullptr,
+                                                d.HK, d.HV, d.dk, d.dv, s, &b16),
+             "gdn_fwd (chunk prep)");
+  cuda_check(kernels::launch_gdn_chunk_scan_mma(policy_, nullptr, nullptr, nullptr, image ? nullptr : fptr(U),
+                                                nullptr, fptr(r->Gc), iptr(r->ch.chunks), iptr(r->ch.off),
+                                                nseq, ko, r->states.defined() ? r->states.data : nullptr,
                                                 r->vnew.defined() ? r->vnew.data : nullptr, d.HK, d.HV, d.dk,
                                                 d.dv, s, &b16),
              "gdn_fwd (chunk scan)");
@@ -388,7 +396,8 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_fwd_keep(const Tensor& q, co
                                                              const SeqLayout& seq, float scale, Tensor& o,
                                                              GdnKeep what) {
   const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
-  if (d.T == 0 || gdn_use_recurrent(d, smem_optin_) || (what == GdnKeep::States && !gdn_mma_path(d.dk, d.dv))) {
+  if (d.T == 0 || gdn_use_recurrent(d, policy_) ||
+      (what == GdnKeep::States && !gdn_mma_path(d.dk, d.dv, policy_))) {
     gdn_fwd(q, k, v, g, beta, seq, scale, o);  // nothing kept: the backward recomputes
     return nullptr;
   }
@@ -453,7 +462,7 @@ void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, cons
   b16.W = f.W.data, b16.M = f.M.data, b16.T_kept = f.Tm.data, b16.image = f.image;
   cuda_check(
       kernels::launch_gdn_chunk_prep_mma(
-          kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f, !gdn_reads_raw_qk(q, k)),
+          policy_, kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f, !gdn_reads_raw_qk(q, k)),
           kin(v, "gdn v"), gates, iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr, nullptr,
           fptr(f.Gc), nullptr, d.HK, d.HV, d.dk, d.dv, stream(), &b16, f.states.data,
           f.half_states ? nullptr : f.vnew.data, f.half_states ? &half : nullptr),
@@ -483,7 +492,7 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_gated_fwd(const Tensor& q, c
                                                               const SeqLayout& seq, float scale, Tensor& o,
                                                               std::optional<GdnKeep> keep) {
   const GdnDims d = gdn_dims("gdn_fwd", q, k, v, gates);
-  if (d.T == 0 || gdn_use_recurrent(d, smem_optin_) || !gdn_mma_path(d.dk, d.dv))
+  if (d.T == 0 || gdn_use_recurrent(d, policy_) || !gdn_mma_path(d.dk, d.dv, policy_))
     return Backend::gdn_gated_fwd(q, k, v, gates, seq, scale, o, keep);  // g and β as tensors
   if (keep) return gdn_keep_core(q, k, v, gate_ptrs(gates), d, seq, scale, o, *keep);
   check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
@@ -496,7 +505,7 @@ void CudaBackend::gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tenso
                                 const Tensor& v, const GdnGateInputs& gates, const SeqLayout& seq,
                                 float scale, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& da, Tensor& db) {
   const GdnDims d = gdn_dims("gdn_bwd", q, k, v, gates);
-  if (d.T == 0 || gdn_use_recurrent(d, smem_optin_) || !gdn_mma_path(d.dk, d.dv))
+  if (d.T == 0 || gdn_use_recurrent(d, policy_) || !gdn_mma_path(d.dk, d.dv, policy_))
     return Backend::gdn_gated_bwd(saved, dout, q, k, v, gates, seq, scale, dq, dk, dv, da, db);
   check(da.numel() == gates.a.numel() && db.numel() == gates.b.numel(),
         "gdn_bwd: da " + shape_str(da.shape) + ", db " + shape_str(db.shape) + " must match a, b " +
@@ -515,8 +524,10 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
             dv.numel() == v.numel(),
         "gdn_bwd: gradient shapes must match their inputs (dout " + shape_str(dout.shape) + ", dq " +
             shape_str(dq.shape) + ", dk " + shape_str(dk.shape) + ", dv " + shape_str(dv.shape) + ")");
-  check(std::min(kernels::gdn_core_bwd_smem(d.dk, d.dv), kernels::gdn_chunk_bwd_smem(d.dk, d.dv)) <= size_t(smem_optin_),
-        "gdn_bwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) + " exceed shared memory");
+  check(std::min(kernels::gdn_core_bwd_smem(d.dk, d.dv), kernels::gdn_chunk_bwd_smem(d.dk, d.dv)) <=
+            policy_.smem_optin,
+        "gdn_bwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) +
+            " exceed shared memory");
   check_layout(seq, d.T, "gdn_bwd");
   if (d.T == 0) return;
   cudaStream_t s = stream();
@@ -536,7 +547,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
   };
   std::unique_ptr<CudaGdnSaved> own;
   CudaGdnSaved* f = dynamic_cast<CudaGdnSaved*>(saved);
-  if (gdn_use_recurrent(d, smem_optin_)) {
+  if (gdn_use_recurrent(d, policy_)) {
     check(!raw_gates, "internal: gdn gates formed in the core need the tensor-core path");
     gate_scratch(true);
     // The first (per-token) kernel: A/B timing, and head dims too large for the chunked kernels' tiles.
@@ -560,7 +571,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       f = own.get();
     } else if (f->states_only) {
       f->image = dout.dtype == DType::BF16 && gdn_reads_raw_qk(q, k) &&
-                 kernels::gdn_dscan_wgmma_selected(int64_t(nseq) * d.HV, d.dv);
+                 kernels::gdn_dscan_wgmma_selected(policy_, int64_t(nseq) * d.HV, d.dv);
       gdn_scratch_from_states(q, k, v, gates, scale, d, *f);  // the prep also writes ρ (q̂, k̂ if not bf16)
     } else if (const bool raw = f->mma && gdn_reads_raw_qk(q, k); raw ? !f->rq.defined() : !f->qn.defined()) {
       gdn_l2norms(q, k, scale, *f, !raw);
@@ -582,9 +593,9 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
               ? kernels::GdnQK{kin(q, "gdn q"), kin(k, "gdn k"), fptr(f->rq), fptr(f->rk), scale}
               : kernels::GdnQK{kin(f->qn, "gdn q-hat"), kin(f->kn, "gdn k-hat")};
       // The state/intra kernel finishes dq itself (the L2 backward for q) where it can, and then the backward
-      // finishes dk too (the WY kernel on Hopper); DT_GDN_L2_SEPARATE=1 keeps the separate pass (A/B timing).
-      dq_fused = !std::getenv("DT_GDN_L2_SEPARATE") &&
-                 kernels::gdn_grad_fuses_dq(qk, kin(dout, "gdn dout"), kout(dq, "gdn dq"), d.HK, d.HV);
+      // finishes dk too (the WY kernel on Hopper); the separate L2 backward below is the fallback for the
+      // rest.
+      dq_fused = kernels::gdn_grad_fuses_dq(qk, kin(dout, "gdn dout"), kout(dq, "gdn dq"), d.HK, d.HV);
       if (!dq_fused) dqh = alloc({d.T, d.HV, d.dk}, DType::BF16);
       dkh = alloc({d.T, d.HV, d.dk}, DType::BF16);
       kernels::GdnBwdBf16 b;
@@ -596,7 +607,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       b.image = f->image;
       b.states_odd16 = f->states_odd.defined() ? f->states_odd.data : nullptr;
       b.tokens = d.T;
-      cuda_check(kernels::launch_gdn_chunk_bwd_mma(kin(dout, "gdn dout"), qk, kin(v, "gdn v"), gates,
+      cuda_check(kernels::launch_gdn_chunk_bwd_mma(policy_, kin(dout, "gdn dout"), qk, kin(v, "gdn v"), gates,
                                                    iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq,
                                                    fptr(f->Gc), b, fptr(gsum), dk_part.data,
                                                    kout(dv, "gdn dv"), gr, d.HK, d.HV, d.dk, d.dv, s),
@@ -607,7 +618,7 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
       dkh = alloc({d.T, d.HV, d.dk}, DType::F32);
       Tensor dh = alloc({f->ch.n, d.HV, d.dk, d.dv}, DType::F32), dvn = alloc({d.T, d.HV, d.dv}, DType::F32);
       cuda_check(kernels::launch_gdn_chunk_bwd(
-                     kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"), gates.beta,
+                     policy_, kin(dout, "gdn dout"), fptr(f->qn), fptr(f->kn), kin(v, "gdn v"), gates.beta,
                      iptr(f->ch.chunks), nch, iptr(f->ch.off), nseq, fptr(f->W), fptr(f->M), fptr(f->Gc),
                      fptr(f->Tm), fptr(f->states), fptr(f->vnew), fptr(dh), fptr(dvn), fptr(gsum), fptr(dqh),
                      fptr(dkh), kout(dv, "gdn dv"), fptr(dg32), fptr(db32), d.HK, d.HV, d.dk, d.dv, s),
@@ -656,10 +667,8 @@ double CudaBackend::linear_cross_entropy(const Tensor& h, const Tensor& w, const
             shape_str(labels.shape) + " (expected w [V, H], labels I32 [T])");
   check(!dh || dh->numel() == h.numel(), "linear_cross_entropy: dh must match h");
   if (T == 0) return 0.0;
-  // Logits buffer: 2^26 floats (256 MiB) unless DT_CE_LOG2_FLOATS (20..30) says otherwise (A/B timing).
-  int log2_floats = 26;
-  if (const char* env = std::getenv("DT_CE_LOG2_FLOATS"); env && std::atoi(env) >= 20 && std::atoi(env) <= 30)
-    log2_floats = std::atoi(env);
+  // Logits buffer: 2^26 floats (256 MiB).
+  constexpr int log2_floats = 26;
   const int64_t cap_rows = std::max<int64_t>(1, (int64_t(1) << log2_floats) / std::max<int64_t>(V, 1));
   const int64_t n_max = std::max<int64_t>(1, std::min({chunk_rows, T, cap_rows >= 32 ? cap_rows / 16 * 16 : cap_rows}));
   Tensor logits = alloc({n_max, V}, DType::F32);

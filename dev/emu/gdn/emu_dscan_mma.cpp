@@ -1,12 +1,12 @@
 // Host-emulated tensor-core reverse state scan (chunk_dscan_mma.cu; see gdn_emu.cpp).
-#include "attention/emu/emu_rt.h"
+#include "emu/attention/emu_rt.h"
 namespace deltatune::kernels {
 namespace {
 alignas(16) unsigned char gdn_smem[232448];
 }
 }  // namespace deltatune::kernels
 #include "gdn/chunk_dscan_mma.cu"
-#include "gdn/emu/emu_api.h"
+#include "emu/gdn/emu_api.h"
 
 namespace deltatune::kernels::gdn_emu {
 template <int BV, bool LoS, bool LoV>

@@ -1,12 +1,12 @@
 // Host-emulated tensor-core forward scan (see gdn_emu.cpp).
-#include "attention/emu/emu_rt.h"
+#include "emu/attention/emu_rt.h"
 namespace deltatune::kernels {
 namespace {
 alignas(16) unsigned char gdn_smem[232448];
 }
 }  // namespace deltatune::kernels
 #include "gdn/chunk_scan_mma.cu"
-#include "gdn/emu/emu_api.h"
+#include "emu/gdn/emu_api.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,13 +1,13 @@
 // Runs the generation kernels (decode.cu) on the host through the emulation of CUDA threads, barriers and warp
-// shuffles in attention/emu/emu_rt.h, and compares them with the CPU backend's ops (the reference that
+// shuffles in dev/emu/attention/emu_rt.h, and compares them with the CPU backend's ops (the reference that
 // tests/cuda/generate_cuda.cpp uses on a GPU), fed as generation feeds them: a prefill part, then one token per
 // sequence through the kept state. A development check of the kernels' index math, reductions and state
-// hand-over without a GPU; not part of the build (static __shared__ arrays become function statics: the
-// emulation runs one block at a time):
-//   g++ -std=c++20 -O2 -w -DDT_DECODE_EMU -I kernels -I engine/src -I /usr/local/cuda/include \
-//       kernels/decode/emu/decode_emu.cpp build/engine/libdt_engine.a -lpcre2-8 -lutf8proc -lyaml-cpp -lsqlite3 \
+// hand-over without a GPU; an optional target (dev/CMakeLists.txt, DT_BUILD_EMULATORS; static __shared__
+// arrays become function statics: the emulation runs one block at a time), or by hand:
+//   g++ -std=c++20 -O2 -w -DDT_DECODE_EMU -I kernels -I dev -I engine/src -I /usr/local/cuda/include \
+//       dev/emu/decode/decode_emu.cpp build/engine/libdt_engine.a -lpcre2-8 -lutf8proc -lyaml-cpp -lsqlite3 \
 //       -lpthread -o /tmp/decode_emu && /tmp/decode_emu
-#include "attention/emu/emu_rt.h"
+#include "emu/attention/emu_rt.h"
 #undef __shared__
 #define __shared__ static
 #include "decode/decode.cu"

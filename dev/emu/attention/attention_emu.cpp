@@ -2,15 +2,15 @@
 // ldmatrix and mma.sync (emu_rt.h, emu_mma.h: built from the PTX ISA fragment definitions, not from the
 // kernels' address math) and compares them with a double-precision reference. A development check of the
 // kernels' fragment layouts, masking and tiling on a machine without a GPU; not part of the build:
-//   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I /usr/local/cuda/include \
-//       kernels/attention/emu/*.cpp -o /tmp/attention_emu -lpthread && /tmp/attention_emu [hd]
+//   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I dev -I /usr/local/cuda/include \
+//       dev/emu/attention/*.cpp -o /tmp/attention_emu -lpthread && /tmp/attention_emu [hd]
 #include <algorithm>
 #include <cstdio>
 #include <random>
 #include <vector>
 
 #include "attention/attention.cuh"
-#include "attention/emu/emu_rt.h"
+#include "emu/attention/emu_rt.h"
 
 namespace deltatune::kernels {
 void emu_attention_fwd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* cu,

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "attention/emu/emu_rt.h"
+#include "emu/attention/emu_rt.h"
 
 namespace deltatune::kernels::mma {
 

@@ -1,5 +1,5 @@
 // Host-emulated forward kernel (see attention_emu.cpp).
-#include "attention/emu/emu_rt.h"
+#include "emu/attention/emu_rt.h"
 namespace deltatune::kernels {
 namespace {
 alignas(16) unsigned char smem_raw[232448];

@@ -1,16 +1,16 @@
 // Runs the grouped expert GEMM kernel (kernels/moe/grouped_gemm.cu) on the host through the CUDA emulation
-// of kernels/attention/emu (threads, barriers, mma.sync from the PTX fragment definitions) and compares it
+// of dev/emu/attention (threads, barriers, mma.sync from the PTX fragment definitions) and compares it
 // with a double-precision reference on the same bf16 inputs. A development check of the tile map, the
 // operand loaders (vector and scalar, k- and row-contiguous), the fragment use and the epilogue on a
 // machine without a GPU; not part of the build:
-//   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I /usr/local/cuda/include \
-//       kernels/moe/emu/grouped_gemm_emu.cpp -o /tmp/grouped_gemm_emu -lpthread && /tmp/grouped_gemm_emu
+//   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I dev -I /usr/local/cuda/include \
+//       dev/emu/moe/grouped_gemm_emu.cpp -o /tmp/grouped_gemm_emu -lpthread && /tmp/grouped_gemm_emu
 #include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "attention/emu/emu_rt.h"
+#include "emu/attention/emu_rt.h"
 namespace deltatune::kernels {
 namespace {
 alignas(16) unsigned char smem_raw[65536];

@@ -1,5 +1,5 @@
 // Host-emulated tensor-core backward kernels (see gdn_emu.cpp).
-#include "attention/emu/emu_rt.h"
+#include "emu/attention/emu_rt.h"
 namespace deltatune::kernels {
 namespace {
 alignas(16) unsigned char gdn_smem[232448];
@@ -10,7 +10,7 @@ alignas(16) unsigned char gdn_smem[232448];
 #include <cstdlib>
 
 #include "gdn/chunk_bwd_mma.cu"
-#include "gdn/emu/emu_api.h"
+#include "emu/gdn/emu_api.h"
 
 namespace deltatune::kernels::gdn_emu {
 namespace {

@@ -1,12 +1,12 @@
 // Host-emulated FMA backward kernels (see gdn_emu.cpp).
-#include "attention/emu/emu_rt.h"
+#include "emu/attention/emu_rt.h"
 namespace deltatune::kernels {
 namespace {
 alignas(16) float sm[232448 / 4];
 }
 }  // namespace deltatune::kernels
 #include "gdn/chunk_bwd.cu"
-#include "gdn/emu/emu_api.h"
+#include "emu/gdn/emu_api.h"
 
 namespace deltatune::kernels::gdn_emu {
 static unsigned char* raw() { return reinterpret_cast<unsigned char*>(sm); }

@@ -1,16 +1,16 @@
 // Runs the MoE dispatch count and place kernels (kernels/moe/dispatch.cu) on the host through the CUDA
-// emulation of kernels/attention/emu, with the warp primitives they use (__match_any_sync, shared atomics)
+// emulation of dev/emu/attention, with the warp primitives they use (__match_any_sync, shared atomics)
 // emulated here, and checks the result against a plain stable sort. The one-block scan between them is done
 // on the host exactly as dispatch_scan_kernel defines it. Not part of the build:
-//   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I /usr/local/cuda/include \
-//       kernels/moe/emu/dispatch_emu.cpp -o /tmp/dispatch_emu -lpthread && /tmp/dispatch_emu
+//   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I dev -I /usr/local/cuda/include \
+//       dev/emu/moe/dispatch_emu.cpp -o /tmp/dispatch_emu -lpthread && /tmp/dispatch_emu
 #include <atomic>
 #include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "attention/emu/emu_rt.h"
+#include "emu/attention/emu_rt.h"
 
 // Warp primitives of dispatch.cu, emulated through the per-lane exchange slots.
 inline unsigned __match_any_sync(unsigned, int v) {

@@ -1,10 +1,10 @@
 // Runs the tensor-core GDN chunk kernels (chunk_bwd_mma.cu: state products, intra, WY backward) on the
-// host through the emulation of CUDA threads, barriers, ldmatrix and mma.sync in attention/emu (built
+// host through the emulation of CUDA threads, barriers, ldmatrix and mma.sync in dev/emu/attention (built
 // from the PTX ISA fragment definitions), next to the fp32 FMA kernels (chunk_fwd.cu, chunk_bwd.cu,
 // emulated the same way) on the same inputs, and compares every output. A development check of fragment
 // layouts, masking and tiling without a GPU; not part of the build:
-//   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I /usr/local/cuda/include \
-//       kernels/gdn/emu/*.cpp -o /tmp/gdn_emu -lpthread && /tmp/gdn_emu
+//   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I dev -I /usr/local/cuda/include \
+//       dev/emu/gdn/*.cpp -o /tmp/gdn_emu -lpthread && /tmp/gdn_emu
 // (`/tmp/gdn_emu noout`: only the scan without output (the backward's recompute) vs the fused scan;
 // `/tmp/gdn_emu b16`: only the prep's bf16 scan operands and the scan that copies them;
 // `/tmp/gdn_emu dscan`: only the tensor-core reverse scan's checks;
@@ -24,7 +24,7 @@
 #include <tuple>
 #include <vector>
 
-#include "gdn/emu/emu_api.h"
+#include "emu/gdn/emu_api.h"
 #include "gdn/gdn.cuh"
 
 using namespace deltatune::kernels;
