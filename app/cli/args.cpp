@@ -1,6 +1,6 @@
 #include "args.h"
 
-#include "core/error.h"
+#include "deltatune/error.h"
 
 namespace deltatune::cli {
 

@@ -8,7 +8,7 @@
 #include "args.h"
 #include "commands.h"
 #include "console_observer.h"
-#include "core/error.h"
+#include "deltatune/error.h"
 #include "deltatune/program_path.h"
 #include "deltatune/run_config.h"
 #include "deltatune/trainer.h"

@@ -4,8 +4,8 @@
 
 #include "args.h"
 #include "commands.h"
-#include "core/error.h"
-#include "deltatune/trainer.h"
+#include "deltatune/error.h"
+#include "deltatune/evaluate.h"
 
 namespace deltatune::cli {
 

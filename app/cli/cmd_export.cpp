@@ -1,35 +1,15 @@
 // deltatune export RUN [--checkpoint N] --out DIR [--merged] [--class causal_lm|conditional_generation]
 // deltatune export --adapter DIR [--model DIR] (--out DIR [--merged] | --merged OUT)
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <nlohmann/json.hpp>
 
 #include "args.h"
 #include "commands.h"
-#include "core/error.h"
+#include "deltatune/error.h"
 #include "deltatune/experiment_store.h"
+#include "deltatune/export.h"
 #include "deltatune/run_config.h"
-#include "deltatune/trainer.h"
-#include "train/checkpoint.h"
-
-namespace fs = std::filesystem;
 
 namespace deltatune::cli {
-namespace {
-
-std::string base_model_of_adapter(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / "adapter_config.json");
-  check(in.good(), dir + ": no adapter_config.json");
-  const auto j = nlohmann::json::parse(in, nullptr, false);
-  check(!j.is_discarded() && j.is_object(), dir + "/adapter_config.json: not valid JSON");
-  const auto it = j.find("base_model_name_or_path");
-  check(it != j.end() && it->is_string() && fs::exists(it->get<std::string>()),
-        dir + "/adapter_config.json: base_model_name_or_path is not a local folder; pass --model DIR");
-  return it->get<std::string>();
-}
-
-}  // namespace
 
 int cmd_export(const Args& raw) {
   // `--merged OUT` (issue 3 spelling) is `--merged --out OUT`.
@@ -53,7 +33,7 @@ int cmd_export(const Args& raw) {
   if (p.has("--adapter")) {
     check(p.positionals.empty(), "export: give either RUN or --adapter DIR, not both");
     o.adapter_dir = p.get("--adapter");
-    o.model_dir = p.has("--model") ? p.get("--model") : base_model_of_adapter(o.adapter_dir);
+    o.model_dir = p.has("--model") ? p.get("--model") : adapter_base_model_dir(o.adapter_dir);
   } else {
     check(p.positionals.size() == 1, "export: expected one RUN (id or name) or --adapter DIR");
     ExperimentStore store(p.has("--db") ? p.get("--db") : ExperimentStore::default_path());
@@ -62,21 +42,7 @@ int cmd_export(const Args& raw) {
     check(run.has_value(), "export: no run '" + p.positionals[0] + "' in " + store.path());
     const RunConfig cfg = run_config_from_yaml_string(run->config_yaml, ".");
     o.model_dir = p.has("--model") ? p.get("--model") : cfg.base_model;
-    if (p.has("--checkpoint")) {
-      o.adapter_dir = (fs::path(run->output_dir) / ("checkpoint-" + p.get("--checkpoint"))).string();
-      check(fs::exists(o.adapter_dir), "export: run " + run->id + " has no checkpoint " + p.get("--checkpoint") +
-                                           " (" + o.adapter_dir + ")");
-    } else {
-      // The output folder's adapter is the run's last word only when the run ended by itself (finished, or
-      // stopped: written at that step). A run that crashed after a stop-and-resume has newer checkpoints
-      // than that adapter.
-      const bool has_adapter = fs::exists(fs::path(run->output_dir) / "adapter_model.safetensors");
-      const bool ended = run->status == "finished" || run->status == "cancelled";
-      const auto latest = ended && has_adapter ? std::nullopt : checkpoint_latest(run->output_dir);
-      check(latest.has_value() || has_adapter,
-            "export: run " + run->id + " has no adapter or checkpoint in " + run->output_dir);
-      o.adapter_dir = latest ? *latest : run->output_dir;
-    }
+    o.adapter_dir = run_export_adapter_dir(*run, p.has("--checkpoint") ? p.get("--checkpoint") : "");
   }
   export_adapter(o);
   std::cout << (o.merged ? "merged checkpoint" : "PEFT adapter") << " written to " << o.out_dir << std::endl;

@@ -7,7 +7,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "core/error.h"
+#include "deltatune/error.h"
 #include "deltatune/gpu_info.h"
 #include "deltatune/model_info.h"
 #include "gpu_report.h"

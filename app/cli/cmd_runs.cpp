@@ -13,7 +13,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "core/error.h"
+#include "deltatune/error.h"
 #include "deltatune/experiment_store.h"
 #include "deltatune/run_config.h"
 

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "commands.h"
-#include "core/error.h"
+#include "deltatune/error.h"
 
 namespace {
 

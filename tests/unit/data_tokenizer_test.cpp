@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 namespace deltatune {
 namespace {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/config.h"
+#include "io/model_config.h"
 
 namespace deltatune {
 namespace {

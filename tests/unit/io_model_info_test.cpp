@@ -13,7 +13,7 @@
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "lora/lora.h"
-#include "model/config.h"
+#include "io/model_config.h"
 #include "model/weights.h"
 
 namespace deltatune {

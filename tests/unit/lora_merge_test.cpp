@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "lora/peft_io.h"
+#include "model/merged_checkpoint.h"
 
 namespace deltatune {
 namespace {

@@ -14,11 +14,12 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "deltatune/trainer.h"
+#include "deltatune/export.h"
 #include "lora/lora.h"
 #include "io/safetensors.h"
 #include "lora/peft_io.h"
-#include "model/config.h"
+#include "model/merged_checkpoint.h"
+#include "io/model_config.h"
 
 namespace deltatune {
 namespace {
@@ -88,12 +89,12 @@ void copy_fixture(const std::string& c, const fs::path& to) {
 TEST(PeftIo, ClassPrefix) {
   ModelWeights w;
   w.key_prefix = "model.language_model.";
-  EXPECT_EQ(peft_class_prefix(w, "auto"), "model.language_model.");
-  EXPECT_EQ(peft_class_prefix(w, "causal_lm"), "model.");
+  EXPECT_EQ(peft_class_prefix(w.key_prefix, "auto"), "model.language_model.");
+  EXPECT_EQ(peft_class_prefix(w.key_prefix, "causal_lm"), "model.");
   w.key_prefix = "model.";
-  EXPECT_EQ(peft_class_prefix(w, "conditional_generation"), "model.language_model.");
-  EXPECT_EQ(peft_class_prefix(w, "auto"), "model.");
-  EXPECT_NE(what([&] { peft_class_prefix(w, "seq2seq"); }).find("model_class"), std::string::npos);
+  EXPECT_EQ(peft_class_prefix(w.key_prefix, "conditional_generation"), "model.language_model.");
+  EXPECT_EQ(peft_class_prefix(w.key_prefix, "auto"), "model.");
+  EXPECT_NE(what([&] { peft_class_prefix(w.key_prefix, "seq2seq"); }).find("model_class"), std::string::npos);
 }
 
 // PEFT-made adapter -> read -> write -> same key set, shapes, values; config fields that matter agree.

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "deltatune/run_config.h"
 #include "lora/lora.h"
+#include "train/lora_spec.h"
 
 namespace deltatune {
 namespace {

@@ -22,6 +22,7 @@
 #include "lora/peft_io.h"
 #include "model/weights.h"
 #include "train/checkpoint.h"
+#include "train/lora_spec.h"
 
 namespace fs = std::filesystem;
 
@@ -207,7 +208,7 @@ TEST(TrainKill, ExportKilledAtAnyMomentLeavesNoHalfAdapter) {
     RunConfig cfg;
     cfg.lora_r = 64;  // a few MB of weights: a write that takes a while
     const LoraAdapter a = lora_create(w.config, lora_spec_from_run_config(cfg), 1);
-    peft_adapter_write(a, w.config, peft_class_prefix(w, "auto"), model.string(), (dir / "adapter").string());
+    peft_adapter_write(a, w.config, peft_class_prefix(w.key_prefix, "auto"), model.string(), (dir / "adapter").string());
   }
   const std::string cli = DT_CLI_PATH;
   auto export_to = [&](const fs::path& out) {

@@ -18,6 +18,7 @@
 
 #include "app_settings.h"
 #include "background_task.h"
+#include "deltatune/export.h"
 
 namespace studio {
 

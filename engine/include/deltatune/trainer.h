@@ -1,11 +1,8 @@
-// Training, evaluation and export entry points. Synchronous: the studio calls them on a worker thread.
+// Training runs. Synchronous: the studio calls train_run on a worker thread.
 #pragma once
 #include <atomic>
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <string>
-#include <vector>
 
 #include "deltatune/distributed.h"
 #include "deltatune/run_config.h"
@@ -69,32 +66,5 @@ struct TrainOptions {
 // rethrown.
 std::string train_run(const RunConfig& cfg, RunObserver& observer, RunControl& control,
                       const TrainOptions& opts = {});
-
-struct EvalResult {
-  double loss = 0;
-  int64_t tokens = 0;      // trained targets
-  int64_t sequences = 0;
-  int64_t input_tokens = 0;
-};
-
-struct EvalOptions {
-  std::string model_dir;
-  std::string data_path;      // JSONL {"input_ids": [...], "labels": [...]?}
-  std::string adapter_dir;    // optional PEFT adapter
-  int64_t seq_len = 0;        // > 0: pack into rows of this many tokens
-  std::string backend = "cpu";
-};
-EvalResult evaluate(const EvalOptions& opts);
-
-// Writes a PEFT adapter folder from a run checkpoint or adapter dir, or a merged full checkpoint.
-struct ExportOptions {
-  std::string model_dir;      // base checkpoint (for merged export and the key prefix)
-  std::string adapter_dir;    // PEFT adapter to export/merge
-  std::string out_dir;
-  bool merged = false;
-  std::string model_class = "auto";
-  std::function<void(double)> progress;  // 0..1
-};
-void export_adapter(const ExportOptions& opts);
 
 }  // namespace deltatune

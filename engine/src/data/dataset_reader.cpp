@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 #include "io/files.h"
 
 namespace deltatune {

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "data/hf_unicode_overrides.h"
 #include "data/regex_class_overrides.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 namespace deltatune {
 

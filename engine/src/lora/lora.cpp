@@ -7,7 +7,6 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "deltatune/run_config.h"
 
 namespace deltatune {
 
@@ -167,20 +166,6 @@ std::vector<LoraModule> lora_inventory(const ModelConfig& cfg) {
 }
 
 bool lora_target_matches(const LoraModule& m, const std::string& target) { return suffix_matches(m.path, target); }
-
-LoraSpec lora_spec_from_run_config(const RunConfig& cfg) {
-  LoraSpec s;
-  s.r = cfg.lora_r;
-  s.alpha = cfg.lora_alpha;
-  s.dropout = cfg.lora_dropout;
-  s.rslora = cfg.use_rslora;
-  s.groups = cfg.lora_target_groups;
-  s.modules = cfg.lora_target_modules;
-  s.parameters = cfg.lora_target_parameters;
-  // Groups, modules and parameters all empty means "the default groups of the model"; lora_create resolves
-  // that because only it knows the model (lora_default_groups).
-  return s;
-}
 
 LoraAdapter lora_create(const ModelConfig& cfg, const LoraSpec& spec, uint64_t seed) {
   check(spec.r > 0, "lora_r: must be a positive integer, got " + std::to_string(spec.r));

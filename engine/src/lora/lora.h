@@ -6,12 +6,11 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "model/config.h"
+#include "io/model_config.h"
 
 namespace deltatune {
 
 class Backend;
-struct RunConfig;
 
 struct LoraModule {
   // Module path below the decoder, without class prefix: "layers.3.self_attn.q_proj",
@@ -65,8 +64,6 @@ struct LoraSpec {
   std::vector<std::string> modules;     // explicit module suffixes (PEFT target_modules)
   std::vector<std::string> parameters;  // explicit 3-D params (PEFT target_parameters)
 };
-// Groups, modules and parameters all empty in the run config = the default groups (resolved by lora_create).
-LoraSpec lora_spec_from_run_config(const RunConfig& cfg);
 
 // Default groups when a run names no targets: every group of the model except `experts` (attn, linear_attn,
 // mlp for dense; attn, linear_attn, shared_expert for MoE) — what "all linear layers" means for these models;

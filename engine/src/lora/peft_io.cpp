@@ -154,15 +154,15 @@ bool version_before_0_19_1(const json& cfg) {
 
 }  // namespace
 
-std::string peft_class_prefix(const ModelWeights& base, const std::string& model_class) {
+std::string peft_class_prefix(const std::string& base_key_prefix, const std::string& model_class) {
   if (model_class == "auto" || model_class.empty()) {
     // Base-model checkpoints load into the matching causal-LM class: Qwen3_5Model's language_model.* into
     // ForConditionalGeneration, Qwen3_5TextModel's unprefixed keys into ForCausalLM.
-    if (base.key_prefix == "language_model.") return "model.language_model.";
-    if (base.key_prefix.empty()) return "model.";
-    check(base.key_prefix == "model." || base.key_prefix == "model.language_model.",
-          "internal: checkpoint key prefix '" + base.key_prefix + "' is neither model. nor model.language_model.");
-    return base.key_prefix;
+    if (base_key_prefix == "language_model.") return "model.language_model.";
+    if (base_key_prefix.empty()) return "model.";
+    check(base_key_prefix == "model." || base_key_prefix == "model.language_model.",
+          "internal: checkpoint key prefix '" + base_key_prefix + "' is neither model. nor model.language_model.");
+    return base_key_prefix;
   }
   if (model_class == "causal_lm") return "model.";
   if (model_class == "conditional_generation") return "model.language_model.";

@@ -1,18 +1,17 @@
-// PEFT LoRA adapter folders (adapter_config.json + adapter_model.safetensors) in and out, and the merged
-// full-checkpoint export. Layout: spec/peft-adapter.md.
+// PEFT LoRA adapter folders (adapter_config.json + adapter_model.safetensors) in and out. Layout:
+// docs/peft-adapter.md.
 #pragma once
-#include <functional>
 #include <string>
 
+#include "io/model_config.h"
 #include "lora/lora.h"
-#include "model/weights.h"
 
 namespace deltatune {
 
 // Key prefix of the model class an adapter is for: "model.language_model." (…ForConditionalGeneration)
-// or "model." (…ForCausalLM). `model_class` is "auto" (the checkpoint's own class), "causal_lm" or
-// "conditional_generation".
-std::string peft_class_prefix(const ModelWeights& base, const std::string& model_class);
+// or "model." (…ForCausalLM). `model_class` is "auto" (the class of the base checkpoint, whose keys start
+// with `base_key_prefix`, ModelWeights::key_prefix), "causal_lm" or "conditional_generation".
+std::string peft_class_prefix(const std::string& base_key_prefix, const std::string& model_class);
 
 // Writes `adapter` (A/B as host F32 tensors or device tensors already downloaded by the caller) to `dir`
 // atomically (temp folder + rename of each file). base_model_name goes to base_model_name_or_path.
@@ -23,10 +22,5 @@ void peft_adapter_write(const LoraAdapter& adapter, const ModelConfig& cfg, cons
 // task_type null or CAUSAL_LM, any init_lora_weights). A/B come back as host F32 tensors. Throws Error
 // naming the file and key when a module is not in the model, a shape does not fit, or the rank differs.
 LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg);
-
-// Writes the base checkpoint with the adapter merged as PEFT's merge_and_unload does (same key names,
-// dtypes, sharding and extra files as the base). progress gets 0..1.
-void merged_checkpoint_write(const ModelWeights& base, const LoraAdapter& adapter, const std::string& out_dir,
-                             const std::function<void(double)>& progress = {});
 
 }  // namespace deltatune

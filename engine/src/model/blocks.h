@@ -7,7 +7,7 @@
 
 #include "backend/backend.h"
 #include "lora/lora.h"
-#include "model/config.h"
+#include "io/model_config.h"
 #include "model/lora_linear.h"
 
 namespace deltatune {

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "io/files.h"
 #include "io/safetensors.h"
-#include "model/config.h"
+#include "io/model_config.h"
 #include "model/weights.h"
 
 namespace deltatune {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "model/config.h"
+#include "io/model_config.h"
 
 namespace deltatune {
 

@@ -5,7 +5,7 @@
 
 #include "backend/backend.h"
 #include "lora/lora.h"
-#include "model/config.h"
+#include "io/model_config.h"
 #include "train/checkpoint.h"
 
 namespace deltatune {

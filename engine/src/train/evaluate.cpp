@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "data/batch.h"
-#include "deltatune/trainer.h"
+#include "deltatune/evaluate.h"
 #include "lora/peft_io.h"
 #include "model/qwen35_model.h"
 #include "model/weights.h"

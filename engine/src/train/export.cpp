@@ -12,9 +12,10 @@
 #include <set>
 
 #include "core/error.h"
-#include "deltatune/trainer.h"
+#include "deltatune/export.h"
 #include "io/files.h"
 #include "lora/peft_io.h"
+#include "model/merged_checkpoint.h"
 #include "model/weights.h"
 
 namespace fs = std::filesystem;
@@ -120,7 +121,7 @@ void export_adapter(const ExportOptions& opts) {
       // model_class or a PEFT adapter made on *ForCausalLM of a VL checkpoint.
       const bool keep_class =
           (opts.model_class == "auto" || opts.model_class.empty()) && !adapter.class_prefix.empty();
-      const std::string prefix = keep_class ? adapter.class_prefix : peft_class_prefix(base, opts.model_class);
+      const std::string prefix = keep_class ? adapter.class_prefix : peft_class_prefix(base.key_prefix, opts.model_class);
       peft_adapter_write(adapter, base.config, prefix, opts.model_dir, tmp.string());
       publish(tmp, out);
     } catch (...) {

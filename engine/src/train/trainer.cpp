@@ -23,6 +23,7 @@
 #include "model/weights.h"
 #include "train/backend_select.h"
 #include "train/checkpoint_io.h"
+#include "train/lora_spec.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
@@ -277,7 +278,7 @@ std::string train_run_impl(const RunConfig& cfg_in, RunObserver& obs, RunControl
   const std::string class_prefix = (cfg.model_class == "auto" || cfg.model_class.empty()) &&
                                            !adapter.class_prefix.empty()
                                        ? adapter.class_prefix
-                                       : peft_class_prefix(weights, cfg.model_class);
+                                       : peft_class_prefix(weights.key_prefix, cfg.model_class);
   std::string backend_note;
   auto be = backend_create(cfg.backend, training_gpu(cfg, topts), &backend_note, cfg.kernels);
   log(LogLevel::Info, "backend: " + be->name() + (backend_note.empty() ? "" : " (" + backend_note + ")"));

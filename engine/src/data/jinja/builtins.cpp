@@ -7,7 +7,7 @@
 #include <ctime>
 
 #include "core/error.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 namespace deltatune::jinja {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "data/jinja/ast.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 namespace deltatune::jinja {
 namespace {

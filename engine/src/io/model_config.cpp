@@ -1,7 +1,7 @@
 // config.json -> ModelConfig. Follows what transformers' Qwen3_5(Moe)TextConfig does with the same file, so
 // the engine and HF agree on every hyper-parameter (spec §1): text settings come from `text_config` when
 // present (ForConditionalGeneration layout), else from the top level (ForCausalLM layout).
-#include "model/config.h"
+#include "io/model_config.h"
 
 #include <cmath>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 namespace deltatune {
 

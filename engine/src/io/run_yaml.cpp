@@ -24,7 +24,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 namespace deltatune {
 namespace {

@@ -3,6 +3,8 @@
 //   experts W'[e] = round(W[e] + round(s·B_e@A_e))   (ParamWrapper casts the delta to W's dtype first)
 // Everything else of the base folder (vision/MTP tensors, shards, index, config, tokenizer) is carried over
 // unchanged, under the same names.
+#include "model/merged_checkpoint.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "lora/peft_io.h"
 
 namespace deltatune {
 
