@@ -1,4 +1,4 @@
-// Merged full-checkpoint export (lora/merge.cpp) on small synthetic checkpoints. Bit-for-bit agreement with
+// Merged full-checkpoint export (model/merged_checkpoint.cpp) on small synthetic checkpoints. Bit-for-bit agreement with
 // PEFT's merge_and_unload is checked by tests/goldens/peft/check_merged.py (needs torch).
 #include <gtest/gtest.h>
 #include <unistd.h>
