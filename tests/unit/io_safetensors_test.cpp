@@ -96,7 +96,7 @@ TEST(IoSafetensors, RoundTripAllDtypesAndMetadata) {
   EXPECT_FALSE(f.has("nope"));
   EXPECT_THROW(f.get("nope"), Error);
 
-  // Writer layout per spec §7.4: N multiple of 8, __metadata__ first, then alignment desc, name asc.
+  // Writer layout per docs/peft-adapter.md §7.4: N multiple of 8, __metadata__ first, then alignment desc, name asc.
   const std::string bytes = read_text_file(path);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);

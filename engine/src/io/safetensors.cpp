@@ -304,7 +304,7 @@ std::vector<std::string> CheckpointReader::files() const {
 
 void safetensors_write(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  // Spec §7.4: alignment (element size) descending, then name; offsets consecutive from 0.
+  // docs/peft-adapter.md §7.4: alignment (element size) descending, then name; offsets consecutive from 0.
   std::vector<const std::pair<std::string, Tensor>*> order;
   std::set<std::string> names;
   for (const auto& nt : tensors) {

@@ -1,4 +1,4 @@
-// PEFT adapter folders: adapter_config.json + adapter_model.safetensors (spec/peft-adapter.md §1-§6).
+// PEFT adapter folders: adapter_config.json + adapter_model.safetensors (docs/peft-adapter.md §1-§6).
 #include "lora/peft_io.h"
 
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// Merged full-checkpoint export, as PEFT's merge_and_unload + save_pretrained (spec/peft-adapter.md §8):
+// Merged full-checkpoint export, as PEFT's merge_and_unload + save_pretrained (docs/peft-adapter.md §8):
 //   linear  W' = round(float(W) + s·(B@A))          (delta in fp32, one rounding into W's dtype)
 //   experts W'[e] = round(W[e] + round(s·B_e@A_e))   (ParamWrapper casts the delta to W's dtype first)
 // Everything else of the base folder (vision/MTP tensors, shards, index, config, tokenizer) is carried over

@@ -118,7 +118,7 @@ void stack_experts(const CheckpointReader& r, const std::string& m, const ModelC
       check(t->dtype == dt, r.dir() + ": expert tensors of " + m + "experts mix dtypes (" + dtype_name(dt) +
                                 " and " + dtype_name(t->dtype) + "); expected one dtype to stack them");
     char* gu = static_cast<char*>(moe->gate_up.index(e).data);
-    std::memcpy(gu, gate.data, half);  // rows [0, Ie) = gate, [Ie, 2Ie) = up (spec §2.5.4)
+    std::memcpy(gu, gate.data, half);  // rows [0, Ie) = gate, [Ie, 2Ie) = up (spec §2.5, item 4)
     std::memcpy(gu + half, up.data, half);
     std::memcpy(moe->down.index(e).data, down.data, down.nbytes());
   }
