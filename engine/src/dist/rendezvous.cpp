@@ -386,10 +386,11 @@ void sum_in_rank_order(Rendezvous& rv, std::span<T> values, const std::vector<st
 }
 }  // namespace
 
-void Rendezvous::sum(std::span<double> values) {
+template <class T>
+void Rendezvous::sum_values(std::span<T> values) {
   if (world_ == 1) return;
   if (rank_ != 0) {
-    send(0, Kind::Data, bytes_of<double>(values));
+    send(0, Kind::Data, bytes_of<T>(values));
     const std::string r = recv(0);
     if (r.size() != values.size_bytes()) throw DistFault("rendezvous: rank 0 sent a sum of another size");
     std::memcpy(values.data(), r.data(), r.size());
@@ -398,22 +399,10 @@ void Rendezvous::sum(std::span<double> values) {
   std::vector<std::string> parts(static_cast<size_t>(world_));
   for (int r = 1; r < world_; ++r) parts[static_cast<size_t>(r)] = recv(r);
   sum_in_rank_order(*this, values, parts);
-  broadcast(bytes_of<double>(values));
+  broadcast(bytes_of<T>(values));
 }
 
-void Rendezvous::sum(std::span<float> values) {
-  if (world_ == 1) return;
-  if (rank_ != 0) {
-    send(0, Kind::Data, bytes_of<float>(values));
-    const std::string r = recv(0);
-    if (r.size() != values.size_bytes()) throw DistFault("rendezvous: rank 0 sent a sum of another size");
-    std::memcpy(values.data(), r.data(), r.size());
-    return;
-  }
-  std::vector<std::string> parts(static_cast<size_t>(world_));
-  for (int r = 1; r < world_; ++r) parts[static_cast<size_t>(r)] = recv(r);
-  sum_in_rank_order(*this, values, parts);
-  broadcast(bytes_of<float>(values));
-}
+void Rendezvous::sum(std::span<double> values) { sum_values(values); }
+void Rendezvous::sum(std::span<float> values) { sum_values(values); }
 
 }  // namespace deltatune

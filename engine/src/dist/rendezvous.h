@@ -53,6 +53,8 @@ class Rendezvous {
   void pump(int timeout_ms);                 // reads whatever arrived into the inboxes
   bool read_message(int peer);               // false: the peer closed or failed (fault_ set)
   void set_fault(const std::string& why);
+  template <class T>
+  void sum_values(std::span<T> values);      // both sum()s: gather on rank 0, add in rank order, broadcast
   int fd_of(int peer) const { return fds_[static_cast<size_t>(peer)]; }
 
   int rank_ = 0, world_ = 1;
