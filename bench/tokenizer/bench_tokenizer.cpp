@@ -3,12 +3,14 @@
 // tests/goldens/tokenizer (many scripts, code, whitespace, emoji, long inputs), each copy numbered so
 // documents differ, repeated to about --mb megabytes. Ids are checked against HF's before timing.
 //
-//   bench_tokenizer --tokenizer path/to/tokenizer.json [--mb 8] [--python /opt/gold/bin/python] [--source
+//   bench_tokenizer --tokenizer path/to/tokenizer.json [--mb 8] [--python PYTHON] [--source
 //   REPO]
+// --tokenizer defaults to $DT_QWEN3_TOKENIZER (Qwen3's tokenizer.json, whose goldens the corpus carries).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -30,7 +32,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tok_path = "/work/shared/data/tokenizers/qwen3/tokenizer.json", python, source = DT_SOURCE_DIR;
+  const char* env_tok = std::getenv("DT_QWEN3_TOKENIZER");
+  std::string tok_path = env_tok ? env_tok : "", python, source = DT_SOURCE_DIR;
   double mb = 8;
   bool no_long = false;  // --no-long 1: leave out the corpus' degenerate long inputs (5000 x "a", ...)
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -44,6 +47,10 @@ int main(int argc, char** argv) {
       source = argv[i + 1];
     else if (!std::strcmp(argv[i], "--no-long"))
       no_long = std::atoi(argv[i + 1]) != 0;
+  }
+  if (tok_path.empty()) {
+    std::fprintf(stderr, "bench_tokenizer: pass --tokenizer path/to/tokenizer.json or set DT_QWEN3_TOKENIZER\n");
+    return 2;
   }
   try {
     auto t_load = std::chrono::steady_clock::now();

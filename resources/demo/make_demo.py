@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds the bundled demo: a tiny Qwen3.5-architecture checkpoint, its tokenizer and a chat dataset.
 
-Run with /opt/gold/bin/python (torch, transformers >= 5.23 with Qwen3_5*, tokenizers, safetensors).
+Run with a Python that has (torch, transformers >= 5.23 with Qwen3_5*, tokenizers, safetensors).
 Everything is generated here from a fixed seed: no external data or weights. Output (a few hundred KB):
 
   resources/demo/model/{config.json, model.safetensors, tokenizer.json, tokenizer_config.json,

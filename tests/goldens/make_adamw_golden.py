@@ -1,5 +1,5 @@
 # Reference trajectory for tests/unit/cpu_backend_test.cpp (CpuOptim.AdamWMatchesTorchTrajectory).
-# Run with /opt/gold/bin/python; prints the fp32 parameters after 5 torch.optim.AdamW steps.
+# Run with a Python that has torch; prints the fp32 parameters after 5 torch.optim.AdamW steps.
 import torch
 
 p = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0], dtype=torch.float32))

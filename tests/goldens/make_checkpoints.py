@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tiny Qwen3.5 checkpoints + reference losses/logits from Hugging Face transformers.
 
-Run with /opt/gold/bin/python (`make_checkpoints.py [NAME...]` remakes only those models; transformers 5.23, torch 2.15 CPU, no flash-linear-attention / causal-conv1d /
+Run with a Python that has (`make_checkpoints.py [NAME...]` remakes only those models; transformers 5.23, torch 2.15 CPU, no flash-linear-attention / causal-conv1d /
 kernels, so HF runs its PyTorch GDN path: torch_chunk_gated_delta_rule + F.conv1d). Writes
 tests/goldens/models/<name>/ with config.json, safetensors, golden_eval.jsonl and golden_eval.json.
 
@@ -62,7 +62,9 @@ from transformers import (
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "models")
-TOKENIZER_DIR = "/work/shared/data/tokenizers/qwen3"
+# Qwen3's tokenizer_config.json (its chat template) goes into the VL model's folder: DT_QWEN3_DIR names the
+# folder of Qwen/Qwen3-0.6B's tokenizer files.
+TOKENIZER_DIR = os.environ.get("DT_QWEN3_DIR", "")
 LENGTHS = [7, 29, 70]
 
 
@@ -230,6 +232,8 @@ def make_dense_vl():
     g = torch.Generator().manual_seed(5)
     rewrite_safetensors(os.path.join(path, "model.safetensors"), lambda t: {
         **t, "mtp.fc.weight": torch.randn(H, 2 * H, generator=g), "mtp.norm.weight": torch.randn(H, generator=g)})
+    if not os.path.isfile(os.path.join(TOKENIZER_DIR, "tokenizer_config.json")):
+        sys.exit("set DT_QWEN3_DIR to a folder holding Qwen3's tokenizer_config.json")
     shutil.copy(os.path.join(TOKENIZER_DIR, "tokenizer_config.json"), path)
 
     rows = make_sequences(512, 11)

@@ -12,6 +12,7 @@
 #include "data/chat_template.h"
 #include "data/jinja/template.h"
 #include "data/tokenizer.h"
+#include "../test_data.h"
 
 namespace deltatune {
 namespace {
@@ -118,8 +119,8 @@ TEST(DataChat, LabelMasksMatchReferenceTinyTokenizer) {
 }
 
 TEST(DataChat, LabelMasksMatchReferenceQwen3Tokenizer) {
-  const std::string path = "/work/shared/data/tokenizers/qwen3/tokenizer.json";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  const std::string path = test_data::qwen3_tokenizer();
+  if (const auto why = test_data::missing(path, "DT_QWEN3_TOKENIZER"); !why.empty()) GTEST_SKIP() << why;
   check_labels(Tokenizer::from_file(path), "qwen3");
 }
 

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "core/utf8.h"
+#include "../test_data.h"
 
 namespace deltatune {
 namespace {
@@ -37,11 +38,6 @@ std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   EXPECT_TRUE(f.good()) << path;
   return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-std::string find_qwen3() {
-  if (const char* e = std::getenv("DT_QWEN3_TOKENIZER")) return e;
-  return "/work/shared/data/tokenizers/qwen3/tokenizer.json";
 }
 
 // Every golden must match exactly; on failure the first few differences are printed.
@@ -79,8 +75,8 @@ TEST(DataTokenizer, TinyGpt2StyleMatchesHF) {
 }
 
 TEST(DataTokenizer, Qwen3MatchesHF) {
-  const std::string path = find_qwen3();
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no Qwen3 tokenizer.json at " << path;
+  const std::string path = test_data::qwen3_tokenizer();
+  if (const auto why = test_data::missing(path, "DT_QWEN3_TOKENIZER"); !why.empty()) GTEST_SKIP() << why;
   const auto tok = Tokenizer::from_file(path);
   expect_parity(tok, load_goldens("qwen3_ids.jsonl"), "qwen3");
   EXPECT_EQ(tok.token_to_id("<|im_end|>"), 151645);

@@ -1,6 +1,6 @@
 """Chat-template goldens from HF transformers `apply_chat_template` (+ label masks by the reference below).
 
-  /opt/gold/bin/python tests/goldens/chat/make_goldens.py
+  DT_QWEN3_DIR=<folder of Qwen3's tokenizer.json and tokenizer_config.json> python tests/goldens/chat/make_goldens.py
 
 Writes chat_goldens.jsonl; one line per (template, conversation, options):
   {"template", "messages", "tools", "kwargs", "text" | "error", and for conversations without
@@ -20,12 +20,13 @@ special token in this tokenizer, e.g. <|eot_id|> with a Qwen vocabulary, must no
 """
 import json
 import os
+import sys
 
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-QWEN3_DIR = os.environ.get("DT_QWEN3_DIR", "/work/shared/data/tokenizers/qwen3")
+QWEN3_DIR = os.environ.get("DT_QWEN3_DIR") or sys.exit("set DT_QWEN3_DIR to the folder of Qwen3's tokenizer files")
 TINY = os.path.join(HERE, "..", "tokenizer", "tiny_qwen.json")
 
 

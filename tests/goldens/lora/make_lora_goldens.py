@@ -4,7 +4,10 @@ the loss of tests/goldens/models/<name>/golden_eval.jsonl as `deltatune eval` de
 (Σ CE over trained targets / their count, one forward per sequence), every LoRA gradient of that loss,
 and the adapter after one SGD step with lr 1.
 
-Run: /opt/gold/bin/python tests/goldens/lora/make_lora_goldens.py   (writes tests/goldens/lora/<name>/)
+Run from anywhere with a Python that has torch, transformers and peft:
+  python tests/goldens/lora/make_lora_goldens.py   (writes tests/goldens/lora/<name>/)
+The base models are loaded by their path from the repository root, so the adapters' base_model_name_or_path
+(what PEFT writes: the path given to from_pretrained) is "tests/goldens/models/<name>", never a machine's path.
 """
 import json
 import os
@@ -16,7 +19,8 @@ from safetensors.torch import save_file
 import transformers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = os.path.join(HERE, "..", "models")
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+MODELS = os.path.join("tests", "goldens", "models")  # relative to ROOT (main() runs there)
 
 DENSE_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b",
                  "out_proj", "gate_proj", "up_proj", "down_proj"]
@@ -52,6 +56,7 @@ def loss_of(model, seqs):
 
 
 def main():
+    os.chdir(ROOT)
     torch.manual_seed(1234)
     for name, (cls_name, kwargs) in CASES.items():
         model_dir = os.path.join(MODELS, name)

@@ -5,14 +5,14 @@
 #                          checkpoints (OUT/<case>/merged)
 #   3. check_outputs.py    PEFT loads ours (no missing keys, logits == reference adapter's) and compares our
 #                          merged tensors with merge_and_unload (experts bit-exact, linears <= 1 ulp, F32 exact)
-# Usage: tests/goldens/peft/check_all.sh [BUILD_DIR=build] [PYTHON=/opt/gold/bin/python]
+# Usage: tests/goldens/peft/check_all.sh [BUILD_DIR=build] [PYTHON=python3]
 # Needs python with torch, transformers >= 5.2 (Qwen3.5), peft >= 0.19.1. Exit status 0 = all good.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
 BUILD="${1:-$ROOT/build}"
-PY="${2:-/opt/gold/bin/python}"
-WORK="$(mktemp -d /tmp/dt_peft_check.XXXXXX)"
+PY="${2:-python3}"
+WORK="$(mktemp -d -t dt_peft_check.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 "$PY" "$HERE/make_models.py" "$WORK/models" > "$WORK/make_models.log" 2>&1 || { cat "$WORK/make_models.log"; exit 1; }
 DT_PEFT_MODELS="$WORK/models" DT_PEFT_OUT="$WORK/out" "$BUILD/tests/dt_unit_tests" \

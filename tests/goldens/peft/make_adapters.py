@@ -2,7 +2,9 @@
 
 For each case writes fixtures/<case>/: adapter/ (PeftModel.save_pretrained, init_lora_weights=False so A and B
 are both random), config.json (the base model's), fixture.json (model, class, targets).
-Run: /opt/gold/bin/python tests/goldens/peft/make_adapters.py [MODELS_DIR]   (after make_models.py)
+Run: python tests/goldens/peft/make_adapters.py MODELS_DIR [CASE...]   (after make_models.py MODELS_DIR)
+Each base model is loaded by its folder name from inside MODELS_DIR, so base_model_name_or_path (what PEFT
+writes: the path given to from_pretrained) is that name ("moe_text"), never a machine's path.
 """
 import json
 import os
@@ -72,6 +74,8 @@ def load_base(path, cls):
 
 
 def main(models, only=None):
+    models = os.path.abspath(models)
+    os.chdir(models)
     for name, case in CASES.items():
         if only and name not in only:
             continue
@@ -79,7 +83,7 @@ def main(models, only=None):
         out = os.path.join(HERE, "fixtures", name)
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
-        base = load_base(os.path.join(models, case["model"]), case["cls"])
+        base = load_base(case["model"], case["cls"])
         peft = get_peft_model(base, LoraConfig(init_lora_weights=False, **case["lora"]))
         peft.save_pretrained(os.path.join(out, "adapter"))
         os.remove(os.path.join(out, "adapter", "README.md"))  # boilerplate model card
@@ -93,4 +97,6 @@ def main(models, only=None):
 
 if __name__ == "__main__":
     # make_adapters.py [MODELS_DIR [CASE...]]: only the named cases (the others' files stay as committed)
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/dt_peft_models", sys.argv[2:])
+    if len(sys.argv) < 2:
+        sys.exit("usage: make_adapters.py MODELS_DIR [CASE...] (MODELS_DIR: the output of make_models.py)")
+    main(sys.argv[1], sys.argv[2:])

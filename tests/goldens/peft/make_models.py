@@ -1,13 +1,13 @@
 """Tiny random Qwen3.5 checkpoints for the PEFT adapter goldens (deterministic for a fixed torch version).
 
-Writes, under OUT (default /tmp/dt_peft_models):
+Writes, under OUT:
   dense_vl/   Qwen3_5ForConditionalGeneration, BF16, single file, with a vision tower (model.visual.*)
   dense_f32/  Qwen3_5ForCausalLM, F32 (text layout, model.*)
   moe_text/   Qwen3_5MoeForCausalLM, BF16, sharded; transformers saves experts per expert
               (mlp.experts.{e}.gate_proj.weight, ...)
   moe_noshared/ Qwen3_5MoeForCausalLM, F32, shared_expert_intermediate_size 0 (zero-sized shared expert)
 Sizes differ on purpose (q_proj out != H, dv != dk, Ie != Is) so transposition bugs change shapes.
-Run: /opt/gold/bin/python tests/goldens/peft/make_models.py [OUT]
+Run: python tests/goldens/peft/make_models.py OUT
 """
 import sys
 
@@ -56,4 +56,6 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/dt_peft_models")
+    if len(sys.argv) != 2:
+        sys.exit("usage: make_models.py OUT")
+    main(sys.argv[1])

