@@ -1,0 +1,202 @@
+// The steps of train_run before the first training step (train_run_steps.h).
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "dist/shard.h"
+#include "lora/peft_io.h"
+#include "train/backend_select.h"
+#include "train/checkpoint_io.h"
+#include "train/lora_spec.h"
+#include "train/train_run_steps.h"
+#include "train/train_run_util.h"
+
+namespace fs = std::filesystem;
+
+namespace deltatune {
+
+void open_experiment_store(TrainSession& s) {
+  if (!s.root || s.topts.db_path == "-") return;
+  s.store = std::make_unique<ExperimentStore>(s.topts.db_path.empty() ? ExperimentStore::default_path()
+                                                                      : s.topts.db_path);
+  s.store->mark_crashed_runs();
+}
+
+void claim_resumed_run(TrainSession& s) {
+  if (s.resuming && s.root) {
+    check(s.store != nullptr, "--resume needs the experiment database");
+    s.resumed = s.store->find_run(s.topts.resume_run);
+    check(s.resumed.has_value(), "--resume: no run '" + s.topts.resume_run + "' in " + s.store->path());
+    // Claimed now, atomically, before anything is loaded: of two resumes of the same run started together
+    // only one gets past here; the other fails without touching the output folder or the metrics.
+    s.resumed = s.store->claim_run(s.resumed->id, static_cast<int64_t>(::getpid()));
+    s.cfg = run_config_from_yaml_string(s.resumed->config_yaml, ".");
+  }
+  // The other workers train the config rank 0 resumes (they have no database of their own).
+  if (s.resuming && s.dp) {
+    const std::string yaml = s.dp->host().broadcast(s.root ? s.resumed->config_yaml : "");
+    if (!s.root) s.cfg = run_config_from_yaml_string(yaml, ".");
+  }
+  // Until training starts, any failure gives the claimed run back with its previous status.
+  s.release_guard.store = s.store.get();
+  s.release_guard.before = s.resumed ? &*s.resumed : nullptr;
+}
+
+void load_inputs(TrainSession& s) {
+  const RunConfig& cfg = s.cfg;
+  check(!cfg.base_model.empty(), "run config: base_model is empty (expected a Hugging Face checkpoint folder)");
+  check(!cfg.datasets.empty(), "run config: datasets is empty (expected at least one {path, type})");
+
+  s.weights = model_weights_load(cfg.base_model);
+  const ModelConfig& mc = s.model_config();
+  if (!cfg.lora_model_dir.empty()) {
+    s.adapter = peft_adapter_read(cfg.lora_model_dir, mc);
+    s.log(LogLevel::Info, "starting from the adapter in " + cfg.lora_model_dir);
+  } else {
+    s.adapter = lora_create(mc, lora_spec_from_run_config(cfg), static_cast<uint64_t>(cfg.seed));
+  }
+  s.log(LogLevel::Info, describe_groups(s.adapter));
+  try {
+    s.data = data_prepare(cfg, [&](const std::string& m) { s.log(LogLevel::Info, m); });
+  } catch (const std::exception& e) {
+    s.note_resume_failure(e.what());
+    throw;
+  }
+  check(!s.data.train.empty(), "datasets: no training examples left after filtering");
+  // Everything is read and tokenized now: the dataset files may change or vanish during the run without
+  // affecting it. The fingerprint goes into every checkpoint for the resume check.
+  s.data_fp = data_fingerprint(s.data.train);
+
+  // A run that starts from a PEFT adapter writes its adapters for that adapter's class (the keys PEFT expects
+  // there), unless model_class names one.
+  s.class_prefix = (cfg.model_class == "auto" || cfg.model_class.empty()) && !s.adapter.class_prefix.empty()
+                       ? s.adapter.class_prefix
+                       : peft_class_prefix(s.weights.key_prefix, cfg.model_class);
+}
+
+void start_backend(TrainSession& s) {
+  std::string backend_note;
+  s.be = backend_create(s.cfg.backend, training_gpu(s.cfg, s.topts), &backend_note, s.cfg.kernels);
+  s.log(LogLevel::Info, "backend: " + s.be->name() + (backend_note.empty() ? "" : " (" + backend_note + ")"));
+  s.device = s.be->name();
+  if (s.dp) {
+    s.device = check_workers_agree(*s.dp, s.cfg, s.data_fp, *s.be,
+                                   [&](LogLevel lv, const std::string& m) { s.log(lv, m); });
+    s.dp->connect_backend(*s.be);
+    s.log(LogLevel::Info, "data parallel: " + s.device);
+  }
+  s.model = std::make_unique<Qwen35Model>(s.weights, *s.be);
+  lora_to_backend(s.adapter, *s.be);
+  if (s.dp) s.dp->attach(s.adapter, int64_t(25) << 20);
+}
+
+void plan_steps(TrainSession& s) {
+  // The checkpoint to resume from, and how many micro-batches its steps took (the global batch stays that of
+  // the run whatever the number of GPUs now).
+  int64_t& ckpt_global = s.ckpt_global;
+  if (s.resumed) {
+    s.ckpt = checkpoint_latest(s.cfg.output_dir);
+    if (s.ckpt) {
+      const TrainerState st = checkpoint_load(*s.ckpt).state;
+      const auto g = st.extra.find("global_micro_batches");
+      if (g != st.extra.end()) ckpt_global = std::stoll(g->second);
+    }
+  }
+  if (s.resuming && s.dp) ckpt_global = std::stoll(s.dp->host().broadcast(std::to_string(ckpt_global)));
+  s.global = global_micro_batches(s.cfg.gradient_accumulation_steps, s.world, ckpt_global);
+  per_worker_accumulation(s.global, s.world);  // refuses a GPU count that cannot keep the global batch
+  s.mine = shard_positions(s.global, s.dp ? s.dp->rank() : 0, s.world);
+
+  BatchStream probe(s.data.train, s.cfg, {});
+  const int64_t steps_per_epoch = std::max<int64_t>(1, (probe.per_epoch() + s.global - 1) / s.global);
+  s.total_steps = s.cfg.max_steps > 0 ? s.cfg.max_steps
+                                      : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
+                                                                 s.cfg.num_epochs * steps_per_epoch)));
+  s.warmup = s.cfg.warmup_steps > 0 ? s.cfg.warmup_steps
+                                    : static_cast<int64_t>(std::ceil(s.cfg.warmup_ratio * s.total_steps));
+}
+
+namespace {
+
+// The resumed run's checkpoint: weights, moments and position; refused when the training data changed.
+void restore_checkpoint(TrainSession& s) {
+  TrainerState st = checkpoint_restore(*s.ckpt, s.adapter, *s.be, s.model_config());
+  const auto fp = st.extra.find("data_fingerprint");
+  if (fp != st.extra.end() && fp->second != s.data_fp) {
+    std::string files;
+    for (const auto& d : s.cfg.datasets) files += (files.empty() ? "" : ", ") + d.path;
+    const std::string why = "the training data (" + files + ") changed since " + *s.ckpt +
+                            " was written; its data position would point into different examples. "
+                            "Restore the dataset files, or start a new run";
+    s.note_resume_failure(why);
+    throw Error("--resume: " + why);
+  }
+  s.step = st.step;
+  s.cursor = {st.epoch_index, st.micro_batch_index};
+  s.tokens_seen = st.tokens_seen;
+  s.wall_offset = st.wall_seconds;
+  s.log(LogLevel::Info, "resuming run " + s.run_id + " from " + *s.ckpt + " at step " + std::to_string(s.step) +
+                            (s.world > 1 || s.ckpt_global > 0
+                                 ? " (" + std::to_string(s.global) + " micro-batches per step over " +
+                                       std::to_string(s.world) + " GPU" + (s.world > 1 ? "s" : "") + ")"
+                                 : ""));
+}
+
+void create_run_record(TrainSession& s) {
+  const RunConfig& cfg = s.cfg;
+  RunRecord r;
+  r.name = cfg.run_name.empty() ? fs::path(cfg.output_dir).filename().string() : cfg.run_name;
+  r.status = "running";
+  r.created_at = now_iso();
+  r.model = cfg.base_model;
+  for (const auto& d : cfg.datasets) r.datasets += (r.datasets.empty() ? "" : ",") + d.path;
+  r.config_yaml = run_config_to_yaml(cfg);
+  r.output_dir = cfg.output_dir;
+  r.engine_version = DT_VERSION;
+  r.device = s.device;
+  r.total_steps = s.total_steps;
+  r.pid = static_cast<int64_t>(::getpid());
+  r.tags = cfg.tags;
+  s.run_id = s.store->create_run(r);
+}
+
+}  // namespace
+
+void restore_or_create_run(TrainSession& s) {
+  if (s.resumed) {
+    s.run_id = s.resumed->id;
+    if (s.ckpt)
+      restore_checkpoint(s);
+    else
+      s.log(LogLevel::Warning,
+            "resuming run " + s.run_id + ": no checkpoint in " + s.cfg.output_dir + ", starting over");
+    // The run is ours since claim_run (status running, this pid); the summary follows the truncation.
+    s.store->truncate_metrics(s.run_id, s.step);
+    if (s.resumed->device != s.device) {
+      s.resumed->device = s.device;
+      auto r = s.store->find_run(s.run_id);
+      if (r) {
+        r->device = s.device;
+        s.store->update_run(*r);
+      }
+    }
+  } else if (s.store) {
+    create_run_record(s);
+  }
+  if (s.dp) {
+    // Every worker starts from rank 0's weights, moments and position.
+    const std::string pos = s.dp->host().broadcast(
+        std::to_string(s.step) + " " + std::to_string(s.cursor.epoch) + " " + std::to_string(s.cursor.index) +
+        " " + std::to_string(s.tokens_seen) + " " + s.run_id);
+    if (!s.root) {
+      std::istringstream in(pos);
+      in >> s.step >> s.cursor.epoch >> s.cursor.index >> s.tokens_seen >> s.run_id;
+    }
+    s.dp->broadcast_adapter(s.adapter);
+  }
+}
+
+}  // namespace deltatune
