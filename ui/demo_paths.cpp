@@ -3,6 +3,7 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QFileInfo>
+#include <QStandardPaths>
 
 #include "deltatune/program_path.h"
 
@@ -26,6 +27,11 @@ QString demoDir() {
 QString demoRunFile() {
   const QString d = demoDir();
   return d.isEmpty() ? QString() : d + QStringLiteral("/demo_run.yaml");
+}
+
+QString demoOutputDir() {
+  return QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) +
+         QStringLiteral("/deltatune/runs/demo");
 }
 
 }  // namespace studio

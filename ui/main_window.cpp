@@ -11,7 +11,6 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QStackedWidget>
-#include <QStandardPaths>
 #include <QStatusBar>
 #include <QStyle>
 #include <QTimer>
@@ -36,15 +35,6 @@
 
 namespace studio {
 
-namespace {
-// True when `dir` (or its nearest existing ancestor) can be written: the demo's relative output folder
-// is inside a read-only install prefix when the studio runs from a package.
-bool writableDir(const QString& dir) {
-  QFileInfo fi(dir);
-  while (!fi.exists() && fi.absoluteFilePath() != fi.absolutePath()) fi = QFileInfo(fi.absolutePath());
-  return fi.exists() && fi.isWritable();
-}
-}  // namespace
 
 QString MainWindow::pageName(Page p) {
   switch (p) {
@@ -261,13 +251,11 @@ bool MainWindow::openRunFile(const QString& path) {
 bool MainWindow::openDemo() {
   const QString f = demoRunFile();
   if (f.isEmpty() || !openRunFile(f)) return false;
-  const QString out = QString::fromStdString(doc_->config().output_dir);
-  if (!writableDir(out)) {
-    deltatune::RunConfig cfg = doc_->config();
-    cfg.output_dir =
-        (QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + "/runs/demo").toStdString();
-    doc_->setConfig(cfg);
-  }
+  // The demo's own folder is read-only after a package install, and a source tree is no place for runs:
+  // the demo writes under the user's data folder.
+  deltatune::RunConfig cfg = doc_->config();
+  cfg.output_dir = demoOutputDir().toStdString();
+  doc_->setConfig(cfg);
   return true;
 }
 

@@ -14,7 +14,9 @@
 
 #include "app_settings.h"
 #include "gui_test_util.h"
+#include "demo_paths.h"
 #include "layer_strip.h"
+#include "main_window.h"
 #include "pages/data_page.h"
 #include "pages/model_page.h"
 #include "pages/train_page.h"
@@ -196,6 +198,21 @@ class PagesBindingTest : public QObject {
     QVERIFY(train.groupCheck("shared_expert")->isHidden());
     QVERIFY2(train.groupInfoText("attn").contains("params"), qPrintable(train.groupInfoText("attn")));
     QVERIFY2(train.vramText().contains("weights"), qPrintable(train.vramText()));
+  }
+
+  // The demo's own folder (resources/demo in a source tree, /usr/share/deltatune/demo after an install) is
+  // never written: the demo run's output goes under the user's data folder.
+  void demoRunWritesUnderTheUserDataFolder() {
+    AppSettings settings(tmp_.path() + "/settings-demo.ini");
+    MainWindow window(&settings);
+    QVERIFY(window.openDemo());
+    const QString out = QString::fromStdString(window.document()->config().output_dir);
+    const QString data = QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation);
+    QVERIFY2(out.startsWith(data + "/deltatune/"), qPrintable(out));
+    QVERIFY2(!out.startsWith(demoDir()), qPrintable(out));
+    QCOMPARE(out, demoOutputDir());
+    // The model and dataset still come from the demo folder.
+    QVERIFY(QString::fromStdString(window.document()->config().base_model).startsWith(demoDir()));
   }
 
   void modelPageReportsBadFolder() {
