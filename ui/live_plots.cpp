@@ -23,6 +23,7 @@ LivePlots::LivePlots(QWidget* parent) : QWidget(parent) {
   QCustomPlot* tps = makePlot(tr("Throughput"), tr("tokens/s"));
   graphs_.append({Metric::TokensPerSecond, addGraph(tps, QColor(0x8c, 0x56, 0x4b), tr("tokens/s"))});
   QCustomPlot* vram = makePlot(tr("VRAM"), tr("GiB"));
+  memoryTitle_ = qobject_cast<QCPTextElement*>(vram->plotLayout()->element(0, 0));
   graphs_.append({Metric::VramAllocated, addGraph(vram, QColor(0x17, 0xbe, 0xcf), tr("allocated"))});
   graphs_.append({Metric::VramReserved, addGraph(vram, QColor(0xbc, 0xbd, 0x22), tr("reserved"))});
   vram->legend->setVisible(true);
@@ -73,6 +74,16 @@ QCPGraph* LivePlots::addGraph(QCustomPlot* plot, const QColor& color, const QStr
   return g;
 }
 
+void LivePlots::setMemoryOnHost(bool host) {
+  if (!memoryTitle_) return;
+  memoryTitle_->setText(host ? tr("Memory (CPU run: host RAM held by tensors)") : tr("VRAM"));
+  memoryTitle_->parentPlot()->replot(QCustomPlot::rpQueuedReplot);
+}
+
+QString LivePlots::memoryTitle() const {
+  return memoryTitle_ ? memoryTitle_->text() : QString();
+}
+
 void LivePlots::clear() {
   pending_.clear();
   for (auto& [metric, g] : graphs_) g->data()->clear();
@@ -102,11 +113,22 @@ void LivePlots::flush() {
   if (!moe_->isVisible() && pointCount(Metric::MoeLoadMaxRatio) > 0) moe_->setVisible(true);
   for (QCustomPlot* p : plots_) {
     p->rescaleAxes();
-    // Leave head-room so the newest point is not glued to the frame.
-    QCPRange y = p->yAxis->range();
-    if (y.upper - y.lower < 1e-9 * std::max(1.0, std::abs(y.upper))) {
-      // A flat series (VRAM on the CPU backend is all zeros): show a unit band, not a huge +-range.
-      p->yAxis->setRange(y.lower >= 0 ? 0.0 : y.lower - 1, y.upper + 1);
+    // The y range comes from the data itself: for a flat series QCustomPlot's rescale keeps the axis' old
+    // size, so padding that range again on every repaint would grow it without bound.
+    bool found = false;
+    QCPRange y;
+    for (int i = 0; i < p->graphCount(); ++i) {
+      bool has = false;
+      const QCPRange r = p->graph(i)->getValueRange(has);
+      if (!has) continue;
+      y = found ? QCPRange(std::min(y.lower, r.lower), std::max(y.upper, r.upper)) : r;
+      found = true;
+    }
+    if (!found) continue;
+    if (y.upper - y.lower <= 1e-9 * std::max(1.0, std::abs(y.upper))) {
+      // A flat series (e.g. memory held by the same tensors every step): a band from zero to twice the value.
+      const double v = y.upper;
+      p->yAxis->setRange(v > 0 ? 0.0 : v - 1, v > 0 ? 2 * v : v + 1);
       p->replot(QCustomPlot::rpQueuedReplot);
       continue;
     }

@@ -12,6 +12,7 @@
 
 class QCustomPlot;
 class QCPGraph;
+class QCPTextElement;
 
 namespace studio {
 
@@ -24,6 +25,9 @@ class LivePlots : public QWidget {
   void addStep(const deltatune::StepMetrics& m);  // cheap: buffers until the next repaint tick
   void setSteps(const std::vector<deltatune::StepMetrics>& steps);  // replace all (e.g. a resumed run)
   void flush();  // draw buffered steps now (the timer calls this)
+  // The run trains on the CPU backend: the memory plot shows host RAM held by tensors, and says so.
+  void setMemoryOnHost(bool host);
+  QString memoryTitle() const;
 
   int pointCount(Metric m) const;  // points drawn so far, for tests
   int replotCount() const { return replots_; }
@@ -36,6 +40,7 @@ class LivePlots : public QWidget {
 
   QList<QCustomPlot*> plots_;
   QCustomPlot* moe_ = nullptr;  // hidden for dense runs
+  QCPTextElement* memoryTitle_ = nullptr;
   QList<QPair<Metric, QCPGraph*>> graphs_;
   std::vector<deltatune::StepMetrics> pending_;
   QTimer timer_;

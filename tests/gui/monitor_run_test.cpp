@@ -66,6 +66,16 @@ class MonitorRunTest : public QObject {
     QVERIFY(guitest::waitFor([&] { return monitor()->plots()->pointCount(Metric::Loss) >= 3; }, 2000));
     QVERIFY(monitor()->plots()->pointCount(Metric::LearningRate) >= 3);
     QVERIFY(monitor()->plots()->replotCount() >= 1);
+    // On the CPU backend the memory plot says it shows host RAM, and its axis spans the data (a few MiB held
+    // by the same tensors every step), not a range that grows with every repaint.
+    QVERIFY2(monitor()->plots()->memoryTitle().contains("CPU"), qPrintable(monitor()->plots()->memoryTitle()));
+    QCustomPlot* memory = monitor()->plots()->plots().at(4);
+    const QCPRange y = memory->yAxis->range();
+    bool has = false;
+    const QCPRange data = memory->graph(0)->getValueRange(has);
+    QVERIFY(has && data.upper > 0);
+    QVERIFY2(y.lower >= 0 && y.upper >= data.upper && y.upper <= 3 * data.upper,
+             qPrintable(QString("memory axis %1..%2 GiB for data up to %3").arg(y.lower).arg(y.upper).arg(data.upper)));
     deltatune::ExperimentStore store(dbPath());
     const auto rec = store.find_run(runId.toStdString());
     QVERIFY(rec.has_value());

@@ -86,6 +86,17 @@ QString MonitorPage::logText() const {
   return log_->toPlainText();
 }
 
+QString MonitorPage::runDevice(const QString& runId) const {
+  try {
+    const QString db = databasePath();
+    deltatune::ExperimentStore store(db.isEmpty() ? deltatune::ExperimentStore::default_path() : db.toStdString());
+    const auto run = store.find_run(runId.toStdString());
+    return run ? QString::fromStdString(run->device) : QString();
+  } catch (const std::exception&) {
+    return {};  // only the memory plot's title depends on it
+  }
+}
+
 QString MonitorPage::databasePath() const {
   return settings_->databasePath();
 }
@@ -196,6 +207,7 @@ void MonitorPage::onStarted(const QString& runId, qint64 total) {
   totalSteps_ = total;
   progress_->setRange(0, static_cast<int>(std::max<qint64>(1, total)));
   runLabel_->setText(tr("Run <b>%1</b> — running").arg(runId));
+  plots_->setMemoryOnHost(runDevice(runId) == QStringLiteral("cpu"));
   emit runListChanged();
 }
 

@@ -33,6 +33,7 @@ class MonitorPage : public QWidget {
   QString logText() const;
   int lastStep() const { return static_cast<int>(last_.step); }
   QString databasePath() const;  // what TrainOptions.db_path gets ("" = engine default)
+  QString runDevice(const QString& runId) const;  // the run record's device ("cpu", "cuda:0 ...") or ""
   // Asked before a start: a non-empty answer is why the run cannot start now (e.g. queued runs train).
   void setStartGuard(std::function<QString()> guard) { startGuard_ = std::move(guard); }
 
