@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda_kernels_setting.h"
+#include "backend/gradient_reducer.h"
 #include "backend_harness.h"
 #include "core/error.h"
 
@@ -567,6 +568,196 @@ void case_gdn(Env& e) {
   }
 }
 
+// ---- generation: state carried between calls -----------------------------------------------------------
+// The decode ops read and leave per-sequence state; the model keeps the conv history and the KV cache in BF16
+// (its compute dtype) and the delta-rule state in F32, as here. Tolerances:
+//  - conv1d_silu_step y: the conv class (1e-5, one BF16 rounding of a K-term fp32 sum); the history it leaves
+//    is a copy of BF16 inputs: exact (0)
+//  - kv_cache_write: copies: exact (0), rows not written keep their values
+//  - gdn_recurrent o, attention_cached o: reductions of many terms into BF16 (1e-4, as gdn_fwd and
+//    attention_fwd); the F32 delta-rule state: fp32 on both sides with the same per-token order of updates,
+//    only the sums' order differs (1e-8, the F32-statistics class)
+//  - gdn_prefill: o as gdn_fwd (1e-4, the same chunked kernels); its final state starts from the chunked
+//    scan's BF16 chunk-start state (tensor-core path) and continues in fp32: the BF16 class (1e-5)
+// A layout whose sequence n continues at position start[n] (tokens already in the state come first).
+SeqLayout continued_layout(Backend& b, const std::vector<int32_t>& cu, const std::vector<int32_t>& start) {
+  SeqLayout s;
+  s.host_cu_seqlens = cu;
+  s.cu_seqlens = b.upload_i32(cu);
+  std::vector<int32_t> pos;
+  for (size_t n = 0; n + 1 < cu.size(); ++n) {
+    for (int32_t t = cu[n]; t < cu[n + 1]; ++t) pos.push_back(start[n] + t - cu[n]);
+    s.max_seqlen = std::max(s.max_seqlen, cu[n + 1] - cu[n]);
+  }
+  s.positions = b.upload_i32(pos);
+  return s;
+}
+
+void case_decode_conv(Env& e) {
+  struct D {
+    std::vector<int32_t> cu;  // new tokens per sequence: fewer than K-1 (history partly kept), more, one
+    int64_t C;
+    int K;
+  };
+  const D cases[] = {{{0, 1, 3, 8, 9}, 300, 4}, {{0, 1, 2, 3, 4, 5, 6, 7, 8}, 6144, 4}, {{0, 2, 9}, 13, 3}};
+  for (const D& c : cases) {
+    const int64_t T = c.cu.back(), N = static_cast<int64_t>(c.cu.size()) - 1;
+    SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
+    Pair w = e.in({c.C, c.K}, BF);
+    Pair state = e.out_init({N, c.K - 1, c.C}, BF, -2.f, 2.f);  // the history of earlier calls
+    const std::string tag = " T=" + std::to_string(T) + " N=" + std::to_string(N) + " C=" + std::to_string(c.C) +
+                            " K=" + std::to_string(c.K);
+    for (int call = 0; call < 2; ++call) {  // the second call continues from what the first left
+      Pair x = e.in({T, c.C}, BF, -2.f, 2.f), y = e.out({T, c.C}, BF);
+      e.cpu->conv1d_silu_step(x.c, w.c, sc, state.c, y.c);
+      e.gpu->conv1d_silu_step(x.g, w.g, sg, state.g, y.g);
+      const std::string ct = tag + " call " + std::to_string(call + 1);
+      compare(e, "conv1d_silu_step y" + ct, y, 1e-5);
+      compare(e, "conv1d_silu_step history" + ct, state, 0);
+    }
+  }
+}
+
+void case_decode_gdn(Env& e) {
+  struct D {
+    int64_t HK, HV;
+    int dk, dv;
+    std::vector<int32_t> cu;
+  };
+  const D cases[] = {{2, 4, 128, 128, {0, 1, 2, 40}},         // Qwen3.5 head dims, GVA 2; decode steps and a chunk
+                     {1, 3, 16, 24, {0, 5, 6, 70}},           // small dims, dv not a multiple of 16 columns
+                     {16, 32, 128, 128, {0, 1, 2, 3, 4}},     // 9B's heads, one token for each of 4 sequences
+                     {1, 2, 256, 64, {0, 3}}};                // the kernel's largest dk
+  for (const D& c : cases) {
+    const int64_t T = c.cu.back(), N = static_cast<int64_t>(c.cu.size()) - 1;
+    SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
+    const float scale = 1.f / std::sqrt(float(c.dk));
+    Pair state = e.out_init({N, c.HV, c.dk, c.dv}, F32, -0.5f, 0.5f);  // a state left by earlier tokens
+    std::ostringstream tag;
+    tag << " HK=" << c.HK << " HV=" << c.HV << " dk=" << c.dk << " dv=" << c.dv << " T=" << T << " seqs=" << N;
+    for (int call = 0; call < 2; ++call) {
+      Pair q = e.in({T, c.HK, c.dk}, BF), k = e.in({T, c.HK, c.dk}, BF), v = e.in({T, c.HV, c.dv}, BF);
+      Pair g = e.in({T, c.HV}, F32, -2.f, 0.f), beta = e.in({T, c.HV}, F32, 0.05f, 1.f);
+      Pair o = e.out({T, c.HV, c.dv}, BF);
+      e.cpu->gdn_recurrent(q.c, k.c, v.c, g.c, beta.c, sc, scale, state.c, o.c);
+      e.gpu->gdn_recurrent(q.g, k.g, v.g, g.g, beta.g, sg, scale, state.g, o.g);
+      const std::string ct = tag.str() + " call " + std::to_string(call + 1);
+      compare(e, "gdn_recurrent o" + ct, o, 1e-4);
+      compare(e, "gdn_recurrent state" + ct, state, 1e-8);
+    }
+  }
+}
+
+void case_decode_prefill(Env& e) {
+  struct D {
+    int64_t HK, HV;
+    int dk, dv;
+    std::vector<int32_t> cu;  // lengths around the 64-token chunks: 1, 63, 64, 65, 130, a 1,024-token prompt
+  };
+  const D cases[] = {{2, 4, 128, 128, {0, 1, 64, 128, 193, 323}},
+                     {1, 2, 128, 128, {0, 1024}},
+                     {1, 3, 16, 24, {0, 9, 73}}};
+  for (const D& c : cases) {
+    const int64_t T = c.cu.back(), N = static_cast<int64_t>(c.cu.size()) - 1;
+    SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
+    const float scale = 1.f / std::sqrt(float(c.dk));
+    Pair q = e.in({T, c.HK, c.dk}, BF), k = e.in({T, c.HK, c.dk}, BF), v = e.in({T, c.HV, c.dv}, BF);
+    Pair g = e.in({T, c.HV}, F32, -1.f, 0.f), beta = e.in({T, c.HV}, F32, 0.05f, 1.f);
+    Pair o = e.out({T, c.HV, c.dv}, BF), state = e.out({N, c.HV, c.dk, c.dv}, F32);
+    e.cpu->gdn_prefill(q.c, k.c, v.c, g.c, beta.c, sc, scale, state.c, o.c);
+    e.gpu->gdn_prefill(q.g, k.g, v.g, g.g, beta.g, sg, scale, state.g, o.g);
+    std::ostringstream tag;
+    tag << " HK=" << c.HK << " HV=" << c.HV << " dk=" << c.dk << " dv=" << c.dv << " T=" << T << " seqs=" << N;
+    compare(e, "gdn_prefill o" + tag.str(), o, 1e-4);
+    compare(e, "gdn_prefill state" + tag.str(), state, 1e-5);
+    // A decode step continues from it.
+    std::vector<int32_t> one(static_cast<size_t>(N + 1));
+    for (int64_t n = 0; n <= N; ++n) one[static_cast<size_t>(n)] = static_cast<int32_t>(n);
+    SeqLayout s1c = e.layout(*e.cpu, one), s1g = e.layout(*e.gpu, one);
+    Pair q1 = e.in({N, c.HK, c.dk}, BF), k1 = e.in({N, c.HK, c.dk}, BF), v1 = e.in({N, c.HV, c.dv}, BF);
+    Pair g1 = e.in({N, c.HV}, F32, -1.f, 0.f), b1 = e.in({N, c.HV}, F32, 0.05f, 1.f);
+    Pair o1 = e.out({N, c.HV, c.dv}, BF);
+    e.cpu->gdn_recurrent(q1.c, k1.c, v1.c, g1.c, b1.c, s1c, scale, state.c, o1.c);
+    e.gpu->gdn_recurrent(q1.g, k1.g, v1.g, g1.g, b1.g, s1g, scale, state.g, o1.g);
+    compare(e, "gdn_recurrent after gdn_prefill o" + tag.str(), o1, 1e-4);
+  }
+}
+
+void case_decode_kv(Env& e) {
+  struct D {
+    int64_t nH, nKV;
+    int hd;
+    int64_t L;
+    std::vector<int32_t> cu, start;  // new tokens per sequence and the position each continues at
+  };
+  const D cases[] = {{8, 2, 256, 300, {0, 1, 2, 40, 41}, {0, 299, 17, 150}},  // Qwen3.5 0.8b/2b attention heads
+                     {6, 3, 64, 70, {0, 5, 6}, {64, 0}},
+                     {16, 4, 256, 1100, {0, 1, 2}, {1024, 3}},                // a 1,024-token prompt's cache
+                     {2, 2, 40, 33, {0, 33}, {0}}};                          // head_dim not a multiple of 32
+  for (const D& c : cases) {
+    const int64_t T = c.cu.back(), N = static_cast<int64_t>(c.cu.size()) - 1;
+    const SeqLayout sc = continued_layout(*e.cpu, c.cu, c.start), sg = continued_layout(*e.gpu, c.cu, c.start);
+    Pair kc = e.out_init({N, c.L, c.nKV, c.hd}, BF, -2.f, 2.f), vc = e.out_init({N, c.L, c.nKV, c.hd}, BF);
+    Pair k = e.in({T, c.nKV, c.hd}, BF, -2.f, 2.f), v = e.in({T, c.nKV, c.hd}, BF);
+    std::ostringstream tag;
+    tag << " nH=" << c.nH << " nKV=" << c.nKV << " hd=" << c.hd << " L=" << c.L << " T=" << T << " seqs=" << N;
+    e.cpu->kv_cache_write(k.c, v.c, sc, kc.c, vc.c);
+    e.gpu->kv_cache_write(k.g, v.g, sg, kc.g, vc.g);
+    compare(e, "kv_cache_write k_cache" + tag.str(), kc, 0);
+    compare(e, "kv_cache_write v_cache" + tag.str(), vc, 0);
+    Pair q = e.in({T, c.nH, c.hd}, BF, -2.f, 2.f), o = e.out({T, c.nH, c.hd}, BF);
+    const float scale = 1.f / std::sqrt(float(c.hd));
+    e.cpu->attention_cached(q.c, kc.c, vc.c, sc, scale, o.c);
+    e.gpu->attention_cached(q.g, kc.g, vc.g, sg, scale, o.g);
+    compare(e, "attention_cached o" + tag.str(), o, 1e-4);
+  }
+}
+
+// A recorded step (the decode step's CUDA graph): ops recorded once on fixed tensors, replayed after their inputs
+// were rewritten with write_i32, give what running the ops gives. The CPU backend records nothing.
+void case_recording(Env& e) {
+  EXPECT_FALSE(e.cpu->begin_capture());
+  EXPECT_EQ(e.cpu->end_capture(), nullptr);
+  Pair table = e.in({50, 24}, BF);
+  Pair ids = e.ints({6}, {0, 1, 2, 3, 4, 5});
+  Pair x = e.out({6, 24}, BF), y = e.out({6, 24}, BF), w = e.in({24}, BF, 0.5f, 1.5f), r = e.out({6}, F32);
+  ASSERT_TRUE(e.gpu->begin_capture()) << "the CUDA backend could not start recording";
+  e.gpu->embedding_fwd(ids.g, table.g, x.g);
+  e.gpu->rmsnorm_fwd(x.g, w.g, 1e-6f, true, y.g, r.g);
+  std::unique_ptr<Backend::Recording> rec = e.gpu->end_capture();
+  ASSERT_NE(rec, nullptr) << "recording failed";
+  for (const std::vector<int32_t>& step : {std::vector<int32_t>{7, 49, 0, 3, 3, 12}, {1, 2, 3, 4, 5, 6}}) {
+    e.gpu->write_i32(ids.g, step);
+    e.cpu->write_i32(ids.c, step);
+    e.gpu->replay(*rec);
+    e.cpu->embedding_fwd(ids.c, table.c, x.c);
+    e.cpu->rmsnorm_fwd(x.c, w.c, 1e-6f, true, y.c, r.c);
+    EXPECT_EQ(e.down(*e.gpu, ids.g), e.down(*e.cpu, ids.c)) << "write_i32";
+    compare(e, "replay: embedding_fwd", x, 0);
+    compare(e, "replay: rmsnorm_fwd", y, 1e-5);
+  }
+}
+
+// A data-parallel job of one worker: the CUDA backend's reducer (NCCL) sums and broadcasts over that one rank,
+// leaving the tensor as it was (exact); the CPU backend has none (its jobs sum through the host connections).
+void case_gradient_reducer(Env& e) {
+  ReducerSetup setup;
+  setup.share_from_rank0 = [](const std::string& bytes) { return bytes; };
+  setup.peer_fault = [] { return std::string(); };
+  setup.timeout_s = 60;
+  EXPECT_EQ(e.cpu->create_gradient_reducer(setup), nullptr);
+  std::unique_ptr<GradientReducer> red = e.gpu->create_gradient_reducer(setup);
+  if (!red) GTEST_SKIP() << "this build has no NCCL";
+  Pair t = e.in({4099}, F32, -3.f, 3.f);
+  const std::vector<float> before = e.down(*e.gpu, t.g);
+  red->start_sum(t.g);
+  red->finish();
+  EXPECT_EQ(e.down(*e.gpu, t.g), before) << "a one-rank sum changed the tensor";
+  red->broadcast(t.g);
+  red->finish();
+  EXPECT_EQ(e.down(*e.gpu, t.g), before) << "a one-rank broadcast changed the tensor";
+}
+
 // ---- MoE ------------------------------------------------------------------------------------------------
 void case_moe(Env& e) {
   const int64_t T = 13, E = 11;
@@ -888,6 +1079,12 @@ const std::vector<OpCase>& all_cases() {
       {"gdn",
        {"gdn_fwd", "gdn_bwd", "gdn_fwd_keep", "gdn_bwd_saved", "gdn_gated_fwd", "gdn_gated_bwd"},
        case_gdn},
+      {"gradient_reducer", {"create_gradient_reducer"}, case_gradient_reducer},
+      {"decode_conv", {"conv1d_silu_step"}, case_decode_conv},
+      {"decode_gdn", {"gdn_recurrent"}, case_decode_gdn},
+      {"decode_prefill", {"gdn_prefill"}, case_decode_prefill},
+      {"decode_kv", {"kv_cache_write", "attention_cached"}, case_decode_kv},
+      {"recording", {"begin_capture", "end_capture", "replay", "write_i32"}, case_recording},
       {"moe",
        {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},
        case_moe},

@@ -145,6 +145,11 @@ void Backend::gdn_recurrent(const Tensor&, const Tensor&, const Tensor&, const T
                             const SeqLayout&, float, Tensor&, Tensor&) {
   throw Error("gdn_recurrent: the " + name() + " backend has no generation ops");
 }
+void Backend::gdn_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                          const SeqLayout& seq, float scale, Tensor& state, Tensor& o) {
+  fill(state, 0.f);
+  gdn_recurrent(q, k, v, g, beta, seq, scale, state, o);
+}
 void Backend::kv_cache_write(const Tensor&, const Tensor&, const SeqLayout&, Tensor&, Tensor&) {
   throw Error("kv_cache_write: the " + name() + " backend has no generation ops");
 }

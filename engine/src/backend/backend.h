@@ -216,6 +216,12 @@ class Backend {
   // as after its last). Same q, k, v, g, beta, scale contract as gdn_fwd (which is this op from a zero state).
   virtual void gdn_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                              const SeqLayout& seq, float scale, Tensor& state, Tensor& o);
+  // The prompt's pass: gdn_fwd (from a zero state; o (=) [T, HV, dv]) that also leaves each sequence's final
+  // state in `state` (F32 [N, HV, dk, dv], overwritten), for gdn_recurrent to continue. The default runs
+  // gdn_recurrent from a zero state; the CUDA backend runs the chunked forward and continues the last chunk's
+  // start state over that chunk's tokens (at most 64 per sequence).
+  virtual void gdn_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                           const SeqLayout& seq, float scale, Tensor& state, Tensor& o);
   // KV cache k_cache, v_cache [N, L, nKV, hd]: cache[n, positions[t]] (=) k[t], v[t] for token t of sequence n
   // (k, v [T, nKV, hd]; positions < L).
   virtual void kv_cache_write(const Tensor& k, const Tensor& v, const SeqLayout& seq, Tensor& k_cache,

@@ -2,6 +2,7 @@
 // updating an InferenceCache (conv history and delta-rule state per linear attention layer, KV cache per full
 // attention layer), so a prompt is prefilled once and every new token costs one token's forward.
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "model/blocks.h"
@@ -57,8 +58,10 @@ Tensor attention_cached_fwd(const BlockContext& c, const DeviceLayerWeights& w, 
   return out;
 }
 
+// from_empty: the prompt's pass (every sequence starts at position 0): the training kernels (tiled conv, chunked
+// delta rule) with the conv history and the delta-rule state left for the decode steps.
 Tensor gdn_cached_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
-                      InferenceCache::Layer& st) {
+                      InferenceCache::Layer& st, bool from_empty) {
   Backend& be = c.be;
   const auto& cfg = c.cfg;
   const int64_t T = x.rows(), HK = cfg.lin_k_heads, HV = cfg.lin_v_heads, dk = cfg.lin_k_dim,
@@ -73,7 +76,22 @@ Tensor gdn_cached_fwd(const BlockContext& c, const DeviceLayerWeights& w, const 
   linear_fwd(be, x, w.in_a, l.a, c.rt, c.salt(7), al, lc);
 
   Tensor y = be.alloc({T, C}, dt);
-  be.conv1d_silu_step(p, w.conv, c.seq, st.conv, y);
+  const int64_t K = w.conv.cols(), N = c.seq.num_seqs();
+  const auto& cu = c.seq.host_cu_seqlens;
+  bool history_in_prompt = from_empty;  // every prompt holds the K-1 inputs its conv history keeps
+  for (int64_t n = 0; n < N && history_in_prompt; ++n) history_in_prompt = cu[n + 1] - cu[n] >= K - 1;
+  if (history_in_prompt) {
+    be.conv1d_silu_fwd(p, w.conv, c.seq, y);
+    if (K > 1) {
+      std::vector<int32_t> rows;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = K - 1; j >= 1; --j) rows.push_back(cu[n + 1] - static_cast<int32_t>(j));
+      Tensor hist = st.conv.view({N * (K - 1), C});
+      be.gather_rows(p, be.upload_i32(rows), hist);
+    }
+  } else {
+    be.conv1d_silu_step(p, w.conv, c.seq, st.conv, y);
+  }
   Tensor q = be.alloc({T, kd}, dt), k = be.alloc({T, kd}, dt), v = be.alloc({T, vd}, dt);
   be.copy_cols(q, 0, y, 0, kd);
   be.copy_cols(k, 0, y, kd, kd);
@@ -82,8 +100,13 @@ Tensor gdn_cached_fwd(const BlockContext& c, const DeviceLayerWeights& w, const 
   Tensor g = be.alloc({T, HV}, DType::F32), beta = be.alloc({T, HV}, DType::F32);
   be.gdn_gates_fwd(al, bl, w.A_log, w.dt_bias, g, beta);
   Tensor o = be.alloc({T, HV, dv}, dt);
-  be.gdn_recurrent(q.view({T, HK, dk}), k.view({T, HK, dk}), v.view({T, HV, dv}), g, beta, c.seq,
-                   1.f / std::sqrt(static_cast<float>(dk)), st.recurrent, o);
+  const float scale = 1.f / std::sqrt(static_cast<float>(dk));
+  if (from_empty)
+    be.gdn_prefill(q.view({T, HK, dk}), k.view({T, HK, dk}), v.view({T, HV, dv}), g, beta, c.seq, scale,
+                   st.recurrent, o);
+  else
+    be.gdn_recurrent(q.view({T, HK, dk}), k.view({T, HK, dk}), v.view({T, HV, dv}), g, beta, c.seq, scale,
+                     st.recurrent, o);
 
   Tensor yn = be.alloc({T * HV, dv}, dt), rstd = be.alloc({T * HV}, DType::F32);
   be.gated_rmsnorm_fwd(o.view({T * HV, dv}), z.view({T * HV, dv}), w.lin_norm, static_cast<float>(cfg.rms_eps), yn,
@@ -134,7 +157,7 @@ Tensor Qwen35Model::forward_cached(const Tensor& ids, const SeqLayout& seq, Infe
     be_.rmsnorm_fwd(x, w.input_norm, eps, true, a, r1);
     Tensor mix = w.kind == LayerKind::FullAttention
                      ? attention_cached_fwd(ctx, w, l, a, cache.layers[i], prefill_from_empty)
-                     : gdn_cached_fwd(ctx, w, l, a, cache.layers[i]);
+                     : gdn_cached_fwd(ctx, w, l, a, cache.layers[i], prefill_from_empty);
     be_.add(x, mix, 1.f);
     Tensor m = be_.alloc({T, H}, dt), r2 = be_.alloc({T}, DType::F32);
     be_.rmsnorm_fwd(x, w.post_norm, eps, true, m, r2);

@@ -153,6 +153,9 @@ class CudaBackend final : public Backend {
                         Tensor& y) override;
   void gdn_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                      const SeqLayout& seq, float scale, Tensor& state, Tensor& o) override;
+  // cuda_ops_seq.cpp (it reads the chunked forward's chunk-start states)
+  void gdn_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                   const SeqLayout& seq, float scale, Tensor& state, Tensor& o) override;
   void kv_cache_write(const Tensor& k, const Tensor& v, const SeqLayout& seq, Tensor& k_cache,
                       Tensor& v_cache) override;
   void attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const SeqLayout& seq,

@@ -691,4 +691,70 @@ double CudaBackend::linear_cross_entropy(const Tensor& h, const Tensor& w, const
   return read_acc();
 }
 
+// The prompt's GDN pass of generation: the chunked forward keeps every chunk's start state (bf16 on the
+// tensor-core path, as the scan's own), and the per-token recurrence runs from the last chunk's start state over
+// that chunk's tokens (at most kGdnChunk per sequence) to leave the final state in fp32. Its outputs for those
+// tokens go to scratch: o is the chunked forward's.
+void CudaBackend::gdn_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                              const SeqLayout& seq, float scale, Tensor& state, Tensor& o) {
+  const GdnDims d = gdn_dims("gdn_prefill", q, k, v, g, beta);
+  const int64_t N = seq.num_seqs();
+  check(o.numel() == v.numel(), "gdn_prefill: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
+  check(state.dtype == DType::F32 && state.numel() == N * d.HV * d.dk * d.dv,
+        "gdn_prefill: state must be F32 [N, HV, dk, dv] = [" + std::to_string(N) + ", " + std::to_string(d.HV) +
+            ", " + std::to_string(d.dk) + ", " + std::to_string(d.dv) + "], got " + dtype_name(state.dtype) + " " +
+            shape_str(state.shape));
+  gdn_check("gdn_prefill", d, seq);
+  const auto& cu = seq.host_cu_seqlens;
+  bool empty_seq = false;
+  for (int64_t n = 0; n < N; ++n) empty_seq |= cu[n + 1] == cu[n];
+  // No chunk states to start from, or fp32 inputs (the F32 diagnostic backend) where the chunk states would be
+  // bf16 (tensor-core path): the per-token recurrence from a zero state.
+  const bool fp32_inputs = q.dtype == DType::F32 || k.dtype == DType::F32 || v.dtype == DType::F32;
+  if (d.T == 0 || empty_seq || gdn_use_recurrent(d, policy_) || (fp32_inputs && gdn_mma_path(d.dk, d.dv, policy_))) {
+    Backend::gdn_prefill(q, k, v, g, beta, seq, scale, state, o);
+    return;
+  }
+  const std::unique_ptr<CudaGdnSaved> r =
+      gdn_forward_core(q, k, v, gate_ptrs(g, beta), seq, scale, &o, GdnScratch::ForBackward);
+  check(r->states.defined() && !r->half_states && r->states.dim(0) == r->ch.n,
+        "internal: gdn_prefill found no chunk-start states");
+  // Each sequence's last chunk: its index in the chunk list (chunks of kGdnChunk tokens from each sequence's
+  // start) and its tokens, packed.
+  std::vector<int32_t> last_chunk, rows, tail_cu{0}, tail_pos;
+  int32_t chunks = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t len = cu[n + 1] - cu[n], nc = (len + kernels::kGdnChunk - 1) / kernels::kGdnChunk;
+    chunks += nc;
+    last_chunk.push_back(chunks - 1);
+    const int32_t t0 = cu[n] + (nc - 1) * kernels::kGdnChunk;
+    for (int32_t t = t0; t < cu[n + 1]; ++t) {
+      rows.push_back(t);
+      tail_pos.push_back(t - cu[n]);
+    }
+    tail_cu.push_back(static_cast<int32_t>(rows.size()));
+  }
+  check(chunks == r->ch.n, "internal: gdn_prefill chunk count " + std::to_string(chunks) + " != " +
+                               std::to_string(r->ch.n));
+  const int64_t S = d.HV * d.dk * d.dv, Tt = static_cast<int64_t>(rows.size());
+  Tensor state2 = state.view({N, S});
+  gather_rows(r->states.view({r->ch.n, S}), upload_i32(last_chunk), state2);  // bf16 -> fp32 where bf16
+  SeqLayout tail;
+  tail.host_cu_seqlens = tail_cu;
+  tail.cu_seqlens = upload_i32(tail_cu);
+  tail.positions = upload_i32(tail_pos);
+  for (int64_t n = 0; n < N; ++n) tail.max_seqlen = std::max(tail.max_seqlen, tail_cu[n + 1] - tail_cu[n]);
+  const Tensor rows_dev = upload_i32(rows);
+  auto pick = [&](const Tensor& x, int64_t width) {
+    Tensor out = alloc({Tt, width}, x.dtype);
+    gather_rows(x.view({d.T, width}), rows_dev, out);
+    return out;
+  };
+  const Tensor qt = pick(q, d.HK * d.dk), kt = pick(k, d.HK * d.dk), vt = pick(v, d.HV * d.dv),
+               gt = pick(g, d.HV), bt = pick(beta, d.HV);
+  Tensor ot = alloc({Tt, d.HV, d.dv}, o.dtype);
+  gdn_recurrent(qt.view({Tt, d.HK, d.dk}), kt.view({Tt, d.HK, d.dk}), vt.view({Tt, d.HV, d.dv}), gt, bt, tail, scale,
+                state, ot);
+}
+
 }  // namespace deltatune::cuda
