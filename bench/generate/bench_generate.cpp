@@ -17,7 +17,7 @@
 #include "../common/random_qwen35.h"
 #include "backend/backend.h"
 #include "core/error.h"
-#include "generate/decode_loop.h"
+#include "decode/decode_loop.h"
 #include "lora/lora.h"
 #include "model/lora_linear.h"
 #include "model/qwen35_model.h"

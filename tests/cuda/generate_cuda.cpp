@@ -27,7 +27,7 @@
 #include "backend_harness.h"
 #include "data/batch.h"
 #include "deltatune/generate.h"
-#include "generate/decode_loop.h"
+#include "decode/decode_loop.h"
 #include "lora/lora.h"
 #include "lora/peft_io.h"
 #include "model/qwen35_model.h"

@@ -9,8 +9,8 @@
 #include "data/tokenizer.h"
 #include "deltatune/experiment_store.h"
 #include "deltatune/generate.h"
-#include "generate/sampler.h"
-#include "generate/text_stream.h"
+#include "decode/sampler.h"
+#include "decode/text_stream.h"
 
 namespace fs = std::filesystem;
 

@@ -48,6 +48,9 @@ RunConfig filled_config() {
   c.datasets = {
       {"data/a.jsonl", "chat", ""}, {"data/b.jsonl", "", "validation"}, {"c d.jsonl", "alpaca", "train"}};
   c.test_datasets = {{"data/test.jsonl", "pretokenized", ""}};
+  c.sample_prompts = {R"([{"role":"user","content":"What is 2+2?"}])",
+                      R"([{"role":"system","content":"Be brief: \"yes\" or no"},{"role":"user","content":"null"}])"};
+  c.sample_max_new_tokens = 17;
   c.val_set_size = 0.05;
   c.sequence_len = 4096;
   c.sample_packing = true;
@@ -175,7 +178,7 @@ TEST(RunsConfig, CanonicalYamlHasEveryKeyInOrder) {
   std::vector<std::string> keys;
   for (const auto& kv : root) keys.push_back(kv.first.Scalar());
   EXPECT_EQ(keys, deltatune::run_config_keys());
-  EXPECT_EQ(keys.size(), 52u);
+  EXPECT_EQ(keys.size(), 54u);
 }
 
 TEST(RunsConfig, UnknownKeySuggestsClosest) {

@@ -17,6 +17,7 @@
 namespace fs = std::filesystem;
 using deltatune::Error;
 using deltatune::ExperimentStore;
+using deltatune::SampleRecord;
 using deltatune::RunRecord;
 using deltatune::StepMetrics;
 
@@ -369,8 +370,8 @@ TEST(RunsStore, SchemaVersionAndBadFiles) {
     ExperimentStore reopened(tmp.db());  // no second migration, data kept
     EXPECT_EQ(reopened.list_runs().size(), 1u);
     RawDb raw(tmp.db());
-    EXPECT_EQ(raw.scalar("SELECT COUNT(*) FROM schema_version"), "2");
-    EXPECT_EQ(raw.scalar("SELECT MAX(version) FROM schema_version"), "2");
+    EXPECT_EQ(raw.scalar("SELECT COUNT(*) FROM schema_version"), "3");
+    EXPECT_EQ(raw.scalar("SELECT MAX(version) FROM schema_version"), "3");
     raw.exec("INSERT INTO schema_version(version) VALUES (99)");
   }
   EXPECT_NE(message_of([&] { ExperimentStore s(tmp.db()); }).find("schema version 99, newer than"),
@@ -381,6 +382,106 @@ TEST(RunsStore, SchemaVersionAndBadFiles) {
   const std::string msg = message_of([&] { ExperimentStore s(junk); });
   EXPECT_NE(msg.find(junk), std::string::npos) << msg;
   EXPECT_NE(msg.find("not a database"), std::string::npos) << msg;
+}
+
+// sample_prompts generations: stored per run, step and prompt (a step written again replaces its rows), listed in
+// step order, dropped after the resume step by truncate_metrics and with the run.
+TEST(RunsStore, SamplesPerRunAndStep) {
+  TempDir tmp;
+  ExperimentStore store(tmp.db());
+  const std::string a = store.create_run(sample_run("a")), b = store.create_run(sample_run("b"));
+  auto rec = [](int64_t step, int64_t i, const std::string& text) {
+    SampleRecord r;
+    r.step = step;
+    r.prompt_index = i;
+    r.prompt = R"([{"role":"user","content":"q)" + std::to_string(i) + R"("}])";
+    r.text = text;
+    r.tokens = static_cast<int64_t>(text.size());
+    r.finish_reason = "length";
+    return r;
+  };
+  store.add_samples(a, {rec(4, 0, "a4-0"), rec(4, 1, "a4-1")});
+  store.add_samples(a, {rec(2, 0, "a2-0"), rec(2, 1, "a2-1")});
+  store.add_samples(b, {rec(2, 0, "b2-0")});
+  store.add_samples(a, {rec(4, 1, "a4-1 again")});
+  const auto sa = store.samples(a);
+  ASSERT_EQ(sa.size(), 4u);
+  EXPECT_EQ(sa[0].text, "a2-0");
+  EXPECT_EQ(sa[1].text, "a2-1");
+  EXPECT_EQ(sa[2].text, "a4-0");
+  EXPECT_EQ(sa[3].text, "a4-1 again");
+  EXPECT_EQ(sa[3].step, 4);
+  EXPECT_EQ(sa[3].prompt, R"([{"role":"user","content":"q1"}])");
+  EXPECT_EQ(sa[3].finish_reason, "length");
+  EXPECT_EQ(sa[3].tokens, 10);
+  EXPECT_FALSE(sa[3].created_at.empty());
+  EXPECT_NE(message_of([&] { store.add_samples("nope", {rec(1, 0, "x")}); }).find("nope"), std::string::npos);
+  store.truncate_metrics(a, 3);  // a resume from step 3
+  ASSERT_EQ(store.samples(a).size(), 2u);
+  EXPECT_EQ(store.samples(a)[1].text, "a2-1");
+  store.delete_run(a);
+  EXPECT_TRUE(store.samples(a).empty());
+  EXPECT_EQ(store.samples(b).size(), 1u);
+}
+
+// A database written before the samples table (schema version 2) opens: its runs and metrics read as before,
+// it gains the table (no samples), and new samples can be stored.
+TEST(RunsStore, DatabaseOfSchemaVersion2StillReads) {
+  TempDir tmp;
+  fs::create_directories(fs::path(tmp.db()).parent_path());
+  {
+    RawDb raw(tmp.db());
+    // The schema as version 2 left it (the tables the version-2 migrations made, as they were released).
+    raw.exec(R"sql(
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE runs (id TEXT PRIMARY KEY, name TEXT NOT NULL DEFAULT '', status TEXT NOT NULL, created_at TEXT NOT NULL,
+  finished_at TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '', datasets TEXT NOT NULL DEFAULT '',
+  config_yaml TEXT NOT NULL DEFAULT '', output_dir TEXT NOT NULL DEFAULT '', engine_version TEXT NOT NULL DEFAULT '',
+  device TEXT NOT NULL DEFAULT '', final_loss REAL NOT NULL DEFAULT -1, best_eval_loss REAL NOT NULL DEFAULT -1,
+  steps INTEGER NOT NULL DEFAULT 0, total_steps INTEGER NOT NULL DEFAULT 0, pid INTEGER NOT NULL DEFAULT 0,
+  host TEXT NOT NULL DEFAULT '', boot_id TEXT NOT NULL DEFAULT '', pid_start TEXT NOT NULL DEFAULT '',
+  notes TEXT NOT NULL DEFAULT '');
+CREATE INDEX runs_by_name ON runs(name);
+CREATE INDEX runs_by_status ON runs(status);
+CREATE TABLE metrics (run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, step INTEGER NOT NULL,
+  total_steps INTEGER NOT NULL, epoch REAL NOT NULL, loss REAL NOT NULL, eval_loss REAL NOT NULL, lr REAL NOT NULL,
+  grad_norm REAL NOT NULL, tokens_per_second REAL NOT NULL, tokens_seen INTEGER NOT NULL,
+  trained_tokens INTEGER NOT NULL, vram_allocated INTEGER NOT NULL, vram_reserved INTEGER NOT NULL,
+  wall_seconds REAL NOT NULL);
+CREATE INDEX metrics_by_run_step ON metrics(run_id, step);
+CREATE TABLE artifacts (id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  kind TEXT NOT NULL, path TEXT NOT NULL, step INTEGER NOT NULL, created_at TEXT NOT NULL);
+CREATE INDEX artifacts_by_run ON artifacts(run_id);
+CREATE TABLE events (id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  time TEXT NOT NULL, level TEXT NOT NULL, message TEXT NOT NULL);
+CREATE INDEX events_by_run ON events(run_id);
+CREATE TABLE tags (run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, tag TEXT NOT NULL,
+  PRIMARY KEY (run_id, tag)) WITHOUT ROWID;
+ALTER TABLE metrics ADD COLUMN moe_load_max_ratio REAL NOT NULL DEFAULT -1;
+ALTER TABLE metrics ADD COLUMN moe_load_cv REAL NOT NULL DEFAULT -1;
+INSERT INTO schema_version(version) VALUES (1), (2);
+INSERT INTO runs(id, name, status, created_at, steps, final_loss) VALUES ('r0ld', 'old run', 'finished',
+  '2026-01-01T00:00:00.000Z', 1, 2.5);
+INSERT INTO metrics VALUES ('r0ld', 1, 1, 0.5, 2.5, -1, 0.001, 1.0, 100, 64, 32, 0, 0, 1.5, -1, -1);
+)sql");
+  }
+  ExperimentStore store(tmp.db());
+  const auto run = store.find_run("old run");
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->id, "r0ld");
+  EXPECT_EQ(run->status, "finished");
+  ASSERT_EQ(store.metrics("r0ld").size(), 1u);
+  EXPECT_DOUBLE_EQ(store.metrics("r0ld")[0].loss, 2.5);
+  EXPECT_TRUE(store.samples("r0ld").empty());
+  SampleRecord r;
+  r.step = 1;
+  r.prompt = "[]";
+  r.text = "hello";
+  store.add_samples("r0ld", {r});
+  EXPECT_EQ(store.samples("r0ld").size(), 1u);
+  RawDb raw(tmp.db());
+  EXPECT_EQ(raw.scalar("SELECT MAX(version) FROM schema_version"), "3");
+  EXPECT_EQ(store.integrity_check(), "ok");
 }
 
 TEST(RunsStore, DefaultPath) {

@@ -22,6 +22,7 @@
 
 #include "app_settings.h"
 #include "run_details.h"
+#include "samples_view.h"
 #include "runs_table_model.h"
 
 namespace studio {
@@ -112,6 +113,8 @@ ExperimentsPage::ExperimentsPage(AppSettings* settings, QWidget* parent)
   details_ = new QTextBrowser;
   details_->setOpenLinks(false);
   tabs->addTab(details_, tr("Details"));
+  samples_ = new SamplesView;
+  tabs->addTab(samples_, tr("Samples"));
   split->addWidget(tabs);
   split->setStretchFactor(0, 2);
   split->setStretchFactor(1, 3);
@@ -237,7 +240,24 @@ QString ExperimentsPage::detailsText() const {
   return details_->toPlainText();
 }
 
+void ExperimentsPage::updateSamples() {
+  std::vector<SamplesView::Run> runs;
+  try {
+    for (const QString& id : selectedRunIds()) {
+      const int row = model_->rowOfId(id);
+      const deltatune::RunRecord* r = row >= 0 ? model_->runAt(row) : nullptr;
+      const QString label = r && !r->name.empty() ? QString::fromStdString(r->name) : id;
+      runs.push_back({label, store()->samples(id.toStdString())});
+    }
+  } catch (const std::exception& e) {
+    error_->setText(QString::fromUtf8(e.what()));
+    error_->show();
+  }
+  samples_->setRuns(std::move(runs));
+}
+
 void ExperimentsPage::updateDetails() {
+  updateSamples();
   const QStringList ids = selectedRunIds();
   const int row = ids.isEmpty() ? -1 : model_->rowOfId(ids.first());
   if (row < 0) {

@@ -25,6 +25,7 @@ class QTextBrowser;
 namespace studio {
 
 class AppSettings;
+class SamplesView;
 class RunsTableModel;
 
 class ExperimentsPage : public QWidget {
@@ -40,6 +41,7 @@ class ExperimentsPage : public QWidget {
   QStringList selectedRunIds() const;
   QString errorText() const;
   QString detailsText() const;  // the Details tab as plain text
+  SamplesView* samples() const { return samples_; }  // the Samples tab: the selected runs' sample generations
 
  public slots:
   void refresh();
@@ -61,7 +63,8 @@ class ExperimentsPage : public QWidget {
   deltatune::ExperimentStore* store();
   void updateOverlay();
   void updateDiff();
-  void updateDetails();
+  void updateDetails();  // and the Samples tab
+  void updateSamples();
   const std::vector<deltatune::StepMetrics>& metricsOf(const std::string& id);
   QString canonicalConfig(const deltatune::RunRecord& r) const;
 
@@ -77,6 +80,7 @@ class ExperimentsPage : public QWidget {
   QCustomPlot* plot_;
   QTableWidget* diffTable_;
   QTextBrowser* details_;
+  SamplesView* samples_;
   QList<ConfigDiffRow> diff_;
   std::map<std::string, std::vector<deltatune::StepMetrics>> metricsCache_;
   QTimer liveTimer_;

@@ -17,6 +17,7 @@
 #include "gpu_usage_view.h"
 #include "live_plots.h"
 #include "run_document.h"
+#include "samples_view.h"
 
 namespace studio {
 
@@ -63,8 +64,12 @@ MonitorPage::MonitorPage(RunDocument* doc, RunController* controller, AppSetting
   log_->setMaximumBlockCount(5000);
   log_->setPlaceholderText(tr("Engine messages appear here."));
   split->addWidget(log_);
+  samples_ = new SamplesView;
+  samples_->setAllSteps(true);
+  split->addWidget(samples_);
   split->setStretchFactor(0, 4);
   split->setStretchFactor(1, 1);
+  split->setStretchFactor(2, 2);
   outer->addWidget(split, 1);
 
   connect(start_, &QPushButton::clicked, this, &MonitorPage::start);
@@ -110,6 +115,7 @@ deltatune::TrainOptions MonitorPage::options(const QString& resumeRun) const {
 
 bool MonitorPage::start() {
   plots_->clear();
+  samples_->setRuns({});
   return startWith(options({}));
 }
 
@@ -126,6 +132,7 @@ bool MonitorPage::resumeRun(const QString& runId) {
     deltatune::ExperimentStore store(db.isEmpty() ? deltatune::ExperimentStore::default_path()
                                                   : db.toStdString());
     plots_->setSteps(store.metrics(runId.toStdString()));
+    samples_->setRuns({{runId, store.samples(runId.toStdString())}});
   } catch (const std::exception& e) {
     appendLog(QStringLiteral("#a05a00"),
               tr("Earlier metrics not shown: %1").arg(QString::fromUtf8(e.what())));
@@ -227,6 +234,21 @@ void MonitorPage::onStep(const deltatune::StepMetrics& m) {
                       .arg(formatCount(m.tokens_seen)));
   if (m.eval_loss >= 0)
     appendLog(QStringLiteral("#d62728"), tr("step %1: eval loss %2").arg(m.step).arg(m.eval_loss, 0, 'f', 4));
+  // The engine stores the step's sample generations before reporting an eval step (and the last step).
+  const deltatune::RunConfig& cfg = doc_->config();
+  const bool samples = !cfg.sample_prompts.empty() || !cfg.sample_prompts_file.empty();
+  if (samples && ((cfg.eval_steps > 0 && m.step % cfg.eval_steps == 0) || m.step == total)) refreshSamples();
+}
+
+void MonitorPage::refreshSamples() {
+  if (lastRunId_.isEmpty()) return;
+  try {
+    const QString db = databasePath();
+    deltatune::ExperimentStore store(db.isEmpty() ? deltatune::ExperimentStore::default_path() : db.toStdString());
+    samples_->setRuns({{lastRunId_, store.samples(lastRunId_.toStdString())}});
+  } catch (const std::exception& e) {
+    appendLog(QStringLiteral("#a05a00"), tr("Sample generations not shown: %1").arg(QString::fromUtf8(e.what())));
+  }
 }
 
 void MonitorPage::onLog(deltatune::LogLevel level, const QString& message) {

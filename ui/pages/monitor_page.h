@@ -1,5 +1,6 @@
 // Monitor page: Start / Pause / Stop / Resume of the run being edited, progress with ETA and
-// throughput, memory and utilization of every GPU while runs are active, live plots and the engine's log.
+// throughput, memory and utilization of every GPU while runs are active, live plots, the engine's log and the
+// answers to the config's sample_prompts at each eval step.
 #pragma once
 #include <QWidget>
 #include <functional>
@@ -19,6 +20,7 @@ class GpuUsagePoller;
 class GpuUsageView;
 class LivePlots;
 class RunDocument;
+class SamplesView;
 
 class MonitorPage : public QWidget {
   Q_OBJECT
@@ -26,6 +28,7 @@ class MonitorPage : public QWidget {
   MonitorPage(RunDocument* doc, RunController* controller, AppSettings* settings, QWidget* parent = nullptr);
 
   LivePlots* plots() const { return plots_; }
+  SamplesView* samples() const { return samples_; }  // the run's sample_prompts answers per eval step
   GpuUsageView* gpuView() const { return gpuView_; }
   GpuUsagePoller* gpuPoller() const { return gpuPoller_; }
   QString lastRunId() const { return lastRunId_; }
@@ -61,6 +64,7 @@ class MonitorPage : public QWidget {
   void onFinished(const QString& status, const QString& message);
   void appendLog(const QString& color, const QString& text);
   void updateGpuPolling();
+  void refreshSamples();
 
   RunDocument* doc_;
   RunController* controller_;
@@ -73,6 +77,7 @@ class MonitorPage : public QWidget {
   QProgressBar* progress_;
   QLabel* stats_;
   LivePlots* plots_;
+  SamplesView* samples_;
   GpuUsageView* gpuView_;
   GpuUsagePoller* gpuPoller_;
   int queueRunning_ = 0;

@@ -33,6 +33,18 @@ struct ArtifactRecord {
   std::string created_at;
 };
 
+// One generation of a run's sample_prompts at one step.
+struct SampleRecord {
+  std::string run_id;
+  int64_t step = 0;
+  int64_t prompt_index = 0;   // position in the run's sample_prompts
+  std::string prompt;         // the chat, a JSON array of {role, content}
+  std::string text;           // the answer
+  int64_t tokens = 0;         // generated tokens
+  std::string finish_reason;  // stop | length
+  std::string created_at;
+};
+
 struct EventRecord {
   std::string run_id, level, message, time;
 };
@@ -80,8 +92,13 @@ class ExperimentStore {
   // Also keeps the run's steps / final_loss / best_eval_loss / total_steps current.
   void add_metrics(const std::string& run_id, const StepMetrics& m);
   std::vector<StepMetrics> metrics(const std::string& run_id);
-  // Drops metrics after `step` (used on resume so nothing is duplicated).
+  // Drops metrics and samples after `step` (used on resume so nothing is duplicated).
   void truncate_metrics(const std::string& run_id, int64_t step);
+
+  // The step's generations of the run's sample_prompts (replacing any of the same step and prompt).
+  void add_samples(const std::string& run_id, const std::vector<SampleRecord>& samples);
+  // Ordered by step, then prompt_index.
+  std::vector<SampleRecord> samples(const std::string& run_id);
 
   void add_artifact(const ArtifactRecord& a);
   std::vector<ArtifactRecord> artifacts(const std::string& run_id);

@@ -80,6 +80,13 @@ struct RunConfig {
   int64_t save_total_limit = 2;
   std::string resume_from_checkpoint;   // checkpoint folder, or "latest"
   std::vector<std::string> tags;
+  // Generations at every eval step (eval_steps, and the last step), greedy, kept per run and step in the
+  // experiment database. `sample_prompts:` is a list (each item a chat: a list of {role, content}, a
+  // {messages: [...]} mapping, or a string = one user message) or the path of a JSONL file of such rows. In the
+  // config: sample_prompts holds each chat as a JSON array of {role, content}; sample_prompts_file the path.
+  std::vector<std::string> sample_prompts;
+  std::string sample_prompts_file;
+  int64_t sample_max_new_tokens = 64;
   friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
 

@@ -3,7 +3,7 @@
 
 #include "core/error.h"
 #include "deltatune/experiment_store.h"
-#include "generate/decode_loop.h"
+#include "generate/adapter_source.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;

@@ -11,7 +11,8 @@
 #include "data/chat_template.h"
 #include "data/tokenizer.h"
 #include "deltatune/generate.h"
-#include "generate/decode_loop.h"
+#include "decode/decode_loop.h"
+#include "generate/adapter_source.h"
 #include "lora/peft_io.h"
 #include "model/qwen35_model.h"
 #include "model/weights.h"
@@ -29,13 +30,6 @@ nlohmann::json read_json_or_null(const fs::path& p) {
   auto j = nlohmann::json::parse(in, nullptr, false);
   check(!j.is_discarded(), p.string() + ": not valid JSON");
   return j;
-}
-
-void add_ids(const nlohmann::json& v, std::set<int32_t>& out) {
-  if (v.is_number_integer()) out.insert(v.get<int32_t>());
-  if (v.is_array())
-    for (const auto& x : v)
-      if (x.is_number_integer()) out.insert(x.get<int32_t>());
 }
 
 // max_position_embeddings of config.json (top level or text_config); 262144 (Qwen3.5's) when absent.
@@ -100,15 +94,7 @@ Generator::Generator(const GeneratorOptions& opts) : impl_(new Impl) {
   } catch (const Error& e) {
     m.tpl_error = e.what();
   }
-  // End tokens: generation_config.json's eos_token_id (what HF generate stops at), else config.json's, plus
-  // the tokenizer's eos_token (<|im_end|> for the chat checkpoints).
-  const auto gen_cfg = read_json_or_null(dir / "generation_config.json");
-  if (gen_cfg.is_object() && gen_cfg.contains("eos_token_id")) add_ids(gen_cfg["eos_token_id"], m.end_ids);
-  else if (m.weights.config.eos_token_id >= 0) m.end_ids.insert(static_cast<int32_t>(m.weights.config.eos_token_id));
-  if (m.tok && m.tpl && !m.tpl->eos_token().empty()) {
-    const int32_t id = m.tok->token_to_id(m.tpl->eos_token());
-    if (id >= 0) m.end_ids.insert(id);
-  }
+  m.end_ids = generation_end_ids(opts.model_dir, m.weights.config.eos_token_id, m.tok.get(), m.tpl.get());
   m.load_adapter(opts.adapter);
   guard.release();
 }

@@ -11,6 +11,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -411,6 +413,91 @@ Field datasets(const char* key, std::vector<DatasetSpec> RunConfig::*m) {
   return f;
 }
 
+// sample_prompts: each chat as a JSON array of {role, content}; a scalar key value is a JSONL file's path.
+const std::vector<std::string> kMessageRoles = {"system", "user", "assistant", "tool"};
+
+std::string chat_json_from_yaml(const YAML::Node& n, const std::string& sub) {
+  nlohmann::ordered_json chat = nlohmann::ordered_json::array();
+  if (n.IsScalar()) {
+    chat.push_back({{"role", "user"}, {"content", scalar_of(n, sub)}});
+    return chat.dump();
+  }
+  const YAML::Node list = n.IsMap() && n["messages"] ? n["messages"] : n;
+  if (!list.IsSequence() || list.size() == 0)
+    throw BadValue{flow_text(n), sub, "a chat: a list of {role, content}, {messages: [...]} or a string"};
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string ms = sub + index_key(i);
+    const YAML::Node& m = list[i];
+    if (!m.IsMap() || !m["role"] || !m["content"] || m.size() != 2)
+      throw BadValue{flow_text(m), ms, "a message {role, content}"};
+    chat.push_back({{"role", scalar_of(m["role"], ms + ".role")}, {"content", scalar_of(m["content"], ms + ".content")}});
+  }
+  return chat.dump();
+}
+
+Field sample_prompts_field() {
+  Field f;
+  f.key = "sample_prompts";
+  f.expected = "a list of chats (each a list of {role, content}, or a string) or a JSONL file";
+  f.path_kind = PathKind::Input;
+  f.parse = [](const YAML::Node& n, RunConfig& c) {
+    c.sample_prompts.clear();
+    c.sample_prompts_file.clear();
+    if (n.IsScalar()) {
+      c.sample_prompts_file = scalar_of(n);
+      return;
+    }
+    if (!n.IsSequence()) throw BadValue{flow_text(n), "", ""};
+    for (size_t i = 0; i < n.size(); ++i) c.sample_prompts.push_back(chat_json_from_yaml(n[i], index_key(i)));
+  };
+  f.check = [](const RunConfig& c) -> std::optional<Problem> {
+    for (size_t i = 0; i < c.sample_prompts.size(); ++i) {
+      const auto chat = nlohmann::json::parse(c.sample_prompts[i], nullptr, false);
+      const std::string sub = index_key(i);
+      if (chat.is_discarded() || !chat.is_array() || chat.empty())
+        return Problem{sub, c.sample_prompts[i], "a non-empty JSON array of {role, content} messages"};
+      for (size_t j = 0; j < chat.size(); ++j) {
+        const auto& m = chat[j];
+        const std::string ms = sub + index_key(j);
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+            !m["content"].is_string())
+          return Problem{ms, m.dump(), "a message {role, content}"};
+        if (auto p = check_choice(m["role"].get<std::string>(), kMessageRoles, ms + ".role")) return p;
+      }
+    }
+    if (!c.sample_prompts.empty() && !c.sample_prompts_file.empty())
+      return Problem{"", c.sample_prompts_file, "a list of chats or a file, not both"};
+    return std::nullopt;
+  };
+  f.emit = [](YAML::Emitter& out, const RunConfig& c) {
+    if (!c.sample_prompts_file.empty()) {
+      emit_string(out, c.sample_prompts_file);
+      return;
+    }
+    if (c.sample_prompts.empty()) out << YAML::Flow;
+    out << YAML::BeginSeq;
+    for (const std::string& text : c.sample_prompts) {
+      const auto chat = nlohmann::json::parse(text, nullptr, false);
+      out << YAML::BeginSeq;
+      if (chat.is_array())
+        for (const auto& m : chat) {
+          out << YAML::Flow << YAML::BeginMap;
+          for (const char* k : {"role", "content"}) {
+            out << YAML::Key << k << YAML::Value;
+            emit_string(out, m.contains(k) && m[k].is_string() ? m[k].get<std::string>() : std::string());
+          }
+          out << YAML::EndMap;
+        }
+      out << YAML::EndSeq;
+    }
+    out << YAML::EndSeq;
+  };
+  f.resolve = [](RunConfig& c, const std::function<std::string(const std::string&, PathKind)>& r) {
+    c.sample_prompts_file = r(c.sample_prompts_file, PathKind::Input);
+  };
+  return f;
+}
+
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = [] {
     using C = RunConfig;
@@ -492,6 +579,8 @@ const std::vector<Field>& fields() {
                         "an integer >= 0 (0 keeps every checkpoint)"));
     t.push_back(text("resume_from_checkpoint", &C::resume_from_checkpoint, {}, PathKind::Input));
     t.push_back(list("tags", &C::tags));
+    t.push_back(sample_prompts_field());
+    t.push_back(integer("sample_max_new_tokens", &C::sample_max_new_tokens, at_least(1), "an integer >= 1"));
     return t;
   }();
   return table;

@@ -96,6 +96,20 @@ CREATE TABLE tags (
 ALTER TABLE metrics ADD COLUMN moe_load_max_ratio REAL NOT NULL DEFAULT -1;
 ALTER TABLE metrics ADD COLUMN moe_load_cv REAL NOT NULL DEFAULT -1;
 )sql",
+    // 2 -> 3: generations of the run config's sample_prompts at eval steps (older databases: none).
+    R"sql(
+CREATE TABLE samples (
+  run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  prompt_index INTEGER NOT NULL,
+  prompt TEXT NOT NULL,
+  text TEXT NOT NULL,
+  tokens INTEGER NOT NULL,
+  finish_reason TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (run_id, step, prompt_index)
+);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof kMigrations / sizeof kMigrations[0]);
 
@@ -562,6 +576,8 @@ void ExperimentStore::truncate_metrics(const std::string& run_id, int64_t step) 
   impl_->require_run(run_id);
   SqliteStmt s(impl_->db, "DELETE FROM metrics WHERE run_id = ? AND step > ?");
   s.bind(1, run_id).bind(2, step).run();
+  SqliteStmt sm(impl_->db, "DELETE FROM samples WHERE run_id = ? AND step > ?");
+  sm.bind(1, run_id).bind(2, step).run();
   impl_->refresh_summary(run_id);
   tx.commit();
 }
@@ -588,6 +604,39 @@ std::vector<ArtifactRecord> ExperimentStore::artifacts(const std::string& run_id
   s.bind(1, run_id);
   std::vector<ArtifactRecord> out;
   while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2), s.integer(3), s.text(4)});
+  return out;
+}
+
+void ExperimentStore::add_samples(const std::string& run_id, const std::vector<SampleRecord>& samples) {
+  std::lock_guard lock(impl_->mutex);
+  SqliteTransaction tx(impl_->db);
+  impl_->require_run(run_id);
+  for (const SampleRecord& r : samples) {
+    SqliteStmt s(impl_->db,
+                 "INSERT OR REPLACE INTO samples(run_id, step, prompt_index, prompt, text, tokens, finish_reason, "
+                 "created_at) VALUES (?,?,?,?,?,?,?,?)");
+    s.bind(1, run_id)
+        .bind(2, r.step)
+        .bind(3, r.prompt_index)
+        .bind(4, r.prompt)
+        .bind(5, r.text)
+        .bind(6, r.tokens)
+        .bind(7, r.finish_reason)
+        .bind(8, r.created_at.empty() ? now_iso() : r.created_at)
+        .run();
+  }
+  tx.commit();
+}
+
+std::vector<SampleRecord> ExperimentStore::samples(const std::string& run_id) {
+  std::lock_guard lock(impl_->mutex);
+  SqliteStmt s(impl_->db,
+               "SELECT run_id, step, prompt_index, prompt, text, tokens, finish_reason, created_at FROM samples "
+               "WHERE run_id = ? ORDER BY step, prompt_index");
+  s.bind(1, run_id);
+  std::vector<SampleRecord> out;
+  while (s.step())
+    out.push_back({s.text(0), s.integer(1), s.integer(2), s.text(3), s.text(4), s.integer(5), s.text(6), s.text(7)});
   return out;
 }
 

@@ -189,6 +189,11 @@ void record_step(TrainSession& s, const StepWork& w, double lr, const BatchStrea
     if (s.best_eval < 0 || m.eval_loss < s.best_eval) s.best_eval = m.eval_loss;
   }
   if (s.store) s.store->add_metrics(s.run_id, m);
+  const bool eval_step = (s.cfg.eval_steps > 0 && s.step % s.cfg.eval_steps == 0) || last;
+  if (s.root && eval_step && !s.samples.empty()) {  // stored before on_step, so an observer finds them
+    std::vector<SampleRecord> gen = sample_prompts_generate(s.samples, *s.model, s.adapter, s.step);
+    if (s.store) s.store->add_samples(s.run_id, gen);
+  }
   s.obs.on_step(m);
   if (s.cfg.save_steps > 0 && s.step % s.cfg.save_steps == 0 && !last) save_checkpoint(s, false);
 }

@@ -17,6 +17,7 @@
 #include "model/qwen35_model.h"
 #include "model/weights.h"
 #include "train/batch_stream.h"
+#include "train/sample_prompts.h"
 
 namespace deltatune {
 
@@ -58,6 +59,7 @@ struct TrainSession {
   PreparedData data;
   std::string data_fp;       // data_fingerprint of the training examples, kept in every checkpoint
   std::string class_prefix;  // the PEFT key prefix the adapters are written with
+  SamplePrompts samples;     // the config's sample_prompts, tokenised (rank 0 generates them)
 
   // start_backend
   std::unique_ptr<Backend> be;

@@ -69,6 +69,7 @@ void load_inputs(TrainSession& s) {
   // Everything is read and tokenized now: the dataset files may change or vanish during the run without
   // affecting it. The fingerprint goes into every checkpoint for the resume check.
   s.data_fp = data_fingerprint(s.data.train);
+  if (s.root) s.samples = sample_prompts_load(cfg, mc.eos_token_id);
 
   // A run that starts from a PEFT adapter writes its adapters for that adapter's class (the keys PEFT expects
   // there), unless model_class names one.

@@ -14,6 +14,7 @@ namespace deltatune {
 class Qwen35Model;
 struct LoraAdapter;
 class Tokenizer;
+class ChatTemplate;
 
 struct DecodeSequence {
   size_t request = 0;            // index reported in events
@@ -34,11 +35,14 @@ struct DecodeContext {
 
 // Generates for every sequence together. With a LoRA adapter the caller holds a LoraComputeCopies of it for the
 // call (the products read its compute-dtype factors). The trainer's sample generations can call this with its
-// own model and adapter.
+// own model and adapter (train/sample_prompts).
 void run_decode(const DecodeContext& ctx, const std::vector<DecodeSequence*>& seqs, const GenerateCallback& on_event,
                 const std::atomic<bool>* cancel);
 
-// See deltatune::resolve_adapter.
-std::string resolve_adapter_folder(const std::string& adapter, const std::string& db_path);
+// The tokens generation stops at for the checkpoint in model_dir: generation_config.json's eos_token_id (what HF
+// generate stops at), else config.json's (config_eos, < 0 = none), plus the chat template's eos_token
+// (<|im_end|> for the chat checkpoints) when a tokenizer and template are given.
+std::set<int32_t> generation_end_ids(const std::string& model_dir, int64_t config_eos, const Tokenizer* tok,
+                                     const ChatTemplate* tpl);
 
 }  // namespace deltatune

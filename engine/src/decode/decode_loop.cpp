@@ -1,4 +1,4 @@
-#include "generate/decode_loop.h"
+#include "decode/decode_loop.h"
 
 #include <algorithm>
 #include <memory>
@@ -6,8 +6,8 @@
 #include <span>
 
 #include "core/error.h"
-#include "generate/sampler.h"
-#include "generate/text_stream.h"
+#include "decode/sampler.h"
+#include "decode/text_stream.h"
 #include "model/qwen35_model.h"
 
 namespace deltatune {

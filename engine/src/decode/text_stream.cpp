@@ -1,4 +1,4 @@
-#include "generate/text_stream.h"
+#include "decode/text_stream.h"
 
 #include <algorithm>
 

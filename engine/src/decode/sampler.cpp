@@ -1,4 +1,4 @@
-#include "generate/sampler.h"
+#include "decode/sampler.h"
 
 #include <algorithm>
 #include <cmath>
