@@ -1,6 +1,6 @@
 // Launchers for causal varlen attention with GQA.
 //  - attention_{fwd,bwd}_fma.cu: fp32 FMA kernels for any dtype and head_dim ≤ 256 (first version; the
-//    fallback and the A/B reference, selected with DT_ATTN_FMA=1).
+//    fallback for F32/F16 inputs, other head dims and unaligned views).
 //  - attention_{fwd,bwd}_mma.cu: flash-attention-2 style kernels on tensor cores (bf16 mma.sync, fp32
 //    accumulators and softmax) for BF16 q/k/v/dout and head_dim 64, 128 or 256.
 #pragma once
@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/kernel_policy.h"
 #include "common/kptr.h"
 
 namespace deltatune::kernels {
@@ -21,10 +22,12 @@ size_t attention_fwd_smem(int hd);
 size_t attention_bwd_smem(int hd);
 
 // q (T, nH, hd), k/v (T, nKV, hd), o (T, nH, hd) (=), lse F32 (T, nH) (=).
-cudaError_t launch_attention_fwd(KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles, int ntiles,
+// Every launcher takes the device's KernelPolicy: it picks the tiles (attention_bwd_mma_smem) and no launch
+// asks for more shared memory than the policy allows (refused with cudaErrorInvalidConfiguration).
+cudaError_t launch_attention_fwd(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles, int ntiles,
                                  int64_t nH, int64_t nKV, int hd, float scale, KOut o, float* lse, cudaStream_t s);
 // dout, o (T, nH, hd); lse F32 (T, nH); dl F32 (T, nH) scratch; dq (T, nH, hd), dk/dv (T, nKV, hd) (=).
-cudaError_t launch_attention_bwd(KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
+cudaError_t launch_attention_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                  const int32_t* cu_seqlens, const int32_t* tiles, int ntiles, int64_t T, int64_t nH,
                                  int64_t nKV, int hd, float scale, KOut dq, KOut dk, KOut dv, cudaStream_t s);
 // dl[row] (=) Σ_d dout[row, d]·o[row, d] for rows = T·nH (the D term of the backward).
@@ -36,15 +39,17 @@ cudaError_t launch_attention_dot(KIn dout, KIn o, float* dl, int64_t rows, int h
 // order (the host puts the most expensive tiles first).
 constexpr int kAttnMmaTile = 64;
 bool attention_mma_supported(int hd);
-size_t attention_fwd_mma_smem(int hd);
-size_t attention_bwd_mma_smem(int hd);
-cudaError_t launch_attention_fwd_mma(KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles,
+// Shared memory per block of the kernels the policy runs (the largest of the backward's two kernels): the
+// portable policy's dK/dV kernel walks 16-row query steps at hd 256 to stay within 99 KiB.
+size_t attention_fwd_mma_smem(const KernelPolicy& pol, int hd);
+size_t attention_bwd_mma_smem(const KernelPolicy& pol, int hd);
+cudaError_t launch_attention_fwd_mma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles,
                                      int ntiles, int64_t nH, int64_t nKV, int hd, float scale, KOut o, float* lse,
                                      cudaStream_t s);
 // q_tiles drive the dQ kernel, k_tiles the dK/dV kernel (the same tiles, each list ordered by its own cost).
 // dkv_scratch: F32 2·T·nH·hd when nH > nKV (per-query-head dK, dV partials summed per kv head afterwards),
 // else unused (may be null).
-cudaError_t launch_attention_bwd_mma(KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
+cudaError_t launch_attention_bwd_mma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                      const int32_t* cu_seqlens, const int32_t* q_tiles, const int32_t* k_tiles,
                                      int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, KOut dq,
                                      KOut dk, KOut dv, float* dkv_scratch, cudaStream_t s);

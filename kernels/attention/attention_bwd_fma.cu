@@ -12,13 +12,17 @@
 // mirrors the forward's layout with dO added.
 #include "attention/attention.cuh"
 #include "attention/attention_tile.cuh"
+#include "common/launch_smem.cuh"
 
 namespace deltatune::kernels {
 namespace {
 
 constexpr int BT = kAttnTile;  // 16 rows owned by a block
-constexpr int BW = 32;         // rows of the walked tiles
-constexpr int NC = BW / 8;
+// Rows of the walked query tiles in the dK/dV kernel: 32, or 16 where 32 would not fit 99 KiB (hd > 248;
+// every kernel within kPortableSmemPerBlock); the dQ kernel walks 32-row key tiles.
+constexpr int BW = 32;
+size_t dkdv_smem(int hd, int bw) { return sizeof(float) * (size_t(2 * BT + 2 * bw) * (hd + 1) + 2 * BT * bw + 2 * bw); }
+int dkdv_walk(int hd) { return dkdv_smem(hd, BW) <= kPortableSmemPerBlock ? BW : 16; }
 
 // dl[t, h] (=) Σ_d dout·o; one warp per (t, h).
 __global__ void attn_dot_kernel(KIn dout, KIn o, float* dl, int64_t rows, int hd) {
@@ -31,7 +35,7 @@ __global__ void attn_dot_kernel(KIn dout, KIn o, float* dl, int64_t rows, int hd
   if (lane == 0) dl[row] = acc;
 }
 
-template <int MAXD>
+template <int MAXD, int BW>
 __global__ void __launch_bounds__(attn::kThreads) attention_dkdv_kernel(
     KIn dout,         // (T, nH, hd)
     KIn q,            // (T, nH, hd)
@@ -53,6 +57,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_dkdv_kernel(
   float* Ls = Ss + BT * BW;   // (BW) lse
   float* Dl = Ls + BW;        // (BW) D
   constexpr int ND = MAXD / 8;
+  constexpr int NC = BW / 8;
 
   const int seq = tiles[2 * blockIdx.x], k0 = tiles[2 * blockIdx.x + 1];
   const int64_t g = blockIdx.y;
@@ -160,7 +165,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_dq_kernel(
     attn::load_tile(Vs, v, k0, BW, s1, nKV, kvh, hd, 1.f);
     __syncthreads();
 #pragma unroll
-    for (int jj = 0; jj < NC; ++jj) {
+    for (int jj = 0; jj < BW / 8; ++jj) {
       const int c = l8 + 8 * jj;
       const int64_t kj = k0 + c;
       float s = 0.f, dp = 0.f;
@@ -192,22 +197,21 @@ __global__ void __launch_bounds__(attn::kThreads) attention_dq_kernel(
   }
 }
 
-size_t dkdv_smem(int hd) { return sizeof(float) * (size_t(2 * BT + 2 * BW) * (hd + 1) + 2 * BT * BW + 2 * BW); }
 size_t dq_smem(int hd) { return sizeof(float) * (size_t(2 * BT + 2 * BW) * (hd + 1) + BT * BW); }
 
 template <int MAXD>
-cudaError_t run_bwd(KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl, const int32_t* cu,
+cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl, const int32_t* cu,
                     const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, int hd, float scale, KOut dq, KOut dk,
                     KOut dv, cudaStream_t s) {
-  const size_t sm1 = dkdv_smem(hd), sm2 = dq_smem(hd);
-  cudaError_t e = cudaFuncSetAttribute(attention_dkdv_kernel<MAXD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(sm1));
+  const int bw = dkdv_walk(hd);
+  const size_t sm1 = dkdv_smem(hd, bw), sm2 = dq_smem(hd);
+  auto* kv_kernel = bw == BW ? attention_dkdv_kernel<MAXD, BW> : attention_dkdv_kernel<MAXD, 16>;
+  cudaError_t e = set_launch_smem(pol, kv_kernel, sm1);
   if (e != cudaSuccess) return e;
-  e = cudaFuncSetAttribute(attention_dq_kernel<MAXD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(sm2));
+  e = set_launch_smem(pol, attention_dq_kernel<MAXD>, sm2);
   if (e != cudaSuccess) return e;
-  attention_dkdv_kernel<MAXD><<<dim3(ntiles, static_cast<unsigned>(nKV)), attn::kThreads, sm1, s>>>(
-      dout, q, k, v, lse, dl, cu, tiles, nH, nKV, hd, scale, dk, dv);
+  kv_kernel<<<dim3(ntiles, static_cast<unsigned>(nKV)), attn::kThreads, sm1, s>>>(dout, q, k, v, lse, dl, cu, tiles,
+                                                                                 nH, nKV, hd, scale, dk, dv);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   attention_dq_kernel<MAXD><<<dim3(ntiles, static_cast<unsigned>(nH)), attn::kThreads, sm2, s>>>(
@@ -223,18 +227,21 @@ cudaError_t launch_attention_dot(KIn dout, KIn o, float* dl, int64_t rows, int h
   return cudaGetLastError();
 }
 
-size_t attention_bwd_smem(int hd) { return dkdv_smem(hd) > dq_smem(hd) ? dkdv_smem(hd) : dq_smem(hd); }
+size_t attention_bwd_smem(int hd) {
+  const size_t a = dkdv_smem(hd, dkdv_walk(hd));
+  return a > dq_smem(hd) ? a : dq_smem(hd);
+}
 
-cudaError_t launch_attention_bwd(KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
+cudaError_t launch_attention_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                  const int32_t* cu_seqlens, const int32_t* tiles, int ntiles, int64_t T, int64_t nH,
                                  int64_t nKV, int hd, float scale, KOut dq, KOut dk, KOut dv, cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   cudaError_t e = launch_attention_dot(dout, o, dl, T * nH, hd, s);
   if (e != cudaSuccess) return e;
-  if (hd <= 64) return run_bwd<64>(dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, dq, dk, dv, s);
+  if (hd <= 64) return run_bwd<64>(pol, dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, dq, dk, dv, s);
   if (hd <= 128)
-    return run_bwd<128>(dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, dq, dk, dv, s);
-  return run_bwd<256>(dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, dq, dk, dv, s);
+    return run_bwd<128>(pol, dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, dq, dk, dv, s);
+  return run_bwd<256>(pol, dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, dq, dk, dv, s);
 }
 
 }  // namespace deltatune::kernels

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "attention/attention.cuh"
+#include "common/launch_smem.cuh"
 #include "common/mma.cuh"
 #include "common/device.cuh"
 
@@ -28,17 +29,24 @@ constexpr int BT = kAttnMmaTile;  // rows of the owned tile (keys in dK/dV, quer
 template <int HD> constexpr int row_ld() { return HD + 8; }  // +16 bytes: conflict-free ldmatrix rows
 
 // ---- dK / dV ------------------------------------------------------------------------------------------------
-constexpr int KV_NT = 256;     // 8 warps
-constexpr int PLD = BT + 8;    // Pᵀ / dSᵀ row stride (bf16)
-// Q/dO buffers: at hd 256 (one block per SM) the next query tile loads while this one is computed; smaller
-// head dims run two blocks per SM on a single buffer instead.
-template <int HD> constexpr int kv_stages() { return HD == 256 ? 2 : 1; }
-template <int HD> constexpr size_t dkdv_smem() {
-  return sizeof(bf16) * (size_t(2 + 2 * kv_stages<HD>()) * BT * row_ld<HD>() + size_t(2) * BT * PLD) +
-         sizeof(float) * 2 * BT;
+constexpr int KV_NT = 256;  // 8 warps
+// Query rows walked per step: 64 (the Hopper policy), or 16 at hd 256 under the portable policy, where 64-row
+// Q and dO tiles next to the 64-row K and V tiles would need 150-217 KiB (kernels/common/kernel_policy.h:
+// every portable kernel fits 99 KiB). With 16 rows each warp column takes 8 queries in phase 1.
+template <int QW> constexpr int p_ld() { return QW + 8; }  // Pᵀ / dSᵀ row stride (bf16)
+// Q/dO buffers: with 64-row steps at hd 256 (one block per SM) the next query tile loads while this one is
+// computed; the other configurations run on a single buffer.
+template <int HD, int QW> constexpr int kv_stages() { return HD == 256 && QW == 64 ? 2 : 1; }
+template <int HD, int QW> constexpr size_t dkdv_smem() {
+  return sizeof(bf16) * (size_t(2) * BT * row_ld<HD>() + size_t(2 * kv_stages<HD, QW>()) * QW * row_ld<HD>() +
+                         size_t(2) * BT * p_ld<QW>()) +
+         sizeof(float) * 2 * QW;
 }
+// The portable policy's step at each head dim: 64 rows where that fits 99 KiB (hd 64, 128), else 16.
+template <int HD> constexpr int portable_qw() { return dkdv_smem<HD, BT>() <= kPortableSmemPerBlock ? BT : 16; }
+static_assert(dkdv_smem<256, portable_qw<256>()>() <= kPortableSmemPerBlock, "portable dK/dV tile over 99 KiB");
 
-template <int HD>
+template <int HD, int QW>
 __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
     const bf16* __restrict__ dout, const bf16* __restrict__ q,  // (T, nH, HD)
     const bf16* __restrict__ k, const bf16* __restrict__ v,     // (T, nKV, HD)
@@ -46,20 +54,24 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
     const int32_t* __restrict__ cu, const int32_t* __restrict__ tiles, int64_t T, int nH, int nKV, float scale,
     KOut dk, KOut dv,            // (T, nKV, HD), written when part == nullptr
     float* __restrict__ part) {  // F32 (2, T, nH, HD) partials when nH > nKV
+  static_assert(QW == BT || QW == 16, "query steps of 64 or 16 rows");
   constexpr int LD = row_ld<HD>();
+  constexpr int PLD = p_ld<QW>();
   constexpr int HH = HD / 2;  // head dims per warp column
   constexpr int NA = HH / 8;  // 8-wide column blocks of the dK / dV accumulators
-  constexpr int ST = kv_stages<HD>();
-  constexpr uint32_t STAGE_BYTES = 2 * BT * LD * sizeof(bf16);  // one Q + dO buffer pair
+  constexpr int NQ = QW / 2;  // queries per warp column in phase 1
+  constexpr int NB = NQ / 8;  // their 8-wide blocks
+  constexpr int ST = kv_stages<HD, QW>();
+  constexpr uint32_t STAGE_BYTES = 2 * QW * LD * sizeof(bf16);  // one Q + dO buffer pair
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Ks = reinterpret_cast<bf16*>(smem_raw);  // (BT, LD)
   bf16* Vs = Ks + BT * LD;
   bf16* Pt = Vs + BT * LD;                        // (BT keys, PLD) Pᵀ
   bf16* St = Pt + BT * PLD;                       // dSᵀ
-  float* Ls = reinterpret_cast<float*>(St + BT * PLD);  // (BT) lse·log2e of the query tile
-  float* Ds = Ls + BT;                                   // (BT) D
-  bf16* Qs = reinterpret_cast<bf16*>(Ds + BT);    // stage 0: Q (BT, LD) then dO (BT, LD); stage 1 follows
-  bf16* Os = Qs + BT * LD;
+  float* Ls = reinterpret_cast<float*>(St + BT * PLD);  // (QW) lse·log2e of the query tile
+  float* Ds = Ls + QW;                                   // (QW) D
+  bf16* Qs = reinterpret_cast<bf16*>(Ds + QW);    // stage 0: Q (QW, LD) then dO (QW, LD); stage 1 follows
+  bf16* Os = Qs + QW * LD;
 
   const int h = blockIdx.x;
   const int seq = tiles[2 * blockIdx.y], k0 = tiles[2 * blockIdx.y + 1];
@@ -72,8 +84,8 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
 
   mma::load_rows<BT, HD, LD, KV_NT>(Ks, k, k0, s1, nKV, kvh);
   mma::load_rows<BT, HD, LD, KV_NT>(Vs, v, k0, s1, nKV, kvh);
-  mma::load_rows<BT, HD, LD, KV_NT>(Qs, q, k0, s1, nH, h);  // the first (diagonal) query tile: q0 = k0
-  mma::load_rows<BT, HD, LD, KV_NT>(Os, dout, k0, s1, nH, h);
+  mma::load_rows<QW, HD, LD, KV_NT>(Qs, q, k0, s1, nH, h);  // the first (diagonal) query tile: q0 = k0
+  mma::load_rows<QW, HD, LD, KV_NT>(Os, dout, k0, s1, nH, h);
   mma::cp_async_commit();
 
   float adk[NA][4], adv[NA][4];
@@ -85,7 +97,9 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
   // Phase 1 operands: A = K or V rows of this warp, B = Q or dO rows (n = queries, k = head dim).
   const int a_off = (wr * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
   const uint32_t ka = mma::smem_addr(Ks + a_off), va = mma::smem_addr(Vs + a_off);
-  const int b_off = (wc * 32 + (lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8;
+  // 64-row steps: rows of two 8-query blocks x 16 dims; 16-row steps: rows of one 8-query block x 32 dims.
+  const int b_off = QW == BT ? (wc * NQ + (lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8
+                             : (wc * NQ + (lane & 7)) * LD + (lane >> 3) * 8;
   const uint32_t qb = mma::smem_addr(Qs + b_off), ob = mma::smem_addr(Os + b_off);
   // Phase 2 operands: A = Pᵀ or dSᵀ rows of this warp (k = queries), B = dO or Q (k = queries, n = dims).
   const int p_off = (wr * 16 + (lane & 15)) * PLD + (lane >> 4) * 8;
@@ -95,20 +109,20 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
   const int key0 = k0 + wr * 16 + g;  // key of c0/c1 in phase 1 and of the accumulators; c2/c3: key0 + 8
 
   int stage = 0;
-  for (int q0 = k0; q0 < s1; q0 += BT, stage ^= ST - 1) {
-    const bool more = q0 + BT < s1;
+  for (int q0 = k0; q0 < s1; q0 += QW, stage ^= ST - 1) {
+    const bool more = q0 + QW < s1;
     if (ST == 1 && q0 != k0) {  // single buffer: load this tile now (the previous one is done with it)
-      mma::load_rows<BT, HD, LD, KV_NT>(Qs, q, q0, s1, nH, h);
-      mma::load_rows<BT, HD, LD, KV_NT>(Os, dout, q0, s1, nH, h);
+      mma::load_rows<QW, HD, LD, KV_NT>(Qs, q, q0, s1, nH, h);
+      mma::load_rows<QW, HD, LD, KV_NT>(Os, dout, q0, s1, nH, h);
       mma::cp_async_commit();
     }
     if (ST == 2 && more) {  // prefetch the next tile into the other stage (read last by the previous tile)
-      bf16* qn = Qs + (stage ^ 1) * 2 * BT * LD;
-      mma::load_rows<BT, HD, LD, KV_NT>(qn, q, q0 + BT, s1, nH, h);
-      mma::load_rows<BT, HD, LD, KV_NT>(qn + BT * LD, dout, q0 + BT, s1, nH, h);
+      bf16* qn = Qs + (stage ^ 1) * 2 * QW * LD;
+      mma::load_rows<QW, HD, LD, KV_NT>(qn, q, q0 + QW, s1, nH, h);
+      mma::load_rows<QW, HD, LD, KV_NT>(qn + QW * LD, dout, q0 + QW, s1, nH, h);
       mma::cp_async_commit();
     }
-    if (threadIdx.x < BT) {
+    if (threadIdx.x < QW) {
       const int64_t i = q0 + threadIdx.x;
       Ls[threadIdx.x] = i < s1 ? lse[i * nH + h] * kLog2e : 0.f;
       Ds[threadIdx.x] = i < s1 ? dl[i * nH + h] : 0.f;
@@ -118,32 +132,50 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
     __syncthreads();
     const uint32_t soff = stage * STAGE_BYTES;
 
-    float s[4][4], dp[4][4];
+    float s[NB][4], dp[NB][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < NB; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+    if constexpr (QW == BT) {
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) {
-      uint32_t ak[4], av[4];
-      mma::ldsm_x4(ak, ka + kk * 32);
-      mma::ldsm_x4(av, va + kk * 32);
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        uint32_t ak[4], av[4];
+        mma::ldsm_x4(ak, ka + kk * 32);
+        mma::ldsm_x4(av, va + kk * 32);
 #pragma unroll
-      for (int nb = 0; nb < 2; ++nb) {
-        uint32_t b[4];
-        mma::ldsm_x4(b, qb + soff + (nb * 16 * LD + kk * 16) * 2);
-        mma::mma16816(s[2 * nb], ak, b[0], b[1]);
-        mma::mma16816(s[2 * nb + 1], ak, b[2], b[3]);
-        mma::ldsm_x4(b, ob + soff + (nb * 16 * LD + kk * 16) * 2);
-        mma::mma16816(dp[2 * nb], av, b[0], b[1]);
-        mma::mma16816(dp[2 * nb + 1], av, b[2], b[3]);
+        for (int nb = 0; nb < 2; ++nb) {
+          uint32_t b[4];
+          mma::ldsm_x4(b, qb + soff + (nb * 16 * LD + kk * 16) * 2);
+          mma::mma16816(s[2 * nb], ak, b[0], b[1]);
+          mma::mma16816(s[2 * nb + 1], ak, b[2], b[3]);
+          mma::ldsm_x4(b, ob + soff + (nb * 16 * LD + kk * 16) * 2);
+          mma::mma16816(dp[2 * nb], av, b[0], b[1]);
+          mma::mma16816(dp[2 * nb + 1], av, b[2], b[3]);
+        }
+      }
+    } else {  // one 8-query block: each ldmatrix x4 gives its B fragments for two 16-dim steps
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; kk += 2) {
+        uint32_t ak[4], av[4], b[4];
+        mma::ldsm_x4(b, qb + soff + kk * 32);
+        mma::ldsm_x4(ak, ka + kk * 32);
+        mma::mma16816(s[0], ak, b[0], b[1]);
+        mma::ldsm_x4(ak, ka + (kk + 1) * 32);
+        mma::mma16816(s[0], ak, b[2], b[3]);
+        mma::ldsm_x4(b, ob + soff + kk * 32);
+        mma::ldsm_x4(av, va + kk * 32);
+        mma::mma16816(dp[0], av, b[0], b[1]);
+        mma::ldsm_x4(av, va + (kk + 1) * 32);
+        mma::mma16816(dp[0], av, b[2], b[3]);
       }
     }
-    // Pᵀ, dSᵀ; masking only on the diagonal tile and on a tile running past the sequence end.
-    const bool masked = q0 == k0 || q0 + BT > s1;
+    // Pᵀ, dSᵀ; masking only on the query tiles that overlap the key tile (the first BT / QW) and on a tile
+    // running past the sequence end.
+    const bool masked = q0 < k0 + BT || q0 + QW > s1;
 #pragma unroll
-    for (int nb = 0; nb < 4; ++nb) {
-      const int c = wc * 32 + nb * 8 + 2 * tq;  // query column of e = 0 and 2 (e = 1, 3: c + 1)
+    for (int nb = 0; nb < NB; ++nb) {
+      const int c = wc * NQ + nb * 8 + 2 * tq;  // query column of e = 0 and 2 (e = 1, 3: c + 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int cc = c + (e & 1), key = key0 + (e >> 1) * 8, i = q0 + cc;
@@ -161,7 +193,7 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
     __syncthreads();
 
 #pragma unroll
-    for (int kc = 0; kc < BT / 16; ++kc) {
+    for (int kc = 0; kc < QW / 16; ++kc) {
       uint32_t ap[4], as[4];
       mma::ldsm_x4(ap, pa + kc * 32);
       mma::ldsm_x4(as, sa + kc * 32);
@@ -354,8 +386,8 @@ __global__ void __launch_bounds__(Q_NT, 2) attention_dq_mma_kernel(
 }
 
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
-template <int HD>
-cudaError_t run_bwd(KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl, const int32_t* cu,
+template <int HD, int QW>
+cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl, const int32_t* cu,
                     const int32_t* q_tiles, const int32_t* k_tiles, int ntiles, int64_t T, int64_t nH, int64_t nKV,
                     float scale, KOut dq, KOut dk, KOut dv, float* part, cudaStream_t s) {
   const auto* dop = static_cast<const bf16*>(dout.p);
@@ -366,12 +398,12 @@ cudaError_t run_bwd(KIn dout, KIn q, KIn k, KIn v, const float* lse, const float
   // Heads vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
   const dim3 grid(static_cast<unsigned>(nH), static_cast<unsigned>(ntiles));
 
-  cudaError_t e = cudaFuncSetAttribute(attention_dkdv_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(dkdv_smem<HD>()));
+  constexpr size_t kv_smem = dkdv_smem<HD, QW>();
+  cudaError_t e = set_launch_smem(pol, attention_dkdv_mma_kernel<HD, QW>, kv_smem);
   if (e != cudaSuccess) return e;
   float* pp = nH > nKV ? part : nullptr;
-  attention_dkdv_mma_kernel<HD><<<grid, KV_NT, dkdv_smem<HD>(), s>>>(dop, qp, kp, vp, lse, dl, cu, k_tiles, T, nh,
-                                                                      nkv, scale, dk, dv, pp);
+  attention_dkdv_mma_kernel<HD, QW><<<grid, KV_NT, kv_smem, s>>>(dop, qp, kp, vp, lse, dl, cu, k_tiles, T, nh, nkv,
+                                                                  scale, dk, dv, pp);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   if (pp) {
     const int64_t n = T * nKV * HD;
@@ -380,8 +412,7 @@ cudaError_t run_bwd(KIn dout, KIn q, KIn k, KIn v, const float* lse, const float
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
 
-  e = cudaFuncSetAttribute(attention_dq_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(dq_smem<HD>()));
+  e = set_launch_smem(pol, attention_dq_mma_kernel<HD>, dq_smem<HD>());
   if (e != cudaSuccess) return e;
   attention_dq_mma_kernel<HD><<<grid, Q_NT, dq_smem<HD>(), s>>>(dop, qp, kp, vp, lse, dl, cu, q_tiles, nh, nkv,
                                                                  scale, dq);
@@ -391,14 +422,22 @@ cudaError_t run_bwd(KIn dout, KIn q, KIn k, KIn v, const float* lse, const float
 #endif  // DT_ATTN_EMU
 }  // namespace
 
-size_t attention_bwd_mma_smem(int hd) {
-  const size_t a = hd <= 64 ? dkdv_smem<64>() : hd <= 128 ? dkdv_smem<128>() : dkdv_smem<256>();
+// The dK/dV step: 64 query rows with the Hopper policy, else the portable step of the head dim.
+template <int HD> constexpr size_t dkdv_smem_for(bool hopper) {
+  return hopper ? dkdv_smem<HD, BT>() : dkdv_smem<HD, portable_qw<HD>()>();
+}
+
+size_t attention_bwd_mma_smem(const KernelPolicy& pol, int hd) {
+  const bool hop = pol.hopper();
+  const size_t a = hd <= 64    ? dkdv_smem_for<64>(hop)
+                   : hd <= 128 ? dkdv_smem_for<128>(hop)
+                               : dkdv_smem_for<256>(hop);
   const size_t b = hd <= 64 ? dq_smem<64>() : hd <= 128 ? dq_smem<128>() : dq_smem<256>();
   return a > b ? a : b;
 }
 
 #ifndef DT_ATTN_EMU
-cudaError_t launch_attention_bwd_mma(KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
+cudaError_t launch_attention_bwd_mma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                      const int32_t* cu_seqlens, const int32_t* q_tiles, const int32_t* k_tiles,
                                      int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, KOut dq,
                                      KOut dk, KOut dv, float* dkv_scratch, cudaStream_t s) {
@@ -408,16 +447,21 @@ cudaError_t launch_attention_bwd_mma(KIn dout, KIn q, KIn k, KIn v, KIn o, const
     return cudaErrorInvalidValue;
   cudaError_t e = launch_attention_dot(dout, o, dl, T * nH, hd, s);
   if (e != cudaSuccess) return e;
+  // Hopper: 64-row query steps at every head dim; portable: the step that fits 99 KiB (portable_qw).
+  const bool hop = pol.hopper();
   switch (hd) {
     case 64:
-      return run_bwd<64>(dout, q, k, v, lse, dl, cu_seqlens, q_tiles, k_tiles, ntiles, T, nH, nKV, scale, dq, dk,
-                         dv, dkv_scratch, s);
+      return (hop ? run_bwd<64, BT> : run_bwd<64, portable_qw<64>()>)(pol, dout, q, k, v, lse, dl, cu_seqlens,
+                                                                       q_tiles, k_tiles, ntiles, T, nH, nKV, scale,
+                                                                       dq, dk, dv, dkv_scratch, s);
     case 128:
-      return run_bwd<128>(dout, q, k, v, lse, dl, cu_seqlens, q_tiles, k_tiles, ntiles, T, nH, nKV, scale, dq, dk,
-                          dv, dkv_scratch, s);
+      return (hop ? run_bwd<128, BT> : run_bwd<128, portable_qw<128>()>)(pol, dout, q, k, v, lse, dl, cu_seqlens,
+                                                                          q_tiles, k_tiles, ntiles, T, nH, nKV,
+                                                                          scale, dq, dk, dv, dkv_scratch, s);
     default:
-      return run_bwd<256>(dout, q, k, v, lse, dl, cu_seqlens, q_tiles, k_tiles, ntiles, T, nH, nKV, scale, dq, dk,
-                          dv, dkv_scratch, s);
+      return (hop ? run_bwd<256, BT> : run_bwd<256, portable_qw<256>()>)(pol, dout, q, k, v, lse, dl, cu_seqlens,
+                                                                          q_tiles, k_tiles, ntiles, T, nH, nKV,
+                                                                          scale, dq, dk, dv, dkv_scratch, s);
   }
 }
 

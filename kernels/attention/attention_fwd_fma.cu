@@ -10,6 +10,7 @@
 // bank conflicts when 8 lanes read 8 different key rows at one column.
 #include "attention/attention.cuh"
 #include "attention/attention_tile.cuh"
+#include "common/launch_smem.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -109,13 +110,13 @@ __global__ void __launch_bounds__(attn::kThreads) attention_fwd_kernel(
 
 size_t attention_fwd_smem(int hd) { return sizeof(float) * (size_t(BQ + 2 * BK) * (hd + 1) + BQ * BK); }
 
-cudaError_t launch_attention_fwd(KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles, int ntiles,
+cudaError_t launch_attention_fwd(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles, int ntiles,
                                  int64_t nH, int64_t nKV, int hd, float scale, KOut o, float* lse, cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   const size_t smem = attention_fwd_smem(hd);
   const dim3 grid(static_cast<unsigned>(ntiles), static_cast<unsigned>(nH));
   auto go = [&](auto kernel) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    cudaError_t e = set_launch_smem(pol, kernel, smem);
     if (e != cudaSuccess) return e;
     kernel<<<grid, attn::kThreads, smem, s>>>(q, k, v, cu_seqlens, tiles, nH, nKV, hd, scale, o, lse);
     return cudaGetLastError();

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "attention/attention.cuh"
+#include "common/launch_smem.cuh"
 #include "common/mma.cuh"
 #include "common/device.cuh"
 
@@ -168,11 +169,10 @@ __global__ void __launch_bounds__(NT, 2) attention_fwd_mma_kernel(
 
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
 template <int HD>
-cudaError_t run_fwd(KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles, int ntiles, int64_t nH,
+cudaError_t run_fwd(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles, int ntiles, int64_t nH,
                     int64_t nKV, float scale, KOut o, float* lse, cudaStream_t s) {
   const size_t smem = fwd_smem<HD>();
-  cudaError_t e = cudaFuncSetAttribute(attention_fwd_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem));
+  cudaError_t e = set_launch_smem(pol, attention_fwd_mma_kernel<HD>, smem);
   if (e != cudaSuccess) return e;
   // Heads vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
   const dim3 grid(static_cast<unsigned>(nH), static_cast<unsigned>(ntiles));
@@ -187,21 +187,21 @@ cudaError_t run_fwd(KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles
 
 bool attention_mma_supported(int hd) { return hd == 64 || hd == 128 || hd == 256; }
 
-size_t attention_fwd_mma_smem(int hd) {
+size_t attention_fwd_mma_smem(const KernelPolicy& /*pol*/, int hd) {  // one tile per head dim (≤ 99 KiB)
   return hd <= 64 ? fwd_smem<64>() : hd <= 128 ? fwd_smem<128>() : fwd_smem<256>();
 }
 
 #ifndef DT_ATTN_EMU
-cudaError_t launch_attention_fwd_mma(KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles,
+cudaError_t launch_attention_fwd_mma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles,
                                      int ntiles, int64_t nH, int64_t nKV, int hd, float scale, KOut o, float* lse,
                                      cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   if (q.t != KType::BF16 || k.t != KType::BF16 || v.t != KType::BF16 || !attention_mma_supported(hd))
     return cudaErrorInvalidValue;
   switch (hd) {
-    case 64: return run_fwd<64>(q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
-    case 128: return run_fwd<128>(q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
-    default: return run_fwd<256>(q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
+    case 64: return run_fwd<64>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
+    case 128: return run_fwd<128>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
+    default: return run_fwd<256>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
   }
 }
 

@@ -91,13 +91,14 @@ __global__ void dispatch_place_kernel(const int32_t* idx, int64_t n, int K, int 
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (emu/dispatch_emu.cpp)
 int64_t moe_dispatch_scratch_ints(int64_t n, int E) { return ((n + kUnit - 1) / kUnit) * E; }
 
-cudaError_t launch_moe_dispatch(const int32_t* idx, int64_t n, int K, int E, int32_t* offsets, int32_t* row_token,
+cudaError_t launch_moe_dispatch(const KernelPolicy& pol, const int32_t* idx, int64_t n, int K, int E, int32_t* offsets, int32_t* row_token,
                                 int32_t* row_slot, int32_t* slot_row, float* load, int32_t* scratch,
                                 cudaStream_t s) {
   if (E < 1 || E > kMaxDispatchExperts || K < 1) return cudaErrorInvalidValue;
   const int64_t units = (n + kUnit - 1) / kUnit;
   const unsigned blocks = static_cast<unsigned>((units + kWarps - 1) / kWarps);
   const size_t smem = sizeof(int32_t) * kWarps * E;
+  if (!default_smem_fits(pol, smem)) return cudaErrorInvalidConfiguration;
   if (units > 0) dispatch_count_kernel<<<blocks, kWarps * 32, smem, s>>>(idx, n, E, units, scratch);
   const int scan_threads = (E + 31) / 32 * 32;
   dispatch_scan_kernel<<<1, scan_threads, 0, s>>>(scratch, units, E, offsets, load);

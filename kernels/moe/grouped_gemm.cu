@@ -358,7 +358,7 @@ void launch_tile(const TileArgs& a, dim3 grid, cudaStream_t s) {
 
 #ifndef DT_ATTN_EMU
 
-cudaError_t launch_grouped_gemm(const void* x, const void* w, bool fp32, bool trans_w, const int32_t* offsets, int E,
+cudaError_t launch_grouped_gemm(const KernelPolicy& pol, const void* x, const void* w, bool fp32, bool trans_w, const int32_t* offsets, int E,
                                 int64_t M, int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
                                 cudaStream_t s) {
   if (E < 1) return cudaErrorInvalidValue;
@@ -385,6 +385,7 @@ cudaError_t launch_grouped_gemm(const void* x, const void* w, bool fp32, bool tr
   a.beta = beta;
   const bool skinny = N <= kSkN;
   const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
+  if (!default_smem_fits(pol, fp32 ? fma_smem() : tile_smem(bm, bn))) return cudaErrorInvalidConfiguration;
   tile_prefix_kernel<<<1, 1024, 0, s>>>(offsets, E, bm, tile_scratch);
   const int64_t tiles = (M + bm - 1) / bm + E;
   const int64_t ntiles = (N + bn - 1) / bn;
@@ -396,7 +397,7 @@ cudaError_t launch_grouped_gemm(const void* x, const void* w, bool fp32, bool tr
   return cudaGetLastError();
 }
 
-cudaError_t launch_grouped_gemm_wgrad(const void* pa, const void* pb, bool fp32, const int32_t* offsets, int E,
+cudaError_t launch_grouped_gemm_wgrad(const KernelPolicy& pol, const void* pa, const void* pb, bool fp32, const int32_t* offsets, int E,
                                       int64_t M, int64_t N, int64_t K, KOut g, float alpha, float beta, cudaStream_t s) {
   if (E < 1 || E > 65535) return cudaErrorInvalidValue;
   if (N == 0 || K == 0) return cudaGetLastError();
@@ -422,6 +423,7 @@ cudaError_t launch_grouped_gemm_wgrad(const void* pa, const void* pb, bool fp32,
   a.beta = beta;
   const bool skinny = K <= kSkN;
   const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
+  if (!default_smem_fits(pol, fp32 ? fma_smem() : tile_smem(bm, bn))) return cudaErrorInvalidConfiguration;
   const int64_t mt = (N + bm - 1) / bm, nt = (K + bn - 1) / bn;
   if (mt > 0x7fffffff || nt > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(mt), static_cast<unsigned>(nt), static_cast<unsigned>(E));

@@ -2,14 +2,23 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
+#include "common/kernel_policy.h"
 #include "common/kptr.h"
 
 namespace deltatune::kernels {
 
+// The launchers of kernels with dynamic shared memory (router forward, dispatch, grouped GEMMs) take the
+// device's KernelPolicy and refuse (cudaErrorInvalidConfiguration) a launch whose shared memory would exceed it
+// or the default 48 KiB per block; each has one kernel per shape on every path.
+inline bool default_smem_fits(const KernelPolicy& pol, size_t bytes) {
+  return bytes <= size_t(48) * 1024 && pol.smem_fits(bytes);
+}
 // logits (T, E); idx I32 (T, k) (=); w F32 (T, k) (=).
-cudaError_t launch_moe_router_fwd(KIn logits, int64_t T, int E, int k, int32_t* idx, float* w, cudaStream_t s);
+cudaError_t launch_moe_router_fwd(const KernelPolicy& pol, KIn logits, int64_t T, int E, int k, int32_t* idx,
+                                  float* w, cudaStream_t s);
 // dw, w F32 (T, k); idx I32 (T, k); dlogits (T, E) (=).
 cudaError_t launch_moe_router_bwd(const float* dw, const int32_t* idx, const float* w, int64_t T, int E, int k,
                                   KOut dlogits, cudaStream_t s);
@@ -30,7 +39,7 @@ constexpr int kMaxDispatchExperts = 1024;
 // I32 scratch the dispatch needs for n slots and E experts.
 int64_t moe_dispatch_scratch_ints(int64_t n, int E);
 // idx I32 (n = T·K); offsets (E+1), row_token/row_slot/slot_row (n) (=); load F32 (E) (+=) or null.
-cudaError_t launch_moe_dispatch(const int32_t* idx, int64_t n, int K, int E, int32_t* offsets, int32_t* row_token,
+cudaError_t launch_moe_dispatch(const KernelPolicy& pol, const int32_t* idx, int64_t n, int K, int E, int32_t* offsets, int32_t* row_token,
                                 int32_t* row_slot, int32_t* slot_row, float* load, int32_t* scratch, cudaStream_t s);
 
 // ---- permute.cu ---------------------------------------------------------------------------------------------
@@ -45,11 +54,11 @@ cudaError_t launch_permute3(KIn src, int64_t d0, int64_t d1, int64_t d2, int p0,
 // Operands are both BF16 (tensor cores, fp32 accumulation) or, with fp32, both F32 (fp32 FMA).
 // y[r] (=) alpha·x[r]·op(W_e) + beta·y[r] for r in [off[e], off[e+1]); x (M, K); w (E, N, K) when trans_w else
 // (E, K, N); y (M, N) any float type. tile_scratch: E+1 ints.
-cudaError_t launch_grouped_gemm(const void* x, const void* w, bool fp32, bool trans_w, const int32_t* offsets, int E,
+cudaError_t launch_grouped_gemm(const KernelPolicy& pol, const void* x, const void* w, bool fp32, bool trans_w, const int32_t* offsets, int E,
                                 int64_t M, int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
                                 cudaStream_t s);
 // g[e] (=) alpha·Σ_{r in expert e} a[r]ᵀ·b[r] + beta·g[e]; a (M, N), b (M, K), g (E, N, K) any float type.
-cudaError_t launch_grouped_gemm_wgrad(const void* a, const void* b, bool fp32, const int32_t* offsets, int E,
+cudaError_t launch_grouped_gemm_wgrad(const KernelPolicy& pol, const void* a, const void* b, bool fp32, const int32_t* offsets, int E,
                                       int64_t M, int64_t N, int64_t K, KOut g, float alpha, float beta, cudaStream_t s);
 
 }  // namespace deltatune::kernels

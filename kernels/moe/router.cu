@@ -69,8 +69,10 @@ __global__ void router_bwd_kernel(const float* dw, const int32_t* idx, const flo
 
 }  // namespace
 
-cudaError_t launch_moe_router_fwd(KIn logits, int64_t T, int E, int k, int32_t* idx, float* w, cudaStream_t s) {
+cudaError_t launch_moe_router_fwd(const KernelPolicy& pol, KIn logits, int64_t T, int E, int k, int32_t* idx,
+                                  float* w, cudaStream_t s) {
   if (k > 64) return cudaErrorInvalidValue;
+  if (!default_smem_fits(pol, sizeof(float) * E)) return cudaErrorInvalidConfiguration;
   if (T > 0)
     router_fwd_kernel<<<static_cast<unsigned>(T), kThreads, sizeof(float) * E, s>>>(logits, E, k, idx, w);
   return cudaGetLastError();

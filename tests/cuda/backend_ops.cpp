@@ -357,6 +357,7 @@ void case_attention(Env& e) {
                      {2, 2, 40, {0, 33}},               // MHA, head_dim not a multiple of 8 (FMA kernels)
                      {3, 1, 128, {0, 1, 66, 70}},       // GQA 3
                      {2, 1, 64, {0, 40, 100}, F32},     // F32 inputs (FMA kernels at a tensor-core head_dim)
+                     {2, 1, 256, {0, 70, 150}, F32},    // FMA kernels at hd 256 (dK/dV walks 16-row steps)
                      // Tensor-core tiles are 64 tokens: sequences shorter than, equal to and just past one.
                      {2, 2, 64, awkward},   // MHA
                      {4, 2, 128, awkward},  // GQA 2

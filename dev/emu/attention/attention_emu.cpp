@@ -3,10 +3,11 @@
 // kernels' address math) and compares them with a double-precision reference. A development check of the
 // kernels' fragment layouts, masking and tiling on a machine without a GPU; not part of the build:
 //   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I dev -I /usr/local/cuda/include \
-//       dev/emu/attention/*.cpp -o /tmp/attention_emu -lpthread && /tmp/attention_emu [hd]
+//       dev/emu/attention/*.cpp -o /tmp/attention_emu -lpthread && /tmp/attention_emu [hd [nH nKV [portable]]]
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attention/attention.cuh"
@@ -18,7 +19,7 @@ void emu_attention_fwd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __n
 void emu_attention_bwd(const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
                        const __nv_bfloat16* v, const float* lse, const float* dl, const int32_t* cu,
                        const int32_t* q_tiles, const int32_t* k_tiles, int ntiles, int64_t T, int nH, int nKV, int hd,
-                       float scale, KOut dq, KOut dk, KOut dv, float* part);
+                       float scale, KOut dq, KOut dk, KOut dv, float* part, bool portable);
 }  // namespace deltatune::kernels
 
 using namespace deltatune::kernels;
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   const int nH = argc > 2 ? std::atoi(argv[2]) : 4, nKV = argc > 3 ? std::atoi(argv[3]) : 2;
   const std::vector<int32_t> cu = {0, 1, 16, 80, 145, 275};  // lengths 1, 15, 64, 65, 130
   const int64_t T = cu.back();
+  const bool portable = argc > 4 && std::string(argv[4]) == "portable";  // the portable policy's dK/dV steps
   const int rep = nH / nKV;
   const float scale = 1.f / std::sqrt(float(hd));
   std::mt19937 rng(7);
@@ -137,7 +139,7 @@ int main(int argc, char** argv) {
   std::vector<float> dq(T * nH * hd, nan), dk(T * nKV * hd, nan), dv(T * nKV * hd, nan), part(2 * T * nH * hd, nan);
   emu_attention_bwd(db.data(), qb.data(), kb.data(), vb.data(), lse_in.data(), dl.data(), cu.data(), qt.data(),
                     kt.data(), ntiles, T, nH, nKV, hd, scale, KOut{dq.data(), KType::F32}, KOut{dk.data(), KType::F32},
-                    KOut{dv.data(), KType::F32}, part.data());
+                    KOut{dv.data(), KType::F32}, part.data(), portable);
   for (auto [name, got, ref] : {std::tuple{"dq", &dq, &dq_ref}, std::tuple{"dk", &dk, &dk_ref},
                                 std::tuple{"dv", &dv, &dv_ref}}) {
     e = nmse(*got, *ref, &bad);

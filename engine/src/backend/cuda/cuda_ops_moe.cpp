@@ -50,7 +50,7 @@ void CudaBackend::moe_dispatch(const Tensor& idx, int num_experts, Tensor& offse
     pl = static_cast<float*>(load->data);
   }
   Tensor scratch = alloc({std::max<int64_t>(1, kernels::moe_dispatch_scratch_ints(n, num_experts))}, DType::I32);
-  cuda_check(kernels::launch_moe_dispatch(i32r(idx, "moe_dispatch idx"), n, static_cast<int>(K), num_experts,
+  cuda_check(kernels::launch_moe_dispatch(policy_, i32r(idx, "moe_dispatch idx"), n, static_cast<int>(K), num_experts,
                                           i32w(offsets, "moe_dispatch offsets"), i32w(row_token, "moe_dispatch row_token"),
                                           i32w(row_slot, "moe_dispatch row_slot"), i32w(slot_row, "moe_dispatch slot_row"),
                                           pl, static_cast<int32_t*>(scratch.data), stream()),
@@ -84,7 +84,7 @@ void CudaBackend::grouped_gemm(const Tensor& x, const Tensor& w, bool trans_w, c
   const bool fp32 = x.dtype == DType::F32 && w.dtype == DType::F32;
   const Tensor xb = fp32 ? x : as_bf16(x), wb = fp32 ? w : as_bf16(w);
   Tensor tiles = alloc({E + 1}, DType::I32);
-  cuda_check(kernels::launch_grouped_gemm(xb.data, wb.data, fp32, trans_w, i32r(offsets, "grouped_gemm offsets"),
+  cuda_check(kernels::launch_grouped_gemm(policy_, xb.data, wb.data, fp32, trans_w, i32r(offsets, "grouped_gemm offsets"),
                                           static_cast<int>(E), M, N, K, kout(y, "grouped_gemm y"), alpha, beta,
                                           static_cast<int32_t*>(tiles.data), stream()),
              "grouped_gemm");
@@ -100,7 +100,7 @@ void CudaBackend::grouped_gemm_wgrad(const Tensor& a, const Tensor& b, const Ten
   if (N == 0 || K == 0) return;
   const bool fp32 = a.dtype == DType::F32 && b.dtype == DType::F32;
   const Tensor ab = fp32 ? a : as_bf16(a), bb = fp32 ? b : as_bf16(b);
-  cuda_check(kernels::launch_grouped_gemm_wgrad(ab.data, bb.data, fp32, i32r(offsets, "grouped_gemm_wgrad offsets"),
+  cuda_check(kernels::launch_grouped_gemm_wgrad(policy_, ab.data, bb.data, fp32, i32r(offsets, "grouped_gemm_wgrad offsets"),
                                                 static_cast<int>(E), M, N, K, kout(g, "grouped_gemm_wgrad g"), alpha,
                                                 beta, stream()),
              "grouped_gemm_wgrad");

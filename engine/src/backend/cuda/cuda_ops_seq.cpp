@@ -103,10 +103,10 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
   check(hd <= kernels::kAttnMaxHeadDim, "attention_fwd: head_dim " + std::to_string(hd) + " > 256 is not supported");
   check_layout(seq, q.dim(0), "attention_fwd");
   check(lse.dtype == DType::F32, "attention_fwd: lse must be F32");
-  if (attention_mma_ok({&q, &k, &v}, hd) && kernels::attention_fwd_mma_smem(hd) <= policy_.smem_optin) {
+  if (attention_mma_ok({&q, &k, &v}, hd) && kernels::attention_fwd_mma_smem(policy_, hd) <= policy_.smem_optin) {
     Tensor tiles = attention_tiles_mma(seq);
     if (!tiles.defined()) return;
-    cuda_check(kernels::launch_attention_fwd_mma(kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
+    cuda_check(kernels::launch_attention_fwd_mma(policy_, kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
                                                  iptr(seq.cu_seqlens), iptr(tiles), static_cast<int>(tiles.dim(0) / 2),
                                                  q.dim(1), k.dim(1), hd, scale, kout(o, "attention o"), fptr(lse),
                                                  stream()),
@@ -117,7 +117,7 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
         "attention_fwd: head_dim too large for shared memory");
   Tensor tiles = attention_tiles(seq);
   if (!tiles.defined()) return;
-  cuda_check(kernels::launch_attention_fwd(kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
+  cuda_check(kernels::launch_attention_fwd(policy_, kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
                                            iptr(seq.cu_seqlens), iptr(tiles), static_cast<int>(tiles.dim(0)),
                                            q.dim(1), k.dim(1), hd, scale, kout(o, "attention o"), fptr(lse), stream()),
              "attention_fwd");
@@ -136,7 +136,7 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
   check_layout(seq, q.dim(0), "attention_bwd");
   check(lse.dtype == DType::F32, "attention_bwd: lse must be F32");
   if (attention_mma_ok({&dout, &q, &k, &v}, hd) &&
-      kernels::attention_bwd_mma_smem(hd) <= policy_.smem_optin) {
+      kernels::attention_bwd_mma_smem(policy_, hd) <= policy_.smem_optin) {
     Tensor tiles = attention_tiles_mma(seq);
     if (!tiles.defined()) return;
     const int ntiles = static_cast<int>(tiles.dim(0) / 2);
@@ -144,7 +144,7 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
     Tensor part;  // per-query-head dK, dV partials (GQA)
     if (q.dim(1) > k.dim(1)) part = alloc({2, q.dim(0), q.dim(1), hd}, DType::F32);
     cuda_check(kernels::launch_attention_bwd_mma(
-                   kin(dout, "attention dout"), kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
+                   policy_, kin(dout, "attention dout"), kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
                    kin(o, "attention o"), fptr(lse), fptr(dl), iptr(seq.cu_seqlens), iptr(tiles),
                    iptr(tiles) + 2 * ntiles, ntiles, q.dim(0), q.dim(1), k.dim(1), hd, scale,
                    kout(dq, "attention dq"), kout(dk, "attention dk"), kout(dv, "attention dv"),
@@ -157,7 +157,7 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
   Tensor tiles = attention_tiles(seq);
   if (!tiles.defined()) return;
   Tensor dl = alloc({q.dim(0), q.dim(1)}, DType::F32);
-  cuda_check(kernels::launch_attention_bwd(kin(dout, "attention dout"), kin(q, "attention q"), kin(k, "attention k"),
+  cuda_check(kernels::launch_attention_bwd(policy_, kin(dout, "attention dout"), kin(q, "attention q"), kin(k, "attention k"),
                                            kin(v, "attention v"), kin(o, "attention o"), fptr(lse), fptr(dl),
                                            iptr(seq.cu_seqlens), iptr(tiles), static_cast<int>(tiles.dim(0)),
                                            q.dim(0), q.dim(1), k.dim(1), hd, scale, kout(dq, "attention dq"),
