@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_train_step import SHAPES, TARGETS  # noqa: E402
+from hf_train_step import SHAPES, lora_model  # noqa: E402
 
 
 def main():
@@ -41,29 +41,8 @@ def main():
         import fla.ops.common.chunk_o as co
         if hasattr(co, "TRITON_ABOVE_3_7_1"):
             co.TRITON_ABOVE_3_7_1 = True
-    shape = dict(SHAPES[a.shape])
-    assert "num_experts" not in shape, "dense shapes only"
-    if a.liger:
-        from liger_kernel.transformers import apply_liger_kernel_to_qwen3_5
-        apply_liger_kernel_to_qwen3_5()
-    from peft import LoraConfig, get_peft_model
-    from transformers import Qwen3_5ForCausalLM as Model, Qwen3_5TextConfig as Config
-
-    cfg = Config(vocab_size=248320, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
-                 linear_value_head_dim=128, linear_conv_kernel_dim=4, rms_norm_eps=1e-6, **shape)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = Model(cfg)
-    torch.set_default_dtype(torch.float32)
-    model.config.use_cache = False
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.enable_input_require_grads()
-    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0))
-    for p in model.parameters():
-        if p.requires_grad:
-            p.data = p.data.float()  # fp32 LoRA master weights, as ours
+    assert "num_experts" not in SHAPES[a.shape], "dense shapes only"
+    model, cfg = lora_model(a.shape, 0, a.liger)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
     params = [p for p in ddp.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5)

@@ -36,6 +36,46 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "
            "out_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def random_model(shape_name, layers=0, liger=False, device="cuda"):
+    """The random-weight bf16 Qwen3.5 model of a SHAPES entry (sdpa attention) and its config; liger: Liger's
+    Qwen3.5 patches applied before the model is built (fails loudly when the wheel is missing)."""
+    shape = dict(SHAPES[shape_name])
+    if layers:
+        shape["num_hidden_layers"] = layers
+    if "num_experts" in shape:
+        from transformers import Qwen3_5MoeForCausalLM as Model, Qwen3_5MoeTextConfig as Config
+    else:
+        from transformers import Qwen3_5ForCausalLM as Model, Qwen3_5TextConfig as Config
+    if liger:
+        from liger_kernel.transformers import apply_liger_kernel_to_qwen3_5, apply_liger_kernel_to_qwen3_5_moe
+        (apply_liger_kernel_to_qwen3_5_moe if "num_experts" in shape else apply_liger_kernel_to_qwen3_5)()
+    cfg = Config(vocab_size=248320, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
+                 linear_value_head_dim=128, linear_conv_kernel_dim=4, rms_norm_eps=1e-6, **shape)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(device):
+        model = Model(cfg)
+    torch.set_default_dtype(torch.float32)
+    return model, cfg
+
+
+def lora_model(shape_name, layers=0, liger=False, experts=True):
+    """random_model with gradient checkpointing and PEFT LoRA r=16 (alpha 32) on every linear module (and the MoE
+    experts' parameters when experts), LoRA weights in fp32 as ours keeps them."""
+    from peft import LoraConfig, get_peft_model
+    model, cfg = random_model(shape_name, layers, liger)
+    model.config.use_cache = False
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    extra = dict(target_parameters=MOE_PARAMS) if "num_experts" in SHAPES[shape_name] and experts else {}
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0, **extra))
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()  # fp32 LoRA master weights, as ours
+    return model, cfg
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="2b")
@@ -57,35 +97,7 @@ def main():
                 co.TRITON_ABOVE_3_7_1 = True
         except Exception as e:  # pragma: no cover - depends on the FLA version
             print("note: could not lift the FLA Triton guard:", e, file=sys.stderr)
-    from peft import LoraConfig, get_peft_model
-    shape = dict(SHAPES[a.shape])
-    if a.layers:
-        shape["num_hidden_layers"] = a.layers
-    moe = "num_experts" in shape
-    if moe:
-        from transformers import Qwen3_5MoeForCausalLM as Model, Qwen3_5MoeTextConfig as Config
-    else:
-        from transformers import Qwen3_5ForCausalLM as Model, Qwen3_5TextConfig as Config
-
-    if a.liger:  # fails loudly when the wheel is missing
-        from liger_kernel.transformers import apply_liger_kernel_to_qwen3_5, apply_liger_kernel_to_qwen3_5_moe
-        (apply_liger_kernel_to_qwen3_5_moe if moe else apply_liger_kernel_to_qwen3_5)()
-    cfg = Config(vocab_size=248320, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
-                 linear_value_head_dim=128, linear_conv_kernel_dim=4, rms_norm_eps=1e-6, **shape)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = Model(cfg)
-    torch.set_default_dtype(torch.float32)
-    model.config.use_cache = False
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.enable_input_require_grads()
-    extra = dict(target_parameters=MOE_PARAMS) if moe and a.experts else {}
-    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0, **extra))
-    for n, p in model.named_parameters():
-        if p.requires_grad:
-            p.data = p.data.float()  # fp32 LoRA master weights, as ours
+    model, cfg = lora_model(a.shape, a.layers, a.liger, a.experts)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     ids = torch.randint(0, cfg.vocab_size, (1, a.tokens), device="cuda")
     times = []

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Data-parallel training step on 1 and 2 GPUs of this machine: ours (bench_train_step, one process per GPU with
+# Data-parallel training step on 1, 2, ... GPUs of this machine: ours (bench_train_step, one process per GPU with
 # the torchrun variables) and HF transformers + PEFT + flash-linear-attention + Liger under torchrun DDP, same
 # shapes, tokens per GPU and LoRA. Prints a table (tokens/s of all GPUs together, scaling over 1 GPU, ours / HF)
 # and the JSON lines.
 #
 #   bench/train_step/run_dp_step.sh BENCH_BIN [WHEEL_DIR] [SHAPES...]
 #   WHEEL_DIR: flash-linear-attention, fla-core, liger-kernel, einops wheels ("" skips HF); SHAPES default
-#   "2b 9b". Env TOKENS (4096 per GPU), STEPS (5), GPUS (2), HF=0 skips HF.
+#   "2b 9b". Env TOKENS (4096 per GPU), STEPS (5), GPU_COUNTS ("1 2"; e.g. "1 2 4"), HF=0 skips HF,
+#   HF_SHAPES / HF_GPU_COUNTS (default: the same as ours) limit the HF runs.
 set -u
 BIN=${1:?bench_train_step binary}
 WHL=${2:-}
@@ -14,7 +15,7 @@ shift 2 2>/dev/null || shift $#
 SHAPES=${*:-2b 9b}
 TOKENS=${TOKENS:-4096}
 STEPS=${STEPS:-5}
-N=${GPUS:-2}
+COUNTS=${GPU_COUNTS:-1 ${GPUS:-2}}
 HERE=$(cd "$(dirname "$0")" && pwd)
 LOG=${OUT:-/tmp}/dp_step.jsonl
 : > "$LOG"
@@ -39,11 +40,11 @@ ours() {  # shape gpus
   wait
 }
 for s in $SHAPES; do
-  for g in 1 $N; do
+  for g in $COUNTS; do
     ours "$s" "$g" | tee /dev/stderr | grep '^{' | sed "s/}\$/,\"gpus_run\":$g}/" >> "$LOG"
   done
-  if [ "$HF_OK" = 1 ]; then
-    for g in 1 $N; do
+  if [ "$HF_OK" = 1 ] && [[ " ${HF_SHAPES:-$SHAPES} " == *" $s "* ]]; then
+    for g in ${HF_GPU_COUNTS:-$COUNTS}; do
       PYTHONPATH=/tmp/dp_site PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --nproc_per_node "$g" \
         --master_port $((30000 + RANDOM % 500)) "$HERE/hf_ddp_step.py" --shape "$s" --tokens "$TOKENS" \
         --steps "$STEPS" --fla 1 --liger 1 2> >(grep -v Warning | tail -3 >&2) | grep '^{' >> "$LOG"

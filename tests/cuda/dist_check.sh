@@ -5,10 +5,11 @@
 #           every step (--check-replicas: the run fails unless all hashes agree)
 #  kill     SIGKILL worker 1 of a 2-GPU run after its first checkpoint: seconds until the whole run ends, its
 #           status, the checkpoints; then --resume on 1 GPU and the rest of the 1-GPU reference curve
-#  nodes    "two nodes": two separately started processes (WORLD_SIZE=2, MASTER_ADDR=127.0.0.1, one GPU each,
-#           LOCAL_RANK 0 both), NCCL's shared-memory and peer-to-peer transports off (its network transport,
-#           as between machines); same curve as 1 GPU
-# GPUS=4 runs curve and kill on 4 GPUs (reference: 1 GPU with accumulation 4).
+#  nodes    "two nodes": two groups of N/2 separately started processes (WORLD_SIZE=N, MASTER_ADDR=127.0.0.1,
+#           one GPU each, LOCAL_RANK counting inside a group), each group with its own NCCL_HOSTID so NCCL's
+#           network transport carries the traffic between them (with N=2 also P2P/SHM off); same curve as 1 GPU
+# GPUS=4 runs all three on 4 GPUs (reference: 1 GPU with accumulation 4); RESUME_GPUS=0,1 resumes the killed
+# run on 2 GPUs instead of 1.
 #   [GPUS=2] [SECTIONS="curve kill nodes"] tests/cuda/dist_check.sh DELTATUNE_BIN DEMO_DIR WORK_DIR     (BACKEND=cpu: a dry run of the script itself)
 set -u
 BIN=${1:?deltatune}; DEMO=${2:?resources/demo}; W=${3:?work dir}
@@ -40,7 +41,7 @@ output_dir: $W/$1.out
 dataset_prepared_path: $W/cache
 EOF
 }
-compare() {  # reference_db other_db label [last_step: compare steps up to it (default all)]
+compare() {  # reference_db other_db label [last_step: compare steps up to it (default all)] [tolerance: 1e-3]
   python3 - "$@" <<'PY'
 import sqlite3, sys
 ref, got, label = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -57,11 +58,12 @@ dl = max(abs(a[s][0] - b[s][0]) / abs(a[s][0]) for s in steps)
 dg = max(abs(a[s][1] - b[s][1]) / abs(a[s][1]) for s in steps)
 ev = [s for s in steps if a[s][2] is not None and a[s][2] >= 0]
 de = max([abs(a[s][2] - b[s][2]) / a[s][2] for s in ev] or [0])
-tol = 1e-3
+tol = float(sys.argv[5]) if len(sys.argv) > 5 else 1e-3
 ok = len(steps) == len([s for s in a if s <= last]) and dl <= tol and de <= tol
 print(f"{label}: {len(steps)} steps compared (reference {len(a)}); max relative difference: loss {dl:.2e}, "
       f"grad_norm {dg:.2e}, eval_loss {de:.2e} (tolerance {tol:g}) -> {'PASS' if ok else 'FAIL'}")
 shown = steps if len(steps) <= 40 else steps[:10] + steps[-10:]
+print(f"{label}: max_rel={max(dl, de):.3e}")  # loss and eval loss, for a drift bound
 print(f"{label}: losses ref  " + " ".join(f"{a[s][0]:.5f}" for s in shown))
 print(f"{label}: losses got  " + " ".join(f"{b[s][0]:.5f}" for s in shown))
 PY
@@ -86,7 +88,7 @@ fi
 
 if want kill; then
 echo "== kill"
-run_yaml kill 1 600 50; run_yaml killref $N 600 0
+run_yaml kill 1 600 50; run_yaml killref $N 600 0; run_yaml killrefn 1 600 0
 "$BIN" train "$W/kill.yaml" --db "$W/kill.db" --gpus $LIST > "$W/kill.log" 2>&1 &
 L=$!
 for i in $(seq 1 6000); do [ -d "$W/kill.out/checkpoint-50" ] && break; sleep 0.01; done
@@ -99,27 +101,44 @@ echo "killed worker 1 (pid $V) after checkpoint $(ls "$W/kill.out" | grep checkp
 grep -E "launcher|crashed|error" "$W/kill.log" | head -6
 status_of "$W/kill.db"
 ID=$(python3 -c "import sqlite3; print(sqlite3.connect('$W/kill.db').execute('select id from runs').fetchone()[0])")
-"$BIN" train --resume "$ID" --db "$W/kill.db" --gpus 0 > "$W/resume.log" 2>&1; echo "resume on 1 GPU exit $?"
+RG=${RESUME_GPUS:-0}
+"$BIN" train --resume "$ID" --db "$W/kill.db" --gpus $RG > "$W/resume.log" 2>&1; echo "resume on GPUs $RG exit $?"
 grep -E "resuming" "$W/resume.log"
 status_of "$W/kill.db"
 "$BIN" train "$W/killref.yaml" --db "$W/killref.db" --gpus 0 > "$W/killref.log" 2>&1
-compare "$W/killref.db" "$W/kill.db" "$N GPUs killed, resumed on 1 vs 1 GPU (steps <= 100)" 100
-compare "$W/killref.db" "$W/kill.db" "$N GPUs killed, resumed on 1 vs 1 GPU (all steps)"
-
+"$BIN" train "$W/killrefn.yaml" --db "$W/killrefn.db" --gpus $LIST > "$W/killrefn.log" 2>&1
+# Before the resume point the killed run is the uninterrupted N-GPU run (same GPUs, same order of sums).
+AT=$(grep -m1 -oE "resuming run .* at step [0-9]+" "$W/resume.log" | grep -oE "[0-9]+$")
+compare "$W/killrefn.db" "$W/kill.db" "$N GPUs killed vs $N GPUs uninterrupted (steps <= $AT)" "$AT" 1e-6
+# Over 600 steps at learning rate 3e-3 the tiny model amplifies the fp32 summation-order differences between
+# 1 and N GPUs (each step's gradients agree to ~1e-7); the uninterrupted N-GPU run measures that drift, and the
+# resumed run (loss and eval loss) may differ from 1 GPU by no more than twice it (or 1e-3).
+DRIFT=$(compare "$W/killref.db" "$W/killrefn.db" "$N GPUs uninterrupted vs 1 GPU (all steps, drift: a measurement)" 1000000 1 | tee /dev/stderr | sed -n 's/.*max_rel=//p')
+TOL=$(python3 -c "print(max(1e-3, 2 * $DRIFT))")
+compare "$W/killref.db" "$W/kill.db" "$N GPUs killed, resumed on GPUs $RG vs 1 GPU (all steps)" 1000000 "$TOL"
 fi
 
 if want nodes; then
 echo "== two nodes"
+# Two "machines" of N/2 processes each (one GPU per process; 1 + 1 when N=2). NCCL_HOSTID gives each group its
+# own host identity, so NCCL uses shared memory / peer-to-peer inside a group and its network transport between
+# the groups, as between two machines started by srun or torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*).
 run_yaml nodes 1 20 0
 P=$((29000 + RANDOM % 1000))
-( export RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$P CUDA_VISIBLE_DEVICES=1 \
-         NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1; "$BIN" train "$W/nodes.yaml" --db "$W/nodes1.db" --check-replicas > "$W/node1.log" 2>&1 ) &
-N1=$!
-sleep 2
-( export RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$P CUDA_VISIBLE_DEVICES=0 \
-         NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO; "$BIN" train "$W/nodes.yaml" --db "$W/nodes.db" --check-replicas > "$W/node0.log" 2>&1 )
-echo "node 0 exit $?"; wait $N1; echo "node 1 exit $?"
-grep -oE "via NET/[A-Za-z]+[^ ]*|Using network [A-Za-z]+" "$W/node0.log" | sort | uniq -c | head -3
+HALF=$((N / 2))
+PIDS=""
+for r in $(seq $((N - 1)) -1 0); do
+  node=$((r / HALF)); lr=$((r % HALF))
+  ( export RANK=$r WORLD_SIZE=$N LOCAL_RANK=$lr MASTER_ADDR=127.0.0.1 MASTER_PORT=$P CUDA_VISIBLE_DEVICES=$r \
+           NCCL_HOSTID=node$node
+    [ "$HALF" -gt 1 ] || export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+    [ "$r" -gt 0 ] || export NCCL_DEBUG=INFO
+    db="$W/nodes.db"; [ "$r" -eq 0 ] || db="$W/nodes$r.db"
+    exec "$BIN" train "$W/nodes.yaml" --db "$db" --check-replicas > "$W/node$r.log" 2>&1 ) &
+  PIDS="$PIDS $!"
+done
+for p in $PIDS; do wait $p; echo "process $p exit $?"; done
+grep -oE "via NET/[A-Za-z]+[^ ]*|via P2P/[A-Za-z/]+|via SHM/[A-Za-z/]+|Using network [A-Za-z]+|nNodes [0-9]+" "$W/node0.log" | sort | uniq -c | head -6
 echo "replica hashes agreed after $(grep -c 'LoRA weights hash' "$W/node0.log") steps"
-compare "$W/one.db" "$W/nodes.db" "two nodes vs 1 GPU"
+compare "$W/one.db" "$W/nodes.db" "two nodes ($HALF + $HALF processes) vs 1 GPU"
 fi
