@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -733,7 +734,8 @@ void case_recording(Env& e) {
     e.gpu->replay(*rec);
     e.cpu->embedding_fwd(ids.c, table.c, x.c);
     e.cpu->rmsnorm_fwd(x.c, w.c, 1e-6f, true, y.c, r.c);
-    EXPECT_EQ(e.down(*e.gpu, ids.g), e.down(*e.cpu, ids.c)) << "write_i32";
+    EXPECT_EQ(host_to_f32(e.gpu->download(ids.g, DType::I32)), host_to_f32(e.cpu->download(ids.c, DType::I32)))
+        << "write_i32";
     compare(e, "replay: embedding_fwd", x, 0);
     compare(e, "replay: rmsnorm_fwd", y, 1e-5);
   }
@@ -1144,10 +1146,23 @@ INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps,
                            return std::get<0>(i.param) + "_" + std::get<1>(i.param);
                          });
 
+// backend.h of the source tree: DT_SOURCE_ROOT, the build's source folder, or the current folder (a checkout's root,
+// as on the GPU machine); empty when none has it.
+namespace fs = std::filesystem;
+fs::path backend_header() {
+  const fs::path rel = fs::path("engine") / "src" / "backend" / "backend.h";
+  if (const char* root = std::getenv("DT_SOURCE_ROOT")) return fs::exists(fs::path(root) / rel) ? fs::path(root) / rel : fs::path();
+  for (const fs::path& root : {fs::path(DT_SOURCE_DIR), fs::current_path()})
+    if (fs::exists(root / rel)) return root / rel;
+  return {};
+}
+
 // Every virtual function of backend.h must be exercised by some case (runs without a GPU too).
 TEST(BackendOpsCoverage, EveryInterfaceOpHasACase) {
-  std::ifstream f(std::string(DT_SOURCE_DIR) + "/engine/src/backend/backend.h");
-  ASSERT_TRUE(f.good()) << "cannot read backend.h";
+  const std::filesystem::path header = backend_header();
+  if (header.empty()) GTEST_SKIP() << "engine/src/backend/backend.h not found (set DT_SOURCE_ROOT to a checkout)";
+  std::ifstream f(header);
+  ASSERT_TRUE(f.good()) << "cannot read " << header;
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
