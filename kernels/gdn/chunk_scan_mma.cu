@@ -419,18 +419,23 @@ size_t gdn_chunk_scan_mma_smem(int bv, bool pf, bool with_o, bool b16) {
   return smem;
 }
 
-size_t gdn_chunk_mma_smem_needed(const KernelPolicy& /*pol*/) {
+size_t gdn_chunk_scan_mma_smem_max(const KernelPolicy& pol) {
+  size_t m = 0;
+  for (int bv : {16, 32, 64})
+    for (bool pf : {false, true})
+      for (bool o : {false, true})
+        for (bool b16 : {false, true})
+          if (pol.hopper() || (bv != 64 && !pf)) m = std::max(m, gdn_chunk_scan_mma_smem(bv, pf, o, b16));
+  return m;
+}
+
+size_t gdn_chunk_mma_smem_needed(const KernelPolicy& pol) {
   // The wgmma + TMA kernels run only with the Hopper policy (compute capability 9.0: 227 KiB per block,
   // which each of them is sized for); the mma.sync kernels below run on every path.
   size_t m = std::max({gdn_chunk_prep_mma_smem(128, 128), gdn_lean_prep_mma_smem(), gdn_odd_states_mma_smem(),
                        gdn_chunk_grad_mma_smem(true), gdn_chunk_grad_mma_smem(false), gdn_wy_grad_mma_smem()});
-  for (int bv : {16, 32, 64}) {
-    m = std::max(m, gdn_chunk_dscan_mma_smem(128, 128, bv));
-    for (bool pf : {false, true})
-      for (bool o : {false, true})
-        for (bool b16 : {false, true}) m = std::max(m, gdn_chunk_scan_mma_smem(bv, pf, o, b16));
-  }
-  return m;
+  for (int bv : {16, 32, 64}) m = std::max(m, gdn_chunk_dscan_mma_smem(128, 128, bv));
+  return std::max(m, gdn_chunk_scan_mma_smem_max(pol));
 }
 
 bool gdn_scan_wgmma_selected(const KernelPolicy& pol, int64_t /*pairs*/, int dv, bool with_o) {
@@ -446,14 +451,19 @@ cudaError_t launch_gdn_chunk_scan_mma(const KernelPolicy& pol, const float* qn, 
   if (nseq == 0 || HV == 0) return cudaSuccess;
   const bool with_o = o.p != nullptr, use_b16 = scan_mma_b16(b16, with_o);
   const int sms = pol.sm_count;
-  const int bv = scan_mma_tile_cols(int64_t(nseq) * HV, dv, use_b16, with_o, sms);
+  // The portable policy takes the variants without prefetch (BV 16/32: 44-85 KiB); the prefetching ones (BV 64
+  // always prefetches) need up to 204 KiB per block.
+  const bool portable = !pol.hopper();
+  const int bv = portable ? gdn_scan_tile_cols(int64_t(nseq) * HV, dv, sms)
+                          : scan_mma_tile_cols(int64_t(nseq) * HV, dv, use_b16, with_o, sms);
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
   if (b16 && b16->image) {  // operand images: only the wgmma kernel reads them (gdn_scan_wgmma_selected)
     if (!(with_o && use_b16 && pol.hopper())) return cudaErrorInvalidValue;
     return launch_gdn_chunk_scan_wgmma(pol, Gc, chunks, chunk_off, nseq, o, states16, vnew16, HK, HV, *b16,
                                        bv, s);
   }
-  const bool pf = bv == 64 || scan_mma_prefetch(int64_t(grid.x) * grid.y, !with_o && use_b16, sms);
+  const bool pf =
+      !portable && (bv == 64 || scan_mma_prefetch(int64_t(grid.x) * grid.y, !with_o && use_b16, sms));
   decltype(&gdn_chunk_scan_mma_kernel<kChunkBV, true, true, false>) kernel = nullptr;
   size_t smem = 0;
   int threads = 0;

@@ -262,7 +262,8 @@ __host__ __device__ constexpr int64_t gdn_scan_image_index(int r, int c) {
 // Same contract as the FMA scan of launch_gdn_chunk_fwd (after its prep): o (=) unless o.p is null, states16
 // and vnew16 (bf16, see GdnBwdBf16) (=) when not null. With o.p null the scan leaves out the output's tiles
 // and products (a shorter serial path). bv: the column tile the launcher picks (gdn_scan_tile_cols, or 64
-// with the bf16 operands when BV 32 would take more than one wave).
+// with the bf16 operands when BV 32 would take more than one wave; never 64 nor prefetching under the portable
+// policy).
 cudaError_t launch_gdn_chunk_scan_mma(const KernelPolicy& pol, const float* qn, const float* kn,
                                       const float* W, const float* U, const float* M, const float* Gc,
                                       const int32_t* chunks, const int32_t* chunk_off, int nseq, KOut o,
@@ -377,6 +378,9 @@ size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv);  // 0 when unsupported
 // bf16 operands), the state/intra backward (raw: bf16 q, k with ρ), the WY backward, the lean prep and the
 // odd states. The kernel policy test checks them against the portable limit.
 size_t gdn_chunk_scan_mma_smem(int bv, bool pf, bool with_o, bool b16);
+// The most of it any forward scan variant launch_gdn_chunk_scan_mma may pick under `pol` asks for: under the
+// portable policy only BV 16/32 without prefetch.
+size_t gdn_chunk_scan_mma_smem_max(const KernelPolicy& pol);
 // The most shared memory per block any kernel of the tensor-core path may ask for at dk = dv = 128: the path
 // runs only on a device that gives that much (else the FMA chunk kernels, else the per-token ones).
 size_t gdn_chunk_mma_smem_needed(const KernelPolicy& pol);
