@@ -19,9 +19,11 @@
 // way), every load of a thread in flight before its first store; dW·K̂ᵀ
 // runs while group 2 lands. T16, dW16, dvn16 (and a bf16 v, else it is converted) 16-byte aligned.
 // Shared memory (dk = dv = 128): K̂, dW, V, dU as bf16 64x136, T, P, Y as bf16 64x72 (K̂'s lo half lives over
-// P and Y until phase 1 is done), 18 fp32 row vectors: 99.5 KiB.
-// Resources (ptxas -v, sm_90a, CUDA 13.0): 114 registers (R16: 109; 126 before the dk̂ partial sums were
-// held as bf16 pairs), 0 bytes spilled, __launch_bounds__(256, 2): 2 blocks (16 warps) per SM, limited by
+// P and Y until phase 1 is done), 16 fp32 row vectors (ρ_k over ra; ca without the two 16x32 tiles above the
+// diagonal, which are zero; dg in read again from global memory in phase 5): 101,376 B = 99 KiB, the portable
+// policy's limit (was 102,144 B).
+// Resources (ptxas -v, sm_90a, CUDA 13.0): 116 registers (R16: 111; 114 / 109 before the 99 KiB layout, 126
+// before the dk̂ partial sums were held as bf16 pairs), 0 bytes spilled, __launch_bounds__(256, 2): 2 blocks (16 warps) per SM, limited by
 // shared memory (3 blocks would need ≤ 85 registers).
 // Precision: the bf16 operands are those the fp32-staging version rounded, except that K̂ enters dW·K̂ᵀ (and
 // so dT) and the Xw·K̂ dots as hi + lo (~16 significant bits, as good as fp32 here), or for bf16 k (R16) as
@@ -156,7 +158,10 @@ __device__ __forceinline__ void add_t_weighted(float (&p)[8], const float (&x)[4
 }
 
 // ---- 4. WY backward -------------------------------------------------------------------------------------
-constexpr int kRowVecs = 19;  // fp32 [C] vectors: G, β, γ, dg in, ra[2], ca[4], xw[4], xu[4], ρ_k
+constexpr int kRowVecs = 16;  // fp32 [C] vectors: G, β, γ, ra[2] (ρ_k over ra[0]), ca[3], xw[4], xu[4]
+// ca's slot of the 32 columns from n0 of row tile rt's column sums: rt 0-3 for columns 0-31, rt 2-3 for
+// columns 32-63 (rt 0-1 have none there: their tiles lie above the diagonal).
+__device__ __forceinline__ int ca_slot(int rt, int n0) { return n0 == 0 ? 32 * rt : 128 + 32 * (rt - 2); }
 
 template <int DK, int DV> constexpr size_t wy_grad_mma_smem() {
   return sizeof(bf16) * (2 * size_t(C) * (DK + 8) + 2 * size_t(C) * (DV + 8) + 3 * size_t(C) * (C + 8)) +
@@ -184,12 +189,11 @@ __global__ void __launch_bounds__(NT, 2)
   float* G = reinterpret_cast<float*>(Yb + C * LC);  // [C] G_i (chunk-local cumsum)
   float* B = G + C;                                  // [C] β
   float* Gam = B + C;                                // [C] γ = e^G
-  float* dGin = Gam + C;                             // [C] dg from the earlier kernels
-  float* ra = dGin + C;                              // [2][C] ra per column half of dÂ
-  float* ca = ra + 2 * C;                            // [4][C] ca per row tile of dÂ
-  float* xwk = ca + 4 * C;                           // [4][C] Xw·K̂ per row tile of T (see phase 1)
+  float* ra = Gam + C;                               // [2][C] ra per column half of dÂ (from phase 3)
+  float* Rk = ra;                                    // [C] ρ_k (R16; read last in phase 1)
+  float* ca = ra + 2 * C;                            // [3][C] ca per row tile of dÂ (ca_slot)
+  float* xwk = ca + 3 * C;                           // [4][C] Xw·K̂ per row tile of T (see phase 1)
   float* xuv = xwk + 4 * C;                          // [4][C] Xu·V likewise
-  float* Rk = xuv + 4 * C;                           // [C] ρ_k (R16)
   const int ch = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const ChunkRef cr = chunk_at(chunks, ch);
@@ -208,12 +212,11 @@ __global__ void __launch_bounds__(NT, 2)
   cp_rows<C, DV, LV, NT>(dUb, dvn16 + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
   if (v16) cp_rows<C, DV, LV, NT>(Vb, static_cast<const bf16*>(v.p) + (cr.t0 * HV + h) * DV, HV * DV, cr.len);
   mma::cp_async_commit();
-  float gi = 0.f, bi = 0.f, dgi = 0.f;
+  float gi = 0.f, bi = 0.f;
   if (tid < cr.len) {
     const int64_t o = (cr.t0 + tid) * HV + h;
     gi = Gc[o];
     bi = gdn_beta_at(gates, o);
-    dgi = gr.dg[o];
   }
   store_bf16_rows<DK, LK>(Kb, Klo, kx, rho, Rk);
   if (!v16) stage_kin<DV>(Vb, LV, v, (cr.t0 * HV + h) * DV, HV * DV, cr.len);
@@ -221,7 +224,6 @@ __global__ void __launch_bounds__(NT, 2)
     G[tid] = gi;
     Gam[tid] = expf(gi);
     B[tid] = bi;
-    dGin[tid] = dgi;
   }
   mma::cp_async_wait<1>();
   __syncthreads();
@@ -332,7 +334,7 @@ __global__ void __launch_bounds__(NT, 2)
       const float r = gdn_chunk::quad_sum(rs[hf]);
       if (t4 == 0) ra[wc * C + m0 + g + 8 * hf] = r;
     }
-    store_column_sums(ca + rt * C + n0, cs);
+    if (n0 < m0 + 16) store_column_sums(ca + ca_slot(rt, n0), cs);  // warp-uniform (shuffles inside)
 #pragma unroll
     for (int nb = 0; nb < 4; ++nb) {
       const int j = n0 + 8 * nb + 2 * t4;
@@ -406,13 +408,15 @@ __global__ void __launch_bounds__(NT, 2)
         const float bi = B[i], gi = Gam[i];
         const float xw_ = xwk[i] + xwk[C + i] + xwk[2 * C + i] + xwk[3 * C + i];
         const float xu_ = xuv[i] + xuv[C + i] + xuv[2 * C + i] + xuv[3 * C + i];
-        const float ra_ = ra[i] + ra[C + i], ca_ = ca[i] + ca[C + i] + ca[2 * C + i] + ca[3 * C + i];
+        // ca: the zero slots of columns 32-63 left out (0 + 0 + x = x: the same sum as with them)
+        const float ra_ = ra[i] + ra[C + i];
+        const float ca_ = i < 32 ? ca[i] + ca[32 + i] + ca[64 + i] + ca[96 + i] : ca[96 + i] + ca[128 + i];
         const float dbeta = xu_ + gi * xw_ + ra_;
         if (gates.a.p)
           st(gr.db, o, gate_db(dbeta, bi));
         else
           st(gr.dbeta, o, dbeta);
-        d[r] = dGin[i] + bi * gi * xw_ + bi * ra_ - ca_;
+        d[r] = gr.dg[o] + bi * gi * xw_ + bi * ra_ - ca_;
       }
     }
     d[0] += d[1];
