@@ -23,8 +23,8 @@
 // diagonal, which are zero; dg in read again from global memory in phase 5): 101,376 B = 99 KiB, the portable
 // policy's limit (was 102,144 B).
 // Resources (ptxas -v, sm_90a, CUDA 13.0): 116 registers (R16: 111; 114 / 109 before the 99 KiB layout, 126
-// before the dk̂ partial sums were held as bf16 pairs), 0 bytes spilled, __launch_bounds__(256, 2): 2 blocks (16 warps) per SM, limited by
-// shared memory (3 blocks would need ≤ 85 registers).
+// before the dk̂ partial sums were held as bf16 pairs), 0 bytes spilled, __launch_bounds__(256, 2): 2 blocks
+// (16 warps) per SM, limited by shared memory (3 blocks would need ≤ 85 registers).
 // Precision: the bf16 operands are those the fp32-staging version rounded, except that K̂ enters dW·K̂ᵀ (and
 // so dT) and the Xw·K̂ dots as hi + lo (~16 significant bits, as good as fp32 here), or for bf16 k (R16) as
 // dW·kᵀ·diag(ρ_k) with k itself in the lo tile's place (exact products, one mma pass instead of two); dÂ, ra,
