@@ -191,8 +191,8 @@ TEST(KernelPolicy, PortableGdnScanWyLeanPrepFitNinetyNineKiB) {
 }
 
 // Every GDN kernel. Not met yet (issue 28): the forward prep, the state/intra kernel, the reverse scan and the
-// FMA chunk scan and backward need smaller tiles for it; until then such a GPU runs the GDN core on the FMA chunk or per-token
-// kernels (cuda_ops_seq.cpp, gdn_mma_path). Disabled so the suite stays green;
+// FMA chunk scan and backward need smaller tiles for it; until then such a GPU runs the GDN core on the
+// per-token kernels (cuda_ops_seq.cpp, gdn_mma_path). Disabled so the suite stays green;
 // --gtest_also_run_disabled_tests prints every kernel against the limit.
 TEST(KernelPolicy, DISABLED_PortableGdnKernelsFitNinetyNineKiB) {
   const KernelPolicy portable;  // KernelPath::Portable
