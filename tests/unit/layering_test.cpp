@@ -4,13 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "io/files.h"
 
 namespace fs = std::filesystem;
 
@@ -31,12 +32,7 @@ std::vector<fs::path> sources_under(const fs::path& dir) {
   return out;
 }
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_all(const fs::path& p) { return deltatune::read_text_file(p.string()); }
 
 // Quoted and angle includes of a file, in order.
 std::vector<std::string> includes_of(const fs::path& p) {

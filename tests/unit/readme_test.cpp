@@ -3,12 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "core/error.h"
 #include "deltatune/run_config.h"
+#include "io/files.h"
 
 namespace fs = std::filesystem;
 
@@ -16,12 +15,7 @@ namespace {
 
 const fs::path kRoot = DT_SOURCE_DIR;
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_all(const fs::path& p) { return deltatune::read_text_file(p.string()); }
 
 // The body of the first ```<lang> block at or after `from`, or "".
 std::string code_block(const std::string& text, const std::string& lang, size_t from = 0) {

@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "io/files.h"
 
 namespace fs = std::filesystem;
 
@@ -18,12 +18,7 @@ namespace {
 
 const fs::path kRoot = DT_SOURCE_DIR;
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_all(const fs::path& p) { return deltatune::read_text_file(p.string()); }
 
 bool is_text(const fs::path& p) {
   static const std::set<std::string> exts = {".cpp", ".h", ".cu", ".cuh", ".py", ".sh", ".json", ".md",
