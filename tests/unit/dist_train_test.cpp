@@ -182,7 +182,9 @@ TEST(DistTrain, KilledWorkerEndsTheRunAsCrashedAndItResumesOnOneWorker) {
   const double secs = std::chrono::duration<double>(Clock::now() - killed_at).count();
   const std::string log = slurp(dir / "log.txt");
   EXPECT_NE(rc, 0) << log;
-  EXPECT_LT(secs, 5.0) << "the run took " << secs << " s to end after a worker was killed\n" << log;
+  // The bound only separates "ended promptly" from "hung until a collective timed out" (minutes): 1-2 s is
+  // typical, an ASan build on a loaded 2-core CI machine measured 6.8 s.
+  EXPECT_LT(secs, 30.0) << "the run took " << secs << " s to end after a worker was killed\n" << log;
   EXPECT_NE(log.find("was killed by signal 9"), std::string::npos) << log;
 
   std::string run_id;
