@@ -31,6 +31,7 @@
 #include "backend/backend.h"
 #include "backend/cuda_kernels_setting.h"
 #include "core/error.h"
+#include "core/quantized.h"
 #include "data/batch.h"
 #include "deltatune/distributed.h"
 #include "dist/data_parallel.h"
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
   bool ckpt = true, overlap = true;
   double peak = 989e12;
   std::string kernels = "auto";
+  std::string quant = "none";  // base_quantization: none | fp8 | nf4
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--shape") shape = v;
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
     else if (a == "--ckpt-layers") ckpt_layers = std::atoll(v.c_str());
     else if (a == "--overlap") overlap = std::atoi(v.c_str()) != 0;
     else if (a == "--kernels") kernels = v;
+    else if (a == "--quant") quant = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -120,6 +123,7 @@ int main(int argc, char** argv) {
     const bool root = !dp || dp->root();
     const double t0 = now_s();
     ModelWeights w = random_weights(cfg);
+    w.base_quant = quant_format_from_name(quant, "--quant");
     auto be = make_cuda_backend(dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0, DType::BF16, kernels);
     if (dp) dp->connect_backend(*be);
     Qwen35Model model(w, *be);
@@ -200,13 +204,13 @@ int main(int argc, char** argv) {
         "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
         "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
         "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
-        "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\"}\n",
+        "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\"}\n",
         shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
         static_cast<long long>(seqs), ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
         tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
         static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
         static_cast<long long>(adapter.trainable_params()), loss, t_load,
-        be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str());
+        be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());
     return 1;

@@ -60,11 +60,33 @@ def random_model(shape_name, layers=0, liger=False, device="cuda"):
     return model, cfg
 
 
-def lora_model(shape_name, layers=0, liger=False, experts=True):
+def to_bnb4(model):
+    """The decoder's linear layers as bitsandbytes Linear4bit (nf4, double quant, bf16 compute): what
+    from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...)) builds. Quantized one module at
+    a time on the GPU, so the bf16 copy never exists twice."""
+    import bitsandbytes as bnb
+    for layer in model.model.layers:
+        for name, mod in list(layer.named_modules()):
+            if isinstance(mod, torch.nn.Linear) and name.split(".")[-1] in TARGETS:
+                q = bnb.nn.Linear4bit(mod.in_features, mod.out_features, bias=False, compute_dtype=torch.bfloat16,
+                                      compress_statistics=True, quant_type="nf4", device="meta")
+                q.weight = bnb.nn.Params4bit(mod.weight.data.cpu(), requires_grad=False, compress_statistics=True,
+                                             quant_type="nf4")
+                parent = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
+                setattr(parent, name.split(".")[-1], q)
+                del mod
+                q.cuda()
+    torch.cuda.empty_cache()
+    return model
+
+
+def lora_model(shape_name, layers=0, liger=False, experts=True, bnb4=False):
     """random_model with gradient checkpointing and PEFT LoRA r=16 (alpha 32) on every linear module (and the MoE
-    experts' parameters when experts), LoRA weights in fp32 as ours keeps them."""
+    experts' parameters when experts), LoRA weights in fp32 as ours keeps them; bnb4: QLoRA base (to_bnb4)."""
     from peft import LoraConfig, get_peft_model
     model, cfg = random_model(shape_name, layers, liger)
+    if bnb4:
+        model = to_bnb4(model)
     model.config.use_cache = False
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.enable_input_require_grads()
@@ -86,6 +108,8 @@ def main():
     ap.add_argument("--liger", type=int, default=0)
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--experts", type=int, default=1, help="LoRA on MoE experts via target_parameters")
+    ap.add_argument("--bnb4", type=int, default=0,
+                    help="QLoRA: the decoder's linear layers as bitsandbytes Linear4bit (nf4, double quant, bf16 compute)")
     a = ap.parse_args()
 
     gdn_path = "torch"
@@ -97,7 +121,9 @@ def main():
                 co.TRITON_ABOVE_3_7_1 = True
         except Exception as e:  # pragma: no cover - depends on the FLA version
             print("note: could not lift the FLA Triton guard:", e, file=sys.stderr)
-    model, cfg = lora_model(a.shape, a.layers, a.liger, a.experts)
+    model, cfg = lora_model(a.shape, a.layers, a.liger, a.experts, a.bnb4)
+    if a.bnb4:
+        torch.cuda.reset_peak_memory_stats()  # the bf16 model existed before to_bnb4; HF's loader never holds it
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     ids = torch.randint(0, cfg.vocab_size, (1, a.tokens), device="cuda")
     times = []
@@ -119,7 +145,7 @@ def main():
     if a.fla and mods:
         gdn_path = "fla"
     peak = torch.cuda.max_memory_allocated() / 2**30
-    print(json.dumps(dict(bench="train_step", impl="hf_peft" + ("_fla" if a.fla else "") + ("_liger" if a.liger else ""), shape=a.shape,
+    print(json.dumps(dict(bench="train_step", impl="hf_peft" + ("_bnb4" if a.bnb4 else "") + ("_fla" if a.fla else "") + ("_liger" if a.liger else ""), shape=a.shape,
                           layers=cfg.num_hidden_layers,
                           tokens=a.tokens, step_ms=round(med * 1e3, 2), tokens_per_s=round(a.tokens / med, 1),
                           peak_vram_gib=round(peak, 3), loss=round(loss, 5), gdn_path=gdn_path,

@@ -84,6 +84,7 @@ RunConfig filled_config() {
   c.backend = "cuda";
   c.gpu = 1;
   c.kernels = "portable";
+  c.base_quantization = "fp8";
   c.fused_loss = false;
   c.gradient_checkpointing = true;
   c.gradient_checkpointing_layers = 7;
@@ -178,7 +179,7 @@ TEST(RunsConfig, CanonicalYamlHasEveryKeyInOrder) {
   std::vector<std::string> keys;
   for (const auto& kv : root) keys.push_back(kv.first.Scalar());
   EXPECT_EQ(keys, deltatune::run_config_keys());
-  EXPECT_EQ(keys.size(), 54u);
+  EXPECT_EQ(keys.size(), 55u);
 }
 
 TEST(RunsConfig, UnknownKeySuggestsClosest) {

@@ -243,6 +243,12 @@ void TrainPage::buildUi() {
   seed_->setRange(0, 2147483647);
   backend_ = named(new QComboBox, "backend");
   backend_->addItems({"auto", "cpu", "cuda"});
+  baseQuant_ = named(new QComboBox, "base_quantization");
+  baseQuant_->addItem(tr("bf16 (as stored)"), QStringLiteral("none"));
+  baseQuant_->addItem(tr("FP8 (8-bit, 128x128 block scales)"), QStringLiteral("fp8"));
+  baseQuant_->addItem(tr("NF4 (4-bit, QLoRA)"), QStringLiteral("nf4"));
+  baseQuant_->setToolTip(tr("Hold the frozen base's linear weights quantized on the GPU (less memory; the LoRA "
+                            "weights and the exported adapter stay as they are). FP8 checkpoints are used as FP8."));
   gpus_picker_ = named(new GpuPicker, "gpus");
   gpusNote_ = new QLabel;
   gpusNote_->setStyleSheet(QStringLiteral("color: #555;"));
@@ -265,6 +271,7 @@ void TrainPage::buildUi() {
   engForm->addRow(tr("Checkpoint every"), saveSteps_);
   engForm->addRow(tr("Seed"), seed_);
   engForm->addRow(tr("Backend"), backend_);
+  engForm->addRow(tr("Base weights"), baseQuant_);
   engForm->addRow(tr("GPUs"), gpus_picker_);
   engForm->addRow(QString(), gpusNote_);
   engForm->addRow(QString(), gpuRuntime_);
@@ -296,7 +303,7 @@ void TrainPage::buildUi() {
   for (QCheckBox* c : {rslora_, packing_, fusedLoss_, gradCkpt_})
     connect(c, &QCheckBox::toggled, this, &TrainPage::writeToConfig);
   connect(gpus_picker_, &GpuPicker::changed, this, &TrainPage::writeToConfig);
-  for (QComboBox* c : {scheduler_, backend_})
+  for (QComboBox* c : {scheduler_, backend_, baseQuant_})
     connect(c, &QComboBox::currentIndexChanged, this, &TrainPage::writeToConfig);
   for (QLineEdit* e : {outputDir_, runName_})
     connect(e, &QLineEdit::textEdited, this, &TrainPage::writeToConfig);
@@ -332,6 +339,7 @@ void TrainPage::loadFromConfig() {
   saveSteps_->setValue(static_cast<int>(c.save_steps));
   seed_->setValue(static_cast<int>(c.seed));
   backend_->setCurrentText(QString::fromStdString(c.backend));
+  baseQuant_->setCurrentIndex(std::max(0, baseQuant_->findData(QString::fromStdString(c.base_quantization))));
   gpus_picker_->loadFrom(c);
   fusedLoss_->setChecked(c.fused_loss);
   gradCkpt_->setChecked(c.gradient_checkpointing);
@@ -369,6 +377,7 @@ void TrainPage::writeToConfig() {
   c.save_steps = saveSteps_->value();
   c.seed = seed_->value();
   c.backend = backend_->currentText().toStdString();
+  c.base_quantization = baseQuant_->currentData().toString().toStdString();
   gpus_picker_->applyTo(c);
   c.fused_loss = fusedLoss_->isChecked();
   c.gradient_checkpointing = gradCkpt_->isChecked();
@@ -476,7 +485,7 @@ void TrainPage::updateVram() {
   deltatune::VramEstimate est;
   try {
     est = deltatune::estimate_vram(*info, c.lora_r, c.micro_batch_size * c.sequence_len, c.fused_loss,
-                                   c.gradient_checkpointing, c.gradient_checkpointing_layers);
+                                   c.gradient_checkpointing, c.gradient_checkpointing_layers, c.base_quantization);
   } catch (const std::exception& e) {
     vramLabel_->setText(tr("No estimate: %1").arg(QString::fromUtf8(e.what())));
     return;

@@ -79,6 +79,7 @@ class TrainPage : public QWidget {
   QSpinBox* saveSteps_ = nullptr;
   QSpinBox* seed_ = nullptr;
   QComboBox* backend_ = nullptr;
+  QComboBox* baseQuant_ = nullptr;
   GpuPicker* gpus_picker_ = nullptr;
   QLabel* gpusNote_ = nullptr;
   QLabel* gpuRuntime_ = nullptr;

@@ -65,6 +65,11 @@ struct RunConfig {
   // CUDA kernels: "auto" (the device's best path: wgmma + TMA on a Hopper, the portable sm_80 kernels
   // elsewhere) | "portable" (the sm_80 kernels on any GPU; for comparisons and bug reports).
   std::string kernels = "auto";
+  // Frozen base linear weights (attention, Gated DeltaNet projections, MLP, shared expert) held quantized:
+  // "none" (the checkpoint's bf16) | "fp8" (e4m3 with 128x128 block scales, as official FP8 checkpoints) |
+  // "nf4" (bitsandbytes' NF4, 64-value blocks, double-quantized absmax). axolotl's `load_in_4bit: true` reads as
+  // nf4. An FP8 checkpoint (config.json quantization_config, quant_method fp8) is fp8 whatever this says.
+  std::string base_quantization = "none";
   bool fused_loss = true;
   bool gradient_checkpointing = false;
   // With gradient_checkpointing: checkpoint only the first N decoder layers; the rest keep their activations

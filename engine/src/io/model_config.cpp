@@ -68,6 +68,38 @@ std::string normalise_model_type(const std::string& t) {
   return t;
 }
 
+// quantization_config (top level, or text_config's for a nested layout): only transformers' fine-grained FP8
+// with 128x128 blocks is read; every other method is refused by name.
+void parse_quantization_config(const FieldReader& top, ModelConfig& c) {
+  if (!top.has("quantization_config")) return;
+  const json& q = top.at("quantization_config");
+  check(q.is_object(), top.where("quantization_config") + " is " + q.dump() + " (expected an object)");
+  const FieldReader qr(q, "", "");
+  const std::string where = top.where("quantization_config.");
+  check(q.contains("quant_method") && q["quant_method"].is_string(),
+        where + "quant_method is missing (expected \"fp8\")");
+  const std::string method = q["quant_method"].get<std::string>();
+  check(method == "fp8", where + "quant_method is \"" + method +
+                             "\": checkpoints quantized with " + method +
+                             " are not supported (expected \"fp8\" with weight_block_size [128, 128], or a bf16 "
+                             "checkpoint with base_quantization: fp8 or nf4 in the run)");
+  if (q.contains("fmt") && q["fmt"].is_string())
+    check(q["fmt"].get<std::string>() == "e4m3", where + "fmt is \"" + q["fmt"].get<std::string>() +
+                                                     "\" (expected \"e4m3\")");
+  if (q.contains("activation_scheme") && q["activation_scheme"].is_string())
+    check(q["activation_scheme"].get<std::string>() == "dynamic",
+          where + "activation_scheme is \"" + q["activation_scheme"].get<std::string>() +
+              "\" (expected \"dynamic\": static activation scales are not supported)");
+  const json bs = q.contains("weight_block_size") ? q["weight_block_size"] : json();
+  const bool ok = bs.is_array() && bs.size() == 2 && bs[0].is_number_integer() && bs[1].is_number_integer() &&
+                  bs[0].get<int64_t>() == 128 && bs[1].get<int64_t>() == 128;
+  check(ok, where + "weight_block_size is " + (bs.is_null() ? std::string("missing") : bs.dump()) +
+                " (expected [128, 128]: per-tensor FP8 scales are not supported)");
+  c.quant_method = method;
+  c.quant_block_rows = 128;
+  c.quant_block_cols = 128;
+}
+
 }  // namespace
 
 static ModelConfig model_config_parse_impl(const std::string& json_text, const std::string& source_name) {
@@ -206,6 +238,8 @@ static ModelConfig model_config_parse_impl(const std::string& json_text, const s
           : tc.bool_or("tie_word_embeddings", top.bool_or("tie_word_embeddings", false));
   c.eos_token_id = tc.token_id_or("eos_token_id", top.token_id_or("eos_token_id", -1));
   c.pad_token_id = tc.token_id_or("pad_token_id", top.token_id_or("pad_token_id", -1));
+
+  parse_quantization_config(top, c);
 
   // Consistency: everything the model code will rely on.
   auto positive = [&](int64_t v, const char* key) {

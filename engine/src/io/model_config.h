@@ -25,6 +25,10 @@ struct ModelConfig {
   // Size fields config.json left out, as "field = value": they take Hugging Face's class defaults
   // (Qwen3_5TextConfig / Qwen3_5MoeTextConfig), as transformers does; weight shape errors name them.
   std::vector<std::string> defaulted;
+  // config.json quantization_config: "" (bf16 checkpoint) or "fp8" (transformers' fine-grained FP8: e4m3
+  // weights with one weight_scale_inv per weight_block_size block). Other methods are refused at parse.
+  std::string quant_method;
+  int64_t quant_block_rows = 0, quant_block_cols = 0;  // weight_block_size of fp8
 
   bool is_moe() const { return model_type == "qwen3_5_moe"; }
   // MoE with shared_expert_intermediate_size > 0 (0: HF's zero-width shared expert adds nothing).

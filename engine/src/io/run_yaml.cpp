@@ -564,6 +564,7 @@ const std::vector<Field>& fields() {
     t.push_back(integer("gpu", &C::gpu, at_least(0), "a GPU index >= 0"));
     t.push_back(gpu_list("gpus"));
     t.push_back(text("kernels", &C::kernels, {"auto", "portable"}));
+    t.push_back(text("base_quantization", &C::base_quantization, {"none", "fp8", "nf4"}));
     t.push_back(boolean("fused_loss", &C::fused_loss));
     t.push_back(boolean("gradient_checkpointing", &C::gradient_checkpointing));
     t.push_back(integer("gradient_checkpointing_layers", &C::gradient_checkpointing_layers, at_least(-1),
@@ -633,11 +634,26 @@ RunConfig parse_config(const std::string& yaml, const std::string& base_dir, con
   const std::vector<std::string>& keys = run_config_keys();
   std::set<std::string> seen;
   std::vector<const Field*> given;
+  bool load_in_4bit = false;  // axolotl's spelling of base_quantization: nf4 (read, never written)
   for (const auto& kv : root) {
     const std::string where = line_of(source, kv.first);
     check(kv.first.IsScalar(), where + ": keys must be plain names, got " + flow_text(kv.first));
     const std::string key = kv.first.Scalar();
     check(seen.insert(key).second, where + ": key '" + key + "' appears twice");
+    if (key == "load_in_4bit" || key == "load_in_8bit") {
+      if (kv.second.IsNull()) continue;
+      bool on = false;
+      try {
+        on = parse_bool(kv.second);
+      } catch (const BadValue& b) {
+        throw Error(line_of(source, kv.second) + ": " + key + ": '" + b.value + "' is not valid (expected true or false)");
+      }
+      if (!on) continue;
+      check(key == "load_in_4bit", where + ": load_in_8bit: true asks for a bitsandbytes 8-bit base, which is not "
+                                           "supported (expected base_quantization: fp8 or nf4, or load_in_4bit: true)");
+      load_in_4bit = true;
+      continue;
+    }
     const auto it = std::find_if(table.begin(), table.end(), [&](const Field& f) { return f.key == key; });
     if (it == table.end()) {
       const std::string guess = closest(key, keys);
@@ -652,6 +668,12 @@ RunConfig parse_config(const std::string& yaml, const std::string& base_dir, con
     }
     if (auto p = it->check(cfg)) throw Error(problem_message(line_of(source, kv.second), *it, *p));
     given.push_back(&*it);
+  }
+  if (load_in_4bit) {
+    check(cfg.base_quantization == "none" || cfg.base_quantization == "nf4",
+          source + ": load_in_4bit: true and base_quantization: " + cfg.base_quantization +
+              " disagree (expected one of them, or base_quantization: nf4)");
+    cfg.base_quantization = "nf4";
   }
   check_combination(cfg, source);
   for (const Field* f : given)

@@ -131,8 +131,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     TensorEntry e;
     e.name = name;
     const std::string dt = v["dtype"].get<std::string>();
-    check(dtype_from_name(dt, &e.dtype),
-          where + ": unsupported dtype '" + dt + "' (expected one of F32, BF16, F16, I32, I64, U8)");
+    // F8_E4M3 (FP8 checkpoints' weights) is read as its bytes, U8; the model loader decodes it (quant/).
+    const bool fp8 = dt == "F8_E4M3";
+    if (fp8) e.dtype = DType::U8;
+    check(fp8 || dtype_from_name(dt, &e.dtype),
+          where + ": unsupported dtype '" + dt + "' (expected one of F32, BF16, F16, I32, I64, U8, F8_E4M3)");
     std::vector<uint64_t> dims, offsets;
     check(read_u64_array(v["shape"], &dims),
           where + ": shape " + json_snippet(v["shape"]) + " is not an array of non-negative integers");

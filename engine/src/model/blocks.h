@@ -16,10 +16,13 @@ namespace deltatune {
 struct DeviceLayerWeights {
   LayerKind kind = LayerKind::LinearAttention;
   Tensor input_norm, post_norm;
-  Tensor q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;                                   // attention
-  Tensor in_qkv, in_z, in_b, in_a, conv, dt_bias, A_log, lin_norm, out_proj;              // Gated DeltaNet
-  Tensor gate_proj, up_proj, down_proj;                                                   // dense MLP
-  Tensor router, experts_gate_up, experts_down, sh_gate, sh_up, sh_down, sh_gate_w;        // MoE
+  BaseMatrix q_proj, k_proj, v_proj, o_proj;                                              // attention
+  Tensor q_norm, k_norm;
+  BaseMatrix in_qkv, in_z, in_b, in_a, out_proj;                                          // Gated DeltaNet
+  Tensor conv, dt_bias, A_log, lin_norm;
+  BaseMatrix gate_proj, up_proj, down_proj;                                               // dense MLP
+  Tensor router, experts_gate_up, experts_down, sh_gate_w;                                // MoE
+  BaseMatrix sh_gate, sh_up, sh_down;
 };
 
 // LoRA modules attached to one layer (null = not adapted).
@@ -73,9 +76,9 @@ struct MlpCache {
   Tensor g, u, h;
 };
 // SwiGLU MLP with explicit weights (dense MLP and the MoE shared expert).
-Tensor mlp_fwd(const BlockContext& c, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w,
+Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
                LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& cache);
-void mlp_bwd(const BlockContext& c, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w,
+void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
              LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& dout, const MlpCache& cache,
              Tensor& dx, bool accumulate);
 

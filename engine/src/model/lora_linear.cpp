@@ -1,10 +1,20 @@
 #include "model/lora_linear.h"
 
+#include "backend/quant_ops.h"
+
 namespace deltatune {
 
 namespace {
 const Tensor& factor_a(const LoraModule& m) { return m.Ac.defined() ? m.Ac : m.A; }
 const Tensor& factor_b(const LoraModule& m) { return m.Bc.defined() ? m.Bc : m.B; }
+// The plain matrix of a frozen weight: itself, or a scratch copy in the compute dtype dequantized right before
+// the GEMM (quantized base, core/quantized.h); the scratch is freed when the caller's product is enqueued.
+Tensor plain_weight(Backend& be, const BaseMatrix& m) {
+  if (!m.q) return m.w;
+  Tensor d = be.alloc(m.q->shape, be.compute_dtype());
+  quant_ops(be).dequantize(*m.q, d);
+  return d;
+}
 }  // namespace
 
 LoraComputeCopies::LoraComputeCopies(Backend& be, LoraAdapter* lora) {
@@ -29,8 +39,9 @@ LoraComputeCopies::~LoraComputeCopies() {
   }
 }
 
-void linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* lora, const LoraRuntime& rt,
+void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, Tensor& y, LinearCache& cache) {
+  const Tensor w = plain_weight(be, wq);
   cache.x = x;
   if (!lora) {
     be.gemm(x, false, w, true, y, 1.f, 0.f);
@@ -50,8 +61,9 @@ void linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* lora,
   be.gemm(x, false, w, true, y, 1.f, 1.f);
 }
 
-void linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModule* lora, const LoraRuntime& rt,
+void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, const LinearCache& cache, Tensor& dx, bool accumulate) {
+  const Tensor w = plain_weight(be, wq);
   const float dx_beta = accumulate ? 1.f : 0.f;
   if (!lora) {
     be.gemm(dy, false, w, false, dx, 1.f, dx_beta);

@@ -3,9 +3,22 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/quantized.h"
 #include "lora/lora.h"
 
 namespace deltatune {
+
+// A frozen base matrix on the backend: plain (`w`, in the weight dtype) or held quantized (`q`), which the
+// products below dequantize into a scratch matrix right before their GEMM.
+struct BaseMatrix {
+  Tensor w;
+  std::shared_ptr<const QuantizedWeight> q;
+  BaseMatrix() = default;
+  BaseMatrix(Tensor plain) : w(std::move(plain)) {}  // NOLINT: a plain matrix is a BaseMatrix
+  explicit BaseMatrix(std::shared_ptr<const QuantizedWeight> quantized) : q(std::move(quantized)) {}
+  bool defined() const { return q != nullptr || w.defined(); }
+  int64_t dim(int i) const { return q ? q->shape.at(static_cast<size_t>(i < 0 ? i + 2 : i)) : w.dim(i); }
+};
 
 struct LinearCache {
   Tensor x;   // input (kept by reference: the caller's tensor)
@@ -40,10 +53,10 @@ class LoraComputeCopies {
 };
 
 // y (=) x·Wᵀ + LoRA. W [out, in]; x [T, in]; y [T, out].
-void linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* lora, const LoraRuntime& rt,
+void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& w, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, Tensor& y, LinearCache& cache);
 // dx (=) or (+=) dy·W + LoRA path; LoRA gradients (+=) into lora->gA/gB.
-void linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModule* lora, const LoraRuntime& rt,
+void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& w, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, const LinearCache& cache, Tensor& dx, bool accumulate);
 
 }  // namespace deltatune

@@ -3,7 +3,7 @@
 
 namespace deltatune {
 
-Tensor mlp_fwd(const BlockContext& c, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w,
+Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
                LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& k) {
   Backend& be = c.be;
   const int64_t T = x.rows(), I = gate_w.dim(0);
@@ -19,7 +19,7 @@ Tensor mlp_fwd(const BlockContext& c, const Tensor& gate_w, const Tensor& up_w, 
   return out;
 }
 
-void mlp_bwd(const BlockContext& c, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w,
+void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
              LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& dout, const MlpCache& k,
              Tensor& dx, bool accumulate) {
   Backend& be = c.be;

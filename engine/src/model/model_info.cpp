@@ -97,6 +97,12 @@ ModelInfo model_info_load(const std::string& dir) {
       ++info.skipped_tensors;
       continue;
     }
+    const std::string scale_suffix = "_scale_inv";  // FP8 checkpoints: block scales of a listed matrix
+    const bool fp8 = c.quant_method == "fp8";
+    if (fp8 && name.size() > scale_suffix.size() &&
+        name.compare(name.size() - scale_suffix.size(), scale_suffix.size(), scale_suffix) == 0 &&
+        group_of.count(name.substr(0, name.size() - scale_suffix.size())))
+      continue;
     const TensorEntry& e = reader.entry(name);
     int64_t n = 1;
     for (int64_t s : e.shape) n *= s;
@@ -104,7 +110,8 @@ ModelInfo model_info_load(const std::string& dir) {
     if (g == group_of.end()) unknown.push_back(name);
     info.params_per_group[g == group_of.end() ? "other" : g->second] += n;
     info.total_params += n;
-    ++info.dtype_counts[dtype_name(e.dtype)];
+    // F8_E4M3 is read as its bytes (U8): an FP8 checkpoint's matrices are named by the stored type.
+    ++info.dtype_counts[fp8 && e.dtype == DType::U8 && reader.has(name + scale_suffix) ? "F8_E4M3" : dtype_name(e.dtype)];
   }
   add_listed_warning(&info.warnings, "missing tensors (training will refuse this checkpoint)", missing);
   add_listed_warning(&info.warnings, "tensors with unexpected shapes", mismatched);
@@ -192,10 +199,28 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
 //                unfused:    fp32 logits [T x V] and their fp32 gradient, 8*T*V.
 //   overhead     512 MiB: CUDA context, cuBLAS workspaces, allocator slack.
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
-                           bool gradient_checkpointing, int64_t checkpoint_layers) {
+                           bool gradient_checkpointing, int64_t checkpoint_layers, const std::string& base_quantization) {
   VramEstimate v;
   const int64_t T = std::max<int64_t>(tokens_per_step, 1), H = info.hidden_size;
   v.weights = info.total_params * 2;
+  if (base_quantization == "fp8" || base_quantization == "nf4") {
+    int64_t quantized = 0;
+    for (const char* g : {"attn", "linear_attn", "mlp", "shared_expert"}) {
+      const auto it = info.params_per_group.find(g);
+      if (it != info.params_per_group.end()) quantized += it->second;
+    }
+    // Bytes per value: fp8 1 + 4/(128*128); nf4 1/2 + 1/64 + 4/(64*256).
+    const double per = base_quantization == "fp8" ? 1.0 + 4.0 / (128 * 128) : 0.5 + 1.0 / 64 + 4.0 / (64 * 256);
+    const int64_t largest = std::max(
+        {info.intermediate_size * H, info.shared_expert_intermediate_size * H,
+         2 * info.num_attention_heads * info.head_dim * H,
+         (2 * info.linear_num_key_heads * info.linear_key_head_dim +
+          info.linear_num_value_heads * info.linear_value_head_dim) * H});
+    v.weights += static_cast<int64_t>(static_cast<double>(quantized) * (per - 2.0)) + 2 * largest;
+  } else {
+    check(base_quantization == "none", "estimate_vram: base_quantization '" + base_quantization +
+                                           "' (expected none, fp8 or nf4)");
+  }
   int64_t lora = 0;
   for (const auto& [g, n] : lora_params_per_group(info, lora_r))
     if (g != "experts") lora += n;

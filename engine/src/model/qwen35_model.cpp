@@ -3,7 +3,9 @@
 #include <string>
 
 #include "core/error.h"
+#include "backend/quant_ops.h"
 #include "model/blocks.h"
+#include "quant/quantize_host.h"
 
 namespace deltatune {
 
@@ -52,6 +54,15 @@ namespace {
 
 Tensor up_w(Backend& be, const Tensor& t) { return t.defined() ? be.upload(t, be.weight_dtype()) : Tensor{}; }
 Tensor up_f32(Backend& be, const Tensor& t) { return t.defined() ? be.upload(t, DType::F32) : Tensor{}; }
+// A dense linear matrix (module `name`): quantized (an FP8 checkpoint's as stored, or now in `fmt`) or in the
+// weight dtype.
+BaseMatrix up_linear(Backend& be, const ModelWeights& mw, const std::string& name, const Tensor& t) {
+  if (!t.defined()) return BaseMatrix{};
+  const auto fp8 = mw.fp8_scale_inv.find(name);
+  if (fp8 != mw.fp8_scale_inv.end()) return BaseMatrix(quant_ops(be).upload_quantized(fp8_weight_host(t, fp8->second)));
+  if (mw.base_quant == QuantFormat::None) return be.upload(t, be.weight_dtype());
+  return BaseMatrix(quant_ops(be).upload_quantized(t, mw.base_quant));
+}
 
 
 // Layer forward: x -> x + mixer(norm(x)) -> + mlp(norm(.)). Fills `c`.
@@ -108,46 +119,49 @@ Tensor layer_bwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
 }  // namespace
 
 Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be) : cfg_(mw.config), be_(be) {
+  std::string prefix;  // "layers.N."
+  auto up_l = [&](const char* module, const Tensor& t) { return up_linear(be, mw, prefix + module, t); };
   embed_ = up_w(be, mw.embed);
   final_norm_ = up_f32(be, mw.final_norm);
   lm_head_ = mw.tied ? embed_ : up_w(be, mw.lm_head);
   for (const LayerWeights& lw : mw.layers) {
+    prefix = "layers." + std::to_string(layers_.size()) + ".";
     auto d = std::make_unique<DeviceLayer>();
     d->kind = lw.kind;
     d->input_norm = up_f32(be, lw.input_norm);
     d->post_norm = up_f32(be, lw.post_norm);
     if (lw.kind == LayerKind::FullAttention) {
-      d->q_proj = up_w(be, lw.attn.q_proj);
-      d->k_proj = up_w(be, lw.attn.k_proj);
-      d->v_proj = up_w(be, lw.attn.v_proj);
-      d->o_proj = up_w(be, lw.attn.o_proj);
+      d->q_proj = up_l("self_attn.q_proj", lw.attn.q_proj);
+      d->k_proj = up_l("self_attn.k_proj", lw.attn.k_proj);
+      d->v_proj = up_l("self_attn.v_proj", lw.attn.v_proj);
+      d->o_proj = up_l("self_attn.o_proj", lw.attn.o_proj);
       d->q_norm = up_f32(be, lw.attn.q_norm);
       d->k_norm = up_f32(be, lw.attn.k_norm);
     } else {
-      d->in_qkv = up_w(be, lw.lin.in_proj_qkv);
-      d->in_z = up_w(be, lw.lin.in_proj_z);
-      d->in_b = up_w(be, lw.lin.in_proj_b);
-      d->in_a = up_w(be, lw.lin.in_proj_a);
+      d->in_qkv = up_l("linear_attn.in_proj_qkv", lw.lin.in_proj_qkv);
+      d->in_z = up_l("linear_attn.in_proj_z", lw.lin.in_proj_z);
+      d->in_b = up_l("linear_attn.in_proj_b", lw.lin.in_proj_b);
+      d->in_a = up_l("linear_attn.in_proj_a", lw.lin.in_proj_a);
       d->conv = up_f32(be, lw.lin.conv1d);
       d->dt_bias = up_f32(be, lw.lin.dt_bias);
       d->A_log = up_f32(be, lw.lin.A_log);
       d->lin_norm = up_f32(be, lw.lin.norm);
-      d->out_proj = up_w(be, lw.lin.out_proj);
+      d->out_proj = up_l("linear_attn.out_proj", lw.lin.out_proj);
     }
     if (cfg_.is_moe()) {
       d->router = up_w(be, lw.moe.router);
       d->experts_gate_up = up_w(be, lw.moe.gate_up);
       d->experts_down = up_w(be, lw.moe.down);
       if (cfg_.has_shared_expert()) {
-        d->sh_gate = up_w(be, lw.moe.shared.gate_proj);
-        d->sh_up = up_w(be, lw.moe.shared.up_proj);
-        d->sh_down = up_w(be, lw.moe.shared.down_proj);
+        d->sh_gate = up_l("mlp.shared_expert.gate_proj", lw.moe.shared.gate_proj);
+        d->sh_up = up_l("mlp.shared_expert.up_proj", lw.moe.shared.up_proj);
+        d->sh_down = up_l("mlp.shared_expert.down_proj", lw.moe.shared.down_proj);
         d->sh_gate_w = up_w(be, lw.moe.shared_gate);
       }
     } else {
-      d->gate_proj = up_w(be, lw.mlp.gate_proj);
-      d->up_proj = up_w(be, lw.mlp.up_proj);
-      d->down_proj = up_w(be, lw.mlp.down_proj);
+      d->gate_proj = up_l("mlp.gate_proj", lw.mlp.gate_proj);
+      d->up_proj = up_l("mlp.up_proj", lw.mlp.up_proj);
+      d->down_proj = up_l("mlp.down_proj", lw.mlp.down_proj);
     }
     layers_.push_back(std::move(d));
   }

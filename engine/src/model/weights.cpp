@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "quant/quantize_host.h"
 
 namespace deltatune {
 
@@ -103,17 +104,32 @@ bool is_float(DType dt) {
   return dt == DType::F32 || dt == DType::BF16 || dt == DType::F16;
 }
 
+// An FP8 checkpoint (config.json quant_method fp8) stores a matrix as F8_E4M3 (read as U8) with its 128x128
+// block scales beside it under `<key>_scale_inv` (transformers' fine-grained FP8).
+std::string scale_inv_key(const std::string& key) { return key + "_scale_inv"; }
+bool is_fp8(const CheckpointReader& r, const std::string& key) {
+  return r.entry(key).dtype == DType::U8 && r.has(scale_inv_key(key));
+}
+
+// The tensor `key` as a host tensor; an FP8 matrix dequantized to BF16 (what the model reads outside the dense
+// linear layers, e.g. experts).
+Tensor read_tensor(const CheckpointReader& r, const std::string& key) {
+  if (!is_fp8(r, key)) return r.get(key);
+  return host_convert(dequantize_host(fp8_weight_host(r.get(key), r.get(scale_inv_key(key)))), DType::BF16);
+}
+
 // Stacks per-expert 2-D weights into the fused [E, 2Ie, H] / [E, H, Ie] layout (host copies).
 void stack_experts(const CheckpointReader& r, const std::string& m, const ModelConfig& c, MoeWeights* moe) {
   const int64_t E = c.num_experts, Ie = c.moe_intermediate, H = c.hidden_size;
-  const DType dt = r.entry(m + "experts.0.gate_proj.weight").dtype;
+  const DType stored = r.entry(m + "experts.0.gate_proj.weight").dtype;
+  const DType dt = is_fp8(r, m + "experts.0.gate_proj.weight") ? DType::BF16 : stored;
   moe->gate_up = host_tensor({E, 2 * Ie, H}, dt);
   moe->down = host_tensor({E, H, Ie}, dt);
   const size_t half = static_cast<size_t>(Ie * H) * dtype_size(dt);
   for (int64_t e = 0; e < E; ++e) {
     const std::string x = m + "experts." + std::to_string(e) + ".";
-    const Tensor gate = r.get(x + "gate_proj.weight"), up = r.get(x + "up_proj.weight"),
-                 down = r.get(x + "down_proj.weight");
+    const Tensor gate = read_tensor(r, x + "gate_proj.weight"), up = read_tensor(r, x + "up_proj.weight"),
+                 down = read_tensor(r, x + "down_proj.weight");
     for (const auto* t : {&gate, &up, &down})
       check(t->dtype == dt, r.dir() + ": expert tensors of " + m + "experts mix dtypes (" + dtype_name(dt) +
                                 " and " + dtype_name(t->dtype) + "); expected one dtype to stack them");
@@ -149,8 +165,21 @@ ModelWeights model_weights_load(const std::string& dir) {
     const TensorEntry& got = r.entry(e.key);
     check(got.shape == e.shape, where(e.key) + ": tensor '" + e.key + "' has shape " + shape_str(got.shape) +
                                     ", expected " + shape_str(e.shape) + " " + from);
-    check(is_float(got.dtype), where(e.key) + ": tensor '" + e.key + "' has dtype " + dtype_name(got.dtype) +
-                                   " (expected F32, BF16 or F16)");
+    if (got.dtype == DType::U8 && c.quant_method == "fp8" && got.shape.size() == 2) {
+      const std::string sk = scale_inv_key(e.key);
+      const Shape want{(got.shape[0] + c.quant_block_rows - 1) / c.quant_block_rows,
+                       (got.shape[1] + c.quant_block_cols - 1) / c.quant_block_cols};
+      check(r.has(sk), where(e.key) + ": F8_E4M3 tensor '" + e.key + "' has no '" + sk +
+                           "' (expected its 128x128 block scales, quantization_config quant_method fp8)");
+      check(r.entry(sk).shape == want && is_float(r.entry(sk).dtype),
+            where(sk) + ": tensor '" + sk + "' has shape " + shape_str(r.entry(sk).shape) + " and dtype " +
+                dtype_name(r.entry(sk).dtype) + ", expected " + shape_str(want) + " of F32, BF16 or F16");
+      used.insert(sk);
+    } else {
+      check(is_float(got.dtype), where(e.key) + ": tensor '" + e.key + "' has dtype " + dtype_name(got.dtype) +
+                                     (c.quant_method == "fp8" ? " (expected F8_E4M3 with weight_scale_inv, F32, BF16 or F16)"
+                                                              : " (expected F32, BF16 or F16)"));
+    }
     used.insert(e.key);
   }
   w.tied = !r.has("lm_head.weight");
@@ -183,10 +212,17 @@ ModelWeights model_weights_load(const std::string& dir) {
         (unknown.size() > 1 ? " (and " + std::to_string(unknown.size() - 1) + " more)" : std::string()) +
         " that a " + c.model_type + " text model with this config.json does not have");
 
-  auto get = [&](const std::string& key) { return r.get(P + key); };
+  if (c.quant_method == "fp8") w.base_quant = QuantFormat::FP8;
+  auto get = [&](const std::string& key) { return read_tensor(r, P + key); };
+  // A dense linear matrix: an FP8 one stays quantized (its scales kept under its module name).
+  auto get_linear = [&](const std::string& key) {
+    if (!is_fp8(r, P + key)) return r.get(P + key);
+    w.fp8_scale_inv[key.substr(0, key.size() - std::string(".weight").size())] = r.get(P + scale_inv_key(key));
+    return r.get(P + key);
+  };
   w.embed = get("embed_tokens.weight");
   w.final_norm = get("norm.weight");
-  w.lm_head = w.tied ? w.embed : r.get("lm_head.weight");
+  w.lm_head = w.tied ? w.embed : read_tensor(r, "lm_head.weight");
   w.layers.resize(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights& L = w.layers[static_cast<size_t>(i)];
@@ -196,23 +232,23 @@ ModelWeights model_weights_load(const std::string& dir) {
     L.post_norm = get(l + "post_attention_layernorm.weight");
     if (L.kind == LayerKind::FullAttention) {
       const std::string a = l + "self_attn.";
-      L.attn.q_proj = get(a + "q_proj.weight");
-      L.attn.k_proj = get(a + "k_proj.weight");
-      L.attn.v_proj = get(a + "v_proj.weight");
-      L.attn.o_proj = get(a + "o_proj.weight");
+      L.attn.q_proj = get_linear(a + "q_proj.weight");
+      L.attn.k_proj = get_linear(a + "k_proj.weight");
+      L.attn.v_proj = get_linear(a + "v_proj.weight");
+      L.attn.o_proj = get_linear(a + "o_proj.weight");
       L.attn.q_norm = get(a + "q_norm.weight");
       L.attn.k_norm = get(a + "k_norm.weight");
     } else {
       const std::string a = l + "linear_attn.";
-      L.lin.in_proj_qkv = get(a + "in_proj_qkv.weight");
-      L.lin.in_proj_z = get(a + "in_proj_z.weight");
-      L.lin.in_proj_b = get(a + "in_proj_b.weight");
-      L.lin.in_proj_a = get(a + "in_proj_a.weight");
+      L.lin.in_proj_qkv = get_linear(a + "in_proj_qkv.weight");
+      L.lin.in_proj_z = get_linear(a + "in_proj_z.weight");
+      L.lin.in_proj_b = get_linear(a + "in_proj_b.weight");
+      L.lin.in_proj_a = get_linear(a + "in_proj_a.weight");
       L.lin.conv1d = get(a + "conv1d.weight").view({c.conv_dim(), c.conv_kernel});
       L.lin.dt_bias = get(a + "dt_bias");
       L.lin.A_log = get(a + "A_log");
       L.lin.norm = get(a + "norm.weight");
-      L.lin.out_proj = get(a + "out_proj.weight");
+      L.lin.out_proj = get_linear(a + "out_proj.weight");
     }
     const std::string m = l + "mlp.";
     if (c.is_moe()) {
@@ -223,14 +259,14 @@ ModelWeights model_weights_load(const std::string& dir) {
         L.moe.gate_up = get(m + "experts.gate_up_proj");
         L.moe.down = get(m + "experts.down_proj");
       }
-      L.moe.shared.gate_proj = get(m + "shared_expert.gate_proj.weight");
-      L.moe.shared.up_proj = get(m + "shared_expert.up_proj.weight");
-      L.moe.shared.down_proj = get(m + "shared_expert.down_proj.weight");
+      L.moe.shared.gate_proj = get_linear(m + "shared_expert.gate_proj.weight");
+      L.moe.shared.up_proj = get_linear(m + "shared_expert.up_proj.weight");
+      L.moe.shared.down_proj = get_linear(m + "shared_expert.down_proj.weight");
       L.moe.shared_gate = get(m + "shared_expert_gate.weight");
     } else {
-      L.mlp.gate_proj = get(m + "gate_proj.weight");
-      L.mlp.up_proj = get(m + "up_proj.weight");
-      L.mlp.down_proj = get(m + "down_proj.weight");
+      L.mlp.gate_proj = get_linear(m + "gate_proj.weight");
+      L.mlp.up_proj = get_linear(m + "up_proj.weight");
+      L.mlp.down_proj = get_linear(m + "down_proj.weight");
     }
   }
   return w;

@@ -1,10 +1,12 @@
 // Frozen base weights of a Qwen3.5 checkpoint as stored on disk (host tensors, zero-copy from mmap where
 // the dtype allows), with HF key names resolved (spec §2).
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/quantized.h"
 #include "core/tensor.h"
 #include "io/model_config.h"
 
@@ -62,6 +64,13 @@ struct ModelWeights {
   Tensor lm_head;             // [V, H]; == embed when tied
   std::vector<LayerWeights> layers;
   bool experts_per_expert_layout = false;  // checkpoint had experts.{e}.gate_proj.weight etc.
+  // Held quantized on the device: the dense linear matrices (attention, Gated DeltaNet projections, MLP, shared
+  // expert). FP8 for an FP8 checkpoint, whose matrices are then the stored e4m3 bytes (U8) with their block
+  // scales in fp8_scale_inv; otherwise the run's base_quantization (set it before building the model), applied
+  // at upload, matrix by matrix.
+  QuantFormat base_quant = QuantFormat::None;
+  // FP8 checkpoints: weight_scale_inv of each dense linear matrix, by module name ("layers.3.self_attn.q_proj").
+  std::map<std::string, Tensor> fp8_scale_inv;
   std::shared_ptr<CheckpointReader> reader;  // keeps the mmaps alive
   int64_t skipped_tensors = 0;             // model.visual.* / visual.* and mtp.* tensors left out
   std::vector<std::string> warnings;       // e.g. config tie flag disagreeing with the checkpoint

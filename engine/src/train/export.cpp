@@ -107,6 +107,9 @@ void export_adapter(const ExportOptions& opts) {
   const ModelWeights base = model_weights_load(opts.model_dir);
   const LoraAdapter adapter = peft_adapter_read(opts.adapter_dir, base.config);
   if (opts.merged) {
+    check(base.fp8_scale_inv.empty(), "export --merged: " + opts.model_dir +
+                                          " is an FP8 checkpoint; a merged checkpoint is written from the bf16 base "
+                                          "(expected --model the bf16 checkpoint: the adapter is the same)");
     merged_checkpoint_write(base, adapter, out.string(), opts.progress);
   } else {
     std::string name = ".";  // built stepwise: GCC 12 gives a false -Wrestrict on "." + s + "..."

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/quantized.h"
 #include "dist/shard.h"
 #include "lora/peft_io.h"
 #include "train/backend_select.h"
@@ -51,6 +52,17 @@ void load_inputs(TrainSession& s) {
   check(!cfg.datasets.empty(), "run config: datasets is empty (expected at least one {path, type})");
 
   s.weights = model_weights_load(cfg.base_model);
+  const QuantFormat asked = quant_format_from_name(cfg.base_quantization, "run config: base_quantization");
+  if (s.weights.base_quant == QuantFormat::FP8) {
+    check(asked != QuantFormat::NF4, "run config: base_quantization: nf4, but " + cfg.base_model +
+                                         " is an FP8 checkpoint (expected base_quantization: fp8 or none; its FP8 "
+                                         "weights are used as they are)");
+    s.log(LogLevel::Info, "base weights: the checkpoint's FP8 (128x128 block scales), as stored");
+  } else if (asked != QuantFormat::None) {
+    s.weights.base_quant = asked;
+    s.log(LogLevel::Info, std::string("base weights: quantized to ") + quant_format_name(asked) +
+                              " at load (attention, linear attention, MLP and shared-expert matrices)");
+  }
   const ModelConfig& mc = s.model_config();
   if (!cfg.lora_model_dir.empty()) {
     s.adapter = peft_adapter_read(cfg.lora_model_dir, mc);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/quant_ops.h"
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/layout_tables.h"
 #include "common/kernel_policy.h"
@@ -33,7 +34,7 @@ struct GdnChunks {
   int64_t n = 0;
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public QuantOps {
  public:
   // kernels: the run config's `kernels` setting ("auto" | "portable"), which picks the kernel policy.
   CudaBackend(int device_index, DType compute, const std::string& kernels = "auto");
@@ -52,6 +53,10 @@ class CudaBackend final : public Backend {
   void fill(Tensor& t, float value) override;
   Tensor upload(const Tensor& host, DType dtype) override;
   Tensor download(const Tensor& t, DType dtype) override;
+  // QuantOps (cuda_quant.cpp)
+  std::shared_ptr<const QuantizedWeight> upload_quantized(const Tensor& host, QuantFormat format) override;
+  std::shared_ptr<const QuantizedWeight> upload_quantized(const QuantizedWeight& host) override;
+  void dequantize(const QuantizedWeight& w, Tensor& out) override;
   void copy(Tensor& dst, const Tensor& src) override;
   void copy_cols(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t ncols) override;
   MemoryStats memory_stats() const override;

@@ -1,0 +1,44 @@
+#include "backend/quant_ops.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "quant/quantize_host.h"
+
+namespace deltatune {
+
+namespace {
+
+// The CPU backend's tensors are host tensors: the reference quantization as it is.
+class CpuQuantOps final : public QuantOps {
+ public:
+  std::shared_ptr<const QuantizedWeight> upload_quantized(const Tensor& host, QuantFormat format) override {
+    return std::make_shared<const QuantizedWeight>(quantize_host(host, format));
+  }
+  std::shared_ptr<const QuantizedWeight> upload_quantized(const QuantizedWeight& host) override {
+    return std::make_shared<const QuantizedWeight>(host);
+  }
+  void dequantize(const QuantizedWeight& w, Tensor& out) override {
+    check(out.device == Device::CPU && out.numel() == w.rows() * w.cols(),
+          "cpu backend: dequantize " + shape_str(w.shape) + " into " + shape_str(out.shape));
+    if (out.dtype == DType::F32) {
+      dequantize_host(w, out.ptr<float>());
+      return;
+    }
+    const Tensor f = dequantize_host(w);
+    const Tensor c = host_convert(f, out.dtype);
+    std::memcpy(out.data, c.data, c.nbytes());
+  }
+};
+
+}  // namespace
+
+QuantOps& quant_ops(Backend& be) {
+  if (auto* q = dynamic_cast<QuantOps*>(&be)) return *q;
+  static CpuQuantOps cpu;  // stateless
+  check(be.device() == Device::CPU, "backend " + be.name() + " has no quantized-weight ops (base_quantization needs "
+                                    "the CPU or CUDA backend)");
+  return cpu;
+}
+
+}  // namespace deltatune
