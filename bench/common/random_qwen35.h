@@ -1,4 +1,4 @@
-// A random-weight Qwen3.5 model in a public shape (spec §1.3: 0.8b, 2b, 4b, 9b, 35b-a3b), built on the host
+// A random-weight Qwen3.5 model in a public shape (spec §1.3: 0.8b, 2b, 4b, 9b, 27b, 35b-a3b), built on the host
 // without drawing billions of random numbers: shared by the benchmark programs (train_step, generate).
 #pragma once
 #include <algorithm>
@@ -36,6 +36,9 @@ inline ModelConfig shape_config(const std::string& shape, int64_t layers) {
   } else if (shape == "9b") {
     c.num_layers = 32, c.hidden_size = 4096, c.num_heads = 16, c.num_kv_heads = 4, c.intermediate_size = 12288;
     c.lin_v_heads = 32, c.tie_word_embeddings_flag = false;
+  } else if (shape == "27b") {
+    c.num_layers = 64, c.hidden_size = 5120, c.num_heads = 24, c.num_kv_heads = 4, c.intermediate_size = 17408;
+    c.lin_v_heads = 48, c.tie_word_embeddings_flag = false;
   } else if (shape == "35b-a3b") {  // MoE: every layer sparse with a shared expert
     c.model_type = "qwen3_5_moe";
     c.architecture = "Qwen3_5MoeForCausalLM";
@@ -43,7 +46,7 @@ inline ModelConfig shape_config(const std::string& shape, int64_t layers) {
     c.lin_v_heads = 32, c.tie_word_embeddings_flag = false;
     c.num_experts = 256, c.top_k = 8, c.moe_intermediate = 512, c.shared_intermediate = 512;
   } else {
-    throw Error("--shape must be 0.8b, 2b, 4b, 9b or 35b-a3b, got '" + shape + "'");
+    throw Error("--shape must be 0.8b, 2b, 4b, 9b, 27b or 35b-a3b, got '" + shape + "'");
   }
   if (layers > 0) c.num_layers = layers;
   for (int64_t i = 0; i < c.num_layers; ++i)

@@ -26,6 +26,8 @@ SHAPES = {
                intermediate_size=9216, linear_num_value_heads=32, tie_word_embeddings=True),
     "9b": dict(num_hidden_layers=32, hidden_size=4096, num_attention_heads=16, num_key_value_heads=4,
                intermediate_size=12288, linear_num_value_heads=32, tie_word_embeddings=False),
+    "27b": dict(num_hidden_layers=64, hidden_size=5120, num_attention_heads=24, num_key_value_heads=4,
+                intermediate_size=17408, linear_num_value_heads=48, tie_word_embeddings=False),
     # MoE (every layer sparse + shared expert); --layers N runs fewer layers of it.
     "35b-a3b": dict(num_hidden_layers=40, hidden_size=2048, num_attention_heads=16, num_key_value_heads=2,
                     linear_num_value_heads=32, tie_word_embeddings=False, num_experts=256, num_experts_per_tok=8,

@@ -48,9 +48,10 @@ struct VramEstimate {
 };
 // checkpoint_layers: with gradient_checkpointing, how many decoder layers (from the first) are checkpointed;
 // -1 = all (see RunConfig::gradient_checkpointing_layers).
-// base_quantization (RunConfig's): "fp8" holds the dense linear matrices (attn, linear_attn, mlp, shared_expert)
+// base_quantization (RunConfig's): "fp8" holds the linear matrices (attn, linear_attn, mlp, shared_expert, experts)
 // in 1 byte a value + a 4-byte scale per 128x128 block, "nf4" in 4 bits + 1 byte per 64 values (+ 4 bytes per
-// 256 blocks), plus one bf16 copy of the largest such matrix dequantized before its GEMM.
+// 256 blocks), plus one bf16 copy of the largest such matrix (one layer's stacked experts in an MoE) dequantized
+// before its GEMM.
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers = -1,
                            const std::string& base_quantization = "none");

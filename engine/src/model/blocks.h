@@ -21,7 +21,8 @@ struct DeviceLayerWeights {
   BaseMatrix in_qkv, in_z, in_b, in_a, out_proj;                                          // Gated DeltaNet
   Tensor conv, dt_bias, A_log, lin_norm;
   BaseMatrix gate_proj, up_proj, down_proj;                                               // dense MLP
-  Tensor router, experts_gate_up, experts_down, sh_gate_w;                                // MoE
+  Tensor router, sh_gate_w;                                                               // MoE
+  BaseMatrix experts_gate_up, experts_down;  // [E, out, in]; quantized as the stacked matrix [E*out, in]
   BaseMatrix sh_gate, sh_up, sh_down;
 };
 

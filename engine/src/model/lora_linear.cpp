@@ -7,15 +7,15 @@ namespace deltatune {
 namespace {
 const Tensor& factor_a(const LoraModule& m) { return m.Ac.defined() ? m.Ac : m.A; }
 const Tensor& factor_b(const LoraModule& m) { return m.Bc.defined() ? m.Bc : m.B; }
-// The plain matrix of a frozen weight: itself, or a scratch copy in the compute dtype dequantized right before
-// the GEMM (quantized base, core/quantized.h); the scratch is freed when the caller's product is enqueued.
+}  // namespace
+
+// The scratch is freed when the caller's product is enqueued (quantized base, core/quantized.h).
 Tensor plain_weight(Backend& be, const BaseMatrix& m) {
   if (!m.q) return m.w;
   Tensor d = be.alloc(m.q->shape, be.compute_dtype());
   quant_ops(be).dequantize(*m.q, d);
   return d;
 }
-}  // namespace
 
 LoraComputeCopies::LoraComputeCopies(Backend& be, LoraAdapter* lora) {
   if (!lora || be.compute_dtype() == DType::F32) return;

@@ -20,6 +20,10 @@ struct BaseMatrix {
   int64_t dim(int i) const { return q ? q->shape.at(static_cast<size_t>(i < 0 ? i + 2 : i)) : w.dim(i); }
 };
 
+// The plain tensor of a frozen weight: itself, or a scratch copy in the compute dtype dequantized right before the
+// GEMM that reads it (shaped as the quantized matrix [rows, cols]; view it to the weight's own shape).
+Tensor plain_weight(Backend& be, const BaseMatrix& m);
+
 struct LinearCache {
   Tensor x;   // input (kept by reference: the caller's tensor)
   Tensor xd;  // dropout(x) when dropout > 0

@@ -205,7 +205,7 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   v.weights = info.total_params * 2;
   if (base_quantization == "fp8" || base_quantization == "nf4") {
     int64_t quantized = 0;
-    for (const char* g : {"attn", "linear_attn", "mlp", "shared_expert"}) {
+    for (const char* g : {"attn", "linear_attn", "mlp", "shared_expert", "experts"}) {
       const auto it = info.params_per_group.find(g);
       if (it != info.params_per_group.end()) quantized += it->second;
     }
@@ -215,7 +215,8 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
         {info.intermediate_size * H, info.shared_expert_intermediate_size * H,
          2 * info.num_attention_heads * info.head_dim * H,
          (2 * info.linear_num_key_heads * info.linear_key_head_dim +
-          info.linear_num_value_heads * info.linear_value_head_dim) * H});
+          info.linear_num_value_heads * info.linear_value_head_dim) * H,
+         info.num_experts * 2 * info.moe_intermediate_size * H});  // one layer's stacked experts
     v.weights += static_cast<int64_t>(static_cast<double>(quantized) * (per - 2.0)) + 2 * largest;
   } else {
     check(base_quantization == "none", "estimate_vram: base_quantization '" + base_quantization +

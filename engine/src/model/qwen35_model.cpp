@@ -63,6 +63,13 @@ BaseMatrix up_linear(Backend& be, const ModelWeights& mw, const std::string& nam
   if (mw.base_quant == QuantFormat::None) return be.upload(t, be.weight_dtype());
   return BaseMatrix(quant_ops(be).upload_quantized(t, mw.base_quant));
 }
+// The stacked experts [E, out, in] of one layer: quantized as the matrix [E*out, in] (an FP8 checkpoint's experts
+// arrive dequantized to bf16; per-expert row counts are multiples of 128, so requantizing gives back the stored
+// fp8 codes, with scales within one bf16 rounding), or in the weight dtype.
+BaseMatrix up_experts(Backend& be, const ModelWeights& mw, const Tensor& t) {
+  if (!t.defined() || mw.base_quant == QuantFormat::None) return up_w(be, t);
+  return BaseMatrix(quant_ops(be).upload_quantized(t.view({t.dim(0) * t.dim(1), t.dim(2)}), mw.base_quant));
+}
 
 
 // Layer forward: x -> x + mixer(norm(x)) -> + mlp(norm(.)). Fills `c`.
@@ -150,8 +157,8 @@ Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be) : cfg_(mw.config),
     }
     if (cfg_.is_moe()) {
       d->router = up_w(be, lw.moe.router);
-      d->experts_gate_up = up_w(be, lw.moe.gate_up);
-      d->experts_down = up_w(be, lw.moe.down);
+      d->experts_gate_up = up_experts(be, mw, lw.moe.gate_up);
+      d->experts_down = up_experts(be, mw, lw.moe.down);
       if (cfg_.has_shared_expert()) {
         d->sh_gate = up_l("mlp.shared_expert.gate_proj", lw.moe.shared.gate_proj);
         d->sh_up = up_l("mlp.shared_expert.up_proj", lw.moe.shared.up_proj);

@@ -61,7 +61,7 @@ void load_inputs(TrainSession& s) {
   } else if (asked != QuantFormat::None) {
     s.weights.base_quant = asked;
     s.log(LogLevel::Info, std::string("base weights: quantized to ") + quant_format_name(asked) +
-                              " at load (attention, linear attention, MLP and shared-expert matrices)");
+                              " at load (attention, linear attention, MLP, shared-expert and expert matrices)");
   }
   const ModelConfig& mc = s.model_config();
   if (!cfg.lora_model_dir.empty()) {
