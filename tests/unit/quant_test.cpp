@@ -234,6 +234,49 @@ TEST_P(QuantModel, QuantizedLinearsGiveTheLogitsOfTheirDequantizedValues) {
   EXPECT_LT(diff_plain / norm, format == QuantFormat::FP8 ? (moe ? 0.4 : 0.1) : (moe ? 1.0 : 0.5));
 }
 
+// An untied quantized model keeps its embedding table on the host (rows gathered per forward): the cached
+// forward (generation: prefill, then one token) gives the logits of the full forward.
+TEST(QuantModelHostEmbedding, CachedForwardMatchesTheFullForward) {
+  const fs::path dir = fs::path(DT_SOURCE_DIR) / "tests" / "goldens" / "models" / "dense_bf16";
+  ModelWeights w = model_weights_load(dir.string());
+  ASSERT_FALSE(w.tied);
+  w.base_quant = QuantFormat::FP8;
+  auto be = make_cpu_backend();
+  Qwen35Model model(w, *be);
+  ASSERT_FALSE(model.decode_step_recordable());
+  Example ex;
+  for (int i = 0; i < 9; ++i) ex.input_ids.push_back((i * 41 + 7) % static_cast<int>(w.config.vocab_size));
+  ex.labels = ex.input_ids;
+  const Tensor full = model.logits(batch_from_examples({&ex}), nullptr);
+  const int64_t V = full.cols();
+
+  InferenceCache cache = model.new_inference_cache(1, 16);
+  auto layout = [&](std::vector<int32_t> positions) {
+    SeqLayout seq;
+    seq.host_cu_seqlens = {0, static_cast<int32_t>(positions.size())};
+    seq.cu_seqlens = be->upload_i32(seq.host_cu_seqlens);
+    seq.positions = be->upload_i32(positions);
+    seq.max_seqlen = static_cast<int32_t>(positions.size());
+    return seq;
+  };
+  const std::vector<int32_t> prompt(ex.input_ids.begin(), ex.input_ids.end() - 1);
+  std::vector<int32_t> pos(prompt.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  Tensor pre = be->alloc({static_cast<int64_t>(prompt.size()), V}, DType::F32);
+  model.lm_logits(model.forward_cached(be->upload_i32(prompt), layout(pos), cache, nullptr, true, nullptr), pre);
+  Tensor next = be->alloc({1, V}, DType::F32);
+  model.lm_logits(model.forward_cached(be->upload_i32({ex.input_ids.back()}),
+                                       layout({static_cast<int32_t>(prompt.size())}), cache, nullptr, false, nullptr),
+                  next);
+  const Tensor pre_h = be->download(pre, DType::F32), next_h = be->download(next, DType::F32);
+  double err = 0;
+  for (int64_t i = 0; i < pre_h.numel(); ++i)
+    err = std::max(err, double(std::fabs(pre_h.ptr<float>()[i] - full.ptr<float>()[i])));
+  for (int64_t v = 0; v < V; ++v)
+    err = std::max(err, double(std::fabs(next_h.ptr<float>()[v] - full.ptr<float>()[(full.rows() - 1) * V + v])));
+  EXPECT_LT(err, 1e-4);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cpu, QuantModel,
                          ::testing::Combine(::testing::Values(QuantFormat::FP8, QuantFormat::NF4),
                                             ::testing::Values(std::string("dense_bf16"), std::string("moe_tied"))),

@@ -114,7 +114,7 @@ void run_decode(const DecodeContext& ctx, const std::vector<DecodeSequence*>& se
   Tensor logits = be.alloc({N, V}, be.compute_dtype());
   auto step = [&] { model.lm_logits(model.forward_cached(ids, seq, cache, ctx.lora, false, nullptr), logits); };
   std::unique_ptr<Backend::Recording> recording;
-  bool record = ctx.record_step;
+  bool record = ctx.record_step && model.decode_step_recordable();
   while (std::any_of(live.begin(), live.end(), [](const Live& l) { return !l.done; })) {
     if (cancel && cancel->load()) {
       for (Live& l : live)

@@ -218,6 +218,9 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
           info.linear_num_value_heads * info.linear_value_head_dim) * H,
          info.num_experts * 2 * info.moe_intermediate_size * H});  // one layer's stacked experts
     v.weights += static_cast<int64_t>(static_cast<double>(quantized) * (per - 2.0)) + 2 * largest;
+    // An untied embedding table stays on the host (model/qwen35_model.h); a tied one is the lm_head too.
+    const auto embed = info.params_per_group.find("embed");
+    if (!info.tied_embeddings && embed != info.params_per_group.end()) v.weights -= 2 * embed->second;
   } else {
     check(base_quantization == "none", "estimate_vram: base_quantization '" + base_quantization +
                                            "' (expected none, fp8 or nf4)");

@@ -1,5 +1,6 @@
 #include "model/qwen35_model.h"
 
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -128,7 +129,14 @@ Tensor layer_bwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
 Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be) : cfg_(mw.config), be_(be) {
   std::string prefix;  // "layers.N."
   auto up_l = [&](const char* module, const Tensor& t) { return up_linear(be, mw, prefix + module, t); };
-  embed_ = up_w(be, mw.embed);
+  if (!mw.tied && mw.base_quant != QuantFormat::None) {
+    // An owned copy: the checkpoint's table may be a file mapping whose pages the OS can drop (every step would
+    // then read its rows from disk).
+    embed_host_ = host_tensor(mw.embed.shape, mw.embed.dtype);
+    std::memcpy(embed_host_.data, mw.embed.data, mw.embed.nbytes());
+  } else {
+    embed_ = up_w(be, mw.embed);
+  }
   final_norm_ = up_f32(be, mw.final_norm);
   lm_head_ = mw.tied ? embed_ : up_w(be, mw.lm_head);
   for (const LayerWeights& lw : mw.layers) {
@@ -191,13 +199,36 @@ SeqLayout Qwen35Model::make_layout(const Batch& batch) {
   return s;
 }
 
+void Qwen35Model::embed_tokens(const Tensor& ids, const std::vector<int32_t>* host_ids, Tensor& x) {
+  if (!embed_host_.defined()) {
+    be_.embedding_fwd(ids, embed_, x);
+    return;
+  }
+  std::vector<int32_t> downloaded;
+  if (!host_ids) {
+    const Tensor h = be_.download(ids, DType::I32);
+    downloaded.assign(h.ptr<int32_t>(), h.ptr<int32_t>() + h.numel());
+    host_ids = &downloaded;
+  }
+  const int64_t V = embed_host_.dim(0);
+  const size_t row = static_cast<size_t>(embed_host_.dim(1)) * dtype_size(embed_host_.dtype);
+  Tensor rows = host_tensor({static_cast<int64_t>(host_ids->size()), embed_host_.dim(1)}, embed_host_.dtype);
+  for (size_t t = 0; t < host_ids->size(); ++t) {
+    const int32_t id = (*host_ids)[t];
+    check(id >= 0 && id < V, "token id " + std::to_string(id) + " is out of the model's vocabulary (0.." +
+                                 std::to_string(V - 1) + ")");
+    std::memcpy(static_cast<char*>(rows.data) + t * row, static_cast<const char*>(embed_host_.data) + id * row, row);
+  }
+  x = be_.upload(rows, x.dtype);
+}
+
 Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, LoraAdapter* lora,
                                   const StepOptions& opts, Activations* acts, Tensor* moe_load) {
   const int64_t T = static_cast<int64_t>(batch.input_ids.size()), H = cfg_.hidden_size;
   const DType dt = be_.compute_dtype();
   Tensor ids = be_.upload_i32(batch.input_ids);
   Tensor x = be_.alloc({T, H}, dt);
-  be_.embedding_fwd(ids, embed_, x);
+  embed_tokens(ids, &batch.input_ids, x);
   if (acts) acts->layers.resize(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
     BlockContext ctx{be_, cfg_, seq, opts.lora, static_cast<int>(i)};

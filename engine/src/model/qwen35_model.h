@@ -75,6 +75,9 @@ class Qwen35Model {
                         bool prefill_from_empty, const Tensor* rows);
   // logits (=) h·lm_headᵀ: h [N, H], logits [N, V] (any float dtype the backend's gemm writes).
   void lm_logits(const Tensor& h, Tensor& logits);
+  // Whether a decode step (forward_cached) may be recorded and replayed: not when its embedding rows are
+  // gathered on the host (they change every step).
+  bool decode_step_recordable() const { return !embed_host_.defined(); }
 
   struct DeviceLayer;
  private:
@@ -83,10 +86,16 @@ class Qwen35Model {
   // moe_load: F32 [layers, E] (+=) router statistics, or null.
   Tensor hidden_states(const Batch& batch, const SeqLayout& seq, LoraAdapter* lora, const StepOptions& opts,
                        Activations* acts, Tensor* moe_load = nullptr);
+  // x [T, H] (=) the embedding rows of `ids` (device I32 [T]; `host_ids` the same ids on the host, or null).
+  void embed_tokens(const Tensor& ids, const std::vector<int32_t>* host_ids, Tensor& x);
 
   ModelConfig cfg_;
   Backend& be_;
   Tensor embed_, final_norm_, lm_head_;
+  // A quantized base with an untied lm_head: the embedding table stays on the host (it is only read row by row,
+  // never in a GEMM, and takes no gradient) and each forward gathers its rows there and uploads them (T*H
+  // values); embed_ is then undefined. A tied table is the lm_head too and stays on the device.
+  Tensor embed_host_;
   std::vector<std::unique_ptr<DeviceLayer>> layers_;
 };
 

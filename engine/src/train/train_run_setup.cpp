@@ -61,7 +61,8 @@ void load_inputs(TrainSession& s) {
   } else if (asked != QuantFormat::None) {
     s.weights.base_quant = asked;
     s.log(LogLevel::Info, std::string("base weights: quantized to ") + quant_format_name(asked) +
-                              " at load (attention, linear attention, MLP, shared-expert and expert matrices)");
+                              " at load (attention, linear attention, MLP, shared-expert and expert matrices)" +
+                              (s.weights.tied ? "" : "; the embedding table stays in host memory"));
   }
   const ModelConfig& mc = s.model_config();
   if (!cfg.lora_model_dir.empty()) {
