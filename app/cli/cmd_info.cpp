@@ -1,6 +1,8 @@
 // `deltatune info [--model DIR] [--json]`: the GPU runtime (driver, CUDA runtime, GPUs and their kernel path)
 // and, with --model, what a checkpoint folder holds, LoRA sizes and a VRAM estimate.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -9,7 +11,9 @@
 #include "commands.h"
 #include "deltatune/error.h"
 #include "deltatune/gpu_info.h"
+#include "deltatune/distributed.h"
 #include "deltatune/model_info.h"
+#include "deltatune/shard_plan.h"
 #include "gpu_report.h"
 
 namespace deltatune::cli {
@@ -45,14 +49,104 @@ int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
   throw Error("option " + key + " expects an integer >= " + std::to_string(min) + ", got '" + v + "'");
 }
 
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char ch : text + ",") {
+    if (ch != ',') {
+      cur += ch;
+    } else if (!cur.empty()) {
+      out.push_back(cur);
+      cur.clear();
+    }
+  }
+  return out;
+}
+
+// A checkpoint folder, or a config.json (or a folder holding only one) for a model not downloaded yet.
+ModelInfo load_model_info(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return model_info_from_config(path);
+  bool has_weights = false;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    has_weights |= e.path().extension() == ".safetensors" || e.path().filename() == "model.safetensors.index.json";
+  if (!has_weights && fs::is_regular_file(fs::path(path) / "config.json", ec))
+    return model_info_from_config((fs::path(path) / "config.json").string());
+  return model_info_load(path);
+}
+
+// The GPUs the multi-GPU plan is for: --gpu-count / --gpu-memory as stated, else the --gpus list's devices
+// (the smallest one's memory decides: every GPU must hold its share).
+GpuPool plan_gpus(const ParsedArgs& a, const GpuEnvironment& env) {
+  GpuPool pool;
+  std::vector<int> ids;
+  if (a.options.count("--gpus")) {
+    const GpuSelection sel = parse_gpu_list(a.get("--gpus"));
+    if (sel.all)
+      for (const GpuDevice& d : env.devices) ids.push_back(d.index);
+    else
+      ids = sel.ids;
+  }
+  pool.count = a.options.count("--gpu-count") ? static_cast<int>(parse_int("--gpu-count", a.get("--gpu-count"), 1))
+                                               : std::max<int>(1, static_cast<int>(ids.size()));
+  if (a.options.count("--gpu-memory")) {
+    pool.memory_bytes = parse_memory_size(a.get("--gpu-memory"));
+    return pool;
+  }
+  for (int id : ids) {
+    const GpuDevice* dev = nullptr;
+    for (const GpuDevice& d : env.devices)
+      if (d.index == id) dev = &d;
+    check(dev != nullptr, "--gpus " + a.get("--gpus") + ": GPU " + std::to_string(id) +
+                              " is not on this machine (" + std::to_string(env.devices.size()) +
+                              " found); state the GPUs with --gpu-count N --gpu-memory 80GiB");
+    if (pool.memory_bytes == 0 || dev->total_bytes < pool.memory_bytes) pool.memory_bytes = dev->total_bytes;
+  }
+  check(pool.memory_bytes > 0, "the multi-GPU plan needs the GPUs' memory: --gpus with GPUs present, or "
+                               "--gpu-memory 80GiB");
+  return pool;
+}
+
+nlohmann::ordered_json plan_json(const ShardPlan& p) {
+  nlohmann::ordered_json j;
+  j["gpu_count"] = p.gpus.count;
+  j["gpu_memory"] = p.gpus.memory_bytes;
+  j["lora_groups"] = p.lora_groups;
+  j["base_quantization"] = p.settings.base_quantization;
+  j["layouts"] = nlohmann::ordered_json::array();
+  for (const LayoutEstimate& e : p.layouts) {
+    nlohmann::ordered_json l{{"layout", weight_layout_name(e.layout)}, {"applicable", e.applicable}};
+    if (!e.applicable) l["not_applicable"] = e.not_applicable;
+    l["frozen_resident"] = e.frozen_resident;
+    l["gathered_in_flight"] = e.gathered_in_flight;
+    l["lora_and_optimizer"] = e.lora_and_optimizer;
+    l["activations"] = e.activations;
+    l["logits"] = e.logits;
+    l["exchange_buffers"] = e.exchange_buffers;
+    l["overhead"] = e.overhead;
+    l["total"] = e.total;
+    l["moved_per_micro_batch"] = e.moved_per_micro_batch;
+    l["fits"] = e.fits;
+    j["layouts"].push_back(l);
+  }
+  j["chosen"] = p.choice() ? nlohmann::ordered_json(weight_layout_name(p.choice()->layout)) : nlohmann::ordered_json();
+  j["reason"] = p.reason;
+  j["would_fit"] = p.would_fit;
+  return j;
+}
+
 }  // namespace
 
 int cmd_info(const Args& args) {
-  const ParsedArgs a = parse_args(args, {"--model", "--lora-r", "--tokens", "--checkpoint-layers"},
+  const ParsedArgs a = parse_args(args,
+                                  {"--model", "--lora-r", "--tokens", "--checkpoint-layers", "--gpus", "--gpu-count",
+                                   "--gpu-memory", "--lora-groups", "--base-quantization"},
                                   {"--json", "--gradient-checkpointing", "--unfused-loss"});
   check(a.positionals.empty(),
-        "usage: deltatune info [--model DIR] [--json] [--lora-r N] [--tokens N] [--gradient-checkpointing "
-        "[--checkpoint-layers N]] [--unfused-loss]");
+        "usage: deltatune info [--model DIR|config.json] [--json] [--lora-r N] [--tokens N] "
+        "[--gradient-checkpointing [--checkpoint-layers N]] [--unfused-loss] [--base-quantization none|fp8|nf4] "
+        "[--gpus 0,1,..|all] [--gpu-count N] [--gpu-memory 80GiB] [--lora-groups attn,linear_attn,...]");
   const int r = static_cast<int>(parse_int("--lora-r", a.get("--lora-r", "16"), 1));
   const int64_t tokens = parse_int("--tokens", a.get("--tokens", "4096"), 1);
   const bool ckpt = a.flags.count("--gradient-checkpointing") != 0;
@@ -67,11 +161,25 @@ int cmd_info(const Args& args) {
       std::cout << gpu_report_text(gpu);
     return 0;
   }
-  const ModelInfo info = model_info_load(a.get("--model"));
+  const ModelInfo info = load_model_info(a.get("--model"));
+  const std::string quant = a.get("--base-quantization", "none");
+  const bool want_plan = a.options.count("--gpus") || a.options.count("--gpu-count") || a.options.count("--gpu-memory");
+  ShardPlan plan;
+  if (want_plan) {
+    ShardPlanSettings s;
+    s.lora_r = r;
+    s.lora_groups = split_commas(a.get("--lora-groups"));
+    s.tokens_per_step = tokens;
+    s.fused_loss = fused;
+    s.gradient_checkpointing = ckpt;
+    s.checkpoint_layers = ckpt_layers;
+    s.base_quantization = quant;
+    plan = plan_multi_gpu(info, s, plan_gpus(a, gpu));
+  }
   const auto lora = lora_params_per_group(info, r);
   int64_t lora_total = 0;
   for (const auto& kv : lora) lora_total += kv.second;
-  const VramEstimate vram = estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers);
+  const VramEstimate vram = estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers, quant);
 
   if (a.flags.count("--json")) {
     nlohmann::ordered_json j;
@@ -117,6 +225,7 @@ int cmd_info(const Args& args) {
                           {"logits", vram.logits},
                           {"overhead", vram.overhead},
                           {"total", vram.total}};
+    if (want_plan) j["multi_gpu_plan"] = plan_json(plan);
     j["warnings"] = info.warnings;
     j["gpu"] = gpu_report_json(gpu);
     std::cout << j.dump() << "\n";
@@ -165,6 +274,12 @@ int cmd_info(const Args& args) {
     << "  weights " << bytes_str(vram.weights) << ", LoRA+optimizer " << bytes_str(vram.lora_and_optimizer)
     << ", activations " << bytes_str(vram.activations) << ", logits " << bytes_str(vram.logits)
     << ", overhead " << bytes_str(vram.overhead) << "\n";
+  if (want_plan) {
+    o << shard_plan_text(plan);
+    if (plan.choice() && plan.choice()->layout != WeightLayout::Replicated)
+      o << "  (this build trains the replicated layout only: sharded and expert-parallel training are not "
+           "implemented yet)\n";
+  }
   if (!info.warnings.empty()) {
     o << "warnings:\n";
     for (const auto& w : info.warnings) o << "  - " << w << "\n";

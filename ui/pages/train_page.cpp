@@ -28,6 +28,7 @@
 #include "format.h"
 #include "gpu_picker.h"
 #include "gpu_probe.h"
+#include "deltatune/shard_plan.h"
 #include "run_document.h"
 #include "yaml_blocks.h"
 #include "yaml_dialog.h"
@@ -514,15 +515,51 @@ void TrainPage::updateVram() {
   const int64_t other = est.total - est.weights - est.lora_and_optimizer - est.activations - est.logits;
   text += other > 0 ? tr(", runtime overhead %1.").arg(formatBytes(other)) : QStringLiteral(".");
   QString barColor = QStringLiteral("#2c7a2c");
+  // Several GPUs, or one the run does not fit: the multi-GPU plan says which weight layout fits each GPU
+  // (replicated, sharded, expert parallel) or, when none does, what would.
+  const int gpuCount = c.gpus_all ? (gpus_ ? static_cast<int>(gpus_->gpus().size()) : 0)
+                                  : std::max(1, static_cast<int>(c.gpus.size()));
+  int64_t perGpu = est.total;
+  QString planAdvice;
+  if (capacity > 0 && gpuCount >= 1 && (gpuCount > 1 || est.total > capacity)) {
+    deltatune::ShardPlanSettings s;
+    s.lora_r = c.lora_r;
+    s.lora_groups = c.lora_target_groups;
+    s.tokens_per_step = c.micro_batch_size * c.sequence_len;
+    s.fused_loss = c.fused_loss;
+    s.gradient_checkpointing = c.gradient_checkpointing;
+    s.checkpoint_layers = c.gradient_checkpointing_layers;
+    s.base_quantization = c.base_quantization;
+    try {
+      const deltatune::ShardPlan plan = deltatune::plan_multi_gpu(*info, s, {gpuCount, capacity});
+      if (const deltatune::LayoutEstimate* ch = plan.choice()) {
+        perGpu = ch->total;
+        text += tr(" On %1 GPUs: <b>%2</b>, about %3 per GPU (%4).")
+                    .arg(gpuCount)
+                    .arg(QString::fromUtf8(deltatune::weight_layout_name(ch->layout)), formatBytes(ch->total),
+                         QString::fromStdString(plan.reason));
+        if (ch->layout != deltatune::WeightLayout::Replicated)
+          text += tr(" This build trains the replicated layout only; sharded and expert-parallel training are "
+                     "not implemented yet.");
+      } else if (!plan.would_fit.empty()) {
+        QStringList items;
+        for (const auto& w : plan.would_fit) items << QString::fromStdString(w);
+        planAdvice = tr(" Any one of these would fit: %1.").arg(items.join(QStringLiteral("; ")));
+      }
+    } catch (const std::exception& e) {
+      text += tr(" No multi-GPU plan: %1.").arg(QString::fromUtf8(e.what()));
+    }
+  }
   if (capacity > 0) {
-    const double frac = static_cast<double>(est.total) / static_cast<double>(capacity);
+    const double frac = static_cast<double>(perGpu) / static_cast<double>(capacity);
     vramBar_->setValue(static_cast<int>(std::min(1.0, frac) * 1000));
     text += tr(" %1 % of %2 (%3).").arg(frac * 100, 0, 'f', 0).arg(formatBytes(capacity), gpuName);
     if (frac > 1.0) {
       barColor = QStringLiteral("#b00020");
-      text +=
-          tr(" <b style='color:#b00020'>Will not fit:</b> lower the sequence length or micro-batch, "
-             "or turn on gradient checkpointing.");
+      text += planAdvice.isEmpty()
+                  ? tr(" <b style='color:#b00020'>Will not fit:</b> lower the sequence length or micro-batch, "
+                       "or turn on gradient checkpointing.")
+                  : tr(" <b style='color:#b00020'>Will not fit.</b>") + planAdvice;
     } else if (frac > 0.9) {
       barColor = QStringLiteral("#d08000");
       text += tr(" Tight: little room for fragmentation.");

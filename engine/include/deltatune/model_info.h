@@ -35,6 +35,9 @@ struct ModelInfo {
 
 // Reads config.json, the safetensors headers and tokenizer files of `dir`. Throws deltatune::Error.
 ModelInfo model_info_load(const std::string& dir);
+// The same from a config.json alone (no weights, no tokenizer): parameter counts from the tensor shapes the
+// config implies, embeddings tied as config.json says. For planning models not downloaded yet.
+ModelInfo model_info_from_config(const std::string& config_json_path);
 
 // LoRA trainable parameter count per target group for rank r.
 std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int r);

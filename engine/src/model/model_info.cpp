@@ -12,6 +12,7 @@
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "io/model_config.h"
+#include "model/model_info_shapes.h"
 #include "model/weights.h"
 
 namespace deltatune {
@@ -55,26 +56,7 @@ ModelInfo model_info_load(const std::string& dir) {
 
   ModelInfo info;
   info.dir = dir;
-  info.model_type = c.model_type;
-  info.architecture = c.architecture;
-  info.is_moe = c.is_moe();
-  info.vocab_size = c.vocab_size;
-  info.hidden_size = c.hidden_size;
-  info.num_layers = c.num_layers;
-  info.intermediate_size = c.intermediate_size;
-  info.num_attention_heads = c.num_heads;
-  info.num_key_value_heads = c.num_kv_heads;
-  info.head_dim = c.head_dim;
-  info.linear_num_key_heads = c.lin_k_heads;
-  info.linear_num_value_heads = c.lin_v_heads;
-  info.linear_key_head_dim = c.lin_k_dim;
-  info.linear_value_head_dim = c.lin_v_dim;
-  info.num_experts = c.num_experts;
-  info.num_experts_per_tok = c.top_k;
-  info.moe_intermediate_size = c.moe_intermediate;
-  info.shared_expert_intermediate_size = c.shared_intermediate;
-  for (LayerKind k : c.layer_types)
-    info.layer_types.push_back(k == LayerKind::FullAttention ? "full_attention" : "linear_attention");
+  model_info_fill_shapes(c, &info);
 
   const std::string prefix = model_key_prefix(reader);
   info.vision_language_layout = prefix == "model.language_model." || prefix == "language_model.";
@@ -132,16 +114,6 @@ ModelInfo model_info_load(const std::string& dir) {
         "no chat template (tokenizer_config.json \"chat_template\" or chat_template.jinja): "
         "chat datasets cannot be rendered");
 
-  const bool has_full = std::count(c.layer_types.begin(), c.layer_types.end(), LayerKind::FullAttention) > 0;
-  const bool has_lin = std::count(c.layer_types.begin(), c.layer_types.end(), LayerKind::LinearAttention) > 0;
-  if (has_full) info.lora_groups.push_back("attn");
-  if (has_lin) info.lora_groups.push_back("linear_attn");
-  if (c.is_moe()) {
-    if (c.has_shared_expert()) info.lora_groups.push_back("shared_expert");
-    info.lora_groups.push_back("experts");
-  } else {
-    info.lora_groups.push_back("mlp");
-  }
   return info;
 }
 

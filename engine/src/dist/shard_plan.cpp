@@ -1,0 +1,378 @@
+// Per-GPU memory of each weight layout, from the model's tensor shapes (ModelInfo) and estimate_vram's
+// single-GPU terms (activations, logits, overhead), which do not depend on how the weights are split.
+#include "deltatune/shard_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace deltatune {
+
+namespace {
+
+constexpr WeightLayout kLayouts[] = {WeightLayout::Replicated, WeightLayout::Sharded, WeightLayout::ExpertParallel,
+                                     WeightLayout::ExpertParallelSharded};
+
+int64_t group_params(const ModelInfo& info, const std::string& g) {
+  const auto it = info.params_per_group.find(g);
+  return it == info.params_per_group.end() ? 0 : it->second;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Frozen weight bytes by what the layouts split: the units gathered in execution order (embedding, each
+// decoder layer, lm_head) and the expert part of each layer.
+struct FrozenBytes {
+  std::vector<int64_t> units;          // embed, layer 0..L-1, head (tied: the embedding again)
+  std::vector<int64_t> expert_part;    // per unit: bytes of the routed experts (0 for embed/head)
+  int64_t stored = 0;                  // bytes held once (a tied head is the embedding's storage)
+  int64_t experts = 0;                 // all routed experts
+  int64_t scratch = 0;                 // quantized base: the bf16 copy of one matrix dequantized for its GEMM
+};
+
+FrozenBytes frozen_bytes(const ModelInfo& info, const std::string& quantization, int64_t estimate_weights) {
+  // A quantized base (estimate_vram's terms) holds the linear matrices (attn, linear_attn, mlp, shared_expert,
+  // experts) quantized and an untied embedding table on the host; the router, head and norms stay bf16.
+  const bool quantized = quantization == "fp8" || quantization == "nf4";
+  const double per_quantized =
+      quantization == "fp8" ? 1.0 + 4.0 / (128 * 128) : 0.5 + 1.0 / 64 + 4.0 / (64 * 256);
+  auto bytes = [&](const std::string& g) -> int64_t {
+    const int64_t n = group_params(info, g);
+    if (quantized && g == "embed" && !info.tied_embeddings) return 0;
+    const bool q = quantized && (g == "attn" || g == "linear_attn" || g == "mlp" || g == "shared_expert" ||
+                                 g == "experts");
+    return q ? static_cast<int64_t>(static_cast<double>(n) * per_quantized) : 2 * n;
+  };
+  int64_t n_full = 0, n_lin = 0;
+  for (const auto& t : info.layer_types) (t == "full_attention" ? n_full : n_lin) += 1;
+  const int64_t L = std::max<int64_t>(info.num_layers, 1);
+  const int64_t per_layer_ffn = (bytes("mlp") + bytes("experts") + bytes("router") + bytes("shared_expert") +
+                                 bytes("norm") + bytes("other")) / L;
+  FrozenBytes f;
+  f.experts = bytes("experts");
+  const int64_t embed = bytes("embed"), head = info.tied_embeddings ? bytes("embed") : bytes("lm_head");
+  f.units.push_back(embed);
+  f.expert_part.push_back(0);
+  for (const auto& t : info.layer_types) {
+    const bool full = t == "full_attention";
+    const int64_t mixer = full ? (n_full ? bytes("attn") / n_full : 0) : (n_lin ? bytes("linear_attn") / n_lin : 0);
+    f.units.push_back(mixer + per_layer_ffn);
+    f.expert_part.push_back(f.experts / L);
+  }
+  f.units.push_back(head);
+  f.expert_part.push_back(0);
+  for (const auto& [g, n] : info.params_per_group) f.stored += bytes(g);
+  // What estimate_vram counts beyond the stored weights: the bf16 copy of the largest quantized matrix.
+  f.scratch = std::max<int64_t>(0, estimate_weights - f.stored);
+  return f;
+}
+
+// The largest sum of two consecutive units (what is in flight while one computes and the next arrives).
+int64_t two_in_flight(const std::vector<int64_t>& units) {
+  int64_t m = units.empty() ? 0 : units[0];
+  for (size_t i = 1; i < units.size(); ++i) m = std::max(m, units[i - 1] + units[i]);
+  return m;
+}
+
+// Bytes a GPU receives to all-gather every unit once, out of N shards.
+int64_t gather_bytes(const std::vector<int64_t>& units, size_t from, size_t to, int n) {
+  int64_t s = 0;
+  for (size_t i = from; i < to && i < units.size(); ++i) s += units[i] - ceil_div(units[i], n);
+  return s;
+}
+
+std::string gib(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool& gpus, bool advise);
+
+bool any_fits(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool& gpus) {
+  return plan(info, s, gpus, false).chosen >= 0;
+}
+
+std::vector<std::string> what_would_fit(const ModelInfo& info, const ShardPlan& p) {
+  std::vector<std::string> out;
+  const ShardPlanSettings& s = p.settings;
+  // Fewer LoRA groups: drop the largest group whose removal alone fits.
+  std::vector<std::pair<int64_t, std::string>> by_size;
+  const auto lora = lora_params_per_group(info, s.lora_r);
+  for (const auto& g : p.lora_groups) by_size.emplace_back(lora.count(g) ? lora.at(g) : 0, g);
+  std::sort(by_size.rbegin(), by_size.rend());
+  if (p.lora_groups.size() > 1) {
+    for (const auto& [n, g] : by_size) {
+      ShardPlanSettings t = s;
+      t.lora_groups.clear();
+      for (const auto& h : p.lora_groups)
+        if (h != g) t.lora_groups.push_back(h);
+      if (any_fits(info, t, p.gpus)) {
+        out.push_back("fewer LoRA groups: " + join(t.lora_groups) + " (without " + g + ")");
+        break;
+      }
+    }
+  }
+  for (int r = s.lora_r / 2; r >= 1; r /= 2) {
+    ShardPlanSettings t = s;
+    t.lora_r = r;
+    t.lora_groups = p.lora_groups;
+    if (any_fits(info, t, p.gpus)) {
+      out.push_back("lower LoRA rank: r=" + std::to_string(r) + " instead of " + std::to_string(s.lora_r));
+      break;
+    }
+  }
+  // More GPUs of the same memory (up to what one host or a small cluster has).
+  for (int n = p.gpus.count + 1; n <= 256; ++n) {
+    GpuPool g = p.gpus;
+    g.count = n;
+    ShardPlanSettings t = s;
+    t.lora_groups = p.lora_groups;
+    const ShardPlan q = plan(info, t, g, false);
+    if (q.chosen >= 0) {
+      out.push_back("more GPUs: " + std::to_string(n) + " of " + gib(p.gpus.memory_bytes) + " (" +
+                    weight_layout_name(q.choice()->layout) + ")");
+      break;
+    }
+  }
+  if (s.base_quantization == "none") {
+    for (const char* q : {"fp8", "nf4"}) {
+      ShardPlanSettings t = s;
+      t.base_quantization = q;
+      t.lora_groups = p.lora_groups;
+      if (any_fits(info, t, p.gpus)) {
+        out.push_back(std::string("a quantized base: base_quantization ") + q);
+        break;
+      }
+    }
+  }
+  if (!s.gradient_checkpointing || s.checkpoint_layers >= 0) {
+    ShardPlanSettings t = s;
+    t.gradient_checkpointing = true;
+    t.checkpoint_layers = -1;
+    t.lora_groups = p.lora_groups;
+    if (any_fits(info, t, p.gpus)) out.push_back("gradient checkpointing on every layer");
+  }
+  for (int64_t tok = s.tokens_per_step / 2; tok >= 256; tok /= 2) {
+    ShardPlanSettings t = s;
+    t.tokens_per_step = tok;
+    t.lora_groups = p.lora_groups;
+    if (any_fits(info, t, p.gpus)) {
+      out.push_back("fewer tokens per micro-batch: " + std::to_string(tok) + " instead of " +
+                    std::to_string(s.tokens_per_step));
+      break;
+    }
+  }
+  return out;
+}
+
+ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool& gpus, bool advise) {
+  check(gpus.count >= 1, "GPU count must be at least 1, got " + std::to_string(gpus.count));
+  check(gpus.memory_bytes > 0, "GPU memory must be given (e.g. 80GiB)");
+  check(s.lora_r >= 1, "LoRA rank must be at least 1, got " + std::to_string(s.lora_r));
+  ShardPlan p;
+  p.gpus = gpus;
+  p.settings = s;
+  if (s.lora_groups.empty()) {
+    for (const auto& g : info.lora_groups)
+      if (g != "experts") p.lora_groups.push_back(g);
+  } else {
+    for (const auto& g : s.lora_groups)
+      check(std::find(info.lora_groups.begin(), info.lora_groups.end(), g) != info.lora_groups.end(),
+            "LoRA group '" + g + "' is not one of this model's: " + join(info.lora_groups));
+    p.lora_groups = s.lora_groups;
+  }
+  const bool expert_lora = std::find(p.lora_groups.begin(), p.lora_groups.end(), "experts") != p.lora_groups.end();
+
+  const VramEstimate est = estimate_vram(info, s.lora_r, s.tokens_per_step, s.fused_loss, s.gradient_checkpointing,
+                                         s.checkpoint_layers, s.base_quantization);
+  const FrozenBytes f = frozen_bytes(info, s.base_quantization, est.weights);
+  const int n = gpus.count;
+  const int64_t T = std::max<int64_t>(s.tokens_per_step, 1), H = info.hidden_size, k = info.num_experts_per_tok;
+  const int64_t L = info.num_layers;
+  const int64_t n_ckpt = !s.gradient_checkpointing ? 0 : s.checkpoint_layers < 0 ? L : std::min(s.checkpoint_layers, L);
+
+  const auto lora = lora_params_per_group(info, s.lora_r);
+  int64_t lora_dense = 0, lora_experts = 0;
+  for (const auto& g : p.lora_groups) (g == "experts" ? lora_experts : lora_dense) += lora.count(g) ? lora.at(g) : 0;
+  // Expert LoRA keeps, per routed token and layer whose activations are kept, the rank-r products of gate, up
+  // and down (bf16); estimate_vram counts the default groups only.
+  const int64_t stored_layers = (L - n_ckpt) + (n_ckpt > 0 ? 1 : 0);
+  const int64_t expert_lora_acts = expert_lora ? 2 * T * k * 3 * s.lora_r * stored_layers : 0;
+
+  // Token exchange of expert parallel per micro-batch: dispatch and combine (bf16 rows of H) in the forward,
+  // their gradients in the backward, and the forward again in a checkpointed layer's recompute.
+  const int64_t exchange_rows = T * k;
+  const int64_t exchanges = 4 * L + 2 * n_ckpt;
+
+  std::vector<int64_t> dense_units = f.units;
+  for (size_t i = 0; i < dense_units.size(); ++i) dense_units[i] -= f.expert_part[i];
+  const size_t head = f.units.size() - 1;
+  // Sharded gathers: forward every unit; backward every layer and the head again (nothing before the first
+  // layer trains, so the embedding is not needed in the backward); a recompute reuses the backward's gather.
+  auto sharded_moved = [&](const std::vector<int64_t>& units) {
+    return gather_bytes(units, 0, units.size(), n) + gather_bytes(units, 1, head + 1, n);
+  };
+  auto resident_sharded = [&](const std::vector<int64_t>& units) {
+    int64_t r = 0;
+    for (size_t i = 0; i < units.size(); ++i)
+      if (!(i == head && info.tied_embeddings)) r += ceil_div(units[i], n);
+    return r;
+  };
+
+  for (WeightLayout layout : kLayouts) {
+    LayoutEstimate e;
+    e.layout = layout;
+    e.applicable = true;
+    const bool ep = layout == WeightLayout::ExpertParallel || layout == WeightLayout::ExpertParallelSharded;
+    if (layout != WeightLayout::Replicated && n < 2) {
+      e.applicable = false;
+      e.not_applicable = "one GPU";
+    } else if (ep && !info.is_moe) {
+      e.applicable = false;
+      e.not_applicable = "dense model (no experts)";
+    } else if (ep && info.num_experts % n != 0) {
+      e.applicable = false;
+      e.not_applicable = std::to_string(info.num_experts) + " experts do not split evenly over " +
+                         std::to_string(n) + " GPUs";
+    }
+    e.lora_and_optimizer = 16 * (lora_dense + (ep ? ceil_div(lora_experts, n) : lora_experts));
+    e.activations = est.activations + expert_lora_acts;
+    e.logits = est.logits;
+    e.overhead = est.overhead;
+    switch (layout) {
+      case WeightLayout::Replicated:
+        e.frozen_resident = f.stored + f.scratch;
+        break;
+      case WeightLayout::Sharded:
+        e.frozen_resident = resident_sharded(f.units) + f.scratch;
+        e.gathered_in_flight = two_in_flight(f.units);
+        e.moved_per_micro_batch = sharded_moved(f.units);
+        break;
+      case WeightLayout::ExpertParallel:
+        e.frozen_resident = f.stored - f.experts + ceil_div(f.experts, n) + f.scratch;
+        break;
+      case WeightLayout::ExpertParallelSharded:
+        e.frozen_resident = resident_sharded(dense_units) + ceil_div(f.experts, n) + f.scratch;
+        e.gathered_in_flight = two_in_flight(dense_units);
+        e.moved_per_micro_batch = sharded_moved(dense_units);
+        break;
+    }
+    if (ep) {
+      // Balanced routing: this GPU's experts receive T*k rows in all (as many as its own tokens send out).
+      e.exchange_buffers = 2 * exchange_rows * H * 2;
+      e.moved_per_micro_batch += exchanges * (exchange_rows - ceil_div(exchange_rows, n)) * H * 2;
+    }
+    e.total = e.frozen_resident + e.gathered_in_flight + e.lora_and_optimizer + e.activations + e.logits +
+              e.overhead + e.exchange_buffers;
+    e.fits = e.applicable && e.total <= gpus.memory_bytes;
+    p.layouts.push_back(e);
+  }
+
+  for (size_t i = 0; i < p.layouts.size(); ++i) {
+    const LayoutEstimate& e = p.layouts[i];
+    if (e.fits && (p.chosen < 0 || e.moved_per_micro_batch < p.layouts[static_cast<size_t>(p.chosen)].moved_per_micro_batch))
+      p.chosen = static_cast<int>(i);
+  }
+  if (const LayoutEstimate* c = p.choice()) {
+    p.reason = c->layout == WeightLayout::Replicated
+                   ? "every GPU holds the whole model: no weights or tokens travel between GPUs"
+                   : std::string("of the layouts that fit, it moves the fewest bytes between GPUs per micro-batch (") +
+                         gib(c->moved_per_micro_batch) + " received per GPU)";
+  } else {
+    p.reason = "does not fit " + std::to_string(n) + " GPU" + (n > 1 ? "s" : "") + " of " + gib(gpus.memory_bytes) +
+               " with any layout";
+    if (advise) p.would_fit = what_would_fit(info, p);
+  }
+  return p;
+}
+
+}  // namespace
+
+const char* weight_layout_name(WeightLayout layout) {
+  switch (layout) {
+    case WeightLayout::Replicated: return "replicated";
+    case WeightLayout::Sharded: return "sharded";
+    case WeightLayout::ExpertParallel: return "expert_parallel";
+    case WeightLayout::ExpertParallelSharded: return "expert_parallel_sharded";
+  }
+  return "?";
+}
+
+ShardPlan plan_multi_gpu(const ModelInfo& info, const ShardPlanSettings& settings, const GpuPool& gpus) {
+  return plan(info, settings, gpus, true);
+}
+
+std::string shard_plan_text(const ShardPlan& p) {
+  std::ostringstream o;
+  const int n = p.gpus.count;
+  o << "Memory plan for " << n << " GPU" << (n > 1 ? "s" : "") << " of " << gib(p.gpus.memory_bytes) << " (LoRA r="
+    << p.settings.lora_r << " on " << join(p.lora_groups) << "; " << p.settings.tokens_per_step
+    << " tokens per micro-batch and GPU; base " << p.settings.base_quantization
+    << (p.settings.gradient_checkpointing ? "; gradient checkpointing" : "") << "):\n";
+  for (const LayoutEstimate& e : p.layouts) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%-24s", weight_layout_name(e.layout));
+    o << "  " << name;
+    if (!e.applicable) {
+      o << "n/a (" << e.not_applicable << ")\n";
+      continue;
+    }
+    o << gib(e.total) << " per GPU, " << (e.fits ? "fits" : "does not fit") << ": frozen " << gib(e.frozen_resident);
+    if (e.gathered_in_flight) o << " + gathered " << gib(e.gathered_in_flight);
+    o << ", LoRA+optimizer " << gib(e.lora_and_optimizer) << ", activations " << gib(e.activations) << ", logits "
+      << gib(e.logits);
+    if (e.exchange_buffers) o << ", token exchange " << gib(e.exchange_buffers);
+    o << ", overhead " << gib(e.overhead);
+    if (e.moved_per_micro_batch) o << "; receives " << gib(e.moved_per_micro_batch) << " per micro-batch";
+    o << "\n";
+  }
+  if (const LayoutEstimate* c = p.choice()) {
+    o << "Plan: " << weight_layout_name(c->layout) << " (" << gib(c->total) << " of " << gib(p.gpus.memory_bytes)
+      << " per GPU): " << p.reason << ".\n";
+  } else {
+    o << "Refused: " << p.reason << ".";
+    if (p.would_fit.empty()) {
+      o << " No single change of LoRA groups, rank, GPU count (up to 256), base quantization, gradient "
+           "checkpointing or tokens per micro-batch fits.\n";
+    } else {
+      o << " Any one of these would fit:\n";
+      for (const auto& w : p.would_fit) o << "  - " << w << "\n";
+    }
+  }
+  return o.str();
+}
+
+int64_t parse_memory_size(const std::string& text) {
+  std::string digits, unit;
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) digits += text[i++];
+  while (i < text.size() && text[i] == ' ') ++i;
+  for (; i < text.size(); ++i) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  static const std::map<std::string, double> units = {
+      {"", 1.0},         {"b", 1.0},          {"kb", 1e3},          {"mb", 1e6},
+      {"gb", 1e9},       {"tb", 1e12},        {"kib", 1024.0},      {"mib", 1024.0 * 1024},
+      {"gib", 1024.0 * 1024 * 1024},          {"tib", 1024.0 * 1024 * 1024 * 1024}};
+  const auto u = units.find(unit);
+  double v = 0;
+  bool ok = !digits.empty() && u != units.end() && std::count(digits.begin(), digits.end(), '.') <= 1 && digits != ".";
+  if (ok) {
+    v = std::stod(digits) * u->second;
+    ok = v >= 1;
+  }
+  check(ok, "memory size '" + text + "': expected a number with an optional unit (80GiB, 80GB, 81920MiB, bytes)");
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace deltatune

@@ -1,0 +1,218 @@
+// The multi-GPU memory plan on the published Qwen3.5 shapes (tests/fixtures/published_configs).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "deltatune/error.h"
+#include "deltatune/shard_plan.h"
+
+namespace deltatune {
+namespace {
+
+ModelInfo published(const std::string& name) {
+  return model_info_from_config(std::string(DT_SOURCE_DIR) + "/tests/fixtures/published_configs/" + name + ".json");
+}
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+ShardPlanSettings all_groups(const ModelInfo& info, int r = 16) {
+  ShardPlanSettings s;
+  s.lora_r = r;
+  s.lora_groups = info.lora_groups;
+  return s;
+}
+
+const LayoutEstimate& layout(const ShardPlan& p, WeightLayout l) { return p.layouts[static_cast<size_t>(l)]; }
+
+TEST(ShardPlan, ParameterCountsFromShapesMatchThePublishedSizes) {
+  // The names give the total in billions (text part; the published totals add the vision tower and MTP).
+  for (const auto& [name, billions] : std::vector<std::pair<std::string, double>>{
+           {"qwen3_5_27b", 27}, {"qwen3_5_35b_a3b", 35}, {"qwen3_5_122b_a10b", 122}, {"qwen3_5_397b_a17b", 397}}) {
+    const ModelInfo info = published(name);
+    const double b = static_cast<double>(info.total_params) / 1e9;
+    EXPECT_GT(b, billions * 0.97) << name;
+    EXPECT_LT(b, billions * 1.01) << name;
+  }
+}
+
+TEST(ShardPlan, MoeWithExpertLoraDoesNotFitOneEightyGigabyteGpuButFitsTwoSharded) {
+  const ModelInfo info = published("qwen3_5_35b_a3b");
+  const ShardPlanSettings s = all_groups(info);
+  const ShardPlan one = plan_multi_gpu(info, s, {1, 80 * kGiB});
+  EXPECT_FALSE(layout(one, WeightLayout::Replicated).fits);
+  EXPECT_EQ(one.chosen, -1);
+  ASSERT_FALSE(one.would_fit.empty());
+  EXPECT_NE(shard_plan_text(one).find("more GPUs: 2 of 80.0 GiB"), std::string::npos) << shard_plan_text(one);
+
+  const ShardPlan two = plan_multi_gpu(info, s, {2, 80 * kGiB});
+  EXPECT_FALSE(layout(two, WeightLayout::Replicated).fits);
+  EXPECT_TRUE(layout(two, WeightLayout::Sharded).fits);
+  ASSERT_NE(two.choice(), nullptr);
+  EXPECT_LE(two.choice()->total, 80 * kGiB);
+  // The choice moves the fewest bytes of the layouts that fit.
+  for (const LayoutEstimate& e : two.layouts)
+    if (e.fits) EXPECT_LE(two.choice()->moved_per_micro_batch, e.moved_per_micro_batch);
+  // Without expert LoRA the default groups' LoRA is small and the plan is the same model, less optimizer state.
+  ShardPlanSettings dflt;
+  EXPECT_LT(layout(plan_multi_gpu(info, dflt, {2, 80 * kGiB}), WeightLayout::Sharded).lora_and_optimizer,
+            layout(two, WeightLayout::Sharded).lora_and_optimizer);
+}
+
+TEST(ShardPlan, ShardedFrozenWeightsAreOneNthPlusTwoGatheredLayers) {
+  const ModelInfo info = published("qwen3_5_27b");
+  const ShardPlanSettings s = all_groups(info);
+  const ShardPlan one = plan_multi_gpu(info, s, {1, 200 * kGiB});
+  const int64_t frozen = layout(one, WeightLayout::Replicated).frozen_resident;
+  EXPECT_EQ(frozen, 2 * info.total_params);  // bf16, nothing quantized
+  int64_t prev_total = layout(one, WeightLayout::Replicated).total;
+  for (int n : {2, 4, 8}) {
+    const ShardPlan p = plan_multi_gpu(info, s, {n, 200 * kGiB});
+    const LayoutEstimate& sh = layout(p, WeightLayout::Sharded);
+    ASSERT_TRUE(sh.applicable);
+    EXPECT_GE(sh.frozen_resident * n, frozen);
+    EXPECT_LT(sh.frozen_resident * n, frozen + 1000 * n);  // rounding per unit only
+    // Two consecutive units in flight: at least two decoder layers' worth, at most the head plus a layer.
+    const int64_t layer_avg = (2 * info.total_params - 4 * info.vocab_size * info.hidden_size) / info.num_layers;
+    EXPECT_GE(sh.gathered_in_flight, 2 * layer_avg * 9 / 10);
+    EXPECT_LE(sh.gathered_in_flight, 2 * info.vocab_size * info.hidden_size + 2 * layer_avg);
+    EXPECT_LT(sh.total, prev_total);
+    prev_total = sh.total;
+    // Dense: no expert layouts.
+    EXPECT_FALSE(layout(p, WeightLayout::ExpertParallel).applicable);
+    EXPECT_FALSE(layout(p, WeightLayout::ExpertParallelSharded).applicable);
+    EXPECT_EQ(layout(p, WeightLayout::Replicated).moved_per_micro_batch, 0);
+    EXPECT_GT(sh.moved_per_micro_batch, 0);
+  }
+}
+
+TEST(ShardPlan, ExpertParallelSplitsExpertsAndTheirLora) {
+  const ModelInfo info = published("qwen3_5_122b_a10b");
+  ShardPlanSettings s = all_groups(info);
+  s.gradient_checkpointing = true;
+  const ShardPlan p = plan_multi_gpu(info, s, {4, 140 * kGiB});
+  const LayoutEstimate& rep = layout(p, WeightLayout::Replicated);
+  const LayoutEstimate& ep = layout(p, WeightLayout::ExpertParallel);
+  const int64_t experts = 2 * info.params_per_group.at("experts");
+  EXPECT_EQ(rep.frozen_resident - ep.frozen_resident, experts - experts / 4);
+  const int64_t expert_lora = 16 * lora_params_per_group(info, 16).at("experts");
+  EXPECT_EQ(rep.lora_and_optimizer - ep.lora_and_optimizer, expert_lora - expert_lora / 4);
+  EXPECT_GT(ep.exchange_buffers, 0);
+  // The 4-GPU case (H200) fits, and not on one GPU.
+  ASSERT_NE(p.choice(), nullptr);
+  EXPECT_FALSE(rep.fits);
+  // 256 experts do not split over 3 GPUs.
+  const ShardPlan three = plan_multi_gpu(info, s, {3, 140 * kGiB});
+  EXPECT_FALSE(layout(three, WeightLayout::ExpertParallel).applicable);
+  EXPECT_NE(layout(three, WeightLayout::ExpertParallel).not_applicable.find("256 experts"), std::string::npos);
+}
+
+TEST(ShardPlan, RefusalSaysWhatWouldFitAndEachSuggestionFits) {
+  const ModelInfo info = published("qwen3_5_397b_a17b");
+  ShardPlanSettings s = all_groups(info);
+  s.gradient_checkpointing = true;
+  const ShardPlan p = plan_multi_gpu(info, s, {8, 80 * kGiB});
+  EXPECT_EQ(p.chosen, -1);  // bf16 frozen weights alone exceed 8 x 80 GiB
+  const std::string text = shard_plan_text(p);
+  EXPECT_NE(text.find("Refused"), std::string::npos);
+  bool more_gpus = false, quantized = false;
+  for (const std::string& w : p.would_fit) {
+    if (w.rfind("more GPUs: ", 0) == 0) {
+      more_gpus = true;
+      const int n = std::stoi(w.substr(11));
+      EXPECT_NE(plan_multi_gpu(info, s, {n, 80 * kGiB}).chosen, -1) << w;
+      EXPECT_EQ(plan_multi_gpu(info, s, {n - 1, 80 * kGiB}).chosen, -1) << w;
+    }
+    if (w.find("quantized base") != std::string::npos) {
+      quantized = true;
+      ShardPlanSettings q = s;
+      q.base_quantization = w.substr(w.rfind(' ') + 1);
+      EXPECT_NE(plan_multi_gpu(info, q, {8, 80 * kGiB}).chosen, -1) << w;
+    }
+  }
+  EXPECT_TRUE(more_gpus) << text;
+  // FP8 experts halve the frozen weights: 8 x 80 GiB then hold them.
+  EXPECT_TRUE(quantized) << text;
+  // 8 H200s hold it with the experts split.
+  const ShardPlan h200 = plan_multi_gpu(info, s, {8, 140 * kGiB});
+  ASSERT_NE(h200.choice(), nullptr);
+  EXPECT_TRUE(h200.choice()->layout == WeightLayout::ExpertParallel ||
+              h200.choice()->layout == WeightLayout::ExpertParallelSharded);
+}
+
+TEST(ShardPlan, LowerRankOrFewerGroupsSuggestedWhenTheyFit) {
+  const ModelInfo info = published("qwen3_5_35b_a3b");
+  ShardPlanSettings s = all_groups(info, 64);
+  s.gradient_checkpointing = true;
+  // Find the memory where r=64 with experts does not fit 1 GPU but the default groups do.
+  const int64_t with = plan_multi_gpu(info, s, {1, 1000 * kGiB}).layouts[0].total;
+  ShardPlanSettings no_experts = s;
+  no_experts.lora_groups = {"attn", "linear_attn", "shared_expert"};
+  const int64_t without = plan_multi_gpu(info, no_experts, {1, 1000 * kGiB}).layouts[0].total;
+  ASSERT_LT(without, with);
+  const ShardPlan p = plan_multi_gpu(info, s, {1, (with + without) / 2});
+  ASSERT_EQ(p.chosen, -1);
+  const std::string text = shard_plan_text(p);
+  EXPECT_NE(text.find("fewer LoRA groups: attn, linear_attn, shared_expert (without experts)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("lower LoRA rank: r="), std::string::npos) << text;
+}
+
+TEST(ShardPlan, QuantizedBaseShrinksTheDenseWeights) {
+  const ModelInfo info = published("qwen3_5_27b");
+  ShardPlanSettings s;
+  s.gradient_checkpointing = true;
+  const int64_t bf16 = plan_multi_gpu(info, s, {1, 80 * kGiB}).layouts[0].frozen_resident;
+  s.base_quantization = "fp8";
+  const int64_t fp8 = plan_multi_gpu(info, s, {1, 80 * kGiB}).layouts[0].frozen_resident;
+  s.base_quantization = "nf4";
+  const int64_t nf4 = plan_multi_gpu(info, s, {1, 80 * kGiB}).layouts[0].frozen_resident;
+  EXPECT_EQ(fp8, estimate_vram(info, 16, 4096, true, true, -1, "fp8").weights);
+  // 27B's embedding table is untied: with a quantized base it is held on the host, not sharded or gathered.
+  ShardPlanSettings q = s;
+  const ShardPlan two = plan_multi_gpu(info, q, {2, 80 * kGiB});
+  const LayoutEstimate& sh = layout(two, WeightLayout::Sharded);
+  EXPECT_LT(sh.frozen_resident, fp8 / 2 + 2 * info.vocab_size * info.hidden_size);
+  EXPECT_LT(fp8, bf16);
+  EXPECT_LT(nf4, fp8);
+}
+
+TEST(ShardPlan, SettingsErrorsNameTheValue) {
+  const ModelInfo info = published("qwen3_5_27b");
+  ShardPlanSettings s;
+  s.lora_groups = {"experts"};
+  try {
+    plan_multi_gpu(info, s, {2, 80 * kGiB});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'experts'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(plan_multi_gpu(info, ShardPlanSettings{}, {0, 80 * kGiB}), Error);
+  EXPECT_THROW(plan_multi_gpu(info, ShardPlanSettings{}, {2, 0}), Error);
+}
+
+TEST(ShardPlan, MemorySizes) {
+  EXPECT_EQ(parse_memory_size("80GiB"), 80 * kGiB);
+  EXPECT_EQ(parse_memory_size("80 GB"), int64_t{80'000'000'000});
+  EXPECT_EQ(parse_memory_size("81920MiB"), 80 * kGiB);
+  EXPECT_EQ(parse_memory_size("1.5GiB"), 3 * kGiB / 2);
+  EXPECT_EQ(parse_memory_size("1024"), 1024);
+  for (const char* bad : {"", "GiB", "80 parsecs", "-1GiB", "1.2.3GB"}) EXPECT_THROW(parse_memory_size(bad), Error) << bad;
+}
+
+TEST(ShardPlan, CliInfoPrintsThePlanWithoutGpus) {
+  const std::string cmd = std::string(DT_CLI_PATH) + " info --model " + DT_SOURCE_DIR +
+                          "/tests/fixtures/published_configs/qwen3_5_35b_a3b.json --gpu-count 2 --gpu-memory 80GiB "
+                          "--lora-groups attn,linear_attn,shared_expert,experts 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  EXPECT_EQ(pclose(f), 0) << out;
+  EXPECT_NE(out.find("Memory plan for 2 GPUs of 80.0 GiB"), std::string::npos) << out;
+  EXPECT_NE(out.find("Plan: "), std::string::npos) << out;
+  EXPECT_NE(out.find("sharded"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace deltatune
