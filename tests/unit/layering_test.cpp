@@ -89,8 +89,8 @@ TEST(Layering, NoGetenvInKernelsOrModel) {
 
 // The engine's layers, lowest first (docs/ARCHITECTURE.md). A folder includes only its own headers, the
 // public API (deltatune/) and folders before it in this list, so no two folders include each other.
-const std::vector<std::string> kEngineLayers = {"core",  "io",    "quant", "backend", "data",    "lora",
-                                                "model", "decode", "store", "dist",    "train", "generate"};
+const std::vector<std::string> kEngineLayers = {"core",  "io",    "quant",  "backend", "vision", "data",
+                                                "lora",  "model", "decode", "store",   "dist",   "train", "generate"};
 
 TEST(Layering, EngineFoldersIncludeOnlyLowerLayers) {
   const fs::path src = kRoot / "engine/src";
@@ -115,7 +115,7 @@ TEST(Layering, EngineFoldersIncludeOnlyLowerLayers) {
   }
   EXPECT_TRUE(unknown.empty()) << "engine/src folders missing from kEngineLayers (place them in the order):\n  "
                                << testing::PrintToString(unknown);
-  EXPECT_TRUE(bad.empty()) << "an engine folder includes a higher layer (order: core, io, quant, backend, data, "
+  EXPECT_TRUE(bad.empty()) << "an engine folder includes a higher layer (order: core, io, quant, backend, vision, data, "
                               "lora, model, decode, store, dist, train, generate):\n  "
                            << testing::PrintToString(bad);
 }

@@ -1,0 +1,46 @@
+#include "vision/mrope_positions.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace deltatune {
+
+std::array<std::vector<int32_t>, 3> mrope_positions(const std::vector<int32_t>& ids, int32_t image_token_id,
+                                                    const std::vector<std::array<int64_t, 3>>& grids,
+                                                    int64_t merge_size, const std::string& source) {
+  std::array<std::vector<int32_t>, 3> pos;
+  for (auto& row : pos) row.reserve(ids.size());
+  int64_t p = 0;
+  size_t image = 0;
+  for (size_t i = 0; i < ids.size();) {
+    if (ids[i] != image_token_id) {
+      for (auto& row : pos) row.push_back(int32_t(p));
+      ++p;
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < ids.size() && ids[end] == image_token_id) ++end;
+    check(image < grids.size(), source + ": more image-token runs than images (" + std::to_string(grids.size()) + ")");
+    const auto& g = grids[image++];
+    const int64_t t = g[0], h = g[1] / merge_size, w = g[2] / merge_size;
+    check(int64_t(end - i) == t * h * w, source + ": image " + std::to_string(image) + " has " +
+                                             std::to_string(end - i) + " image tokens, its grid needs " +
+                                             std::to_string(t * h * w));
+    for (int64_t ti = 0; ti < t; ++ti)
+      for (int64_t hi = 0; hi < h; ++hi)
+        for (int64_t wi = 0; wi < w; ++wi) {
+          pos[0].push_back(int32_t(p + ti));
+          pos[1].push_back(int32_t(p + hi));
+          pos[2].push_back(int32_t(p + wi));
+        }
+    p += std::max(h, w);
+    i = end;
+  }
+  check(image == grids.size(), source + ": " + std::to_string(grids.size()) + " images but " +
+                                   std::to_string(image) + " image-token runs");
+  return pos;
+}
+
+}  // namespace deltatune
