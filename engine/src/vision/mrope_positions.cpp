@@ -1,6 +1,7 @@
 #include "vision/mrope_positions.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -41,6 +42,33 @@ std::array<std::vector<int32_t>, 3> mrope_positions(const std::vector<int32_t>& 
   check(image == grids.size(), source + ": " + std::to_string(grids.size()) + " images but " +
                                    std::to_string(image) + " image-token runs");
   return pos;
+}
+
+void mrope_cos_sin(const std::array<std::vector<int32_t>, 3>& positions, int64_t rot_dim, double theta,
+                   const std::array<int64_t, 3>& section, std::vector<float>& cos, std::vector<float>& sin) {
+  const int64_t half = rot_dim / 2;
+  check(rot_dim % 2 == 0 && section[0] + section[1] + section[2] == half,
+        "mrope: mrope_section must add up to rotary_dim / 2 (" + std::to_string(half) + ")");
+  const size_t T = positions[0].size();
+  check(positions[1].size() == T && positions[2].size() == T, "mrope: the three position rows differ in length");
+  std::vector<int> axis(static_cast<size_t>(half), 0);
+  for (int64_t i = 0; i < half; ++i) {
+    if (i % 3 == 1 && i < 3 * section[1]) axis[size_t(i)] = 1;
+    if (i % 3 == 2 && i < 3 * section[2]) axis[size_t(i)] = 2;
+  }
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[size_t(i)] = 1.f / std::pow(float(theta), float(2 * i) / float(rot_dim));
+  cos.assign(T * size_t(rot_dim), 0.f);
+  sin.assign(T * size_t(rot_dim), 0.f);
+  for (size_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const float f = float(positions[size_t(axis[size_t(i)])][t]) * inv_freq[size_t(i)];
+      for (int64_t rep = 0; rep < 2; ++rep) {
+        cos[t * size_t(rot_dim) + size_t(rep * half + i)] = std::cos(f);
+        sin[t * size_t(rot_dim) + size_t(rep * half + i)] = std::sin(f);
+      }
+    }
 }
 
 }  // namespace deltatune

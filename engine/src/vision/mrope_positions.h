@@ -17,4 +17,11 @@ std::array<std::vector<int32_t>, 3> mrope_positions(const std::vector<int32_t>& 
                                                     const std::vector<std::array<int64_t, 3>>& grids,
                                                     int64_t merge_size, const std::string& source);
 
+// The text model's rotary tables for those positions (transformers' Qwen3_5TextRotaryEmbedding):
+// inv_freq[i] = 1 / theta^(2i / rot_dim) for i < rot_dim / 2; with the interleaved layout frequency slot i
+// takes its position from H when i % 3 == 1 and i < 3·section[1], from W when i % 3 == 2 and i < 3·section[2],
+// else from T. cos/sin: (T, rot_dim) = cat(f, f) per token, computed in fp32 as HF does.
+void mrope_cos_sin(const std::array<std::vector<int32_t>, 3>& positions, int64_t rot_dim, double theta,
+                   const std::array<int64_t, 3>& section, std::vector<float>& cos, std::vector<float>& sin);
+
 }  // namespace deltatune

@@ -19,6 +19,8 @@ next to this file:
      input_ids int32 [T], labels int32 [T]: one chat-shaped sequence with two images (image pads expanded as
                        HF's processor does; labels -100 on prompt and image tokens)
      position_ids int32 [3, T]: model.get_rope_index for it (T, H, W rows)
+     text_rope_cos, text_rope_sin float32 [T, 16]: the text model's rotary_emb for those positions (mrope
+                       section [2, 3, 3] interleaved over 8 frequencies, partial rotary 0.5 of head_dim 32)
   model_golden.json  `loss` of Qwen3_5ForConditionalGeneration(input_ids, pixel_values, image_grid_thw, labels)
                      and the library versions.
 """
@@ -115,6 +117,9 @@ def main():
         out["input_ids"] = np.array(ids, dtype=np.int32)
         out["labels"] = np.array(labels, dtype=np.int32)
         out["position_ids"] = pos[:, 0].numpy().astype(np.int32)
+        cos, sin = model.model.language_model.rotary_emb(torch.zeros(1, dtype=torch.float32), pos)
+        out["text_rope_cos"] = cos[0].numpy().astype(np.float32)
+        out["text_rope_sin"] = sin[0].numpy().astype(np.float32)
         meta["loss"] = float(res.loss)
         meta["images_in_sequence"] = picks
     save_file(out, os.path.join(HERE, "model_golden.safetensors"))
