@@ -19,8 +19,8 @@ TEST(VisionChatImages, PathsInRenderOrderRelativeToTheDataset) {
     {"role": "assistant", "content": "two"},
     {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "/abs/c.webp"}},
                                  {"image": "../d.png"}]}])");
-  EXPECT_EQ(chat_image_paths(messages, "/srv/sets/train.jsonl", "train.jsonl:1"),
-            (std::vector<std::string>{"/srv/sets/img/a.png", "/data/my pics/b.jpg", "/abs/c.webp", "/srv/d.png"}));
+  EXPECT_EQ(chat_image_paths(messages, "/corpus/sets/train.jsonl", "train.jsonl:1"),
+            (std::vector<std::string>{"/corpus/sets/img/a.png", "/data/my pics/b.jpg", "/abs/c.webp", "/corpus/d.png"}));
 }
 
 TEST(VisionChatImages, BadPartsAreNamedWithTheRow) {
