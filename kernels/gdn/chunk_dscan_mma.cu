@@ -36,7 +36,9 @@
 // Resources (nvcc 13, sm_90a, -O3, ptxas -v, the launcher's instances): BV 64 / 32 / 16: 197 / 172 / 166
 // registers with fp32 Q̂, K̂ (180 / 154 / 146 with bf16 q, k and ρ: GdnQK, the backend's path for bf16 inputs,
 // bit-identical results, 8K reverse scan 0.265 -> 0.25 ms), no spills; shared memory 170,560 / 150,080 /
-// 139,840 B: one block (8 warps) per SM.
+// 139,840 B: one block (8 warps) per SM. The portable policy's one-set variant (kOneSet): 99,904 / 83,520 /
+// 75,328 B, output bit-identical (emulator, every check shape and tile); 2b training step on the H200 with the
+// portable policy 35,213 tok/s (35,253 with the two-set kernel, session 20).
 //
 // Time at T = 8192 (2 sequences of 4096), HK 16, HV 32 (BV 64, 128 blocks, 64 chunks each), H100: 0.267 ms
 // (BV 32 as before: 256 blocks, two waves: 0.645 ms), 4.2 µs per chunk step. Per chunk and SM: 106 mma per
@@ -83,7 +85,10 @@ int dscan_mma_tile_cols(int64_t pairs, int sms) {
 // four chunk records, copied ahead (cp.async) so that the loop's only register loads from global memory are
 // the Q̂/K̂ prefetch (an early consumer of any other load shares their scoreboard and waits for them too);
 // one copy of dS (hi, and lo with kLoS) and of −dV' (hi, and lo with kLoV).
-template <int BV, bool kLoS, bool kLoV> struct DscanSmem {
+// kOneSet (the portable policy: at most 99 KiB per block): one set of the chunk operands, plus a second copy
+// of its row factors f (written for the next chunk while [e] still reads this one's Γ); the next chunk's W, M,
+// dO are copied and its Qg, Kd converted after [e], behind a third barrier, instead of during the chunk.
+template <int BV, bool kLoS, bool kLoV, bool kOneSet = false> struct DscanSmem {
   static constexpr int LB = BV + 8;                            // row stride of the BV-column tiles
   static constexpr size_t w = 0;                               // W [C][LK] (cp.async)
   static constexpr size_t q = w + sizeof(bf16) * C * LK;       // Qg = bf16(γ_i·Q̂_i) [C][LK]
@@ -92,7 +97,8 @@ template <int BV, bool kLoS, bool kLoV> struct DscanSmem {
   static constexpr size_t o = m + sizeof(bf16) * C * LM;       // dO [C][LB] (cp.async)
   static constexpr size_t f = o + sizeof(bf16) * C * LB;       // (γ_i, e^{G_last−G_i}) [C] (0 past the end), Γ
   static constexpr size_t set = f + sizeof(float) * (2 * C + 4);
-  static constexpr size_t g = 2 * set;                            // G [2][C] (slot ch & 1; 0 past the end)
+  static constexpr size_t f1 = set;  // kOneSet: the odd chunks' f
+  static constexpr size_t g = kOneSet ? f1 + (set - f) : 2 * set;  // G [2][C] (slot ch & 1; 0 past the end)
   static constexpr size_t rec = g + sizeof(float) * 2 * C;        // (t0, len) [4] (slot ch & 3)
   static constexpr size_t ds = rec + sizeof(int32_t) * 8;         // dS_hi (, dS_lo) [DK][LB]
   static constexpr size_t dv = ds + (kLoS ? 2 : 1) * sizeof(bf16) * DK * LB;  // −dV'_hi (, −dV'_lo) [C][LB]
@@ -106,11 +112,12 @@ struct Set {
   bf16 *w, *q, *k, *m, *o;
   float* f;
 };
-template <int BV> __device__ __forceinline__ Set set_at(unsigned char* base, int ch) {
-  using S = DscanSmem<BV, false, false>;  // (the sets do not depend on the flags)
-  unsigned char* p = base + (ch & 1) * S::set;
+template <int BV, bool kOneSet> __device__ __forceinline__ Set set_at(unsigned char* base, int ch) {
+  using S = DscanSmem<BV, false, false, kOneSet>;  // (the sets do not depend on the lo flags)
+  unsigned char* p = base + (kOneSet ? 0 : (ch & 1) * S::set);
+  float* f = reinterpret_cast<float*>(kOneSet && (ch & 1) ? base + S::f1 : p + S::f);
   return Set{reinterpret_cast<bf16*>(p + S::w), reinterpret_cast<bf16*>(p + S::q), reinterpret_cast<bf16*>(p + S::k),
-             reinterpret_cast<bf16*>(p + S::m), reinterpret_cast<bf16*>(p + S::o), reinterpret_cast<float*>(p + S::f)};
+             reinterpret_cast<bf16*>(p + S::m), reinterpret_cast<bf16*>(p + S::o), f};
 }
 
 // W, M and dO of chunk ch into set S: cp.async (zeros past the chunk's end), or, for a dO that is not bf16,
@@ -245,13 +252,13 @@ __device__ __forceinline__ void convert(const QK<R16>& P, const Set& S, float sc
 }
 
 // kLoS / kLoV: the lo halves of dS (in Kd·dS) and of dV' (in Wᵀ·dV') take part (the launcher's choice below).
-template <int BV, bool kLoS, bool kLoV, bool R16>
+template <int BV, bool kLoS, bool kLoV, bool R16, bool kOneSet>
 __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_dscan_mma_kernel(KIn dout, GdnQK qk, const bf16* W, const bf16* M, const float* Gc,
                                const int32_t* chunks, const int32_t* chunk_off, bf16* dh, bf16* dvn,
                                int64_t HK, int64_t HV) {
   static_assert(BV == 16 || BV == 32 || BV == 64, "column tiles of 16, 32 or 64");
-  using L = DscanSmem<BV, kLoS, kLoV>;
+  using L = DscanSmem<BV, kLoS, kLoV, kOneSet>;
   constexpr int LB = L::LB;
   // [c] dV' (C x BV): CWR x CWC warps, each CM m-tiles (16 rows) x CN columns (CNB n-blocks).
   constexpr int CM = BV == 64 ? 2 : 1, CWR = 4 / CM, CWC = 8 / CWR, CN = BV / CWC, CNB = CN / 8;
@@ -284,20 +291,20 @@ __global__ void __launch_bounds__(NT, 1)
   mma::cp_async_wait<0>();
   __syncthreads();
   ChunkRef cur = rec_at(rec, last);
-  fill_async<BV>(set_at<BV>(gdn_smem, last), cur, last, dout, W, M, HV, h, c0);
+  fill_async<BV>(set_at<BV, kOneSet>(gdn_smem, last), cur, last, dout, W, M, HV, h, c0);
   copy_g(gs, cur, last, Gc, HV, h);
   if (last > first) copy_g(gs, rec_at(rec, last - 1), last - 1, Gc, HV, h);
   mma::cp_async_commit();
   load_qk(P, cur, qk, HK, hk);
   mma::cp_async_wait<0>();
   __syncthreads();
-  put_factors(gs + (last & 1) * C, set_at<BV>(gdn_smem, last), cur.len);
+  put_factors(gs + (last & 1) * C, set_at<BV, kOneSet>(gdn_smem, last), cur.len);
   __syncthreads();
-  convert(P, set_at<BV>(gdn_smem, last), qk.scale);
+  convert(P, set_at<BV, kOneSet>(gdn_smem, last), qk.scale);
   for (int ch = last; ch >= first; --ch) {
     const bool more = ch > first;
     const ChunkRef nxt = more ? rec_at(rec, ch - 1) : cur;
-    const Set S = set_at<BV>(gdn_smem, ch), Sn = set_at<BV>(gdn_smem, ch - 1);
+    const Set S = set_at<BV, kOneSet>(gdn_smem, ch), Sn = set_at<BV, kOneSet>(gdn_smem, ch - 1);
 
     // [a] dS's hi (= bf16(dh)) and lo copies for Kd·dS.
     {
@@ -324,7 +331,7 @@ __global__ void __launch_bounds__(NT, 1)
     if (more) load_qk(P, nxt, qk, HK, hk);
     mma::cp_async_wait<0>();
     __syncthreads();  // dS copies and this chunk's set complete; everyone is done with the other set
-    if (more) fill_async<BV>(Sn, nxt, ch - 1, dout, W, M, HV, h, c0);
+    if (more && !kOneSet) fill_async<BV>(Sn, nxt, ch - 1, dout, W, M, HV, h, c0);
     if (ch - 2 >= first) copy_g(gs, rec_at(rec, ch - 2), ch - 2, Gc, HV, h);
     if (ch - 3 >= first) copy_rec(rec, chunks, ch - 3);
     mma::cp_async_commit();
@@ -431,7 +438,13 @@ __global__ void __launch_bounds__(NT, 1)
       for (int k = 0; k < C; k += 16) step(S.w, dV, kLoV ? 2 : 1, k);
     }
     copy_rows<C, BV, 0x80008000u>(dvn + (cur.t0 * HV + h) * DV + c0, HV * DV, dVh, cur.len);  // dvn = bf16(dV')
-    // Into the other set: its last readers were before this chunk's first barrier.
+    if constexpr (kOneSet) {
+      __syncthreads();  // everyone done with this chunk's operands: the next chunk's go into the same set
+      if (more) fill_async<BV>(Sn, nxt, ch - 1, dout, W, M, HV, h, c0);
+      mma::cp_async_commit();
+    }
+    // Into the other set (kOneSet: the same one, after the barrier above); the other set's last readers were
+    // before this chunk's first barrier.
     if (more) convert(P, Sn, qk.scale);
     cur = nxt;
   }
@@ -441,25 +454,32 @@ constexpr bool kDscanLoS = false, kDscanLoV = false;  // see the header's precis
 
 }  // namespace
 
-size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv) {
+size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv, bool one_set) {
   if (!(dk == DK && dv == DV)) return 0;
+  if (one_set)
+    return bv == 16 ? DscanSmem<16, kDscanLoS, kDscanLoV, true>::total
+           : bv == 32 ? DscanSmem<32, kDscanLoS, kDscanLoV, true>::total
+           : bv == 64 ? DscanSmem<64, kDscanLoS, kDscanLoV, true>::total
+                      : 0;
   return bv == 16 ? DscanSmem<16, kDscanLoS, kDscanLoV>::total
          : bv == 32 ? DscanSmem<32, kDscanLoS, kDscanLoV>::total
          : bv == 64 ? DscanSmem<64, kDscanLoS, kDscanLoV>::total
                     : 0;
 }
 
+bool gdn_dscan_mma_one_set(const KernelPolicy& pol) { return !pol.hopper(); }
+
 #ifndef DT_ATTN_EMU  // launcher: not part of the host emulation build (dev/emu/gdn)
 namespace {
-template <bool R16>
+template <bool R16, bool kOneSet>
 cudaError_t launch_dscan(KIn dout, const GdnQK& qk, const bf16* W16, const bf16* M16, const float* Gc,
                          const int32_t* chunks, const int32_t* chunk_off, int nseq, bf16* dh16, bf16* dvn16,
                          int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, const KernelPolicy& pol) {
   const int bv = dscan_mma_tile_cols(int64_t(nseq) * HV, pol.sm_count);
-  auto* kern = bv == 16   ? gdn_chunk_dscan_mma_kernel<16, kDscanLoS, kDscanLoV, R16>
-               : bv == 32 ? gdn_chunk_dscan_mma_kernel<32, kDscanLoS, kDscanLoV, R16>
-                          : gdn_chunk_dscan_mma_kernel<64, kDscanLoS, kDscanLoV, R16>;
-  const size_t smem = gdn_chunk_dscan_mma_smem(dk, dv, bv);
+  auto* kern = bv == 16   ? gdn_chunk_dscan_mma_kernel<16, kDscanLoS, kDscanLoV, R16, kOneSet>
+               : bv == 32 ? gdn_chunk_dscan_mma_kernel<32, kDscanLoS, kDscanLoV, R16, kOneSet>
+                          : gdn_chunk_dscan_mma_kernel<64, kDscanLoS, kDscanLoV, R16, kOneSet>;
+  const size_t smem = gdn_chunk_dscan_mma_smem(dk, dv, bv, kOneSet);
   cudaError_t e = set_launch_smem(pol, kern, smem);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
@@ -475,7 +495,9 @@ cudaError_t launch_gdn_chunk_dscan_mma(const KernelPolicy& pol, KIn dout, const 
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
-  auto* run = kind == 1 ? launch_dscan<true> : launch_dscan<false>;
+  const bool one = gdn_dscan_mma_one_set(pol);
+  auto* run = kind == 1 ? (one ? launch_dscan<true, true> : launch_dscan<true, false>)
+                        : (one ? launch_dscan<false, true> : launch_dscan<false, false>);
   return run(dout, qk, static_cast<const bf16*>(W16), static_cast<const bf16*>(M16), Gc, chunks, chunk_off,
              nseq, static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV, dk, dv, s, pol);
 }

@@ -38,10 +38,11 @@
 // arithmetic (bit-identical). Measured at 8K (H100, both preps): 0.665 -> 0.529 ms. Emulator nmse vs the FMA
 // kernel: W ≤ 1.4e-10, M ≤ 6e-14 (was 3e-6: Q̂ no longer rounded to bf16), Tout ≤ 6e-11. ptxas (sm_90a, -O3):
 // 128 registers/thread (the cap for 2 blocks/SM), no spills (RAW: 126). Shared memory 107,776 B/block (K̂ hi,
-// K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ, ρ_k): 2 blocks/SM. Measured (H100, T = 8192, HK
-// 16, HV 32, session 6): 0.40-0.44 ms per call; ncu's stall samples by phase: staging ~34% (mostly waiting
-// for the q/k/v loads), gram 11%, epilogues + diagonal solve 13%, off-diagonal T 19% (before its float4
-// operand reads: 22%, 43M instructions -> 30M), products and stores 16%, the backward's V' 7%. Running the
+// K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ, ρ_k): 2 blocks/SM. RAW has no K̂ lo tile: 90,368 B
+// (session 21; within the portable 99 KiB), its state S of the V' and half-states passes over K̂ + Q̂ or Q̂ + A.
+// Measured (H100, T = 8192, HK 16, HV 32, session 6): 0.40-0.44 ms per call; ncu's stall samples by phase: staging
+// ~34% (mostly waiting for the q/k/v loads), gram 11%, epilogues + diagonal solve 13%, off-diagonal T 19% (before its
+// float4 operand reads: 22%, 43M instructions -> 30M), products and stores 16%, the backward's V' 7%. Running the
 // value heads of a key head side by side (one-dimensional grid) and copying V by cp.async behind the staging
 // changed nothing measurable. Emulator nmse vs the FMA kernel (dev/emu/gdn): W ~2e-11, U ~1e-13 (BF16 v; 2e-6
 // for F32 v), M ~3e-6, Gc 0, Tout ≤ 4e-12. Estimate at T = 8192, HV 32, HK 16 (4096 blocks): memory bound.
@@ -75,10 +76,11 @@ constexpr int LA = C + 8;   // fp32 row stride of A and T: float2 fragment reads
 static_assert(LA == gdn_prep::kLA, "the solve (prep_solve.cuh) reads A and T with this stride");
 
 // LEAN: the backward's prep of the half-states keep without its odd-state work (gdn_odd_states_kernel does
-// that): only the k and q tiles, T and the row vectors.
-template <bool LEAN = false>
+// that): only the k and q tiles, T and the row vectors. RAW (bf16 inputs): no K̂ lo tile (the products of the
+// bf16 inputs are exact), 90,368 B: within the 99 KiB of sm_86/89/120 (the split kernel takes 107,776).
+template <bool LEAN = false, bool RAW = false>
 constexpr size_t prep_mma_smem() {
-  return sizeof(bf16) * (LEAN ? 2 : 4) * size_t(C) * LK +
+  return sizeof(bf16) * (LEAN ? 2 : RAW ? 3 : 4) * size_t(C) * LK +
          sizeof(float) * ((LEAN ? 1 : 2) * size_t(C) * LA + 5 * size_t(C));
 }
 // The odd-state kernel: k, V' (64 rows each), S (128 rows), G and ρ_k.
@@ -377,13 +379,17 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
                               int nseq = 0) {
   static_assert(RAW || !LEAN, "the lean prep is the RAW kernel's");
   extern __shared__ __align__(16) unsigned char gdn_smem[];
-  // LEAN has no K̂ lo, V and A tiles (Kl, Vs and Af point at others and are never read there).
-  bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);                   // [C][LK] K̂ hi
-  bf16* Kl = Kh + C * LK;                                         // [C][LK] K̂ lo
-  bf16* Qs = LEAN ? Kl : Kl + C * LK;                             // [C][LK] Q̂
-  bf16* Vs = Qs + C * LK;                                         // [C][LK] V
-  float* Af = reinterpret_cast<float*>(LEAN ? Qs + C * LK : Vs + C * LK);  // [C][LA] A (strictly lower, fp32)
-  float* Tf = LEAN ? Af : Af + C * LA;  // [C][LA] T; its upper blocks hold the P_rk of step 3
+  // LEAN has no K̂ lo, V and A tiles (Kl, Vs and Af point at others and are never read there). RAW has no K̂ lo
+  // tile (Kl points at Q̂, never read as K̂ lo) and A follows Q̂: the 128-row state S of the half-states and V'
+  // passes goes over K̂ + Q̂ (V' pass, −W in the dead A tile) or Q̂ + A (half states, after step 3).
+  constexpr bool KLO = !RAW;  // a K̂ lo tile
+  bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);                             // [C][LK] K̂ hi
+  bf16* Qs = Kh + (KLO ? 2 : 1) * C * LK;                                   // [C][LK] Q̂
+  bf16* Kl = KLO ? Kh + C * LK : Qs;                                        // [C][LK] K̂ lo
+  float* Af = reinterpret_cast<float*>(Qs + (KLO ? 2 : 1) * C * LK);        // [C][LA] A (strictly lower, fp32)
+  bf16* Vs = KLO ? Qs + C * LK : reinterpret_cast<bf16*>(LEAN ? Af : Af + C * LA);  // [C][LK] V
+  float* Tf = LEAN ? Af : KLO ? Af + C * LA : reinterpret_cast<float*>(Vs + C * LK);  // [C][LA] T; its upper
+                                                                                       // blocks hold step 3's P_rk
   float* Gs = Tf + C * LA;                            // [C] g, then G
   float* Bs = Gs + C;                                 // [C] β
   float* BGs = Bs + C;                                // [C] β·e^{G}
@@ -606,10 +612,6 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
     }
   }
   __syncthreads();
-  if (!LEAN && succ == 1) {  // S_c (128 rows) into the K̂ lo and Q̂ tiles (neither is read again on this path)
-    cp_rows<PD, PD, LK, NT>(Kl, S16 + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD, PD, PD);
-    mma::cp_async_commit();
-  }
 
   // ---- 3. off-diagonal blocks of T, by distance d from the diagonal, on tensor cores ----
   // Block (r, k), r = k + d, by warp k: Pᵀ = Σ_{k≤m<r} T_mkᵀ·A_rmᵀ, then T_rkᵀ = −Pᵀ·T_rrᵀ (transposed so that
@@ -630,6 +632,13 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
       if (qd) qd += (static_cast<int64_t>(ch) * HK + hk) * C * PD;
     }
     store_scan_kq<RAW>(kd, qd, k, Rk, Rq, scale, Kh, Qs, Gs, t0, len, h, hk, HK, HV, img);
+  }
+  // Half states (RAW only): S_c (128 rows) into the Q̂ and A tiles, neither read again on this path (A's last
+  // readers were step 3's, Q̂'s the products of step 1 and store_scan_kq above).
+  if (!LEAN && succ == 1) {
+    if (Kdh || Qh) __syncthreads();
+    cp_rows<PD, PD, LK, NT>(Qs, S16 + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD, PD, PD);
+    mma::cp_async_commit();
   }
   if ((Tout || Th) && !kept_t) {
     const int64_t tb = (static_cast<int64_t>(ch) * HV + h) * C * C;
@@ -656,16 +665,19 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
     if (half) {
       if (LEAN) return;
       if (succ == 1) {
-        next_state(Sodd + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD, Kh, Kl, Vs, Gs, Rk, len);
+        next_state(Sodd + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD, Kh, Qs, Vs, Gs, Rk, len);
       } else if (succ == 2) {
         uint4* so = reinterpret_cast<uint4*>(Sodd + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD);
         for (int i = tid; i < PD * PD / 8; i += NT) so[i] = make_uint4(0u, 0u, 0u, 0u);
       }
       return;
     }
-    if (S16) {  // −bf16(W) into the free Q̂ tile; then S (bf16 [dk][dv]) over the K̂ hi + lo tiles (no longer read)
+    // −bf16(W) into the free Q̂ tile (RAW: the dead A tile); then S (bf16 [dk][dv]) over the K̂ hi + lo tiles
+    // (RAW: K̂ + Q̂), no longer read.
+    bf16* const Wn = RAW ? reinterpret_cast<bf16*>(Af) : Qs;
+    if (S16) {
       __syncthreads();  // store_scan_kq's readers of Q̂ are done
-      store_tile_neg(Qs, acc, m0, n0);
+      store_tile_neg(Wn, acc, m0, n0);
       __syncthreads();
       cp_rows<PD, PD, LK, NT>(Kh, S16 + (static_cast<int64_t>(ch) * HV + h) * PD * PD, PD, PD);
       mma::cp_async_commit();
@@ -678,7 +690,7 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
     // V' = U − W·S exactly as the forward scan forms it from the same bf16 W and S (fp32 accumulation).
     mma::cp_async_wait<0>();
     __syncthreads();
-    warp_mma<8, false, true>(acc, Qs, LK, m0, Kh, LK, n0, 0, PD);
+    warp_mma<8, false, true>(acc, Wn, LK, m0, Kh, LK, n0, 0, PD);
     store_rows(nullptr, Vn16 + ob, acc, m0, n0, len, rs);
   }
 }
@@ -732,6 +744,9 @@ __global__ void __launch_bounds__(NT, 2)
 size_t gdn_chunk_prep_mma_smem(int dk, int dv) {
   return gdn_chunk_mma_supported(dk, dv) ? prep_mma_smem() : 0;
 }
+size_t gdn_chunk_prep_mma_raw_smem() {
+  return prep_mma_smem<false, true>();
+}
 size_t gdn_lean_prep_mma_smem() {
   return prep_mma_smem<true>();
 }
@@ -779,7 +794,7 @@ cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, flo
   const auto kernel = lean  ? gdn_chunk_prep_mma_kernel<true, true>
                       : raw ? gdn_chunk_prep_mma_kernel<true>
                             : gdn_chunk_prep_mma_kernel<false>;
-  const size_t smem_k = lean ? prep_mma_smem<true>() : smem;
+  const size_t smem_k = lean ? prep_mma_smem<true>() : raw ? prep_mma_smem<false, true>() : smem;
   auto odd_states = [&] {  // after the lean prep: on wgmma with TMA copies where it applies
     if (nchunks < 2) return cudaSuccess;
     const cudaError_t o =

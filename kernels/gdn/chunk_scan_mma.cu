@@ -434,7 +434,7 @@ size_t gdn_chunk_mma_smem_needed(const KernelPolicy& pol) {
   // which each of them is sized for); the mma.sync kernels below run on every path.
   size_t m = std::max({gdn_chunk_prep_mma_smem(128, 128), gdn_lean_prep_mma_smem(), gdn_odd_states_mma_smem(),
                        gdn_chunk_grad_mma_smem(true), gdn_chunk_grad_mma_smem(false), gdn_wy_grad_mma_smem()});
-  for (int bv : {16, 32, 64}) m = std::max(m, gdn_chunk_dscan_mma_smem(128, 128, bv));
+  for (int bv : {16, 32, 64}) m = std::max(m, gdn_chunk_dscan_mma_smem(128, 128, bv, gdn_dscan_mma_one_set(pol)));
   return std::max(m, gdn_chunk_scan_mma_smem_max(pol));
 }
 

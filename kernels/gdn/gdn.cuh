@@ -345,7 +345,8 @@ cudaError_t launch_gdn_lean_prep_wgmma(const KernelPolicy& pol, KIn q, KIn k, fl
                                        const GdnNormOut& nout, const GdnGates& gates, const int32_t* chunks,
                                        int nchunks, float* Gc, const GdnScanBf16& b16, int64_t HK, int64_t HV,
                                        int64_t T, cudaStream_t s);
-size_t gdn_chunk_prep_mma_smem(int dk, int dv);
+size_t gdn_chunk_prep_mma_smem(int dk, int dv);  // the most any variant asks for (fp32 inputs: hi + lo split)
+size_t gdn_chunk_prep_mma_raw_smem();             // bf16 q, k, v (the model's path)
 cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, float scale,
                                       const GdnNormOut& nout, KIn v, const GdnGates& gates,
                                       const int32_t* chunks, int nchunks, float* W, float* U, float* M,
@@ -372,7 +373,10 @@ cudaError_t launch_gdn_chunk_dscan_wgmma(const KernelPolicy& pol, KIn dout, cons
 // W16, M16: the prep's bf16 W and M. dk = dv = 128 only (gdn_chunk_mma_supported; else
 // cudaErrorInvalidValue, also for q, k that are neither BF16 with ρ nor F32 without). Every pointer 16-byte
 // aligned.
-size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv);  // 0 when unsupported
+// one_set: the variant with one set of chunk operands instead of two (no copy ahead; the portable policy's,
+// gdn_dscan_mma_one_set: within 99 KiB at every column tile).
+size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv, bool one_set);  // 0 when unsupported
+bool gdn_dscan_mma_one_set(const KernelPolicy& pol);
 // Dynamic shared memory of the other portable (mma.sync) kernels at dk = dv = 128, every variant a launcher
 // may pick (0 for a variant that does not exist): the forward scan (column tile bv, prefetching, with output,
 // bf16 operands), the state/intra backward (raw: bf16 q, k with ρ), the WY backward, the lean prep and the

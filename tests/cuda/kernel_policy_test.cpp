@@ -173,11 +173,17 @@ TEST(KernelPolicy, PortableAttentionKernelsFitNinetyNineKiB) {
 }
 
 // The GDN tensor-core kernels that fit already: the forward scan variants the portable policy picks (BV 16/32
-// without prefetch, each printed, and the largest any of them may ask for), the WY backward, the backward's
-// lean prep and the odd-states kernel.
+// without prefetch, each printed, and the largest any of them may ask for), the reverse scan at every column
+// tile with the portable policy's one set of chunk operands, the forward prep for bf16 q, k, v (the model's
+// path; no K̂ lo tile), the WY backward, the backward's lean prep and the odd-states kernel.
 TEST(KernelPolicy, PortableGdnScanWyLeanPrepFitNinetyNineKiB) {
   const KernelPolicy portable;  // KernelPath::Portable
   std::vector<SmemOf> ks;
+  ks.push_back({"gdn prep mma, bf16 inputs", kernels::gdn_chunk_prep_mma_raw_smem()});
+  ASSERT_TRUE(kernels::gdn_dscan_mma_one_set(portable));
+  for (int bv : {16, 32, 64})
+    ks.push_back({"gdn dscan mma bv " + std::to_string(bv) + " one set",
+                  kernels::gdn_chunk_dscan_mma_smem(128, 128, bv, true)});
   ks.push_back({"gdn wy grad mma", kernels::gdn_wy_grad_mma_smem()});
   ks.push_back({"gdn lean prep mma", kernels::gdn_lean_prep_mma_smem()});
   ks.push_back({"gdn odd states mma", kernels::gdn_odd_states_mma_smem()});
@@ -190,19 +196,20 @@ TEST(KernelPolicy, PortableGdnScanWyLeanPrepFitNinetyNineKiB) {
   expect_within_99_kib(ks);
 }
 
-// Every GDN kernel. Not met yet (issue 28): the forward prep, the state/intra kernel, the reverse scan and the
-// FMA chunk scan and backward need smaller tiles for it; until then such a GPU runs the GDN core on the
-// per-token kernels (cuda_ops_seq.cpp, gdn_mma_path). Disabled so the suite stays green;
+// Every GDN kernel. Not met yet (issue 28): the state/intra kernel, the forward prep for fp32 inputs (its K̂ lo
+// tile) and the FMA chunk scan and backward need smaller tiles for it; until then such a GPU runs the GDN core
+// on the per-token kernels (cuda_ops_seq.cpp, gdn_mma_path). Disabled so the suite stays green;
 // --gtest_also_run_disabled_tests prints every kernel against the limit.
 TEST(KernelPolicy, DISABLED_PortableGdnKernelsFitNinetyNineKiB) {
   const KernelPolicy portable;  // KernelPath::Portable
   std::vector<SmemOf> ks;
-  ks.push_back({"gdn prep mma", kernels::gdn_chunk_prep_mma_smem(128, 128)});
+  ks.push_back({"gdn prep mma, fp32 inputs (hi + lo split)", kernels::gdn_chunk_prep_mma_smem(128, 128)});
   ks.push_back({"gdn lean prep mma", kernels::gdn_lean_prep_mma_smem()});
   ks.push_back({"gdn odd states mma", kernels::gdn_odd_states_mma_smem()});
   ks.push_back({"gdn scan mma, portable policy's largest", kernels::gdn_chunk_scan_mma_smem_max(portable)});
   for (int bv : {16, 32, 64})
-    ks.push_back({"gdn dscan mma bv " + std::to_string(bv), kernels::gdn_chunk_dscan_mma_smem(128, 128, bv)});
+    ks.push_back({"gdn dscan mma bv " + std::to_string(bv),
+                  kernels::gdn_chunk_dscan_mma_smem(128, 128, bv, kernels::gdn_dscan_mma_one_set(portable))});
   ks.push_back({"gdn grad mma raw", kernels::gdn_chunk_grad_mma_smem(true)});
   ks.push_back({"gdn grad mma", kernels::gdn_chunk_grad_mma_smem(false)});
   ks.push_back({"gdn wy grad mma", kernels::gdn_wy_grad_mma_smem()});

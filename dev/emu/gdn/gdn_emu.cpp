@@ -280,6 +280,17 @@ static int dscan_mma_checks() {
       std::printf("  bv %d lo(dS) %d lo(dV') %d%s: dh nmse %.3e  dvn nmse %.3e  nonfinite %d/%d%s\n", vr.bv,
                   vr.lo_s, vr.lo_v, vr.f32_do ? " F32 dO" : "", eh, ev, bad_h, bad_v, fail ? "  FAIL" : "");
       fails += fail;
+      if (vr.checked && !vr.lo_s && !vr.lo_v) {  // the portable policy's one-set variant: the same bits
+        F dh3(dh.size(), nan), dvn3(dvn.size(), nan);
+        gdn_emu::dscan_mma(s, vr.bv, false, false, dov,
+                           GdnQK{{qn.data(), KType::F32}, {kn.data(), KType::F32}}, W.data(), M.data(),
+                           Gc.data(), dh3.data(), dvn3.data(), true);
+        const bool same = std::memcmp(dh2.data(), dh3.data(), dh2.size() * 4) == 0 &&
+                          std::memcmp(dvn2.data(), dvn3.data(), dvn2.size() * 4) == 0;
+        std::printf("    one set of operands (portable): %s the two-set kernel%s\n",
+                    same ? "bit-identical to" : "DIFFERS from", same ? "" : "  FAIL");
+        fails += !same;
+      }
       if (vr.bv != 64 || vr.f32_do) continue;
       const Grads gg = rest(dh2, dvn2);
       std::printf("    then FMA bwd: dg %.3e  dbeta %.3e  dqh %.3e  dkh %.3e  dv %.3e\n",
