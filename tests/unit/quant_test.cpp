@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "error_text.h"
 #include "backend/backend.h"
 #include "backend/quant_ops.h"
 #include "core/error.h"
@@ -27,15 +28,6 @@ namespace fs = std::filesystem;
 
 namespace deltatune {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(QuantFp8, E4m3DecodesTheFormatsCornerValues) {
   EXPECT_EQ(fp8_e4m3_to_f32(0x7e), 448.f);                 // largest finite

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "error_text.h"
 #include "core/error.h"
 #include "deltatune/experiment_store.h"
 #include "deltatune/run_config.h"
@@ -100,15 +101,6 @@ bool has_error_event(ExperimentStore& store, const std::string& run_id, const st
   for (const auto& e : store.events(run_id))
     if (e.level == "error" && e.message.find(text) != std::string::npos) return true;
   return false;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Runs `body` in a forked child (resource limits and dropped capabilities stay there) and returns its

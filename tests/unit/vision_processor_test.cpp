@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include "error_text.h"
 #include "../golden_files.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -79,15 +80,6 @@ TEST(VisionProcessor, ConfigReadsQwenSettings) {
   EXPECT_EQ(cfg.min_pixels, 2048);
   EXPECT_EQ(cfg.max_pixels, 6144);
   EXPECT_FLOAT_EQ(cfg.image_mean[1], 0.5f);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::vector<uint8_t> file_bytes(const fs::path& p) {
