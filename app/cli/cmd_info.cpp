@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include "commands.h"
 #include "deltatune/error.h"
 #include "deltatune/gpu_info.h"
+#include "deltatune/memory_plan.h"
 #include "deltatune/distributed.h"
 #include "deltatune/model_info.h"
 #include "deltatune/shard_plan.h"
@@ -141,17 +143,35 @@ nlohmann::ordered_json plan_json(const ShardPlan& p) {
 int cmd_info(const Args& args) {
   const ParsedArgs a = parse_args(args,
                                   {"--model", "--lora-r", "--tokens", "--checkpoint-layers", "--gpus", "--gpu-count",
-                                   "--gpu-memory", "--lora-groups", "--base-quantization"},
-                                  {"--json", "--gradient-checkpointing", "--unfused-loss"});
+                                   "--gpu-memory", "--lora-groups", "--base-quantization", "--gpu", "--free-gib"},
+                                  {"--json", "--gradient-checkpointing", "--no-gradient-checkpointing",
+                                   "--unfused-loss"});
   check(a.positionals.empty(),
         "usage: deltatune info [--model DIR|config.json] [--json] [--lora-r N] [--tokens N] "
-        "[--gradient-checkpointing [--checkpoint-layers N]] [--unfused-loss] [--base-quantization none|fp8|nf4] "
+        "[--gradient-checkpointing [--checkpoint-layers N] | --no-gradient-checkpointing | [--gpu N] "
+        "[--free-gib X]] [--unfused-loss] [--base-quantization none|fp8|nf4] "
         "[--gpus 0,1,..|all] [--gpu-count N] [--gpu-memory 80GiB] [--lora-groups attn,linear_attn,...]");
   const int r = static_cast<int>(parse_int("--lora-r", a.get("--lora-r", "16"), 1));
   const int64_t tokens = parse_int("--tokens", a.get("--tokens", "4096"), 1);
-  const bool ckpt = a.flags.count("--gradient-checkpointing") != 0;
+  // Neither checkpointing flag: gradient_checkpointing: auto, planned for --free-gib or the free memory of GPU --gpu.
+  bool ckpt = a.flags.count("--gradient-checkpointing") != 0;
+  const bool planned = !ckpt && a.flags.count("--no-gradient-checkpointing") == 0;
+  check(!(ckpt && a.flags.count("--no-gradient-checkpointing")),
+        "options --gradient-checkpointing and --no-gradient-checkpointing exclude each other");
   const bool fused = a.flags.count("--unfused-loss") == 0;
-  const int64_t ckpt_layers = parse_int("--checkpoint-layers", a.get("--checkpoint-layers", "-1"), -1);
+  int64_t ckpt_layers = parse_int("--checkpoint-layers", a.get("--checkpoint-layers", "-1"), -1);
+  const int gpu_index = static_cast<int>(parse_int("--gpu", a.get("--gpu", "0"), 0));
+  double free_gib = 0;
+  if (a.options.count("--free-gib")) {
+    const std::string v = a.get("--free-gib");
+    try {
+      size_t used = 0;
+      free_gib = std::stod(v, &used);
+      if (used != v.size()) free_gib = 0;
+    } catch (const std::exception&) {
+    }
+    check(free_gib > 0, "option --free-gib expects a number of GiB > 0, got '" + v + "'");
+  }
 
   const GpuEnvironment gpu = gpu_environment();
   if (!a.options.count("--model")) {
@@ -163,6 +183,29 @@ int cmd_info(const Args& args) {
   }
   const ModelInfo info = load_model_info(a.get("--model"));
   const std::string quant = a.get("--base-quantization", "none");
+  // The single-GPU memory plan (gradient_checkpointing: auto).
+  int64_t free = static_cast<int64_t>(free_gib * 1024 * 1024 * 1024);
+  std::string free_from = "--free-gib";
+  if (planned && free == 0) {
+    for (const GpuDevice& d : gpu.devices)
+      if (d.index == gpu_index) {
+        free = d.free_bytes > 0 ? d.free_bytes : d.total_bytes;
+        free_from = "GPU " + std::to_string(d.index) + " (" + d.name + ")" +
+                    (d.free_bytes > 0 ? "" : ", total memory: free unknown");
+      }
+  }
+  std::optional<MemoryPlan> mem_plan;
+  if (planned && free > 0) {
+    MemoryPlanRequest req;
+    req.lora_r = r;
+    req.tokens_per_step = tokens;
+    req.fused_loss = fused;
+    req.base_quantization = quant;
+    req.free_bytes = free;
+    mem_plan = plan_memory(info, req);
+    ckpt = mem_plan->gradient_checkpointing;
+    ckpt_layers = mem_plan->checkpoint_layers;
+  }
   const bool want_plan = a.options.count("--gpus") || a.options.count("--gpu-count") || a.options.count("--gpu-memory");
   ShardPlan plan;
   if (want_plan) {
@@ -179,7 +222,8 @@ int cmd_info(const Args& args) {
   const auto lora = lora_params_per_group(info, r);
   int64_t lora_total = 0;
   for (const auto& kv : lora) lora_total += kv.second;
-  const VramEstimate vram = estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers, quant);
+  const VramEstimate vram =
+      mem_plan ? mem_plan->estimate : estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers, quant);
 
   if (a.flags.count("--json")) {
     nlohmann::ordered_json j;
@@ -219,12 +263,26 @@ int cmd_info(const Args& args) {
                           {"fused_loss", fused},
                           {"gradient_checkpointing", ckpt},
                           {"checkpoint_layers", ckpt_layers},
+                          {"loss_chunk_rows", mem_plan ? mem_plan->loss_chunk_rows : 1024},
                           {"weights", vram.weights},
                           {"lora_and_optimizer", vram.lora_and_optimizer},
                           {"activations", vram.activations},
                           {"logits", vram.logits},
                           {"overhead", vram.overhead},
                           {"total", vram.total}};
+    if (mem_plan)
+      j["memory_plan"] = {{"gradient_checkpointing", "auto"},
+                          {"free_bytes", mem_plan->free_bytes},
+                          {"free_from", free_from},
+                          {"budget_bytes", mem_plan->budget_bytes},
+                          {"fits", mem_plan->fits},
+                          {"checkpoint_layers", mem_plan->checkpoint_layers},
+                          {"loss_chunk_rows", mem_plan->loss_chunk_rows},
+                          {"expected_peak_bytes", mem_plan->estimate.total},
+                          {"text", memory_plan_text(info, *mem_plan)}};
+    else if (planned)
+      j["memory_plan"] = {{"gradient_checkpointing", "auto"},
+                          {"text", "no GPU " + std::to_string(gpu_index) + " to plan for (pass --free-gib)"}};
     if (want_plan) j["multi_gpu_plan"] = plan_json(plan);
     j["warnings"] = info.warnings;
     j["gpu"] = gpu_report_json(gpu);
@@ -268,6 +326,11 @@ int cmd_info(const Args& args) {
   o << "LoRA r=" << r << " trainable parameters:";
   for (const auto& [g, n] : lora) o << " " << g << " " << grouped(n);
   o << " (all " << grouped(lora_total) << ")\n";
+  if (mem_plan)
+    o << "gradient_checkpointing: auto for " << free_from << ": " << memory_plan_text(info, *mem_plan) << "\n";
+  else if (planned)
+    o << "gradient_checkpointing: auto: no GPU " << gpu_index
+      << " to plan for (pass --free-gib X); the estimate below is without checkpointing\n";
   o << "VRAM estimate (" << tokens << " tokens/step, " << (fused ? "fused" : "unfused") << " loss, "
     << (ckpt ? "with" : "no")
     << " gradient checkpointing, LoRA on the default groups): " << bytes_str(vram.total) << "\n"

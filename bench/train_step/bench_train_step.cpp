@@ -12,6 +12,11 @@
 //                    [--layers N (fewer layers of the shape)] [--experts 0|1 (LoRA on MoE experts, default 1)]
 //                    [--rank R (LoRA rank, default 16; alpha = 2R)]
 //                    [--ckpt-layers N (with --ckpt 1: checkpoint only the first N layers; -1 = all)]
+//                    [--ckpt auto (gradient_checkpointing: auto, the memory plan for the GPU's free memory before
+//                     the bench allocates, or for each of --free-gib X1,X2,... (e.g. another GPU's memory))]
+//                    [--ckpt-sweep L1,L2,... (several settings in one process: checkpointed layers, -1 = all,
+//                     0 = none; with --ckpt auto the plan is added; run in ascending predicted memory, so each
+//                     row's peak, the allocator's peak so far, is that setting's)]
 //                    [--kernels auto|portable (the run config's `kernels`; portable: the sm_80 kernels)]
 //
 // FLOPs counted (the usual convention, so numbers compare with HF's): 6·N·T for the linear layers (N =
@@ -19,6 +24,8 @@
 // overstates the work by up to 1/3) + causal attention 6·T²/seqs·hd·nH per full-attention layer
 // (fwd QKᵀ and PV at half density, backward twice that) + the GDN core as chunked (per token and value
 // head ≈ 18·dk·dv fwd+bwd). Peak: 989 TFLOP/s (dense bf16, H100 SXM / H200).
+// pred_GiB: the memory plan's estimate (estimate_vram) less its fixed overhead (CUDA context, workspaces, which
+// the allocator's peak does not see), next to the measured peak.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -39,11 +46,15 @@
 #include "model/qwen35_model.h"
 #include "model/weights.h"
 #include "train/optimizer.h"
+#include "deltatune/gpu_info.h"
+#include "deltatune/memory_plan.h"
+#include "../common/model_info_of.h"
 #include "../common/random_qwen35.h"
 
 using namespace deltatune;
 using deltatune::bench::random_weights;
 using deltatune::bench::shape_config;
+using deltatune::bench::model_info_of;
 
 namespace {
 
@@ -89,7 +100,9 @@ int main(int argc, char** argv) {
   bool experts = true;
   int64_t rank = 16, ckpt_layers = -1;
   int steps = 5, warmup = 2;
-  bool ckpt = true, overlap = true;
+  bool ckpt = true, overlap = true, ckpt_auto = false;
+  std::vector<double> free_gib;
+  std::vector<int64_t> sweep;
   double peak = 989e12;
   std::string kernels = "auto";
   std::string quant = "none";  // base_quantization: none | fp8 | nf4
@@ -99,7 +112,17 @@ int main(int argc, char** argv) {
     else if (a == "--tokens") tokens = std::atoll(v.c_str());
     else if (a == "--steps") steps = std::atoi(v.c_str());
     else if (a == "--warmup") warmup = std::atoi(v.c_str());
+    else if (a == "--ckpt" && v == "auto") ckpt_auto = true;
     else if (a == "--ckpt") ckpt = std::atoi(v.c_str()) != 0;
+    else if (a == "--free-gib" || a == "--ckpt-sweep") {
+      for (size_t b = 0; b <= v.size();) {
+        const size_t e = std::min(v.find(',', b), v.size());
+        const std::string item = v.substr(b, e - b);
+        if (a == "--free-gib") free_gib.push_back(std::atof(item.c_str()));
+        else sweep.push_back(std::atoll(item.c_str()));
+        b = e + 1;
+      }
+    }
     else if (a == "--seqs") seqs = std::atoll(v.c_str());
     else if (a == "--peak") peak = std::atof(v.c_str());
     else if (a == "--layers") layers = std::atoll(v.c_str());
@@ -124,6 +147,13 @@ int main(int argc, char** argv) {
     const double t0 = now_s();
     ModelWeights w = random_weights(cfg);
     w.base_quant = quant_format_from_name(quant, "--quant");
+    // The GPU's free memory before this process allocates (the plan's estimate counts the CUDA context).
+    int64_t free_bytes = 0;
+    {
+      const int dev = dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0;
+      for (const GpuDevice& d : gpu_environment(kernels).devices)
+        if (d.index == dev) free_bytes = d.free_bytes > 0 ? d.free_bytes : d.total_bytes;
+    }
     auto be = make_cuda_backend(dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0, DType::BF16, kernels);
     if (dp) dp->connect_backend(*be);
     Qwen35Model model(w, *be);
@@ -160,57 +190,103 @@ int main(int argc, char** argv) {
     so.backward = true;
     so.grad_scale = 1.f / static_cast<float>(batch.num_targets * ranks);
     if (dp && overlap) so.on_layer_backward = [&](int layer) { dp->layer_done(layer); };
-    so.gradient_checkpointing = ckpt;
-    so.checkpoint_layers = ckpt_layers;
     so.fused_loss = true;
-    std::vector<double> times;
-    double loss = 0;
-    for (int s = 1; s <= warmup + steps; ++s) {
-      be->synchronize();
-      const double a = now_s();
-      if (dp) dp->zero_gradients();
-      else lora_zero_grad(adapter, *be);
-      loss = model.step(batch, &adapter, so).loss_sum / static_cast<double>(batch.num_targets);
-      double norm = 0;
-      if (dp) {  // as the trainer: summed gradients, then one host exchange (loss, rank 0's norm)
-        dp->finish_gradients();
-        const double mine = lora_grad_norm(adapter, *be);
-        std::vector<double> v{loss / ranks, root ? mine : 0.0};
-        dp->host().sum(v);
-        loss = v[0];
-        norm = v[1];
-      } else {
-        norm = lora_grad_norm(adapter, *be);
-      }
-      optimizer_step(adapter, *be, os, 1e-5, s, norm);
-      be->synchronize();
-      if (s > warmup) times.push_back(now_s() - a);
-    }
-    std::sort(times.begin(), times.end());
-    const double med = times[times.size() / 2];
-    const MemoryStats ms = be->memory_stats();
-    const Flops f = count_flops(cfg, tokens, seqs);
-    if (!root) return 0;
-    const double tps = static_cast<double>(tokens) * ranks / med;
-    const double mfu = (f.linear + f.attn + f.gdn) / med / peak;  // per GPU
+    // The settings measured: the plan's (--ckpt auto), the sweep's, or --ckpt/--ckpt-layers.
+    struct Setting {
+      std::string label;
+      bool ckpt;
+      int64_t layers, chunk;
+      VramEstimate est;
+    };
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    std::printf("%-6s %-7s %-5s %-10s %-10s %-9s %-9s %-7s %-8s %s\n", "shape", "tokens", "ckpt", "step_ms", "tok/s",
-                "peak_GiB", "resv_GiB", "MFU", "loss", "device");
-    std::printf("%-6s %-7lld %-5d %-10.1f %-10.0f %-9.2f %-9.2f %-7.3f %-8.4f %s\n", shape.c_str(),
-                static_cast<long long>(tokens), int(ckpt), med * 1e3, tps, ms.peak_allocated_bytes / gib,
-                ms.reserved_bytes / gib, mfu, loss, be->name().c_str());
-    std::printf(
-        "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,\"seqs\":%lld,"
-        "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
-        "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
-        "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
-        "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\"}\n",
-        shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
-        static_cast<long long>(seqs), ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
-        tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
-        static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
-        static_cast<long long>(adapter.trainable_params()), loss, t_load,
-        be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str());
+    const ModelInfo info = model_info_of(w);
+    const std::string qname = quant_format_name(w.base_quant);
+    auto setting = [&](std::string label, bool on, int64_t n, int64_t chunk) {
+      return Setting{std::move(label), on, n, chunk,
+                     estimate_vram(info, static_cast<int>(rank), tokens, true, on, n, qname, chunk)};
+    };
+    std::vector<Setting> settings;
+    std::vector<std::pair<std::string, int64_t>> plans;  // label, free bytes
+    if (ckpt_auto && free_gib.empty()) plans.emplace_back("auto", free_bytes);
+    if (ckpt_auto)
+      for (double g : free_gib) {
+        char label[32];
+        std::snprintf(label, sizeof label, "auto@%g", g);
+        plans.emplace_back(label, static_cast<int64_t>(g * gib));
+      }
+    for (const auto& [label, free] : plans) {
+      MemoryPlanRequest req;
+      req.lora_r = static_cast<int>(rank);
+      req.tokens_per_step = tokens;
+      req.base_quantization = qname;
+      req.free_bytes = free;
+      const MemoryPlan plan = plan_memory(info, req);
+      settings.push_back(setting(label, plan.gradient_checkpointing, plan.checkpoint_layers, plan.loss_chunk_rows));
+      if (root) std::printf("memory plan (%s): %s\n", label.c_str(), memory_plan_text(info, plan).c_str());
+    }
+    for (int64_t n : sweep)
+      settings.push_back(setting(n < 0 ? "all" : std::to_string(n), n != 0, n, 1024));
+    if (settings.empty()) settings.push_back(setting(ckpt ? std::to_string(ckpt_layers) : "0", ckpt, ckpt_layers, 1024));
+    std::stable_sort(settings.begin(), settings.end(),
+                     [](const Setting& a, const Setting& b) { return a.est.total < b.est.total; });
+    const Flops f = count_flops(cfg, tokens, seqs);
+    if (root)
+      std::printf("%-6s %-7s %-6s %-6s %-10s %-10s %-9s %-9s %-9s %-7s %-8s %s\n", "shape", "tokens", "ckpt", "chunk",
+                  "step_ms", "tok/s", "peak_GiB", "pred_GiB", "resv_GiB", "MFU", "loss", "device");
+    for (const Setting& st : settings) {
+      so.gradient_checkpointing = st.ckpt;
+      so.checkpoint_layers = st.ckpt ? st.layers : -1;
+      so.loss_chunk_rows = st.chunk;
+      const bool ckpt = st.ckpt;
+      const int64_t ckpt_layers = so.checkpoint_layers;
+      std::vector<double> times;
+      double loss = 0;
+      for (int s = 1; s <= warmup + steps; ++s) {
+        be->synchronize();
+        const double a = now_s();
+        if (dp) dp->zero_gradients();
+        else lora_zero_grad(adapter, *be);
+        loss = model.step(batch, &adapter, so).loss_sum / static_cast<double>(batch.num_targets);
+        double norm = 0;
+        if (dp) {  // as the trainer: summed gradients, then one host exchange (loss, rank 0's norm)
+          dp->finish_gradients();
+          const double mine = lora_grad_norm(adapter, *be);
+          std::vector<double> v{loss / ranks, root ? mine : 0.0};
+          dp->host().sum(v);
+          loss = v[0];
+          norm = v[1];
+        } else {
+          norm = lora_grad_norm(adapter, *be);
+        }
+        optimizer_step(adapter, *be, os, 1e-5, s, norm);
+        be->synchronize();
+        if (s > warmup) times.push_back(now_s() - a);
+      }
+      std::sort(times.begin(), times.end());
+      const double med = times[times.size() / 2];
+      const MemoryStats ms = be->memory_stats();
+      if (!root) continue;
+      const double tps = static_cast<double>(tokens) * ranks / med;
+      const double mfu = (f.linear + f.attn + f.gdn) / med / peak;  // per GPU
+      const double pred = static_cast<double>(st.est.total - st.est.overhead) / gib;
+      std::printf("%-6s %-7lld %-6s %-6lld %-10.1f %-10.0f %-9.2f %-9.2f %-9.2f %-7.3f %-8.4f %s\n", shape.c_str(),
+                  static_cast<long long>(tokens), st.label.c_str(), static_cast<long long>(st.chunk), med * 1e3, tps,
+                  ms.peak_allocated_bytes / gib, pred, ms.reserved_bytes / gib, mfu, loss, be->name().c_str());
+      std::printf(
+          "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,\"seqs\":%lld,"
+          "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
+          "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
+          "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
+          "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
+          "\"loss_chunk_rows\":%lld,\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f}\n",
+          shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
+          static_cast<long long>(seqs), ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
+          tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
+          static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
+          static_cast<long long>(adapter.trainable_params()), loss, t_load,
+          be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
+          static_cast<long long>(st.chunk), pred, static_cast<double>(free_bytes) / gib);  // the GPU's
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());
     return 1;

@@ -86,6 +86,7 @@ RunConfig filled_config() {
   c.kernels = "portable";
   c.base_quantization = "fp8";
   c.fused_loss = false;
+  c.gradient_checkpointing_auto = false;
   c.gradient_checkpointing = true;
   c.gradient_checkpointing_layers = 7;
   c.nan_policy = "skip";

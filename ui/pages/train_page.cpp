@@ -24,6 +24,7 @@
 #include <exception>
 #include <stdexcept>
 #include <vector>
+#include "deltatune/memory_plan.h"
 
 #include "format.h"
 #include "gpu_picker.h"
@@ -258,6 +259,11 @@ void TrainPage::buildUi() {
   gpuRuntime_->setAlignment(Qt::AlignLeft | Qt::AlignTop);  // a wrapped label's row can be taller than its text
   gpuRuntime_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   fusedLoss_ = named(new QCheckBox(tr("fused linear cross-entropy")), "fused_loss");
+  gradCkptAuto_ = named(new QCheckBox(tr("plan checkpointing for the GPU's free memory (auto)")),
+                        "gradient_checkpointing_auto");
+  gradCkptAuto_->setToolTip(tr("gradient_checkpointing: auto: at the start of the run the fastest setting that fits "
+                               "the GPU's free memory (checkpointed layers, loss chunk) is chosen; the estimate "
+                               "below shows the plan."));
   gradCkpt_ = named(new QCheckBox(tr("gradient checkpointing")), "gradient_checkpointing");
   ckptLayers_ = named(new QSpinBox, "gradient_checkpointing_layers");
   ckptLayers_->setRange(-1, 100000);
@@ -277,7 +283,8 @@ void TrainPage::buildUi() {
   engForm->addRow(QString(), gpusNote_);
   engForm->addRow(QString(), gpuRuntime_);
   engForm->addRow(tr("Loss"), fusedLoss_);
-  engForm->addRow(tr("Memory"), gradCkpt_);
+  engForm->addRow(tr("Memory"), gradCkptAuto_);
+  engForm->addRow(QString(), gradCkpt_);
   engForm->addRow(tr("Layers checkpointed"), ckptLayers_);
   engForm->addRow(tr("Output folder"), outputDir_);
   engForm->addRow(tr("Run name"), runName_);
@@ -343,9 +350,11 @@ void TrainPage::loadFromConfig() {
   baseQuant_->setCurrentIndex(std::max(0, baseQuant_->findData(QString::fromStdString(c.base_quantization))));
   gpus_picker_->loadFrom(c);
   fusedLoss_->setChecked(c.fused_loss);
+  gradCkptAuto_->setChecked(c.gradient_checkpointing_auto);
   gradCkpt_->setChecked(c.gradient_checkpointing);
+  gradCkpt_->setEnabled(!c.gradient_checkpointing_auto);
   ckptLayers_->setValue(static_cast<int>(c.gradient_checkpointing_layers));
-  ckptLayers_->setEnabled(c.gradient_checkpointing);
+  ckptLayers_->setEnabled(!c.gradient_checkpointing_auto && c.gradient_checkpointing);
   outputDir_->setText(QString::fromStdString(c.output_dir));
   runName_->setText(QString::fromStdString(c.run_name));
   loading_ = false;
@@ -381,9 +390,12 @@ void TrainPage::writeToConfig() {
   c.base_quantization = baseQuant_->currentData().toString().toStdString();
   gpus_picker_->applyTo(c);
   c.fused_loss = fusedLoss_->isChecked();
+  c.gradient_checkpointing_auto = gradCkptAuto_->isChecked();
   c.gradient_checkpointing = gradCkpt_->isChecked();
-  c.gradient_checkpointing_layers = ckptLayers_->value();
-  ckptLayers_->setEnabled(c.gradient_checkpointing);
+  // auto plans the layers itself: the layer count is kept only for an explicit setting.
+  c.gradient_checkpointing_layers = c.gradient_checkpointing_auto ? -1 : ckptLayers_->value();
+  gradCkpt_->setEnabled(!c.gradient_checkpointing_auto);
+  ckptLayers_->setEnabled(!c.gradient_checkpointing_auto && c.gradient_checkpointing);
   c.output_dir = outputDir_->text().toStdString();
   c.run_name = runName_->text().toStdString();
   doc_->setConfig(c, this);
@@ -483,15 +495,7 @@ void TrainPage::updateVram() {
     vramLabel_->setText(tr("Load a model to estimate memory."));
     return;
   }
-  deltatune::VramEstimate est;
-  try {
-    est = deltatune::estimate_vram(*info, c.lora_r, c.micro_batch_size * c.sequence_len, c.fused_loss,
-                                   c.gradient_checkpointing, c.gradient_checkpointing_layers, c.base_quantization);
-  } catch (const std::exception& e) {
-    vramLabel_->setText(tr("No estimate: %1").arg(QString::fromUtf8(e.what())));
-    return;
-  }
-  int64_t capacity = 0;
+  int64_t capacity = 0, freeBytes = 0;
   QString gpuName;
   if (gpus_) {
     // Data parallel: every worker trains micro-batches of the same shape, so the smallest chosen GPU decides.
@@ -503,11 +507,38 @@ void TrainPage::updateVram() {
     for (const GpuInfo& g : gpus_->gpus()) {
       if ((c.gpus_all || chosen.contains(g.index)) && (capacity == 0 || g.totalBytes < capacity)) {
         capacity = g.totalBytes;
+        freeBytes = g.freeBytes > 0 ? g.freeBytes : g.totalBytes;
         gpuName = g.name;
       }
     }
   }
-  QString text =
+  deltatune::VramEstimate est;
+  QString planText;
+  try {
+    if (c.gradient_checkpointing_auto && freeBytes > 0 && c.backend != "cpu") {
+      deltatune::MemoryPlanRequest req;
+      req.lora_r = static_cast<int>(c.lora_r);
+      req.tokens_per_step = c.micro_batch_size * c.sequence_len;
+      req.fused_loss = c.fused_loss;
+      req.base_quantization = c.base_quantization;
+      req.free_bytes = freeBytes;
+      const deltatune::MemoryPlan plan = deltatune::plan_memory(*info, req);
+      est = plan.estimate;
+      planText = tr("Checkpointing plan (auto, %1): %2. ")
+                     .arg(gpuName, QString::fromStdString(deltatune::memory_plan_text(*info, plan)));
+    } else {
+      est = deltatune::estimate_vram(*info, c.lora_r, c.micro_batch_size * c.sequence_len, c.fused_loss,
+                                     !c.gradient_checkpointing_auto && c.gradient_checkpointing,
+                                     c.gradient_checkpointing_layers, c.base_quantization);
+      if (c.gradient_checkpointing_auto)
+        planText = tr("Checkpointing: auto (planned at the start of the run for the GPU's free memory; shown "
+                      "without checkpointing). ");
+    }
+  } catch (const std::exception& e) {
+    vramLabel_->setText(tr("No estimate: %1").arg(QString::fromUtf8(e.what())));
+    return;
+  }
+  QString text = planText +
       tr("About <b>%1</b>: weights %2, LoRA + optimizer %3, activations %4, logits %5")
           .arg(formatBytes(est.total), formatBytes(est.weights), formatBytes(est.lora_and_optimizer),
                formatBytes(est.activations), formatBytes(est.logits));

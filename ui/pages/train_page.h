@@ -84,6 +84,7 @@ class TrainPage : public QWidget {
   QLabel* gpusNote_ = nullptr;
   QLabel* gpuRuntime_ = nullptr;
   QCheckBox* fusedLoss_ = nullptr;
+  QCheckBox* gradCkptAuto_ = nullptr;  // gradient_checkpointing: auto (the memory plan decides)
   QCheckBox* gradCkpt_ = nullptr;
   QSpinBox* ckptLayers_ = nullptr;
   QLineEdit* outputDir_ = nullptr;

@@ -54,9 +54,10 @@ struct VramEstimate {
 // base_quantization (RunConfig's): "fp8" holds the linear matrices (attn, linear_attn, mlp, shared_expert, experts)
 // in 1 byte a value + a 4-byte scale per 128x128 block, "nf4" in 4 bits + 1 byte per 64 values (+ 4 bytes per
 // 256 blocks), plus one bf16 copy of the largest such matrix (one layer's stacked experts in an MoE) dequantized
-// before its GEMM; an untied embedding table is then held on the host (not counted).
+// before its GEMM; an untied embedding table is then held on the host (not counted). loss_chunk_rows: with
+// fused_loss, the rows of fp32 logits computed at a time.
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers = -1,
-                           const std::string& base_quantization = "none");
+                           const std::string& base_quantization = "none", int64_t loss_chunk_rows = 1024);
 
 }  // namespace deltatune

@@ -71,7 +71,11 @@ struct RunConfig {
   // nf4. An FP8 checkpoint (config.json quantization_config, quant_method fp8) is fp8 whatever this says.
   std::string base_quantization = "none";
   bool fused_loss = true;
-  bool gradient_checkpointing = false;
+  // `gradient_checkpointing: auto` (the default) | true | false | N (= true with N layers). auto: at the start
+  // of a GPU run the memory plan (deltatune/memory_plan.h) picks the checkpointed layers and the loss chunk
+  // for the GPU's free memory; on the CPU nothing is checkpointed.
+  bool gradient_checkpointing_auto = true;
+  bool gradient_checkpointing = false;  // without auto
   // With gradient_checkpointing: checkpoint only the first N decoder layers; the rest keep their activations
   // (no recompute: faster, more memory). -1 = all layers.
   int64_t gradient_checkpointing_layers = -1;

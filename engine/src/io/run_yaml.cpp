@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -282,6 +283,34 @@ Field list(const char* key, std::vector<std::string> RunConfig::*m, std::vector<
     out << YAML::Flow << YAML::BeginSeq;
     for (const auto& s : c.*m) emit_string(out, s);
     out << YAML::EndSeq;
+  };
+  return f;
+}
+
+// gradient_checkpointing: auto | true | false | N (a number of layers: true with gradient_checkpointing_layers N).
+// Emitted as auto, true or false (N goes to gradient_checkpointing_layers).
+Field checkpointing(const char* key) {
+  Field f;
+  f.key = key;
+  f.expected = "auto, true, false or a number of layers >= 0";
+  f.parse = [](const YAML::Node& n, RunConfig& c) {
+    const std::string s = scalar_of(n);
+    if (s == "auto") {
+      c.gradient_checkpointing_auto = true;
+      return;
+    }
+    c.gradient_checkpointing_auto = false;
+    if (!s.empty() && std::isdigit(static_cast<unsigned char>(s[0]))) {
+      const int64_t v = parse_int(n);
+      c.gradient_checkpointing = v > 0;
+      c.gradient_checkpointing_layers = v > 0 ? v : -1;
+      return;
+    }
+    c.gradient_checkpointing = parse_bool(n);
+  };
+  f.check = [](const RunConfig&) { return std::optional<Problem>(); };  // with the layers: check_combination
+  f.emit = [](YAML::Emitter& out, const RunConfig& c) {
+    out << (c.gradient_checkpointing_auto ? "auto" : c.gradient_checkpointing ? "true" : "false");
   };
   return f;
 }
@@ -566,7 +595,7 @@ const std::vector<Field>& fields() {
     t.push_back(text("kernels", &C::kernels, {"auto", "portable"}));
     t.push_back(text("base_quantization", &C::base_quantization, {"none", "fp8", "nf4"}));
     t.push_back(boolean("fused_loss", &C::fused_loss));
-    t.push_back(boolean("gradient_checkpointing", &C::gradient_checkpointing));
+    t.push_back(checkpointing("gradient_checkpointing"));
     t.push_back(integer("gradient_checkpointing_layers", &C::gradient_checkpointing_layers, at_least(-1),
                         "an integer >= 0 (layers checkpointed, from the first), or -1 for all"));
     t.push_back(text("nan_policy", &C::nan_policy, {"stop", "skip"}));
@@ -600,6 +629,11 @@ void check_combination(const RunConfig& c, const std::string& where) {
   check(c.gpu == 0 || (c.gpus.empty() && !c.gpus_all),
         where + ": gpu (" + std::to_string(c.gpu) +
             ") and gpus are both set (expected gpu for one GPU, or gpus for several)");
+  check(!c.gradient_checkpointing_auto || c.gradient_checkpointing_layers == -1,
+        where + ": gradient_checkpointing: auto and gradient_checkpointing_layers (" +
+            std::to_string(c.gradient_checkpointing_layers) +
+            ") are both set (expected gradient_checkpointing: true with the layers, or auto alone: it plans the "
+            "layers itself)");
 }
 
 std::string resolve_path(const std::string& p, const std::string& base_dir, PathKind kind) {

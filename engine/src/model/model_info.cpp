@@ -167,11 +167,12 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
 //                                       and one layer is recomputed at a time; with only the first N
 //                                       layers checkpointed: T * 2 * (N*H + max(largest of them, the rest's
 //                                       sum)) (the backward frees the rest before the first recompute).
-//   logits       fused loss: a chunk of min(T, 1024) rows of fp32 logits [chunk x V], gradient in place;
+//   logits       fused loss: a chunk of min(T, loss_chunk_rows) rows of fp32 logits [chunk x V], gradient in place;
 //                unfused:    fp32 logits [T x V] and their fp32 gradient, 8*T*V.
 //   overhead     512 MiB: CUDA context, cuBLAS workspaces, allocator slack.
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
-                           bool gradient_checkpointing, int64_t checkpoint_layers, const std::string& base_quantization) {
+                           bool gradient_checkpointing, int64_t checkpoint_layers, const std::string& base_quantization,
+                           int64_t loss_chunk_rows) {
   VramEstimate v;
   const int64_t T = std::max<int64_t>(tokens_per_step, 1), H = info.hidden_size;
   v.weights = info.total_params * 2;
@@ -227,7 +228,7 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   }
   // The kept layers are the last ones: the backward frees them before the first recompute.
   v.activations = 2 * T * (n_ckpt * H + std::max(largest, kept));
-  v.logits = fused_loss ? std::min<int64_t>(T, 1024) * info.vocab_size * 4 : 8 * T * info.vocab_size;
+  v.logits = fused_loss ? std::min<int64_t>(T, std::max<int64_t>(loss_chunk_rows, 1)) * info.vocab_size * 4 : 8 * T * info.vocab_size;
   v.overhead = int64_t{512} << 20;
   v.total = v.weights + v.lora_and_optimizer + v.activations + v.logits + v.overhead;
   return v;

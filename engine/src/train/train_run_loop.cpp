@@ -104,8 +104,9 @@ StepWork forward_backward(TrainSession& s, BatchStream& stream, bool& stop_agree
   so.backward = true;
   so.grad_scale = w.targets > 0 ? 1.f / static_cast<float>(w.targets) : 0.f;
   so.fused_loss = s.cfg.fused_loss;
-  so.gradient_checkpointing = s.cfg.gradient_checkpointing;
-  so.checkpoint_layers = s.cfg.gradient_checkpointing_layers;
+  so.gradient_checkpointing = s.checkpointing;
+  so.checkpoint_layers = s.checkpoint_layers;
+  so.loss_chunk_rows = s.loss_chunk_rows;
   so.lora.training = true;
   so.lora.dropout = static_cast<float>(s.adapter.dropout);
   for (size_t k = 0; k < s.mine.size(); ++k) {

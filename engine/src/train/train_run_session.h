@@ -65,6 +65,11 @@ struct TrainSession {
   std::unique_ptr<Backend> be;
   std::string device;  // the backend's name, or every worker's GPU with data parallelism
   std::unique_ptr<Qwen35Model> model;
+  // Checkpointing and loss chunk of every training step: the config's, or with `gradient_checkpointing: auto`
+  // the memory plan for this GPU (made before the weights are uploaded).
+  bool checkpointing = false;
+  int64_t checkpoint_layers = -1;
+  int64_t loss_chunk_rows = 1024;
 
   // plan_steps
   std::optional<std::string> ckpt;  // the checkpoint a resume continues from

@@ -7,6 +7,9 @@
 
 #include "core/error.h"
 #include "core/quantized.h"
+#include "deltatune/gpu_info.h"
+#include "deltatune/memory_plan.h"
+#include "deltatune/model_info.h"
 #include "dist/shard.h"
 #include "lora/peft_io.h"
 #include "train/backend_select.h"
@@ -91,6 +94,43 @@ void load_inputs(TrainSession& s) {
                        : peft_class_prefix(s.weights.key_prefix, cfg.model_class);
 }
 
+// The run's checkpointing: as configured, or with auto the memory plan for the free memory of this GPU.
+static void plan_checkpointing(TrainSession& s) {
+  const RunConfig& cfg = s.cfg;
+  if (!cfg.gradient_checkpointing_auto) {
+    s.checkpointing = cfg.gradient_checkpointing;
+    s.checkpoint_layers = cfg.gradient_checkpointing_layers;
+    return;
+  }
+  // Asked after the backend started: its CUDA context is already taken from the free memory.
+  int64_t free = 0;
+  if (s.be->device() != Device::CPU) {
+    const int gpu = training_gpu(cfg, s.topts);
+    for (const GpuDevice& d : gpu_environment(cfg.kernels).devices)
+      if (d.index == gpu) free = d.free_bytes > 0 ? d.free_bytes : d.total_bytes;
+  }
+  if (s.be->device() == Device::CPU || free <= 0) {
+    s.checkpointing = false;
+    s.log(LogLevel::Info, "gradient_checkpointing: auto: no layers checkpointed (" +
+                              std::string(s.be->device() == Device::CPU ? "CPU backend" : "free memory unknown") + ")");
+    return;
+  }
+  MemoryPlanRequest req;
+  req.lora_r = static_cast<int>(cfg.lora_r);
+  req.tokens_per_step = cfg.micro_batch_size * cfg.sequence_len;
+  req.fused_loss = cfg.fused_loss;
+  req.base_quantization = quant_format_name(s.weights.base_quant);
+  req.free_bytes = free;
+  const ModelInfo info = model_info_load(cfg.base_model);
+  const MemoryPlan plan = plan_memory(info, req);
+  s.checkpointing = plan.gradient_checkpointing;
+  s.checkpoint_layers = plan.checkpoint_layers;
+  s.loss_chunk_rows = plan.loss_chunk_rows;
+  s.log(plan.fits ? LogLevel::Info : LogLevel::Warning,
+        "gradient_checkpointing: auto: " + memory_plan_text(info, plan) +
+            (plan.fits ? "" : "; the run may run out of memory: lower micro_batch_size or sequence_len"));
+}
+
 void start_backend(TrainSession& s) {
   std::string backend_note;
   s.be = backend_create(s.cfg.backend, training_gpu(s.cfg, s.topts), &backend_note, s.cfg.kernels);
@@ -102,6 +142,7 @@ void start_backend(TrainSession& s) {
     s.dp->connect_backend(*s.be);
     s.log(LogLevel::Info, "data parallel: " + s.device);
   }
+  plan_checkpointing(s);
   s.model = std::make_unique<Qwen35Model>(s.weights, *s.be);
   lora_to_backend(s.adapter, *s.be);
   if (s.dp) s.dp->attach(s.adapter, int64_t(25) << 20);

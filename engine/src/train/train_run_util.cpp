@@ -97,16 +97,20 @@ std::string check_workers_agree(DataParallel& dp, const RunConfig& cfg, const st
                          std::to_string(largest >> 30) +
                          " GiB): every worker trains micro-batches of the same shape, so the run must fit the "
                          "smallest, " + dp.host().describe(smallest_rank);
-    try {
-      const ModelInfo info = model_info_load(cfg.base_model);
-      const VramEstimate est =
-          estimate_vram(info, cfg.lora_r, cfg.micro_batch_size * cfg.sequence_len, cfg.fused_loss,
-                        cfg.gradient_checkpointing, cfg.gradient_checkpointing_layers);
-      advice += "; estimated peak " + std::to_string(est.total >> 30) + " GiB per GPU" +
-                (est.total > smallest ? " does NOT fit it: lower micro_batch_size or sequence_len, or enable "
-                                        "gradient_checkpointing"
-                                      : "");
-    } catch (const std::exception&) {
+    if (cfg.gradient_checkpointing_auto) {
+      advice += "; gradient_checkpointing: auto plans each GPU for its own free memory";
+    } else {
+      try {
+        const ModelInfo info = model_info_load(cfg.base_model);
+        const VramEstimate est =
+            estimate_vram(info, cfg.lora_r, cfg.micro_batch_size * cfg.sequence_len, cfg.fused_loss,
+                          cfg.gradient_checkpointing, cfg.gradient_checkpointing_layers);
+        advice += "; estimated peak " + std::to_string(est.total >> 30) + " GiB per GPU" +
+                  (est.total > smallest ? " does NOT fit it: lower micro_batch_size or sequence_len, or enable "
+                                          "gradient_checkpointing"
+                                        : "");
+      } catch (const std::exception&) {
+      }
     }
     log(LogLevel::Warning, advice);
   }
