@@ -1,5 +1,6 @@
 // Per-GPU memory of each weight layout, from the model's tensor shapes (ModelInfo) and estimate_vram's
 // single-GPU terms (activations, logits, overhead), which do not depend on how the weights are split.
+#include "core/bytes_text.h"
 #include "deltatune/shard_plan.h"
 
 #include <algorithm>
@@ -86,12 +87,6 @@ int64_t gather_bytes(const std::vector<int64_t>& units, size_t from, size_t to, 
   return s;
 }
 
-std::string gib(int64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1024.0 * 1024 * 1024));
-  return buf;
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
@@ -141,7 +136,7 @@ std::vector<std::string> what_would_fit(const ModelInfo& info, const ShardPlan& 
     t.lora_groups = p.lora_groups;
     const ShardPlan q = plan(info, t, g, false);
     if (q.chosen >= 0) {
-      out.push_back("more GPUs: " + std::to_string(n) + " of " + gib(p.gpus.memory_bytes) + " (" +
+      out.push_back("more GPUs: " + std::to_string(n) + " of " + gib_text(p.gpus.memory_bytes) + " (" +
                     weight_layout_name(q.choice()->layout) + ")");
       break;
     }
@@ -289,9 +284,9 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
     p.reason = c->layout == WeightLayout::Replicated
                    ? "every GPU holds the whole model: no weights or tokens travel between GPUs"
                    : std::string("of the layouts that fit, it moves the fewest bytes between GPUs per micro-batch (") +
-                         gib(c->moved_per_micro_batch) + " received per GPU)";
+                         gib_text(c->moved_per_micro_batch) + " received per GPU)";
   } else {
-    p.reason = "does not fit " + std::to_string(n) + " GPU" + (n > 1 ? "s" : "") + " of " + gib(gpus.memory_bytes) +
+    p.reason = "does not fit " + std::to_string(n) + " GPU" + (n > 1 ? "s" : "") + " of " + gib_text(gpus.memory_bytes) +
                " with any layout";
     if (advise) p.would_fit = what_would_fit(info, p);
   }
@@ -317,7 +312,7 @@ ShardPlan plan_multi_gpu(const ModelInfo& info, const ShardPlanSettings& setting
 std::string shard_plan_text(const ShardPlan& p) {
   std::ostringstream o;
   const int n = p.gpus.count;
-  o << "Memory plan for " << n << " GPU" << (n > 1 ? "s" : "") << " of " << gib(p.gpus.memory_bytes) << " (LoRA r="
+  o << "Memory plan for " << n << " GPU" << (n > 1 ? "s" : "") << " of " << gib_text(p.gpus.memory_bytes) << " (LoRA r="
     << p.settings.lora_r << " on " << join(p.lora_groups) << "; " << p.settings.tokens_per_step
     << " tokens per micro-batch and GPU; base " << p.settings.base_quantization
     << (p.settings.gradient_checkpointing ? "; gradient checkpointing" : "") << "):\n";
@@ -329,17 +324,17 @@ std::string shard_plan_text(const ShardPlan& p) {
       o << "n/a (" << e.not_applicable << ")\n";
       continue;
     }
-    o << gib(e.total) << " per GPU, " << (e.fits ? "fits" : "does not fit") << ": frozen " << gib(e.frozen_resident);
-    if (e.gathered_in_flight) o << " + gathered " << gib(e.gathered_in_flight);
-    o << ", LoRA+optimizer " << gib(e.lora_and_optimizer) << ", activations " << gib(e.activations) << ", logits "
-      << gib(e.logits);
-    if (e.exchange_buffers) o << ", token exchange " << gib(e.exchange_buffers);
-    o << ", overhead " << gib(e.overhead);
-    if (e.moved_per_micro_batch) o << "; receives " << gib(e.moved_per_micro_batch) << " per micro-batch";
+    o << gib_text(e.total) << " per GPU, " << (e.fits ? "fits" : "does not fit") << ": frozen " << gib_text(e.frozen_resident);
+    if (e.gathered_in_flight) o << " + gathered " << gib_text(e.gathered_in_flight);
+    o << ", LoRA+optimizer " << gib_text(e.lora_and_optimizer) << ", activations " << gib_text(e.activations) << ", logits "
+      << gib_text(e.logits);
+    if (e.exchange_buffers) o << ", token exchange " << gib_text(e.exchange_buffers);
+    o << ", overhead " << gib_text(e.overhead);
+    if (e.moved_per_micro_batch) o << "; receives " << gib_text(e.moved_per_micro_batch) << " per micro-batch";
     o << "\n";
   }
   if (const LayoutEstimate* c = p.choice()) {
-    o << "Plan: " << weight_layout_name(c->layout) << " (" << gib(c->total) << " of " << gib(p.gpus.memory_bytes)
+    o << "Plan: " << weight_layout_name(c->layout) << " (" << gib_text(c->total) << " of " << gib_text(p.gpus.memory_bytes)
       << " per GPU): " << p.reason << ".\n";
   } else {
     o << "Refused: " << p.reason << ".";

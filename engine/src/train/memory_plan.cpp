@@ -2,8 +2,8 @@
 #include "deltatune/memory_plan.h"
 
 #include <algorithm>
-#include <cstdio>
 
+#include "core/bytes_text.h"
 #include "deltatune/error.h"
 
 namespace deltatune {
@@ -11,16 +11,10 @@ namespace deltatune {
 namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
-// Loss chunks tried, largest (fewest lm_head GEMM launches) first. Only the engine's 1024 rows: smaller chunks
-// were measured not to lower the step's peak (H200, 2b and 9b shapes at 4096 tokens: 256 rows gave the same
-// peak as 1024; the peak is in the backward, not in the loss), so offering them would only under-predict.
-constexpr int64_t kLossChunks[] = {1024};
-
-std::string gib(int64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / static_cast<double>(kGiB));
-  return buf;
-}
+// The loss is chunked by the engine's 1024 rows only: smaller chunks were measured not to lower the step's peak
+// (H200, 2b and 9b shapes at 4096 tokens: 256 rows gave the same peak as 1024; the peak is in the backward, not
+// in the loss), so planning with them would only under-predict.
+constexpr int64_t kLossChunkRows = 1024;
 
 }  // namespace
 
@@ -37,21 +31,17 @@ MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& req) {
   MemoryPlan least;
   const int64_t L = info.num_layers;
   for (int64_t n = 0; n <= L; ++n) {
-    for (const int64_t chunk : kLossChunks) {
-      // The unfused loss has no chunks: one try per layer count.
-      if (!req.fused_loss && chunk != kLossChunks[0]) break;
-      const VramEstimate e = estimate_vram(info, req.lora_r, req.tokens_per_step, req.fused_loss, n > 0, n,
-                                           req.base_quantization, chunk);
-      plan.gradient_checkpointing = n > 0;
-      plan.checkpoint_layers = n;
-      plan.loss_chunk_rows = chunk;
-      plan.estimate = e;
-      if (e.total <= plan.budget_bytes) {
-        plan.fits = true;
-        return plan;
-      }
-      if (least.estimate.total == 0 || e.total < least.estimate.total) least = plan;
+    const VramEstimate e = estimate_vram(info, req.lora_r, req.tokens_per_step, req.fused_loss, n > 0, n,
+                                         req.base_quantization, kLossChunkRows);
+    plan.gradient_checkpointing = n > 0;
+    plan.checkpoint_layers = n;
+    plan.loss_chunk_rows = kLossChunkRows;
+    plan.estimate = e;
+    if (e.total <= plan.budget_bytes) {
+      plan.fits = true;
+      return plan;
     }
+    if (least.estimate.total == 0 || e.total < least.estimate.total) least = plan;
   }
   return least;  // nothing fits: the least memory there is
 }
@@ -62,9 +52,9 @@ std::string memory_plan_text(const ModelInfo& info, const MemoryPlan& p) {
                       ? "all " + std::to_string(info.num_layers) + " layers checkpointed"
                       : "layers 0-" + std::to_string(p.checkpoint_layers - 1) + " of " +
                             std::to_string(info.num_layers) + " checkpointed";
-  s += ", loss chunks of " + std::to_string(p.loss_chunk_rows) + " rows: expected peak " + gib(p.estimate.total) +
-       (p.fits ? " within " : " EXCEEDS ") + gib(p.budget_bytes) + " (" + gib(p.free_bytes) + " free less a " +
-       gib(memory_plan_margin(p.free_bytes)) + " margin)";
+  s += ", loss chunks of " + std::to_string(p.loss_chunk_rows) + " rows: expected peak " + gib_text(p.estimate.total) +
+       (p.fits ? " within " : " EXCEEDS ") + gib_text(p.budget_bytes) + " (" + gib_text(p.free_bytes) + " free less a " +
+       gib_text(memory_plan_margin(p.free_bytes)) + " margin)";
   return s;
 }
 
