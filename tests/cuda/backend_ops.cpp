@@ -133,6 +133,40 @@ void case_gemm(Env& e) {
       }
 }
 
+// gemm_cols: column blocks of wider tensors as A (both orientations), B and C, as the grouped LoRA products use
+// them (u_i of a [T, Σr] tensor; du_i written into its columns); the columns of C outside the block stay.
+void case_gemm_cols(Env& e) {
+  struct G {
+    int64_t M, N, K;
+    DType c;
+    float alpha, beta;
+  };
+  const G cases[] = {{67, 40, 16, BF, 2.f, 0.f}, {16, 72, 131, F32, 1.f, 1.f}, {130, 16, 48, BF, 0.5f, 1.f}};
+  for (const G& c : cases)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        // A's block: columns [5, 5 + a_cols) of a tensor 9 columns wider; B's [3, ...) of 4 wider; C's [2, ...) of 7.
+        const int64_t a_rows = ta ? c.K : c.M, a_cols = ta ? c.M : c.K, b_rows = tb ? c.N : c.K,
+                      b_cols = tb ? c.K : c.N;
+        Pair A = e.in({a_rows, a_cols + 9}, BF), B = e.in({b_rows, b_cols + 4}, BF);
+        Pair C = e.out_init({c.M, c.N + 7}, c.c);
+        const Backend::Cols ac{A.c, 5, a_cols}, bc{B.c, 3, b_cols}, cc{C.c, 2, c.N};
+        const Backend::Cols ag{A.g, 5, a_cols}, bg{B.g, 3, b_cols}, cg{C.g, 2, c.N};
+        e.cpu->gemm_cols(ac, ta, bc, tb, cc, c.alpha, c.beta);
+        e.gpu->gemm_cols(ag, ta, bg, tb, cg, c.alpha, c.beta);
+        std::ostringstream name;
+        name << "gemm_cols " << c.M << "x" << c.N << "x" << c.K << (ta ? " Aᵀ" : "") << (tb ? " Bᵀ" : "") << " ->"
+             << dtype_name(c.c) << " beta " << c.beta;
+        compare(e, name.str(), C, 1e-4);
+      }
+  // A whole tensor is its own block: equal to gemm.
+  Pair A = e.in({33, 16}, BF), B = e.in({40, 16}, BF);
+  Pair C = e.out({33, 40}, BF);
+  e.cpu->gemm(A.c, false, B.c, true, C.c, 1.f, 0.f);
+  e.gpu->gemm_cols(A.g, false, B.g, true, C.g, 1.f, 0.f);
+  compare(e, "gemm_cols whole tensors", C, 1e-4);
+}
+
 // ---- elementwise ----------------------------------------------------------------------------------------
 void case_add_scale(Env& e) {
   Tensor hx = e.host_rand({1031}, BF, -2.f, 2.f);
@@ -1064,6 +1098,7 @@ const std::vector<OpCase>& all_cases() {
        case_memory},
       {"fill_copy", {"fill", "copy", "copy_cols"}, case_fill_copy},
       {"gemm", {"gemm"}, case_gemm},
+      {"gemm_cols", {"gemm_cols"}, case_gemm_cols},
       {"add_scale", {"add", "scale", "copy_many"}, case_add_scale},
       {"reductions", {"sum_squares", "all_finite", "sum_squares_many", "all_finite_many"}, case_reductions},
       {"dropout", {"dropout"}, case_dropout},

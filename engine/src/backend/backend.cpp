@@ -20,6 +20,26 @@ Tensor Backend::upload_i32(const std::vector<int32_t>& values) {
   return upload(h, DType::I32);
 }
 
+void Backend::gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool trans_b, const Cols& c, float alpha,
+                        float beta) {
+  auto whole = [&](const Cols& m, const char* what) {
+    check(m.t.ndim() == 2 && m.col >= 0 && m.width() >= 0 && m.col + m.width() <= m.t.cols(),
+          std::string("gemm_cols: ") + what + " columns [" + std::to_string(m.col) + ", " +
+              std::to_string(m.col + m.width()) + ") are not inside the 2-D tensor " + shape_str(m.t.shape));
+    if (m.col == 0 && m.width() == m.t.cols()) return m.t;
+    Tensor t = alloc({m.t.rows(), m.width()}, m.t.dtype);
+    copy_cols(t, 0, m.t, m.col, m.width());
+    return t;
+  };
+  const Tensor A = whole(a, "A"), B = whole(b, "B");
+  Tensor C = whole(c, "C");
+  gemm(A, trans_a, B, trans_b, C, alpha, beta);
+  if (C.data != c.t.data) {
+    Tensor dst = c.t;
+    copy_cols(dst, c.col, C, 0, c.width());
+  }
+}
+
 void Backend::check_column_parts(const char* op, int64_t T, int64_t C, std::span<const Tensor* const> parts) {
   int64_t cols = 0;
   for (const Tensor* p : parts) {

@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/gradient_reducer.h"
@@ -72,6 +73,19 @@ class Backend {
   // flattened into rows). beta == 0 ignores C's old content (even NaN).
   virtual void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
                     float beta) = 0;
+  // A column block of a 2-D row-major tensor: columns [col, col + ncols) of t, rows t.rows(), row stride
+  // t.cols(); ncols < 0 means every column from col on.
+  struct Cols {
+    Tensor t;
+    int64_t col = 0, ncols = -1;
+    Cols(Tensor whole) : t(std::move(whole)) {}  // NOLINT: a whole tensor is its own column block
+    Cols(Tensor whole, int64_t first, int64_t n) : t(std::move(whole)), col(first), ncols(n) {}
+    int64_t width() const { return ncols < 0 ? t.cols() - col : ncols; }
+  };
+  // gemm on column blocks (the LoRA products of modules that share an input read and write their own columns
+  // of one [T, Σr] tensor). The default copies the blocks through contiguous tensors (copy_cols).
+  virtual void gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool trans_b, const Cols& c, float alpha,
+                         float beta);
 
   // ---- elementwise -----------------------------------------------------------------------------
   virtual void add(Tensor& y, const Tensor& x, float alpha) = 0;  // y += alpha * x

@@ -15,16 +15,17 @@ Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, c
   const float eps = static_cast<float>(cfg.rms_eps);
 
   Tensor qg = be.alloc({T, nH * 2 * hd}, dt);
-  linear_fwd(be, x, w.q_proj, l.q, c.rt, c.salt(0), qg, k.lq);
+  k.k = be.alloc({T, nKV * hd}, dt);
+  k.v = be.alloc({T, nKV * hd}, dt);
+  const SharedInputModule qkv[] = {
+      {&w.q_proj, l.q, c.salt(0)}, {&w.k_proj, l.k, c.salt(1)}, {&w.v_proj, l.v, c.salt(2)}};
+  Tensor* const qkv_out[] = {&qg, &k.k, &k.v};
+  linear_group_fwd(be, x, qkv, c.rt, qkv_out, k.lqkv);
   Tensor qg2 = qg.view({T * nH, 2 * hd});
   k.q = be.alloc({T * nH, hd}, dt);
   k.gate = be.alloc({T * nH, hd}, dt);
   be.copy_cols(k.q, 0, qg2, 0, hd);
   be.copy_cols(k.gate, 0, qg2, hd, hd);
-  k.k = be.alloc({T, nKV * hd}, dt);
-  linear_fwd(be, x, w.k_proj, l.k, c.rt, c.salt(1), k.k, k.lk);
-  k.v = be.alloc({T, nKV * hd}, dt);
-  linear_fwd(be, x, w.v_proj, l.v, c.rt, c.salt(2), k.v, k.lv);
 
   k.qn = be.alloc({T * nH, hd}, dt);
   k.rstd_q = be.alloc({T * nH}, DType::F32);
@@ -75,9 +76,11 @@ void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, con
   Tensor dqg = be.alloc({T * nH, 2 * hd}, dt);
   be.copy_cols(dqg, 0, dq, 0, hd);
   be.copy_cols(dqg, hd, dgate, 0, hd);
-  linear_bwd(be, dqg.view({T, nH * 2 * hd}), w.q_proj, l.q, c.rt, c.salt(0), k.lq, dx, false);
-  linear_bwd(be, dk.view({T, nKV * hd}), w.k_proj, l.k, c.rt, c.salt(1), k.lk, dx, true);
-  linear_bwd(be, dv, w.v_proj, l.v, c.rt, c.salt(2), k.lv, dx, true);
+  const SharedInputModule qkv[] = {
+      {&w.q_proj, l.q, c.salt(0)}, {&w.k_proj, l.k, c.salt(1)}, {&w.v_proj, l.v, c.salt(2)}};
+  const Tensor dqg2 = dqg.view({T, nH * 2 * hd}), dk2 = dk.view({T, nKV * hd});
+  const Tensor* const dqkv[] = {&dqg2, &dk2, &dv};
+  linear_group_bwd(be, dqkv, qkv, c.rt, k.lqkv, dx, false);
 }
 
 }  // namespace deltatune

@@ -53,7 +53,8 @@ struct BlockContext {
 };
 
 struct AttnCache {
-  LinearCache lq, lk, lv, lo;
+  LinearGroupCache lqkv;  // q, k, v
+  LinearCache lo;
   Tensor q, gate, k, v, rstd_q, rstd_k, qn, kn, o, lse, og;
 };
 Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
@@ -63,7 +64,8 @@ void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, con
                          const Tensor& dout, const AttnCache& cache, Tensor& dx);
 
 struct GdnCache {
-  LinearCache lqkv, lz, lb, la, lout;
+  LinearGroupCache lin;  // in_proj qkv, z, b, a
+  LinearCache lout;
   Tensor p, z, bl, al, q, k, v, o, y, rstd;
   std::shared_ptr<Backend::GdnSaved> core;  // what gdn_fwd_keep kept (keep_for_backward), else null
 };
@@ -73,7 +75,8 @@ void gdn_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
                    const GdnCache& cache, Tensor& dx);
 
 struct MlpCache {
-  LinearCache lg, lu, ld;
+  LinearGroupCache lgu;  // gate, up
+  LinearCache ld;
   Tensor g, u, h;
 };
 // SwiGLU MLP with explicit weights (dense MLP and the MoE shared expert).

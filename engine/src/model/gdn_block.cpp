@@ -16,13 +16,13 @@ Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   const DType dt = be.compute_dtype();
 
   k.p = be.alloc({T, C}, dt);
-  linear_fwd(be, x, w.in_qkv, l.qkv, c.rt, c.salt(4), k.p, k.lqkv);
   k.z = be.alloc({T, vd}, dt);
-  linear_fwd(be, x, w.in_z, l.z, c.rt, c.salt(5), k.z, k.lz);
   k.bl = be.alloc({T, HV}, dt);
-  linear_fwd(be, x, w.in_b, l.b, c.rt, c.salt(6), k.bl, k.lb);
   k.al = be.alloc({T, HV}, dt);
-  linear_fwd(be, x, w.in_a, l.a, c.rt, c.salt(7), k.al, k.la);
+  const SharedInputModule in[] = {{&w.in_qkv, l.qkv, c.salt(4)}, {&w.in_z, l.z, c.salt(5)},
+                                  {&w.in_b, l.b, c.salt(6)}, {&w.in_a, l.a, c.salt(7)}};
+  Tensor* const in_out[] = {&k.p, &k.z, &k.bl, &k.al};
+  linear_group_fwd(be, x, in, c.rt, in_out, k.lin);
 
   k.q = be.alloc({T, kd}, dt);
   k.k = be.alloc({T, kd}, dt);
@@ -74,10 +74,11 @@ void gdn_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
   Tensor dp = be.alloc({T, C}, dt);
   be.conv1d_silu_bwd_split(dqkv, k.p, w.conv, c.seq, dp);
 
-  linear_bwd(be, dp, w.in_qkv, l.qkv, c.rt, c.salt(4), k.lqkv, dx, false);
-  linear_bwd(be, dz.view({T, vd}), w.in_z, l.z, c.rt, c.salt(5), k.lz, dx, true);
-  linear_bwd(be, dbl, w.in_b, l.b, c.rt, c.salt(6), k.lb, dx, true);
-  linear_bwd(be, dal, w.in_a, l.a, c.rt, c.salt(7), k.la, dx, true);
+  const SharedInputModule in[] = {{&w.in_qkv, l.qkv, c.salt(4)}, {&w.in_z, l.z, c.salt(5)},
+                                  {&w.in_b, l.b, c.salt(6)}, {&w.in_a, l.a, c.salt(7)}};
+  const Tensor dz2 = dz.view({T, vd});
+  const Tensor* const din[] = {&dp, &dz2, &dbl, &dal};
+  linear_group_bwd(be, din, in, c.rt, k.lin, dx, false);
 }
 
 }  // namespace deltatune

@@ -1,6 +1,11 @@
 #include "model/lora_linear.h"
 
+#include <algorithm>
+#include <map>
+#include <string>
+
 #include "backend/quant_ops.h"
+#include "core/error.h"
 
 namespace deltatune {
 
@@ -18,15 +23,40 @@ Tensor plain_weight(Backend& be, const BaseMatrix& m) {
 }
 
 LoraComputeCopies::LoraComputeCopies(Backend& be, LoraAdapter* lora) {
-  if (!lora || be.compute_dtype() == DType::F32) return;
+  if (!lora) return;
   lora_ = lora;
+  const DType dt = be.compute_dtype();
   std::vector<Backend::CopyPair> pairs;
+  // Modules that share an input (same parent path) get their A copies stacked in lora_input_share_rank order,
+  // one tensor per parent, so that linear_group_fwd/bwd read all of them as one matrix (F32 compute too).
+  std::map<std::string, std::vector<LoraModule*>> shared;
   for (LoraModule& m : lora->modules) {
-    if (m.experts > 0 || m.A.dtype == be.compute_dtype()) continue;
-    m.Ac = be.alloc(m.A.shape, be.compute_dtype());
-    m.Bc = be.alloc(m.B.shape, be.compute_dtype());
-    pairs.push_back({&m.Ac, &m.A});
+    if (m.experts > 0) continue;
+    if (lora_input_share_rank(m) >= 0) shared[m.path.substr(0, m.path.rfind('.'))].push_back(&m);
+    if (m.A.dtype == dt) continue;
+    if (lora_input_share_rank(m) < 0) {
+      m.Ac = be.alloc(m.A.shape, dt);
+      pairs.push_back({&m.Ac, &m.A});
+    }
+    m.Bc = be.alloc(m.B.shape, dt);
     pairs.push_back({&m.Bc, &m.B});
+  }
+  for (auto& [parent, ms] : shared) {
+    std::sort(ms.begin(), ms.end(), [](const LoraModule* a, const LoraModule* b) {
+      return lora_input_share_rank(*a) < lora_input_share_rank(*b);
+    });
+    const bool stack = ms.size() > 1 && std::all_of(ms.begin(), ms.end(), [&](const LoraModule* m) {
+      return m->r == ms[0]->r && m->in == ms[0]->in && m->A.dtype == ms[0]->A.dtype;
+    });
+    if (!stack && ms[0]->A.dtype == dt) continue;  // each module reads its own A as it is
+    Tensor all;
+    if (stack) all = be.alloc({static_cast<int64_t>(ms.size()) * ms[0]->r, ms[0]->in}, dt);
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const int64_t r = ms[i]->r;
+      ms[i]->Ac = stack ? all.slice(static_cast<int64_t>(i) * r, static_cast<int64_t>(i + 1) * r)
+                        : be.alloc(ms[i]->A.shape, dt);
+      pairs.push_back({&ms[i]->Ac, &ms[i]->A});
+    }
   }
   be.copy_many(pairs);
 }
@@ -88,6 +118,94 @@ void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& wq, LoraModule*
     else be.copy(dx, masked);
   }
   be.gemm(dy, false, w, false, dx, 1.f, 1.f);
+}
+
+int lora_input_share_rank(const LoraModule& m) {
+  if (m.experts > 0) return -1;
+  static const char* const kOrders[][4] = {{"q_proj", "k_proj", "v_proj", nullptr},
+                                           {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"},
+                                           {"gate_proj", "up_proj", nullptr, nullptr}};
+  const std::string leaf = m.path.substr(m.path.rfind('.') + 1);
+  for (const auto& order : kOrders)
+    for (int i = 0; i < 4 && order[i]; ++i)
+      if (leaf == order[i]) return i;
+  return -1;
+}
+
+namespace {
+
+// The stacked A copies [Σr, in] of the modules, when the grouped products apply (see lora_linear.h).
+bool stacked_factors(std::span<const SharedInputModule> ms, const LoraRuntime& rt, Tensor& stacked) {
+  if (ms.size() < 2 || (rt.training && rt.dropout > 0.f)) return false;
+  const LoraModule* first = ms[0].lora;
+  if (!first || !first->Ac.defined()) return false;
+  const char* next = static_cast<const char*>(first->Ac.data);
+  int64_t rows = 0;
+  for (const SharedInputModule& m : ms) {
+    const LoraModule* l = m.lora;
+    if (!l || !l->Ac.defined() || l->Ac.data != next || l->Ac.storage != first->Ac.storage || l->r != first->r ||
+        l->Ac.dtype != first->Ac.dtype || l->Ac.cols() != first->Ac.cols())
+      return false;
+    next += l->Ac.nbytes();
+    rows += l->r;
+  }
+  stacked = first->Ac;
+  stacked.shape = {rows, first->Ac.cols()};
+  return true;
+}
+
+}  // namespace
+
+void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
+                      std::span<Tensor* const> ys, LinearGroupCache& cache) {
+  check(ms.size() == ys.size(), "internal: linear_group_fwd needs one output per module");
+  cache.x = x;
+  Tensor A;
+  if (!stacked_factors(ms, rt, A)) {
+    cache.each.assign(ms.size(), LinearCache{});
+    for (size_t i = 0; i < ms.size(); ++i)
+      linear_fwd(be, x, *ms[i].w, ms[i].lora, rt, ms[i].salt, *ys[i], cache.each[i]);
+    return;
+  }
+  const int64_t r = ms[0].lora->r;
+  cache.u = be.alloc({x.rows(), A.rows()}, be.compute_dtype());
+  be.gemm(x, false, A, true, cache.u, 1.f, 0.f);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const LoraModule& l = *ms[i].lora;
+    // As in linear_fwd: the rank-r term first, the base product accumulates into it.
+    be.gemm_cols({cache.u, static_cast<int64_t>(i) * r, r}, false, factor_b(l), true, *ys[i], l.scaling, 0.f);
+    const Tensor w = plain_weight(be, *ms[i].w);
+    be.gemm(x, false, w, true, *ys[i], 1.f, 1.f);
+  }
+}
+
+void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span<const SharedInputModule> ms,
+                      const LoraRuntime& rt, const LinearGroupCache& cache, Tensor& dx, bool accumulate) {
+  check(ms.size() == dys.size(), "internal: linear_group_bwd needs one gradient per module");
+  if (!cache.u.defined()) {
+    check(cache.each.size() == ms.size(), "internal: linear_group_bwd without its forward's cache");
+    for (size_t i = 0; i < ms.size(); ++i)
+      linear_bwd(be, *dys[i], *ms[i].w, ms[i].lora, rt, ms[i].salt, cache.each[i], dx, accumulate || i > 0);
+    return;
+  }
+  Tensor A;
+  check(stacked_factors(ms, rt, A), "internal: linear_group_bwd without the stacked factors of its forward");
+  const int64_t r = ms[0].lora->r;
+  // dB_i += s·dy_iᵀ·u_i ; du_i = s·dy_i·B_i ; dA_i += du_iᵀ·x ; then dx (+)= du·A for every module at once and
+  // the base products accumulate into dx.
+  Tensor du = be.alloc(cache.u.shape, be.compute_dtype());
+  for (size_t i = 0; i < ms.size(); ++i) {
+    LoraModule& l = *ms[i].lora;
+    const Backend::Cols ui{cache.u, static_cast<int64_t>(i) * r, r}, dui{du, static_cast<int64_t>(i) * r, r};
+    be.gemm_cols(*dys[i], true, ui, false, l.gB, l.scaling, 1.f);
+    be.gemm_cols(*dys[i], false, factor_b(l), false, dui, l.scaling, 0.f);
+    be.gemm_cols(dui, true, cache.x, false, l.gA, 1.f, 1.f);
+  }
+  be.gemm(du, false, A, false, dx, 1.f, accumulate ? 1.f : 0.f);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const Tensor w = plain_weight(be, *ms[i].w);
+    be.gemm(*dys[i], false, w, false, dx, 1.f, 1.f);
+  }
 }
 
 }  // namespace deltatune

@@ -1,6 +1,8 @@
 // y = x·Wᵀ (+ s·(dropout(x)·Aᵀ)·Bᵀ when a LoRA module is attached), forward and backward.
 #pragma once
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/quantized.h"
@@ -44,7 +46,8 @@ inline uint64_t lora_module_seed(const LoraRuntime& rt, uint64_t salt) {
 // Compute-dtype copies (Ac, Bc) of the factors of every linear LoRA module for one forward/backward, so the
 // LoRA products read bf16 factors as they are instead of converting the F32 masters at every use (4 conversions
 // per module and step instead of 4 per use). Dropped when the scope ends: an optimizer step never meets a stale
-// copy. Nothing happens when the backend computes in F32, and expert modules keep their own path.
+// copy. Modules that share an input get their A copies stacked (linear_group_fwd), on an F32 backend too; other
+// factors already in the compute dtype are read as they are, and expert modules keep their own path.
 class LoraComputeCopies {
  public:
   LoraComputeCopies(Backend& be, LoraAdapter* lora);
@@ -55,6 +58,31 @@ class LoraComputeCopies {
  private:
   LoraAdapter* lora_ = nullptr;
 };
+
+// Linear modules that read one input x (attention q/k/v, the GDN in_proj qkv/z/b/a, MLP gate/up), in the order
+// of lora_input_share_rank(). When each has a LoRA module of the same rank whose compute-dtype A copies
+// LoraComputeCopies stacked in that order, and no dropout applies, their LoRA products read x once: u of every
+// module is one [T, Σr] GEMM forward, and the backward's dx takes every du in one GEMM; otherwise each module
+// runs linear_fwd / linear_bwd.
+struct SharedInputModule {
+  const BaseMatrix* w = nullptr;
+  LoraModule* lora = nullptr;
+  uint64_t salt = 0;
+};
+struct LinearGroupCache {
+  Tensor x;                         // input (kept by reference)
+  Tensor u;                         // grouped: [T, Σr], module i's u in columns [i·r, (i+1)·r)
+  std::vector<LinearCache> each;    // not grouped: one cache per module
+};
+// Position of a module in its layer's input-sharing group (0, 1, ...), or -1 for a module that shares its input
+// with no other (o_proj, out_proj, down_proj, experts).
+int lora_input_share_rank(const LoraModule& m);
+// ys[i] (=) x·W_iᵀ + LoRA_i.
+void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
+                      std::span<Tensor* const> ys, LinearGroupCache& cache);
+// dx (=) or (+=) Σ_i (dy_i·W_i + LoRA path_i); LoRA gradients (+=).
+void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span<const SharedInputModule> ms,
+                      const LoraRuntime& rt, const LinearGroupCache& cache, Tensor& dx, bool accumulate);
 
 // y (=) x·Wᵀ + LoRA. W [out, in]; x [T, in]; y [T, out].
 void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& w, LoraModule* lora, const LoraRuntime& rt,

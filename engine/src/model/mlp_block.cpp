@@ -9,9 +9,10 @@ Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix
   const int64_t T = x.rows(), I = gate_w.dim(0);
   const DType dt = be.compute_dtype();
   k.g = be.alloc({T, I}, dt);
-  linear_fwd(be, x, gate_w, lg, c.rt, c.salt(salt0), k.g, k.lg);
   k.u = be.alloc({T, I}, dt);
-  linear_fwd(be, x, up_w, lu, c.rt, c.salt(salt0 + 1), k.u, k.lu);
+  const SharedInputModule gu[] = {{&gate_w, lg, c.salt(salt0)}, {&up_w, lu, c.salt(salt0 + 1)}};
+  Tensor* const gu_out[] = {&k.g, &k.u};
+  linear_group_fwd(be, x, gu, c.rt, gu_out, k.lgu);
   k.h = be.alloc({T, I}, dt);
   be.swiglu_fwd(k.g, k.u, k.h);
   Tensor out = be.alloc({T, down_w.dim(0)}, dt);
@@ -29,8 +30,9 @@ void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& 
   linear_bwd(be, dout, down_w, ld, c.rt, c.salt(salt0 + 2), k.ld, dh, false);
   Tensor dg = be.alloc({T, I}, dt), du = be.alloc({T, I}, dt);
   be.swiglu_bwd(dh, k.g, k.u, dg, du);
-  linear_bwd(be, dg, gate_w, lg, c.rt, c.salt(salt0), k.lg, dx, accumulate);
-  linear_bwd(be, du, up_w, lu, c.rt, c.salt(salt0 + 1), k.lu, dx, true);
+  const SharedInputModule gu[] = {{&gate_w, lg, c.salt(salt0)}, {&up_w, lu, c.salt(salt0 + 1)}};
+  const Tensor* const dgu[] = {&dg, &du};
+  linear_group_bwd(be, dgu, gu, c.rt, k.lgu, dx, accumulate);
 }
 
 }  // namespace deltatune

@@ -233,6 +233,43 @@ void CudaBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
   if (via_scratch) copy(c, C);
 }
 
+// Column blocks straight into cuBLAS (pointer offset, leading dimension = the tensor's row length) when the
+// operand types need no conversion; otherwise the default's contiguous copies.
+void CudaBackend::gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool trans_b, const Cols& c, float alpha,
+                            float beta) {
+  const bool direct = a.t.dtype == b.t.dtype && a.t.dtype != DType::F32 &&
+                      (c.t.dtype == DType::F32 || c.t.dtype == a.t.dtype);
+  for (const Cols* m : {&a, &b, &c})
+    check(m->t.ndim() == 2 && m->col >= 0 && m->width() >= 0 && m->col + m->width() <= m->t.cols(),
+          "gemm_cols: columns [" + std::to_string(m->col) + ", " + std::to_string(m->col + m->width()) +
+              ") are not inside the 2-D tensor " + shape_str(m->t.shape));
+  if (!direct) {
+    Backend::gemm_cols(a, trans_a, b, trans_b, c, alpha, beta);
+    return;
+  }
+  const int64_t M = trans_a ? a.width() : a.t.rows(), K = trans_a ? a.t.rows() : a.width();
+  const int64_t Kb = trans_b ? b.width() : b.t.rows(), N = trans_b ? b.t.rows() : b.width();
+  check(K == Kb && c.t.rows() == M && c.width() == N,
+        "gemm_cols: op(A) " + std::to_string(M) + "x" + std::to_string(K) + " · op(B) " + std::to_string(Kb) + "x" +
+            std::to_string(N) + " does not match C " + std::to_string(c.t.rows()) + "x" + std::to_string(c.width()));
+  check(M < INT_MAX && N < INT_MAX && K < INT_MAX && a.t.cols() < INT_MAX && b.t.cols() < INT_MAX &&
+            c.t.cols() < INT_MAX,
+        "gemm_cols: dimension over 2^31");
+  if (M == 0 || N == 0) return;
+  check(K > 0, "gemm_cols: empty inner dimension");
+  auto at = [](const Cols& m) {
+    return static_cast<void*>(static_cast<char*>(m.t.data) + m.col * static_cast<int64_t>(dtype_size(m.t.dtype)));
+  };
+  const cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  stream();
+  cublas_check(cublasGemmEx(cublas_, opa, opb, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha,
+                            at(b), cuda_type(b.t.dtype), static_cast<int>(b.t.cols()), at(a), cuda_type(a.t.dtype),
+                            static_cast<int>(a.t.cols()), &beta, at(c), cuda_type(c.t.dtype),
+                            static_cast<int>(c.t.cols()), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "gemm_cols (cublasGemmEx)");
+}
+
 // ---- small helpers ------------------------------------------------------------------------------------
 double* CudaBackend::zero_acc() {
   cuda_check(cudaMemsetAsync(scalars_.data, 0, 16, stream()), "cudaMemsetAsync (accumulator)");

@@ -64,6 +64,8 @@ class CudaBackend final : public Backend, public QuantOps {
 
   void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
             float beta) override;
+  void gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool trans_b, const Cols& c, float alpha,
+                 float beta) override;
 
   void add(Tensor& y, const Tensor& x, float alpha) override;
   void scale(Tensor& y, float alpha) override;
