@@ -46,7 +46,7 @@ __global__ void gated_rmsnorm_bwd_kernel(KIn dy, KIn x, KIn z, KIn w, const floa
   }
 }
 
-template <int L, int CH>
+template <int L, int CH, bool WF>
 __global__ void __launch_bounds__(kRows8Threads) gated_rmsnorm_fwd_rows8_kernel(const void* x, const void* z, KIn w,
                                                                                 float eps, void* y, float* rstd,
                                                                                 int64_t rows, int n8) {
@@ -61,13 +61,15 @@ __global__ void __launch_bounds__(kRows8Threads) gated_rmsnorm_fwd_rows8_kernel(
     if (j >= n8) continue;
     const Bf16x8 zv = ld8(z, rl.row * n8 + j);
     Bf16x8 out;
+    float wv[8];
+    w8<WF>(w, j, wv);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) out.v[e] = xv[k].v[e] * r * ld(w, 8 * j + e) * siluf_(zv.v[e]);
+    for (int e = 0; e < 8; ++e) out.v[e] = xv[k].v[e] * r * wv[e] * siluf_(zv.v[e]);
     st8(y, rl.row * n8 + j, out);
   }
 }
 
-template <int L, int CH>
+template <int L, int CH, bool WF>
 __global__ void __launch_bounds__(kRows8Threads)
     gated_rmsnorm_bwd_rows8_kernel(const void* dy, const void* x, const void* z, KIn w, const float* rstd, void* dx,
                                    void* dz, int64_t rows, int n8) {
@@ -81,9 +83,11 @@ __global__ void __launch_bounds__(kRows8Threads)
     if (!rl.valid || j >= n8) continue;
     const Bf16x8 xv = ld8(x, rl.row * n8 + j), zv = ld8(z, rl.row * n8 + j), gv = ld8(dy, rl.row * n8 + j);
     Bf16x8 dzv;
+    float w8v[8];
+    w8<WF>(w, j, w8v);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const float wv = ld(w, 8 * j + e);
+      const float wv = w8v[e];
       xh[k].v[e] = xv.v[e] * r;
       gs[k].v[e] = gv.v[e] * siluf_(zv.v[e]) * wv;
       dot += gs[k].v[e] * xh[k].v[e];
@@ -111,8 +115,13 @@ cudaError_t launch_gated_rmsnorm_fwd(KIn x, KIn z, KIn w, float eps, KOut y, flo
   if (rows <= 0) return cudaSuccess;
   if (all_bf16x8(n, x, z, KIn{y.p, y.t}) &&
       dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
-        gated_rmsnorm_fwd_rows8_kernel<L.value, CH.value><<<grid, kRows8Threads, 0, s>>>(x.p, z.p, w, eps, y.p, rstd,
-                                                                                        rows, static_cast<int>(n / 8));
+        const int n8 = static_cast<int>(n / 8);
+        if (weight_f32x4(w))
+          gated_rmsnorm_fwd_rows8_kernel<L.value, CH.value, true><<<grid, kRows8Threads, 0, s>>>(x.p, z.p, w, eps, y.p,
+                                                                                                rstd, rows, n8);
+        else
+          gated_rmsnorm_fwd_rows8_kernel<L.value, CH.value, false><<<grid, kRows8Threads, 0, s>>>(x.p, z.p, w, eps,
+                                                                                                 y.p, rstd, rows, n8);
       }))
     return cudaGetLastError();
   gated_rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, z, w, eps, y, rstd, n);
@@ -123,8 +132,13 @@ cudaError_t launch_gated_rmsnorm_bwd(KIn dy, KIn x, KIn z, KIn w, const float* r
   if (rows <= 0) return cudaSuccess;
   if (all_bf16x8(n, dy, x, z, KIn{dx.p, dx.t}, KIn{dz.p, dz.t}) &&
       dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
-        gated_rmsnorm_bwd_rows8_kernel<L.value, CH.value><<<grid, kRows8Threads, 0, s>>>(
-            dy.p, x.p, z.p, w, rstd, dx.p, dz.p, rows, static_cast<int>(n / 8));
+        const int n8 = static_cast<int>(n / 8);
+        if (weight_f32x4(w))
+          gated_rmsnorm_bwd_rows8_kernel<L.value, CH.value, true><<<grid, kRows8Threads, 0, s>>>(
+              dy.p, x.p, z.p, w, rstd, dx.p, dz.p, rows, n8);
+        else
+          gated_rmsnorm_bwd_rows8_kernel<L.value, CH.value, false><<<grid, kRows8Threads, 0, s>>>(
+              dy.p, x.p, z.p, w, rstd, dx.p, dz.p, rows, n8);
       }))
     return cudaGetLastError();
   gated_rmsnorm_bwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, z, w, rstd, dx, dz, n);

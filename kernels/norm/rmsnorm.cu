@@ -46,7 +46,7 @@ __global__ void rmsnorm_bwd_kernel(KIn dy, KIn x, KIn w, const float* rstd, bool
   }
 }
 
-template <int L, int CH>
+template <int L, int CH, bool WF>
 __global__ void __launch_bounds__(kRows8Threads)
     rmsnorm_fwd_rows8_kernel(const void* x, KIn w, float eps, bool zc, void* y, float* rstd, int64_t rows, int n8) {
   const RowLane<L> rl(rows);
@@ -59,16 +59,15 @@ __global__ void __launch_bounds__(kRows8Threads)
     const int j = rl.lane + L * k;
     if (j >= n8) continue;
     Bf16x8 out;
+    float wv[8];
+    w8<WF>(w, j, wv);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float wv = zc ? 1.f + ld(w, 8 * j + e) : ld(w, 8 * j + e);
-      out.v[e] = xv[k].v[e] * r * wv;
-    }
+    for (int e = 0; e < 8; ++e) out.v[e] = xv[k].v[e] * r * (zc ? 1.f + wv[e] : wv[e]);
     st8(y, rl.row * n8 + j, out);
   }
 }
 
-template <int L, int CH>
+template <int L, int CH, bool WF>
 __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const void* dy, const void* x, KIn w,
                                                                           const float* rstd, bool zc, void* dx,
                                                                           int64_t rows, int n8) {
@@ -82,11 +81,10 @@ __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const 
     if (!rl.valid || j >= n8) continue;
     xv[k] = ld8(x, rl.row * n8 + j);
     gv[k] = ld8(dy, rl.row * n8 + j);
+    float wv[8];
+    w8<WF>(w, j, wv);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float wv = zc ? 1.f + ld(w, 8 * j + e) : ld(w, 8 * j + e);
-      dot += gv[k].v[e] * wv * xv[k].v[e] * r;
-    }
+    for (int e = 0; e < 8; ++e) dot += gv[k].v[e] * (zc ? 1.f + wv[e] : wv[e]) * xv[k].v[e] * r;
   }
   const float mean = group_sum<L>(dot) / float(8 * n8);
   if (!rl.valid) return;
@@ -95,11 +93,10 @@ __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const 
     const int j = rl.lane + L * k;
     if (j >= n8) continue;
     Bf16x8 out;
+    float wv[8];
+    w8<WF>(w, j, wv);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float wv = zc ? 1.f + ld(w, 8 * j + e) : ld(w, 8 * j + e);
-      out.v[e] = r * (gv[k].v[e] * wv - xv[k].v[e] * r * mean);
-    }
+    for (int e = 0; e < 8; ++e) out.v[e] = r * (gv[k].v[e] * (zc ? 1.f + wv[e] : wv[e]) - xv[k].v[e] * r * mean);
     st8(dx, rl.row * n8 + j, out);
   }
 }
@@ -111,8 +108,13 @@ cudaError_t launch_rmsnorm_fwd(KIn x, KIn w, float eps, bool zc, KOut y, float* 
   if (rows <= 0) return cudaSuccess;
   if (all_bf16x8(n, x, KIn{y.p, y.t}) &&
       dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
-        rmsnorm_fwd_rows8_kernel<L.value, CH.value><<<grid, kRows8Threads, 0, s>>>(x.p, w, eps, zc, y.p, rstd, rows,
-                                                                                  static_cast<int>(n / 8));
+        const int n8 = static_cast<int>(n / 8);
+        if (weight_f32x4(w))
+          rmsnorm_fwd_rows8_kernel<L.value, CH.value, true><<<grid, kRows8Threads, 0, s>>>(x.p, w, eps, zc, y.p, rstd,
+                                                                                          rows, n8);
+        else
+          rmsnorm_fwd_rows8_kernel<L.value, CH.value, false><<<grid, kRows8Threads, 0, s>>>(x.p, w, eps, zc, y.p,
+                                                                                           rstd, rows, n8);
       }))
     return cudaGetLastError();
   rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, w, eps, zc, y, rstd, n);
@@ -123,8 +125,13 @@ cudaError_t launch_rmsnorm_bwd(KIn dy, KIn x, KIn w, const float* rstd, bool zc,
   if (rows <= 0) return cudaSuccess;
   if (all_bf16x8(n, dy, x, KIn{dx.p, dx.t}) &&
       dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
-        rmsnorm_bwd_rows8_kernel<L.value, CH.value><<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, w, rstd, zc, dx.p,
-                                                                                  rows, static_cast<int>(n / 8));
+        const int n8 = static_cast<int>(n / 8);
+        if (weight_f32x4(w))
+          rmsnorm_bwd_rows8_kernel<L.value, CH.value, true><<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, w, rstd, zc,
+                                                                                          dx.p, rows, n8);
+        else
+          rmsnorm_bwd_rows8_kernel<L.value, CH.value, false><<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, w, rstd, zc,
+                                                                                           dx.p, rows, n8);
       }))
     return cudaGetLastError();
   rmsnorm_bwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, w, rstd, zc, dx, n);

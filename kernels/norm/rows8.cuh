@@ -3,6 +3,7 @@
 // and its reduction is a few shuffles inside the group (no shared memory, no block barrier). Used by the RMSNorm
 // kernels when every row operand is bf16; the one-block-per-row kernels handle the rest.
 #pragma once
+#include <cstdint>
 #include <type_traits>
 
 #include "common/bf16x8.cuh"
@@ -43,6 +44,22 @@ __device__ __forceinline__ float load_row_sumsq(const void* x, const RowLane<L>&
     for (int e = 0; e < 8; ++e) ss += xv[k].v[e] * xv[k].v[e];
   }
   return group_sum<L>(ss);
+}
+
+// Whether a norm weight vector takes w8<true>: F32 (as the model keeps them) and 16-byte aligned.
+inline bool weight_f32x4(KIn w) { return w.t == KType::F32 && reinterpret_cast<uintptr_t>(w.p) % 16 == 0; }
+
+// The 8 weights of group j: two 16-byte loads from an F32 vector (F32X4), else one typed load per value. The
+// per-value path's type switch and scalar loads made the weight, not the row, the cost of a bf16 row.
+template <bool F32X4> __device__ __forceinline__ void w8(KIn w, int j, float (&wv)[8]) {
+  if constexpr (F32X4) {
+    const float4* p = static_cast<const float4*>(w.p) + 2 * j;
+    const float4 a = __ldg(p), b = __ldg(p + 1);
+    wv[0] = a.x, wv[1] = a.y, wv[2] = a.z, wv[3] = a.w, wv[4] = b.x, wv[5] = b.y, wv[6] = b.z, wv[7] = b.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) wv[e] = ld(w, 8 * j + e);
+  }
 }
 
 // Calls launch(std::integral_constant<int, L>{}, std::integral_constant<int, CH>{}, grid) with the group size and

@@ -7,7 +7,7 @@
 namespace deltatune {
 
 Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
-                           const Tensor& x, AttnCache& k) {
+                           const Tensor& x, AttnCache& k, Tensor* add_to) {
   Backend& be = c.be;
   const auto& cfg = c.cfg;
   const int64_t T = x.rows(), nH = cfg.num_heads, nKV = cfg.num_kv_heads, hd = cfg.head_dim;
@@ -44,8 +44,8 @@ Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, c
                    k.lse);
   k.og = be.alloc({T, nH * hd}, dt);
   be.sigmoid_mul_fwd(k.o.view({T, nH * hd}), k.gate.view({T, nH * hd}), k.og);
-  Tensor out = be.alloc({T, cfg.hidden_size}, dt);
-  linear_fwd(be, k.og, w.o_proj, l.o, c.rt, c.salt(3), out, k.lo);
+  Tensor out = add_to ? *add_to : be.alloc({T, cfg.hidden_size}, dt);
+  linear_fwd(be, k.og, w.o_proj, l.o, c.rt, c.salt(3), out, k.lo, add_to != nullptr);
   return out;
 }
 

@@ -57,8 +57,10 @@ struct AttnCache {
   LinearCache lo;
   Tensor q, gate, k, v, rstd_q, rstd_k, qn, kn, o, lse, og;
 };
+// The block forwards return their output, or with `add_to` add it into *add_to (the residual stream, in the
+// output projection's GEMM epilogue) and return that.
 Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
-                           const Tensor& x, AttnCache& cache);
+                           const Tensor& x, AttnCache& cache, Tensor* add_to = nullptr);
 // dx (=) gradient w.r.t. the block input.
 void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
                          const Tensor& dout, const AttnCache& cache, Tensor& dx);
@@ -70,7 +72,7 @@ struct GdnCache {
   std::shared_ptr<Backend::GdnSaved> core;  // what gdn_fwd_keep kept (keep_for_backward), else null
 };
 Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
-                     GdnCache& cache);
+                     GdnCache& cache, Tensor* add_to = nullptr);
 void gdn_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& dout,
                    const GdnCache& cache, Tensor& dx);
 
@@ -81,7 +83,8 @@ struct MlpCache {
 };
 // SwiGLU MLP with explicit weights (dense MLP and the MoE shared expert).
 Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
-               LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& cache);
+               LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& cache,
+               Tensor* add_to = nullptr);
 void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
              LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& dout, const MlpCache& cache,
              Tensor& dx, bool accumulate);

@@ -70,11 +70,12 @@ LoraComputeCopies::~LoraComputeCopies() {
 }
 
 void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
-                uint64_t module_salt, Tensor& y, LinearCache& cache) {
+                uint64_t module_salt, Tensor& y, LinearCache& cache, bool accumulate) {
   const Tensor w = plain_weight(be, wq);
   cache.x = x;
+  const float y_beta = accumulate ? 1.f : 0.f;
   if (!lora) {
-    be.gemm(x, false, w, true, y, 1.f, 0.f);
+    be.gemm(x, false, w, true, y, 1.f, y_beta);
     return;
   }
   Tensor xin = x;
@@ -87,7 +88,7 @@ void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* 
   be.gemm(xin, false, factor_a(*lora), true, cache.u, 1.f, 0.f);
   // The rank-r term first, then the base product accumulates into it: the base GEMM's epilogue reads y once,
   // where adding the rank-r term afterwards took another read and write of the whole output.
-  be.gemm(cache.u, false, factor_b(*lora), true, y, lora->scaling, 0.f);
+  be.gemm(cache.u, false, factor_b(*lora), true, y, lora->scaling, y_beta);
   be.gemm(x, false, w, true, y, 1.f, 1.f);
 }
 

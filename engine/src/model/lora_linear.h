@@ -84,9 +84,10 @@ void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputM
 void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span<const SharedInputModule> ms,
                       const LoraRuntime& rt, const LinearGroupCache& cache, Tensor& dx, bool accumulate);
 
-// y (=) x·Wᵀ + LoRA. W [out, in]; x [T, in]; y [T, out].
+// y (=) x·Wᵀ + LoRA, or (+=) with accumulate (a residual added in the GEMMs' epilogue). W [out, in]; x [T, in];
+// y [T, out].
 void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& w, LoraModule* lora, const LoraRuntime& rt,
-                uint64_t module_salt, Tensor& y, LinearCache& cache);
+                uint64_t module_salt, Tensor& y, LinearCache& cache, bool accumulate = false);
 // dx (=) or (+=) dy·W + LoRA path; LoRA gradients (+=) into lora->gA/gB.
 void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& w, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, const LinearCache& cache, Tensor& dx, bool accumulate);

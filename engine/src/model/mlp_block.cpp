@@ -4,7 +4,8 @@
 namespace deltatune {
 
 Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
-               LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& k) {
+               LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& k,
+               Tensor* add_to) {
   Backend& be = c.be;
   const int64_t T = x.rows(), I = gate_w.dim(0);
   const DType dt = be.compute_dtype();
@@ -15,8 +16,8 @@ Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix
   linear_group_fwd(be, x, gu, c.rt, gu_out, k.lgu);
   k.h = be.alloc({T, I}, dt);
   be.swiglu_fwd(k.g, k.u, k.h);
-  Tensor out = be.alloc({T, down_w.dim(0)}, dt);
-  linear_fwd(be, k.h, down_w, ld, c.rt, c.salt(salt0 + 2), out, k.ld);
+  Tensor out = add_to ? *add_to : be.alloc({T, down_w.dim(0)}, dt);
+  linear_fwd(be, k.h, down_w, ld, c.rt, c.salt(salt0 + 2), out, k.ld, add_to != nullptr);
   return out;
 }
 

@@ -85,19 +85,18 @@ Tensor layer_fwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
   c.a = be.alloc({T, H}, dt);
   c.rstd1 = be.alloc({T}, DType::F32);
   be.rmsnorm_fwd(x, w.input_norm, eps, true, c.a, c.rstd1);
-  Tensor mix = w.kind == LayerKind::FullAttention ? attention_block_fwd(ctx, w, l, c.a, c.attn)
-                                                  : gdn_block_fwd(ctx, w, l, c.a, c.gdn);
+  // The residual adds happen in the output projections' GEMM epilogues (x_mid = x, then += the mixer).
   c.x_mid = be.alloc({T, H}, dt);
   be.copy(c.x_mid, x);
-  be.add(c.x_mid, mix, 1.f);
+  if (w.kind == LayerKind::FullAttention) attention_block_fwd(ctx, w, l, c.a, c.attn, &c.x_mid);
+  else gdn_block_fwd(ctx, w, l, c.a, c.gdn, &c.x_mid);
   c.m = be.alloc({T, H}, dt);
   c.rstd2 = be.alloc({T}, DType::F32);
   be.rmsnorm_fwd(c.x_mid, w.post_norm, eps, true, c.m, c.rstd2);
-  Tensor mlp = cfg.is_moe() ? moe_block_fwd(ctx, w, l, c.m, c.moe)
-                            : mlp_fwd(ctx, w.gate_proj, w.up_proj, w.down_proj, l.gate, l.up, l.down, 9, c.m, c.mlp);
   Tensor out = be.alloc({T, H}, dt);
   be.copy(out, c.x_mid);
-  be.add(out, mlp, 1.f);
+  if (cfg.is_moe()) be.add(out, moe_block_fwd(ctx, w, l, c.m, c.moe), 1.f);
+  else mlp_fwd(ctx, w.gate_proj, w.up_proj, w.down_proj, l.gate, l.up, l.down, 9, c.m, c.mlp, &out);
   return out;
 }
 
