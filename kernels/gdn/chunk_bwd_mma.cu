@@ -10,24 +10,26 @@
 // dk nmse 1.2e-5 -> 1.4e-5 in backend_ops); the row dots use the fp32 values. Σ(S_n ⊙ dS^end) is the trace of
 // the diagonal 16x16 blocks of S_n·dS^endᵀ (one per warp; exact bf16 products, fp32 sums).
 //
-// Layout: a work item is (chunk of 64 tokens, value head); a persistent grid of one 256-thread block per SM
-// loops over the items, value heads fastest (the second value head of a key head finds K̂, Q̂ in L2). Warp
-// (wr, wc) owns rows 16wr..+15 x key columns 64wc..+63 of each 64 x 128 product. An item's inputs are all in
-// shared memory at once, copied by cp.async: region A (S_n, dV', bf16 dO, G) and the K̂, Q̂ tiles (fp32 q̂, k̂,
-// or, for bf16 inputs, q and k before the norm with their rows' ρ: GdnQK, split exactly as fp32 ones) during
-// the previous item, as soon as their readers there are done; region B (dS^end, V') when the item starts,
-// landing behind dW and dQ̂_s. Once dK̂_s, D and the trace have read region B, it takes K̂ and Q̂ as bf16
-// hi + lo tiles. fp32/fp16 dO goes through registers into hi + lo tiles.
+// Layout: a work item is (chunk of 64 tokens, value head); a persistent grid of 256-thread blocks loops over
+// the items, value heads fastest (the second value head of a key head finds K̂, Q̂ in L2). Warp (wr, wc) owns
+// rows 16wr..+15 x key columns 64wc..+63 of each 64 x 128 product. Every state product contracts over the
+// value columns, so an item takes them in two halves of 64 (session 22, for the 99 KiB of sm_86/89/120): per
+// half, S_n, dV', dO (then dS^end, V') of those columns land by cp.async in region X and the products run over
+// the half's k range into accumulators that span both halves: the same mma sequence, bit for bit, as one pass
+// over all 128 columns (the earlier kernel held both halves and the next item's inputs at once: 215,840 /
+// 220,960 B). Then region X takes K̂ and Q̂ (fp32 q̂, k̂ split into bf16 hi + lo tiles while loading, or for bf16
+// inputs q and k before the norm by cp.async, their rows' ρ coming with the first half: GdnQK). fp32/fp16 dO
+// goes through registers into hi + lo tiles (lo in region Y).
 //
 // Why fused (not two kernels at two blocks per SM): per item the inputs are 176 KiB (bf16 dO, V', dV' 16
 // each, S_n, dS^end 32 each, fp32 K̂, Q̂ 32 each) and the outputs 80 KiB (dQ̂, dK̂ 32 each, bf16 dW 16); two
 // kernels move 448 KiB (the intra kernel re-stages dO, V', K̂, Q̂ and reads dQ̂, dK̂ back to add to them).
 //
-// Resources (ptxas, sm_90a): 255 registers (R16: 251 with the fused dq, 240 before), no spills; 215,840
-// bytes of shared memory (R16: 220,960, the second q, k set): one block per SM. mma per item (dk = dv =
-// 128): 2560 (state products 1536, D 256, intra 640 with the hi/lo splits, trace 128); 2816 with fp32 dO.
+// Resources (ptxas, sm_86): 246 registers (R16: 244), no spills; 97,312 bytes of shared memory (R16: 92,192).
+// mma per item (dk = dv = 128): 2560 (state products 1536, D 256, intra 640 with the hi/lo splits, trace 128);
+// 2816 with fp32 dO. The Hopper policy runs chunk_grad_wgmma.cu for the model's inputs (bf16 q, k, dO).
 //
-// Time (H100, measured against the two kernels it replaces, their fp32-scratch version): T = 8192 tokens as
+// Time (H100, the one-pass kernel of sessions 8-21, against the two kernels it replaced): T = 8192 tokens as
 // 2 x 4096, HK 16, HV 32 (4096 items): 0.418 ms (was 0.741 + 0.575); as 82 sequences of 100 tokens (5248
 // items, partial chunks): 0.482 ms (was 1.460); fp32 dO: 0.507 ms (was 1.561). At 2 x 4096 the ~0.94 GB of
 // inputs and outputs move at ~2.25 TB/s. One block per SM leaves 2 warps per scheduler: ncu shows ~0.26
@@ -103,27 +105,13 @@ __device__ __forceinline__ void stage_split_rows(bf16* hi, bf16* lo, const T* sr
       });
 }
 
-// hi/lo bf16 tiles [C][LD] of a [C][COLS] fp32 tile (q̂ or k̂) staged in shared memory.
-template <int COLS, int LD>
-__device__ __forceinline__ void split_tile(bf16* hi, bf16* lo, const void* src) {
-  constexpr int Q = COLS / 4;
-  for (int idx = threadIdx.x; idx < C * Q; idx += NT) {
-    const int r = idx / Q, c = (idx % Q) * 4;
-    const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(src) + r * COLS + c);
-    uint32_t h0, l0, h1, l1;
-    split_bf16x2(h0, l0, x.x, x.y);
-    split_bf16x2(h1, l1, x.z, x.w);
-    *reinterpret_cast<uint2*>(hi + r * LD + c) = make_uint2(h0, h1);
-    *reinterpret_cast<uint2*>(lo + r * LD + c) = make_uint2(l0, l1);
-  }
-}
-
-// Σ_c X[r][c]·Y[r][c] over rows r0..r0+15 of two bf16 tiles (K columns), on the tensor cores: the trace of the
-// 16x16 block (X·Yᵀ)[r0.., r0..], this lane's share (its diagonal accumulator elements).
-__device__ __forceinline__ float warp_trace(const bf16* X, const bf16* Y, int ld, int r0, int K) {
-  float c[2][4];
-  zero(c);
+// Σ_c X[r][c]·Y[r][c] over rows r0..r0+15 of two bf16 tiles: the trace of the 16x16 block (X·Yᵀ)[r0.., r0..]
+// on the tensor cores. trace_acc adds the k range [0, K) to c (once per value-column half, in order);
+// trace_share is this lane's share of the trace (its diagonal accumulator elements).
+__device__ __forceinline__ void trace_acc(float (&c)[2][4], const bf16* X, const bf16* Y, int ld, int r0, int K) {
   warp_mma<2, false, false>(c, X, ld, r0, Y, ld, r0, 0, K);
+}
+__device__ __forceinline__ float trace_share(const float (&c)[2][4]) {
   const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
   if ((g >> 1) != t) return 0.f;
   return g & 1 ? c[0][1] + c[1][3] : c[0][0] + c[1][2];  // (g, g) and (g + 8, g + 8)
@@ -136,22 +124,24 @@ __device__ __forceinline__ float2 ld_split(const bf16* hi, const bf16* lo, int o
   return make_float2(h.x + l.x, h.y + l.y);
 }
 
-// Shared memory of the fused kernel (byte offsets), dk = dv = DK. Region A (S_n, dV', dO) is refilled with
-// the next item's while region B (dS^end, V', dO lo) holds the hi/lo tiles of K̂ and Q̂. R16: q, k stay as
-// loaded (bf16, padded rows, then ρ_k, ρ_q), in two sets by item parity (the next item's land during this
-// one's).
+// Shared memory of the kernel (byte offsets), dk = dv = DK. Region X holds one value-column half of the state
+// products' operands (S_n, dS^end: DK rows; dV', dO, V': C rows; VH columns each), then, for the intra
+// products, K̂ and Q̂ (bf16 hi + lo tiles, or R16: k and q as loaded). Region Y holds dO's lo half (dO not
+// bf16) or the fused dq's dQ̂ stash. G and ρ (R16) of the item come with its first half.
 template <int DK, bool R16>
 struct GradSmem {
-  static constexpr int LB = DK + 8;  // bf16 rows: 16 bytes of padding, ldmatrix rows on distinct banks
+  static constexpr int VH = DK / 2;   // value columns per half
+  static constexpr int LH = VH + 8;   // bf16 rows of a half: 16 bytes of padding (distinct ldmatrix banks)
+  static constexpr int LB = DK + 8;   // bf16 rows of K̂, Q̂
   static constexpr int LC = C + 8;
-  static constexpr size_t kBig = 2 * size_t(DK) * LB, kRow = 2 * size_t(C) * LB, kF = 4 * size_t(C) * DK;
-  static constexpr size_t kQK16 = 2 * kRow + 2 * 4 * size_t(C);    // one R16 set: k, q, ρ_k, ρ_q
-  static constexpr size_t Sn = 0, dU = Sn + kBig, dO = dU + kRow,  // A
-      dS = dO + kRow, Vp = dS + kBig, dOl = Vp + kRow,             // B
-      Kf = dOl + kRow, Qf = Kf + kF, D = Kf + (R16 ? 2 * kQK16 : 2 * kF), G = D + 2 * size_t(C) * LC,
-                          rq = G + 4 * 2 * C, rk = rq + 4 * NWC * C, red = rk + 4 * NWC * C,
-                          sqg = red + 4 * (NT / 32), bytes = sqg + 4 * size_t(C);
-  static_assert(kBig + 2 * kRow == 4 * kRow, "B takes four 64-row tiles");
+  static constexpr size_t kBigH = 2 * size_t(DK) * LH, kRowH = 2 * size_t(C) * LH, kRow = 2 * size_t(C) * LB;
+  static constexpr size_t kHalf = 2 * kBigH + 3 * kRowH, kKQ = (R16 ? 2 : 4) * kRow;
+  static constexpr size_t kY = 2 * (DK / NWC / 8) * NT * sizeof(uint32_t);  // the dQ̂ stash (≥ a dO lo half)
+  static constexpr size_t Sn = 0, dS = Sn + kBigH, dU = dS + kBigH, dO = dU + kRowH, Vp = dO + kRowH,
+                          KQ = 0, Y = kHalf > kKQ ? kHalf : kKQ, D = Y + kY, G = D + 2 * size_t(C) * LC,
+                          rho = G + 4 * size_t(C), rq = rho + 4 * 2 * size_t(C), rk = rq + 4 * NWC * C,
+                          red = rk + 4 * NWC * C, sqg = red + 4 * (NT / 32), bytes = sqg + 4 * size_t(C);
+  static_assert(kY >= kRowH, "a dO lo half fits region Y");
 };
 
 template <int DK, int DV, bool R16>
@@ -159,10 +149,10 @@ constexpr size_t grad_mma_smem() {
   return GradSmem<DK, R16>::bytes;
 }
 
-// Persistent: block b takes items b, b + gridDim.x, ... While one item's intra products and epilogue run, the
-// next item's S_n, dV', dO, G (region A) and K̂, Q̂ (fp32 tiles) land; its dS^end and V' (region B, which holds
-// the hi/lo tiles until then) are issued when it starts, behind its first two products. cp.async groups per
-// item, in commit order: A (during the previous item), KQ (likewise), B.
+// Persistent: block b takes items b, b + gridDim.x, ... (or groups of items, fused dq). Per item: for each
+// value-column half, two cp.async groups (S_n, dV', dO (+ G, ρ with the first half); then dS^end, V'), the
+// products over the half's k range into the accumulators that span both halves (the same mma sequence as
+// one pass over DV, so the same sums); then K̂, Q̂ into region X and the intra products.
 template <int DK, int DV, bool R16>
 __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_grad_mma_kernel(KIn dout, GdnQK qk, const float* Gc, const int32_t* chunks, int nitems,
@@ -171,25 +161,21 @@ __global__ void __launch_bounds__(NT, 1)
                               KOut dq, const bf16* states_odd = nullptr) {
   static_assert(DK == DV && DK % (16 * NWC) == 0 && DK / 16 <= NT / 32, "NWC warps share DK; a warp per trace");
   using L = GradSmem<DK, R16>;
-  constexpr int LB = L::LB, LC = L::LC, NB = DK / NWC / 8, DNB = C / NWC / 8;
+  constexpr int VH = L::VH, LH = L::LH, LB = L::LB, LC = L::LC, NB = DK / NWC / 8, DNB = C / NWC / 8;
   extern __shared__ __align__(16) unsigned char gdn_smem[];
-  bf16* Ss = reinterpret_cast<bf16*>(gdn_smem + L::Sn);    // [DK][LB]
-  bf16* dUs = reinterpret_cast<bf16*>(gdn_smem + L::dU);   // [C][LB]
-  bf16* dOs = reinterpret_cast<bf16*>(gdn_smem + L::dO);   // [C][LB]
-  bf16* dSs = reinterpret_cast<bf16*>(gdn_smem + L::dS);   // [DK][LB]
-  bf16* Vps = reinterpret_cast<bf16*>(gdn_smem + L::Vp);   // [C][LB]
-  bf16* dOl = reinterpret_cast<bf16*>(gdn_smem + L::dOl);  // [C][LB] dO lo (dO not bf16)
-  bf16 *Kh = dSs, *Kl = Kh + C * LB, *Qh = Kl + C * LB, *Ql = Qh + C * LB;  // region B after the state products
-  // K̂, Q̂ staged: [C][DK] fp32, or (R16) k, q before the norm ([C][LB] bf16, the set of the item's parity)
-  // followed by the rows' ρ_k, ρ_q [C]
-  unsigned char* Kf = gdn_smem + L::Kf;
-  unsigned char* Qf = gdn_smem + L::Qf;
-  auto k16 = [&](int par) { return reinterpret_cast<bf16*>(gdn_smem + L::Kf + par * L::kQK16); };
-  auto q16 = [&](int par) { return k16(par) + C * LB; };
-  auto rho_k = [&](int par) { return reinterpret_cast<float*>(q16(par) + C * LB); };
-  auto rho_q = [&](int par) { return rho_k(par) + C; };
-  bf16* Db = reinterpret_cast<bf16*>(gdn_smem + L::D);     // [C][LC]
-  float* Gb = reinterpret_cast<float*>(gdn_smem + L::G);   // [2][C], by item parity
+  bf16* Ss = reinterpret_cast<bf16*>(gdn_smem + L::Sn);   // [DK][LH] S_n, the half's columns
+  bf16* dSs = reinterpret_cast<bf16*>(gdn_smem + L::dS);  // [DK][LH] dS^end
+  bf16* dUs = reinterpret_cast<bf16*>(gdn_smem + L::dU);  // [C][LH] dV'
+  bf16* dOs = reinterpret_cast<bf16*>(gdn_smem + L::dO);  // [C][LH] dO (hi when not bf16)
+  bf16* Vps = reinterpret_cast<bf16*>(gdn_smem + L::Vp);  // [C][LH] V'
+  bf16* dOl = reinterpret_cast<bf16*>(gdn_smem + L::Y);   // [C][LH] dO lo (dO not bf16)
+  // Intra: K̂, Q̂ hi + lo [C][LB] each, or (R16) k, q before the norm [C][LB]
+  bf16 *Kh = reinterpret_cast<bf16*>(gdn_smem + L::KQ), *Kl = Kh + C * LB, *Qh = Kl + C * LB, *Ql = Qh + C * LB;
+  bf16 *k16 = Kh, *q16 = Kl;
+  bf16* Db = reinterpret_cast<bf16*>(gdn_smem + L::D);       // [C][LC]
+  float* G = reinterpret_cast<float*>(gdn_smem + L::G);      // [C]
+  float* rho_k = reinterpret_cast<float*>(gdn_smem + L::rho);  // [C] (R16)
+  float* rho_q = rho_k + C;                                    // [C] (R16)
   float* rq = reinterpret_cast<float*>(gdn_smem + L::rq);  // [NWC][C] row sums of dQ̂ ⊙ Q̂ per column group
   float* rk = reinterpret_cast<float*>(gdn_smem + L::rk);  // [NWC][C] row sums of dK̂ ⊙ K̂
   float* red = reinterpret_cast<float*>(gdn_smem + L::red);  // [NT / 32] per-warp shares of gsum
@@ -198,126 +184,110 @@ __global__ void __launch_bounds__(NT, 1)
   const int g = lane >> 2, t4 = lane & 3, wc = warp >> 2, m0 = 16 * (warp & 3), n0 = (DK / NWC) * wc;
   const int64_t rs = HV * DV, ks = HK * DK;  // row strides of (T, HV, ·) and (T, HK, dk) tensors
   const bool dO16 = dout.t == KType::BF16;
-  auto load_a = [&](const GradItem& it, float* G) {
+  // Half h of the item's state-product operands: S_n, dV', dO (group 1; with G and ρ when h = 0), then
+  // dS^end, V' (group 2).
+  auto load_half = [&](const GradItem& it, int h) {
     // The chunk's state: states[chunk], or with states_odd the even chunks' at states[chunk / 2] and the odd
     // ones' at states_odd[chunk / 2] (GdnHalfStates).
     const int64_t ch = it.hs / HV, sl = states_odd ? (ch >> 1) * HV + it.hs % HV : it.hs;
-    cp_rows<DK, DV, LB, NT>(Ss, (states_odd && (ch & 1) ? states_odd : states) + sl * DK * DV, DV, DK);
-    cp_rows<C, DV, LB, NT>(dUs, dvn + it.rv, rs, it.cr.len);
-    if (dO16) cp_rows<C, DV, LB, NT>(dOs, static_cast<const bf16*>(dout.p) + it.rv, rs, it.cr.len);
-    if (tid < C) {
+    const int64_t c0 = int64_t(h) * VH;
+    cp_rows<DK, VH, LH, NT>(Ss, (states_odd && (ch & 1) ? states_odd : states) + sl * DK * DV + c0, DV, DK);
+    cp_rows<C, VH, LH, NT>(dUs, dvn + it.rv + c0, rs, it.cr.len);
+    if (dO16) cp_rows<C, VH, LH, NT>(dOs, static_cast<const bf16*>(dout.p) + it.rv + c0, rs, it.cr.len);
+    if (h == 0 && tid < C) {
       const bool ok = tid < it.cr.len;
       mma::cp_async4(mma::smem_addr(G + tid), ok ? Gc + (it.cr.t0 + tid) * HV + it.h : Gc, ok);
     }
-  };
-  auto load_kq = [&](const GradItem& it, int par) {
-    if constexpr (R16) {
-      cp_rows<C, DK, LB, NT>(k16(par), static_cast<const bf16*>(qk.k.p) + it.rkq, ks, it.cr.len);
-      cp_rows<C, DK, LB, NT>(q16(par), static_cast<const bf16*>(qk.q.p) + it.rkq, ks, it.cr.len);
-      if (tid < 2 * C) {  // ρ of the rows: (t0 + i)·HK + hk = rkq / DK + i·HK (zeros past the chunk's end)
-        const int i = tid % C;
-        const bool ok = i < it.cr.len;
-        const float* src = (tid < C ? qk.rk : qk.rq) + it.rkq / DK + (ok ? i * HK : 0);
-        mma::cp_async4(mma::smem_addr((tid < C ? rho_k(par) : rho_q(par)) + i), src, ok);
-      }
-    } else {
-      cp_rows<C, DK, DK, NT>(reinterpret_cast<float*>(Kf), static_cast<const float*>(qk.k.p) + it.rkq, ks,
-                             it.cr.len);
-      cp_rows<C, DK, DK, NT>(reinterpret_cast<float*>(Qf), static_cast<const float*>(qk.q.p) + it.rkq, ks,
-                             it.cr.len);
+    if (R16 && h == 0 && tid >= NT - 2 * C) {  // ρ of the rows: (t0 + i)·HK + hk = rkq / DK + i·HK (zeros past the end)
+      const int i = tid % C;
+      const bool kk = tid < NT - C, ok = i < it.cr.len;
+      const float* src = (kk ? qk.rk : qk.rq) + it.rkq / DK + (ok ? i * HK : 0);
+      mma::cp_async4(mma::smem_addr((kk ? rho_k : rho_q) + i), src, ok);
     }
+    mma::cp_async_commit();
+    cp_rows<DK, VH, LH, NT>(dSs, dh + it.hs * DK * DV + c0, DV, DK);
+    cp_rows<C, VH, LH, NT>(Vps, vnew + it.rv + c0, rs, it.cr.len);
+    mma::cp_async_commit();
+    if (dout.t == KType::F32)
+      stage_split_rows<VH, LH>(dOs, dOl, static_cast<const float*>(dout.p) + it.rv + c0, rs, it.cr.len);
+    else if (!dO16)
+      stage_split_rows<VH, LH>(dOs, dOl, static_cast<const __half*>(dout.p) + it.rv + c0, rs, it.cr.len);
   };
 
   // With dq (R16 and bf16 dO only, see the launcher) a block takes the r = HV/HK value heads of a key head
   // (a group: items g·r .. g·r + r − 1, one chunk) back to back and finishes dq itself: the group's sum of
-  // dQ̂ (as carried, diag(scale·ρ_q)·dQ̂) waits in the unused dO lo tile as bf16 words (each thread its own,
-  // as the per-head dq̂ stores rounded them), the row dots of the heads add up in sqg, and the last head
-  // stores dq = A − ρ_q²·q·(q·A), A = scale·ρ_q·Σ_h dQ̂_h: the L2 norm's backward (l2norm.cu) without dq̂ in
-  // global memory. q, k (the group's) are loaded once per group; G per item.
+  // dQ̂ (as carried, diag(scale·ρ_q)·dQ̂) waits in region Y as bf16 words (each thread its own, as the
+  // per-head dq̂ stores rounded them), the row dots of the heads add up in sqg, and the last head stores
+  // dq = A − ρ_q²·q·(q·A), A = scale·ρ_q·Σ_h dQ̂_h: the L2 norm's backward (l2norm.cu) without dq̂ in global
+  // memory.
   const bool fuse = R16 && dq.p != nullptr;
   const int r = fuse ? static_cast<int>(HV / HK) : 1, ngroups = nitems / r;
-  static_assert(2 * NB * NT * sizeof(uint32_t) <= L::kRow, "the dQ̂ stash fits in the dO lo tile");
-  uint32_t* stash = reinterpret_cast<uint32_t*>(dOl) + tid;  // word w of this thread: stash[w·NT]
+  static_assert(2 * NB * NT * sizeof(uint32_t) <= L::kY, "the dQ̂ stash fits in region Y");
+  uint32_t* stash = reinterpret_cast<uint32_t*>(gdn_smem + L::Y) + tid;  // word w of this thread: stash[w·NT]
   GradItem it = grad_item<DK, DV>(blockIdx.x * r, chunks, HK, HV);
-  load_a(it, Gb);
-  mma::cp_async_commit();
-  load_kq(it, 0);
-  mma::cp_async_commit();
-  for (int grp = blockIdx.x, j = 0, par = 0, qpar = 0; grp < ngroups; par ^= 1) {
+  for (int grp = blockIdx.x, j = 0; grp < ngroups;) {
     const ChunkRef cr = it.cr;
     const bool last = j + 1 == r;  // the group's last value head
-    const int ngrp = last ? grp + static_cast<int>(gridDim.x) : grp, nj = last ? 0 : j + 1;
-    const bool more = ngrp < ngroups;
-    const GradItem next = more ? grad_item<DK, DV>(ngrp * r + nj, chunks, HK, HV) : it;
-    const float* G = Gb + par * C;
-    cp_rows<DK, DV, LB, NT>(dSs, dh + it.hs * DK * DV, DV, DK);
-    cp_rows<C, DV, LB, NT>(Vps, vnew + it.rv, rs, cr.len);
-    mma::cp_async_commit();
-    if (dout.t == KType::F32)
-      stage_split_rows<DV, LB>(dOs, dOl, static_cast<const float*>(dout.p) + it.rv, rs, cr.len);
-    else if (!dO16)
-      stage_split_rows<DV, LB>(dOs, dOl, static_cast<const __half*>(dout.p) + it.rv, rs, cr.len);
-    mma::cp_async_wait<2>();
-    __syncthreads();  // A
-    float aq[NB][4], ak[NB][4];
-    {  // dW = −dV'·S_nᵀ
-      float aw[NB][4];
-      zero(aw);
-      warp_mma<NB, false, false>(aw, dUs, LB, m0, Ss, LB, n0, 0, DV);
-      store_tile_bf16(dW + it.rv, HV * DK, aw, m0, n0, cr.len, -1.f);
+    float aw[NB][4], aq[NB][4], ak[NB][4], d[DNB][4], tc[2][4];
+    zero(aw), zero(aq), zero(ak), zero(d), zero(tc);
+    const int j0 = (C / NWC) * wc;  // D: warp tile rows 16wr..+15 x columns (C/NWC)·wc..
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      __syncthreads();  // region X free: the previous half's (or item's) reads are done
+      load_half(it, h);
+      mma::cp_async_wait<1>();
+      __syncthreads();  // S_n, dV', dO
+      warp_mma<NB, false, false>(aw, dUs, LH, m0, Ss, LH, n0, 0, VH);  // dW = −dV'·S_nᵀ
+      warp_mma<NB, false, false>(aq, dOs, LH, m0, Ss, LH, n0, 0, VH);  // dQ̂_s = dO·S_nᵀ (diag(γ) below)
+      mma::cp_async_wait<0>();
+      __syncthreads();  // dS^end, V'
+      if (dO16) warp_mma<DNB, false, false>(d, dOs, LH, m0, Vps, LH, j0, 0, VH);  // dO·V'ᵀ
+      else warp_mma_split<DNB, false, false, true, false>(d, dOs, dOl, LH, m0, Vps, nullptr, LH, j0, 0, VH);
+      warp_mma<NB, false, false>(ak, Vps, LH, m0, dSs, LH, n0, 0, VH);  // dK̂_s = V'·dS^endᵀ (diag(Γ/γ) below)
+      if (warp < DK / 16) trace_acc(tc, Ss, dSs, LH, 16 * warp, VH);    // Σ(S_n ⊙ dS^end), a 16-row block
     }
-    zero(aq);
-    warp_mma<NB, false, false>(aq, dOs, LB, m0, Ss, LB, n0, 0, DV);
-    mma::cp_async_wait<0>();
-    __syncthreads();  // B, K̂, Q̂
-    {  // D = tril(dO·V'ᵀ ⊙ e^{G_i−G_j}): warp tile rows 16wr..+15 x columns (C/NWC)·wc..
-      const int j0 = (C / NWC) * wc;
-      float d[DNB][4];
-      zero(d);
-      if (dO16) warp_mma<DNB, false, false>(d, dOs, LB, m0, Vps, LB, j0, 0, DV);
-      else warp_mma_split<DNB, false, false, true, false>(d, dOs, dOl, LB, m0, Vps, nullptr, LB, j0, 0, DV);
+    store_tile_bf16(dW + it.rv, HV * DK, aw, m0, n0, cr.len, -1.f);
+    __syncthreads();  // region X read
+    if constexpr (R16) {
+      cp_rows<C, DK, LB, NT>(k16, static_cast<const bf16*>(qk.k.p) + it.rkq, ks, cr.len);
+      cp_rows<C, DK, LB, NT>(q16, static_cast<const bf16*>(qk.q.p) + it.rkq, ks, cr.len);
+      mma::cp_async_commit();
+    }
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int i = m0 + g + 8 * hf;
-        const float qi = R16 ? qk.scale * rho_q(qpar)[i] : 1.f;  // R16: D' = diag(scale·ρ_q)·D·diag(ρ_k)
+    for (int hf = 0; hf < 2; ++hf) {  // D = tril(dO·V'ᵀ ⊙ e^{G_i−G_j}) → bf16
+      const int i = m0 + g + 8 * hf;
+      const float qi = R16 ? qk.scale * rho_q[i] : 1.f;  // R16: D' = diag(scale·ρ_q)·D·diag(ρ_k)
 #pragma unroll
-        for (int nb = 0; nb < DNB; ++nb) {
-          const int j = j0 + 8 * nb + 2 * t4;
-          float x[2];
+      for (int nb = 0; nb < DNB; ++nb) {
+        const int jj = j0 + 8 * nb + 2 * t4;
+        float x[2];
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float dd = R16 ? qi * d[nb][2 * hf + e] * rho_k(qpar)[j + e] : d[nb][2 * hf + e];
-            x[e] = (i >= j + e && i < cr.len) ? dd * expf(G[i] - G[j + e]) : 0.f;
-          }
-          st_bf16x2(Db + i * LC + j, x[0], x[1]);
+        for (int e = 0; e < 2; ++e) {
+          const float dd = R16 ? qi * d[nb][2 * hf + e] * rho_k[jj + e] : d[nb][2 * hf + e];
+          x[e] = (i >= jj + e && i < cr.len) ? dd * expf(G[i] - G[jj + e]) : 0.f;
         }
+        st_bf16x2(Db + i * LC + jj, x[0], x[1]);
       }
     }
-    zero(ak);
-    warp_mma<NB, false, false>(ak, Vps, LB, m0, dSs, LB, n0, 0, DV);
-    // this lane's share of Σ(S_n ⊙ dS^end)
-    const float local = warp < DK / 16 ? warp_trace(Ss, dSs, LB, 16 * warp, DV) : 0.f;
-    __syncthreads();  // regions A and B read; D complete
-    if (more) load_a(next, Gb + (par ^ 1) * C);
-    mma::cp_async_commit();
-    if constexpr (!R16) {
-      split_tile<DK, LB>(Kh, Kl, Kf);
-      split_tile<DK, LB>(Qh, Ql, Qf);
-      __syncthreads();  // the hi/lo tiles; K̂, Q̂ fp32 read
+    const float local = trace_share(tc);  // this lane's share of Σ(S_n ⊙ dS^end)
+    if constexpr (R16) {
+      mma::cp_async_wait<0>();
+    } else {
+      stage_split_rows<DK, LB>(Kh, Kl, static_cast<const float*>(qk.k.p) + it.rkq, ks, cr.len);
+      stage_split_rows<DK, LB>(Qh, Ql, static_cast<const float*>(qk.q.p) + it.rkq, ks, cr.len);
     }
-    if (more && last) load_kq(next, qpar ^ 1);
-    mma::cp_async_commit();
+    __syncthreads();  // D, K̂, Q̂
     const float Gl = G[cr.len - 1];
     // R16: q, k as loaded (exact in bf16) with D' (see D): dQ̂ is kept as diag(scale·ρ_q)·dQ̂ and dK̂ as
     // diag(ρ_k)·dK̂ until the store, so that D'·k and D'ᵀ·q add to them and the row dots with q, k are the
     // same sums (no hi + lo tiles, one product each).
-    const bf16 *Kr = R16 ? k16(qpar) : Kh, *Qr = R16 ? q16(qpar) : Qh;
+    const bf16 *Kr = R16 ? k16 : Kh, *Qr = R16 ? q16 : Qh;
     float kpart = 0.f;  // Σ(dK̂_s ⊙ K̂) over this thread's elements
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int i = m0 + g + 8 * hf;
       float eq = expf(G[i]), ek = i < cr.len ? expf(Gl - G[i]) : 0.f;
-      if (R16) eq *= qk.scale * rho_q(qpar)[i], ek *= rho_k(qpar)[i];
+      if (R16) eq *= qk.scale * rho_q[i], ek *= rho_k[i];
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
         const int o = i * LB + n0 + 8 * nb + 2 * t4;
@@ -343,20 +313,20 @@ __global__ void __launch_bounds__(NT, 1)
       if (i < cr.len) {
         const int64_t o = it.rv + i * rs;
         // rows < len have ρ > 0
-        const float uq = R16 ? 1.f / (qk.scale * rho_q(qpar)[i]) : 1.f, uk = R16 ? 1.f / rho_k(qpar)[i] : 1.f;
+        const float uq = R16 ? 1.f / (qk.scale * rho_q[i]) : 1.f, uk = R16 ? 1.f / rho_k[i] : 1.f;
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb) {
-          const int d = n0 + 8 * nb + 2 * t4;
+          const int dd = n0 + 8 * nb + 2 * t4;
           const float2 q = make_float2(aq[nb][2 * hf], aq[nb][2 * hf + 1]);
           const float2 k = make_float2(ak[nb][2 * hf], ak[nb][2 * hf + 1]);
-          if (!fuse) st_bf16x2(dqh + o + d, uq * q.x, uq * q.y);
-          st_bf16x2(dkh + o + d, uk * k.x, uk * k.y);
+          if (!fuse) st_bf16x2(dqh + o + dd, uq * q.x, uq * q.y);
+          st_bf16x2(dkh + o + dd, uk * k.x, uk * k.y);
           const float2 qv =
-                           R16 ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Qr + i * LB + d))
-                               : ld_split(Qh, Ql, i * LB + d),
+                           R16 ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Qr + i * LB + dd))
+                               : ld_split(Qh, Ql, i * LB + dd),
                        kv =
-                           R16 ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Kr + i * LB + d))
-                               : ld_split(Kh, Kl, i * LB + d);
+                           R16 ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Kr + i * LB + dd))
+                               : ld_split(Kh, Kl, i * LB + dd);
           sq += q.x * qv.x + q.y * qv.y;
           sk += k.x * kv.x + k.y * kv.y;
         }
@@ -395,23 +365,24 @@ __global__ void __launch_bounds__(NT, 1)
       dg[(cr.t0 + tid) * HV + it.h] = sq - sk + (tid == cr.len - 1 ? total : 0.f);
       if (fuse) sqg[tid] = (j > 0 ? sqg[tid] : 0.f) + sq;
     }
-    __syncthreads();  // the item's shared memory reads are done
+    __syncthreads();  // sqg complete; red, rq, rk read
     if (fuse && last) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = m0 + g + 8 * hf;
         if (i >= cr.len) continue;
-        const float rho = rho_q(qpar)[i], c = rho * rho * sqg[i];
+        const float rho = rho_q[i], c = rho * rho * sqg[i];
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb) {
-          const int d = n0 + 8 * nb + 2 * t4;
-          const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Qr + i * LB + d));
-          st_pair<true>(dq, it.rkq + i * ks + d, aq[nb][2 * hf] - c * qv.x, aq[nb][2 * hf + 1] - c * qv.y);
+          const int dd = n0 + 8 * nb + 2 * t4;
+          const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Qr + i * LB + dd));
+          st_pair<true>(dq, it.rkq + i * ks + dd, aq[nb][2 * hf] - c * qv.x, aq[nb][2 * hf + 1] - c * qv.y);
         }
       }
     }
-    it = next, grp = ngrp, j = nj;
-    if (last) qpar ^= 1;
+    if (last) grp += static_cast<int>(gridDim.x), j = 0;
+    else ++j;
+    if (grp < ngroups) it = grad_item<DK, DV>(grp * r + j, chunks, HK, HV);
   }
 }
 

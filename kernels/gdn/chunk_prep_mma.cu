@@ -37,9 +37,11 @@
 // T·diag(βγρ_k)·k from two (T' hi, lo). The scan's K̂, Q̂ images are formed from the tiles with the L2 norm's
 // arithmetic (bit-identical). Measured at 8K (H100, both preps): 0.665 -> 0.529 ms. Emulator nmse vs the FMA
 // kernel: W ≤ 1.4e-10, M ≤ 6e-14 (was 3e-6: Q̂ no longer rounded to bf16), Tout ≤ 6e-11. ptxas (sm_90a, -O3):
-// 128 registers/thread (the cap for 2 blocks/SM), no spills (RAW: 126). Shared memory 107,776 B/block (K̂ hi,
-// K̂ lo, Q̂, V bf16 [64][136]; A, T fp32 [64][72]; G, β, βγ, ρ_k): 2 blocks/SM. RAW has no K̂ lo tile: 90,368 B
-// (session 21; within the portable 99 KiB), its state S of the V' and half-states passes over K̂ + Q̂ or Q̂ + A.
+// 128 registers/thread (the cap for 2 blocks/SM), no spills (RAW: 126). Shared memory 90,368 B/block (three bf16
+// [64][136] tiles, A and T fp32 [64][72]; G, β, βγ, ρ_k, ρ_q), within the portable 99 KiB: RAW has no K̂ lo tile
+// (session 21: K̂ hi, Q̂, V; its state S of the V' and half-states passes over K̂ + Q̂ or Q̂ + A), the split kernel
+// for fp32 inputs stages V into the A tile after step 3 (session 22: K̂ hi, K̂ lo, Q̂; was 107,776 B with V loaded
+// in step 0).
 // Measured (H100, T = 8192, HK 16, HV 32, session 6): 0.40-0.44 ms per call; ncu's stall samples by phase: staging
 // ~34% (mostly waiting for the q/k/v loads), gram 11%, epilogues + diagonal solve 13%, off-diagonal T 19% (before its
 // float4 operand reads: 22%, 43M instructions -> 30M), products and stores 16%, the backward's V' 7%. Running the
@@ -77,10 +79,11 @@ static_assert(LA == gdn_prep::kLA, "the solve (prep_solve.cuh) reads A and T wit
 
 // LEAN: the backward's prep of the half-states keep without its odd-state work (gdn_odd_states_kernel does
 // that): only the k and q tiles, T and the row vectors. RAW (bf16 inputs): no K̂ lo tile (the products of the
-// bf16 inputs are exact), 90,368 B: within the 99 KiB of sm_86/89/120 (the split kernel takes 107,776).
-template <bool LEAN = false, bool RAW = false>
+// bf16 inputs are exact); the split kernel (fp32 inputs) has one but stages V into the A tile after the solve:
+// both 90,368 B, within the 99 KiB of sm_86/89/120.
+template <bool LEAN = false>
 constexpr size_t prep_mma_smem() {
-  return sizeof(bf16) * (LEAN ? 2 : RAW ? 3 : 4) * size_t(C) * LK +
+  return sizeof(bf16) * (LEAN ? 2 : 3) * size_t(C) * LK +
          sizeof(float) * ((LEAN ? 1 : 2) * size_t(C) * LA + 5 * size_t(C));
 }
 // The odd-state kernel: k, V' (64 rows each), S (128 rows), G and ρ_k.
@@ -381,13 +384,14 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   // LEAN has no K̂ lo, V and A tiles (Kl, Vs and Af point at others and are never read there). RAW has no K̂ lo
   // tile (Kl points at Q̂, never read as K̂ lo) and A follows Q̂: the 128-row state S of the half-states and V'
-  // passes goes over K̂ + Q̂ (V' pass, −W in the dead A tile) or Q̂ + A (half states, after step 3).
+  // passes goes over K̂ + Q̂ (V' pass, −W in the dead A tile) or Q̂ + A (half states, after step 3). The split
+  // kernel (KLO) has the K̂ lo tile and V goes into the A tile once step 3 is done (within 99 KiB).
   constexpr bool KLO = !RAW;  // a K̂ lo tile
   bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);                             // [C][LK] K̂ hi
   bf16* Qs = Kh + (KLO ? 2 : 1) * C * LK;                                   // [C][LK] Q̂
   bf16* Kl = KLO ? Kh + C * LK : Qs;                                        // [C][LK] K̂ lo
-  float* Af = reinterpret_cast<float*>(Qs + (KLO ? 2 : 1) * C * LK);        // [C][LA] A (strictly lower, fp32)
-  bf16* Vs = KLO ? Qs + C * LK : reinterpret_cast<bf16*>(LEAN ? Af : Af + C * LA);  // [C][LK] V
+  float* Af = reinterpret_cast<float*>(Qs + C * LK);                        // [C][LA] A (strictly lower, fp32)
+  bf16* Vs = reinterpret_cast<bf16*>(KLO || LEAN ? Af : Af + C * LA);        // [C][LK] V
   float* Tf = LEAN ? Af : KLO ? Af + C * LA : reinterpret_cast<float*>(Vs + C * LK);  // [C][LA] T; its upper
                                                                                        // blocks hold step 3's P_rk
   float* Gs = Tf + C * LA;                            // [C] g, then G
@@ -450,11 +454,9 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
     }
   } else {
     const int64_t qkb = (t0 * HK + hk) * PD;
-    const int64_t ks = HK * PD, vs = HV * PD, vbase = (t0 * HV + h) * PD;
+    const int64_t ks = HK * PD;
     constexpr int F4 = C * PD / 4 / NT;  // float4 per thread per F32 tile (8)
     float4 kr[F4], qr[F4];
-    uint4 vr[F4 / 2];
-    const bool vbf = v.t == KType::BF16;
 #pragma unroll
     for (int i = 0; i < F4; ++i) {
       const int idx = tid + NT * i, r = idx / (PD / 4), c = (idx % (PD / 4)) * 4;
@@ -462,14 +464,6 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
       if (r < len) {
         kr[i] = l2_row_load4(k, qkb + r * ks + c);
         qr[i] = l2_row_load4(q, qkb + r * ks + c);
-      }
-    }
-    if (vbf) {
-      const bf16* vb = static_cast<const bf16*>(v.p) + vbase;
-#pragma unroll
-      for (int i = 0; i < F4 / 2; ++i) {
-        const int idx = tid + NT * i, r = idx / (PD / 8), c = (idx % (PD / 8)) * 8;
-        vr[i] = r < len ? *reinterpret_cast<const uint4*>(vb + r * vs + c) : make_uint4(0u, 0u, 0u, 0u);
       }
     }
     if (tid < C) {
@@ -496,23 +490,6 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
       }
       st_split4<true>(Kh + r * LK + c, Kl + r * LK + c, kr[i]);
       st_split4<false>(Qs + r * LK + c, nullptr, qr[i]);
-    }
-    if (vbf) {
-#pragma unroll
-      for (int i = 0; i < F4 / 2; ++i) {
-        const int idx = tid + NT * i, r = idx / (PD / 8), c = (idx % (PD / 8)) * 8;
-        *reinterpret_cast<uint4*>(Vs + r * LK + c) = vr[i];
-      }
-    } else {  // F32 / F16 values: rounded to bf16 (U's extra error ~1e-6 nmse)
-      for (int idx = tid; idx < C * PD / 4; idx += NT) {
-        const int r = idx / (PD / 4), c = (idx % (PD / 4)) * 4;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < len) {
-          const int64_t o = vbase + r * vs + c;
-          x = make_float4(ld(v, o), ld(v, o + 1), ld(v, o + 2), ld(v, o + 3));
-        }
-        st_split4<false>(Vs + r * LK + c, nullptr, x);
-      }
     }
   }
   __syncthreads();
@@ -622,6 +599,25 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
       if (warp + d < 4) off_diagonal_t(Af, Tf, warp, warp + d, len);
       __syncthreads();
     }
+  }
+  if constexpr (KLO) {  // V into the A tile, whose last readers were step 3's (or step 2's barrier with kept T)
+    const int64_t vs = HV * PD, vbase = (t0 * HV + h) * PD;
+    if (v.t == KType::BF16) {
+      cp_rows<C, PD, LK, NT>(Vs, static_cast<const bf16*>(v.p) + vbase, vs, len);
+      mma::cp_async_commit();
+      mma::cp_async_wait<0>();
+    } else {  // F32 / F16 values: rounded to bf16 (U's extra error ~1e-6 nmse)
+      for (int idx = tid; idx < C * PD / 4; idx += NT) {
+        const int r = idx / (PD / 4), c = (idx % (PD / 4)) * 4;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < len) {
+          const int64_t o = vbase + r * vs + c;
+          x = make_float4(ld(v, o), ld(v, o + 1), ld(v, o + 2), ld(v, o + 3));
+        }
+        st_split4<false>(Vs + r * LK + c, nullptr, x);
+      }
+    }
+    __syncthreads();
   }
 
   // ---- 4. the scan's bf16 K̂, Q̂; Tout, W = T·diag(βγ)·K̂, U = T·diag(β)·V ----
@@ -745,7 +741,7 @@ size_t gdn_chunk_prep_mma_smem(int dk, int dv) {
   return gdn_chunk_mma_supported(dk, dv) ? prep_mma_smem() : 0;
 }
 size_t gdn_chunk_prep_mma_raw_smem() {
-  return prep_mma_smem<false, true>();
+  return prep_mma_smem();
 }
 size_t gdn_lean_prep_mma_smem() {
   return prep_mma_smem<true>();
@@ -794,7 +790,7 @@ cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, flo
   const auto kernel = lean  ? gdn_chunk_prep_mma_kernel<true, true>
                       : raw ? gdn_chunk_prep_mma_kernel<true>
                             : gdn_chunk_prep_mma_kernel<false>;
-  const size_t smem_k = lean ? prep_mma_smem<true>() : raw ? prep_mma_smem<false, true>() : smem;
+  const size_t smem_k = lean ? prep_mma_smem<true>() : smem;
   auto odd_states = [&] {  // after the lean prep: on wgmma with TMA copies where it applies
     if (nchunks < 2) return cudaSuccess;
     const cudaError_t o =

@@ -438,6 +438,10 @@ size_t gdn_chunk_mma_smem_needed(const KernelPolicy& pol) {
   return std::max(m, gdn_chunk_scan_mma_smem_max(pol));
 }
 
+bool gdn_chunk_mma_fits(const KernelPolicy& pol, int dk, int dv) {
+  return gdn_chunk_mma_supported(dk, dv) && gdn_chunk_mma_smem_needed(pol) <= pol.smem_optin;
+}
+
 bool gdn_scan_wgmma_selected(const KernelPolicy& pol, int64_t /*pairs*/, int dv, bool with_o) {
   return pol.hopper() && with_o && gdn_chunk_mma_supported(128, dv);
 }

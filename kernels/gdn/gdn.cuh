@@ -49,7 +49,9 @@ constexpr int kGdnCkpt = 64;
 constexpr int kGdnCols = 32;
 constexpr int kGdnSub = 8;
 int64_t gdn_core_bwd_ckpt_floats(const int32_t* host_cu_seqlens, int nseq, int64_t HV, int dk, int dv);
-// Dynamic shared memory the kernels need, to check against the device limit before launching.
+// Dynamic shared memory the kernels need, to check against the device limit before launching. The per-token
+// kernels are the last fallback (gdn_chunk_mma_fits): head dims neither the tensor-core nor the FMA chunk
+// kernels take on the device.
 size_t gdn_core_fwd_smem(int dk, int dv);
 size_t gdn_core_bwd_smem(int dk, int dv);
 
@@ -75,8 +77,9 @@ size_t gdn_chunk_scan_smem(int dk, int dv);
 // U (T, HV, dv), M (nchunks, HV, 64, 64), Gc (T, HV); states (nchunks, HV, dk, dv) (=) the state at each
 // chunk's start when not null. o (T, HV, dv) (=) unless o.p is null. For the backward's recompute:
 // Tout (nchunks, HV, 64, 64) (=) T = (I + A)^{-1} and vnew (T, HV, dv) (=) V' when not null.
-// fp32 FMA kernels (any head dims); the tensor-core path runs launch_gdn_chunk_prep_mma and
-// launch_gdn_chunk_scan_mma instead.
+// fp32 FMA kernels (any head dims): the fallback for head dims the tensor-core kernels do not take (dk = dv =
+// 128 always runs launch_gdn_chunk_prep_mma and launch_gdn_chunk_scan_mma, gdn_chunk_mma_fits; at 128 these
+// tiles would not fit 99 KiB: prep 99,840, scan 140,800 B).
 cudaError_t launch_gdn_chunk_fwd(const KernelPolicy& pol, const float* qn, const float* kn, KIn v,
                                  const float* g, KIn beta, const int32_t* chunks, int nchunks,
                                  const int32_t* chunk_off, int nseq, KOut o, float* W, float* U, float* M,
@@ -88,6 +91,7 @@ cudaError_t launch_gdn_chunk_fwd(const KernelPolicy& pol, const float* qn, const
 // dout (T, HV, dv) and its scratch (W, M, Gc, T, states, V'). Scratch: dh (nchunks, HV, dk, dv),
 // dvn (T, HV, dv), gsum (nchunks, HV). W is overwritten with dW. Outputs: dqh, dkh F32 (T, HV, dk) (=)
 // per value head w.r.t. the normalised (q: scaled) inputs; dv (T, HV, dv) (=); dg, dbeta F32 (T, HV) (=).
+// fp32 FMA kernels: the fallback for head dims the tensor-core backward does not take (as the forward's).
 size_t gdn_chunk_bwd_smem(int dk, int dv);
 cudaError_t launch_gdn_chunk_bwd(const KernelPolicy& pol, KIn dout, const float* qn, const float* kn, KIn v,
                                  KIn beta, const int32_t* chunks, int nchunks, const int32_t* chunk_off,
@@ -385,9 +389,16 @@ size_t gdn_chunk_scan_mma_smem(int bv, bool pf, bool with_o, bool b16);
 // The most of it any forward scan variant launch_gdn_chunk_scan_mma may pick under `pol` asks for: under the
 // portable policy only BV 16/32 without prefetch.
 size_t gdn_chunk_scan_mma_smem_max(const KernelPolicy& pol);
-// The most shared memory per block any kernel of the tensor-core path may ask for at dk = dv = 128: the path
-// runs only on a device that gives that much (else the FMA chunk kernels, else the per-token ones).
+// The most shared memory per block any kernel of the tensor-core path may ask for at dk = dv = 128 under
+// `pol`: at most 99 KiB under the portable policy, so every supported GPU runs the chunked tensor-core path.
 size_t gdn_chunk_mma_smem_needed(const KernelPolicy& pol);
+// Whether the GDN core runs the chunked tensor-core kernels for these head dims under `pol`: dk = dv = 128
+// (every Qwen3.5 model) and a device whose opt-in shared memory per block takes all of their tiles. The
+// fallbacks, for other head dims only: the fp32 FMA chunk kernels (chunk_fwd.cu, chunk_bwd.cu) where their
+// tiles fit the device (gdn_chunk_prep_smem, gdn_chunk_scan_smem, gdn_chunk_bwd_smem; at 99 KiB and dk = dv =
+// 64 the forward's fit, the backward's WY tile does not), else the per-token kernels (core_fwd.cu,
+// core_bwd.cu).
+bool gdn_chunk_mma_fits(const KernelPolicy& pol, int dk, int dv);
 size_t gdn_chunk_grad_mma_smem(bool raw);
 size_t gdn_wy_grad_mma_smem();
 size_t gdn_lean_prep_mma_smem();

@@ -172,53 +172,83 @@ TEST(KernelPolicy, PortableAttentionKernelsFitNinetyNineKiB) {
   expect_within_99_kib(ks);
 }
 
-// The GDN tensor-core kernels that fit already: the forward scan variants the portable policy picks (BV 16/32
-// without prefetch, each printed, and the largest any of them may ask for), the reverse scan at every column
-// tile with the portable policy's one set of chunk operands, the forward prep for bf16 q, k, v (the model's
-// path; no K̂ lo tile), the WY backward, the backward's lean prep and the odd-states kernel.
-TEST(KernelPolicy, PortableGdnScanWyLeanPrepFitNinetyNineKiB) {
+// Every GDN kernel the portable policy may launch for the model's head dims (dk = dv = 128): the forward prep
+// (bf16 inputs, and fp32 inputs with the K̂ lo tile), the forward scan variants it picks (BV 16/32 without
+// prefetch, each printed, and the largest any of them may ask for), the reverse scan at every column tile with
+// its one set of chunk operands, the state/intra backward (two value-column halves), the WY backward, the
+// backward's lean prep and the odd-states kernel, and the per-token kernels (the last fallback). The fp32 FMA
+// chunk kernels are left out: they run only for other head dims (gdn_chunk_mma_fits), where the dispatch
+// checks their tiles against the device.
+TEST(KernelPolicy, PortableGdnKernelsFitNinetyNineKiB) {
   const KernelPolicy portable;  // KernelPath::Portable
   std::vector<SmemOf> ks;
   ks.push_back({"gdn prep mma, bf16 inputs", kernels::gdn_chunk_prep_mma_raw_smem()});
-  ASSERT_TRUE(kernels::gdn_dscan_mma_one_set(portable));
-  for (int bv : {16, 32, 64})
-    ks.push_back({"gdn dscan mma bv " + std::to_string(bv) + " one set",
-                  kernels::gdn_chunk_dscan_mma_smem(128, 128, bv, true)});
-  ks.push_back({"gdn wy grad mma", kernels::gdn_wy_grad_mma_smem()});
-  ks.push_back({"gdn lean prep mma", kernels::gdn_lean_prep_mma_smem()});
-  ks.push_back({"gdn odd states mma", kernels::gdn_odd_states_mma_smem()});
+  ks.push_back({"gdn prep mma, fp32 inputs (K-hat lo)", kernels::gdn_chunk_prep_mma_smem(128, 128)});
   for (int bv : {16, 32})
     for (bool o : {false, true})
       for (bool b16 : {false, true})
         ks.push_back({"gdn scan mma bv " + std::to_string(bv) + (o ? " o" : "") + (b16 ? " b16" : ""),
                       kernels::gdn_chunk_scan_mma_smem(bv, false, o, b16)});
   ks.push_back({"gdn scan mma, portable policy's largest", kernels::gdn_chunk_scan_mma_smem_max(portable)});
+  ASSERT_TRUE(kernels::gdn_dscan_mma_one_set(portable));
+  for (int bv : {16, 32, 64})
+    ks.push_back({"gdn dscan mma bv " + std::to_string(bv) + " one set",
+                  kernels::gdn_chunk_dscan_mma_smem(128, 128, bv, true)});
+  ks.push_back({"gdn state/intra mma, bf16 q, k", kernels::gdn_chunk_grad_mma_smem(true)});
+  ks.push_back({"gdn state/intra mma, fp32 q, k", kernels::gdn_chunk_grad_mma_smem(false)});
+  ks.push_back({"gdn wy grad mma", kernels::gdn_wy_grad_mma_smem()});
+  ks.push_back({"gdn lean prep mma", kernels::gdn_lean_prep_mma_smem()});
+  ks.push_back({"gdn odd states mma", kernels::gdn_odd_states_mma_smem()});
+  ks.push_back({"gdn core fwd (per token)", kernels::gdn_core_fwd_smem(128, 128)});
+  ks.push_back({"gdn core bwd (per token)", kernels::gdn_core_bwd_smem(128, 128)});
+  ks.push_back({"gdn tensor-core path, the most of any", kernels::gdn_chunk_mma_smem_needed(portable)});
   expect_within_99_kib(ks);
 }
 
-// Every GDN kernel. Not met yet (issue 28): the state/intra kernel, the forward prep for fp32 inputs (its K̂ lo
-// tile) and the FMA chunk scan and backward need smaller tiles for it; until then such a GPU runs the GDN core
-// on the per-token kernels (cuda_ops_seq.cpp, gdn_mma_path). Disabled so the suite stays green;
-// --gtest_also_run_disabled_tests prints every kernel against the limit.
-TEST(KernelPolicy, DISABLED_PortableGdnKernelsFitNinetyNineKiB) {
-  const KernelPolicy portable;  // KernelPath::Portable
-  std::vector<SmemOf> ks;
-  ks.push_back({"gdn prep mma, fp32 inputs (hi + lo split)", kernels::gdn_chunk_prep_mma_smem(128, 128)});
-  ks.push_back({"gdn lean prep mma", kernels::gdn_lean_prep_mma_smem()});
-  ks.push_back({"gdn odd states mma", kernels::gdn_odd_states_mma_smem()});
-  ks.push_back({"gdn scan mma, portable policy's largest", kernels::gdn_chunk_scan_mma_smem_max(portable)});
-  for (int bv : {16, 32, 64})
-    ks.push_back({"gdn dscan mma bv " + std::to_string(bv),
-                  kernels::gdn_chunk_dscan_mma_smem(128, 128, bv, kernels::gdn_dscan_mma_one_set(portable))});
-  ks.push_back({"gdn grad mma raw", kernels::gdn_chunk_grad_mma_smem(true)});
-  ks.push_back({"gdn grad mma", kernels::gdn_chunk_grad_mma_smem(false)});
-  ks.push_back({"gdn wy grad mma", kernels::gdn_wy_grad_mma_smem()});
-  ks.push_back({"gdn chunk prep fma", kernels::gdn_chunk_prep_smem(128, 128)});
-  ks.push_back({"gdn chunk scan fma", kernels::gdn_chunk_scan_smem(128, 128)});
-  ks.push_back({"gdn chunk bwd fma", kernels::gdn_chunk_bwd_smem(128, 128)});
-  ks.push_back({"gdn core fwd (per token)", kernels::gdn_core_fwd_smem(128, 128)});
-  ks.push_back({"gdn core bwd (per token)", kernels::gdn_core_bwd_smem(128, 128)});
-  expect_within_99_kib(ks);
+// A device with 99 KiB per block (an RTX 4090's limit, simulated by narrowing the H200's) runs the chunked
+// tensor-core GDN path: the dispatch picks it, every launch stays within 99 KiB (a kernel asking for more is
+// refused: set_launch_smem), and forward and backward give the same bits as the portable policy with the
+// device's own limit.
+TEST(KernelPolicy, NinetyNineKiBDeviceRunsChunkedGdn) {
+  KernelPolicy ada{kernels::KernelPath::Portable, 8, 9, 1 << 20, kPortableSmemPerBlock};
+  EXPECT_TRUE(kernels::gdn_chunk_mma_fits(ada, 128, 128));
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  cuda::CudaBackend small(0, DType::BF16, ada), full(0, DType::BF16, "portable");
+  ASSERT_EQ(small.kernel_policy().smem_optin, kPortableSmemPerBlock);
+  Env e;
+  const int64_t T = 200, HK = 2, HV = 4, D = 128;
+  const Tensor hq = e.host_rand({T, HK, D}, DType::BF16, -1, 1), hk = e.host_rand({T, HK, D}, DType::BF16, -1, 1);
+  const Tensor hv = e.host_rand({T, HV, D}, DType::BF16, -1, 1), hg = e.host_rand({T, HV}, DType::F32, -1, 0);
+  const Tensor hb = e.host_rand({T, HV}, DType::BF16, 0.1f, 1), hd = e.host_rand({T, HV, D}, DType::BF16, -1, 1);
+  std::vector<std::vector<float>> out[2];
+  int i = 0;
+  for (cuda::CudaBackend* be : {&small, &full}) {
+    Tensor q = be->upload(hq, DType::BF16), k = be->upload(hk, DType::BF16), v = be->upload(hv, DType::BF16);
+    Tensor g = be->upload(hg, DType::F32), beta = be->upload(hb, DType::BF16), dout = be->upload(hd, DType::BF16);
+    Tensor o = be->alloc({T, HV, D}, DType::BF16), dq = be->alloc({T, HK, D}, DType::BF16),
+           dk = be->alloc({T, HK, D}, DType::BF16), dv = be->alloc({T, HV, D}, DType::BF16),
+           dg = be->alloc({T, HV}, DType::F32), db = be->alloc({T, HV}, DType::BF16);
+    const SeqLayout seq = e.layout(*be, {0, 77, int32_t(T)});
+    const char* which = i ? "device limit" : "99 KiB";
+    ASSERT_NO_THROW(be->gdn_fwd(q, k, v, g, beta, seq, 0.088f, o)) << which;
+    ASSERT_NO_THROW(be->gdn_bwd(dout, q, k, v, g, beta, seq, 0.088f, dq, dk, dv, dg, db)) << which;
+    auto keep = [&] {  // the model's pair: the forward keeps the chunk-start states (half of them, and V')
+      auto saved = be->gdn_fwd_keep(q, k, v, g, beta, seq, 0.088f, o, Backend::GdnKeep::States);
+      be->gdn_bwd_saved(saved.get(), dout, q, k, v, g, beta, seq, 0.088f, dq, dk, dv, dg, db);
+    };
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) ASSERT_NO_THROW(keep()) << which << ", keep states";
+      for (const Tensor* t : {&o, &dq, &dk, &dv, &dg, &db}) {
+        const Tensor h = be->download(*t, DType::F32);
+        out[i].emplace_back(h.ptr<float>(), h.ptr<float>() + h.numel());
+      }
+    }
+    ++i;
+  }
+  const char* names[] = {"o", "dq", "dk", "dv", "dg", "dbeta", "o (keep)", "dq (keep)", "dk (keep)",
+                         "dv (keep)", "dg (keep)", "dbeta (keep)"};
+  for (size_t j = 0; j < out[0].size(); ++j)
+    EXPECT_EQ(out[0][j], out[1][j]) << names[j] << ": the 99 KiB device ran other kernels";
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ void prep_mma(const Shape& s, const float* q, const float* k, float scale, const
   // Half states as the launcher runs them: the lean prep, then the odd-state kernel (DT_GDN_PREP_FUSED_ODD=1:
   // the full prep forming them itself).
   const bool lean = odd && raw && Gc && !std::getenv("DT_GDN_PREP_FUSED_ODD");
-  const size_t smem = lean ? prep_mma_smem<true>() : raw ? prep_mma_smem<false, true>() : prep_mma_smem();
+  const size_t smem = lean ? prep_mma_smem<true>() : prep_mma_smem();
   emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, smem, [&] {
     (lean ? gdn_chunk_prep_mma_kernel<true, true>
      : raw ? gdn_chunk_prep_mma_kernel<true>

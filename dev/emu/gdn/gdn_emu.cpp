@@ -30,6 +30,17 @@
 using namespace deltatune::kernels;
 using F = std::vector<float>;
 
+// FNV-1a of the values' bits: equal hashes across two builds of a kernel mean bit-identical outputs.
+static unsigned long long bits_hash(const F& x) {
+  unsigned long long h = 1469598103934665603ull;
+  for (float f : x) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    for (int b = 0; b < 4; ++b) h = (h ^ ((u >> (8 * b)) & 0xff)) * 1099511628211ull;
+  }
+  return h;
+}
+
 static double nmse(const F& got, const F& ref, int* nonfinite) {
   double num = 0, den = 0;
   *nonfinite = 0;
@@ -188,7 +199,8 @@ static int prep_mma_check() {
         int bad = 0;
         const double e = nmse(a, b, &bad);
         const bool fail = !(e <= tol) || bad;
-        std::printf("  %-6s nmse %.3e nonfinite %d%s\n", name, e, bad, fail ? "  FAIL" : "");
+        std::printf("  %-6s nmse %.3e nonfinite %d bits %016llx%s\n", name, e, bad, bits_hash(a),
+                    fail ? "  FAIL" : "");
         fails += fail;
       };
       cmp("W", got.W, ref.W, 2e-5);
@@ -714,7 +726,8 @@ static int compare(const char* tag, const In& in) {
     int bad = 0;
     const double e = nmse(a, b, &bad);
     const bool fail = !(e <= 2e-5) || bad;
-    std::printf("%s%-28s nmse %.3e nonfinite %d%s\n", tag, name, e, bad, fail ? "  FAIL" : "");
+    std::printf("%s%-28s nmse %.3e nonfinite %d bits %016llx%s\n", tag, name, e, bad, bits_hash(a),
+                fail ? "  FAIL" : "");
     fails += fail;
   };
   cmp("state_grad dW", got.dW_sg, ref.dW_sg);
@@ -758,7 +771,8 @@ static int fused_dq_check(const char* tag, const In& in) {
   int bad = 0;
   const double e = nmse(dq, want, &bad);
   const bool fail = !(e <= 2e-5) || bad;
-  std::printf("%s%-28s nmse %.3e nonfinite %d%s\n", tag, "intra fused dq", e, bad, fail ? "  FAIL" : "");
+  std::printf("%s%-28s nmse %.3e nonfinite %d bits %016llx%s\n", tag, "intra fused dq", e, bad, bits_hash(dq),
+              fail ? "  FAIL" : "");
   return fail;
 }
 // One sequence of 200 tokens (3 full chunks + 8), HK 2, HV 4, g in [-3, 0], β in [0.05, 1], and dO in fp32

@@ -79,12 +79,10 @@ bool attention_mma_ok(std::initializer_list<const Tensor*> ins, int hd) {
 // fp32 state, fp32 operands split into bf16 hi + lo where a product feeds a cancelling sum (dg, T, W).
 // Measured on an H200 (backend_ops gdn cases) before the splits: dg at nmse 5.3-6.0e-4 vs the fp32 reference;
 // with them see the backend_ops log. The fp32 FMA chunk kernels are the fallback for other head dims.
-// The tensor-core chunk kernels run these head dims (bf16 scratch, L2 norm in the prep, the States keep), on
-// a device whose shared memory per block takes all of their tiles. The fallbacks, in order: the fp32 FMA
-// chunk kernels (other head dims, or less shared memory), then the per-token kernels (less still).
-bool gdn_mma_path(int dk, int dv, const kernels::KernelPolicy& pol) {
-  return kernels::gdn_chunk_mma_supported(dk, dv) && kernels::gdn_chunk_mma_smem_needed(pol) <= pol.smem_optin;
-}
+// The tensor-core chunk kernels run these head dims (bf16 scratch, L2 norm in the prep, the States keep) on
+// every supported device (kernels::gdn_chunk_mma_fits). The fallbacks, for other head dims: the fp32 FMA
+// chunk kernels where their tiles fit the device, else the per-token kernels.
+bool gdn_mma_path(int dk, int dv, const kernels::KernelPolicy& pol) { return kernels::gdn_chunk_mma_fits(pol, dk, dv); }
 // The fp32 FMA chunk forward's prep and scan tiles fit the device.
 bool gdn_chunk_fma_fwd_fits(const GdnDims& d, const kernels::KernelPolicy& pol) {
   return std::max(kernels::gdn_chunk_prep_smem(d.dk, d.dv), kernels::gdn_chunk_scan_smem(d.dk, d.dv)) <=
