@@ -1,5 +1,5 @@
 // Causal attention backward for packed variable-length sequences with GQA, fp32 FMA (the first version; the
-// fallback for non-BF16 inputs or other head dims, and DT_ATTN_FMA=1).
+// fallback for non-BF16 inputs, other head dims, or tiles the device cannot take).
 // With s_ij = scale·q_i·k_j (j ≤ i, same sequence), p_ij = exp(s_ij − lse_i), D_i = Σ_d do_i·o_i:
 //   dv_j (=) Σ_i p_ij·do_i                        dp_ij = do_i·v_j
 //   ds_ij = p_ij·(dp_ij − D_i)

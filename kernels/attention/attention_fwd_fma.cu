@@ -1,5 +1,5 @@
 // Causal attention forward for packed variable-length sequences with GQA, fp32 FMA (the first version; the
-// fallback for non-BF16 inputs or other head dims, and DT_ATTN_FMA=1):
+// fallback for non-BF16 inputs, other head dims, or tiles the device cannot take):
 //   s_ij = scale·q_i·k_j for keys j ≤ i of the same sequence;  o_i (=) Σ_j softmax_j(s_i)·v_j;
 //   lse_i (=) log Σ_j exp(s_ij)  (F32, the scaled scores)
 // Query head h reads kv head h / (nH/nKV). The T×T score matrix is never stored: each block owns 16 query

@@ -28,7 +28,8 @@
 // Half states (session 16): the backward's prep runs LEAN (k, q, T tiles only: 54.5 KiB, 64 registers, four
 // blocks per SM) and gdn_odd_states_kernel forms the odd chunks' states. H200, 8K (2 x 4096, HK 16, HV 32):
 // lean prep 0.125 (three blocks; 0.117 at four) + odd states 0.090 ms against 0.225 for the full-size prep
-// doing both (kernel sums 1.540 / 1.541 vs 1.550 / 1.554 at three blocks); 82 x 100 tokens 1.926 vs 1.943.
+// doing both (kernel sums 1.540 / 1.541 vs 1.550 / 1.554 at three blocks); 82 x 100 tokens 1.926 vs 1.943. That
+// fused variant (DT_GDN_PREP_FUSED_ODD) ran on neither policy and was retired in session 22.
 // RAW (bf16 q, k, v and no q̂, k̂ output: the model's path; session 12): the tiles hold q, k, v as loaded by
 // cp.async (no register staging), ρ_k and ρ_q come from the tiles with the same lanes and sums as
 // l2norm_row.cuh, and the diagonal scalings move into the products' epilogues: A =
@@ -39,7 +40,7 @@
 // kernel: W ≤ 1.4e-10, M ≤ 6e-14 (was 3e-6: Q̂ no longer rounded to bf16), Tout ≤ 6e-11. ptxas (sm_90a, -O3):
 // 128 registers/thread (the cap for 2 blocks/SM), no spills (RAW: 126). Shared memory 90,368 B/block (three bf16
 // [64][136] tiles, A and T fp32 [64][72]; G, β, βγ, ρ_k, ρ_q), within the portable 99 KiB: RAW has no K̂ lo tile
-// (session 21: K̂ hi, Q̂, V; its state S of the V' and half-states passes over K̂ + Q̂ or Q̂ + A), the split kernel
+// (session 21: K̂ hi, Q̂, V; its state S of the V' pass over K̂ + Q̂), the split kernel
 // for fp32 inputs stages V into the A tile after step 3 (session 22: K̂ hi, K̂ lo, Q̂; was 107,776 B with V loaded
 // in step 0).
 // Measured (H100, T = 8192, HK 16, HV 32, session 6): 0.40-0.44 ms per call; ncu's stall samples by phase: staging
@@ -317,7 +318,7 @@ __device__ __forceinline__ void store_scan_kq(bf16* Kd, bf16* Q, KIn k, const fl
 
 // Half states: the state at the next chunk, S' = γ_last·S + K̂ᵀ·diag(e^{G_last − G_i})·V' (the forward scan's
 // update), to dst (bf16 [dk][dv]). Kt: k as loaded (bf16, rows past the end zero) with ρ_k in Rk; St: S (bf16
-// [dk][LK], 128 rows from the K̂ lo tile on, in flight by cp.async); Vt: V' (bf16, rows past the end zero),
+// [dk][LK], in flight by cp.async); Vt: V' (bf16, rows past the end zero),
 // scaled here in place by ρ_k,i·e^{G_last − G_i} (so that k enters the product as it is). Warp w: state rows
 // 16w .. 16w + 15, the 128 columns in two halves.
 __device__ __forceinline__ void next_state(bf16* dst, const bf16* Kt, const bf16* St, bf16* Vt, const float* Gs,
@@ -377,15 +378,13 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
     gdn_chunk_prep_mma_kernel(KIn q, KIn k, float scale, GdnNormOut nout, KIn v, GdnGates gates,
                               const int32_t* chunks, float* W, float* U, float* M, float* Gc, float* Tout,
                               int64_t HK, int64_t HV, bf16* Wh, bf16* Kdh, bf16* Qh, bf16* Mh, bf16* Th,
-                              const bf16* S16, bf16* Vn16, const bf16* Tk, bool img, bf16* U16,
-                              bf16* Sodd = nullptr, const bf16* Vk = nullptr, const int32_t* chunk_off = nullptr,
-                              int nseq = 0) {
+                              const bf16* S16, bf16* Vn16, const bf16* Tk, bool img, bf16* U16) {
   static_assert(RAW || !LEAN, "the lean prep is the RAW kernel's");
   extern __shared__ __align__(16) unsigned char gdn_smem[];
   // LEAN has no K̂ lo, V and A tiles (Kl, Vs and Af point at others and are never read there). RAW has no K̂ lo
-  // tile (Kl points at Q̂, never read as K̂ lo) and A follows Q̂: the 128-row state S of the half-states and V'
-  // passes goes over K̂ + Q̂ (V' pass, −W in the dead A tile) or Q̂ + A (half states, after step 3). The split
-  // kernel (KLO) has the K̂ lo tile and V goes into the A tile once step 3 is done (within 99 KiB).
+  // tile (Kl points at Q̂, never read as K̂ lo) and A follows Q̂: the 128-row state S of the V' pass goes over
+  // K̂ + Q̂ (−W in the dead A tile). The split kernel (KLO) has the K̂ lo tile and V goes into the A tile once
+  // step 3 is done (within 99 KiB).
   constexpr bool KLO = !RAW;  // a K̂ lo tile
   bf16* Kh = reinterpret_cast<bf16*>(gdn_smem);                             // [C][LK] K̂ hi
   bf16* Qs = Kh + (KLO ? 2 : 1) * C * LK;                                   // [C][LK] Q̂
@@ -404,14 +403,7 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
   const int64_t t0 = chunks[2 * ch];
   const int len = chunks[2 * ch + 1];
   const int64_t hk = h / (HV / HK);
-  // Half states (GdnHalfStates, RAW only): S16 holds the even chunks' states and Vk the forward's V'. An even
-  // chunk's block forms the state at the next chunk when its sequence goes on (succ 1), or zeros when the next
-  // chunk starts another sequence (succ 2); no U, no V'.
-  const bool half = LEAN || (RAW && Sodd != nullptr), kept_t = LEAN || Tk != nullptr;
-  int succ = 0;
-  if (!LEAN && half && (ch & 1) == 0 && ch + 1 < static_cast<int>(gridDim.x)) {
-    succ = next_chunk_continues(chunk_off, nseq, ch) ? 1 : 2;
-  }
+  const bool kept_t = LEAN || Tk != nullptr;
 
   // ---- 0. staging: all global loads of a thread are issued before its shared stores. Row r of q and k is
   // one warp's (lane: columns 4·lane ..), so the warp L2-normalises it in registers (l2norm_row.cuh) ----
@@ -419,10 +411,7 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
     const int64_t qkb = (t0 * HK + hk) * PD;
     cp_rows<C, PD, LK, NT>(Kh, static_cast<const bf16*>(k.p) + qkb, HK * PD, len);
     cp_rows<C, PD, LK, NT>(Qs, static_cast<const bf16*>(q.p) + qkb, HK * PD, len);
-    if (!half)
-      cp_rows<C, PD, LK, NT>(Vs, static_cast<const bf16*>(v.p) + (t0 * HV + h) * PD, HV * PD, len);
-    else if (succ == 1)  // V' of this chunk, for its successor's state
-      cp_rows<C, PD, LK, NT>(Vs, Vk + (t0 * HV + h) * PD, HV * PD, len);
+    if (!LEAN) cp_rows<C, PD, LK, NT>(Vs, static_cast<const bf16*>(v.p) + (t0 * HV + h) * PD, HV * PD, len);
     mma::cp_async_commit();
     if (tid < C) {
       const int64_t o = (t0 + tid) * HV + h;
@@ -629,13 +618,6 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
     }
     store_scan_kq<RAW>(kd, qd, k, Rk, Rq, scale, Kh, Qs, Gs, t0, len, h, hk, HK, HV, img);
   }
-  // Half states (RAW only): S_c (128 rows) into the Q̂ and A tiles, neither read again on this path (A's last
-  // readers were step 3's, Q̂'s the products of step 1 and store_scan_kq above).
-  if (!LEAN && succ == 1) {
-    if (Kdh || Qh) __syncthreads();
-    cp_rows<PD, PD, LK, NT>(Qs, S16 + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD, PD, PD);
-    mma::cp_async_commit();
-  }
   if ((Tout || Th) && !kept_t) {
     const int64_t tb = (static_cast<int64_t>(ch) * HV + h) * C * C;
     for (int idx = tid; idx < C * C / 4; idx += NT) {
@@ -658,16 +640,7 @@ __global__ void __launch_bounds__(NT, LEAN ? 4 : 2)
                        acc, m0, n0, len, rs);
     else
       store_rows(W ? W + ob : nullptr, Wh ? Wh + ob : nullptr, acc, m0, n0, len, rs);
-    if (half) {
-      if (LEAN) return;
-      if (succ == 1) {
-        next_state(Sodd + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD, Kh, Qs, Vs, Gs, Rk, len);
-      } else if (succ == 2) {
-        uint4* so = reinterpret_cast<uint4*>(Sodd + (static_cast<int64_t>(ch >> 1) * HV + h) * PD * PD);
-        for (int i = tid; i < PD * PD / 8; i += NT) so[i] = make_uint4(0u, 0u, 0u, 0u);
-      }
-      return;
-    }
+    if (LEAN) return;
     // −bf16(W) into the free Q̂ tile (RAW: the dead A tile); then S (bf16 [dk][dv]) over the K̂ hi + lo tiles
     // (RAW: K̂ + Q̂), no longer read.
     bf16* const Wn = RAW ? reinterpret_cast<bf16*>(Af) : Qs;
@@ -773,7 +746,7 @@ cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, flo
   const bool halfm = half && half->odd;
   if (!gdn_chunk_mma_supported(dk, dv) || (!halfm && (states16 == nullptr) != (vnew16 == nullptr)) ||
       (states16 == nullptr && U == nullptr && !(b16 && b16->U)) ||
-      (halfm && !(states16 && !vnew16 && b16 && b16->T_kept && half->vnew && half->chunk_off)))
+      (halfm && !(states16 && !vnew16 && b16 && b16->T_kept && half->vnew && half->chunk_off && Gc)))
     return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
   const size_t smem = prep_mma_smem();
@@ -784,9 +757,8 @@ cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, flo
   // raw: q, k, v read before the norm (bf16); otherwise (other dtypes, or q̂/k̂ wanted as outputs) the split
   // kernel that reads them as given is the fallback.
   const bool raw = raw_ok;
-  // Half states: the lean prep, then the odd chunks' states by their own kernel (without Gc the full-size
-  // prep does both).
-  const bool lean = halfm && Gc != nullptr;
+  // Half states: the lean prep, then the odd chunks' states by their own kernel.
+  const bool lean = halfm;
   const auto kernel = lean  ? gdn_chunk_prep_mma_kernel<true, true>
                       : raw ? gdn_chunk_prep_mma_kernel<true>
                             : gdn_chunk_prep_mma_kernel<false>;
@@ -815,9 +787,7 @@ cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, flo
       b16 ? static_cast<bf16*>(b16->Q) : nullptr, b16 ? static_cast<bf16*>(b16->M) : nullptr,
       b16 ? static_cast<bf16*>(b16->T) : nullptr, static_cast<const bf16*>(states16),
       static_cast<bf16*>(vnew16), b16 ? static_cast<const bf16*>(b16->T_kept) : nullptr, b16 && b16->image,
-      b16 ? static_cast<bf16*>(b16->U) : nullptr, halfm ? static_cast<bf16*>(half->odd) : nullptr,
-      halfm ? static_cast<const bf16*>(half->vnew) : nullptr, halfm ? half->chunk_off : nullptr,
-      halfm ? half->nseq : 0);
+      b16 ? static_cast<bf16*>(b16->U) : nullptr);
   e = cudaGetLastError();
   return e != cudaSuccess || !lean ? e : odd_states();
 }

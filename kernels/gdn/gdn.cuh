@@ -164,8 +164,8 @@ cudaError_t launch_gdn_chunk_grad_mma(const KernelPolicy& pol, KIn dout, const G
 // GdnHalfStates). T (the tokens) lets it run the wgmma + TMA kernel below on Hopper (0: the mma.sync kernel).
 bool gdn_grad_fuses_dq(const GdnQK& qk, KIn dout, KOut dq, int64_t HK, int64_t HV);
 // The same contract on Hopper's warpgroup tensor cores with TMA copies (chunk_grad_wgmma.cu, sm_90a):
-// launch_gdn_chunk_grad_mma calls it where gdn_grad_wgmma_selected (BF16 q, k with ρ, BF16 dO, dk = dv = 128, a
-// compute capability 9 device, DT_GDN_SCAN_MMA and DT_GDN_GRAD_MMA unset); cudaErrorNotSupported where the
+// launch_gdn_chunk_grad_mma calls it where gdn_grad_wgmma_selected (BF16 q, k with ρ, BF16 dO, dk = dv = 128, the
+// Hopper policy); cudaErrorNotSupported where the
 // tensor maps cannot be made (T 0, or the driver refuses them).
 bool gdn_grad_wgmma_selected(const KernelPolicy& pol, const GdnQK& qk, KIn dout, int dk, int dv);
 cudaError_t launch_gdn_chunk_grad_wgmma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const float* Gc,
@@ -183,7 +183,7 @@ cudaError_t launch_gdn_wy_grad_mma(const KernelPolicy& pol, const GdnQK& qk, KIn
                                    KOut dv_out, const GdnGateGrads& gr, int64_t HK, int64_t HV, int dk,
                                    int dv, cudaStream_t s);
 // The WY backward on wgmma with TMA copies (wy_grad_wgmma.cu, sm_90a) for bf16 k with ρ, 16-byte aligned bf16
-// v, dk = dv = 128 (selected: also a compute capability 9 device, DT_GDN_SCAN_MMA and DT_GDN_WY_MMA unset);
+// v, dk = dv = 128 (selected: also the Hopper policy);
 // the contract of launch_gdn_wy_grad_mma; with dk set, the value heads of a key head run back to back in one
 // block and it writes dk (the L2 backward of k, dkh16 unused) instead; cudaErrorNotSupported where the tensor
 // maps cannot be made (T 0, or the driver refuses them).
@@ -277,9 +277,7 @@ cudaError_t launch_gdn_chunk_scan_mma(const KernelPolicy& pol, const float* qn, 
 // The variant with output on Hopper's warpgroup tensor cores (chunk_scan_wgmma.cu, sm_90a; column tile bv 16,
 // 32 or 64 as launch_gdn_chunk_scan_mma picks it): same results contract, reading the prep's operand images
 // (GdnScanBf16::image). launch_gdn_chunk_scan_mma calls it for images; gdn_scan_wgmma_selected says whether a
-// scan of `pairs` (sequence, value head) pairs with output takes this kernel (gdn_scan_wgmma_available(): a
-// compute capability 9 device, DT_GDN_SCAN_MMA unset; DT_GDN_SCAN_WGMMA64=1 keeps the narrower tiles on
-// mma.sync), i.e. whether the prep is to write images (and U in bf16, GdnScanBf16::U).
+// scan of `pairs` (sequence, value head) pairs with output takes this kernel (the Hopper policy), i.e. whether the prep is to write images (and U in bf16, GdnScanBf16::U).
 bool gdn_scan_wgmma_selected(const KernelPolicy& pol, int64_t pairs, int dv, bool with_o);
 cudaError_t launch_gdn_chunk_scan_wgmma(const KernelPolicy& pol, const float* Gc, const int32_t* chunks,
                                         const int32_t* chunk_off, int nseq, KOut o, void* states16,
@@ -316,7 +314,7 @@ struct GdnNormOut {
 // What a GdnKeep::States forward keeps besides T when it keeps V' and the even chunks' states instead of
 // every chunk's state (at 8K tokens, HV 32: 64 + 64 MiB instead of 128 MiB), for the backward's prep. The
 // launcher then runs a lean prep (M, W; four blocks per SM) and gdn_odd_states_kernel for the odd chunks'
-// states (needs Gc), or with DT_GDN_PREP_FUSED_ODD=1 the full-size prep doing both.
+// states (needs Gc: cudaErrorInvalidValue without).
 struct GdnHalfStates {
   const void* vnew = nullptr;          // V' (T, HV, dv) bf16 as the forward scan wrote it
   void* odd = nullptr;                 // (=) the odd chunks' states (nchunks / 2, HV, dk, dv) bf16, slot c / 2
@@ -326,16 +324,14 @@ struct GdnHalfStates {
 };
 // The odd chunks' states of the half-states keep on Hopper's warpgroup tensor cores with TMA copies
 // (odd_states_wgmma.cu, sm_90a): launch_gdn_chunk_prep_mma's lean path calls it; cudaErrorNotSupported where it
-// does not apply (T unknown, not a compute capability 9 device, DT_GDN_SCAN_MMA or DT_GDN_ODD_MMA set, tensor
-// maps refused), and the mma.sync kernel forms them instead.
+// does not apply (T unknown, not the Hopper policy, tensor maps refused), and the mma.sync kernel forms them instead.
 cudaError_t launch_gdn_odd_states_wgmma(const KernelPolicy& pol, KIn k, float eps, const float* Gc,
                                         const int32_t* chunks, int nchunks, const void* states16,
                                         const GdnHalfStates& half, int64_t HK, int64_t HV, cudaStream_t s);
 // The forward prep for the wgmma scan (images, bf16 U; no kept T, no states) on Hopper's warpgroup tensor cores
 // with TMA copies (fwd_prep_wgmma.cu, sm_90a): bf16 q, k, v; b16.W, M, Kd, Q, U (and T when not null), Gc and ρ
 // (nout) as gdn_chunk_prep_mma_kernel<true> writes them; cudaErrorNotSupported where it does not apply (T
-// unknown, other inputs or outputs, not a compute capability 9 device, DT_GDN_SCAN_MMA or DT_GDN_PREP_MMA set,
-// tensor maps refused).
+// unknown, other inputs or outputs, not the Hopper policy, tensor maps refused).
 cudaError_t launch_gdn_fwd_prep_wgmma(const KernelPolicy& pol, KIn q, KIn k, float scale,
                                       const GdnNormOut& nout, KIn v, const GdnGates& gates,
                                       const int32_t* chunks, int nchunks, float* Gc, const GdnScanBf16& b16,
@@ -343,8 +339,7 @@ cudaError_t launch_gdn_fwd_prep_wgmma(const KernelPolicy& pol, KIn q, KIn k, flo
 // The half-states backward's lean prep on Hopper's warpgroup tensor cores with TMA copies (lean_prep_wgmma.cu,
 // sm_90a): bf16 q, k, the kept T, image outputs (b16.W, b16.M), Gc and ρ (nout) as the lean
 // gdn_chunk_prep_mma_kernel writes them; cudaErrorNotSupported where it does not apply (T unknown, other
-// inputs or outputs, not a compute capability 9 device, DT_GDN_SCAN_MMA or DT_GDN_LEAN_MMA set, tensor maps
-// refused).
+// inputs or outputs, not the Hopper policy, tensor maps refused).
 cudaError_t launch_gdn_lean_prep_wgmma(const KernelPolicy& pol, KIn q, KIn k, float scale,
                                        const GdnNormOut& nout, const GdnGates& gates, const int32_t* chunks,
                                        int nchunks, float* Gc, const GdnScanBf16& b16, int64_t HK, int64_t HV,
@@ -362,8 +357,7 @@ cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, flo
 // ---- the reverse state scan on Hopper's warpgroup tensor cores, chunk_dscan_wgmma.cu (sm_90a) ----
 // The contract of launch_gdn_chunk_dscan_mma for bf16 dO, q, k (GdnQK with ρ) with W16, M16 as the backward
 // prep's operand images (GdnBwdBf16::image). gdn_dscan_wgmma_selected: whether a backward of `pairs`
-// (sequence, value head) pairs takes it (its 64-column tile, a compute capability 9 device, DT_GDN_SCAN_MMA
-// unset), i.e. whether the backward's prep is to write images. T (the tokens, 0: unknown) lets it bring q, k
+// (sequence, value head) pairs takes it (its 64-column tile, the Hopper policy), i.e. whether the backward's prep is to write images. T (the tokens, 0: unknown) lets it bring q, k
 // and dO by TMA (else by cp.async).
 bool gdn_dscan_wgmma_selected(const KernelPolicy& pol, int64_t pairs, int dv);
 cudaError_t launch_gdn_chunk_dscan_wgmma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const void* W16,

@@ -9,8 +9,9 @@ alignas(16) unsigned char gdn_smem[232448];
 #include "emu/gdn/emu_api.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 namespace deltatune::kernels::gdn_emu {
 void prep_mma(const Shape& s, const float* q, const float* k, float scale, const GdnNormOut* nout, KIn v,
@@ -34,9 +35,12 @@ void prep_mma(const Shape& s, const float* q, const float* k, float scale, const
   const KIn qi = qk_bf16 ? KIn{q16.data(), KType::BF16} : KIn{q, KType::F32},
             ki = qk_bf16 ? KIn{k16.data(), KType::BF16} : KIn{k, KType::F32};
   const bool raw = qk_bf16 && v.t == KType::BF16 && !no.qn;
-  // Half states as the launcher runs them: the lean prep, then the odd-state kernel (DT_GDN_PREP_FUSED_ODD=1:
-  // the full prep forming them itself).
-  const bool lean = odd && raw && Gc && !std::getenv("DT_GDN_PREP_FUSED_ODD");
+  // Half states as the launcher runs them: the lean prep, then the odd-state kernel.
+  const bool lean = odd != nullptr;
+  if (lean && !(raw && Gc)) {
+    std::fprintf(stderr, "prep_mma: the half-states prep needs bf16 q, k, v and Gc\n");
+    std::abort();
+  }
   const size_t smem = lean ? prep_mma_smem<true>() : prep_mma_smem();
   emu::launch(dim3(s.nchunks, s.HV), NT, gdn_smem, smem, [&] {
     (lean ? gdn_chunk_prep_mma_kernel<true, true>
@@ -47,9 +51,7 @@ void prep_mma(const Shape& s, const float* q, const float* k, float scale, const
                                              static_cast<bf16*>(h.M), static_cast<bf16*>(h.T),
                                              states ? st16.data() : nullptr, vnew ? vn16.data() : nullptr,
                                              static_cast<const bf16*>(h.T_kept), h.image,
-                                             static_cast<bf16*>(h.U), odd ? odd16.data() : nullptr,
-                                             odd ? vk16.data() : nullptr, odd ? s.chunk_off : nullptr,
-                                             odd ? s.nseq : 0);
+                                             static_cast<bf16*>(h.U));
   });
   if (lean && s.nchunks >= 2)
     emu::launch(dim3(s.nchunks / 2, s.HV), NT, gdn_smem, odd_states_smem(), [&] {
