@@ -1,12 +1,16 @@
 """Issue 31 quality check: a random-weight 0.8B-shaped Qwen3.5 checkpoint (transformers, bf16, real vocab/shape),
-an arithmetic chat dataset, and one run config per base_quantization (none / fp8 / nf4), identical otherwise.
-  python3 make_quality_runs.py OUT_DIR TOKENIZER_DIR  (bench/quant/run_quality.sh runs it all)
+an arithmetic chat dataset, and one run config per (base_quantization, seed), identical otherwise: several bf16
+seeds measure the run-to-run spread the fp8 / nf4 differences are judged against.
+  python3 make_quality_runs.py OUT_DIR TOKENIZER_DIR [LR] [QUANT:SEED,...]  (bench/quant/run_quality.sh)
+Writes run_QUANT_sSEED.yaml for each run (default: lr 2e-4; none:42,none:43,none:44,fp8:42,nf4:42).
 """
 import json, os, random, shutil, sys
 import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 out, tok = sys.argv[1], sys.argv[2]
+lr = float(sys.argv[3]) if len(sys.argv) > 3 else 2e-4
+runs = [r.split(":") for r in (sys.argv[4] if len(sys.argv) > 4 else "none:42,none:43,none:44,fp8:42,nf4:42").split(",")]
 m = os.path.join(out, "model")
 os.makedirs(m, exist_ok=True)
 cfg = Qwen3_5TextConfig(vocab_size=248320, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
@@ -28,8 +32,8 @@ with open(os.path.join(out, "arith.jsonl"), "w") as f:
         c = a + b if op == "plus" else a - b if op == "minus" else a * b
         f.write(json.dumps({"messages": [{"role": "user", "content": f"What is {a} {op} {b}?"},
                                          {"role": "assistant", "content": f"{a} {op} {b} is {c}."}]}) + "\n")
-for q in ("none", "fp8", "nf4"):
-    with open(os.path.join(out, f"run_{q}.yaml"), "w") as f:
+for q, seed in runs:
+    with open(os.path.join(out, f"run_{q}_s{seed}.yaml"), "w") as f:
         f.write(f"""base_model: model
 datasets:
   - path: arith.jsonl
@@ -45,14 +49,14 @@ lora_target_groups: [attn, linear_attn, mlp]
 micro_batch_size: 4
 gradient_accumulation_steps: 1
 max_steps: 200
-learning_rate: 0.001
+learning_rate: {lr}
 lr_scheduler: cosine
 warmup_steps: 10
-seed: 42
+seed: {seed}
 backend: cuda
 base_quantization: {q}
-output_dir: runs/{q}
-run_name: arith_{q}
+output_dir: runs/{q}_s{seed}
+run_name: arith_{q}_s{seed}
 logging_steps: 50
 eval_steps: 100
 save_steps: 0

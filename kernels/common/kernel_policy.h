@@ -21,6 +21,10 @@ struct KernelPolicy {
   int sm_count = 1;                           // persistent grids
   size_t smem_optin = kPortableSmemPerBlock;  // the device's opt-in shared memory per block (bytes)
   bool hopper() const { return path == KernelPath::Hopper; }
+  // FP8 base weights multiply as FP8 through cuBLASLt's 128-block scaling modes, which exist on sm_90 alone
+  // (sm_89 has tensor-wide FP8 scaling only, sm_100+ the MX modes): elsewhere, or under the portable policy,
+  // they are dequantized to bf16 before the GEMM.
+  bool fp8_block_gemm() const { return hopper(); }
   // Whether a kernel asking for `smem` bytes of dynamic shared memory per block may launch on this device.
   bool smem_fits(size_t smem) const { return smem <= smem_optin; }
 };

@@ -22,6 +22,7 @@
 #include "model/qwen35_model.h"
 #include "model/weights.h"
 #include "quant/codebooks.h"
+#include "quant/fp8_gemm_host.h"
 #include "quant/quantize_host.h"
 
 namespace fs = std::filesystem;
@@ -79,6 +80,34 @@ TEST(QuantFp8, BlockQuantizationKeepsEachBlocksAmaxAndBoundsTheError) {
     }
   EXPECT_NEAR(d.ptr<float>()[5 * 300 + 7], 3.f, 1e-6f);  // the block's amax maps to 448 exactly
   EXPECT_NEAR(q.scales.ptr<float>()[0], 3.f / 448.f, 1e-9f);
+}
+
+// The FP8 product's reference (what the CUDA FP8 GEMM is tested against), x·Wᵀ and x·W: within the e4m3
+// activation rounding (3 mantissa bits, under 2^-4 relative a value) of the fp32 product of x and the
+// dequantized weight, and not equal to it (the activations were rounded).
+TEST(QuantFp8, ActivationQuantizedProductReference) {
+  const QuantizedWeight w = quantize_host(random_matrix(128, 256, 4), QuantFormat::FP8);
+  const std::vector<float> wd = host_to_f32(dequantize_host(w));
+  for (bool trans_w : {true, false}) {
+    const int64_t k = trans_w ? 256 : 128, m = trans_w ? 128 : 256;
+    const Tensor x = random_matrix(5, k, 5);
+    const std::vector<float> xf = host_to_f32(x);
+    const Tensor y = fp8_gemm_host(x, w, trans_w);
+    ASSERT_EQ(y.shape, (Shape{5, m}));
+    double e2 = 0, r2 = 0;
+    for (int64_t r = 0; r < 5; ++r)
+      for (int64_t j = 0; j < m; ++j) {
+        double ref = 0;
+        for (int64_t i = 0; i < k; ++i)
+          ref += double(xf[r * k + i]) * (trans_w ? wd[j * k + i] : wd[i * m + j]);
+        e2 += std::pow(y.ptr<float>()[r * m + j] - ref, 2);
+        r2 += ref * ref;
+      }
+    const double rel = std::sqrt(e2 / r2);
+    EXPECT_GT(rel, 0.0) << trans_w;
+    EXPECT_LT(rel, 0.0625) << trans_w;
+  }
+  EXPECT_THROW(fp8_gemm_host(random_matrix(2, 100, 6), w, true), Error);
 }
 
 TEST(QuantNf4, CodebookAndDynamicMapAreTheBitsandbytesTables) {

@@ -29,6 +29,7 @@ class CpuQuantOps final : public QuantOps {
     const Tensor c = host_convert(f, out.dtype);
     std::memcpy(out.data, c.data, c.nbytes());
   }
+  bool fp8_gemm(const Tensor&, const QuantizedWeight&, bool, Tensor&, float) override { return false; }
 };
 
 }  // namespace

@@ -18,6 +18,10 @@ class QuantOps {
   virtual std::shared_ptr<const QuantizedWeight> upload_quantized(const QuantizedWeight& host) = 0;
   // out (=) w dequantized; w on the backend, out [rows, cols] (any float dtype, any shape of that numel).
   virtual void dequantize(const QuantizedWeight& w, Tensor& out) = 0;
+  // y (=) x·Wᵀ (trans_w) or x·W, plus beta·y, multiplied in FP8 where this backend has block-scaled FP8 GEMMs
+  // for w (an FP8 weight as stored; x quantized to e4m3 per row and 128 columns, as transformers' FP8Linear
+  // does). false, with nothing enqueued, where it has none: the caller dequantizes w and multiplies in bf16.
+  virtual bool fp8_gemm(const Tensor& x, const QuantizedWeight& w, bool trans_w, Tensor& y, float beta) = 0;
 };
 
 // The quantized-weight ops of `be`; throws Error naming the backend when it has none.

@@ -22,6 +22,14 @@ Tensor plain_weight(Backend& be, const BaseMatrix& m) {
   return d;
 }
 
+// y (=) x·Wᵀ (trans_w) or x·W, plus beta·y: FP8 weights multiplied as FP8 where the backend has block-scaled
+// FP8 GEMMs for them, otherwise through a dequantized scratch (or the plain weight).
+void base_gemm(Backend& be, const Tensor& x, const BaseMatrix& w, bool trans_w, Tensor& y, float beta) {
+  if (w.q && quant_ops(be).fp8_gemm(x, *w.q, trans_w, y, beta)) return;
+  const Tensor p = plain_weight(be, w);
+  be.gemm(x, false, p, trans_w, y, 1.f, beta);
+}
+
 LoraComputeCopies::LoraComputeCopies(Backend& be, LoraAdapter* lora) {
   if (!lora) return;
   lora_ = lora;
@@ -71,11 +79,10 @@ LoraComputeCopies::~LoraComputeCopies() {
 
 void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, Tensor& y, LinearCache& cache, bool accumulate) {
-  const Tensor w = plain_weight(be, wq);
   cache.x = x;
   const float y_beta = accumulate ? 1.f : 0.f;
   if (!lora) {
-    be.gemm(x, false, w, true, y, 1.f, y_beta);
+    base_gemm(be, x, wq, true, y, y_beta);
     return;
   }
   Tensor xin = x;
@@ -89,15 +96,14 @@ void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* 
   // The rank-r term first, then the base product accumulates into it: the base GEMM's epilogue reads y once,
   // where adding the rank-r term afterwards took another read and write of the whole output.
   be.gemm(cache.u, false, factor_b(*lora), true, y, lora->scaling, y_beta);
-  be.gemm(x, false, w, true, y, 1.f, 1.f);
+  base_gemm(be, x, wq, true, y, 1.f);
 }
 
 void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, const LinearCache& cache, Tensor& dx, bool accumulate) {
-  const Tensor w = plain_weight(be, wq);
   const float dx_beta = accumulate ? 1.f : 0.f;
   if (!lora) {
-    be.gemm(dy, false, w, false, dx, 1.f, dx_beta);
+    base_gemm(be, dy, wq, false, dx, dx_beta);
     return;
   }
   const bool dropped = rt.training && rt.dropout > 0.f;
@@ -118,7 +124,7 @@ void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& wq, LoraModule*
     if (accumulate) be.add(dx, masked, 1.f);
     else be.copy(dx, masked);
   }
-  be.gemm(dy, false, w, false, dx, 1.f, 1.f);
+  base_gemm(be, dy, wq, false, dx, 1.f);
 }
 
 int lora_input_share_rank(const LoraModule& m) {
@@ -175,8 +181,7 @@ void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputM
     const LoraModule& l = *ms[i].lora;
     // As in linear_fwd: the rank-r term first, the base product accumulates into it.
     be.gemm_cols({cache.u, static_cast<int64_t>(i) * r, r}, false, factor_b(l), true, *ys[i], l.scaling, 0.f);
-    const Tensor w = plain_weight(be, *ms[i].w);
-    be.gemm(x, false, w, true, *ys[i], 1.f, 1.f);
+    base_gemm(be, x, *ms[i].w, true, *ys[i], 1.f);
   }
 }
 
@@ -203,10 +208,7 @@ void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span
     be.gemm_cols(dui, true, cache.x, false, l.gA, 1.f, 1.f);
   }
   be.gemm(du, false, A, false, dx, 1.f, accumulate ? 1.f : 0.f);
-  for (size_t i = 0; i < ms.size(); ++i) {
-    const Tensor w = plain_weight(be, *ms[i].w);
-    be.gemm(*dys[i], false, w, false, dx, 1.f, 1.f);
-  }
+  for (size_t i = 0; i < ms.size(); ++i) base_gemm(be, *dys[i], *ms[i].w, false, dx, 1.f);
 }
 
 }  // namespace deltatune

@@ -25,6 +25,9 @@ struct BaseMatrix {
 // The plain tensor of a frozen weight: itself, or a scratch copy in the compute dtype dequantized right before the
 // GEMM that reads it (shaped as the quantized matrix [rows, cols]; view it to the weight's own shape).
 Tensor plain_weight(Backend& be, const BaseMatrix& m);
+// y (=) x·Wᵀ (trans_w) or x·W, plus beta·y, for a frozen base matrix: FP8 weights as FP8 GEMMs where the backend
+// has them (QuantOps::fp8_gemm), otherwise through plain_weight.
+void base_gemm(Backend& be, const Tensor& x, const BaseMatrix& w, bool trans_w, Tensor& y, float beta);
 
 struct LinearCache {
   Tensor x;   // input (kept by reference: the caller's tensor)

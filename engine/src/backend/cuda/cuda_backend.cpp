@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8_block_gemm.h"
 #include "backend/cuda/kernel_policy_select.h"
 #include "backend/cuda_kernels_setting.h"
 #include "core/error.h"
@@ -91,6 +92,7 @@ CudaBackend::CudaBackend(int device_index, DType compute, const kernels::KernelP
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
+  fp8_gemm_.reset();
   if (cublas_) cublasDestroy(cublas_);
   cublas_ws_ = Tensor();
   scalars_ = Tensor();

@@ -23,6 +23,7 @@ namespace deltatune::cuda {
 
 struct CudaGdnSaved;
 struct CudaRecording;  // cuda_decode_ops.cpp
+class Fp8BlockGemm;    // fp8_block_gemm.h
 struct GdnDims {
   int64_t T, HK, HV;
   int dk, dv;
@@ -57,6 +58,7 @@ class CudaBackend final : public Backend, public QuantOps {
   std::shared_ptr<const QuantizedWeight> upload_quantized(const Tensor& host, QuantFormat format) override;
   std::shared_ptr<const QuantizedWeight> upload_quantized(const QuantizedWeight& host) override;
   void dequantize(const QuantizedWeight& w, Tensor& out) override;
+  bool fp8_gemm(const Tensor& x, const QuantizedWeight& w, bool trans_w, Tensor& y, float beta) override;
   void copy(Tensor& dst, const Tensor& src) override;
   void copy_cols(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t ncols) override;
   MemoryStats memory_stats() const override;
@@ -240,6 +242,7 @@ class CudaBackend final : public Backend, public QuantOps {
   void keep_for_recording(const Tensor& t);
   cublasHandle_t cublas_ = nullptr;
   Tensor cublas_ws_;
+  std::unique_ptr<Fp8BlockGemm> fp8_gemm_;  // made on the first FP8 product (shares cublas_ws_: one stream)
   Tensor scalars_;  // 16 bytes: one double accumulator + one int flag
   LayoutTables layout_tables_;  // after alloc_: its tensors go back to the allocator first
 };
