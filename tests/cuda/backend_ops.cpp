@@ -372,6 +372,17 @@ void case_rope(Env& e) {
   e.cpu->rope(x.c, P.c, 40, 10000.f, false);
   e.gpu->rope(x.g, P.g, 40, 10000.f, false);
   compare(e, "rope (hd 40, full rotation)", x, 1e-5);
+
+  // Multimodal RoPE (Qwen3.5's interleaved sections [11, 11, 10] over 32 slots): three different rows per token.
+  std::vector<int32_t> pos3(3 * 37);
+  for (auto& p : pos3) p = u(e.rng);
+  Pair P3 = e.ints({3, 37}, pos3);
+  for (bool inverse : {false, true}) {
+    Pair xm = e.out_init({37, 3, 256}, BF, -2.f, 2.f);
+    e.cpu->rope_multimodal(xm.c, P3.c, 64, 1e7f, {11, 11, 10}, inverse);
+    e.gpu->rope_multimodal(xm.g, P3.g, 64, 1e7f, {11, 11, 10}, inverse);
+    compare(e, inverse ? "rope_multimodal inverse (hd 256, rot 64)" : "rope_multimodal (hd 256, rot 64)", xm, 1e-5);
+  }
 }
 
 // ---- attention ------------------------------------------------------------------------------------------
@@ -1108,7 +1119,7 @@ const std::vector<OpCase>& all_cases() {
       {"embedding", {"embedding_fwd"}, case_embedding},
       {"rmsnorm", {"rmsnorm_fwd", "rmsnorm_bwd"}, case_rmsnorm},
       {"gated_rmsnorm", {"gated_rmsnorm_fwd", "gated_rmsnorm_bwd"}, case_gated_rmsnorm},
-      {"rope", {"rope"}, case_rope},
+      {"rope", {"rope", "rope_multimodal"}, case_rope},
       {"attention", {"attention_fwd", "attention_bwd"}, case_attention},
       {"conv",
        {"conv1d_silu_fwd", "conv1d_silu_bwd", "conv1d_silu_fwd_split", "conv1d_silu_bwd_split"},

@@ -11,6 +11,7 @@
 // - Backward functions produce gradients w.r.t. inputs only (base weights are frozen); LoRA weight
 //   gradients come from gemm calls in the model code.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -29,6 +30,9 @@ struct SeqLayout {
   std::vector<int32_t> host_cu_seqlens;  // N+1 entries, host copy
   Tensor cu_seqlens;                     // I32 [N+1] on the device
   Tensor positions;                      // I32 [T] on the device: position within its sequence
+  // I32 [3, T] on the device: multimodal RoPE positions (temporal, height, width) of a batch with images;
+  // undefined otherwise (every row then equals `positions`).
+  Tensor mrope_positions;
   int32_t max_seqlen = 0;
   int64_t tokens() const { return host_cu_seqlens.empty() ? 0 : host_cu_seqlens.back(); }
   int64_t num_seqs() const { return host_cu_seqlens.empty() ? 0 : int64_t(host_cu_seqlens.size()) - 1; }
@@ -138,6 +142,12 @@ class Backend {
   // In place on x [T, heads, head_dim]: NeoX rotate-half on the first rot_dim dims of each head with
   // angle positions[t]·theta^(-2i/rot_dim); inverse=true rotates by the negative angle (= backward).
   virtual void rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) = 0;
+  // Multimodal RoPE of Qwen3.5 (interleaved sections, transformers' Qwen3_5TextRotaryEmbedding): as rope, but
+  // frequency slot i < rot_dim/2 takes its position from row r(i) of positions I32 [3, T] (temporal, height,
+  // width): r = 1 when i % 3 == 1 and i < 3·section[1], r = 2 when i % 3 == 2 and i < 3·section[2], else 0.
+  // Three equal rows give rope's result.
+  virtual void rope_multimodal(Tensor& x, const Tensor& positions, int rot_dim, float theta,
+                               const std::array<int64_t, 3>& section, bool inverse) = 0;
   // Causal attention within each sequence of `seq`; q [T, nH, hd], k/v [T, nKV, hd], query head h uses
   // kv head h / (nH/nKV). o (=) [T, nH, hd]; lse (=) F32 [T, nH] (log-sum-exp of the scaled scores).
   virtual void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq,

@@ -19,6 +19,7 @@ Batch batch_from_examples(const std::vector<const Example*>& examples) {
       if (target != -100) ++b.num_targets;
     }
     b.cu_seqlens.push_back(static_cast<int32_t>(b.input_ids.size()));
+    b.images.insert(b.images.end(), ex->images.begin(), ex->images.end());
   }
   b.rows = static_cast<int64_t>(examples.size());
   return b;

@@ -16,6 +16,8 @@
 #include "data/token_cache.h"
 #include "data/tokenizer.h"
 #include "io/files.h"
+#include "vision/chat_images.h"
+#include "vision/example_images.h"
 
 namespace deltatune {
 
@@ -25,8 +27,9 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 // Bump when the encoding of rows changes, so old cache files are not reused (2: session 11 tokenizer and
-// label-mask fixes; 3: empty files, empty input_ids and files of only bad rows are errors).
-constexpr const char* kEncodingVersion = "dt-data-3";
+// label-mask fixes; 3: empty files, empty input_ids and files of only bad rows are errors; 4: chat rows with
+// image parts).
+constexpr const char* kEncodingVersion = "dt-data-4";
 
 std::string config_token(const std::string& model_dir, const char* key) {
   const std::string path = (fs::path(model_dir) / "tokenizer_config.json").string();
@@ -78,7 +81,8 @@ Example encode_pretokenized(const DatasetRow& row) {
 }
 
 Encoded encode_rows(const Tokenizer* tok, const ChatTemplate* tpl, const std::vector<DatasetRow>& rows,
-                    bool train_on_inputs, int32_t eos_id, const ChatOptions& chat) {
+                    bool train_on_inputs, int32_t eos_id, const ChatOptions& chat, const VisionDataConfig* vision,
+                    const std::string& dataset_path) {
   Encoded out;
   out.examples.resize(rows.size());
   out.errors.resize(rows.size());
@@ -91,7 +95,8 @@ Encoded encode_rows(const Tokenizer* tok, const ChatTemplate* tpl, const std::ve
       if (begin >= rows.size()) return;
       for (size_t i = begin; i < std::min(rows.size(), begin + 64); ++i) {
         try {
-          out.examples[i] = tok ? data_encode_row(*tok, tpl, rows[i], train_on_inputs, eos_id, chat)
+          out.examples[i] = tok ? data_encode_row(*tok, tpl, rows[i], train_on_inputs, eos_id, chat, vision,
+                                                  dataset_path)
                                 : encode_pretokenized(rows[i]);
         } catch (const Error& e) {
           const std::string msg = e.what();
@@ -115,13 +120,14 @@ struct LoadedFile {
 
 LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tokenizer* tok,
                         const ChatTemplate* tpl, const std::string& tpl_error, int32_t eos_id,
-                        const std::function<void(const std::string&)>& log) {
+                        const VisionDataConfig* vision, const std::function<void(const std::string&)>& log) {
   dataset_check_file(spec.path);
   const std::string key = hash_bytes_hex(std::string(kEncodingVersion) + "|" + hash_file_hex(spec.path) +
                                          "|" + (tok ? tok->content_hash() : std::string("no-tokenizer")) + "|" + (tpl ? tpl->content_hash() : "-") +
                                          "|" + spec.type + "|" + (cfg.train_on_inputs ? "1" : "0") + "|" +
                                          (cfg.skip_bad_rows ? "1" : "0") + "|" + std::to_string(eos_id) +
-                                         "|think=" + cfg.enable_thinking);
+                                         "|think=" + cfg.enable_thinking + "|vision=" +
+                                         (vision ? vision_data_config_hash(cfg.base_model) : std::string("-")));
   const std::string cache_path = token_cache_file(token_cache_dir(cfg.dataset_prepared_path), key);
   LoadedFile out;
   if (auto cached = token_cache_load(cache_path, key)) {
@@ -139,7 +145,7 @@ LoadedFile load_dataset(const DatasetSpec& spec, const RunConfig& cfg, const Tok
   check(tok != nullptr || file.format == "pretokenized",
         spec.path + ": " + file.format + " data needs a tokenizer, but " + cfg.base_model +
             " has no tokenizer.json (without one only pre-tokenized rows with input_ids can be used)");
-  Encoded enc = encode_rows(tok, tpl, file.rows, cfg.train_on_inputs, eos_id, chat_options(cfg));
+  Encoded enc = encode_rows(tok, tpl, file.rows, cfg.train_on_inputs, eos_id, chat_options(cfg), vision, spec.path);
   CachedDataset& d = out.data;
   d.format = file.format;
   d.total_rows = file.total_rows;
@@ -196,14 +202,18 @@ ChatOptions chat_options(const RunConfig& cfg) {
 }
 
 Example data_encode_row(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row,
-                        bool train_on_inputs, int32_t eos_id, const ChatOptions& chat) {
+                        bool train_on_inputs, int32_t eos_id, const ChatOptions& chat,
+                        const VisionDataConfig* vision, const std::string& dataset_path) {
   Example ex;
   switch (row.kind) {
     case RowKind::kChat: {
       check(tpl != nullptr, row.source + ": chat rows need a chat template");
+      const std::vector<std::string> images = chat_image_paths(row.messages, dataset_path, row.source);
+      if (!images.empty()) vision_require(vision, row.source);
       ChatEncoding enc = chat_encode(tok, *tpl, row.messages, row.tools, chat, train_on_inputs);
       ex.input_ids = std::move(enc.ids);
       ex.labels = std::move(enc.labels);
+      if (!images.empty()) example_expand_images(ex, images, vision, row.source);
       break;
     }
     case RowKind::kCompletion:
@@ -282,6 +292,7 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
   }
   PreparedData out;
   out.eos_id = tok ? tokenizer_eos_id(*tok, cfg.base_model) : -1;
+  const std::optional<VisionDataConfig> vision = vision_data_config_read(cfg.base_model);
   out.pad_id = tok ? tokenizer_pad_id(*tok, cfg.base_model) : -1;
 
   std::vector<std::pair<const DatasetSpec*, bool>> specs;  // (spec, is_eval)
@@ -290,7 +301,7 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
   bool have_eval_files = false;
   int64_t skipped = 0;
   for (const auto& [spec, is_eval] : specs) {
-    LoadedFile f = load_dataset(*spec, cfg, tok, tpl.get(), tpl_error, out.eos_id, log);
+    LoadedFile f = load_dataset(*spec, cfg, tok, tpl.get(), tpl_error, out.eos_id, vision ? &*vision : nullptr, log);
     DatasetSummary summary;
     summary.path = spec->path;
     summary.format = f.data.format;
@@ -346,7 +357,9 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
           ++*dropped;
           continue;
         }
-        truncate_example(&exs[i], cfg.sequence_len);
+        if (exs[i].images.empty()) truncate_example(&exs[i], cfg.sequence_len);
+        else example_truncate(exs[i], size_t(cfg.sequence_len), int32_t(vision->vision.image_token_id),
+                              int32_t(vision->vision.vision_start_token_id));
         ++*truncated;
       }
       if (exs[i].input_ids.empty()) {

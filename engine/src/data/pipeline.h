@@ -17,6 +17,7 @@ namespace deltatune {
 class Tokenizer;
 class ChatTemplate;
 struct DatasetRow;
+struct VisionDataConfig;
 
 struct PreparedData {
   std::vector<Example> train, eval;
@@ -48,8 +49,11 @@ DataStats data_stats(const std::vector<Example>& examples, const RunConfig& cfg)
 
 // Tokenizes one dataset row exactly as data_prepare does (chat rows need `tpl`); throws Error with the
 // row's source on a bad row.
+// Chat rows with image parts need `vision` (the checkpoint's vision settings); their relative image paths are
+// relative to the folder of `dataset_path`.
 Example data_encode_row(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row,
-                        bool train_on_inputs, int32_t eos_id, const ChatOptions& chat = {});
+                        bool train_on_inputs, int32_t eos_id, const ChatOptions& chat = {},
+                        const VisionDataConfig* vision = nullptr, const std::string& dataset_path = {});
 // The template options a run config asks for (enable_thinking).
 ChatOptions chat_options(const RunConfig& cfg);
 

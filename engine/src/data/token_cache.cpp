@@ -13,7 +13,8 @@
 namespace deltatune {
 namespace {
 
-constexpr char kMagic[8] = {'D', 'T', 'T', 'O', 'K', 'C', '0', '1'};
+// 02: examples carry their images (path and patch grid).
+constexpr char kMagic[8] = {'D', 'T', 'T', 'O', 'K', 'C', '0', '2'};
 
 void put_u64(std::string* out, uint64_t v) {
   out->append(reinterpret_cast<const char*>(&v), 8);
@@ -95,6 +96,14 @@ std::optional<CachedDataset> token_cache_load(const std::string& path, const std
     d.examples[i].input_ids = r.ids();
     d.examples[i].labels = r.ids();
     if (d.examples[i].labels.size() != d.examples[i].input_ids.size()) r.ok = false;
+    const uint64_t n_images = r.u64();
+    if (!r.ok || n_images > body.size()) return std::nullopt;
+    for (uint64_t k = 0; k < n_images && r.ok; ++k) {
+      Example::Image im;
+      im.path = r.str();
+      for (auto& g : im.grid) g = static_cast<int64_t>(r.u64());
+      d.examples[i].images.push_back(std::move(im));
+    }
   }
   if (!r.ok || r.pos != body.size()) return std::nullopt;
   return d;
@@ -114,6 +123,11 @@ void token_cache_store(const std::string& path, const std::string& key, const Ca
     put_str(&out, i < d.sources.size() ? d.sources[i] : std::string());
     put_ids(&out, d.examples[i].input_ids);
     put_ids(&out, d.examples[i].labels);
+    put_u64(&out, d.examples[i].images.size());
+    for (const Example::Image& im : d.examples[i].images) {
+      put_str(&out, im.path);
+      for (int64_t g : im.grid) put_u64(&out, static_cast<uint64_t>(g));
+    }
   }
   out += hash_bytes_hex(out);
   AtomicFileWriter w(path);

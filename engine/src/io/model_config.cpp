@@ -199,6 +199,15 @@ static ModelConfig model_config_parse_impl(const std::string& json_text, const s
                          (c.nested_text_config ? "text_config." : "") + std::string(rope_key) + ".");
     c.rope_theta = rr.double_or("rope_theta", c.rope_theta);
     c.partial_rotary_factor = rr.double_or("partial_rotary_factor", c.partial_rotary_factor);
+    if (rr.has("mrope_section")) {
+      const json& ms = rp.at("mrope_section");
+      check(ms.is_array() && ms.size() == 3, rr.where("mrope_section") + " is not a list of 3 integers");
+      for (size_t i = 0; i < 3; ++i) {
+        check(ms[i].is_number_integer() && ms[i].get<int64_t>() >= 0,
+              rr.where("mrope_section") + " is not a list of 3 non-negative integers");
+        c.mrope_section[i] = ms[i].get<int64_t>();
+      }
+    }
     const std::string rope_type = rr.string_or("rope_type", rr.string_or("type", "default"));
     check(rope_type == "default", rr.where("rope_type") + " is \"" + rope_type +
                                       "\" (only \"default\" RoPE is supported, as in Qwen3.5 checkpoints)");

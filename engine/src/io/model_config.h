@@ -1,5 +1,6 @@
 // Qwen3.5 text configuration (spec §1), read from a checkpoint's config.json (flat or nested text_config).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@ struct ModelConfig {
   double rms_eps = 1e-6;
   double rope_theta = 10000000.0;
   double partial_rotary_factor = 0.25;
+  // Multimodal RoPE (rope_parameters.mrope_section, HF's default [11, 11, 10]): frequency slots taking their
+  // position from the temporal, height and width rows, interleaved (Qwen3_5TextRotaryEmbedding).
+  std::array<int64_t, 3> mrope_section{11, 11, 10};
   std::vector<LayerKind> layer_types;
   bool tie_word_embeddings_flag = false;  // what config.json says (the checkpoint decides, see weights)
   int64_t eos_token_id = -1, pad_token_id = -1;

@@ -5,6 +5,18 @@
 #include "model/blocks.h"
 
 namespace deltatune {
+namespace {
+
+// Multimodal positions when the batch has images (Qwen3.5's interleaved mrope), else the 1-D positions.
+void apply_rope(const BlockContext& c, Tensor& x, bool inverse) {
+  const auto theta = static_cast<float>(c.cfg.rope_theta);
+  if (c.seq.mrope_positions.defined())
+    c.be.rope_multimodal(x, c.seq.mrope_positions, c.cfg.rotary_dim(), theta, c.cfg.mrope_section, inverse);
+  else
+    c.be.rope(x, c.seq.positions, c.cfg.rotary_dim(), theta, inverse);
+}
+
+}  // namespace
 
 Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
                            const Tensor& x, AttnCache& k, Tensor* add_to) {
@@ -35,8 +47,8 @@ Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, c
   be.rmsnorm_fwd(k.k.view({T * nKV, hd}), w.k_norm, eps, true, k.kn, k.rstd_k);
   k.qn = k.qn.view({T, nH, hd});
   k.kn = k.kn.view({T, nKV, hd});
-  be.rope(k.qn, c.seq.positions, cfg.rotary_dim(), static_cast<float>(cfg.rope_theta), false);
-  be.rope(k.kn, c.seq.positions, cfg.rotary_dim(), static_cast<float>(cfg.rope_theta), false);
+  apply_rope(c, k.qn, false);
+  apply_rope(c, k.kn, false);
 
   k.o = be.alloc({T, nH, hd}, dt);
   k.lse = be.alloc({T, nH}, DType::F32);
@@ -66,8 +78,8 @@ void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, con
   Tensor dv3 = dv.view({T, nKV, hd});
   be.attention_bwd(d_o.view({T, nH, hd}), k.qn, k.kn, k.v.view({T, nKV, hd}), k.o, k.lse, c.seq,
                    1.f / std::sqrt(static_cast<float>(hd)), dqn, dkn, dv3);
-  be.rope(dqn, c.seq.positions, cfg.rotary_dim(), static_cast<float>(cfg.rope_theta), true);
-  be.rope(dkn, c.seq.positions, cfg.rotary_dim(), static_cast<float>(cfg.rope_theta), true);
+  apply_rope(c, dqn, true);
+  apply_rope(c, dkn, true);
 
   Tensor dq = be.alloc({T * nH, hd}, dt), dk = be.alloc({T * nKV, hd}, dt);
   be.rmsnorm_bwd(dqn.view({T * nH, hd}), k.q, w.q_norm, k.rstd_q, true, dq);

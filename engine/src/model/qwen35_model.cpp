@@ -7,6 +7,7 @@
 #include "backend/quant_ops.h"
 #include "model/blocks.h"
 #include "quant/quantize_host.h"
+#include "vision/image_embeds.h"
 
 namespace deltatune {
 
@@ -189,6 +190,11 @@ SeqLayout Qwen35Model::make_layout(const Batch& batch) {
   s.host_cu_seqlens = batch.cu_seqlens;
   s.cu_seqlens = be_.upload_i32(batch.cu_seqlens);
   s.positions = be_.upload_i32(batch.positions);
+  if (!batch.mrope_positions.empty()) {
+    check(batch.mrope_positions.size() == 3 * batch.input_ids.size(), "internal: mrope positions are not [3, T]");
+    const auto T = static_cast<int64_t>(batch.input_ids.size());
+    s.mrope_positions = be_.upload_i32(batch.mrope_positions).view({3, T});
+  }
   for (size_t i = 1; i < batch.cu_seqlens.size(); ++i)
     s.max_seqlen = std::max(s.max_seqlen, batch.cu_seqlens[i] - batch.cu_seqlens[i - 1]);
   for (int32_t id : batch.input_ids) {
@@ -228,6 +234,10 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
   Tensor ids = be_.upload_i32(batch.input_ids);
   Tensor x = be_.alloc({T, H}, dt);
   embed_tokens(ids, &batch.input_ids, x);
+  if (!batch.image_grids.empty()) {
+    check(vision_ != nullptr, "a batch with images needs the checkpoint's vision tower (model.visual.*)");
+    image_embeds_insert(be_, *vision_, batch, x);
+  }
   if (acts) acts->layers.resize(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
     BlockContext ctx{be_, cfg_, seq, opts.lora, static_cast<int>(i)};

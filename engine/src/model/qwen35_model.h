@@ -14,6 +14,8 @@
 
 namespace deltatune {
 
+struct VisionWeights;
+
 struct StepOptions {
   bool backward = false;           // also compute LoRA gradients (+=)
   float grad_scale = 1.f;          // dLoss/dCE_sum, i.e. 1 / (targets of the whole optimizer step)
@@ -78,6 +80,9 @@ class Qwen35Model {
   // Whether a decode step (forward_cached) may be recorded and replayed: not when its embedding rows are
   // gathered on the host (they change every step).
   bool decode_step_recordable() const { return !embed_host_.defined(); }
+  // Vision-language checkpoints: the image encoder (frozen, fp32 on the host) whose merged tokens replace the
+  // embedding rows of a batch's image tokens. Batches with images need it.
+  void set_vision(std::shared_ptr<const VisionWeights> vision) { vision_ = std::move(vision); }
 
   struct DeviceLayer;
  private:
@@ -97,6 +102,7 @@ class Qwen35Model {
   // values); embed_ is then undefined. A tied table is the lm_head too and stays on the device.
   Tensor embed_host_;
   std::vector<std::unique_ptr<DeviceLayer>> layers_;
+  std::shared_ptr<const VisionWeights> vision_;
 };
 
 }  // namespace deltatune

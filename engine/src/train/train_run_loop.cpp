@@ -14,6 +14,7 @@
 #include "train/optimizer.h"
 #include "train/train_run_steps.h"
 #include "train/train_run_util.h"
+#include "vision/batch_images.h"
 
 namespace deltatune {
 namespace {
@@ -35,9 +36,10 @@ double evaluate_examples(TrainSession& s) {
   std::array<double, 2> sums{0, 0};  // loss, targets
   StepOptions so;
   so.fused_loss = s.cfg.fused_loss;
-  const std::vector<Batch> batches = data_epoch_batches(s.data.eval, s.cfg, -1);
+  std::vector<Batch> batches = data_epoch_batches(s.data.eval, s.cfg, -1);
   for (size_t k = 0; k < batches.size(); ++k) {
     if (s.dp && static_cast<int>(k % static_cast<size_t>(s.dp->world())) != s.dp->rank()) continue;
+    if (s.vision) batch_load_images(batches[k], *s.vision);
     const StepOutput out = s.model->step(batches[k], &s.adapter, so);
     sums[0] += out.loss_sum;
     sums[1] += static_cast<double>(out.targets);
@@ -96,6 +98,8 @@ StepWork forward_backward(TrainSession& s, BatchStream& stream, bool& stop_agree
   // Copies: a step that runs into the next epoch reloads the stream's batch list under earlier references.
   std::vector<Batch> micro;
   for (int64_t i = 0; i < s.global; ++i) micro.push_back(stream.next());
+  if (s.vision)
+    for (const int64_t pos : s.mine) batch_load_images(micro[static_cast<size_t>(pos)], *s.vision);
   for (const Batch& b : micro) {
     w.targets += b.num_targets;
     w.tokens += static_cast<int64_t>(b.input_ids.size());

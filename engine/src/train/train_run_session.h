@@ -18,6 +18,7 @@
 #include "model/weights.h"
 #include "train/batch_stream.h"
 #include "train/sample_prompts.h"
+#include "vision/example_images.h"
 
 namespace deltatune {
 
@@ -65,6 +66,9 @@ struct TrainSession {
   std::unique_ptr<Backend> be;
   std::string device;  // the backend's name, or every worker's GPU with data parallelism
   std::unique_ptr<Qwen35Model> model;
+  // A vision-language checkpoint's image settings when the training or validation data has images (each
+  // micro-batch's pixels are read just before its step); none otherwise.
+  std::optional<VisionDataConfig> vision;
   // Checkpointing and loss chunk of every training step: the config's, or with `gradient_checkpointing: auto`
   // the memory plan for this GPU (made before the weights are uploaded).
   bool checkpointing = false;

@@ -17,6 +17,7 @@
 #include "train/lora_spec.h"
 #include "train/train_run_steps.h"
 #include "train/train_run_util.h"
+#include "vision/vision_tower.h"
 
 namespace fs = std::filesystem;
 
@@ -131,6 +132,25 @@ static void plan_checkpointing(TrainSession& s) {
             (plan.fits ? "" : "; the run may run out of memory: lower micro_batch_size or sequence_len"));
 }
 
+
+namespace {
+
+// Rows with images: the checkpoint's vision tower (frozen, fp32 on the host) goes into the model, and the
+// image settings into the session (each micro-batch's pixels are read just before its step).
+void attach_vision(TrainSession& s) {
+  const auto has_images = [](const std::vector<Example>& exs) {
+    return std::any_of(exs.begin(), exs.end(), [](const Example& e) { return !e.images.empty(); });
+  };
+  if (!has_images(s.data.train) && !has_images(s.data.eval)) return;
+  s.vision = vision_data_config_read(s.cfg.base_model);
+  check(s.vision && s.vision->unusable.empty(), s.cfg.base_model + ": the data has images but the checkpoint's "
+                                                                  "vision settings cannot be read");
+  s.model->set_vision(std::make_shared<VisionWeights>(vision_weights_load(*s.weights.reader, s.vision->vision)));
+  s.log(LogLevel::Info, "vision: the image encoder runs on the host (fp32, frozen)");
+}
+
+}  // namespace
+
 void start_backend(TrainSession& s) {
   std::string backend_note;
   s.be = backend_create(s.cfg.backend, training_gpu(s.cfg, s.topts), &backend_note, s.cfg.kernels);
@@ -144,6 +164,7 @@ void start_backend(TrainSession& s) {
   }
   plan_checkpointing(s);
   s.model = std::make_unique<Qwen35Model>(s.weights, *s.be);
+  attach_vision(s);
   lora_to_backend(s.adapter, *s.be);
   if (s.dp) s.dp->attach(s.adapter, int64_t(25) << 20);
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -88,9 +89,9 @@ VisionLayerNorm load_norm(const CheckpointReader& ckpt, const std::string& name,
   return VisionLayerNorm{l.w, l.b};
 }
 
-int64_t json_int(const nlohmann::json& j, const char* key, const std::string& path) {
-  check(j.contains(key) && j[key].is_number_integer(),
-        path + ": vision_config." + key + " is missing or not an integer");
+int64_t json_int(const nlohmann::json& j, const char* key, const std::string& path,
+                 const char* where = "vision_config.") {
+  check(j.contains(key) && j[key].is_number_integer(), path + ": " + where + key + " is missing or not an integer");
   return j[key].get<int64_t>();
 }
 
@@ -118,6 +119,10 @@ VisionConfig vision_config_read(const std::string& model_dir) {
   c.num_position_embeddings = json_int(v, "num_position_embeddings", path);
   c.out_hidden = json_int(v, "out_hidden_size", path);
   if (v.contains("in_channels")) c.in_channels = json_int(v, "in_channels", path);
+  for (auto [key, field] : {std::pair{"image_token_id", &c.image_token_id},
+                             std::pair{"vision_start_token_id", &c.vision_start_token_id},
+                             std::pair{"vision_end_token_id", &c.vision_end_token_id}})
+    if (root.contains(key)) *field = json_int(root, key, path, "");
   if (v.contains("hidden_act") && v["hidden_act"].is_string()) c.hidden_act = v["hidden_act"].get<std::string>();
   if (v.contains("rope_parameters") && v["rope_parameters"].is_object() &&
       v["rope_parameters"].contains("rope_theta"))

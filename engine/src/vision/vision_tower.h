@@ -21,6 +21,8 @@ struct VisionConfig {
   int64_t num_position_embeddings = 0, out_hidden = 0;
   double rope_theta = 10000.0;
   std::string hidden_act = "gelu_pytorch_tanh";
+  // The text side's special tokens (config.json top level; Qwen3_5Config's defaults when absent).
+  int64_t image_token_id = 248056, vision_start_token_id = 248053, vision_end_token_id = 248054;
   int64_t head_dim() const { return hidden / heads; }
   int64_t patch_features() const { return in_channels * temporal_patch_size * patch_size * patch_size; }
 };

@@ -42,27 +42,27 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-}  // namespace
-
-void CpuBackend::rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) {
-  const int64_t T = positions.numel(), hd = x.dim(-1);
+// Rotates x [T, heads, hd] in place; frequency slot i of token t takes its position from
+// pos[row_of_slot[i] * T + t].
+void rope_rows(ThreadPool& pool, Tensor& x, const int32_t* pos, int64_t T, const std::vector<int>& row_of_slot,
+               int rot_dim, float theta, bool inverse) {
+  const int64_t hd = x.dim(-1);
   check(T > 0 && x.numel() % (T * hd) == 0, "cpu backend: rope x " + shape_str(x.shape) +
                                                 " is not [T, heads, head_dim] for T=" + std::to_string(T));
   check(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= hd,
         "cpu backend: rope rot_dim " + std::to_string(rot_dim) + " must be even and <= head_dim " + std::to_string(hd));
   const int64_t heads = x.numel() / (T * hd), half = rot_dim / 2;
   float* px = cpu::f32(x, "rope x");
-  const int32_t* pos = cpu::i32(positions, "rope positions");
   // inv_freq as HF builds it: 1 / theta^(2i/rot_dim) evaluated in fp32; angle = float(pos)·inv_freq in fp32.
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     inv_freq[i] = 1.f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rot_dim));
   const float sign = inverse ? -1.f : 1.f;
-  pool_.parallel_for(T, 16, [&](int64_t b, int64_t e) {
+  pool.parallel_for(T, 16, [&](int64_t b, int64_t e) {
     std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
     for (int64_t t = b; t < e; ++t) {
       for (int64_t i = 0; i < half; ++i) {
-        const float ang = static_cast<float>(pos[t]) * inv_freq[i];
+        const float ang = static_cast<float>(pos[row_of_slot[size_t(i)] * T + t]) * inv_freq[i];
         c[i] = static_cast<float>(std::cos(double(ang)));
         s[i] = sign * static_cast<float>(std::sin(double(ang)));
       }
@@ -76,6 +76,26 @@ void CpuBackend::rope(Tensor& x, const Tensor& positions, int rot_dim, float the
       }
     }
   });
+}
+
+}  // namespace
+
+void CpuBackend::rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) {
+  rope_rows(pool_, x, cpu::i32(positions, "rope positions"), positions.numel(),
+            std::vector<int>(size_t(std::max(rot_dim / 2, 0)), 0), rot_dim, theta, inverse);
+}
+
+void CpuBackend::rope_multimodal(Tensor& x, const Tensor& positions, int rot_dim, float theta,
+                                 const std::array<int64_t, 3>& section, bool inverse) {
+  check(positions.ndim() == 2 && positions.dim(0) == 3,
+        "cpu backend: rope_multimodal positions " + shape_str(positions.shape) + " is not [3, T]");
+  std::vector<int> row_of_slot(size_t(std::max(rot_dim / 2, 0)), 0);
+  for (size_t i = 0; i < row_of_slot.size(); ++i) {
+    if (i % 3 == 1 && int64_t(i) < 3 * section[1]) row_of_slot[i] = 1;
+    else if (i % 3 == 2 && int64_t(i) < 3 * section[2]) row_of_slot[i] = 2;
+  }
+  rope_rows(pool_, x, cpu::i32(positions, "rope_multimodal positions"), positions.dim(1), row_of_slot, rot_dim,
+            theta, inverse);
 }
 
 void CpuBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale,

@@ -72,6 +72,8 @@ class CpuBackend final : public Backend {
 
   // attention.cpp
   void rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) override;
+  void rope_multimodal(Tensor& x, const Tensor& positions, int rot_dim, float theta,
+                       const std::array<int64_t, 3>& section, bool inverse) override;
   void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale,
                      Tensor& o, Tensor& lse) override;
   void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,

@@ -94,6 +94,8 @@ class CudaBackend final : public Backend, public QuantOps {
   void sigmoid_mul_bwd(const Tensor& dout, const Tensor& x, const Tensor& gate, Tensor& dx, Tensor& dgate) override;
 
   void rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) override;
+  void rope_multimodal(Tensor& x, const Tensor& positions, int rot_dim, float theta,
+                       const std::array<int64_t, 3>& section, bool inverse) override;
   void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale, Tensor& o,
                      Tensor& lse) override;
   void attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,

@@ -154,6 +154,18 @@ void CudaBackend::rope(Tensor& x, const Tensor& positions, int rot_dim, float th
                                   rot_dim, theta, inverse, stream()),
              "rope");
 }
+void CudaBackend::rope_multimodal(Tensor& x, const Tensor& positions, int rot_dim, float theta,
+                                  const std::array<int64_t, 3>& section, bool inverse) {
+  check(x.ndim() == 3 && positions.ndim() == 2 && positions.dim(0) == 3 && positions.dim(1) == x.dim(0) &&
+            rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= x.dim(2),
+        "rope_multimodal: x must be [T, heads, head_dim] with positions [3, T] and an even rot_dim <= head_dim; "
+        "got x " + shape_str(x.shape) + ", positions " + shape_str(positions.shape) + ", rot_dim " +
+            std::to_string(rot_dim));
+  cuda_check(kernels::launch_rope_multimodal(kout(x, "rope x"), i32(positions, "rope positions"), x.dim(0), x.dim(1),
+                                             x.dim(2), rot_dim, theta, static_cast<int>(section[1]),
+                                             static_cast<int>(section[2]), inverse, stream()),
+             "rope_multimodal");
+}
 
 // ---- GDN pre/post ops ------------------------------------------------------------------------------------
 namespace {

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""LoRA goldens with images: transformers + PEFT (fp32, CPU) on the tiny vision-language checkpoint of
+make_model_goldens.py (run that first), fed the golden image sequence of model_golden.safetensors.
+
+A PEFT adapter (r 4, alpha 8, random A and B) on the text model's linears (every LM target group: attention,
+Gated DeltaNet, MLP; the vision tower frozen), the loss of Qwen3_5ForConditionalGeneration(input_ids,
+pixel_values, image_grid_thw, labels), and every LoRA gradient of it. Needs torch, transformers (5.x), peft,
+Pillow. Writes next to this file:
+  lora/adapter/            the PEFT adapter (save_pretrained)
+  lora/grads.safetensors   d loss / d each LoRA matrix (PEFT's key names, ".default" dropped)
+  lora/golden.json         loss, number of gradients, library versions
+"""
+import json
+import os
+
+import peft
+import torch
+import transformers
+from PIL import Image
+from peft import LoraConfig, get_peft_model
+from safetensors.numpy import load_file
+from safetensors.torch import save_file
+from transformers import AutoImageProcessor, Qwen3_5ForConditionalGeneration
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "lora")
+LM_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b",
+              "out_proj", "gate_proj", "up_proj", "down_proj"]
+IMAGE_TOKEN = 250
+
+
+def main():
+    os.chdir(HERE)  # the adapter's base_model_name_or_path is then "model", never a machine's path
+    torch.manual_seed(3535)
+    model = Qwen3_5ForConditionalGeneration.from_pretrained("model", dtype=torch.float32).eval()
+    model.config._attn_implementation = "eager"
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, init_lora_weights=False,
+                     target_modules=r".*language_model.*\.(" + "|".join(LM_TARGETS) + ")")
+    pm = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_" in n:
+                p.mul_(0.5)
+    os.makedirs(OUT, exist_ok=True)
+    pm.save_pretrained(os.path.join(OUT, "adapter"))
+
+    meta_proc = json.load(open("processor_golden.json"))
+    meta_model = json.load(open("model_golden.json"))
+    golden = load_file("model_golden.safetensors")
+    proc = AutoImageProcessor.from_pretrained("model", backend="pil")
+    batch = proc(images=[Image.open(meta_proc["images"][k]["file"]) for k in meta_model["images_in_sequence"]],
+                 return_tensors="pt")
+    ids = torch.tensor(golden["input_ids"], dtype=torch.long)[None]
+    labels = torch.tensor(golden["labels"], dtype=torch.long)[None]
+    res = pm(input_ids=ids, pixel_values=batch["pixel_values"], image_grid_thw=batch["image_grid_thw"],
+             labels=labels, mm_token_type_ids=(ids == IMAGE_TOKEN).long())
+    res.loss.backward()
+    grads = {n.replace(".default", ""): p.grad.detach().clone().contiguous()
+             for n, p in pm.named_parameters() if p.requires_grad}
+    save_file(grads, os.path.join(OUT, "grads.safetensors"), metadata={"format": "pt"})
+    meta = {"loss": float(res.loss), "num_grads": len(grads), "transformers": transformers.__version__,
+            "peft": peft.__version__, "torch": torch.__version__}
+    with open(os.path.join(OUT, "golden.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print(meta)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+// The text model fed images, on the CPU backend in fp32, against transformers' Qwen3_5ForConditionalGeneration
+// on the tiny random checkpoint of tests/goldens/vision/make_model_goldens.py: one sequence with two images
+// (merged tokens replacing the image-token rows, interleaved multimodal RoPE in the full-attention layer),
+// loss on its last 9 text tokens. Bar: 1e-5 relative (fp32 on both sides). With a PEFT adapter on every
+// text-model target (make_lora_goldens.py): the loss, and every LoRA gradient within the text goldens'
+// tolerance (norm-relative 1e-4, model_golden_test.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "../golden_files.h"
+#include "backend/backend.h"
+#include "core/error.h"
+#include "data/batch.h"
+#include "io/safetensors.h"
+#include "lora/lora.h"
+#include "lora/peft_io.h"
+#include "model/qwen35_model.h"
+#include "model/weights.h"
+#include "vision/batch_images.h"
+#include "vision/image_decode.h"
+#include "vision/image_processor.h"
+#include "vision/vision_tower.h"
+
+namespace fs = std::filesystem;
+
+namespace deltatune {
+namespace {
+
+const fs::path kVision = fs::path(DT_SOURCE_DIR) / "tests" / "goldens" / "vision";
+
+std::vector<int32_t> i32_values(const Tensor& t) { return {t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel()}; }
+
+// The golden sequence as a batch with its two images.
+Batch golden_batch(const VisionConfig& vcfg) {
+  const SafetensorsFile golden((kVision / "model_golden.safetensors").string());
+  const auto proc = testing_goldens::read_json(kVision / "processor_golden.json");
+  const auto meta = testing_goldens::read_json(kVision / "model_golden.json");
+  Example ex{i32_values(golden.get("input_ids")), i32_values(golden.get("labels"))};
+  Batch b = batch_from_examples({&ex});
+  const ImageProcessorConfig pcfg = image_processor_config_read((kVision / "model").string());
+  std::vector<ProcessedImage> images;
+  for (const auto& k : meta["images_in_sequence"]) {
+    const std::string file = proc["images"][k.get<size_t>()]["file"].get<std::string>();
+    images.push_back(image_preprocess(image_decode_file((kVision / file).string()), pcfg, file));
+  }
+  std::vector<const ProcessedImage*> ptrs;
+  for (const auto& im : images) ptrs.push_back(&im);
+  batch_set_images(b, ptrs, vcfg, "golden");
+  return b;
+}
+
+TEST(VisionModel, LossWithImagesMatchesTransformers) {
+  const fs::path dir = kVision / "model";
+  const ModelWeights w = model_weights_load(dir.string());
+  const VisionConfig vcfg = vision_config_read(dir.string());
+  EXPECT_EQ(w.config.mrope_section, (std::array<int64_t, 3>{2, 3, 3}));
+  auto be = make_cpu_backend();
+  Qwen35Model model(w, *be);
+  model.set_vision(std::make_shared<VisionWeights>(vision_weights_load(*w.reader, vcfg)));
+  const Batch b = golden_batch(vcfg);
+  ASSERT_EQ(b.image_grids.size(), 2u);
+
+  // The batch's positions are transformers' get_rope_index.
+  const SafetensorsFile golden((kVision / "model_golden.safetensors").string());
+  EXPECT_EQ(b.mrope_positions, i32_values(golden.get("position_ids")));
+
+  const StepOutput out = model.step(b, nullptr, StepOptions{});
+  const double hf = testing_goldens::read_json(kVision / "model_golden.json")["loss"].get<double>();
+  const double loss = out.loss_sum / double(out.targets);
+  std::printf("loss %.9f, transformers %.9f, rel diff %.2e\n", loss, hf, std::abs(loss - hf) / hf);
+  const std::vector<int32_t> labels = i32_values(golden.get("labels"));
+  int64_t labelled = 0;  // HF's shifted labels: every label but the first is predicted from the token before it
+  for (size_t t = 1; t < labels.size(); ++t) labelled += labels[t] != -100;
+  EXPECT_EQ(out.targets, labelled);
+  EXPECT_GT(labelled, 0);
+  EXPECT_NEAR(loss, hf, 1e-5 * hf);
+}
+
+TEST(VisionModel, ImagesChangeTheLossAndNeedTheTower) {
+  const fs::path dir = kVision / "model";
+  const ModelWeights w = model_weights_load(dir.string());
+  const VisionConfig vcfg = vision_config_read(dir.string());
+  auto be = make_cpu_backend();
+  Qwen35Model model(w, *be);
+  const Batch with_images = golden_batch(vcfg);
+  EXPECT_THROW(model.step(with_images, nullptr, StepOptions{}), Error);  // no tower attached
+  model.set_vision(std::make_shared<VisionWeights>(vision_weights_load(*w.reader, vcfg)));
+  Batch text_only = with_images;
+  text_only.pixel_values.clear();
+  text_only.image_grids.clear();
+  text_only.mrope_positions.clear();
+  const StepOutput a = model.step(with_images, nullptr, StepOptions{});
+  const StepOutput t = model.step(text_only, nullptr, StepOptions{});
+  EXPECT_GT(std::abs(a.loss_sum - t.loss_sum), 1e-3 * std::abs(t.loss_sum));
+
+  Batch missing = with_images;
+  missing.image_grids.pop_back();
+  EXPECT_THROW(model.step(missing, nullptr, StepOptions{}), Error);
+}
+
+TEST(VisionModel, LoraGradientsWithImagesMatchPeft) {
+  const fs::path dir = kVision / "model";
+  const ModelWeights w = model_weights_load(dir.string());
+  const VisionConfig vcfg = vision_config_read(dir.string());
+  auto be = make_cpu_backend();
+  Qwen35Model model(w, *be);
+  model.set_vision(std::make_shared<VisionWeights>(vision_weights_load(*w.reader, vcfg)));
+  LoraAdapter adapter = peft_adapter_read((kVision / "lora" / "adapter").string(), w.config);
+  lora_to_backend(adapter, *be);
+  lora_zero_grad(adapter, *be);
+  const Batch b = golden_batch(vcfg);
+  StepOptions so;
+  so.backward = true;
+  so.grad_scale = 1.f / static_cast<float>(b.num_targets);
+  const StepOutput out = model.step(b, &adapter, so);
+  const auto golden = testing_goldens::read_json(kVision / "lora" / "golden.json");
+  const double hf = golden["loss"].get<double>(), loss = out.loss_sum / double(out.targets);
+  std::printf("LoRA loss %.9f, PEFT %.9f, rel diff %.2e\n", loss, hf, std::abs(loss - hf) / hf);
+  EXPECT_NEAR(loss, hf, 1e-5 * hf);
+  const auto errors = testing_goldens::lora_grad_errors(*be, adapter, kVision / "lora" / "grads.safetensors");
+  double worst = 0;
+  for (const auto& e : errors) {
+    EXPECT_LE(e.rel, 1e-4) << e.name;
+    worst = std::max(worst, e.rel);
+  }
+  std::printf("%zu LoRA gradients, worst norm-relative error %.2e\n", errors.size(), worst);
+  EXPECT_EQ(static_cast<int>(errors.size()), golden["num_grads"].get<int>());
+}
+
+}  // namespace
+}  // namespace deltatune
