@@ -22,8 +22,8 @@
 #include "deltatune/trainer.h"
 #include "model/qwen35_model.h"
 #include "model/weights.h"
-#include "vision/batch_images.h"
-#include "vision/example_images.h"
+#include "data/batch_images.h"
+#include "data/image_rows.h"
 
 namespace fs = std::filesystem;
 

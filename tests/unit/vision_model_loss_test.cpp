@@ -20,7 +20,7 @@
 #include "lora/peft_io.h"
 #include "model/qwen35_model.h"
 #include "model/weights.h"
-#include "vision/batch_images.h"
+#include "data/batch_images.h"
 #include "vision/image_decode.h"
 #include "vision/image_processor.h"
 #include "vision/vision_tower.h"

@@ -13,7 +13,7 @@ struct Example {
   std::vector<int32_t> input_ids;
   std::vector<int32_t> labels;
   // Chat rows with image parts: each image (file path, patch grid (t, h, w)) in the order of its run of image
-  // tokens in input_ids. Its pixels are read when a batch with it is trained on (vision/batch_images.h).
+  // tokens in input_ids. Its pixels are read when a batch with it is trained on (data/batch_images.h).
   struct Image {
     std::string path;
     std::array<int64_t, 3> grid{};
@@ -32,7 +32,7 @@ struct Batch {
   int64_t num_targets = 0;          // targets != -100
   int64_t rows = 0;                 // packed rows (or examples when not packing) it came from
   // Images of a vision-language batch; all empty for text-only batches. batch_from_examples copies the examples'
-  // images (token order); batch_load_images (vision/batch_images.h) reads their pixels and positions.
+  // images (token order); batch_load_images (data/batch_images.h) reads their pixels and positions.
   std::vector<Example::Image> images;
   std::vector<float> pixel_values;                  // the images' patch rows back to back, token order
   std::vector<std::array<int64_t, 3>> image_grids;  // (t, h, w) patch grid of each image, token order

@@ -17,7 +17,7 @@
 #include "data/tokenizer.h"
 #include "io/files.h"
 #include "vision/chat_images.h"
-#include "vision/example_images.h"
+#include "data/image_rows.h"
 
 namespace deltatune {
 

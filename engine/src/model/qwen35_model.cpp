@@ -236,7 +236,7 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
   embed_tokens(ids, &batch.input_ids, x);
   if (!batch.image_grids.empty()) {
     check(vision_ != nullptr, "a batch with images needs the checkpoint's vision tower (model.visual.*)");
-    image_embeds_insert(be_, *vision_, batch, x);
+    image_embeds_insert(be_, *vision_, batch.input_ids, batch.pixel_values, batch.image_grids, x);
   }
   if (acts) acts->layers.resize(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {

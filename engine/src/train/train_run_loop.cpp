@@ -14,7 +14,7 @@
 #include "train/optimizer.h"
 #include "train/train_run_steps.h"
 #include "train/train_run_util.h"
-#include "vision/batch_images.h"
+#include "data/batch_images.h"
 
 namespace deltatune {
 namespace {

@@ -18,7 +18,7 @@
 #include "model/weights.h"
 #include "train/batch_stream.h"
 #include "train/sample_prompts.h"
-#include "vision/example_images.h"
+#include "data/image_rows.h"
 
 namespace deltatune {
 

@@ -7,27 +7,29 @@
 
 namespace deltatune {
 
-void image_embeds_insert(Backend& be, const VisionWeights& vision, const Batch& batch, Tensor& x) {
+void image_embeds_insert(Backend& be, const VisionWeights& vision, const std::vector<int32_t>& input_ids,
+                         const std::vector<float>& pixel_values, const std::vector<std::array<int64_t, 3>>& grids,
+                         Tensor& x) {
   const VisionConfig& cfg = vision.cfg;
   const int64_t H = x.cols();
   check(cfg.out_hidden == H, "vision tower: out_hidden_size " + std::to_string(cfg.out_hidden) +
                                  " differs from the text model's hidden_size " + std::to_string(H));
   std::vector<int32_t> rows;
-  for (size_t t = 0; t < batch.input_ids.size(); ++t)
-    if (batch.input_ids[t] == cfg.image_token_id) rows.push_back(static_cast<int32_t>(t));
+  for (size_t t = 0; t < input_ids.size(); ++t)
+    if (input_ids[t] == cfg.image_token_id) rows.push_back(static_cast<int32_t>(t));
   int64_t merged = 0, patches = 0;
-  for (const auto& g : batch.image_grids) {
+  for (const auto& g : grids) {
     patches += g[0] * g[1] * g[2];
     merged += g[0] * g[1] * g[2] / (cfg.merge_size * cfg.merge_size);
   }
-  check(int64_t(rows.size()) == merged, "batch: " + std::to_string(rows.size()) + " image tokens but its " +
-                                            std::to_string(batch.image_grids.size()) + " images give " +
+  check(int64_t(rows.size()) == merged, "images: " + std::to_string(rows.size()) + " image tokens but its " +
+                                            std::to_string(grids.size()) + " images give " +
                                             std::to_string(merged) + " merged tokens");
-  check(int64_t(batch.pixel_values.size()) == patches * cfg.patch_features(),
-        "batch: pixel_values hold " + std::to_string(batch.pixel_values.size()) + " values, its image grids need " +
+  check(int64_t(pixel_values.size()) == patches * cfg.patch_features(),
+        "images: pixel_values hold " + std::to_string(pixel_values.size()) + " values, its image grids need " +
             std::to_string(patches * cfg.patch_features()));
   if (rows.empty()) return;
-  const VisionOutput out = vision_forward(vision, batch.pixel_values, batch.image_grids);
+  const VisionOutput out = vision_forward(vision, pixel_values, grids);
   const auto n = static_cast<int64_t>(rows.size());
   Tensor host = host_tensor({n, H}, DType::F32);
   std::memcpy(host.data, out.embeds.data(), size_t(n * H) * sizeof(float));

@@ -1,4 +1,4 @@
-#include "vision/batch_images.h"
+#include "data/batch_images.h"
 
 #include "core/error.h"
 #include "vision/image_decode.h"

@@ -1,4 +1,4 @@
-#include "vision/example_images.h"
+#include "data/image_rows.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "data/batch.h"
-#include "vision/example_images.h"
+#include "data/image_rows.h"
 #include "vision/image_processor.h"
 #include "vision/vision_tower.h"
 
