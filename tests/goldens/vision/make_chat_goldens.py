@@ -18,6 +18,7 @@ Writes next to this file:
 """
 import json
 import os
+import sys
 
 import PIL
 import tokenizers
@@ -25,6 +26,9 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoImageProcessor, PreTrainedTokenizerFast, Qwen3VLProcessor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tokenizer"))
+from make_qwen3_5_tokenizer import bytes_to_unicode  # noqa: E402  (GPT-2's byte-to-unicode table)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = os.path.join(HERE, "model")
@@ -39,7 +43,7 @@ CORPUS = ["Describe the picture in one sentence.", "What colour is the square on
 
 def make_tokenizer():
     byte_chars = pre_tokenizers.ByteLevel.alphabet()
-    mapping = {b: c for b, c in zip(range(256), _bytes_to_unicode())}
+    mapping = bytes_to_unicode()
     alphabet = [mapping[b] for b in [10] + list(range(32, 127))]
     assert set(alphabet) <= set(byte_chars)
     tok = Tokenizer(models.BPE())
@@ -62,18 +66,6 @@ def make_tokenizer():
                "vision_eos_token": "<|vision_end|>"})
     with open(os.path.join(MODEL, "tokenizer_config.json"), "w") as f:
         json.dump(cfg, f, indent=1, ensure_ascii=False)
-
-
-def _bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for _, c in sorted(zip(bs, cs))]
 
 
 def rows():
