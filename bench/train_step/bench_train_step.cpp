@@ -18,6 +18,8 @@
 //                     0 = none; with --ckpt auto the plan is added; run in ascending predicted memory, so each
 //                     row's peak, the allocator's peak so far, is that setting's)]
 //                    [--kernels auto|portable (the run config's `kernels`; portable: the sm_80 kernels)]
+//                    [--sharded 0|1 (data parallel: the frozen decoder layers sharded over the GPUs, ZeRO-3 style,
+//                     each layer all-gathered before its forward and backward; peak_GiB then shows 1/N of them)]
 //
 // FLOPs counted (the usual convention, so numbers compare with HF's): 6·N·T for the linear layers (N =
 // matmul parameters incl. lm_head; a frozen-base LoRA step skips the weight-gradient third, so this
@@ -100,7 +102,7 @@ int main(int argc, char** argv) {
   bool experts = true;
   int64_t rank = 16, ckpt_layers = -1;
   int steps = 5, warmup = 2;
-  bool ckpt = true, overlap = true, ckpt_auto = false;
+  bool ckpt = true, overlap = true, ckpt_auto = false, sharded = false;
   std::vector<double> free_gib;
   std::vector<int64_t> sweep;
   double peak = 989e12;
@@ -130,6 +132,7 @@ int main(int argc, char** argv) {
     else if (a == "--rank") rank = std::atoll(v.c_str());
     else if (a == "--ckpt-layers") ckpt_layers = std::atoll(v.c_str());
     else if (a == "--overlap") overlap = std::atoi(v.c_str()) != 0;
+    else if (a == "--sharded") sharded = std::atoi(v.c_str()) != 0;
     else if (a == "--kernels") kernels = v;
     else if (a == "--quant") quant = v;
     else {
@@ -156,7 +159,8 @@ int main(int argc, char** argv) {
     }
     auto be = make_cuda_backend(dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0, DType::BF16, kernels);
     if (dp) dp->connect_backend(*be);
-    Qwen35Model model(w, *be);
+    if (sharded && !dp) throw Error("--sharded 1 needs several workers (run_dp_step.sh)");
+    Qwen35Model model(w, *be, sharded ? &dp->shard_gatherer() : nullptr);
     be->synchronize();
     const double t_load = now_s() - t0;
 
@@ -278,14 +282,15 @@ int main(int argc, char** argv) {
           "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
           "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
           "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
-          "\"loss_chunk_rows\":%lld,\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f}\n",
+          "\"loss_chunk_rows\":%lld,\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s}\n",
           shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
           static_cast<long long>(seqs), ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
           tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
           static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
           static_cast<long long>(adapter.trainable_params()), loss, t_load,
           be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
-          static_cast<long long>(st.chunk), pred, static_cast<double>(free_bytes) / gib);  // the GPU's
+          static_cast<long long>(st.chunk), pred, static_cast<double>(free_bytes) / gib,  // the GPU's
+          sharded ? "true" : "false");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());

@@ -5,12 +5,15 @@
 #           every step (--check-replicas: the run fails unless all hashes agree)
 #  kill     SIGKILL worker 1 of a 2-GPU run after its first checkpoint: seconds until the whole run ends, its
 #           status, the checkpoints; then --resume on 1 GPU and the rest of the 1-GPU reference curve
+#  sharded  the curve's 20 steps on N GPUs with weight_layout: sharded (each GPU keeps 1/N of every decoder layer
+#           and all-gathers it before its forward and backward): the same curve as the replicated N-GPU run (the
+#           gathered weights are the same bytes: 1e-6) and as 1 GPU (1e-3)
 #  nodes    "two nodes": two groups of N/2 separately started processes (WORLD_SIZE=N, MASTER_ADDR=127.0.0.1,
 #           one GPU each, LOCAL_RANK counting inside a group), each group with its own NCCL_HOSTID so NCCL's
 #           network transport carries the traffic between them (with N=2 also P2P/SHM off); same curve as 1 GPU
 # GPUS=4 runs all three on 4 GPUs (reference: 1 GPU with accumulation 4); RESUME_GPUS=0,1 resumes the killed
 # run on 2 GPUs instead of 1.
-#   [GPUS=2] [SECTIONS="curve kill nodes"] tests/cuda/dist_check.sh DELTATUNE_BIN DEMO_DIR WORK_DIR     (BACKEND=cpu: a dry run of the script itself)
+#   [GPUS=2] [SECTIONS="curve kill nodes sharded"] tests/cuda/dist_check.sh DELTATUNE_BIN DEMO_DIR WORK_DIR     (BACKEND=cpu: a dry run of the script itself)
 set -u
 BIN=${1:?deltatune}; DEMO=${2:?resources/demo}; W=${3:?work dir}
 export NCCL_NVLS_ENABLE=0
@@ -39,6 +42,7 @@ lora_dropout: 0.1
 backend: ${BACKEND:-cuda}
 output_dir: $W/$1.out
 dataset_prepared_path: $W/cache
+${EXTRA:-}
 EOF
 }
 compare() {  # reference_db other_db label [last_step: compare steps up to it (default all)] [tolerance: 1e-3]
@@ -72,7 +76,7 @@ status_of() { python3 -c "
 import sqlite3,sys; c=sqlite3.connect('$1'); r=c.execute('select id,status,steps,device from runs order by created_at desc limit 1').fetchone(); print(*r, sep='|')
 for (m,) in c.execute('select message from events where run_id=? and level=\"error\"', (r[0],)): print('  event:', m)"; }
 
-want() { [[ " ${SECTIONS:-curve kill nodes} " == *" $1 "* ]]; }
+want() { [[ " ${SECTIONS:-curve kill nodes sharded} " == *" $1 "* ]]; }
 
 if want curve; then
 echo "== curve"
@@ -141,4 +145,16 @@ for p in $PIDS; do wait $p; echo "process $p exit $?"; done
 grep -oE "via NET/[A-Za-z]+[^ ]*|via P2P/[A-Za-z/]+|via SHM/[A-Za-z/]+|Using network [A-Za-z]+|nNodes [0-9]+" "$W/node0.log" | sort | uniq -c | head -6
 echo "replica hashes agreed after $(grep -c 'LoRA weights hash' "$W/node0.log") steps"
 compare "$W/one.db" "$W/nodes.db" "two nodes ($HALF + $HALF processes) vs 1 GPU"
+fi
+
+if want sharded; then
+echo "== sharded"
+[ -f "$W/one.db" ] || { run_yaml one $N 20 0; "$BIN" train "$W/one.yaml" --db "$W/one.db" --gpus 0 > "$W/one.log" 2>&1; }
+[ -f "$W/two.db" ] || { run_yaml two 1 20 0; "$BIN" train "$W/two.yaml" --db "$W/two.db" --gpus $LIST > "$W/two.log" 2>&1; }
+EXTRA="weight_layout: sharded" run_yaml sharded 1 20 0
+"$BIN" train "$W/sharded.yaml" --db "$W/sharded.db" --gpus $LIST --check-replicas > "$W/sharded.log" 2>&1
+echo "$N GPUs sharded exit $?"
+grep -E "weight_layout|error" "$W/sharded.log" | head -3
+compare "$W/two.db" "$W/sharded.db" "$N GPUs sharded vs $N GPUs replicated" 1000000 1e-6
+compare "$W/one.db" "$W/sharded.db" "$N GPUs sharded vs 1 GPU"
 fi

@@ -36,8 +36,9 @@ fs::path fresh_dir(const std::string& name) {
   return d;
 }
 
-void write_run(const fs::path& file, int accumulation, int max_steps, int save_steps) {
+void write_run(const fs::path& file, int accumulation, int max_steps, int save_steps, const std::string& extra = "") {
   std::ofstream y(file);
+  y << extra;
   y << "base_model: " << (kDemo / "model").string() << "\n"
     << "datasets:\n  - path: " << (kDemo / "data" / "demo_chat.jsonl").string() << "\n    type: chat\n"
     << "val_set_size: 0.05\nsequence_len: 128\nsample_packing: true\nmicro_batch_size: 2\n"
@@ -134,6 +135,34 @@ TEST(DistTrain, TwoWorkersGiveTheOneProcessCurveWithIdenticalWeights) {
   EXPECT_EQ(run.status, "finished");
   EXPECT_NE(run.device.find("2 workers: rank 0 ("), std::string::npos) << run.device;
   EXPECT_NE(run.device.find("rank 1 ("), std::string::npos) << run.device;
+  fs::remove_all(dir);
+}
+
+// Sharded frozen weights (weight_layout: sharded; each worker keeps half of every decoder layer and gathers it
+// through the host connections): the same curve as the one-process run, evaluation included (every worker runs
+// as many forwards).
+TEST(DistTrain, TwoShardedWorkersGiveTheOneProcessCurve) {
+  if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
+  const fs::path dir = fresh_dir("sharded");
+  write_run(dir / "run.yaml", 2, 4, 0, "weight_layout: sharded\neval_steps: 2\n");
+  const auto want = reference_curve(dir, 4, 4);
+  std::vector<pid_t> workers;
+  const std::string port = std::to_string(20000 + (::getpid() + 7919) % 20000);
+  for (int r = 0; r < 2; ++r)
+    workers.push_back(spawn({DT_CLI_PATH, "train", (dir / "run.yaml").string(), "--db", (dir / "db").string(),
+                             "--check-replicas"},
+                            {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
+                             "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
+                            dir / ("rank" + std::to_string(r) + ".txt")));
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(wait_exit(workers[r]), 0) << slurp(dir / ("rank" + std::to_string(r) + ".txt"));
+  const std::string log0 = slurp(dir / "rank0.txt");
+  EXPECT_NE(log0.find("weight_layout: sharded (CPU workers: as configured)"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("step 4: LoRA weights hash"), std::string::npos) << log0;
+  const auto got = only_run_metrics((dir / "db").string());
+  expect_same_curve(got, want);
+  ASSERT_FALSE(got.empty());
+  EXPECT_GE(got.back().eval_loss, 0);
   fs::remove_all(dir);
 }
 

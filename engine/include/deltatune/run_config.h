@@ -70,6 +70,11 @@ struct RunConfig {
   // "nf4" (bitsandbytes' NF4, 64-value blocks, double-quantized absmax). axolotl's `load_in_4bit: true` reads as
   // nf4. An FP8 checkpoint (config.json quantization_config, quant_method fp8) is fp8 whatever this says.
   std::string base_quantization = "none";
+  // Several GPUs: how the frozen base weights are held (deltatune/shard_plan.h). "auto": the memory plan picks
+  // (replicated when it fits, else sharded; CPU workers: replicated) and a run that fits no layout is refused
+  // before loading the model | "replicated" (every GPU holds all of them) | "sharded" (each GPU keeps 1/N of
+  // every decoder layer and gathers a layer right before its forward and backward).
+  std::string weight_layout = "auto";
   bool fused_loss = true;
   // `gradient_checkpointing: auto` (the default) | true | false | N (= true with N layers). auto: at the start
   // of a GPU run the memory plan (deltatune/memory_plan.h) picks the checkpointed layers and the loss chunk

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/gradient_reducer.h"
+#include "backend/shard_gatherer.h"
 #include "core/tensor.h"
 
 namespace deltatune {
@@ -349,6 +350,9 @@ class Backend {
   // This device's reducer for a data-parallel job (NCCL on CUDA), or null when the backend has none (the CPU
   // backend: the job sums through its host connections).
   virtual std::unique_ptr<GradientReducer> create_gradient_reducer(const ReducerSetup& setup) { return nullptr; }
+  // This device's all-gather of frozen-weight shards (NCCL on CUDA; a communicator of its own), or null when
+  // the backend has none (the CPU backend: the job gathers through its host connections).
+  virtual std::unique_ptr<ShardGatherer> create_shard_gatherer(const ReducerSetup& setup) { return nullptr; }
 };
 
 // The reference backend (always available).

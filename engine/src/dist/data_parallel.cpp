@@ -4,6 +4,7 @@
 #include <span>
 
 #include "core/error.h"
+#include "dist/shard_gatherers.h"
 
 namespace deltatune {
 namespace {
@@ -38,19 +39,23 @@ DataParallel::DataParallel(const DistWorld& world) : rv_(world) {}
 
 DataParallel::~DataParallel() = default;
 
-void DataParallel::connect_backend(Backend& be) {
-  be_ = &be;
-  if (be.device() == Device::CPU) {
-    reducer_ = make_host_reducer(rv_);
-    return;
-  }
+ReducerSetup DataParallel::comm_setup() {
   ReducerSetup s;
   s.rank = rv_.rank();
   s.world = rv_.world();
   s.share_from_rank0 = [this](const std::string& bytes) { return rv_.broadcast(bytes); };
   s.peer_fault = [this] { return rv_.poll_fault(); };
   s.timeout_s = rv_.timeout_s();
-  reducer_ = be.create_gradient_reducer(s);
+  return s;
+}
+
+void DataParallel::connect_backend(Backend& be) {
+  be_ = &be;
+  if (be.device() == Device::CPU) {
+    reducer_ = make_host_reducer(rv_);
+    return;
+  }
+  reducer_ = be.create_gradient_reducer(comm_setup());
   check(reducer_ != nullptr, "backend " + be.name() +
                                  " cannot sum gradients across GPUs: this build of DeltaTune has no NCCL "
                                  "(configure with -DDT_NCCL=ON where NCCL is installed)");
@@ -58,6 +63,21 @@ void DataParallel::connect_backend(Backend& be) {
   Tensor probe = be.zeros({1}, DType::F32);
   reducer_->start_sum(probe);
   reducer_->finish();
+}
+
+ShardGatherer& DataParallel::shard_gatherer() {
+  check(be_ != nullptr, "internal: DataParallel::shard_gatherer before connect_backend");
+  if (gatherer_) return *gatherer_;
+  if (be_->device() == Device::CPU) {
+    gatherer_ = make_host_shard_gatherer(rv_);
+    return *gatherer_;
+  }
+  gatherer_ = be_->create_shard_gatherer(comm_setup());
+  check(gatherer_ != nullptr, "backend " + be_->name() +
+                                  " cannot gather sharded weights across GPUs: this build of DeltaTune has no NCCL "
+                                  "(configure with -DDT_NCCL=ON where NCCL is installed, or set weight_layout: "
+                                  "replicated)");
+  return *gatherer_;
 }
 
 void DataParallel::attach(LoraAdapter& adapter, int64_t bucket_bytes) {
@@ -127,6 +147,7 @@ void DataParallel::sum_tensor(Tensor& t) {
 void DataParallel::fail(const std::string& why) noexcept {
   rv_.announce_failure(why);
   if (reducer_) reducer_->abort();
+  if (gatherer_) gatherer_->abort();
 }
 
 }  // namespace deltatune

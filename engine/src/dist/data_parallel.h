@@ -28,6 +28,9 @@ class DataParallel {
   // Creates the gradient reducer of `be` (NCCL's communicator joins here). Throws Error when the backend
   // cannot sum across workers (a CUDA build without NCCL).
   void connect_backend(Backend& be);
+  // The all-gather of sharded frozen weights (weight_layout: sharded): NCCL on CUDA (a communicator of its
+  // own, joined at the first call), the host connections on the CPU. Every worker must call it.
+  ShardGatherer& shard_gatherer();
   // Gives the adapter's gradients one flat zeroed buffer (gA/gB become views of it) and plans the buckets.
   void attach(LoraAdapter& adapter, int64_t bucket_bytes);
   // Zeroes every gradient (the whole flat buffer) for a new step.
@@ -45,9 +48,12 @@ class DataParallel {
   void fail(const std::string& why) noexcept;
 
  private:
+  ReducerSetup comm_setup();  // a communicator's join through the host connections, faults, timeout
+
   Rendezvous rv_;
   Backend* be_ = nullptr;
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<ShardGatherer> gatherer_;
   Tensor flat_;
   std::vector<GradBucket> buckets_;
   size_t next_bucket_ = 0;

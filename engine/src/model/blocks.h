@@ -26,6 +26,29 @@ struct DeviceLayerWeights {
   BaseMatrix sh_gate, sh_up, sh_down;
 };
 
+// fn(Tensor&) on every device tensor of `w` in a fixed order (a quantized matrix: its parts, on a copy of its
+// QuantizedWeight that then replaces it). Sharded layers (sharded_layers.cpp) pack and rebind them through it:
+// a field added to DeviceLayerWeights must be visited here.
+template <class Fn>
+void for_each_weight_tensor(DeviceLayerWeights& w, Fn fn) {
+  auto mat = [&](BaseMatrix& m) {
+    if (!m.q) {
+      fn(m.w);
+      return;
+    }
+    auto q = std::make_shared<QuantizedWeight>(*m.q);
+    for (Tensor* t : {&q->values, &q->scales, &q->absmax2, &q->code2}) fn(*t);
+    m.q = std::move(q);
+  };
+  for (Tensor* t : {&w.input_norm, &w.post_norm, &w.q_norm, &w.k_norm, &w.conv, &w.dt_bias, &w.A_log, &w.lin_norm,
+                    &w.router, &w.sh_gate_w})
+    fn(*t);
+  for (BaseMatrix* m : {&w.q_proj, &w.k_proj, &w.v_proj, &w.o_proj, &w.in_qkv, &w.in_z, &w.in_b, &w.in_a,
+                        &w.out_proj, &w.gate_proj, &w.up_proj, &w.down_proj, &w.experts_gate_up, &w.experts_down,
+                        &w.sh_gate, &w.sh_up, &w.sh_down})
+    mat(*m);
+}
+
 // LoRA modules attached to one layer (null = not adapted).
 struct LayerLora {
   LoraModule *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;

@@ -125,9 +125,9 @@ InferenceCache Qwen35Model::new_inference_cache(int64_t batch, int64_t capacity)
   c.batch = batch;
   c.capacity = capacity;
   const DType dt = be_.compute_dtype();
-  for (const auto& lp : layers_) {
+  for (size_t i = 0; i < layer_count(); ++i) {
     InferenceCache::Layer st;
-    if (lp->kind == LayerKind::FullAttention) {
+    if (layer_kind(i) == LayerKind::FullAttention) {
       st.k = be_.zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, dt);
       st.v = be_.zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, dt);
     } else {
@@ -149,9 +149,9 @@ Tensor Qwen35Model::forward_cached(const Tensor& ids, const SeqLayout& seq, Infe
   const LoraRuntime rt;
   Tensor x = be_.alloc({T, H}, dt);
   embed_tokens(ids, nullptr, x);
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  for (size_t i = 0; i < layer_count(); ++i) {
     const BlockContext ctx{be_, cfg_, seq, rt, static_cast<int>(i)};
-    const DeviceLayerWeights& w = *layers_[i];
+    const DeviceLayerWeights& w = layer_weights(i, i + 1);
     const LayerLora l = layer_lora_find(lora, static_cast<int>(i));
     Tensor a = be_.alloc({T, H}, dt), r1 = be_.alloc({T}, DType::F32);
     be_.rmsnorm_fwd(x, w.input_norm, eps, true, a, r1);
@@ -170,6 +170,7 @@ Tensor Qwen35Model::forward_cached(const Tensor& ids, const SeqLayout& seq, Infe
       mlp = mlp_fwd(ctx, w.gate_proj, w.up_proj, w.down_proj, l.gate, l.up, l.down, 9, m, mc);
     }
     be_.add(x, mlp, 1.f);
+    layer_done(i);
   }
   Tensor last = x;
   if (rows) {

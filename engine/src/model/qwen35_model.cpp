@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "backend/quant_ops.h"
 #include "model/blocks.h"
+#include "model/sharded_layers.h"
 #include "quant/quantize_host.h"
 #include "vision/image_embeds.h"
 
@@ -126,7 +127,8 @@ Tensor layer_bwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
 
 }  // namespace
 
-Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be) : cfg_(mw.config), be_(be) {
+Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be, ShardGatherer* shard) : cfg_(mw.config), be_(be) {
+  if (shard) sharded_ = std::make_unique<ShardedLayers>(be, *shard);
   std::string prefix;  // "layers.N."
   auto up_l = [&](const char* module, const Tensor& t) { return up_linear(be, mw, prefix + module, t); };
   if (!mw.tied && mw.base_quant != QuantFormat::None) {
@@ -140,7 +142,7 @@ Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be) : cfg_(mw.config),
   final_norm_ = up_f32(be, mw.final_norm);
   lm_head_ = mw.tied ? embed_ : up_w(be, mw.lm_head);
   for (const LayerWeights& lw : mw.layers) {
-    prefix = "layers." + std::to_string(layers_.size()) + ".";
+    prefix = "layers." + std::to_string(layer_count()) + ".";
     auto d = std::make_unique<DeviceLayer>();
     d->kind = lw.kind;
     d->input_norm = up_f32(be, lw.input_norm);
@@ -178,11 +180,26 @@ Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be) : cfg_(mw.config),
       d->up_proj = up_l("mlp.up_proj", lw.mlp.up_proj);
       d->down_proj = up_l("mlp.down_proj", lw.mlp.down_proj);
     }
-    layers_.push_back(std::move(d));
+    if (sharded_) sharded_->add(*d);  // d's full copy is freed here; this rank keeps its shard
+    else layers_.push_back(std::move(d));
   }
 }
 
 Qwen35Model::~Qwen35Model() = default;
+
+size_t Qwen35Model::layer_count() const { return sharded_ ? sharded_->layers() : layers_.size(); }
+
+LayerKind Qwen35Model::layer_kind(size_t i) const {
+  return sharded_ ? sharded_->layout(i).kind : layers_.at(i)->kind;
+}
+
+const DeviceLayerWeights& Qwen35Model::layer_weights(size_t i, std::optional<size_t> next) {
+  return sharded_ ? sharded_->acquire(i, next) : *layers_.at(i);
+}
+
+void Qwen35Model::layer_done(size_t i) {
+  if (sharded_) sharded_->release(i);
+}
 
 SeqLayout Qwen35Model::make_layout(const Batch& batch) {
   check(!batch.input_ids.empty(), "internal: empty batch");
@@ -238,8 +255,9 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
     check(vision_ != nullptr, "a batch with images needs the checkpoint's vision tower (model.visual.*)");
     image_embeds_insert(be_, *vision_, batch.input_ids, batch.pixel_values, batch.image_grids, x);
   }
-  if (acts) acts->layers.resize(layers_.size());
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  const size_t L = layer_count();
+  if (acts) acts->layers.resize(L);
+  for (size_t i = 0; i < L; ++i) {
     BlockContext ctx{be_, cfg_, seq, opts.lora, static_cast<int>(i)};
     Tensor load_row;
     if (moe_load) {
@@ -251,7 +269,8 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
     const bool ckpt = opts.checkpointed(static_cast<int64_t>(i));
     LayerCache& c = (acts && !ckpt) ? acts->layers[i] : scratch;
     ctx.activations_kept = acts && !ckpt;
-    Tensor next = layer_fwd(ctx, *layers_[i], l, x, c);
+    Tensor next = layer_fwd(ctx, layer_weights(i, i + 1), l, x, c);
+    if (!acts || i + 1 < L) layer_done(i);  // the last layer's backward comes next: it stays gathered
     if (acts && ckpt) acts->layers[i].x_in = x;
     x = next;
   }
@@ -273,7 +292,7 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
   StepOutput out;
   const LoraComputeCopies lora_copies(be_, lora);
   // Router statistics from the first forward only (a checkpointed layer's recompute is not counted twice).
-  if (cfg_.is_moe()) out.moe_load = be_.zeros({static_cast<int64_t>(layers_.size()), cfg_.num_experts}, DType::F32);
+  if (cfg_.is_moe()) out.moe_load = be_.zeros({static_cast<int64_t>(layer_count()), cfg_.num_experts}, DType::F32);
   Tensor h = hidden_states(batch, seq, lora, opts, opts.backward ? &acts : nullptr,
                            out.moe_load.defined() ? &out.moe_load : nullptr);
   Tensor targets = be_.upload_i32(batch.targets);
@@ -294,18 +313,21 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
 
   Tensor dx = be_.alloc({T, H}, dt);
   be_.rmsnorm_bwd(dh, acts.x_final, final_norm_, acts.rstd_final, true, dx);
-  for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
+  for (int i = static_cast<int>(layer_count()) - 1; i >= 0; --i) {
     BlockContext ctx{be_, cfg_, seq, opts.lora, i};
     const LayerLora l = layer_lora_find(lora, i);
     LayerCache& c = acts.layers[static_cast<size_t>(i)];
+    const DeviceLayerWeights& w =
+        layer_weights(static_cast<size_t>(i), i > 0 ? std::optional<size_t>(i - 1) : std::nullopt);
     if (opts.checkpointed(i)) {
       const Tensor x_in = c.x_in;
       c = LayerCache{};
       BlockContext recompute = ctx;
       recompute.keep_for_backward = true;
-      layer_fwd(recompute, *layers_[static_cast<size_t>(i)], l, x_in, c);
+      layer_fwd(recompute, w, l, x_in, c);
     }
-    dx = layer_bwd(ctx, *layers_[static_cast<size_t>(i)], l, dx, c);
+    dx = layer_bwd(ctx, w, l, dx, c);
+    layer_done(static_cast<size_t>(i));
     c = LayerCache{};  // free this layer's activations
     if (opts.on_layer_backward) opts.on_layer_backward(i);
   }

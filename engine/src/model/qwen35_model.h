@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -45,6 +46,9 @@ struct StepOutput {
 // What generation keeps per sequence between forwards (spec §3.9), on the model's backend: for every linear
 // attention layer the conv history [N, K-1, conv_dim] (compute dtype) and the delta-rule state
 // [N, HV, dk, dv] (F32); for every full attention layer the KV cache [N, capacity, nKV, hd] (compute dtype).
+class ShardedLayers;
+struct DeviceLayerWeights;
+
 struct InferenceCache {
   int64_t batch = 0, capacity = 0;
   struct Layer {
@@ -56,7 +60,10 @@ struct InferenceCache {
 class Qwen35Model {
  public:
   // Uploads the frozen weights to the backend (matrices in the backend's weight dtype, small vectors F32).
-  Qwen35Model(const ModelWeights& weights, Backend& backend);
+  // With `shard` (one rank of a job, ZeRO-3 style): this rank keeps 1/world of each decoder layer's frozen
+  // weights, and every use of a layer all-gathers it (the next one prefetched) and frees it after, so every
+  // forward and backward (step, logits, forward_cached) is a collective: all ranks must call them in step.
+  Qwen35Model(const ModelWeights& weights, Backend& backend, ShardGatherer* shard = nullptr);
   ~Qwen35Model();
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() { return be_; }
@@ -79,10 +86,12 @@ class Qwen35Model {
   void lm_logits(const Tensor& h, Tensor& logits);
   // Whether a decode step (forward_cached) may be recorded and replayed: not when its embedding rows are
   // gathered on the host (they change every step).
-  bool decode_step_recordable() const { return !embed_host_.defined(); }
+  bool decode_step_recordable() const { return !embed_host_.defined() && !sharded_; }
   // Vision-language checkpoints: the image encoder (frozen, fp32 on the host) whose merged tokens replace the
   // embedding rows of a batch's image tokens. Batches with images need it.
   void set_vision(std::shared_ptr<const VisionWeights> vision) { vision_ = std::move(vision); }
+  // The sharded decoder layers (null when every layer is resident).
+  const ShardedLayers* sharded_layers() const { return sharded_.get(); }
 
   struct DeviceLayer;
  private:
@@ -93,6 +102,12 @@ class Qwen35Model {
                        Activations* acts, Tensor* moe_load = nullptr);
   // x [T, H] (=) the embedding rows of `ids` (device I32 [T]; `host_ids` the same ids on the host, or null).
   void embed_tokens(const Tensor& ids, const std::vector<int32_t>* host_ids, Tensor& x);
+  // Layer i's frozen weights for use now: resident, or gathered (sharded) with layer `next` starting to gather.
+  // layer_done(i) once the work that reads them is enqueued: frees a gathered copy.
+  const DeviceLayerWeights& layer_weights(size_t i, std::optional<size_t> next);
+  void layer_done(size_t i);
+  size_t layer_count() const;
+  LayerKind layer_kind(size_t i) const;
 
   ModelConfig cfg_;
   Backend& be_;
@@ -101,7 +116,8 @@ class Qwen35Model {
   // never in a GEMM, and takes no gradient) and each forward gathers its rows there and uploads them (T*H
   // values); embed_ is then undefined. A tied table is the lm_head too and stays on the device.
   Tensor embed_host_;
-  std::vector<std::unique_ptr<DeviceLayer>> layers_;
+  std::vector<std::unique_ptr<DeviceLayer>> layers_;  // empty when sharded_
+  std::unique_ptr<ShardedLayers> sharded_;
   std::shared_ptr<const VisionWeights> vision_;
 };
 

@@ -31,14 +31,26 @@ struct StepWork {
   double loss() const { return targets > 0 ? loss_sum / static_cast<double>(targets) : 0.0; }
 };
 
-// With data parallelism each worker evaluates every world-th batch and the sums are added up.
+// With data parallelism each worker evaluates every world-th batch and the sums are added up. Sharded weights
+// make every forward a collective: then every worker runs as many forwards, the last round's missing batches
+// replaced by batch 0 (not counted).
 double evaluate_examples(TrainSession& s) {
   std::array<double, 2> sums{0, 0};  // loss, targets
   StepOptions so;
   so.fused_loss = s.cfg.fused_loss;
   std::vector<Batch> batches = data_epoch_batches(s.data.eval, s.cfg, -1);
-  for (size_t k = 0; k < batches.size(); ++k) {
-    if (s.dp && static_cast<int>(k % static_cast<size_t>(s.dp->world())) != s.dp->rank()) continue;
+  const size_t world = s.dp ? static_cast<size_t>(s.dp->world()) : 1;
+  const size_t rounds = (batches.size() + world - 1) / world;
+  const bool lockstep = s.model->sharded_layers() != nullptr;
+  const Batch spare = lockstep && !batches.empty() ? batches[0] : Batch{};
+  for (size_t k = 0; k < (lockstep ? rounds * world : batches.size()); ++k) {
+    if (s.dp && static_cast<int>(k % world) != s.dp->rank()) continue;
+    if (k >= batches.size()) {
+      Batch b = spare;
+      if (s.vision) batch_load_images(b, *s.vision);
+      s.model->step(b, &s.adapter, so);
+      continue;
+    }
     if (s.vision) batch_load_images(batches[k], *s.vision);
     const StepOutput out = s.model->step(batches[k], &s.adapter, so);
     sums[0] += out.loss_sum;
@@ -195,7 +207,9 @@ void record_step(TrainSession& s, const StepWork& w, double lr, const BatchStrea
   }
   if (s.store) s.store->add_metrics(s.run_id, m);
   const bool eval_step = (s.cfg.eval_steps > 0 && s.step % s.cfg.eval_steps == 0) || last;
-  if (s.root && eval_step && !s.samples.empty()) {  // stored before on_step, so an observer finds them
+  // Stored before on_step, so an observer finds them. Not with sharded weights: rank 0 alone generates, and
+  // every forward of a sharded model is a collective of all workers.
+  if (s.root && eval_step && !s.samples.empty() && !s.model->sharded_layers()) {
     std::vector<SampleRecord> gen = sample_prompts_generate(s.samples, *s.model, s.adapter, s.step);
     if (s.store) s.store->add_samples(s.run_id, gen);
   }

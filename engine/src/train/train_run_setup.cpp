@@ -17,6 +17,7 @@
 #include "train/lora_spec.h"
 #include "train/train_run_steps.h"
 #include "train/train_run_util.h"
+#include "train/weight_layout_select.h"
 #include "vision/vision_tower.h"
 
 namespace fs = std::filesystem;
@@ -151,6 +152,22 @@ void attach_vision(TrainSession& s) {
 
 }  // namespace
 
+// Several workers: whether the frozen weights are sharded (weight_layout_select.h), for the smallest GPU of the
+// job. Throws (every worker alike) when the plan says nothing fits.
+static bool pick_weight_layout(TrainSession& s) {
+  int64_t memory = 0;
+  if (s.be->device() != Device::CPU) {
+    const int gpu = training_gpu(s.cfg, s.topts);
+    for (const GpuDevice& d : gpu_environment(s.cfg.kernels).devices)
+      if (d.index == gpu) memory = d.total_bytes;
+  }
+  for (const std::string& m : s.dp->host().all_gather(std::to_string(memory)))
+    memory = std::min<int64_t>(memory, std::stoll(m));
+  const WeightLayoutChoice c = choose_weight_layout(s.cfg, model_info_load(s.cfg.base_model), s.world, memory);
+  s.log(LogLevel::Info, c.note);
+  return c.sharded;
+}
+
 void start_backend(TrainSession& s) {
   std::string backend_note;
   s.be = backend_create(s.cfg.backend, training_gpu(s.cfg, s.topts), &backend_note, s.cfg.kernels);
@@ -163,7 +180,12 @@ void start_backend(TrainSession& s) {
     s.log(LogLevel::Info, "data parallel: " + s.device);
   }
   plan_checkpointing(s);
-  s.model = std::make_unique<Qwen35Model>(s.weights, *s.be);
+  ShardGatherer* shard = nullptr;
+  if (s.dp && pick_weight_layout(s)) shard = &s.dp->shard_gatherer();
+  s.model = std::make_unique<Qwen35Model>(s.weights, *s.be, shard);
+  if (shard && !s.samples.empty())
+    s.log(LogLevel::Warning, "sample_prompts: not generated in this run (sharded weights: generation is not "
+                             "available yet)");
   attach_vision(s);
   lora_to_backend(s.adapter, *s.be);
   if (s.dp) s.dp->attach(s.adapter, int64_t(25) << 20);

@@ -178,6 +178,8 @@ class CudaBackend final : public Backend, public QuantOps {
 
   // nccl_reducer.cpp: NCCL on a stream of its own, ordered after this backend's stream by events.
   std::unique_ptr<GradientReducer> create_gradient_reducer(const ReducerSetup& setup) override;
+  // nccl_gatherer.cpp: NCCL all-gather of frozen-weight shards on a communicator and stream of its own.
+  std::unique_ptr<ShardGatherer> create_shard_gatherer(const ReducerSetup& setup) override;
 
  private:
   // The stream, after making this backend's device current on the calling thread.

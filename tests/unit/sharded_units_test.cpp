@@ -1,12 +1,15 @@
-// ShardedUnitStore over InProcessShardGroup (threads as ranks): every rank keeps 1/N of each unit, gathers
-// give back the exact bytes in forward and backward order with prefetch, and at most two units are held.
+// ShardedUnitStore over InProcessShardGroup (threads as ranks, a CPU backend each): every rank keeps 1/N of each
+// unit, gathers give back the exact bytes in forward and backward order with prefetch, and at most two units are
+// held.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <thread>
 
 #include "core/error.h"
-#include "dist/sharded_weights.h"
+#include "dist/shard_gatherers.h"
+#include "model/sharded_units.h"
 
 namespace deltatune {
 namespace {
@@ -14,7 +17,7 @@ namespace {
 std::vector<std::vector<uint8_t>> random_units() {
   std::mt19937 rng(7);
   std::vector<std::vector<uint8_t>> units;
-  // Sizes that do and do not divide by 2, 3, 4; an empty unit; one smaller than the world.
+  // Sizes that do and do not divide by 2, 3, 4 or 256; an empty unit; one smaller than the world.
   for (size_t n : {4096u, 1001u, 0u, 3u, 777u, 12288u, 5u}) {
     std::vector<uint8_t> u(n);
     for (auto& b : u) b = static_cast<uint8_t>(rng());
@@ -23,10 +26,18 @@ std::vector<std::vector<uint8_t>> random_units() {
   return units;
 }
 
-TEST(ShardedWeights, GathersGiveTheUnitsBackWithTwoInFlight) {
+Tensor bytes_tensor(const std::vector<uint8_t>& u) {
+  Tensor t = host_tensor({static_cast<int64_t>(u.size())}, DType::U8);
+  if (!u.empty()) std::memcpy(t.data, u.data(), u.size());
+  return t;
+}
+
+bool same_bytes(const Tensor& t, const std::vector<uint8_t>& u) {
+  return t.nbytes() == u.size() && (u.empty() || std::memcmp(t.data, u.data(), u.size()) == 0);
+}
+
+TEST(ShardedUnits, GathersGiveTheUnitsBackWithTwoInFlight) {
   const auto units = random_units();
-  size_t total = 0;
-  for (const auto& u : units) total += u.size();
   for (int world : {1, 2, 3, 4}) {
     InProcessShardGroup group(world);
     std::vector<std::string> failures(static_cast<size_t>(world));
@@ -34,22 +45,23 @@ TEST(ShardedWeights, GathersGiveTheUnitsBackWithTwoInFlight) {
     for (int r = 0; r < world; ++r) {
       threads.emplace_back([&, r] {
         std::string& fail = failures[static_cast<size_t>(r)];
-        ShardedUnitStore store(units, group.rank(r));
-        size_t expect_resident = 0;
-        for (const auto& u : units) expect_resident += (u.size() + world - 1) / world;
+        auto be = make_cpu_backend(1);
+        ShardedUnitStore store(*be, group.rank(r));
+        for (const auto& u : units) store.add(bytes_tensor(u));
+        size_t expect_resident = 0;  // per unit: ceil(size / world) rounded up to 256 bytes
+        for (const auto& u : units) expect_resident += (u.size() + world * 256 - 1) / (world * 256) * 256;
         if (store.resident_bytes() != expect_resident) fail += "resident bytes; ";
-        if (store.resident_bytes() > total / static_cast<size_t>(world) + units.size()) fail += "more than 1/N; ";
         const size_t n = units.size();
         // Forward: unit i with i+1 prefetched, freed after use.
         for (size_t i = 0; i < n; ++i) {
-          const auto& full = store.acquire(i, i + 1 < n ? std::optional<size_t>(i + 1) : std::nullopt);
-          if (full != units[i]) fail += "forward unit " + std::to_string(i) + " differs; ";
+          const Tensor& full = store.acquire(i, i + 1 < n ? std::optional<size_t>(i + 1) : std::nullopt);
+          if (!same_bytes(full, units[i])) fail += "forward unit " + std::to_string(i) + " differs; ";
           store.release(i);
         }
         // Backward: last to first, the previous one prefetched.
         for (size_t i = n; i-- > 0;) {
-          const auto& full = store.acquire(i, i > 0 ? std::optional<size_t>(i - 1) : std::nullopt);
-          if (full != units[i]) fail += "backward unit " + std::to_string(i) + " differs; ";
+          const Tensor& full = store.acquire(i, i > 0 ? std::optional<size_t>(i - 1) : std::nullopt);
+          if (!same_bytes(full, units[i])) fail += "backward unit " + std::to_string(i) + " differs; ";
           store.release(i);
         }
         if (store.gathered_now() != 0) fail += "units left gathered; ";
@@ -62,9 +74,11 @@ TEST(ShardedWeights, GathersGiveTheUnitsBackWithTwoInFlight) {
   }
 }
 
-TEST(ShardedWeights, UnknownUnitIsAnError) {
+TEST(ShardedUnits, UnknownUnitIsAnError) {
   InProcessShardGroup group(1);
-  ShardedUnitStore store(random_units(), group.rank(0));
+  auto be = make_cpu_backend(1);
+  ShardedUnitStore store(*be, group.rank(0));
+  for (const auto& u : random_units()) store.add(bytes_tensor(u));
   EXPECT_THROW(store.acquire(99), Error);
   EXPECT_THROW(store.release(99), Error);
   EXPECT_THROW(InProcessShardGroup(0), Error);
