@@ -1,0 +1,66 @@
+#include "dist/expert_exchange.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+namespace deltatune {
+
+class InProcessExchangeGroup::Rank final : public TokenExchange {
+ public:
+  Rank(InProcessExchangeGroup& g, int r) : g_(g), r_(r) {}
+  int rank() const override { return r_; }
+  int world() const override { return static_cast<int>(g_.posted_.size()); }
+
+  std::vector<std::vector<int64_t>> all_gather_counts(const std::vector<int64_t>& mine) override {
+    g_.posted_[static_cast<size_t>(r_)].counts = mine;
+    g_.barrier_.arrive_and_wait();
+    std::vector<std::vector<int64_t>> all;
+    for (const Posted& p : g_.posted_) all.push_back(p.counts);
+    g_.barrier_.arrive_and_wait();
+    return all;
+  }
+
+  void all_to_all(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                  const std::vector<int64_t>& recv_bytes) override {
+    Posted& mine = g_.posted_[static_cast<size_t>(r_)];
+    mine.send = send;
+    mine.send_bytes = send_bytes;
+    g_.barrier_.arrive_and_wait();  // every rank's buffer posted
+    int64_t at = 0;
+    for (int s = 0; s < world(); ++s) {
+      const Posted& src = g_.posted_[static_cast<size_t>(s)];
+      int64_t from = 0;  // where src's block for this rank starts
+      for (int d = 0; d < r_; ++d) from += src.send_bytes[static_cast<size_t>(d)];
+      const int64_t n = src.send_bytes[static_cast<size_t>(r_)];
+      check(n == recv_bytes[static_cast<size_t>(s)], "internal: all_to_all: rank " + std::to_string(s) + " sends " +
+                                                        std::to_string(n) + " bytes to rank " + std::to_string(r_) +
+                                                        ", which expects " +
+                                                        std::to_string(recv_bytes[static_cast<size_t>(s)]));
+      if (n) std::memcpy(static_cast<char*>(recv) + at, static_cast<const char*>(src.send) + from, static_cast<size_t>(n));
+      at += n;
+    }
+    g_.barrier_.arrive_and_wait();  // every rank done reading
+  }
+
+ private:
+  InProcessExchangeGroup& g_;
+  int r_;
+};
+
+InProcessExchangeGroup::InProcessExchangeGroup(int world)
+    : posted_(static_cast<size_t>(std::max(world, 1))), barrier_(std::max<std::ptrdiff_t>(world, 1)) {
+  check(world >= 1, "InProcessExchangeGroup: world must be at least 1, got " + std::to_string(world));
+  for (int r = 0; r < world; ++r) ranks_.push_back(std::make_unique<Rank>(*this, r));
+}
+
+InProcessExchangeGroup::~InProcessExchangeGroup() = default;
+
+TokenExchange& InProcessExchangeGroup::rank(int r) {
+  check(r >= 0 && r < static_cast<int>(ranks_.size()), "InProcessExchangeGroup: no rank " + std::to_string(r));
+  return *ranks_[static_cast<size_t>(r)];
+}
+
+}  // namespace deltatune
