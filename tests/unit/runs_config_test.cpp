@@ -85,6 +85,7 @@ RunConfig filled_config() {
   c.gpu = 1;
   c.kernels = "portable";
   c.base_quantization = "fp8";
+  c.weight_layout = "sharded";
   c.fused_loss = false;
   c.gradient_checkpointing_auto = false;
   c.gradient_checkpointing = true;
@@ -180,7 +181,7 @@ TEST(RunsConfig, CanonicalYamlHasEveryKeyInOrder) {
   std::vector<std::string> keys;
   for (const auto& kv : root) keys.push_back(kv.first.Scalar());
   EXPECT_EQ(keys, deltatune::run_config_keys());
-  EXPECT_EQ(keys.size(), 55u);
+  EXPECT_EQ(keys.size(), 56u);
 }
 
 TEST(RunsConfig, UnknownKeySuggestsClosest) {
