@@ -27,6 +27,7 @@
 #include "backend/backend.h"
 #include "backend/cuda_kernels_setting.h"
 #include "backend/gradient_reducer.h"
+#include "backend/shard_gatherer.h"
 #include "backend_harness.h"
 #include "core/error.h"
 
@@ -806,6 +807,23 @@ void case_gradient_reducer(Env& e) {
   EXPECT_EQ(e.down(*e.gpu, t.g), before) << "a one-rank broadcast changed the tensor";
 }
 
+// A sharded job of one worker: the CUDA backend's all-gather (NCCL) of one rank's shard gives that shard back
+// (exact); the CPU backend has none (its jobs gather through the host connections).
+void case_shard_gatherer(Env& e) {
+  ReducerSetup setup;
+  setup.share_from_rank0 = [](const std::string& bytes) { return bytes; };
+  setup.peer_fault = [] { return std::string(); };
+  setup.timeout_s = 60;
+  EXPECT_EQ(e.cpu->create_shard_gatherer(setup), nullptr);
+  std::unique_ptr<ShardGatherer> gather = e.gpu->create_shard_gatherer(setup);
+  if (!gather) GTEST_SKIP() << "this build has no NCCL";
+  EXPECT_EQ(gather->world(), 1);
+  Pair shard = e.in({1027}, F32, -3.f, 3.f);
+  Pair full = e.out({1027}, F32);
+  gather->ready(gather->start_all_gather(shard.g.data, full.g.data, 1027 * sizeof(float)));
+  EXPECT_EQ(e.down(*e.gpu, full.g), e.down(*e.gpu, shard.g)) << "a one-rank all-gather changed the bytes";
+}
+
 // ---- MoE ------------------------------------------------------------------------------------------------
 void case_moe(Env& e) {
   const int64_t T = 13, E = 11;
@@ -1129,6 +1147,7 @@ const std::vector<OpCase>& all_cases() {
        {"gdn_fwd", "gdn_bwd", "gdn_fwd_keep", "gdn_bwd_saved", "gdn_gated_fwd", "gdn_gated_bwd"},
        case_gdn},
       {"gradient_reducer", {"create_gradient_reducer"}, case_gradient_reducer},
+      {"shard_gatherer", {"create_shard_gatherer"}, case_shard_gatherer},
       {"decode_conv", {"conv1d_silu_step"}, case_decode_conv},
       {"decode_gdn", {"gdn_recurrent"}, case_decode_gdn},
       {"decode_prefill", {"gdn_prefill"}, case_decode_prefill},
