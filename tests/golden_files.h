@@ -1,6 +1,7 @@
 // Readers for the golden files under tests/goldens, shared by the CPU and CUDA test binaries.
 #pragma once
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,15 @@
 #include "model/qwen35_model.h"
 
 namespace deltatune::testing_goldens {
+
+// tests/goldens: $DT_GOLDENS, else the source tree's, else tests/goldens of the current folder (a checkout's root, as
+// on the GPU machine, where the build's source folder does not exist).
+inline std::filesystem::path goldens_dir() {
+  if (const char* e = std::getenv("DT_GOLDENS"); e && *e) return e;
+  const std::filesystem::path src = std::filesystem::path(DT_SOURCE_DIR) / "tests" / "goldens";
+  if (std::filesystem::exists(src)) return src;
+  return std::filesystem::path("tests") / "goldens";
+}
 
 // golden_eval.jsonl: {"input_ids": [...], "labels": [...]?} per line.
 inline std::vector<Example> read_jsonl(const std::filesystem::path& p) {

@@ -24,6 +24,7 @@
 
 #include "../../bench/common/random_qwen35.h"
 #include "../generate_goldens.h"
+#include "../golden_files.h"
 #include "backend_harness.h"
 #include "data/batch.h"
 #include "deltatune/generate.h"
@@ -43,11 +44,7 @@ using test::Pair;
 
 constexpr DType BF = DType::BF16;
 
-fs::path goldens_dir() {
-  const fs::path src = fs::path(DT_SOURCE_DIR) / "tests" / "goldens";
-  if (fs::exists(src / "generate")) return src;
-  return fs::path("tests") / "goldens";  // run from a checkout's root (the GPU machine)
-}
+using testing_goldens::goldens_dir;
 
 std::unique_ptr<Env> make_env() {
   auto e = std::make_unique<Env>();

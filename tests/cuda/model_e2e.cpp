@@ -50,12 +50,7 @@ namespace fs = std::filesystem;
 namespace deltatune {
 namespace {
 
-fs::path goldens_dir() {
-  if (const char* e = std::getenv("DT_GOLDENS")) return e;
-  const fs::path src = fs::path(DT_SOURCE_DIR) / "tests" / "goldens";
-  if (fs::exists(src)) return src;
-  return fs::path("tests") / "goldens";  // run from a checkout's root (the GPU machine)
-}
+using testing_goldens::goldens_dir;
 
 using testing_goldens::read_json;
 using testing_goldens::read_jsonl;

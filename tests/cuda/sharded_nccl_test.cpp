@@ -26,12 +26,7 @@ namespace fs = std::filesystem;
 namespace deltatune {
 namespace {
 
-fs::path goldens_dir() {
-  if (const char* e = std::getenv("DT_GOLDENS")) return e;
-  const fs::path src = fs::path(DT_SOURCE_DIR) / "tests" / "goldens";
-  if (fs::exists(src)) return src;
-  return fs::path("tests") / "goldens";
-}
+using testing_goldens::goldens_dir;
 
 // Rank 0's bytes to the other threads (what the rendezvous connection does between processes).
 class InProcessShare {

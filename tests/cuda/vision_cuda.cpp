@@ -23,11 +23,7 @@ namespace fs = std::filesystem;
 namespace deltatune {
 namespace {
 
-fs::path vision_goldens() {
-  const fs::path src = fs::path(DT_SOURCE_DIR) / "tests" / "goldens" / "vision";
-  if (fs::exists(src)) return src;
-  return fs::path("tests") / "goldens" / "vision";  // run from a checkout's root (the GPU machine)
-}
+fs::path vision_goldens() { return testing_goldens::goldens_dir() / "vision"; }
 
 std::vector<int32_t> i32_values(const Tensor& t) { return {t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel()}; }
 

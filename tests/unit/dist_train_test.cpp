@@ -108,13 +108,11 @@ void expect_same_curve(const std::vector<StepMetrics>& got, const std::vector<St
   }
 }
 
-TEST(DistTrain, TwoWorkersGiveTheOneProcessCurveWithIdenticalWeights) {
-  if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
-  const fs::path dir = fresh_dir("curve");
-  write_run(dir / "run.yaml", 2, 8, 4);
-  const auto want = reference_curve(dir, 4, 8);  // 2 workers x 2 micro-batches = 4 per step
+// Two workers of dir/run.yaml on this machine (ranks 0 and 1, --check-replicas; each must exit 0); returns rank 0's
+// output. port_salt keeps the tests' rendezvous ports apart.
+std::string run_two_workers(const fs::path& dir, int port_salt) {
   std::vector<pid_t> workers;
-  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  const std::string port = std::to_string(20000 + (::getpid() + port_salt) % 20000);
   for (int r = 0; r < 2; ++r)
     workers.push_back(spawn({DT_CLI_PATH, "train", (dir / "run.yaml").string(), "--db", (dir / "db").string(),
                              "--check-replicas"},
@@ -123,7 +121,15 @@ TEST(DistTrain, TwoWorkersGiveTheOneProcessCurveWithIdenticalWeights) {
                             dir / ("rank" + std::to_string(r) + ".txt")));
   for (int r = 0; r < 2; ++r)
     EXPECT_EQ(wait_exit(workers[r]), 0) << slurp(dir / ("rank" + std::to_string(r) + ".txt"));
-  const std::string log0 = slurp(dir / "rank0.txt");
+  return slurp(dir / "rank0.txt");
+}
+
+TEST(DistTrain, TwoWorkersGiveTheOneProcessCurveWithIdenticalWeights) {
+  if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
+  const fs::path dir = fresh_dir("curve");
+  write_run(dir / "run.yaml", 2, 8, 4);
+  const auto want = reference_curve(dir, 4, 8);  // 2 workers x 2 micro-batches = 4 per step
+  const std::string log0 = run_two_workers(dir, 0);
   EXPECT_NE(log0.find("step 8: LoRA weights hash"), std::string::npos) << log0;
   EXPECT_NE(log0.find("data parallel: 2 workers"), std::string::npos) << log0;
   expect_same_curve(only_run_metrics((dir / "db").string()), want);
@@ -146,17 +152,7 @@ TEST(DistTrain, TwoShardedWorkersGiveTheOneProcessCurve) {
   const fs::path dir = fresh_dir("sharded");
   write_run(dir / "run.yaml", 2, 4, 0, "weight_layout: sharded\neval_steps: 2\n");
   const auto want = reference_curve(dir, 4, 4);
-  std::vector<pid_t> workers;
-  const std::string port = std::to_string(20000 + (::getpid() + 7919) % 20000);
-  for (int r = 0; r < 2; ++r)
-    workers.push_back(spawn({DT_CLI_PATH, "train", (dir / "run.yaml").string(), "--db", (dir / "db").string(),
-                             "--check-replicas"},
-                            {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
-                             "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
-                            dir / ("rank" + std::to_string(r) + ".txt")));
-  for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(wait_exit(workers[r]), 0) << slurp(dir / ("rank" + std::to_string(r) + ".txt"));
-  const std::string log0 = slurp(dir / "rank0.txt");
+  const std::string log0 = run_two_workers(dir, 7919);
   EXPECT_NE(log0.find("weight_layout: sharded (CPU workers: as configured)"), std::string::npos) << log0;
   EXPECT_NE(log0.find("step 4: LoRA weights hash"), std::string::npos) << log0;
   const auto got = only_run_metrics((dir / "db").string());
