@@ -339,9 +339,10 @@ int cmd_info(const Args& args) {
     << ", overhead " << bytes_str(vram.overhead) << "\n";
   if (want_plan) {
     o << shard_plan_text(plan);
-    if (plan.choice() && plan.choice()->layout != WeightLayout::Replicated)
-      o << "  (this build trains the replicated layout only: sharded and expert-parallel training are not "
-           "implemented yet)\n";
+    if (plan.choice() && (plan.choice()->layout == WeightLayout::ExpertParallel ||
+                          plan.choice()->layout == WeightLayout::ExpertParallelSharded))
+      o << "  (expert-parallel training is not implemented yet: a run takes the sharded or the replicated layout "
+           "where one fits)\n";
   }
   if (!info.warnings.empty()) {
     o << "warnings:\n";

@@ -214,16 +214,17 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
   std::vector<int64_t> dense_units = f.units;
   for (size_t i = 0; i < dense_units.size(); ++i) dense_units[i] -= f.expert_part[i];
   const size_t head = f.units.size() - 1;
-  // Sharded gathers: forward every unit; backward every layer and the head again (nothing before the first
-  // layer trains, so the embedding is not needed in the backward); a recompute reuses the backward's gather.
-  auto sharded_moved = [&](const std::vector<int64_t>& units) {
-    return gather_bytes(units, 0, units.size(), n) + gather_bytes(units, 1, head + 1, n);
-  };
+  // The sharded layouts split the decoder layers only (model/sharded_layers): the embedding and lm_head stay
+  // whole on every GPU (they are used outside the layer loop, by the loss and by generation). Gathers: every layer
+  // in the forward and again in the backward; a recompute reuses the backward's gather.
+  auto sharded_moved = [&](const std::vector<int64_t>& units) { return 2 * gather_bytes(units, 1, head, n); };
   auto resident_sharded = [&](const std::vector<int64_t>& units) {
-    int64_t r = 0;
-    for (size_t i = 0; i < units.size(); ++i)
-      if (!(i == head && info.tied_embeddings)) r += ceil_div(units[i], n);
+    int64_t r = units[0] + (info.tied_embeddings ? 0 : units[head]);
+    for (size_t i = 1; i < head; ++i) r += ceil_div(units[i], n);
     return r;
+  };
+  auto layers_in_flight = [&](const std::vector<int64_t>& units) {
+    return two_in_flight(std::vector<int64_t>(units.begin() + 1, units.begin() + head));
   };
 
   for (WeightLayout layout : kLayouts) {
@@ -252,7 +253,7 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
         break;
       case WeightLayout::Sharded:
         e.frozen_resident = resident_sharded(f.units) + f.scratch;
-        e.gathered_in_flight = two_in_flight(f.units);
+        e.gathered_in_flight = layers_in_flight(f.units);
         e.moved_per_micro_batch = sharded_moved(f.units);
         break;
       case WeightLayout::ExpertParallel:
@@ -260,7 +261,7 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
         break;
       case WeightLayout::ExpertParallelSharded:
         e.frozen_resident = resident_sharded(dense_units) + ceil_div(f.experts, n) + f.scratch;
-        e.gathered_in_flight = two_in_flight(dense_units);
+        e.gathered_in_flight = layers_in_flight(dense_units);
         e.moved_per_micro_batch = sharded_moved(dense_units);
         break;
     }
