@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "../golden_files.h"
+#include "../vision_golden_batch.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "data/batch.h"
@@ -32,26 +33,9 @@ namespace {
 
 const fs::path kVision = fs::path(DT_SOURCE_DIR) / "tests" / "goldens" / "vision";
 
-std::vector<int32_t> i32_values(const Tensor& t) { return {t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel()}; }
+using testing_goldens::i32_values;
 
-// The golden sequence as a batch with its two images.
-Batch golden_batch(const VisionConfig& vcfg) {
-  const SafetensorsFile golden((kVision / "model_golden.safetensors").string());
-  const auto proc = testing_goldens::read_json(kVision / "processor_golden.json");
-  const auto meta = testing_goldens::read_json(kVision / "model_golden.json");
-  Example ex{i32_values(golden.get("input_ids")), i32_values(golden.get("labels"))};
-  Batch b = batch_from_examples({&ex});
-  const ImageProcessorConfig pcfg = image_processor_config_read((kVision / "model").string());
-  std::vector<ProcessedImage> images;
-  for (const auto& k : meta["images_in_sequence"]) {
-    const std::string file = proc["images"][k.get<size_t>()]["file"].get<std::string>();
-    images.push_back(image_preprocess(image_decode_file((kVision / file).string()), pcfg, file));
-  }
-  std::vector<const ProcessedImage*> ptrs;
-  for (const auto& im : images) ptrs.push_back(&im);
-  batch_set_images(b, ptrs, vcfg, "golden");
-  return b;
-}
+Batch golden_batch(const VisionConfig& vcfg) { return testing_goldens::vision_golden_batch(kVision, vcfg); }
 
 TEST(VisionModel, LossWithImagesMatchesTransformers) {
   const fs::path dir = kVision / "model";
