@@ -55,4 +55,10 @@ void RunDocument::setModelInfo(std::optional<deltatune::ModelInfo> info) {
   emit modelInfoChanged();
 }
 
+void RunDocument::setDataImageTokensPerStep(int64_t tokens) {
+  if (tokens == dataImageTokensPerStep_) return;
+  dataImageTokensPerStep_ = tokens;
+  emit dataImageTokensChanged();
+}
+
 }  // namespace studio

@@ -35,15 +35,21 @@ class RunDocument : public QObject {
   const std::optional<deltatune::ModelInfo>& modelInfo() const { return modelInfo_; }
   void setModelInfo(std::optional<deltatune::ModelInfo> info);
 
+  // The most image tokens in one micro-batch of the run's data (the Data page's preview; 0: none or not read).
+  int64_t dataImageTokensPerStep() const { return dataImageTokensPerStep_; }
+  void setDataImageTokensPerStep(int64_t tokens);
+
  signals:
   void configChanged(QObject* source);
   void modelInfoChanged();
+  void dataImageTokensChanged();
   void filePathChanged(const QString& path);
 
  private:
   deltatune::RunConfig config_;
   QString filePath_;
   std::optional<deltatune::ModelInfo> modelInfo_;
+  int64_t dataImageTokensPerStep_ = 0;
 };
 
 }  // namespace studio

@@ -5,7 +5,17 @@ namespace studio {
 QString tokensToHtml(const deltatune::PreviewExample& ex) {
   QString html = QStringLiteral("<div style='font-family: monospace; line-height: 170%;'>");
   int i = 0;
-  for (const auto& t : ex.tokens) {
+  for (const deltatune::PreviewTokenRun& run : deltatune::preview_token_runs(ex)) {
+    const deltatune::PreviewToken& t = ex.tokens[run.first];
+    if (t.image) {  // an image's placeholder tokens: one box "<|image_pad|> × N"
+      html += QStringLiteral("<span title='id %1, %2 image tokens (one per merged patch), not trained' "
+                             "style='background-color:#d6e4f7; color:#1f3f77;'>%3&nbsp;&times;&nbsp;%2</span>")
+                  .arg(t.id)
+                  .arg(run.count)
+                  .arg(QString::fromStdString(t.text).toHtmlEscaped());
+      ++i;
+      continue;
+    }
     QString text = QString::fromStdString(t.text).toHtmlEscaped();
     const bool newline = text.contains('\n');
     text.replace(' ', QStringLiteral("&middot;"));

@@ -143,14 +143,16 @@ nlohmann::ordered_json plan_json(const ShardPlan& p) {
 int cmd_info(const Args& args) {
   const ParsedArgs a = parse_args(args,
                                   {"--model", "--lora-r", "--tokens", "--checkpoint-layers", "--gpus", "--gpu-count",
-                                   "--gpu-memory", "--lora-groups", "--base-quantization", "--gpu", "--free-gib"},
+                                   "--gpu-memory", "--lora-groups", "--base-quantization", "--gpu", "--free-gib",
+                                   "--image-tokens", "--images", "--max-pixels"},
                                   {"--json", "--gradient-checkpointing", "--no-gradient-checkpointing",
-                                   "--unfused-loss"});
+                                   "--unfused-loss", "--vision-lora"});
   check(a.positionals.empty(),
         "usage: deltatune info [--model DIR|config.json] [--json] [--lora-r N] [--tokens N] "
         "[--gradient-checkpointing [--checkpoint-layers N] | --no-gradient-checkpointing | [--gpu N] "
         "[--free-gib X]] [--unfused-loss] [--base-quantization none|fp8|nf4] "
-        "[--gpus 0,1,..|all] [--gpu-count N] [--gpu-memory 80GiB] [--lora-groups attn,linear_attn,...]");
+        "[--gpus 0,1,..|all] [--gpu-count N] [--gpu-memory 80GiB] [--lora-groups attn,linear_attn,...] "
+        "[--image-tokens N | --images N [--max-pixels P]] [--vision-lora]");
   const int r = static_cast<int>(parse_int("--lora-r", a.get("--lora-r", "16"), 1));
   const int64_t tokens = parse_int("--tokens", a.get("--tokens", "4096"), 1);
   // Neither checkpointing flag: gradient_checkpointing: auto, planned for --free-gib or the free memory of GPU --gpu.
@@ -183,6 +185,22 @@ int cmd_info(const Args& args) {
   }
   const ModelInfo info = load_model_info(a.get("--model"));
   const std::string quant = a.get("--base-quantization", "none");
+  // Image rows: merged image tokens per micro-batch as stated (`deltatune prepare` prints the data's), or
+  // --images images resized within --max-pixels (default: the preprocessor's max_pixels).
+  check(!(a.options.count("--image-tokens") && a.options.count("--images")),
+        "options --image-tokens and --images exclude each other");
+  ImageLoad images;
+  images.vision_lora = a.flags.count("--vision-lora") != 0;
+  const int64_t max_pixels = parse_int("--max-pixels", a.get("--max-pixels", "0"), 0);
+  if (a.options.count("--image-tokens")) images.image_tokens_per_step = parse_int("--image-tokens", a.get("--image-tokens"), 0);
+  if (a.options.count("--images"))
+    images.image_tokens_per_step = parse_int("--images", a.get("--images"), 0) * image_tokens_for_pixels(info, max_pixels);
+  check(images.image_tokens_per_step == 0 || info.vision.present,
+        a.get("--model") + ": --image-tokens / --images need a vision-language checkpoint (config.json has no "
+                           "vision_config)");
+  check(images.image_tokens_per_step <= tokens,
+        "--image-tokens / --images: " + std::to_string(images.image_tokens_per_step) +
+            " image tokens do not fit in --tokens " + std::to_string(tokens) + " (image tokens are part of the sequence)");
   // The single-GPU memory plan (gradient_checkpointing: auto).
   int64_t free = static_cast<int64_t>(free_gib * 1024 * 1024 * 1024);
   std::string free_from = "--free-gib";
@@ -202,6 +220,7 @@ int cmd_info(const Args& args) {
     req.fused_loss = fused;
     req.base_quantization = quant;
     req.free_bytes = free;
+    req.images = images;
     mem_plan = plan_memory(info, req);
     ckpt = mem_plan->gradient_checkpointing;
     ckpt_layers = mem_plan->checkpoint_layers;
@@ -223,7 +242,7 @@ int cmd_info(const Args& args) {
   int64_t lora_total = 0;
   for (const auto& kv : lora) lora_total += kv.second;
   const VramEstimate vram =
-      mem_plan ? mem_plan->estimate : estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers, quant);
+      mem_plan ? mem_plan->estimate : estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers, quant, 1024, images);
 
   if (a.flags.count("--json")) {
     nlohmann::ordered_json j;
@@ -256,6 +275,15 @@ int cmd_info(const Args& args) {
     j["has_tokenizer"] = info.has_tokenizer;
     j["has_chat_template"] = info.has_chat_template;
     j["lora_groups"] = info.lora_groups;
+    if (info.vision.present) {
+      const VisionTowerInfo& v = info.vision;
+      j["vision"] = {{"depth", v.depth}, {"hidden_size", v.hidden}, {"num_heads", v.heads},
+                     {"intermediate_size", v.intermediate}, {"out_hidden_size", v.out_hidden},
+                     {"patch_size", v.patch_size}, {"temporal_patch_size", v.temporal_patch_size},
+                     {"spatial_merge_size", v.merge_size}, {"params", v.params},
+                     {"min_pixels", v.min_pixels}, {"max_pixels", v.max_pixels},
+                     {"image_tokens_at_max_pixels", image_tokens_for_pixels(info)}, {"unusable", v.unusable}};
+    }
     j["lora_r"] = r;
     j["lora_params_per_group"] = lora;
     j["lora_params_total"] = lora_total;
@@ -269,6 +297,10 @@ int cmd_info(const Args& args) {
                           {"activations", vram.activations},
                           {"logits", vram.logits},
                           {"overhead", vram.overhead},
+                          {"image_tokens_per_step", images.image_tokens_per_step},
+                          {"vision_lora", images.vision_lora},
+                          {"vision_weights", vram.vision_weights},
+                          {"vision_activations", vram.vision_activations},
                           {"total", vram.total}};
     if (mem_plan)
       j["memory_plan"] = {{"gradient_checkpointing", "auto"},
@@ -294,7 +326,10 @@ int cmd_info(const Args& args) {
   o << info.dir << "\n";
   o << "  " << info.model_type << (info.is_moe ? " (mixture of experts)" : " (dense)") << ", "
     << (info.architecture.empty() ? "no architectures entry" : info.architecture)
-    << (info.vision_language_layout ? ", vision-language layout (text part used)" : "") << "\n";
+    << (info.vision.present ? ", vision-language (text model + vision tower)"
+        : info.vision_language_layout ? ", vision-language layout (text part used)"
+                                      : "")
+    << "\n";
   int64_t full = 0;
   std::string pattern;
   for (const auto& t : info.layer_types) {
@@ -321,6 +356,16 @@ int cmd_info(const Args& args) {
   for (const auto& [dt, n] : info.dtype_counts) o << " " << dt << " x " << n;
   if (info.skipped_tensors) o << "; skipped (vision / MTP): " << info.skipped_tensors;
   o << "\n";
+  if (info.vision.present) {
+    const VisionTowerInfo& v = info.vision;
+    o << "vision tower: " << v.depth << " blocks, hidden " << v.hidden << ", " << v.heads << " heads, MLP "
+      << v.intermediate << ", patch " << v.patch_size << " (temporal " << v.temporal_patch_size << "), merge "
+      << v.merge_size << "x" << v.merge_size << " -> " << v.out_hidden << ", " << grouped(v.params)
+      << " parameters (frozen unless LoRA targets it)\n";
+    o << "  images: " << grouped(v.min_pixels) << " to " << grouped(v.max_pixels) << " pixels, at most "
+      << image_tokens_for_pixels(info) << " tokens an image\n";
+    if (!v.unusable.empty()) o << "  image rows cannot be trained: " << v.unusable << "\n";
+  }
   o << "tokenizer.json: " << (info.has_tokenizer ? "yes" : "no")
     << ", chat template: " << (info.has_chat_template ? "yes" : "no") << "\n";
   o << "LoRA r=" << r << " trainable parameters:";
@@ -337,6 +382,11 @@ int cmd_info(const Args& args) {
     << "  weights " << bytes_str(vram.weights) << ", LoRA+optimizer " << bytes_str(vram.lora_and_optimizer)
     << ", activations " << bytes_str(vram.activations) << ", logits " << bytes_str(vram.logits)
     << ", overhead " << bytes_str(vram.overhead) << "\n";
+  if (images.image_tokens_per_step > 0)
+    o << "  images: " << images.image_tokens_per_step << " image tokens/step ("
+      << images.image_tokens_per_step * info.vision.patches_per_token() << " patches), vision tower "
+      << (images.vision_lora ? "trained (LoRA)" : "frozen") << ": weights " << bytes_str(vram.vision_weights)
+      << ", activations " << bytes_str(vram.vision_activations) << "\n";
   if (want_plan) {
     o << shard_plan_text(plan);
     if (plan.choice() && (plan.choice()->layout == WeightLayout::ExpertParallel ||

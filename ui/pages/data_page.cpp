@@ -19,6 +19,7 @@
 #include "app_settings.h"
 #include "background_task.h"
 #include "format.h"
+#include "image_strip.h"
 #include "run_document.h"
 #include "token_view.h"
 
@@ -122,8 +123,22 @@ DataPage::DataPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
                     "&nbsp;each box is one token, &middot; = space, &crarr; = newline"));
   nav->addWidget(legend);
   exLayout->addLayout(nav);
+  exampleError_ = new QLabel;
+  exampleError_->setWordWrap(true);
+  exampleError_->setStyleSheet(QStringLiteral("color: #b00020;"));
+  exampleError_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  exampleError_->setVisible(false);
+  exLayout->addWidget(exampleError_);
+  // Tokens on the left, the example's images (as the model gets them) on the right.
+  auto* exSplit = new QSplitter(Qt::Horizontal);
   view_ = new QTextBrowser;
-  exLayout->addWidget(view_, 1);
+  exSplit->addWidget(view_);
+  images_ = new ImageStrip;
+  images_->setObjectName("example_images");
+  exSplit->addWidget(images_);
+  exSplit->setStretchFactor(0, 1);
+  exSplit->setStretchFactor(1, 0);
+  exLayout->addWidget(exSplit, 1);
   split->addWidget(exBox);
   split->setStretchFactor(0, 0);
   split->setStretchFactor(1, 1);
@@ -252,8 +267,11 @@ void DataPage::refreshPreview() {
         if (generation != previewGeneration_) return;
         previewing_ = false;
         preview_ = {};
+        doc_->setDataImageTokensPerStep(0);
         stats_->setText(tr("—"));
         view_->clear();
+        images_->setImages({});
+        exampleError_->setVisible(false);
         error_->setText(tr("Cannot read the data: %1").arg(message));
         emit previewFailed(message);
       });
@@ -284,6 +302,10 @@ void DataPage::showPreview() {
       s.tokens > 0 ? 100.0 * static_cast<double>(s.trained_tokens) / static_cast<double>(s.tokens) : 0;
   html += row(tr("Trained tokens"), tr("%1 (%2 %)").arg(formatCount(s.trained_tokens)).arg(frac, 0, 'f', 1));
   html += row(tr("Truncated / dropped"), QString("%1 / %2").arg(s.truncated).arg(s.dropped));
+  if (s.images > 0) {
+    html += row(tr("Images"), tr("%1, %2 image tokens").arg(s.images).arg(formatCount(s.image_tokens)));
+    html += row(tr("Image tokens / step"), tr("at most %1").arg(formatCount(s.max_image_tokens_per_step)));
+  }
   if (doc_->config().sample_packing)
     html += row(tr("Packing"),
                 tr("%1 rows, %2 % filled").arg(s.packed_rows).arg(100.0 * s.packing_efficiency, 0, 'f', 1));
@@ -294,6 +316,7 @@ void DataPage::showPreview() {
     html += QStringLiteral("</p>");
   }
   stats_->setText(html);
+  doc_->setDataImageTokensPerStep(s.max_image_tokens_per_step);
   const int n = static_cast<int>(preview_.examples.size());
   exampleIndex_->blockSignals(true);
   exampleIndex_->setRange(1, std::max(1, n));
@@ -306,6 +329,8 @@ void DataPage::showExample(int index) {
   if (index < 0 || index >= static_cast<int>(preview_.examples.size())) {
     view_->clear();
     exampleSource_->clear();
+    images_->setImages({});
+    exampleError_->setVisible(false);
     return;
   }
   const auto& ex = preview_.examples[static_cast<size_t>(index)];
@@ -317,6 +342,15 @@ void DataPage::showExample(int index) {
                               .arg(ex.tokens.size())
                               .arg(trained));
   view_->setHtml(tokensToHtml(ex));
+  images_->setImages(ex.images);
+  exampleError_->setText(ex.error.empty() ? QString()
+                                          : tr("Not trained (skip_bad_rows skips it, else the run stops): %1")
+                                                .arg(QString::fromStdString(ex.error)));
+  exampleError_->setVisible(!ex.error.empty());
+}
+
+void DataPage::selectExample(int index) {
+  exampleIndex_->setValue(index + 1);
 }
 
 }  // namespace studio

@@ -16,6 +16,7 @@ class QTextBrowser;
 namespace studio {
 
 class AppSettings;
+class ImageStrip;
 class RunDocument;
 
 class DataPage : public QWidget {
@@ -31,6 +32,9 @@ class DataPage : public QWidget {
   QString errorText() const;
   QTableWidget* table() const { return table_; }
   QTextBrowser* exampleView() const { return view_; }
+  ImageStrip* imageStrip() const { return images_; }
+  QLabel* exampleError() const { return exampleError_; }
+  void selectExample(int index);  // 0-based
   const deltatune::DataPreview& preview() const { return preview_; }
 
  signals:
@@ -56,6 +60,8 @@ class DataPage : public QWidget {
   QSpinBox* exampleIndex_;
   QLabel* exampleSource_;
   QTextBrowser* view_;
+  ImageStrip* images_;
+  QLabel* exampleError_;
   QTimer debounce_;
   deltatune::DataPreview preview_;
   bool previewing_ = false;

@@ -1,5 +1,7 @@
 #include "pages/model_page.h"
 
+#include <algorithm>
+
 #include <QComboBox>
 #include <QDir>
 #include <QFileDialog>
@@ -117,6 +119,18 @@ ModelPage::ModelPage(RunDocument* doc, AppSettings* settings, QWidget* parent)
   row->addWidget(filesBox, 1);
   layout->addLayout(row, 1);
 
+  auto* visionBox = new QGroupBox(tr("Vision tower"));
+  visionBox->setObjectName("vision_tower");
+  auto* visionLayout = new QVBoxLayout(visionBox);
+  vision_ = new QLabel;
+  vision_->setTextFormat(Qt::RichText);
+  vision_->setWordWrap(true);
+  vision_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  visionLayout->addWidget(vision_);
+  visionBox_ = visionBox;
+  visionBox_->setVisible(false);
+  layout->addWidget(visionBox_);
+
   warnings_ = new QLabel;
   warnings_->setWordWrap(true);
   warnings_->setTextFormat(Qt::RichText);
@@ -168,6 +182,7 @@ void ModelPage::loadModel(const QString& dir) {
 }
 
 void ModelPage::onConfigChanged(QObject* source) {
+  if (doc_->modelInfo()) showVision(*doc_->modelInfo());  // the vision LoRA group may have been turned on/off
   const QString dir = QString::fromStdString(doc_->config().base_model);
   if (source == this || dir.isEmpty() || dir == loadedDir_ || dir == pendingDir_) return;
   startLoad(dir);
@@ -216,7 +231,9 @@ void ModelPage::showInfo(const deltatune::ModelInfo& info) {
   html +=
       row(tr("Architecture"),
           QString::fromStdString(info.architecture) +
-              (info.vision_language_layout ? tr(" — vision-language layout, text part used") : QString()));
+              (info.vision.present ? tr(" — vision-language: text model + vision tower (below)")
+               : info.vision_language_layout ? tr(" — vision-language layout, text part used")
+                                             : QString()));
   html += row(tr("Hidden size / layers"), QString("%1 / %2").arg(info.hidden_size).arg(info.num_layers));
   html += row(tr("Full attention"), tr("%1 query heads, %2 KV heads, head dim %3")
                                         .arg(info.num_attention_heads)
@@ -284,13 +301,18 @@ void ModelPage::showInfo(const deltatune::ModelInfo& info) {
   };
   QString f;
   f += tr("Tensor dtypes: <b>%1</b><br/>").arg(dtypes.join(", "));
-  if (info.skipped_tensors > 0) f += tr("Skipped (vision / MTP): %1 tensors<br/>").arg(info.skipped_tensors);
+  if (info.skipped_tensors > 0)
+    f += (info.vision.present ? tr("Not in the text model (vision tower / MTP): %1 tensors<br/>")
+                              : tr("Skipped (vision / MTP): %1 tensors<br/>"))
+             .arg(info.skipped_tensors);
   f += yesNo(info.has_tokenizer, tr("tokenizer.json")) + "<br/>";
   f += yesNo(info.has_chat_template, tr("chat template")) + "<br/>";
   QStringList groups;
   for (const auto& g : info.lora_groups) groups << QString::fromStdString(g);
   f += tr("LoRA target groups: <b>%1</b>").arg(groups.join(", "));
   files_->setText(f);
+
+  showVision(info);
 
   if (info.warnings.empty()) {
     warnings_->clear();
@@ -301,11 +323,56 @@ void ModelPage::showInfo(const deltatune::ModelInfo& info) {
   }
 }
 
+QString ModelPage::visionText() const {
+  return vision_->text();
+}
+
+void ModelPage::showVision(const deltatune::ModelInfo& info) {
+  const deltatune::VisionTowerInfo& v = info.vision;
+  visionBox_->setVisible(v.present);
+  if (!v.present) {
+    vision_->clear();
+    return;
+  }
+  auto row = [](const QString& k, const QString& val) {
+    return QStringLiteral("<tr><td style='padding-right:16px; color:#555;'>%1</td><td><b>%2</b></td></tr>")
+        .arg(k, val);
+  };
+  QString html = QStringLiteral("<table>");
+  html += row(tr("Blocks / hidden"), tr("%1 / %2, %3 heads, MLP %4").arg(v.depth).arg(v.hidden).arg(v.heads).arg(
+                                         v.intermediate));
+  html += row(tr("Patches"), tr("%1 × %1 pixels (temporal %2), merged %3 × %3 into one token of width %4")
+                                 .arg(v.patch_size)
+                                 .arg(v.temporal_patch_size)
+                                 .arg(v.merge_size)
+                                 .arg(v.out_hidden));
+  html += row(tr("Parameters"), formatCount(v.params));
+  html += row(tr("Image size"), tr("%1 to %2 pixels: at most %3 tokens an image")
+                                    .arg(formatCount(v.min_pixels), formatCount(v.max_pixels))
+                                    .arg(deltatune::image_tokens_for_pixels(info)));
+  const bool hasGroup =
+      std::find(info.lora_groups.begin(), info.lora_groups.end(), "vision") != info.lora_groups.end();
+  const auto& groups = doc_->config().lora_target_groups;
+  const bool trained = hasGroup && std::find(groups.begin(), groups.end(), "vision") != groups.end();
+  html += row(tr("Training"),
+              trained ? tr("LoRA on the tower's attention and MLP (the <i>vision</i> target group)")
+              : hasGroup
+                  ? tr("frozen (the <i>vision</i> LoRA target group is off; turn it on in Train settings)")
+                  : tr("frozen (this build has no <i>vision</i> LoRA target group)"));
+  html += QStringLiteral("</table>");
+  if (!v.unusable.empty())
+    html += QStringLiteral("<p style='color:#b00020'>%1</p>")
+                .arg(tr("Image rows cannot be trained: %1").arg(QString::fromStdString(v.unusable).toHtmlEscaped()));
+  vision_->setText(html);
+}
+
 void ModelPage::showError(const QString& message) {
   summary_->setText(QString());
   strip_->setLayerTypes({});
   params_->setRowCount(0);
   files_->clear();
+  vision_->clear();
+  visionBox_->setVisible(false);
   warnings_->clear();
   if (!message.isEmpty()) {
     status_->setStyleSheet(QStringLiteral("color: #b00020;"));

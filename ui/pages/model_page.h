@@ -25,6 +25,8 @@ class ModelPage : public QWidget {
   bool isLoading() const { return loading_; }
   QString errorText() const;
   LayerStrip* layerStrip() const { return strip_; }
+  QWidget* visionBox() const { return visionBox_; }   // hidden for a text-only checkpoint
+  QString visionText() const;
 
  signals:
   void modelLoaded(const QString& dir);
@@ -35,6 +37,7 @@ class ModelPage : public QWidget {
   void onConfigChanged(QObject* source);
   void startLoad(const QString& dir);
   void showInfo(const deltatune::ModelInfo& info);
+  void showVision(const deltatune::ModelInfo& info);
   void showError(const QString& message);
   void refreshRecent();
 
@@ -48,6 +51,8 @@ class ModelPage : public QWidget {
   QLabel* stripLegend_;
   QTableWidget* params_;
   QLabel* files_;
+  QWidget* visionBox_;
+  QLabel* vision_;
   QLabel* warnings_;
   QString loadedDir_;
   QString pendingDir_;

@@ -20,6 +20,7 @@
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <stdexcept>
@@ -103,6 +104,7 @@ TrainPage::TrainPage(RunDocument* doc, GpuProbe* gpus, QWidget* parent)
     updateGroups();
     updateVram();
   });
+  connect(doc_, &RunDocument::dataImageTokensChanged, this, &TrainPage::updateVram);
   if (gpus_) connect(gpus_, &GpuProbe::gpusChanged, this, &TrainPage::updateGpuList);
   loadFromConfig();
   updateGpuList();
@@ -491,6 +493,7 @@ void TrainPage::updateVram() {
   const auto& info = doc_->modelInfo();
   const deltatune::RunConfig& c = doc_->config();
   if (!info) {
+    vramEstimate_ = {};
     vramBar_->setValue(0);
     vramLabel_->setText(tr("Load a model to estimate memory."));
     return;
@@ -514,6 +517,13 @@ void TrainPage::updateVram() {
   }
   deltatune::VramEstimate est;
   QString planText;
+  // Image rows: the data's most image tokens in one micro-batch (the Data page reads them), part of the step's tokens.
+  deltatune::ImageLoad images;
+  if (info->vision.present) {
+    images.image_tokens_per_step = std::min(doc_->dataImageTokensPerStep(), c.micro_batch_size * c.sequence_len);
+    images.vision_lora = std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), "vision") !=
+                         c.lora_target_groups.end();
+  }
   try {
     if (c.gradient_checkpointing_auto && freeBytes > 0 && c.backend != "cpu") {
       deltatune::MemoryPlanRequest req;
@@ -522,6 +532,7 @@ void TrainPage::updateVram() {
       req.fused_loss = c.fused_loss;
       req.base_quantization = c.base_quantization;
       req.free_bytes = freeBytes;
+      req.images = images;
       const deltatune::MemoryPlan plan = deltatune::plan_memory(*info, req);
       est = plan.estimate;
       planText = tr("Checkpointing plan (auto, %1): %2. ")
@@ -529,21 +540,29 @@ void TrainPage::updateVram() {
     } else {
       est = deltatune::estimate_vram(*info, c.lora_r, c.micro_batch_size * c.sequence_len, c.fused_loss,
                                      !c.gradient_checkpointing_auto && c.gradient_checkpointing,
-                                     c.gradient_checkpointing_layers, c.base_quantization);
+                                     c.gradient_checkpointing_layers, c.base_quantization, 1024, images);
       if (c.gradient_checkpointing_auto)
         planText = tr("Checkpointing: auto (planned at the start of the run for the GPU's free memory; shown "
                       "without checkpointing). ");
     }
   } catch (const std::exception& e) {
+    vramEstimate_ = {};
     vramLabel_->setText(tr("No estimate: %1").arg(QString::fromUtf8(e.what())));
     return;
   }
+  vramEstimate_ = est;
   QString text = planText +
       tr("About <b>%1</b>: weights %2, LoRA + optimizer %3, activations %4, logits %5")
           .arg(formatBytes(est.total), formatBytes(est.weights), formatBytes(est.lora_and_optimizer),
                formatBytes(est.activations), formatBytes(est.logits));
+  if (images.image_tokens_per_step > 0)
+    text += tr(", vision tower (%1 image tokens a step, %2) weights %3, activations %4")
+                .arg(formatCount(images.image_tokens_per_step),
+                     images.vision_lora ? tr("LoRA") : tr("frozen"), formatBytes(est.vision_weights),
+                     formatBytes(est.vision_activations));
   // The engine's total includes fixed overheads (runtime context, workspaces) beyond the listed parts.
-  const int64_t other = est.total - est.weights - est.lora_and_optimizer - est.activations - est.logits;
+  const int64_t other = est.total - est.weights - est.lora_and_optimizer - est.activations - est.logits -
+                        est.vision_weights - est.vision_activations;
   text += other > 0 ? tr(", runtime overhead %1.").arg(formatBytes(other)) : QStringLiteral(".");
   QString barColor = QStringLiteral("#2c7a2c");
   // Several GPUs, or one the run does not fit: the multi-GPU plan says which weight layout fits each GPU

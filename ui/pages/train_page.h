@@ -5,6 +5,8 @@
 #include <QMap>
 #include <QWidget>
 
+#include "deltatune/model_info.h"
+
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
@@ -29,6 +31,8 @@ class TrainPage : public QWidget {
   QCheckBox* groupCheck(const QString& group) const { return groupChecks_.value(group); }
   QString groupInfoText(const QString& group) const;
   QString vramText() const;
+  // The last memory estimate shown (zeros before a model is loaded or when there is none).
+  const deltatune::VramEstimate& vramEstimate() const { return vramEstimate_; }
   GpuPicker* gpuPicker() const { return gpus_picker_; }
   QString gpusNoteText() const;
   // Keys a preset never changes (they belong to one run, not to a recipe).
@@ -91,6 +95,7 @@ class TrainPage : public QWidget {
   QLineEdit* runName_ = nullptr;
   QProgressBar* vramBar_ = nullptr;
   QLabel* vramLabel_ = nullptr;
+  deltatune::VramEstimate vramEstimate_;
 };
 
 }  // namespace studio

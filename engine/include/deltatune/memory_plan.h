@@ -16,6 +16,7 @@ struct MemoryPlanRequest {
   bool fused_loss = true;
   std::string base_quantization = "none";
   int64_t free_bytes = 0;          // the GPU's free memory before the run loads anything
+  ImageLoad images;                // image rows: merged image tokens per micro-batch, vision LoRA
 };
 
 struct MemoryPlan {

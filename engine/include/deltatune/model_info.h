@@ -7,6 +7,19 @@
 
 namespace deltatune {
 
+// The vision tower of a vision-language checkpoint (config.json vision_config, preprocessor_config.json).
+struct VisionTowerInfo {
+  bool present = false;  // config.json has a vision_config
+  int64_t depth = 0, hidden = 0, heads = 0, intermediate = 0, out_hidden = 0;
+  int64_t patch_size = 0, temporal_patch_size = 0, merge_size = 0, num_position_embeddings = 0;
+  int64_t params = 0;             // the checkpoint's visual.* tensors (from config.json alone: what it implies)
+  int64_t params_from_config = 0; // patch embed, position table, blocks and merger as vision_config sizes them
+  int64_t min_pixels = 0, max_pixels = 0;  // preprocessor_config.json (HF's defaults when it is absent)
+  std::string unusable;           // why image rows cannot be trained with this checkpoint ("" when they can)
+  // The tower is frozen unless the run's LoRA targets include the `vision` group.
+  int64_t patches_per_token() const { return merge_size * merge_size; }
+};
+
 struct ModelInfo {
   std::string dir;
   std::string model_type;        // qwen3_5 | qwen3_5_moe
@@ -31,7 +44,12 @@ struct ModelInfo {
   std::vector<std::string> warnings;
   // Target groups this model has (attn, linear_attn, mlp | shared_expert, experts).
   std::vector<std::string> lora_groups;
+  VisionTowerInfo vision;
 };
+
+// Merged image tokens of one image of at most `pixels` pixels (after resizing to the patch grid):
+// floor(pixels / (patch·merge)²). `pixels` <= 0 takes the preprocessor's max_pixels. 0 without a vision tower.
+int64_t image_tokens_for_pixels(const ModelInfo& info, int64_t pixels = 0);
 
 // Reads config.json, the safetensors headers and tokenizer files of `dir`. Throws deltatune::Error.
 ModelInfo model_info_load(const std::string& dir);
@@ -48,6 +66,9 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
 struct VramEstimate {
   int64_t weights = 0, lora_and_optimizer = 0, activations = 0, logits = 0, total = 0;
   int64_t overhead = 0;  // CUDA context, workspaces, allocator slack (included in total)
+  // Image rows only (0 otherwise; both included in total): the vision tower's bf16 weights (+ its LoRA and
+  // optimizer state when trained), and its activations for the micro-batch's image patches.
+  int64_t vision_weights = 0, vision_activations = 0;
 };
 // checkpoint_layers: with gradient_checkpointing, how many decoder layers (from the first) are checkpointed;
 // -1 = all (see RunConfig::gradient_checkpointing_layers).
@@ -56,8 +77,16 @@ struct VramEstimate {
 // 256 blocks), plus one bf16 copy of the largest such matrix (one layer's stacked experts in an MoE) dequantized
 // before its GEMM; an untied embedding table is then held on the host (not counted). loss_chunk_rows: with
 // fused_loss, the rows of fp32 logits computed at a time.
+// Image rows (a vision-language checkpoint): image_tokens_per_step merged image tokens in one micro-batch (they are
+// part of tokens_per_step), and whether LoRA trains the vision tower (then its activations are kept for the
+// backward, else one block's at a time).
+struct ImageLoad {
+  int64_t image_tokens_per_step = 0;
+  bool vision_lora = false;
+};
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers = -1,
-                           const std::string& base_quantization = "none", int64_t loss_chunk_rows = 1024);
+                           const std::string& base_quantization = "none", int64_t loss_chunk_rows = 1024,
+                           const ImageLoad& images = {});
 
 }  // namespace deltatune

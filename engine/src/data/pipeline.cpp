@@ -18,6 +18,7 @@
 #include "io/files.h"
 #include "vision/chat_images.h"
 #include "data/image_rows.h"
+#include "data/image_stats.h"
 
 namespace deltatune {
 
@@ -417,6 +418,10 @@ PreparedData data_prepare(const RunConfig& cfg, const std::function<void(const s
   out.eval_stats.truncated = ev_trunc;
   out.eval_stats.dropped = ev_drop;
   out.eval_stats.eval_examples = static_cast<int64_t>(out.eval.size());
+  if (vision) {
+    add_image_stats(out.train_stats, out.train, cfg, vision->vision.merge_size);
+    add_image_stats(out.eval_stats, out.eval, cfg, vision->vision.merge_size);
+  }
   return out;
 }
 
@@ -444,17 +449,47 @@ std::vector<Batch> data_epoch_batches(const std::vector<Example>& examples, cons
 }
 
 RenderedExample render_preview(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row,
-                               bool train_on_inputs, int64_t sequence_len, int32_t eos_id, const ChatOptions& chat) {
+                               bool train_on_inputs, int64_t sequence_len, int32_t eos_id, const ChatOptions& chat,
+                               const VisionDataConfig* vision, const std::string& dataset_path) {
   RenderedExample r;
   r.source = row.source;
   if (row.kind == RowKind::kChat) {
     check(tpl != nullptr, row.source + ": chat rows need a chat template");
+    const std::vector<std::string> images =
+        vision ? chat_image_paths(row.messages, dataset_path, row.source) : std::vector<std::string>{};
     ChatEncoding enc = chat_encode(tok, *tpl, row.messages, row.tools, chat, train_on_inputs);
     r.text = std::move(enc.text);
-    r.ids = std::move(enc.ids);
-    r.labels = std::move(enc.labels);
-    r.token_starts = std::move(enc.token_starts);
-    r.token_ends = std::move(enc.token_ends);
+    if (images.empty()) {
+      r.ids = std::move(enc.ids);
+      r.labels = std::move(enc.labels);
+      r.token_starts = std::move(enc.token_starts);
+      r.token_ends = std::move(enc.token_ends);
+    } else {
+      Example ex{std::move(enc.ids), std::move(enc.labels), {}};
+      const std::vector<int32_t> rendered = ex.input_ids;
+      example_expand_images(ex, images, vision, row.source);
+      const auto image_token = static_cast<int32_t>(vision->vision.image_token_id);
+      // Every placeholder copy points at the template's one placeholder in `text`.
+      size_t image = 0;
+      for (size_t t = 0; t < rendered.size(); ++t) {
+        const int64_t copies =
+            rendered[t] == image_token ? image_merged_tokens(ex.images[image++], vision->vision.merge_size) : 1;
+        for (int64_t k = 0; k < copies; ++k) {
+          r.token_starts.push_back(enc.token_starts[t]);
+          r.token_ends.push_back(enc.token_ends[t]);
+        }
+      }
+      if (sequence_len > 0 && static_cast<int64_t>(ex.input_ids.size()) > sequence_len) {
+        r.truncated = true;
+        example_truncate(ex, static_cast<size_t>(sequence_len), image_token,
+                         static_cast<int32_t>(vision->vision.vision_start_token_id));
+        r.token_starts.resize(ex.input_ids.size());
+        r.token_ends.resize(ex.input_ids.size());
+      }
+      r.ids = std::move(ex.input_ids);
+      r.labels = std::move(ex.labels);
+      r.images = std::move(ex.images);
+    }
   } else if (row.kind == RowKind::kCompletion) {
     r.text = row.text;
     r.ids = tok.encode_with_offsets(row.text, &r.token_starts, &r.token_ends);

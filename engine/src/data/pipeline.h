@@ -65,10 +65,16 @@ struct RenderedExample {
   std::vector<std::string> pieces;   // decoded text of each token
   std::vector<int64_t> token_starts, token_ends;  // byte ranges of each token in `text` (empty if no text)
   bool truncated = false;
+  std::vector<Example::Image> images;  // chat rows with image parts, when `vision` was given
 };
+// Chat rows with image parts: with `vision`, each image's placeholder is expanded to its merged patches as
+// data_encode_row does it (a bad image throws naming the file and row; an image cut by sequence_len is dropped
+// whole, as data_prepare does); without it, the template's one placeholder per image is kept. Relative image
+// paths are relative to the folder of `dataset_path`.
 RenderedExample render_preview(const Tokenizer& tok, const ChatTemplate* tpl, const DatasetRow& row,
                                bool train_on_inputs, int64_t sequence_len, int32_t eos_id,
-                               const ChatOptions& chat = {});
+                               const ChatOptions& chat = {}, const VisionDataConfig* vision = nullptr,
+                               const std::string& dataset_path = {});
 
 // The eos / pad ids of a checkpoint folder's tokenizer_config.json (eos_token, pad_token), falling back
 // to <|im_end|> / <|endoftext|> when not set.

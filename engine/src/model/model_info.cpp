@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "io/model_config.h"
 #include "model/model_info_shapes.h"
+#include "model/model_info_vision.h"
 #include "model/weights.h"
 
 namespace deltatune {
@@ -105,6 +106,8 @@ ModelInfo model_info_load(const std::string& dir) {
                             (info.tied_embeddings ? "has no" : "has an") +
                             " lm_head.weight; the checkpoint is followed");
 
+  model_info_fill_vision(dir, &reader, &info);
+
   std::error_code ec;
   info.has_tokenizer = fs::exists(d / "tokenizer.json", ec);
   info.has_chat_template = has_chat_template(d);
@@ -170,9 +173,17 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
 //   logits       fused loss: a chunk of min(T, loss_chunk_rows) rows of fp32 logits [chunk x V], gradient in place;
 //                unfused:    fp32 logits [T x V] and their fp32 gradient, 8*T*V.
 //   overhead     512 MiB: CUDA context, cuBLAS workspaces, allocator slack.
+//   vision       image rows only (images.image_tokens_per_step > 0), P = image tokens * merge² patches, h/I the
+//                tower's hidden/intermediate size: its weights in bf16 (2 bytes per visual.* parameter); the
+//                patches' fp32 pixel values (P * C*T*p*p * 4); bf16 activations: frozen, one block at a time
+//                (P * 2 * (h + 3h + h + I): input, qkv, attention out, fc1); with vision LoRA every block keeps
+//                P * 2 * (9h + 2I + 4r) (2 norms' in/out, qkv, attention out, fc1 and its activation, the LoRA
+//                intermediates) and the merger P * 2 * 3h, and the group's LoRA pairs (qkv, proj, fc1, fc2 per
+//                block) cost 16 bytes a parameter. Attention scores are not kept (flash-style attention).
+//                The text side already counts image tokens: they are part of tokens_per_step.
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers, const std::string& base_quantization,
-                           int64_t loss_chunk_rows) {
+                           int64_t loss_chunk_rows, const ImageLoad& images) {
   VramEstimate v;
   const int64_t T = std::max<int64_t>(tokens_per_step, 1), H = info.hidden_size;
   v.weights = info.total_params * 2;
@@ -230,7 +241,23 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   v.activations = 2 * T * (n_ckpt * H + std::max(largest, kept));
   v.logits = fused_loss ? std::min<int64_t>(T, std::max<int64_t>(loss_chunk_rows, 1)) * info.vocab_size * 4 : 8 * T * info.vocab_size;
   v.overhead = int64_t{512} << 20;
-  v.total = v.weights + v.lora_and_optimizer + v.activations + v.logits + v.overhead;
+  const VisionTowerInfo& vt = info.vision;
+  if (vt.present && images.image_tokens_per_step > 0) {
+    const int64_t P = images.image_tokens_per_step * vt.patches_per_token(), h = vt.hidden, I = vt.intermediate;
+    const int64_t features = 3 * vt.temporal_patch_size * vt.patch_size * vt.patch_size;
+    v.vision_weights = vt.params * 2;
+    v.vision_activations = P * features * 4;
+    if (images.vision_lora) {
+      // The group's LoRA pairs, unless lora_params_per_group already lists a `vision` group.
+      if (std::find(info.lora_groups.begin(), info.lora_groups.end(), "vision") == info.lora_groups.end())
+        v.vision_weights += vt.depth * r * ((h + 3 * h) + (h + h) + (h + I) + (I + h)) * 16;
+      v.vision_activations += 2 * P * (vt.depth * (9 * h + 2 * I + 4 * r) + 3 * h);
+    } else {
+      v.vision_activations += 2 * P * (h + 3 * h + h + I);
+    }
+  }
+  v.total = v.weights + v.lora_and_optimizer + v.activations + v.logits + v.overhead + v.vision_weights +
+            v.vision_activations;
   return v;
 }
 
