@@ -123,6 +123,10 @@ static void plan_checkpointing(TrainSession& s) {
   req.fused_loss = cfg.fused_loss;
   req.base_quantization = quant_format_name(s.weights.base_quant);
   req.free_bytes = free;
+  // Image rows: the tower's weights and activations for the data's most image tokens in one micro-batch.
+  req.images.image_tokens_per_step = s.data.train_stats.max_image_tokens_per_step;
+  req.images.vision_lora = std::find(cfg.lora_target_groups.begin(), cfg.lora_target_groups.end(), "vision") !=
+                           cfg.lora_target_groups.end();
   const ModelInfo info = model_info_load(cfg.base_model);
   const MemoryPlan plan = plan_memory(info, req);
   s.checkpointing = plan.gradient_checkpointing;
