@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Remakes the README's image-row screenshots (docs/img/09_vision_model.png, 10_vision_data.png) with the studio's
-# own --screenshot-dir: a run on the tiny vision-language checkpoint of tests/goldens/vision and its chat rows
+# Remakes the README's image-row screenshots (docs/img/09_vision_model.png, 10_vision_data.png, 11_vision_train.png)
+# with the studio's own --screenshot-dir: a run on the tiny vision-language checkpoint of tests/goldens/vision and its chat rows
 # (the row with three images first), trained a few steps on the CPU backend under Xvfb in a scratch HOME.
 # Usage: docs/img/make_vision_screenshots.sh [STUDIO=build/app/deltatune-studio]
 set -euo pipefail
@@ -31,8 +31,9 @@ run_name: vision-demo
 YAML
 home=$work/home
 HOME="$home" XDG_DATA_HOME="$home/.local/share" XDG_CONFIG_HOME="$home/.config" XDG_CACHE_HOME="$home/.cache" \
-  xvfb-run -a -s '-screen 0 1600x1000x24' "$studio" "$work/run.yaml" --start --backend cpu \
-  --screenshot-dir "$work/shots" --screenshot-step 60
+  xvfb-run -a -s '-screen 0 1600x1300x24' "$studio" "$work/run.yaml" --start --backend cpu \
+  --screenshot-dir "$work/shots" --screenshot-step 60 -geometry 1500x1200+0+0
 cp "$work/shots/01_model.png" "$root/docs/img/09_vision_model.png"
 cp "$work/shots/02_data.png" "$root/docs/img/10_vision_data.png"
-ls -l "$root"/docs/img/09_vision_model.png "$root"/docs/img/10_vision_data.png
+cp "$work/shots/03_train_settings.png" "$root/docs/img/11_vision_train.png"
+ls -l "$root"/docs/img/09_vision_model.png "$root"/docs/img/10_vision_data.png "$root"/docs/img/11_vision_train.png
