@@ -100,6 +100,10 @@ class VisionPagesTest : public QObject {
       QVERIFY(!ex.images.empty());
       ImageStrip* strip = page.imageStrip();
       QCOMPARE(strip->count(), static_cast<int>(ex.images.size()));
+      int64_t imageTokens = 0;
+      for (const auto& im : ex.images) imageTokens += im.tokens;
+      QVERIFY2(page.exampleSourceText().contains(QStringLiteral("(%1 image tokens)").arg(imageTokens)),
+               qPrintable(page.exampleSourceText()));
       const QString html = page.exampleView()->toHtml();
       // One box per image: "<|image_pad|> × N" with N the image's tokens, never N copies.
       QCOMPARE(occurrences(html, QStringLiteral("&lt;|image_pad|&gt;")), static_cast<int>(ex.images.size()));

@@ -336,17 +336,27 @@ void DataPage::showExample(int index) {
   const auto& ex = preview_.examples[static_cast<size_t>(index)];
   int trained = 0;
   for (const auto& t : ex.tokens) trained += t.trained ? 1 : 0;
+  int imageTokens = 0;
+  for (const auto& t : ex.tokens) imageTokens += t.image ? 1 : 0;
   exampleSource_->setText(tr("of %1 — %2, %3 tokens, %4 trained")
                               .arg(preview_.examples.size())
                               .arg(QString::fromStdString(ex.source))
                               .arg(ex.tokens.size())
-                              .arg(trained));
+                              .arg(trained) +
+                          (ex.images.empty() ? QString()
+                                             : (ex.images.size() == 1 ? tr(", 1 image") :
+                                                tr(", %1 images").arg(ex.images.size())) +
+                                                   tr(" (%1 image tokens)").arg(imageTokens)));
   view_->setHtml(tokensToHtml(ex));
   images_->setImages(ex.images);
   exampleError_->setText(ex.error.empty() ? QString()
                                           : tr("Not trained (skip_bad_rows skips it, else the run stops): %1")
                                                 .arg(QString::fromStdString(ex.error)));
   exampleError_->setVisible(!ex.error.empty());
+}
+
+QString DataPage::exampleSourceText() const {
+  return exampleSource_->text();
 }
 
 void DataPage::selectExample(int index) {

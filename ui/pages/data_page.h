@@ -34,6 +34,7 @@ class DataPage : public QWidget {
   QTextBrowser* exampleView() const { return view_; }
   ImageStrip* imageStrip() const { return images_; }
   QLabel* exampleError() const { return exampleError_; }
+  QString exampleSourceText() const;
   void selectExample(int index);  // 0-based
   const deltatune::DataPreview& preview() const { return preview_; }
 
