@@ -13,7 +13,9 @@
 //   round every GEMM input to e4m3 (up to 2^-4 relative a value; 9.3e-2 measured on the H200, loss 1.2e-4);
 // - the block-scaled FP8 GEMM (QuantOps::fp8_gemm, sm_90) against the host reference quant/fp8_gemm_host (the
 //   same e4m3 activations): norm-relative error <= 1e-2 (bf16 output, fp32 accumulation in another order),
-//   for x·Wᵀ and x·W, beta 0 and 1, row counts not a multiple of 4 and column blocks not a multiple of 4.
+//   for x·Wᵀ and x·W, beta 0 and 1, row counts not a multiple of 4 and column blocks not a multiple of 4; the
+//   same for one input shared by three weights (quantized once) and the sum of three products over the
+//   concatenated reduced dimension (the backward of modules that share an input).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -161,6 +163,75 @@ TEST(QuantCudaFp8Gemm, MatchesTheHostReference) {
         EXPECT_LT(rel, 1e-2) << shape_str(wq.shape) << (trans_w ? " x·Wt" : " x·W") << " beta " << beta;
       }
     }
+  }
+}
+
+double norm_rel(const std::vector<float>& got, const std::vector<double>& ref) {
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    e2 += std::pow(got[i] - ref[i], 2);
+    r2 += ref[i] * ref[i];
+  }
+  return std::sqrt(e2 / r2);
+}
+
+// The products of modules that share an input: x quantized once for x·W_iᵀ of each (fp8_gemm_shared), and the
+// backward's Σ dy_i·W_i as one product over the concatenated rows (fp8_gemm_sum), against the host reference
+// of each product (and their sum); 640 columns = 5 blocks, 77 rows of x padded.
+TEST(QuantCudaFp8Gemm, SharedInputAndSummedProductsMatchTheHostReference) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  cuda::CudaBackend gpu(0, DType::BF16, "auto");
+  if (!gpu.kernel_policy().fp8_block_gemm()) GTEST_SKIP() << "no block-scaled FP8 GEMM on " << gpu.name();
+  const int64_t cols = 640;
+  const std::vector<int64_t> rows{256, 128, 384};
+  std::vector<QuantizedWeight> wq;
+  std::vector<std::shared_ptr<const QuantizedWeight>> dev;
+  std::vector<const QuantizedWeight*> ws;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    wq.push_back(quantize_host(random_matrix(rows[i], cols, 20 + uint32_t(i)), QuantFormat::FP8));
+    dev.push_back(quant_ops(gpu).upload_quantized(wq.back()));
+    ws.push_back(dev.back().get());
+    EXPECT_TRUE(quant_ops(gpu).fp8_gemm_takes(*dev.back()));
+  }
+  for (int64_t n : {int64_t(77), int64_t(256)}) {
+    const Tensor x = random_matrix(n, cols, 31);
+    std::vector<Tensor> ys;
+    for (int64_t r : rows) ys.push_back(gpu.upload(random_matrix(n, r, 33), DType::BF16));
+    std::vector<Tensor> y0;
+    for (const Tensor& y : ys) y0.push_back(gpu.download(y, DType::F32));
+    std::vector<Tensor*> yp;
+    for (Tensor& y : ys) yp.push_back(&y);
+    ASSERT_TRUE(quant_ops(gpu).fp8_gemm_shared(gpu.upload(x, DType::BF16), ws, yp, 1.f)) << "n " << n;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::vector<float> prod = host_to_f32(fp8_gemm_host(x, wq[i], true)), prev = host_to_f32(y0[i]);
+      std::vector<double> ref(prod.size());
+      for (size_t j = 0; j < ref.size(); ++j) ref[j] = prod[j] + prev[j];
+      const double rel = norm_rel(host_to_f32(gpu.download(ys[i], DType::F32)), ref);
+      std::printf("[quant fp8 gemm] shared x, W %s n %lld: norm-relative error %.3e\n", shape_str(wq[i].shape).c_str(),
+                  static_cast<long long>(n), rel);
+      EXPECT_LT(rel, 1e-2) << "shared, module " << i << " n " << n;
+    }
+    std::vector<Tensor> dys_host, dys;
+    for (int64_t r : rows) {
+      dys_host.push_back(random_matrix(n, r, 40 + uint32_t(r)));
+      dys.push_back(gpu.upload(dys_host.back(), DType::BF16));
+    }
+    std::vector<const Tensor*> dyp;
+    for (const Tensor& d : dys) dyp.push_back(&d);
+    const Tensor dx0 = random_matrix(n, cols, 35);
+    Tensor dx = gpu.upload(dx0, DType::BF16);
+    ASSERT_TRUE(quant_ops(gpu).fp8_gemm_sum(dyp, ws, dx, 1.f)) << "n " << n;
+    std::vector<double> ref(size_t(n * cols));
+    const std::vector<float> prev = host_to_f32(dx0);
+    for (size_t j = 0; j < ref.size(); ++j) ref[j] = prev[j];
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::vector<float> prod = host_to_f32(fp8_gemm_host(dys_host[i], wq[i], false));
+      for (size_t j = 0; j < ref.size(); ++j) ref[j] += prod[j];
+    }
+    const double rel = norm_rel(host_to_f32(gpu.download(dx, DType::F32)), ref);
+    std::printf("[quant fp8 gemm] summed over 3 weights, n %lld: norm-relative error %.3e\n",
+                static_cast<long long>(n), rel);
+    EXPECT_LT(rel, 1e-2) << "sum n " << n;
   }
 }
 

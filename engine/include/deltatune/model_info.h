@@ -75,7 +75,9 @@ struct VramEstimate {
 // base_quantization (RunConfig's): "fp8" holds the linear matrices (attn, linear_attn, mlp, shared_expert, experts)
 // in 1 byte a value + a 4-byte scale per 128x128 block, "nf4" in 4 bits + 1 byte per 64 values (+ 4 bytes per
 // 256 blocks), plus one bf16 copy of the largest such matrix (one layer's stacked experts in an MoE) dequantized
-// before its GEMM; an untied embedding table is then held on the host (not counted). loss_chunk_rows: with
+// before its GEMM, or with "fp8" the FP8 GEMMs' scratch where that is larger (transposed FP8 weights and
+// quantized activations of the largest group of modules sharing an input, and a bf16 output scratch the first
+// step times algorithms on); an untied embedding table is then held on the host (not counted). loss_chunk_rows: with
 // fused_loss, the rows of fp32 logits computed at a time.
 // Image rows (a vision-language checkpoint): image_tokens_per_step merged image tokens in one micro-batch (they are
 // part of tokens_per_step), and whether LoRA trains the vision tower (then its activations are kept for the

@@ -29,10 +29,28 @@ class CpuQuantOps final : public QuantOps {
     const Tensor c = host_convert(f, out.dtype);
     std::memcpy(out.data, c.data, c.nbytes());
   }
-  bool fp8_gemm(const Tensor&, const QuantizedWeight&, bool, Tensor&, float) override { return false; }
+  bool fp8_gemm_takes(const QuantizedWeight&) override { return false; }
+  bool fp8_gemm_shared(const Tensor&, std::span<const QuantizedWeight* const>, std::span<Tensor* const>,
+                       float) override {
+    return false;
+  }
+  bool fp8_gemm_sum(std::span<const Tensor* const>, std::span<const QuantizedWeight* const>, Tensor&,
+                    float) override {
+    return false;
+  }
 };
 
 }  // namespace
+
+bool QuantOps::fp8_gemm(const Tensor& x, const QuantizedWeight& w, bool trans_w, Tensor& y, float beta) {
+  const QuantizedWeight* const ws[] = {&w};
+  if (trans_w) {
+    Tensor* const ys[] = {&y};
+    return fp8_gemm_shared(x, ws, ys, beta);
+  }
+  const Tensor* const xs[] = {&x};
+  return fp8_gemm_sum(xs, ws, y, beta);
+}
 
 QuantOps& quant_ops(Backend& be) {
   if (auto* q = dynamic_cast<QuantOps*>(&be)) return *q;

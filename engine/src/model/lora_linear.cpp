@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "backend/quant_ops.h"
 #include "core/error.h"
@@ -161,6 +162,13 @@ bool stacked_factors(std::span<const SharedInputModule> ms, const LoraRuntime& r
   return true;
 }
 
+// Which modules' base weights the backend multiplies as FP8 (QuantOps::fp8_gemm_takes).
+std::vector<bool> fp8_members(Backend& be, std::span<const SharedInputModule> ms) {
+  std::vector<bool> fp8(ms.size(), false);
+  for (size_t i = 0; i < ms.size(); ++i) fp8[i] = ms[i].w->q && quant_ops(be).fp8_gemm_takes(*ms[i].w->q);
+  return fp8;
+}
+
 }  // namespace
 
 void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
@@ -181,8 +189,16 @@ void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputM
     const LoraModule& l = *ms[i].lora;
     // As in linear_fwd: the rank-r term first, the base product accumulates into it.
     be.gemm_cols({cache.u, static_cast<int64_t>(i) * r, r}, false, factor_b(l), true, *ys[i], l.scaling, 0.f);
-    base_gemm(be, x, *ms[i].w, true, *ys[i], 1.f);
   }
+  // The FP8 weights share one quantization of x; the others (all of them where that is refused) one by one.
+  const std::vector<bool> fp8 = fp8_members(be, ms);
+  std::vector<const QuantizedWeight*> fp8_w;
+  std::vector<Tensor*> fp8_y;
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (fp8[i]) fp8_w.push_back(ms[i].w->q.get()), fp8_y.push_back(ys[i]);
+  const bool shared = fp8_w.size() > 1 && quant_ops(be).fp8_gemm_shared(x, fp8_w, fp8_y, 1.f);
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (!(shared && fp8[i])) base_gemm(be, x, *ms[i].w, true, *ys[i], 1.f);
 }
 
 void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span<const SharedInputModule> ms,
@@ -208,7 +224,15 @@ void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span
     be.gemm_cols(dui, true, cache.x, false, l.gA, 1.f, 1.f);
   }
   be.gemm(du, false, A, false, dx, 1.f, accumulate ? 1.f : 0.f);
-  for (size_t i = 0; i < ms.size(); ++i) base_gemm(be, *dys[i], *ms[i].w, false, dx, 1.f);
+  // The FP8 weights: one product over their concatenated outputs (dx += [dy_1 dy_2 ..]·[W_1; W_2; ..]).
+  const std::vector<bool> fp8 = fp8_members(be, ms);
+  std::vector<const QuantizedWeight*> fp8_w;
+  std::vector<const Tensor*> fp8_dy;
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (fp8[i]) fp8_w.push_back(ms[i].w->q.get()), fp8_dy.push_back(dys[i]);
+  const bool summed = fp8_w.size() > 1 && quant_ops(be).fp8_gemm_sum(fp8_dy, fp8_w, dx, 1.f);
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (!(summed && fp8[i])) base_gemm(be, *dys[i], *ms[i].w, false, dx, 1.f);
 }
 
 }  // namespace deltatune

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -149,6 +150,30 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
   return out;
 }
 
+namespace {
+
+// The scratch of the block-scaled FP8 GEMMs (sm_90, backend/cuda/cuda_quant.cpp) at its largest: the backward
+// of modules that share an input transposes their FP8 weights side by side (Σ rows x in bytes) and quantizes
+// their output gradients into one operand (T x Σ rows bytes, + 4 bytes per 128 values); the first step also
+// times cuBLASLt's algorithms of each shape on a bf16 output scratch (T x in x 2 bytes).
+int64_t fp8_gemm_scratch(const ModelInfo& info, int64_t T) {
+  const int64_t H = info.hidden_size, I = info.intermediate_size, Is = info.shared_expert_intermediate_size;
+  const int64_t nq = info.num_attention_heads * info.head_dim, nkv = info.num_key_value_heads * info.head_dim;
+  const int64_t kd = info.linear_num_key_heads * info.linear_key_head_dim;
+  const int64_t vd = info.linear_num_value_heads * info.linear_value_head_dim;
+  const std::pair<int64_t, int64_t> groups[] = {  // {Σ rows, in}
+      {2 * I, H}, {H, I}, {2 * Is, H}, {H, Is}, {2 * nq + 2 * nkv, H}, {H, nq}, {2 * kd + 2 * vd, H}, {H, vd}};
+  int64_t bwd = 0, in = 0;
+  for (const auto& [rows, cols] : groups) {
+    if (rows == 0 || cols == 0) continue;
+    bwd = std::max(bwd, rows * cols + T * rows + T * rows / 32);
+    in = std::max(in, cols);
+  }
+  return bwd + 2 * T * in;
+}
+
+}  // namespace
+
 // Peak-memory model of one training step on the GPU backend (bytes). Deliberately simple and a little
 // pessimistic; it is for choosing settings, not for allocation.
 //   weights      = total_params * 2                 base weights in bf16 (fp32 norm/A_log copies: negligible)
@@ -201,7 +226,9 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
          (2 * info.linear_num_key_heads * info.linear_key_head_dim +
           info.linear_num_value_heads * info.linear_value_head_dim) * H,
          info.num_experts * 2 * info.moe_intermediate_size * H});  // one layer's stacked experts
-    v.weights += static_cast<int64_t>(static_cast<double>(quantized) * (per - 2.0)) + 2 * largest;
+    int64_t scratch = 2 * largest;  // the bf16 copy dequantized before a GEMM (nf4; fp8 without FP8 GEMMs; experts)
+    if (base_quantization == "fp8") scratch = std::max(scratch, fp8_gemm_scratch(info, T));
+    v.weights += static_cast<int64_t>(static_cast<double>(quantized) * (per - 2.0)) + scratch;
     // An untied embedding table stays on the host (model/qwen35_model.h); a tied one is the lm_head too.
     const auto embed = info.params_per_group.find("embed");
     if (!info.tied_embeddings && embed != info.params_per_group.end()) v.weights -= 2 * embed->second;

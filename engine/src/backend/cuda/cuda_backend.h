@@ -6,7 +6,9 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/quant_ops.h"
@@ -58,7 +60,11 @@ class CudaBackend final : public Backend, public QuantOps {
   std::shared_ptr<const QuantizedWeight> upload_quantized(const Tensor& host, QuantFormat format) override;
   std::shared_ptr<const QuantizedWeight> upload_quantized(const QuantizedWeight& host) override;
   void dequantize(const QuantizedWeight& w, Tensor& out) override;
-  bool fp8_gemm(const Tensor& x, const QuantizedWeight& w, bool trans_w, Tensor& y, float beta) override;
+  bool fp8_gemm_takes(const QuantizedWeight& w) override;
+  bool fp8_gemm_shared(const Tensor& x, std::span<const QuantizedWeight* const> ws, std::span<Tensor* const> ys,
+                       float beta) override;
+  bool fp8_gemm_sum(std::span<const Tensor* const> xs, std::span<const QuantizedWeight* const> ws, Tensor& y,
+                    float beta) override;
   void copy(Tensor& dst, const Tensor& src) override;
   void copy_cols(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t ncols) override;
   MemoryStats memory_stats() const override;
@@ -182,6 +188,11 @@ class CudaBackend final : public Backend, public QuantOps {
   std::unique_ptr<ShardGatherer> create_shard_gatherer(const ReducerSetup& setup) override;
 
  private:
+  // cuda_quant.cpp: the row count the FP8 products of these [m, k] problems run at (n, or n padded with zero rows
+  // to 16 or 128 where cuBLASLt takes no algorithm for n; 0 where it takes none), and one product into y.
+  int64_t fp8_run_rows(int64_t n, std::span<const std::pair<int64_t, int64_t>> mk, bool accumulate);
+  void fp8_product(const uint8_t* w, const float* w_scales, const Tensor& xq, const Tensor& xs, int64_t n_run,
+                   int64_t m, int64_t k, Tensor& y, float beta);
   // The stream, after making this backend's device current on the calling thread.
   cudaStream_t stream() const;
   // Device double accumulator zeroed on the stream; read back (synchronising) with read_acc().

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -95,64 +98,134 @@ void CudaBackend::dequantize(const QuantizedWeight& q, Tensor& out) {
              "nf4_dequantize");
 }
 
-// The weight as cuBLASLt's A operand [m, k] (k the reduced dimension): as stored for x·Wᵀ, transposed into a
-// scratch for x·W (the backward's dx = dy·W); its block scales laid out [m/128][round_up(k/128, 4)].
-bool CudaBackend::fp8_gemm(const Tensor& x, const QuantizedWeight& q, bool trans_w, Tensor& y, float beta) {
-  if (!policy_.fp8_block_gemm() || q.format != QuantFormat::FP8 || y.dtype != DType::BF16) return false;
-  const int64_t rows = q.rows(), cols = q.cols();
-  if (rows % kFp8Block != 0 || cols % kFp8Block != 0) return false;
-  const int64_t m = trans_w ? rows : cols, k = trans_w ? cols : rows, n = x.rows();
-  check(x.cols() == k && y.rows() == n && y.cols() == m,
-        "fp8_gemm: x " + shape_str(x.shape) + (trans_w ? " · Wᵀ, W " : " · W, W ") + shape_str(q.shape) +
-            " into y " + shape_str(y.shape));
-  if (n == 0 || n >= INT32_MAX) return false;
+bool CudaBackend::fp8_gemm_takes(const QuantizedWeight& q) {
+  return policy_.fp8_block_gemm() && q.format == QuantFormat::FP8 && q.values.device == Device::CUDA &&
+         q.rows() % kFp8Block == 0 && q.cols() % kFp8Block == 0;
+}
+
+int64_t CudaBackend::fp8_run_rows(int64_t n, std::span<const std::pair<int64_t, int64_t>> mk, bool accumulate) {
+  if (n == 0 || n >= INT32_MAX) return 0;
   if (!fp8_gemm_) fp8_gemm_ = std::make_unique<Fp8BlockGemm>(cublas_ws_.data, cublas_ws_.nbytes());
-  // Row counts cuBLASLt takes no algorithm for run padded (zero rows) to a multiple of 16, or of 128, through
-  // an output scratch, as does an output that is not 256-byte aligned (a view into a larger tensor).
-  int64_t n_run = n;
   for (int64_t pad : {int64_t(1), int64_t(16), int64_t(128)}) {
-    n_run = round_up(n, pad);
-    if (fp8_gemm_->supports(m, n_run, k, beta != 0.f)) break;
-    if (pad == 128) return false;
+    const int64_t n_run = round_up(n, pad);
+    if (std::all_of(mk.begin(), mk.end(),
+                    [&](const auto& p) { return fp8_gemm_->supports(p.first, n_run, p.second, accumulate); }))
+      return n_run;
   }
+  return 0;
+}
+
+// y [n, m] (=) xq·Aᵀ + beta·y, A [m, k] the weight operand (e4m3 bytes, scales [m/128][round_up(k/128, 4)]),
+// xq [n_run, k] with scales xs [k/128][round_up(n_run, 4)]. Padded rows, or an output that is not 256-byte
+// aligned (a view into a larger tensor), go through an output scratch.
+void CudaBackend::fp8_product(const uint8_t* w, const float* w_scales, const Tensor& xq, const Tensor& xs,
+                              int64_t n_run, int64_t m, int64_t k, Tensor& y, float beta) {
+  const int64_t n = y.rows();
   const bool direct = n_run == n && aligned256(y.data);
-  const int64_t kb = k / kFp8Block, w_ld = round_up(kb, 4);
-  Tensor wt, ws;
-  const uint8_t* wv = q.values.ptr<uint8_t>();
-  const float* wsp = q.scales.ptr<float>();
-  if (!trans_w) {
-    wt = alloc({cols, rows}, DType::U8);
-    cuda_check(kernels::launch_fp8_transpose(wv, rows, cols, wt.ptr<uint8_t>(), stream()), "fp8_transpose");
-    wv = wt.ptr<uint8_t>();
+  Tensor out = direct ? y : alloc({n_run, m}, DType::BF16);
+  const size_t y_bytes = size_t(n) * size_t(m) * 2;
+  if (!direct && beta != 0.f)
+    cuda_check(cudaMemcpyAsync(out.data, y.data, y_bytes, cudaMemcpyDeviceToDevice, stream()), "fp8_gemm: y in");
+  Fp8BlockGemmArgs a;
+  a.w = w, a.w_scales = w_scales, a.x = xq.ptr<uint8_t>(), a.x_scales = xs.ptr<float>(), a.d = out.data;
+  a.m = m, a.n = n_run, a.k = k, a.beta = beta;
+  if (fp8_gemm_->needs_tuning(a)) {  // timed on a scratch output: the candidates' runs would add into y
+    Tensor scratch = alloc({n_run, m}, DType::BF16);
+    Fp8BlockGemmArgs t = a;
+    t.d = scratch.data;
+    fp8_gemm_->tune(t, stream());
   }
-  if (!trans_w || w_ld != kb) {
-    ws = alloc({m / kFp8Block, w_ld}, DType::F32);
-    cuda_check(kernels::launch_fp8_block_scales(q.scales.ptr<float>(), rows / kFp8Block, cols / kFp8Block,
-                                                !trans_w, ws.ptr<float>(), w_ld, stream()),
-               "fp8_block_scales");
-    wsp = ws.ptr<float>();
+  fp8_gemm_->run(a, stream());
+  if (!direct)
+    cuda_check(cudaMemcpyAsync(y.data, out.data, y_bytes, cudaMemcpyDeviceToDevice, stream()), "fp8_gemm: y out");
+}
+
+// The weights as stored are cuBLASLt's A operand [m, k] of x·Wᵀ (k the reduced dimension); x is quantized
+// once for all of them.
+bool CudaBackend::fp8_gemm_shared(const Tensor& x, std::span<const QuantizedWeight* const> ws,
+                                  std::span<Tensor* const> ys, float beta) {
+  check(ws.size() == ys.size(), "internal: fp8_gemm_shared needs one output per weight");
+  if (ws.empty()) return true;
+  const int64_t n = x.rows(), k = x.cols();
+  std::vector<std::pair<int64_t, int64_t>> mk;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (!fp8_gemm_takes(*ws[i]) || ys[i]->dtype != DType::BF16) return false;
+    check(ws[i]->cols() == k && ys[i]->rows() == n && ys[i]->cols() == ws[i]->rows(),
+          "fp8_gemm: x " + shape_str(x.shape) + " · Wᵀ, W " + shape_str(ws[i]->shape) + " into y " +
+              shape_str(ys[i]->shape));
+    mk.emplace_back(ws[i]->rows(), k);
   }
-  const int64_t x_ld = round_up(n_run, 4);
+  const int64_t n_run = fp8_run_rows(n, mk, beta != 0.f);
+  if (n_run == 0) return false;
+  const int64_t kb = k / kFp8Block, w_ld = round_up(kb, 4), x_ld = round_up(n_run, 4);
   Tensor xq = alloc({n_run, k}, DType::U8), xs = alloc({kb, x_ld}, DType::F32);
   if (n_run != n) {
     cuda_check(cudaMemsetAsync(xq.data, 0, xq.nbytes(), stream()), "fp8_gemm: padding rows");
     cuda_check(cudaMemsetAsync(xs.data, 0, xs.nbytes(), stream()), "fp8_gemm: padding scales");
   }
-  cuda_check(kernels::launch_fp8_quantize_rows(kin(x, "fp8_gemm: x"), n, k, xq.ptr<uint8_t>(),
-                                               xs.ptr<float>(), x_ld, stream()),
+  cuda_check(kernels::launch_fp8_quantize_rows(kin(x, "fp8_gemm: x"), n, k, xq.ptr<uint8_t>(), k, xs.ptr<float>(),
+                                               x_ld, stream()),
              "fp8_quantize_rows");
-  Tensor out = direct ? y : alloc({n_run, m}, DType::BF16);
-  const size_t y_bytes = size_t(n) * size_t(m) * 2;
-  if (!direct && beta != 0.f)
-    cuda_check(cudaMemcpyAsync(out.data, y.data, y_bytes, cudaMemcpyDeviceToDevice, stream()),
-               "fp8_gemm: y in");
-  Fp8BlockGemmArgs a;
-  a.w = wv, a.w_scales = wsp, a.x = xq.ptr<uint8_t>(), a.x_scales = xs.ptr<float>(), a.d = out.data;
-  a.m = m, a.n = n_run, a.k = k, a.beta = beta;
-  fp8_gemm_->run(a, stream());
-  if (!direct)
-    cuda_check(cudaMemcpyAsync(y.data, out.data, y_bytes, cudaMemcpyDeviceToDevice, stream()),
-               "fp8_gemm: y out");
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const QuantizedWeight& q = *ws[i];
+    const int64_t m = q.rows();
+    Tensor wsc;
+    const float* wsp = q.scales.ptr<float>();
+    if (w_ld != kb) {  // the scale rows padded to a multiple of 4 columns
+      wsc = alloc({m / kFp8Block, w_ld}, DType::F32);
+      cuda_check(cudaMemsetAsync(wsc.data, 0, wsc.nbytes(), stream()), "fp8_gemm: padding weight scales");
+      cuda_check(kernels::launch_fp8_block_scales(q.scales.ptr<float>(), m / kFp8Block, kb, false, wsc.ptr<float>(),
+                                                  w_ld, stream()),
+                 "fp8_block_scales");
+      wsp = wsc.ptr<float>();
+    }
+    fp8_product(q.values.ptr<uint8_t>(), wsp, xq, xs, n_run, m, k, *ys[i], beta);
+  }
+  return true;
+}
+
+// y = Σ x_i·W_i: the reduced dimension is the weights' rows, so A is [m, K] = [W_1ᵀ | W_2ᵀ | ...] (K = Σ rows),
+// the weights transposed side by side into a scratch, and x_i quantized into its columns of one [n, K] operand.
+bool CudaBackend::fp8_gemm_sum(std::span<const Tensor* const> xs_in, std::span<const QuantizedWeight* const> ws,
+                               Tensor& y, float beta) {
+  check(ws.size() == xs_in.size(), "internal: fp8_gemm_sum needs one input per weight");
+  if (ws.empty()) return false;
+  if (y.dtype != DType::BF16) return false;
+  const int64_t n = y.rows(), m = y.cols();
+  int64_t K = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (!fp8_gemm_takes(*ws[i])) return false;
+    check(ws[i]->cols() == m && xs_in[i]->rows() == n && xs_in[i]->cols() == ws[i]->rows(),
+          "fp8_gemm: x " + shape_str(xs_in[i]->shape) + " · W, W " + shape_str(ws[i]->shape) + " into y " +
+              shape_str(y.shape));
+    K += ws[i]->rows();
+  }
+  const std::pair<int64_t, int64_t> mk[] = {{m, K}};
+  const int64_t n_run = fp8_run_rows(n, mk, beta != 0.f);
+  if (n_run == 0) return false;
+  const int64_t Kb = K / kFp8Block, w_ld = round_up(Kb, 4), x_ld = round_up(n_run, 4);
+  Tensor wt = alloc({m, K}, DType::U8), wsc = alloc({m / kFp8Block, w_ld}, DType::F32);
+  Tensor xq = alloc({n_run, K}, DType::U8), xsc = alloc({Kb, x_ld}, DType::F32);
+  if (w_ld != Kb) cuda_check(cudaMemsetAsync(wsc.data, 0, wsc.nbytes(), stream()), "fp8_gemm: padding weight scales");
+  if (n_run != n) {
+    cuda_check(cudaMemsetAsync(xq.data, 0, xq.nbytes(), stream()), "fp8_gemm: padding rows");
+    cuda_check(cudaMemsetAsync(xsc.data, 0, xsc.nbytes(), stream()), "fp8_gemm: padding scales");
+  }
+  int64_t off = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const QuantizedWeight& q = *ws[i];
+    const int64_t rows = q.rows();
+    cuda_check(kernels::launch_fp8_transpose(q.values.ptr<uint8_t>(), rows, m, wt.ptr<uint8_t>() + off, K, stream()),
+               "fp8_transpose");
+    cuda_check(kernels::launch_fp8_block_scales(q.scales.ptr<float>(), rows / kFp8Block, m / kFp8Block, true,
+                                                wsc.ptr<float>() + off / kFp8Block, w_ld, stream()),
+               "fp8_block_scales");
+    cuda_check(kernels::launch_fp8_quantize_rows(kin(*xs_in[i], "fp8_gemm: x"), n, rows, xq.ptr<uint8_t>() + off, K,
+                                                 xsc.ptr<float>() + (off / kFp8Block) * x_ld, x_ld, stream()),
+               "fp8_quantize_rows");
+    off += rows;
+  }
+  fp8_product(wt.ptr<uint8_t>(), wsc.ptr<float>(), xq, xsc, n_run, m, K, y, beta);
   return true;
 }
 

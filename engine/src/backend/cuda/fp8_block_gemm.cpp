@@ -8,6 +8,9 @@
 namespace deltatune::cuda {
 
 namespace {
+constexpr int kCandidates = 8;
+constexpr int kTimedRuns = 5;
+
 void lt_check(cublasStatus_t s, const char* what) {
   cublas_check(s, what);
 }
@@ -61,14 +64,18 @@ Fp8BlockGemm::Plan& Fp8BlockGemm::plan(int64_t m, int64_t n, int64_t k, bool acc
   const void* dummy = workspace_;
   set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, dummy, "fp8 gemm: A scale");
   set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, dummy, "fp8 gemm: B scale");
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int returned = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.w, p.x, p.d, p.d, pref, 1, &result, &returned);
+      cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.w, p.x, p.d, p.d, pref, kCandidates, results, &returned);
   cublasLtMatmulPreferenceDestroy(pref);
   p.status = st, p.returned = returned;
   p.found = st == CUBLAS_STATUS_SUCCESS && returned > 0;
-  if (p.found) p.algo = result.algo;
+  if (p.found) {
+    p.algo = results[0].algo;
+    for (int i = 0; i < returned; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) p.candidates.push_back(results[i].algo);
+  }
   (void)accumulate;  // part of the key: the heuristic may choose differently when C is read
   return p;
 }
@@ -84,6 +91,13 @@ std::string Fp8BlockGemm::refusal(int64_t m, int64_t n, int64_t k, bool accumula
          std::to_string(p.returned) + " algorithms";
 }
 
+cublasStatus_t Fp8BlockGemm::matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const Fp8BlockGemmArgs& a,
+                                    cudaStream_t s) {
+  const float alpha = 1.f;
+  return cublasLtMatmul(lt_, p.desc, &alpha, a.w, p.w, a.x, p.x, &a.beta, a.d, p.d, a.d, p.d, &algo, workspace_,
+                        workspace_bytes_, s);
+}
+
 void Fp8BlockGemm::run(const Fp8BlockGemmArgs& a, cudaStream_t s) {
   Plan& p = plan(a.m, a.n, a.k, a.beta != 0.f);
   check(p.found, "internal: fp8 gemm " + std::to_string(a.n) + "x" + std::to_string(a.k) + " · " +
@@ -92,10 +106,44 @@ void Fp8BlockGemm::run(const Fp8BlockGemmArgs& a, cudaStream_t s) {
            "fp8 gemm: A scale");
   set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(a.x_scales),
            "fp8 gemm: B scale");
-  const float alpha = 1.f;
-  lt_check(cublasLtMatmul(lt_, p.desc, &alpha, a.w, p.w, a.x, p.x, &a.beta, a.d, p.d, a.d, p.d, &p.algo,
-                          workspace_, workspace_bytes_, s),
-           "fp8 gemm (cublasLtMatmul, block-scaled)");
+  lt_check(matmul(p, p.algo, a, s), "fp8 gemm (cublasLtMatmul, block-scaled)");
+}
+
+bool Fp8BlockGemm::needs_tuning(const Fp8BlockGemmArgs& a) {
+  const Plan& p = plan(a.m, a.n, a.k, a.beta != 0.f);
+  return p.found && !p.tuned;
+}
+
+void Fp8BlockGemm::tune(const Fp8BlockGemmArgs& a, cudaStream_t s) {
+  Plan& p = plan(a.m, a.n, a.k, a.beta != 0.f);
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  cuda_check(cudaStreamIsCapturing(s, &capturing), "fp8 gemm tuning: cudaStreamIsCapturing");
+  if (!p.found || p.tuned || capturing != cudaStreamCaptureStatusNone) return;
+  p.tuned = true;
+  if (p.candidates.size() < 2) return;
+  set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(a.w_scales),
+           "fp8 gemm: A scale");
+  set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(a.x_scales),
+           "fp8 gemm: B scale");
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cuda_check(cudaEventCreate(&start), "fp8 gemm tuning: cudaEventCreate");
+  cuda_check(cudaEventCreate(&stop), "fp8 gemm tuning: cudaEventCreate");
+  float best = 0.f;
+  for (const cublasLtMatmulAlgo_t& algo : p.candidates) {
+    // A candidate the heuristic listed may still refuse these operands: it is skipped.
+    if (matmul(p, algo, a, s) != CUBLAS_STATUS_SUCCESS) continue;
+    cuda_check(cudaEventRecord(start, s), "fp8 gemm tuning: cudaEventRecord");
+    bool ok = true;
+    for (int i = 0; i < kTimedRuns && ok; ++i)
+      ok = matmul(p, algo, a, s) == CUBLAS_STATUS_SUCCESS;
+    cuda_check(cudaEventRecord(stop, s), "fp8 gemm tuning: cudaEventRecord");
+    cuda_check(cudaEventSynchronize(stop), "fp8 gemm tuning: cudaEventSynchronize");
+    float ms = 0.f;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop), "fp8 gemm tuning: cudaEventElapsedTime");
+    if (ok && (best == 0.f || ms < best)) best = ms, p.algo = algo;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
 }
 
 }  // namespace deltatune::cuda

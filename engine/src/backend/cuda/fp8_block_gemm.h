@@ -1,7 +1,8 @@
 // Block-scaled FP8 GEMMs through cuBLASLt (sm_90: CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F for the weight,
 // VEC128_32F for the activations, FP32 accumulation): one cuBLASLt handle and the chosen algorithm of each
 // problem shape, kept for the backend's lifetime (a heuristic query costs tens of microseconds, a step makes
-// hundreds of these products). Internal to the CUDA backend (cuda_quant.cpp).
+// hundreds of these products). The algorithm is the heuristic's first until tune() has timed its candidates on
+// the real operands (once per shape). Internal to the CUDA backend (cuda_quant.cpp).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -10,6 +11,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace deltatune::cuda {
 
@@ -40,17 +42,24 @@ class Fp8BlockGemm {
   std::string refusal(int64_t m, int64_t n, int64_t k, bool accumulate);
   // Enqueues the product on `s`; throws Error where supports() is false.
   void run(const Fp8BlockGemmArgs& a, cudaStream_t s);
+  // Whether the shape of `a` still runs the heuristic's first algorithm untimed.
+  bool needs_tuning(const Fp8BlockGemmArgs& a);
+  // Times each candidate algorithm on `a` (a.d a scratch that may be overwritten; synchronises with `s`) and
+  // keeps the fastest; nothing is timed while `s` is being captured into a graph.
+  void tune(const Fp8BlockGemmArgs& a, cudaStream_t s);
 
  private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t w = nullptr, x = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
-    bool found = false;
+    std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, best first
+    bool found = false, tuned = false;
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;  // of the heuristic query
     int returned = 0;
   };
   Plan& plan(int64_t m, int64_t n, int64_t k, bool accumulate);
+  cublasStatus_t matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const Fp8BlockGemmArgs& a, cudaStream_t s);
 
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
