@@ -72,10 +72,13 @@ inline Batch packed_batch(const std::vector<Example>& seqs) {
 }
 
 // PEFT key "base_model.model.<prefix>layers.N.<module>.lora_A.weight" -> (module path, is_A); expert keys
-// are nested (experts.base_layer.* = gate_up_proj, experts.* = down_proj when both are targeted).
+// are nested (experts.base_layer.* = gate_up_proj, experts.* = down_proj when both are targeted); the vision
+// tower's "base_model.model.model.visual.blocks.N.<module>" -> "visual.blocks.N.<module>".
 inline std::pair<std::string, bool> module_of(std::string key) {
   const bool is_a = key.find(".lora_A.") != std::string::npos;
   key = key.substr(0, key.find(is_a ? ".lora_A." : ".lora_B."));
+  const auto vision = key.find(".visual.blocks.");
+  if (vision != std::string::npos) return {key.substr(vision + 1), is_a};
   const auto pos = key.find("layers.");
   key = key.substr(pos);
   const std::string base = ".experts.base_layer";

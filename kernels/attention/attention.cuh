@@ -1,4 +1,4 @@
-// Launchers for causal varlen attention with GQA.
+// Launchers for causal varlen attention with GQA (full attention too on the FMA kernels: the vision tower).
 //  - attention_{fwd,bwd}_fma.cu: fp32 FMA kernels for any dtype and head_dim ≤ 256 (first version; the
 //    fallback for F32/F16 inputs, other head dims and unaligned views).
 //  - attention_{fwd,bwd}_mma.cu: flash-attention-2 style kernels on tensor cores (bf16 mma.sync, fp32
@@ -21,15 +21,18 @@ constexpr int kAttnMaxHeadDim = 256;
 size_t attention_fwd_smem(int hd);
 size_t attention_bwd_smem(int hd);
 
-// q (T, nH, hd), k/v (T, nKV, hd), o (T, nH, hd) (=), lse F32 (T, nH) (=).
+// q (T, nH, hd), k/v (T, nKV, hd), o (T, nH, hd) (=), lse F32 (T, nH) (=). causal false: every key of the
+// sequence (the vision tower; the FMA kernels only).
 // Every launcher takes the device's KernelPolicy: it picks the tiles (attention_bwd_mma_smem) and no launch
 // asks for more shared memory than the policy allows (refused with cudaErrorInvalidConfiguration).
 cudaError_t launch_attention_fwd(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles, int ntiles,
-                                 int64_t nH, int64_t nKV, int hd, float scale, KOut o, float* lse, cudaStream_t s);
+                                 int64_t nH, int64_t nKV, int hd, float scale, bool causal, KOut o, float* lse,
+                                 cudaStream_t s);
 // dout, o (T, nH, hd); lse F32 (T, nH); dl F32 (T, nH) scratch; dq (T, nH, hd), dk/dv (T, nKV, hd) (=).
 cudaError_t launch_attention_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                  const int32_t* cu_seqlens, const int32_t* tiles, int ntiles, int64_t T, int64_t nH,
-                                 int64_t nKV, int hd, float scale, KOut dq, KOut dk, KOut dv, cudaStream_t s);
+                                 int64_t nKV, int hd, float scale, bool causal, KOut dq, KOut dk, KOut dv,
+                                 cudaStream_t s);
 // dl[row] (=) Σ_d dout[row, d]·o[row, d] for rows = T·nH (the D term of the backward).
 cudaError_t launch_attention_dot(KIn dout, KIn o, float* dl, int64_t rows, int hd, cudaStream_t s);
 

@@ -1,6 +1,6 @@
-// Causal attention backward for packed variable-length sequences with GQA, fp32 FMA (the first version; the
-// fallback for non-BF16 inputs, other head dims, or tiles the device cannot take).
-// With s_ij = scale·q_i·k_j (j ≤ i, same sequence), p_ij = exp(s_ij − lse_i), D_i = Σ_d do_i·o_i:
+// Causal (or full: the vision tower) attention backward for packed variable-length sequences with GQA, fp32 FMA
+// (the first version; the fallback for non-BF16 inputs, other head dims, full attention, or tiles the device
+// cannot take). With s_ij = scale·q_i·k_j (j ≤ i, or every j when not causal; same sequence), p_ij = exp(s_ij − lse_i), D_i = Σ_d do_i·o_i:
 //   dv_j (=) Σ_i p_ij·do_i                        dp_ij = do_i·v_j
 //   ds_ij = p_ij·(dp_ij − D_i)
 //   dq_i (=) scale·Σ_j ds_ij·k_j                   dk_j (=) scale·Σ_i ds_ij·q_i
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_dkdv_kernel(
     KIn v,            // (T, nKV, hd)
     const float* lse, // (T, nH)
     const float* dl,  // (T, nH)
-    const int32_t* cu, const int32_t* tiles, int64_t nH, int64_t nKV, int hd, float scale,
+    const int32_t* cu, const int32_t* tiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
     KOut dk,          // (T, nKV, hd)
     KOut dv) {        // (T, nKV, hd)
   extern __shared__ float smem[];
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_dkdv_kernel(
   const int seq = tiles[2 * blockIdx.x], k0 = tiles[2 * blockIdx.x + 1];
   const int64_t g = blockIdx.y;
   const int64_t rep = nH / nKV;
-  const int64_t s1 = cu[seq + 1];
+  const int64_t s0 = cu[seq], s1 = cu[seq + 1];
   const int r = threadIdx.x >> 3, l8 = threadIdx.x & 7;
   const int64_t kj = k0 + r;
 
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_dkdv_kernel(
   for (int j = 0; j < ND; ++j) adk[j] = adv[j] = 0.f;
 
   for (int64_t h = g * rep; h < (g + 1) * rep; ++h) {
-    for (int64_t q0 = k0; q0 < s1; q0 += BW) {
+    for (int64_t q0 = causal ? k0 : s0; q0 < s1; q0 += BW) {
       __syncthreads();
       attn::load_tile(Qs, q, q0, BW, s1, nH, h, hd, 1.f);
       attn::load_tile(Ds, dout, q0, BW, s1, nH, h, hd, 1.f);
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_dkdv_kernel(
           s += Ks[r * P + d] * Qs[c * P + d];
           dp += Vs[r * P + d] * Ds[c * P + d];
         }
-        const bool valid = kj < s1 && qi < s1 && kj <= qi;
+        const bool valid = kj < s1 && qi < s1 && (!causal || kj <= qi);
         const float p = valid ? expf(scale * s - Ls[c]) : 0.f;
         Ps[r * BW + c] = p;
         Ss[r * BW + c] = p * (dp - Dl[c]);
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_dq_kernel(
     KIn v,            // (T, nKV, hd)
     const float* lse, // (T, nH)
     const float* dl,  // (T, nH)
-    const int32_t* cu, const int32_t* tiles, int64_t nH, int64_t nKV, int hd, float scale,
+    const int32_t* cu, const int32_t* tiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
     KOut dq) {        // (T, nH, hd)
   extern __shared__ float smem[];
   const int P = hd + 1;
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_dq_kernel(
 #pragma unroll
   for (int j = 0; j < ND; ++j) acc[j] = 0.f;
 
-  const int64_t kend = (s1 < int64_t(q0) + BT ? s1 : int64_t(q0) + BT);
+  const int64_t kend = (!causal || s1 < int64_t(q0) + BT ? s1 : int64_t(q0) + BT);
   for (int64_t k0 = s0; k0 < kend; k0 += BW) {
     __syncthreads();
     attn::load_tile(Ks, k, k0, BW, s1, nKV, kvh, hd, 1.f);
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_dq_kernel(
         s += Qs[r * P + d] * Ks[c * P + d];
         dp += Ds[r * P + d] * Vs[c * P + d];
       }
-      const bool valid = qi < s1 && kj <= qi;
+      const bool valid = qi < s1 && kj < s1 && (!causal || kj <= qi);
       const float p = valid ? expf(scale * s - Lq) : 0.f;
       Ss[r * BW + c] = p * (dp - Dq);
     }
@@ -201,8 +201,8 @@ size_t dq_smem(int hd) { return sizeof(float) * (size_t(2 * BT + 2 * BW) * (hd +
 
 template <int MAXD>
 cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl, const int32_t* cu,
-                    const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, int hd, float scale, KOut dq, KOut dk,
-                    KOut dv, cudaStream_t s) {
+                    const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
+                    KOut dq, KOut dk, KOut dv, cudaStream_t s) {
   const int bw = dkdv_walk(hd);
   const size_t sm1 = dkdv_smem(hd, bw), sm2 = dq_smem(hd);
   auto* kv_kernel = bw == BW ? attention_dkdv_kernel<MAXD, BW> : attention_dkdv_kernel<MAXD, 16>;
@@ -211,11 +211,11 @@ cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, cons
   e = set_launch_smem(pol, attention_dq_kernel<MAXD>, sm2);
   if (e != cudaSuccess) return e;
   kv_kernel<<<dim3(ntiles, static_cast<unsigned>(nKV)), attn::kThreads, sm1, s>>>(dout, q, k, v, lse, dl, cu, tiles,
-                                                                                 nH, nKV, hd, scale, dk, dv);
+                                                                                 nH, nKV, hd, scale, causal, dk, dv);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   attention_dq_kernel<MAXD><<<dim3(ntiles, static_cast<unsigned>(nH)), attn::kThreads, sm2, s>>>(
-      dout, q, k, v, lse, dl, cu, tiles, nH, nKV, hd, scale, dq);
+      dout, q, k, v, lse, dl, cu, tiles, nH, nKV, hd, scale, causal, dq);
   return cudaGetLastError();
 }
 
@@ -234,14 +234,15 @@ size_t attention_bwd_smem(int hd) {
 
 cudaError_t launch_attention_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                  const int32_t* cu_seqlens, const int32_t* tiles, int ntiles, int64_t T, int64_t nH,
-                                 int64_t nKV, int hd, float scale, KOut dq, KOut dk, KOut dv, cudaStream_t s) {
+                                 int64_t nKV, int hd, float scale, bool causal, KOut dq, KOut dk, KOut dv,
+                                 cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   cudaError_t e = launch_attention_dot(dout, o, dl, T * nH, hd, s);
   if (e != cudaSuccess) return e;
-  if (hd <= 64) return run_bwd<64>(pol, dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, dq, dk, dv, s);
+  if (hd <= 64) return run_bwd<64>(pol, dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, causal, dq, dk, dv, s);
   if (hd <= 128)
-    return run_bwd<128>(pol, dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, dq, dk, dv, s);
-  return run_bwd<256>(pol, dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, dq, dk, dv, s);
+    return run_bwd<128>(pol, dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, causal, dq, dk, dv, s);
+  return run_bwd<256>(pol, dout, q, k, v, lse, dl, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, causal, dq, dk, dv, s);
 }
 
 }  // namespace deltatune::kernels

@@ -1,6 +1,7 @@
-// Causal attention forward for packed variable-length sequences with GQA, fp32 FMA (the first version; the
-// fallback for non-BF16 inputs, other head dims, or tiles the device cannot take):
-//   s_ij = scale·q_i·k_j for keys j ≤ i of the same sequence;  o_i (=) Σ_j softmax_j(s_i)·v_j;
+// Causal (or full: the vision tower) attention forward for packed variable-length sequences with GQA, fp32 FMA
+// (the first version; the fallback for non-BF16 inputs, other head dims, full attention, or tiles the device
+// cannot take):
+//   s_ij = scale·q_i·k_j for keys j ≤ i (every key j when not causal) of the same sequence;  o_i (=) Σ_j softmax_j(s_i)·v_j;
 //   lse_i (=) log Σ_j exp(s_ij)  (F32, the scaled scores)
 // Query head h reads kv head h / (nH/nKV). The T×T score matrix is never stored: each block owns 16 query
 // rows of one head, walks 32-key tiles of its sequence up to the diagonal, and keeps the running max, sum
@@ -25,7 +26,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_fwd_kernel(
     KIn k,             // (T, nKV, hd)
     KIn v,             // (T, nKV, hd)
     const int32_t* cu, const int32_t* tiles,  // (ntiles, 2)
-    int64_t nH, int64_t nKV, int hd, float scale,
+    int64_t nH, int64_t nKV, int hd, float scale, bool causal,
     KOut o,            // (T, nH, hd)
     float* lse) {      // (T, nH)
   extern __shared__ float smem[];
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_fwd_kernel(
   for (int j = 0; j < ND; ++j) acc[j] = 0.f;
   float m = -INFINITY, l = 0.f;
 
-  const int64_t kend = (s1 < int64_t(q0) + BQ ? s1 : int64_t(q0) + BQ);
+  const int64_t kend = (!causal || s1 < int64_t(q0) + BQ ? s1 : int64_t(q0) + BQ);
   for (int64_t k0 = s0; k0 < kend; k0 += BK) {
     __syncthreads();
     attn::load_tile(Ks, k, k0, BK, s1, nKV, kvh, hd, 1.f);
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(attn::kThreads) attention_fwd_kernel(
       const int64_t kj = k0 + c;
       float dot = 0.f;
       for (int d = 0; d < hd; ++d) dot += Qs[r * P + d] * Ks[c * P + d];
-      sv[j] = (kj <= qi && qi < s1) ? dot : -INFINITY;
+      sv[j] = (kj < s1 && qi < s1 && (!causal || kj <= qi)) ? dot : -INFINITY;
       tmax = fmaxf(tmax, sv[j]);
     }
     tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
@@ -111,14 +112,15 @@ __global__ void __launch_bounds__(attn::kThreads) attention_fwd_kernel(
 size_t attention_fwd_smem(int hd) { return sizeof(float) * (size_t(BQ + 2 * BK) * (hd + 1) + BQ * BK); }
 
 cudaError_t launch_attention_fwd(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles, int ntiles,
-                                 int64_t nH, int64_t nKV, int hd, float scale, KOut o, float* lse, cudaStream_t s) {
+                                 int64_t nH, int64_t nKV, int hd, float scale, bool causal, KOut o, float* lse,
+                                 cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   const size_t smem = attention_fwd_smem(hd);
   const dim3 grid(static_cast<unsigned>(ntiles), static_cast<unsigned>(nH));
   auto go = [&](auto kernel) {
     cudaError_t e = set_launch_smem(pol, kernel, smem);
     if (e != cudaSuccess) return e;
-    kernel<<<grid, attn::kThreads, smem, s>>>(q, k, v, cu_seqlens, tiles, nH, nKV, hd, scale, o, lse);
+    kernel<<<grid, attn::kThreads, smem, s>>>(q, k, v, cu_seqlens, tiles, nH, nKV, hd, scale, causal, o, lse);
     return cudaGetLastError();
   };
   if (hd <= 64) return go(attention_fwd_kernel<64>);

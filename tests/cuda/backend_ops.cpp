@@ -338,6 +338,50 @@ void case_rmsnorm(Env& e) {
     }
 }
 
+// The vision tower's ops: LayerNorm (rows of the tower's widths: the tiny golden's 32, the 9B tower's 1152, the
+// merger's 4·1152; F32 weight and bias as the tower uploads them), GELU (tanh and erf), 2-D RoPE.
+void case_vision(Env& e) {
+  for (int64_t n : {32, 1152, 4608}) {
+    const int64_t rows = 13;
+    Pair x = e.in({rows, n}, BF, -3.f, 3.f), w = e.in({n}, F32, 0.5f, 1.5f), b = e.in({n}, F32, -0.5f, 0.5f);
+    Pair dy = e.in({rows, n}, BF);
+    Pair y = e.out({rows, n}, BF), mean = e.out({rows}, F32), r = e.out({rows}, F32), dx = e.out({rows, n}, BF);
+    e.cpu->layer_norm_fwd(x.c, w.c, b.c, 1e-6f, y.c, mean.c, r.c);
+    e.gpu->layer_norm_fwd(x.g, w.g, b.g, 1e-6f, y.g, mean.g, r.g);
+    const std::string tag = " n=" + std::to_string(n);
+    compare(e, "layer_norm_fwd y" + tag, y, 1e-5);
+    compare(e, "layer_norm_fwd mean" + tag, mean, 1e-10);
+    compare(e, "layer_norm_fwd rstd" + tag, r, 1e-10);
+    e.cpu->layer_norm_bwd(dy.c, x.c, w.c, mean.c, r.c, dx.c);
+    e.gpu->layer_norm_bwd(dy.g, x.g, w.g, mean.g, r.g, dx.g);
+    compare(e, "layer_norm_bwd dx" + tag, dx, 1e-5);
+  }
+  const Shape s{7, 149};
+  Pair x = e.in(s, BF, -5.f, 5.f), dy = e.in(s, BF);
+  for (bool tanh_approx : {true, false}) {
+    const std::string tag = tanh_approx ? " tanh" : " erf";
+    Pair y = e.out(s, BF), dx = e.out(s, BF);
+    e.cpu->gelu_fwd(x.c, tanh_approx, y.c);
+    e.gpu->gelu_fwd(x.g, tanh_approx, y.g);
+    compare(e, "gelu_fwd" + tag, y, 1e-5);
+    e.cpu->gelu_bwd(dy.c, x.c, tanh_approx, dx.c);
+    e.gpu->gelu_bwd(dy.g, x.g, tanh_approx, dx.g);
+    compare(e, "gelu_bwd" + tag, dx, 1e-5);
+  }
+  std::uniform_int_distribution<int32_t> u(0, 63);
+  for (int64_t hd : {16, 72}) {
+    std::vector<int32_t> pos2(2 * 41);
+    for (auto& p : pos2) p = u(e.rng);
+    Pair P2 = e.ints({2, 41}, pos2);
+    for (bool inverse : {false, true}) {
+      Pair xr = e.out_init({41, 3, hd}, BF, -2.f, 2.f);
+      e.cpu->rope_2d(xr.c, P2.c, 1e4f, inverse);
+      e.gpu->rope_2d(xr.g, P2.g, 1e4f, inverse);
+      compare(e, std::string(inverse ? "rope_2d inverse" : "rope_2d") + " hd " + std::to_string(hd), xr, 1e-5);
+    }
+  }
+}
+
 void case_gated_rmsnorm(Env& e) {
   for (int64_t n : {12, 24, 128, 136}) {  // 12: one block per row; 24, 128: 16-lane groups; 136: 32 lanes
     const int64_t rows = 19;
@@ -410,9 +454,13 @@ void case_attention(Env& e) {
                      {4, 2, 128, awkward},  // GQA 2
                      {4, 1, 256, awkward},  // GQA 4
                      {2, 1, 256, {0, 1024}}};  // 16 diagonal and 120 full 64x64 tiles
-  for (const A& c : cases) {
+  // Full attention (the vision tower: every key of the frame) runs the FMA kernels at any head_dim: the tiny
+  // golden's 16, the 9B tower's 72, and 64 where causal attention would take the tensor cores.
+  const A full[] = {{2, 2, 16, {0, 16, 80, 336}}, {2, 2, 72, {0, 1, 64, 65, 333}}, {2, 2, 64, awkward}};
+  auto run = [&](const A& c, bool causal) {
     const int64_t T = c.cu.back();
     SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
+    sc.causal = sg.causal = causal;
     const float scale = 1.f / std::sqrt(float(c.hd));
     Pair q = e.in({T, c.nH, c.hd}, c.dt, -2.f, 2.f), k = e.in({T, c.nKV, c.hd}, c.dt, -2.f, 2.f),
          v = e.in({T, c.nKV, c.hd}, c.dt);
@@ -422,7 +470,7 @@ void case_attention(Env& e) {
     e.cpu->attention_fwd(q.c, k.c, v.c, sc, scale, o.c, lse.c);
     e.gpu->attention_fwd(q.g, k.g, v.g, sg, scale, o.g, lse.g);
     std::ostringstream tag;
-    tag << " nH=" << c.nH << " nKV=" << c.nKV << " hd=" << c.hd << " T=" << T << " " << dtype_name(c.dt);
+    tag << (causal ? "" : " full") << " nH=" << c.nH << " nKV=" << c.nKV << " hd=" << c.hd << " T=" << T << " " << dtype_name(c.dt);
     compare(e, "attention_fwd o" + tag.str(), o, 1e-4);
     compare(e, "attention_fwd lse" + tag.str(), lse, 1e-8);
     // Backward from the CPU's forward results (rounded to the GPU dtype for o) so only the backward is compared.
@@ -436,7 +484,9 @@ void case_attention(Env& e) {
     compare(e, "attention_bwd dq" + tag.str(), dq, 5e-4);
     compare(e, "attention_bwd dk" + tag.str(), dk, 5e-4);
     compare(e, "attention_bwd dv" + tag.str(), dv, 5e-4);
-  }
+  };
+  for (const A& c : cases) run(c, true);
+  for (const A& c : full) run(c, false);
 }
 
 // ---- GDN ------------------------------------------------------------------------------------------------
@@ -1138,6 +1188,7 @@ const std::vector<OpCase>& all_cases() {
        case_activations},
       {"embedding", {"embedding_fwd"}, case_embedding},
       {"rmsnorm", {"rmsnorm_fwd", "rmsnorm_bwd"}, case_rmsnorm},
+      {"vision", {"layer_norm_fwd", "layer_norm_bwd", "gelu_fwd", "gelu_bwd", "rope_2d"}, case_vision},
       {"gated_rmsnorm", {"gated_rmsnorm_fwd", "gated_rmsnorm_bwd"}, case_gated_rmsnorm},
       {"rope", {"rope", "rope_multimodal"}, case_rope},
       {"attention", {"attention_fwd", "attention_bwd"}, case_attention},

@@ -216,7 +216,7 @@ TEST(RunsConfig, BadValuesNameKeyValueAndExpectation) {
   EXPECT_EQ(
       parse_error("lora_target_groups: [attn, atn_linear, mlp]"),
       "run.yaml:1: lora_target_groups[1]: 'atn_linear' is not valid (expected one of attn, linear_attn, mlp, "
-      "shared_expert, experts)");
+      "shared_expert, experts, vision)");
   EXPECT_NE(parse_error("sample_packing: maybe")
                 .find("sample_packing: 'maybe' is not valid (expected true or false)"),
             std::string::npos);

@@ -2,8 +2,8 @@
 // on the tiny random checkpoint of tests/goldens/vision/make_model_goldens.py: one sequence with two images
 // (merged tokens replacing the image-token rows, interleaved multimodal RoPE in the full-attention layer),
 // loss on its last 9 text tokens. Bar: 1e-5 relative (fp32 on both sides). With a PEFT adapter on every
-// text-model target (make_lora_goldens.py): the loss, and every LoRA gradient within the text goldens'
-// tolerance (norm-relative 1e-4, model_golden_test.cpp).
+// text-model target, and one on those plus the vision tower's blocks (make_lora_goldens.py): the loss, and every
+// LoRA gradient within the text goldens' tolerance (norm-relative 1e-4, model_golden_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,14 +86,15 @@ TEST(VisionModel, ImagesChangeTheLossAndNeedTheTower) {
   EXPECT_THROW(model.step(missing, nullptr, StepOptions{}), Error);
 }
 
-TEST(VisionModel, LoraGradientsWithImagesMatchPeft) {
+// The golden adapter of `folder` (make_lora_goldens.py) on the golden sequence: the loss and every LoRA gradient.
+void expect_lora_golden(const std::string& folder) {
   const fs::path dir = kVision / "model";
   const ModelWeights w = model_weights_load(dir.string());
   const VisionConfig vcfg = vision_config_read(dir.string());
   auto be = make_cpu_backend();
   Qwen35Model model(w, *be);
   model.set_vision(std::make_shared<VisionWeights>(vision_weights_load(*w.reader, vcfg)));
-  LoraAdapter adapter = peft_adapter_read((kVision / "lora" / "adapter").string(), w.config);
+  LoraAdapter adapter = peft_adapter_read((kVision / folder / "adapter").string(), w.config);
   lora_to_backend(adapter, *be);
   lora_zero_grad(adapter, *be);
   const Batch b = golden_batch(vcfg);
@@ -101,19 +102,31 @@ TEST(VisionModel, LoraGradientsWithImagesMatchPeft) {
   so.backward = true;
   so.grad_scale = 1.f / static_cast<float>(b.num_targets);
   const StepOutput out = model.step(b, &adapter, so);
-  const auto golden = testing_goldens::read_json(kVision / "lora" / "golden.json");
+  const auto golden = testing_goldens::read_json(kVision / folder / "golden.json");
   const double hf = golden["loss"].get<double>(), loss = out.loss_sum / double(out.targets);
-  std::printf("LoRA loss %.9f, PEFT %.9f, rel diff %.2e\n", loss, hf, std::abs(loss - hf) / hf);
+  std::printf("%s: LoRA loss %.9f, PEFT %.9f, rel diff %.2e\n", folder.c_str(), loss, hf, std::abs(loss - hf) / hf);
   EXPECT_NEAR(loss, hf, 1e-5 * hf);
-  const auto errors = testing_goldens::lora_grad_errors(*be, adapter, kVision / "lora" / "grads.safetensors");
-  double worst = 0;
+  const auto errors = testing_goldens::lora_grad_errors(*be, adapter, kVision / folder / "grads.safetensors");
+  double worst = 0, worst_vision = 0;
+  int vision = 0;
   for (const auto& e : errors) {
     EXPECT_LE(e.rel, 1e-4) << e.name;
     worst = std::max(worst, e.rel);
+    if (e.name.find(".visual.") != std::string::npos) {
+      ++vision;
+      worst_vision = std::max(worst_vision, e.rel);
+    }
   }
-  std::printf("%zu LoRA gradients, worst norm-relative error %.2e\n", errors.size(), worst);
+  std::printf("%s: %zu LoRA gradients, worst norm-relative error %.2e (%d of the vision tower, worst %.2e)\n",
+              folder.c_str(), errors.size(), worst, vision, worst_vision);
   EXPECT_EQ(static_cast<int>(errors.size()), golden["num_grads"].get<int>());
 }
+
+TEST(VisionModel, LoraGradientsWithImagesMatchPeft) { expect_lora_golden("lora"); }
+
+// The `vision` group too (the tower blocks' qkv, proj, fc1, fc2): the gradient flows from the text model's
+// image-token rows back through the merger and the blocks.
+TEST(VisionModel, VisionGroupLoraGradientsMatchPeft) { expect_lora_golden("lora_vision"); }
 
 }  // namespace
 }  // namespace deltatune

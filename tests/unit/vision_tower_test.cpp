@@ -11,10 +11,12 @@
 #include <filesystem>
 
 #include "../golden_files.h"
+#include "backend/backend.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "vision/image_decode.h"
 #include "vision/image_processor.h"
+#include "model/vision_encoder.h"
 #include "vision/vision_tower.h"
 
 namespace fs = std::filesystem;
@@ -78,6 +80,43 @@ TEST(VisionTower, ImagesBatchedTogetherEqualEachAlone) {
   const auto both = vision_forward(w, pixels, grids).embeds;
   ASSERT_EQ(both.size(), alone.size());
   for (size_t k = 0; k < both.size(); ++k) ASSERT_EQ(both[k], alone[k]) << k;
+}
+
+// The tower through backend ops (VisionEncoder on the CPU backend, fp32, keeping its activations as for a vision
+// LoRA backward: the frozen tower on the CPU takes the host reference above) with all six images in one call
+// (full attention within each image): each image's merged tokens against transformers' as above.
+TEST(VisionTower, BackendOpsTowerMatchesTransformers) {
+  const fs::path model = kVision / "model";
+  const VisionConfig cfg = vision_config_read(model.string());
+  auto w = std::make_shared<VisionWeights>(vision_weights_load(CheckpointReader(model.string()), cfg));
+  const ImageProcessorConfig pcfg = image_processor_config_read(model.string());
+  const auto meta = testing_goldens::read_json(kVision / "processor_golden.json");
+  const SafetensorsFile golden((kVision / "model_golden.safetensors").string());
+  std::vector<float> pixels;
+  std::vector<std::array<int64_t, 3>> grids;
+  for (size_t i = 0; i < meta["images"].size(); ++i) {
+    const std::string file = meta["images"][i]["file"].get<std::string>();
+    const ProcessedImage p = image_preprocess(image_decode_file((kVision / file).string()), pcfg, file);
+    pixels.insert(pixels.end(), p.pixel_values.begin(), p.pixel_values.end());
+    grids.push_back({p.grid_t, p.grid_h, p.grid_w});
+  }
+  auto be = make_cpu_backend(2);
+  VisionEncoder tower(*be, w);
+  VisionEncoder::Saved saved;
+  const Tensor out = be->download(tower.forward(pixels, grids, nullptr, LoraRuntime{}, &saved), DType::F32);
+  ASSERT_EQ(out.cols(), cfg.out_hidden);
+  int64_t row = 0;
+  for (size_t i = 0; i < grids.size(); ++i) {
+    const Tensor ref = golden.get("image_embeds_" + std::to_string(i));
+    const int64_t n = ref.numel();
+    ASSERT_LE((row * cfg.out_hidden) + n, out.numel());
+    const std::vector<float> got(out.ptr<float>() + row * cfg.out_hidden, out.ptr<float>() + row * cfg.out_hidden + n);
+    const double rel = max_rel_diff(got, ref);
+    EXPECT_LE(rel, 1e-5) << "image " << i;
+    std::printf("image %zu through backend ops: rel diff merged %.2e\n", i, rel);
+    row += n / cfg.out_hidden;
+  }
+  EXPECT_EQ(row, out.rows());
 }
 
 TEST(VisionTower, MissingTensorNamesCheckpointAndKey) {

@@ -35,6 +35,9 @@ struct SeqLayout {
   // undefined otherwise (every row then equals `positions`).
   Tensor mrope_positions;
   int32_t max_seqlen = 0;
+  // Attention sees keys j <= i of its sequence (text) or every key of its sequence (false: the vision
+  // tower's full attention within each image frame).
+  bool causal = true;
   int64_t tokens() const { return host_cu_seqlens.empty() ? 0 : host_cu_seqlens.back(); }
   int64_t num_seqs() const { return host_cu_seqlens.empty() ? 0 : int64_t(host_cu_seqlens.size()) - 1; }
 };
@@ -129,7 +132,17 @@ class Backend {
   virtual void gated_rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& z, const Tensor& w,
                                  const Tensor& rstd, Tensor& dx, Tensor& dz) = 0;  // (=)
 
+  // LayerNorm per row of n = w.numel() (the vision tower): mean, rstd = 1/sqrt(var + eps) F32 [rows] (=);
+  // y (=) (x − mean)·rstd·w + b. Backward: dx (=) gradient w.r.t. x (w, b frozen).
+  virtual void layer_norm_fwd(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y, Tensor& mean,
+                              Tensor& rstd) = 0;
+  virtual void layer_norm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                              const Tensor& rstd, Tensor& dx) = 0;
+
   // ---- activations -----------------------------------------------------------------------------
+  // y (=) gelu(x): tanh approximation (gelu_pytorch_tanh) when tanh_approx, else the exact erf form.
+  virtual void gelu_fwd(const Tensor& x, bool tanh_approx, Tensor& y) = 0;
+  virtual void gelu_bwd(const Tensor& dy, const Tensor& x, bool tanh_approx, Tensor& dx) = 0;  // (=)
   // out (=) silu(gate) ⊙ up; all same shape.
   virtual void swiglu_fwd(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
   virtual void swiglu_bwd(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate,
@@ -149,7 +162,13 @@ class Backend {
   // Three equal rows give rope's result.
   virtual void rope_multimodal(Tensor& x, const Tensor& positions, int rot_dim, float theta,
                                const std::array<int64_t, 3>& section, bool inverse) = 0;
-  // Causal attention within each sequence of `seq`; q [T, nH, hd], k/v [T, nKV, hd], query head h uses
+  // 2-D rotary of the vision tower (transformers' Qwen3_5VisionRotaryEmbedding + apply_rotary_pos_emb_vision), in
+  // place on x [T, heads, hd], NeoX rotate-half over the whole head: with q = hd/4 frequencies
+  // f_j = theta^(−2j/(hd/2)), slot i < hd/2 turns by positions[0, t]·f_i (row) for i < q and by
+  // positions[1, t]·f_(i−q) (column) otherwise; positions I32 [2, T]. inverse = the negative angle (= backward).
+  virtual void rope_2d(Tensor& x, const Tensor& positions, float theta, bool inverse) = 0;
+  // Causal (seq.causal; else full) attention within each sequence of `seq`; q [T, nH, hd], k/v [T, nKV, hd],
+  // query head h uses
   // kv head h / (nH/nKV). o (=) [T, nH, hd]; lse (=) F32 [T, nH] (log-sum-exp of the scaled scores).
   virtual void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq,
                              float scale, Tensor& o, Tensor& lse) = 0;

@@ -249,6 +249,17 @@ static ModelConfig model_config_parse_impl(const std::string& json_text, const s
   c.pad_token_id = tc.token_id_or("pad_token_id", top.token_id_or("pad_token_id", -1));
 
   parse_quantization_config(top, c);
+  // vision_config: only the sizes the vision LoRA group needs (vision/vision_tower.h reads and checks the rest
+  // when images are used); a malformed one leaves the model without that group.
+  if (root.contains("vision_config") && root["vision_config"].is_object()) {
+    const json& v = root["vision_config"];
+    auto size = [&](const char* key) {
+      return v.contains(key) && v[key].is_number_integer() ? v[key].get<int64_t>() : int64_t(0);
+    };
+    c.vision_depth = size("depth");
+    c.vision_hidden = size("hidden_size");
+    c.vision_intermediate = size("intermediate_size");
+  }
 
   // Consistency: everything the model code will rely on.
   auto positive = [&](int64_t v, const char* key) {

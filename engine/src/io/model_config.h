@@ -33,8 +33,12 @@ struct ModelConfig {
   // weights with one weight_scale_inv per weight_block_size block). Other methods are refused at parse.
   std::string quant_method;
   int64_t quant_block_rows = 0, quant_block_cols = 0;  // weight_block_size of fp8
+  // The vision tower's linear sizes from config.json's vision_config (0 when there is none): the `vision` LoRA
+  // group's modules (blocks.N.attn.qkv / attn.proj / mlp.linear_fc1 / mlp.linear_fc2).
+  int64_t vision_depth = 0, vision_hidden = 0, vision_intermediate = 0;
 
   bool is_moe() const { return model_type == "qwen3_5_moe"; }
+  bool has_vision() const { return vision_depth > 0 && vision_hidden > 0 && vision_intermediate > 0; }
   // MoE with shared_expert_intermediate_size > 0 (0: HF's zero-width shared expert adds nothing).
   bool has_shared_expert() const { return is_moe() && shared_intermediate > 0; }
   int64_t key_dim() const { return lin_k_heads * lin_k_dim; }

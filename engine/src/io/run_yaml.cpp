@@ -557,7 +557,7 @@ const std::vector<Field>& fields() {
         "a probability in [0, 1)"));
     t.push_back(boolean("use_rslora", &C::use_rslora));
     t.push_back(list("lora_target_groups", &C::lora_target_groups,
-                     {"attn", "linear_attn", "mlp", "shared_expert", "experts"}));
+                     {"attn", "linear_attn", "mlp", "shared_expert", "experts", "vision"}));
     t.push_back(list("lora_target_modules", &C::lora_target_modules));
     t.push_back(list("lora_target_parameters", &C::lora_target_parameters));
     t.push_back(text("lora_model_dir", &C::lora_model_dir, {}, PathKind::Input));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -13,7 +14,7 @@ namespace deltatune {
 namespace {
 
 const std::vector<std::string>& all_groups() {
-  static const std::vector<std::string> g = {"attn", "linear_attn", "mlp", "shared_expert", "experts"};
+  static const std::vector<std::string> g = {"attn", "linear_attn", "mlp", "shared_expert", "experts", "vision"};
   return g;
 }
 
@@ -107,6 +108,7 @@ std::vector<std::string> lora_groups_of(const ModelConfig& cfg) {
   } else {
     g.push_back("mlp");
   }
+  if (cfg.has_vision()) g.push_back("vision");
   return g;
 }
 
@@ -117,12 +119,14 @@ std::vector<std::string> lora_group_suffixes(const std::string& group) {
   if (group == "shared_expert")
     return {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj"};
   if (group == "experts") return {"experts.gate_up_proj", "experts.down_proj"};
+  if (group == "vision") return {"attn.qkv", "attn.proj", "mlp.linear_fc1", "mlp.linear_fc2"};
   throw Error("unknown LoRA target group '" + group + "' (valid: " + join(all_groups()) + ")");
 }
 
 std::vector<std::string> lora_default_groups(const ModelConfig& cfg) {
   std::vector<std::string> g = lora_groups_of(cfg);
   g.erase(std::remove(g.begin(), g.end(), "experts"), g.end());
+  g.erase(std::remove(g.begin(), g.end(), "vision"), g.end());
   return g;
 }
 
@@ -160,6 +164,16 @@ std::vector<LoraModule> lora_inventory(const ModelConfig& cfg) {
       inv.push_back(make_module(i, "mlp", "mlp", "gate_proj", H, I));
       inv.push_back(make_module(i, "mlp", "mlp", "up_proj", H, I));
       inv.push_back(make_module(i, "mlp", "mlp", "down_proj", I, H));
+    }
+  }
+  // The vision tower's blocks (path visual.blocks.N.*; the merger is not adapted).
+  const int64_t vh = cfg.vision_hidden, vi = cfg.vision_intermediate;
+  for (int i = 0; cfg.has_vision() && i < static_cast<int>(cfg.vision_depth); ++i) {
+    for (auto [suffix, in, out] : {std::tuple{"attn.qkv", vh, 3 * vh}, std::tuple{"attn.proj", vh, vh},
+                                   std::tuple{"mlp.linear_fc1", vh, vi}, std::tuple{"mlp.linear_fc2", vi, vh}}) {
+      LoraModule m = make_module(i, "vision", "", suffix, in, out);
+      m.path = "visual.blocks." + std::to_string(i) + "." + suffix;
+      inv.push_back(m);
     }
   }
   return inv;

@@ -14,9 +14,10 @@ class Backend;
 
 struct LoraModule {
   // Module path below the decoder, without class prefix: "layers.3.self_attn.q_proj",
-  // "layers.0.mlp.shared_expert.up_proj"; for expert parameters "layers.0.mlp.experts.gate_up_proj".
+  // "layers.0.mlp.shared_expert.up_proj"; for expert parameters "layers.0.mlp.experts.gate_up_proj"; the vision
+  // tower's "visual.blocks.2.attn.qkv" (`layer` is then the block index).
   std::string path;
-  std::string group;   // attn | linear_attn | mlp | shared_expert | experts
+  std::string group;   // attn | linear_attn | mlp | shared_expert | experts | vision
   std::string suffix;  // q_proj, in_proj_qkv, ..., experts.gate_up_proj, experts.down_proj
   int layer = 0;
   int64_t in = 0, out = 0;
@@ -50,7 +51,8 @@ struct LoraAdapter {
   void reindex();  // rebuilds by_path from modules
 };
 
-// All target groups the model has, e.g. {attn, linear_attn, mlp} or {attn, linear_attn, shared_expert, experts}.
+// All target groups the model has, e.g. {attn, linear_attn, mlp} or {attn, linear_attn, shared_expert, experts},
+// plus `vision` for a checkpoint whose config.json has a vision_config.
 std::vector<std::string> lora_groups_of(const ModelConfig& cfg);
 // Module suffixes of a group (attn -> q_proj,k_proj,v_proj,o_proj; experts -> experts.gate_up_proj, ...).
 std::vector<std::string> lora_group_suffixes(const std::string& group);
@@ -65,9 +67,9 @@ struct LoraSpec {
   std::vector<std::string> parameters;  // explicit 3-D params (PEFT target_parameters)
 };
 
-// Default groups when a run names no targets: every group of the model except `experts` (attn, linear_attn,
-// mlp for dense; attn, linear_attn, shared_expert for MoE) — what "all linear layers" means for these models;
-// expert LoRA multiplies the adapter size by E and is opt-in.
+// Default groups when a run names no targets: every group of the model except `experts` and `vision` (attn,
+// linear_attn, mlp for dense; attn, linear_attn, shared_expert for MoE) — what "all linear layers" means for
+// these models; expert LoRA multiplies the adapter size by E and the vision tower's LoRA is opt-in.
 std::vector<std::string> lora_default_groups(const ModelConfig& cfg);
 // Every adaptable module of the model (A/B undefined, r/scaling 0), in layer order then registration order.
 std::vector<LoraModule> lora_inventory(const ModelConfig& cfg);

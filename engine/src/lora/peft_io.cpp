@@ -28,6 +28,10 @@ constexpr const char* kConfigName = "adapter_config.json";
 constexpr const char* kWeightsName = "adapter_model.safetensors";
 constexpr const char* kKeyRoot = "base_model.model.";
 const char* const kPrefixes[] = {"model.language_model.", "model."};  // longest first
+// The vision tower's modules in Qwen3_5ForConditionalGeneration: model.visual.blocks.N.* (LoraModule paths keep
+// "visual.").
+constexpr const char* kVisionPrefix = "model.";
+constexpr const char* kVisionKey = "model.visual.blocks.";
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 bool ends_with(const std::string& s, const std::string& p) {
@@ -178,12 +182,20 @@ void peft_adapter_write(const LoraAdapter& adapter, const ModelConfig& cfg, cons
   check(!adapter.modules.empty(), "adapter export: the adapter has no modules");
   const std::vector<LoraModule> inv = lora_inventory(cfg);
   std::set<std::string> adapted;
+  bool vision = false;
   for (const LoraModule& m : adapter.modules) {
     bool known = false;
     for (const LoraModule& i : inv) known |= i.path == m.path;
     check(known, "adapter export: module " + m.path + " does not exist in this " + cfg.model_type + " model");
     adapted.insert(m.path);
+    vision |= m.group == "vision";
   }
+  // The vision tower's modules exist in the vision-language class only (model.visual.*, beside the text model's
+  // model.language_model.*).
+  check(!vision || class_prefix == "model.language_model.",
+        "adapter export: the adapter has vision tower modules, which only the vision-language class "
+        "(*ForConditionalGeneration, model_class conditional_generation or auto) has");
+  auto key_prefix = [&](const LoraModule& m) { return m.group == "vision" ? std::string(kVisionPrefix) : class_prefix; };
 
   // target_modules: the distinct last components when they select exactly the adapted linears; otherwise
   // (a subset of layers, say) one regex that names each adapted module, so PEFT adapts nothing else.
@@ -211,13 +223,24 @@ void peft_adapter_write(const LoraAdapter& adapter, const ModelConfig& cfg, cons
   };
   json target_modules = nullptr;
   if (!linear_paths.empty()) {
-    if (selects_exactly(suffixes, false)) {
+    // A list target names a leaf anywhere in the model: the tower's `proj` would also take its patch_embed.proj,
+    // so an adapter with tower modules names each module by regex.
+    if (!vision && selects_exactly(suffixes, false)) {
       target_modules = json::array();
       for (const std::string& s : suffixes) target_modules.push_back(s);
     } else {
-      std::string alt;
-      for (const std::string& p : linear_paths) alt += (alt.empty() ? "" : "|") + regex_escape(p);
-      target_modules = regex_escape(class_prefix) + "(?:" + alt + ")";
+      std::string alt, alt_vision;
+      for (const LoraModule& m : adapter.modules) {
+        if (m.experts > 0) continue;
+        std::string& a = m.group == "vision" ? alt_vision : alt;
+        a += (a.empty() ? "" : "|") + regex_escape(m.group == "vision" ? m.path.substr(std::string("visual.").size())
+                                                                       : m.path);
+      }
+      std::string re;
+      if (!alt.empty()) re = regex_escape(class_prefix) + "(?:" + alt + ")";
+      if (!alt_vision.empty())
+        re += (re.empty() ? "" : "|") + regex_escape(std::string(kVisionPrefix) + "visual.") + "(?:" + alt_vision + ")";
+      target_modules = re;
     }
   }
   json target_parameters = nullptr;
@@ -307,7 +330,7 @@ void peft_adapter_write(const LoraAdapter& adapter, const ModelConfig& cfg, cons
               ", expected " + shape_str({rows, m.in}) + " and " + shape_str({m.out, rows}));
     const std::string module =
         m.experts > 0 ? expert_key_module(m, experts_per_layer[m.layer] == 2) : m.path;
-    const std::string base = kKeyRoot + class_prefix + module;
+    const std::string base = kKeyRoot + key_prefix(m) + module;
     tensors.emplace_back(base + ".lora_A.weight", m.A.dtype == DType::F32 ? m.A : host_convert(m.A, DType::F32));
     tensors.emplace_back(base + ".lora_B.weight", m.B.dtype == DType::F32 ? m.B : host_convert(m.B, DType::F32));
   }
@@ -404,7 +427,8 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
   auto adaptable_leaf = [](const std::string& t, bool experts) {
     static const std::set<std::string> linears = {"q_proj",    "k_proj",      "v_proj",    "o_proj",
                                                   "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b",
-                                                  "out_proj",  "gate_proj",   "up_proj",   "down_proj"};
+                                                  "out_proj",  "gate_proj",   "up_proj",   "down_proj",
+                                                  "qkv",       "proj",        "linear_fc1", "linear_fc2"};
     static const std::set<std::string> params = {"gate_up_proj", "down_proj"};
     const std::string leaf = t.substr(t.rfind('.') + 1);
     return experts ? params.count(leaf) > 0 : linears.count(leaf) > 0;
@@ -454,17 +478,22 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
     const std::string& key = e.name;
     check(starts_with(key, kKeyRoot), wname + ": tensor " + key + " does not start with base_model.model.");
     std::string rest = key.substr(std::string(kKeyRoot).size());
+    const bool vision_key = starts_with(rest, kVisionKey);
     std::string prefix;
     for (const char* p : kPrefixes)
       if (starts_with(rest, p)) {
         prefix = p;
         break;
       }
-    check(!prefix.empty() && starts_with(rest.substr(prefix.size()), "layers."),
-          wname + ": tensor " + key + " is not for a module of the text decoder of this model");
-    check(prefix_seen.empty() || prefix_seen == prefix,
-          wname + ": tensors mix the prefixes " + prefix_seen + " and " + prefix);
-    prefix_seen = prefix;
+    if (vision_key) {
+      prefix = kVisionPrefix;
+    } else {
+      check(!prefix.empty() && starts_with(rest.substr(prefix.size()), "layers."),
+            wname + ": tensor " + key + " is not for a module of the text decoder or the vision tower's blocks");
+      check(prefix_seen.empty() || prefix_seen == prefix,
+            wname + ": tensors mix the prefixes " + prefix_seen + " and " + prefix);
+      prefix_seen = prefix;
+    }
     rest = rest.substr(prefix.size());
     bool is_a = false;
     std::string module;
@@ -513,6 +542,9 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
   adapter.dropout = c.contains("lora_dropout") && c["lora_dropout"].is_number() ? c["lora_dropout"].get<double>() : 0;
   adapter.rslora = rslora;
   adapter.class_prefix = prefix_seen;
+  bool vision_targeted = false;
+  for (size_t i = 0; i < inv.size(); ++i) vision_targeted |= targeted[i] && inv[i].group == "vision";
+  if (vision_targeted && adapter.class_prefix.empty()) adapter.class_prefix = "model.language_model.";
   const json rank_pattern = c.value("rank_pattern", json::object());
   const json alpha_pattern = c.value("alpha_pattern", json::object());
   const bool old_orientation_possible = version_before_0_19_1(c);
@@ -521,7 +553,8 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
     if (!targeted[i]) continue;
     LoraModule m = inv[i];
     const std::string key_base =
-        kKeyRoot + (prefix_seen.empty() ? std::string("model.") : prefix_seen) +
+        kKeyRoot +
+        (m.group == "vision" ? std::string(kVisionPrefix) : prefix_seen.empty() ? std::string("model.") : prefix_seen) +
         (m.experts > 0 ? expert_key_module(m, experts_of_layer[m.layer].size() == 2) : m.path);
     if (!a_of.count(i)) missing.push_back(key_base + ".lora_A.weight");
     if (!b_of.count(i)) missing.push_back(key_base + ".lora_B.weight");

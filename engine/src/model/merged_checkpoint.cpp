@@ -119,7 +119,11 @@ void merged_checkpoint_write(const ModelWeights& base, const LoraAdapter& adapte
     check(m.A.shape == Shape({rows, m.in}) && m.B.shape == Shape({m.out, rows}),
           "merged export: adapter module " + m.path + " has A " + shape_str(m.A.shape) + ", B " +
               shape_str(m.B.shape) + ", expected " + shape_str({rows, m.in}) + " and " + shape_str({m.out, rows}));
-    if (m.experts == 0) {
+    if (m.group == "vision") {
+      // The tower's tensors: model.visual.* (or visual.* in older vision-language checkpoints).
+      const std::string vp = rd.has("model.visual.patch_embed.proj.weight") ? "model." : "";
+      targets[vp + m.path + ".weight"] = {&m, -1, false, 0, m.out};
+    } else if (m.experts == 0) {
       targets[P + m.path + ".weight"] = {&m, -1, false, 0, m.out};
     } else if (rd.has(P + m.path)) {
       targets[P + m.path] = {&m, -1, true, 0, m.out};

@@ -8,6 +8,7 @@
 #include "model/blocks.h"
 #include "model/sharded_layers.h"
 #include "quant/quantize_host.h"
+#include "model/vision_encoder.h"
 #include "vision/image_embeds.h"
 
 namespace deltatune {
@@ -26,6 +27,10 @@ struct LayerCache {
 struct Qwen35Model::Activations {
   std::vector<LayerCache> layers;
   Tensor x_final, rstd_final;
+  // A batch with images whose adapter has vision modules: the tower's activations and the image-token rows.
+  VisionEncoder::Saved vision;
+  std::vector<int32_t> image_rows;
+  bool vision_kept = false;
 };
 
 LayerLora layer_lora_find(LoraAdapter* adapter, int layer) {
@@ -187,6 +192,10 @@ Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be, ShardGatherer* sha
 
 Qwen35Model::~Qwen35Model() = default;
 
+void Qwen35Model::set_vision(std::shared_ptr<const VisionWeights> vision) {
+  vision_ = vision ? std::make_unique<VisionEncoder>(be_, std::move(vision)) : nullptr;
+}
+
 size_t Qwen35Model::layer_count() const { return sharded_ ? sharded_->layers() : layers_.size(); }
 
 LayerKind Qwen35Model::layer_kind(size_t i) const {
@@ -253,7 +262,16 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
   embed_tokens(ids, &batch.input_ids, x);
   if (!batch.image_grids.empty()) {
     check(vision_ != nullptr, "a batch with images needs the checkpoint's vision tower (model.visual.*)");
-    image_embeds_insert(be_, *vision_, batch.input_ids, batch.pixel_values, batch.image_grids, x);
+    const std::vector<int32_t> rows =
+        image_token_rows(vision_->config(), batch.input_ids, batch.pixel_values, batch.image_grids, H);
+    const bool keep = acts && VisionEncoder::adapts(lora);
+    const Tensor embeds = vision_->forward(batch.pixel_values, batch.image_grids, lora, opts.lora,
+                                           keep ? &acts->vision : nullptr);
+    image_embeds_insert(be_, rows, embeds, x);
+    if (keep) {
+      acts->image_rows = rows;
+      acts->vision_kept = true;
+    }
   }
   const size_t L = layer_count();
   if (acts) acts->layers.resize(L);
@@ -331,6 +349,8 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
     c = LayerCache{};  // free this layer's activations
     if (opts.on_layer_backward) opts.on_layer_backward(i);
   }
+  // dx is now the gradient w.r.t. the input embeddings: its image-token rows go back through the tower.
+  if (acts.vision_kept) vision_->backward(image_embeds_grad(be_, acts.image_rows, dx), *lora, opts.lora, acts.vision);
   return out;
 }
 

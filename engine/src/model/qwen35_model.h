@@ -16,6 +16,7 @@
 namespace deltatune {
 
 struct VisionWeights;
+class VisionEncoder;
 
 struct StepOptions {
   bool backward = false;           // also compute LoRA gradients (+=)
@@ -87,9 +88,10 @@ class Qwen35Model {
   // Whether a decode step (forward_cached) may be recorded and replayed: not when its embedding rows are
   // gathered on the host (they change every step).
   bool decode_step_recordable() const { return !embed_host_.defined() && !sharded_; }
-  // Vision-language checkpoints: the image encoder (frozen, fp32 on the host) whose merged tokens replace the
-  // embedding rows of a batch's image tokens. Batches with images need it.
-  void set_vision(std::shared_ptr<const VisionWeights> vision) { vision_ = std::move(vision); }
+  // Vision-language checkpoints: the image encoder (uploaded to this model's backend, run in its compute dtype;
+  // frozen, LoRA on its blocks when the adapter has `vision` modules) whose merged tokens replace the embedding
+  // rows of a batch's image tokens. Batches with images need it.
+  void set_vision(std::shared_ptr<const VisionWeights> vision);
   // The sharded decoder layers (null when every layer is resident).
   const ShardedLayers* sharded_layers() const { return sharded_.get(); }
 
@@ -118,7 +120,7 @@ class Qwen35Model {
   Tensor embed_host_;
   std::vector<std::unique_ptr<DeviceLayer>> layers_;  // empty when sharded_
   std::unique_ptr<ShardedLayers> sharded_;
-  std::shared_ptr<const VisionWeights> vision_;
+  std::unique_ptr<VisionEncoder> vision_;
 };
 
 }  // namespace deltatune

@@ -10,12 +10,17 @@
 
 namespace deltatune {
 
-// x [T, H] (compute dtype, on `be`): rows t with input_ids[t] == image_token_id (=) the merged tokens of the
-// images (`pixel_values` of all images back to back, `grids` their (t, h, w)), in order. The tower runs on the
-// host in fp32 (frozen). Throws when the image tokens and the images' merged tokens differ in number, or the
-// merger's width is not the text model's hidden size.
-void image_embeds_insert(Backend& be, const VisionWeights& vision, const std::vector<int32_t>& input_ids,
-                         const std::vector<float>& pixel_values, const std::vector<std::array<int64_t, 3>>& grids,
-                         Tensor& x);
+// The rows t with input_ids[t] == image_token_id, in order. Throws when their number differs from the merged
+// tokens of the images (`grids` their (t, h, w)), when `pixel_values` do not fill the grids, or when the
+// merger's width is not the text model's hidden size `hidden`.
+std::vector<int32_t> image_token_rows(const VisionConfig& cfg, const std::vector<int32_t>& input_ids,
+                                      const std::vector<float>& pixel_values,
+                                      const std::vector<std::array<int64_t, 3>>& grids, int64_t hidden);
+
+// x [T, H] (compute dtype, on `be`): rows `rows` (=) embeds [rows, H] (the tower's output, in order).
+void image_embeds_insert(Backend& be, const std::vector<int32_t>& rows, const Tensor& embeds, Tensor& x);
+
+// The loss gradient w.r.t. the inserted rows: dx[rows] as [rows, H] (dx's dtype).
+Tensor image_embeds_grad(Backend& be, const std::vector<int32_t>& rows, const Tensor& dx);
 
 }  // namespace deltatune

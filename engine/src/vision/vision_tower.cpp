@@ -161,6 +161,56 @@ VisionWeights vision_weights_load(const CheckpointReader& ckpt, const VisionConf
   return w;
 }
 
+int64_t vision_patch_count(const std::vector<std::array<int64_t, 3>>& grids) {
+  int64_t n = 0;
+  for (const auto& g : grids) n += g[0] * g[1] * g[2];
+  return n;
+}
+
+std::vector<int32_t> vision_patch_positions(const std::vector<std::array<int64_t, 3>>& grids, int64_t merge) {
+  const int64_t N = vision_patch_count(grids);
+  std::vector<int32_t> rc(size_t(2 * N));
+  int64_t n = 0;
+  for (const auto& g : grids)
+    for (int64_t t = 0; t < g[0]; ++t)
+      for (int64_t within = 0; within < g[1] * g[2]; ++within, ++n) {
+        const auto [row, col] = patch_row_col(within, g[2], merge);
+        rc[size_t(n)] = int32_t(row);
+        rc[size_t(N + n)] = int32_t(col);
+      }
+  return rc;
+}
+
+std::vector<float> vision_position_embeds(const VisionWeights& w, const std::vector<std::array<int64_t, 3>>& grids) {
+  const VisionConfig& c = w.cfg;
+  const int64_t H = c.hidden, side = int64_t(std::sqrt(double(c.num_position_embeddings)));
+  std::vector<float> out(size_t(vision_patch_count(grids) * H));
+  int64_t n = 0;
+  for (const auto& g : grids)
+    for (int64_t t = 0; t < g[0]; ++t)
+      for (int64_t within = 0; within < g[1] * g[2]; ++within, ++n) {
+        const auto [row, col] = patch_row_col(within, g[2], c.merge_size);
+        int64_t ht[2], wt[2];
+        float hw[2], ww[2];
+        axis_taps(row, g[1], side, ht, hw);
+        axis_taps(col, g[2], side, wt, ww);
+        for (int64_t d = 0; d < H; ++d) {
+          float s = 0;
+          for (int a = 0; a < 2; ++a)
+            for (int b = 0; b < 2; ++b) s += w.pos_embed[size_t((ht[a] * side + wt[b]) * H + d)] * (hw[a] * ww[b]);
+          out[size_t(n * H + d)] = s;
+        }
+      }
+  return out;
+}
+
+std::vector<int32_t> vision_frame_bounds(const std::vector<std::array<int64_t, 3>>& grids) {
+  std::vector<int32_t> cu{0};
+  for (const auto& g : grids)
+    for (int64_t t = 0; t < g[0]; ++t) cu.push_back(cu.back() + int32_t(g[1] * g[2]));
+  return cu;
+}
+
 VisionOutput vision_forward(const VisionWeights& w, const std::vector<float>& pixel_values,
                             const std::vector<std::array<int64_t, 3>>& grids) {
   const VisionConfig& c = w.cfg;
@@ -177,42 +227,27 @@ VisionOutput vision_forward(const VisionWeights& w, const std::vector<float>& pi
   // Patch embedding plus the interpolated learned position table; rotary angles from (row, col).
   std::vector<float> x(size_t(N * H));
   linear(w.patch_embed, pixel_values.data(), N, x.data());
-  const int64_t side = int64_t(std::sqrt(double(c.num_position_embeddings)));
+  const std::vector<float> pos = vision_position_embeds(w, grids);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += pos[i];
+  const std::vector<int32_t> rc = vision_patch_positions(grids, merge);
   const int64_t nfreq = hd / 4;  // per axis: inv_freq over spatial_dim = hd / 2 in steps of 2
   std::vector<float> inv_freq(static_cast<size_t>(nfreq));
   for (int64_t j = 0; j < nfreq; ++j)
     inv_freq[size_t(j)] = float(1.0 / std::pow(c.rope_theta, double(float(2 * j) / float(hd / 2))));
   std::vector<float> cos_t(size_t(N * hd)), sin_t(size_t(N * hd));
-  std::vector<int64_t> segment_start;  // attention runs within each frame
-  int64_t n = 0;
-  for (const auto& g : grids) {
-    for (int64_t t = 0; t < g[0]; ++t) {
-      segment_start.push_back(n);
-      for (int64_t within = 0; within < g[1] * g[2]; ++within, ++n) {
-        const auto [row, col] = patch_row_col(within, g[2], merge);
-        int64_t ht[2], wt[2];
-        float hw[2], ww[2];
-        axis_taps(row, g[1], side, ht, hw);
-        axis_taps(col, g[2], side, wt, ww);
-        for (int64_t d = 0; d < H; ++d) {
-          float s = 0;
-          for (int a = 0; a < 2; ++a)
-            for (int b = 0; b < 2; ++b) s += w.pos_embed[size_t((ht[a] * side + wt[b]) * H + d)] * (hw[a] * ww[b]);
-          x[size_t(n * H + d)] += s;
-        }
-        for (int64_t j = 0; j < nfreq; ++j) {
-          const float fh = float(row) * inv_freq[size_t(j)], fw = float(col) * inv_freq[size_t(j)];
-          for (int64_t rep = 0; rep < 2; ++rep) {
-            cos_t[size_t(n * hd + rep * hd / 2 + j)] = std::cos(fh);
-            sin_t[size_t(n * hd + rep * hd / 2 + j)] = std::sin(fh);
-            cos_t[size_t(n * hd + rep * hd / 2 + nfreq + j)] = std::cos(fw);
-            sin_t[size_t(n * hd + rep * hd / 2 + nfreq + j)] = std::sin(fw);
-          }
-        }
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t row = rc[size_t(n)], col = rc[size_t(N + n)];
+    for (int64_t j = 0; j < nfreq; ++j) {
+      const float fh = float(row) * inv_freq[size_t(j)], fw = float(col) * inv_freq[size_t(j)];
+      for (int64_t rep = 0; rep < 2; ++rep) {
+        cos_t[size_t(n * hd + rep * hd / 2 + j)] = std::cos(fh);
+        sin_t[size_t(n * hd + rep * hd / 2 + j)] = std::sin(fh);
+        cos_t[size_t(n * hd + rep * hd / 2 + nfreq + j)] = std::cos(fw);
+        sin_t[size_t(n * hd + rep * hd / 2 + nfreq + j)] = std::sin(fw);
       }
     }
   }
-  segment_start.push_back(N);
+  const std::vector<int32_t> segment_start = vision_frame_bounds(grids);  // attention runs within each frame
 
   std::vector<float> a(size_t(N * H)), qkv(size_t(N * 3 * H)), att(size_t(N * H)), proj(size_t(N * H));
   std::vector<float> mid(size_t(N * c.intermediate));

@@ -63,6 +63,17 @@ struct VisionOutput {
   std::vector<float> embeds;  // (patches / merge², out_hidden): the merger's output
 };
 
+// Patches of images with these (t, h, w) grids.
+int64_t vision_patch_count(const std::vector<std::array<int64_t, 3>>& grids);
+// Each patch's (row, column) in its image's patch grid, I32 [2, patches] (all rows, then all columns), in the
+// image processor's order (merge blocks together): the 2-D rotary positions.
+std::vector<int32_t> vision_patch_positions(const std::vector<std::array<int64_t, 3>>& grids, int64_t merge);
+// The learned position table bilinearly interpolated to each patch (transformers' fast_pos_embed_interpolate),
+// fp32 [patches, hidden].
+std::vector<float> vision_position_embeds(const VisionWeights& w, const std::vector<std::array<int64_t, 3>>& grids);
+// Patch offsets where each image frame starts, and the total at the end (attention runs within a frame).
+std::vector<int32_t> vision_frame_bounds(const std::vector<std::array<int64_t, 3>>& grids);
+
 // `pixel_values` (rows, patch_features) of several images back to back, `grids` their (t, h, w).
 VisionOutput vision_forward(const VisionWeights& w, const std::vector<float>& pixel_values,
                             const std::vector<std::array<int64_t, 3>>& grids);

@@ -1,4 +1,6 @@
-// Elementwise activations: SwiGLU (silu(gate)·up), the attention output gate (x·σ(gate)), σ.
+// Elementwise activations: SwiGLU (silu(gate)·up), the attention output gate (x·σ(gate)), σ, GELU (vision tower).
+#include <cmath>
+
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_util.h"
 
@@ -75,6 +77,43 @@ void CpuBackend::sigmoid(const Tensor& x, Tensor& y) {
   float* py = cpu::f32(y, "sigmoid y");
   pool_.parallel_for(x.numel(), kGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) py[i] = cpu::sigmoidf(px[i]);
+  });
+}
+
+// GELU, exact: x·Φ(x), Φ' = φ; tanh form: 0.5·x·(1 + tanh(u)), u = c·(x + 0.044715·x³), c = sqrt(2/π).
+namespace {
+float gelu_value(float x, bool tanh_approx) {
+  const double v = x;
+  if (tanh_approx) return float(0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
+  return float(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
+}
+float gelu_grad(float x, bool tanh_approx) {
+  const double v = x;
+  if (tanh_approx) {
+    const double c = std::sqrt(2.0 / M_PI), t = std::tanh(c * (v + 0.044715 * v * v * v));
+    return float(0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * v * v));
+  }
+  return float(0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI));
+}
+}  // namespace
+
+void CpuBackend::gelu_fwd(const Tensor& x, bool tanh_approx, Tensor& y) {
+  cpu::check_same(x, y, "gelu y");
+  const float* px = cpu::f32(x, "gelu x");
+  float* py = cpu::f32(y, "gelu y");
+  pool_.parallel_for(x.numel(), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) py[i] = gelu_value(px[i], tanh_approx);
+  });
+}
+
+void CpuBackend::gelu_bwd(const Tensor& dy, const Tensor& x, bool tanh_approx, Tensor& dx) {
+  cpu::check_same(x, dy, "gelu_bwd dy");
+  cpu::check_same(x, dx, "gelu_bwd dx");
+  const float* pd = cpu::f32(dy, "gelu_bwd dy");
+  const float* px = cpu::f32(x, "gelu_bwd x");
+  float* pdx = cpu::f32(dx, "gelu_bwd dx");
+  pool_.parallel_for(x.numel(), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) pdx[i] = pd[i] * gelu_grad(px[i], tanh_approx);
   });
 }
 

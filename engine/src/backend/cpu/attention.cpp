@@ -1,6 +1,7 @@
 // Full attention pieces (spec §3.5, §3.6): NeoX partial RoPE and causal softmax attention within each
-// packed sequence, with GQA (query head h reads kv head h / (nH/nKV)).
-//   forward:  s_ij = scale·q_i·k_j (j ≤ i, same sequence), lse_i = log Σ_j e^{s_ij}, o_i = Σ_j e^{s_ij−lse_i} v_j
+// packed sequence, with GQA (query head h reads kv head h / (nH/nKV)); the vision tower's 2-D RoPE and full
+// (non-causal, seq.causal false) attention.
+//   forward:  s_ij = scale·q_i·k_j (j ≤ i or all j, same sequence), lse_i = log Σ_j e^{s_ij}, o_i = Σ_j e^{s_ij−lse_i} v_j
 //   backward: P_ij = e^{s_ij−lse_i}, D_i = dO_i·o_i, dS_ij = P_ij(dO_i·v_j − D_i),
 //             dq_i = scale Σ_j dS_ij k_j, dk_j = scale Σ_i dS_ij q_i, dv_j = Σ_i P_ij dO_i
 // The backward runs two passes (rows for dq, then kv columns for dk/dv, recomputing P) so that no two
@@ -42,10 +43,18 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Rotates x [T, heads, hd] in place; frequency slot i of token t takes its position from
-// pos[row_of_slot[i] * T + t].
+// inv_freq as HF builds it: 1 / theta^(2i/rot_dim) evaluated in fp32.
+std::vector<float> rope_inv_freq(int rot_dim, float theta) {
+  std::vector<float> inv_freq(size_t(std::max(rot_dim / 2, 0)));
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = 1.f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rot_dim));
+  return inv_freq;
+}
+
+// Rotates x [T, heads, hd] in place; frequency slot i of token t turns by pos[row_of_slot[i] * T + t]·inv_freq[i]
+// (fp32 angle).
 void rope_rows(ThreadPool& pool, Tensor& x, const int32_t* pos, int64_t T, const std::vector<int>& row_of_slot,
-               int rot_dim, float theta, bool inverse) {
+               int rot_dim, const std::vector<float>& inv_freq, bool inverse) {
   const int64_t hd = x.dim(-1);
   check(T > 0 && x.numel() % (T * hd) == 0, "cpu backend: rope x " + shape_str(x.shape) +
                                                 " is not [T, heads, head_dim] for T=" + std::to_string(T));
@@ -53,10 +62,6 @@ void rope_rows(ThreadPool& pool, Tensor& x, const int32_t* pos, int64_t T, const
         "cpu backend: rope rot_dim " + std::to_string(rot_dim) + " must be even and <= head_dim " + std::to_string(hd));
   const int64_t heads = x.numel() / (T * hd), half = rot_dim / 2;
   float* px = cpu::f32(x, "rope x");
-  // inv_freq as HF builds it: 1 / theta^(2i/rot_dim) evaluated in fp32; angle = float(pos)·inv_freq in fp32.
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = 1.f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rot_dim));
   const float sign = inverse ? -1.f : 1.f;
   pool.parallel_for(T, 16, [&](int64_t b, int64_t e) {
     std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
@@ -82,7 +87,7 @@ void rope_rows(ThreadPool& pool, Tensor& x, const int32_t* pos, int64_t T, const
 
 void CpuBackend::rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) {
   rope_rows(pool_, x, cpu::i32(positions, "rope positions"), positions.numel(),
-            std::vector<int>(size_t(std::max(rot_dim / 2, 0)), 0), rot_dim, theta, inverse);
+            std::vector<int>(size_t(std::max(rot_dim / 2, 0)), 0), rot_dim, rope_inv_freq(rot_dim, theta), inverse);
 }
 
 void CpuBackend::rope_multimodal(Tensor& x, const Tensor& positions, int rot_dim, float theta,
@@ -95,7 +100,24 @@ void CpuBackend::rope_multimodal(Tensor& x, const Tensor& positions, int rot_dim
     else if (i % 3 == 2 && int64_t(i) < 3 * section[2]) row_of_slot[i] = 2;
   }
   rope_rows(pool_, x, cpu::i32(positions, "rope_multimodal positions"), positions.dim(1), row_of_slot, rot_dim,
-            theta, inverse);
+            rope_inv_freq(rot_dim, theta), inverse);
+}
+
+void CpuBackend::rope_2d(Tensor& x, const Tensor& positions, float theta, bool inverse) {
+  check(positions.ndim() == 2 && positions.dim(0) == 2,
+        "cpu backend: rope_2d positions " + shape_str(positions.shape) + " is not [2, T]");
+  const int64_t hd = x.dim(-1);
+  check(hd % 4 == 0, "cpu backend: rope_2d head_dim " + std::to_string(hd) + " is not a multiple of 4");
+  const int64_t q = hd / 4;
+  const std::vector<float> axis = rope_inv_freq(int(hd / 2), theta);  // q frequencies over hd/2
+  std::vector<float> inv_freq(size_t(hd / 2));
+  std::vector<int> row_of_slot(size_t(hd / 2));
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    inv_freq[size_t(i)] = axis[size_t(i % q)];
+    row_of_slot[size_t(i)] = i < q ? 0 : 1;
+  }
+  rope_rows(pool_, x, cpu::i32(positions, "rope_2d positions"), positions.dim(1), row_of_slot, int(hd), inv_freq,
+            inverse);
 }
 
 void CpuBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale,
@@ -118,7 +140,7 @@ void CpuBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / d.nH, h = task % d.nH, g = h / d.group;
       const float* qi = pq + (t * d.nH + h) * hd;
-      const int64_t j0 = lo[t], n = t - j0 + 1;
+      const int64_t j0 = lo[t], n = (seq.causal ? t + 1 : hi[t]) - j0;
       p.resize(static_cast<size_t>(n));
       float m = -INFINITY;
       for (int64_t j = 0; j < n; ++j) {
@@ -178,7 +200,8 @@ void CpuBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tensor
       const float* qi = pq + task * hd;
       const float* doi = pdo + task * hd;
       std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t j = lo[t]; j <= t; ++j) {
+      const int64_t j1 = seq.causal ? t + 1 : hi[t];
+      for (int64_t j = lo[t]; j < j1; ++j) {
         const float* kj = pk + (j * nKV + g) * hd;
         const float P = std::exp(scale * dot(qi, kj, hd) - pl[task]);
         const float dS = P * (dot(doi, pv + (j * nKV + g) * hd, hd) - D[task]);
@@ -197,7 +220,7 @@ void CpuBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tensor
       std::fill(ak.begin(), ak.end(), 0.f);
       std::fill(av.begin(), av.end(), 0.f);
       for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
-        for (int64_t i = j; i < hi[j]; ++i) {
+        for (int64_t i = seq.causal ? j : lo[j]; i < hi[j]; ++i) {
           const int64_t r = i * nH + h;
           const float* qi = pq + r * hd;
           const float* doi = pdo + r * hd;

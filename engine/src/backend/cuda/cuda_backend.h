@@ -100,6 +100,14 @@ class CudaBackend final : public Backend, public QuantOps {
   void sigmoid_mul_bwd(const Tensor& dout, const Tensor& x, const Tensor& gate, Tensor& dx, Tensor& dgate) override;
 
   void rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) override;
+  // cuda_ops_vision.cpp
+  void layer_norm_fwd(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y, Tensor& mean,
+                      Tensor& rstd) override;
+  void layer_norm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                      Tensor& dx) override;
+  void gelu_fwd(const Tensor& x, bool tanh_approx, Tensor& y) override;
+  void gelu_bwd(const Tensor& dy, const Tensor& x, bool tanh_approx, Tensor& dx) override;
+  void rope_2d(Tensor& x, const Tensor& positions, float theta, bool inverse) override;
   void rope_multimodal(Tensor& x, const Tensor& positions, int rot_dim, float theta,
                        const std::array<int64_t, 3>& section, bool inverse) override;
   void attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale, Tensor& o,

@@ -101,7 +101,9 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
   check(hd <= kernels::kAttnMaxHeadDim, "attention_fwd: head_dim " + std::to_string(hd) + " > 256 is not supported");
   check_layout(seq, q.dim(0), "attention_fwd");
   check(lse.dtype == DType::F32, "attention_fwd: lse must be F32");
-  if (attention_mma_ok({&q, &k, &v}, hd) && kernels::attention_fwd_mma_smem(policy_, hd) <= policy_.smem_optin) {
+  // Full attention (the vision tower, seq.causal false) runs the FMA kernels.
+  if (seq.causal && attention_mma_ok({&q, &k, &v}, hd) &&
+      kernels::attention_fwd_mma_smem(policy_, hd) <= policy_.smem_optin) {
     Tensor tiles = attention_tiles_mma(seq);
     if (!tiles.defined()) return;
     cuda_check(kernels::launch_attention_fwd_mma(policy_, kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
@@ -117,7 +119,8 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
   if (!tiles.defined()) return;
   cuda_check(kernels::launch_attention_fwd(policy_, kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
                                            iptr(seq.cu_seqlens), iptr(tiles), static_cast<int>(tiles.dim(0)),
-                                           q.dim(1), k.dim(1), hd, scale, kout(o, "attention o"), fptr(lse), stream()),
+                                           q.dim(1), k.dim(1), hd, scale, seq.causal, kout(o, "attention o"),
+                                           fptr(lse), stream()),
              "attention_fwd");
 }
 
@@ -133,7 +136,7 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
   check(hd <= kernels::kAttnMaxHeadDim, "attention_bwd: head_dim " + std::to_string(hd) + " is not supported");
   check_layout(seq, q.dim(0), "attention_bwd");
   check(lse.dtype == DType::F32, "attention_bwd: lse must be F32");
-  if (attention_mma_ok({&dout, &q, &k, &v}, hd) &&
+  if (seq.causal && attention_mma_ok({&dout, &q, &k, &v}, hd) &&
       kernels::attention_bwd_mma_smem(policy_, hd) <= policy_.smem_optin) {
     Tensor tiles = attention_tiles_mma(seq);
     if (!tiles.defined()) return;
@@ -158,7 +161,7 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
   cuda_check(kernels::launch_attention_bwd(policy_, kin(dout, "attention dout"), kin(q, "attention q"), kin(k, "attention k"),
                                            kin(v, "attention v"), kin(o, "attention o"), fptr(lse), fptr(dl),
                                            iptr(seq.cu_seqlens), iptr(tiles), static_cast<int>(tiles.dim(0)),
-                                           q.dim(0), q.dim(1), k.dim(1), hd, scale, kout(dq, "attention dq"),
+                                           q.dim(0), q.dim(1), k.dim(1), hd, scale, seq.causal, kout(dq, "attention dq"),
                                            kout(dk, "attention dk"), kout(dv, "attention dv"), stream()),
              "attention_bwd");
 }
