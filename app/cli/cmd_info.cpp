@@ -389,10 +389,6 @@ int cmd_info(const Args& args) {
       << ", activations " << bytes_str(vram.vision_activations) << "\n";
   if (want_plan) {
     o << shard_plan_text(plan);
-    if (plan.choice() && (plan.choice()->layout == WeightLayout::ExpertParallel ||
-                          plan.choice()->layout == WeightLayout::ExpertParallelSharded))
-      o << "  (expert-parallel training is not implemented yet: a run takes the sharded or the replicated layout "
-           "where one fits)\n";
   }
   if (!info.warnings.empty()) {
     o << "warnings:\n";

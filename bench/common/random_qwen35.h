@@ -45,8 +45,14 @@ inline ModelConfig shape_config(const std::string& shape, int64_t layers) {
     c.num_layers = 40, c.hidden_size = 2048, c.num_heads = 16, c.num_kv_heads = 2, c.intermediate_size = 0;
     c.lin_v_heads = 32, c.tie_word_embeddings_flag = false;
     c.num_experts = 256, c.top_k = 8, c.moe_intermediate = 512, c.shared_intermediate = 512;
+  } else if (shape == "122b-a10b") {  // MoE as 35b-a3b (tests/fixtures/published_configs/qwen3_5_122b_a10b.json)
+    c.model_type = "qwen3_5_moe";
+    c.architecture = "Qwen3_5MoeForCausalLM";
+    c.num_layers = 48, c.hidden_size = 3072, c.num_heads = 32, c.num_kv_heads = 2, c.intermediate_size = 0;
+    c.lin_v_heads = 64, c.tie_word_embeddings_flag = false;
+    c.num_experts = 256, c.top_k = 8, c.moe_intermediate = 1024, c.shared_intermediate = 1024;
   } else {
-    throw Error("--shape must be 0.8b, 2b, 4b, 9b, 27b or 35b-a3b, got '" + shape + "'");
+    throw Error("--shape must be 0.8b, 2b, 4b, 9b, 27b, 35b-a3b or 122b-a10b, got '" + shape + "'");
   }
   if (layers > 0) c.num_layers = layers;
   for (int64_t i = 0; i < c.num_layers; ++i)

@@ -20,6 +20,9 @@
 //                    [--kernels auto|portable (the run config's `kernels`; portable: the sm_80 kernels)]
 //                    [--sharded 0|1 (data parallel: the frozen decoder layers sharded over the GPUs, ZeRO-3 style,
 //                     each layer all-gathered before its forward and backward; peak_GiB then shows 1/N of them)]
+//                    [--ep 0|1 (data parallel with the MoE experts split over the GPUs, expert parallel: each GPU
+//                     holds E/N experts and their LoRA, token rows travel by NCCL send/recv; with --sharded 1 the
+//                     rest of each layer is sharded too)]
 //
 // FLOPs counted (the usual convention, so numbers compare with HF's): 6·N·T for the linear layers (N =
 // matmul parameters incl. lm_head; a frozen-base LoRA step skips the weight-gradient third, so this
@@ -38,6 +41,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "dist/expert_lora.h"
 #include "backend/cuda_kernels_setting.h"
 #include "core/error.h"
 #include "core/quantized.h"
@@ -102,7 +106,7 @@ int main(int argc, char** argv) {
   bool experts = true;
   int64_t rank = 16, ckpt_layers = -1;
   int steps = 5, warmup = 2;
-  bool ckpt = true, overlap = true, ckpt_auto = false, sharded = false;
+  bool ckpt = true, overlap = true, ckpt_auto = false, sharded = false, ep = false;
   std::vector<double> free_gib;
   std::vector<int64_t> sweep;
   double peak = 989e12;
@@ -133,6 +137,7 @@ int main(int argc, char** argv) {
     else if (a == "--ckpt-layers") ckpt_layers = std::atoll(v.c_str());
     else if (a == "--overlap") overlap = std::atoi(v.c_str()) != 0;
     else if (a == "--sharded") sharded = std::atoi(v.c_str()) != 0;
+    else if (a == "--ep") ep = std::atoi(v.c_str()) != 0;
     else if (a == "--kernels") kernels = v;
     else if (a == "--quant") quant = v;
     else {
@@ -160,7 +165,8 @@ int main(int argc, char** argv) {
     auto be = make_cuda_backend(dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0, DType::BF16, kernels);
     if (dp) dp->connect_backend(*be);
     if (sharded && !dp) throw Error("--sharded 1 needs several workers (run_dp_step.sh)");
-    Qwen35Model model(w, *be, sharded ? &dp->shard_gatherer() : nullptr);
+    if (ep && !dp) throw Error("--ep 1 needs several workers (run_dp_step.sh)");
+    Qwen35Model model(w, *be, sharded ? &dp->shard_gatherer() : nullptr, ep ? &dp->token_exchange() : nullptr);
     be->synchronize();
     const double t_load = now_s() - t0;
 
@@ -172,8 +178,9 @@ int main(int argc, char** argv) {
     LoraAdapter adapter = lora_create(cfg, spec, 1);
     lora_to_backend(adapter, *be);
     if (dp) {
-      dp->attach(adapter, int64_t(25) << 20);
       dp->broadcast_adapter(adapter);
+      if (ep) expert_lora_keep_slice(adapter, *be, dp->rank(), dp->world());
+      dp->attach(adapter, int64_t(25) << 20);
     }
 
     // One packed row: `seqs` sequences of equal length, random token ids, every token trained.
@@ -258,7 +265,7 @@ int main(int argc, char** argv) {
           std::vector<double> v{loss / ranks, root ? mine : 0.0};
           dp->host().sum(v);
           loss = v[0];
-          norm = v[1];
+          norm = ep ? std::sqrt(dp->expert_parallel_grad_sq(adapter, mine * mine)) : v[1];
         } else {
           norm = lora_grad_norm(adapter, *be);
         }
@@ -282,7 +289,7 @@ int main(int argc, char** argv) {
           "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
           "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
           "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
-          "\"loss_chunk_rows\":%lld,\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s}\n",
+          "\"loss_chunk_rows\":%lld,\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s}\n",
           shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
           static_cast<long long>(seqs), ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
           tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
@@ -290,7 +297,7 @@ int main(int argc, char** argv) {
           static_cast<long long>(adapter.trainable_params()), loss, t_load,
           be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
           static_cast<long long>(st.chunk), pred, static_cast<double>(free_bytes) / gib,  // the GPU's
-          sharded ? "true" : "false");
+          sharded ? "true" : "false", ep ? "true" : "false");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());

@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--fla", type=int, default=1)
     ap.add_argument("--liger", type=int, default=1)
+    ap.add_argument("--experts", type=int, default=1, help="MoE shapes: LoRA on the experts (target_parameters)")
     a = ap.parse_args()
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -41,8 +42,7 @@ def main():
         import fla.ops.common.chunk_o as co
         if hasattr(co, "TRITON_ABOVE_3_7_1"):
             co.TRITON_ABOVE_3_7_1 = True
-    assert "num_experts" not in SHAPES[a.shape], "dense shapes only"
-    model, cfg = lora_model(a.shape, 0, a.liger)
+    model, cfg = lora_model(a.shape, 0, a.liger, a.experts)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
     params = [p for p in ddp.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5)

@@ -49,9 +49,10 @@ TEST(ShardPlan, MoeWithExpertLoraDoesNotFitOneEightyGigabyteGpuButFitsTwoSharded
   EXPECT_TRUE(layout(two, WeightLayout::Sharded).fits);
   ASSERT_NE(two.choice(), nullptr);
   EXPECT_LE(two.choice()->total, 80 * kGiB);
-  // The choice moves the fewest bytes of the layouts that fit.
+  // The choice is the first layout that fits, in WeightLayout order (measured: sharded before expert parallel).
+  EXPECT_EQ(two.choice()->layout, WeightLayout::Sharded);
   for (const LayoutEstimate& e : two.layouts)
-    if (e.fits) EXPECT_LE(two.choice()->moved_per_micro_batch, e.moved_per_micro_batch);
+    if (e.layout < two.choice()->layout) EXPECT_FALSE(e.fits) << weight_layout_name(e.layout);
   // Without expert LoRA the default groups' LoRA is small and the plan is the same model, less optimizer state.
   ShardPlanSettings dflt;
   EXPECT_LT(layout(plan_multi_gpu(info, dflt, {2, 80 * kGiB}), WeightLayout::Sharded).lora_and_optimizer,
@@ -137,8 +138,8 @@ TEST(ShardPlan, RefusalSaysWhatWouldFitAndEachSuggestionFits) {
   // 8 H200s hold it with the experts split.
   const ShardPlan h200 = plan_multi_gpu(info, s, {8, 140 * kGiB});
   ASSERT_NE(h200.choice(), nullptr);
-  EXPECT_TRUE(h200.choice()->layout == WeightLayout::ExpertParallel ||
-              h200.choice()->layout == WeightLayout::ExpertParallelSharded);
+  for (const LayoutEstimate& e : h200.layouts)
+    if (e.layout < h200.choice()->layout) EXPECT_FALSE(e.fits) << weight_layout_name(e.layout);
 }
 
 TEST(ShardPlan, LowerRankOrFewerGroupsSuggestedWhenTheyFit) {

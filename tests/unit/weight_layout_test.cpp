@@ -1,5 +1,5 @@
 // Which weight layout a multi-worker run takes (train/weight_layout_select.h) on the published Qwen3.5 shapes:
-// the plan's choice, expert parallel replaced by sharded while it is not built, explicit layouts checked against
+// the plan's choice (expert parallel included), explicit layouts checked against
 // the plan, and a refusal that carries the plan's text with what would fit.
 #include <gtest/gtest.h>
 
@@ -40,12 +40,28 @@ TEST(WeightLayout, MoeWithExpertLoraIsShardedOverTwoEightyGigabyteGpus) {
   const bool replicated_fits = plan.layouts[static_cast<size_t>(WeightLayout::Replicated)].fits;
   ASSERT_FALSE(replicated_fits);
   const WeightLayoutChoice c = choose_weight_layout(cfg, info, 2, 80 * kGiB);
-  EXPECT_TRUE(c.sharded) << c.note;
-  // The plan's own choice, or sharded in place of expert parallel (not built yet), said in the note.
-  if (plan.choice()->layout == WeightLayout::Sharded)
-    EXPECT_NE(c.note.find("auto: sharded"), std::string::npos) << c.note;
-  else
-    EXPECT_NE(c.note.find("is not available yet; sharded fits"), std::string::npos) << c.note;
+  // The plan's own choice, said in the note.
+  const WeightLayout l = plan.choice()->layout;
+  EXPECT_EQ(c.sharded, l == WeightLayout::Sharded || l == WeightLayout::ExpertParallelSharded) << c.note;
+  EXPECT_EQ(c.expert_parallel, l == WeightLayout::ExpertParallel || l == WeightLayout::ExpertParallelSharded)
+      << c.note;
+  EXPECT_NE(c.note.find(std::string("auto: ") + weight_layout_name(l) + " ("), std::string::npos) << c.note;
+  EXPECT_TRUE(c.sharded || c.expert_parallel) << c.note;
+}
+
+TEST(WeightLayout, ExpertParallelAsConfigured) {
+  const ModelInfo moe = published("qwen3_5_35b_a3b");
+  RunConfig cfg = run(moe, moe.lora_groups);
+  cfg.weight_layout = "expert_parallel_sharded";
+  const WeightLayoutChoice c = choose_weight_layout(cfg, moe, 2, 80 * kGiB);
+  EXPECT_TRUE(c.sharded && c.expert_parallel) << c.note;
+  cfg.weight_layout = "expert_parallel";
+  EXPECT_TRUE(choose_weight_layout(cfg, moe, 2, 0).expert_parallel);  // CPU workers: as configured
+  const ModelInfo dense = published("qwen3_5_27b");
+  RunConfig dcfg = run(dense, {"attn"});
+  dcfg.weight_layout = "expert_parallel";
+  const std::string e = error_of([&] { choose_weight_layout(dcfg, dense, 2, 141 * kGiB); });
+  EXPECT_NE(e.find("weight_layout: expert_parallel does not apply"), std::string::npos) << e;
 }
 
 TEST(WeightLayout, WhatFitsReplicatedStaysReplicated) {

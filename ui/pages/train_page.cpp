@@ -588,10 +588,6 @@ void TrainPage::updateVram() {
                     .arg(gpuCount)
                     .arg(QString::fromUtf8(deltatune::weight_layout_name(ch->layout)), formatBytes(ch->total),
                          QString::fromStdString(plan.reason));
-        if (ch->layout == deltatune::WeightLayout::ExpertParallel ||
-            ch->layout == deltatune::WeightLayout::ExpertParallelSharded)
-          text += tr(" Expert-parallel training is not implemented yet: a run takes the sharded or the replicated "
-                     "layout where one fits.");
       } else if (!plan.would_fit.empty()) {
         QStringList items;
         for (const auto& w : plan.would_fit) items << QString::fromStdString(w);

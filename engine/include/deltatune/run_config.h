@@ -73,7 +73,9 @@ struct RunConfig {
   // Several GPUs: how the frozen base weights are held (deltatune/shard_plan.h). "auto": the memory plan picks
   // (replicated when it fits, else sharded; CPU workers: replicated) and a run that fits no layout is refused
   // before loading the model | "replicated" (every GPU holds all of them) | "sharded" (each GPU keeps 1/N of
-  // every decoder layer and gathers a layer right before its forward and backward).
+  // every decoder layer and gathers a layer right before its forward and backward) | "expert_parallel" (MoE:
+  // each GPU holds E/N experts and their LoRA, tokens travel to their experts' GPU) | "expert_parallel_sharded"
+  // (the experts so, the rest sharded).
   std::string weight_layout = "auto";
   bool fused_loss = true;
   // `gradient_checkpointing: auto` (the default) | true | false | N (= true with N layers). auto: at the start

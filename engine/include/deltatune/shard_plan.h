@@ -9,9 +9,10 @@
 //   expert_parallel          MoE only: each GPU holds E/N experts of every layer (and their LoRA), the other
 //                            frozen weights replicated; tokens travel to their experts' GPU by all-to-all
 //   expert_parallel_sharded  MoE only: experts as expert_parallel, the other frozen weights sharded
-// Of the layouts that fit, the plan takes the one that moves the fewest bytes between GPUs per micro-batch
-// (weight gathers vs token exchange; the LoRA gradient sum is the same for all and not counted): more bytes
-// on the links is the step time the layouts differ by.
+// Of the layouts that fit, the plan takes the first in this order: replicated, sharded, expert_parallel,
+// expert_parallel_sharded (measured: sharded beats expert parallel on 2 NVLink GPUs although it moves more
+// bytes, dist/shard_plan.cpp says by how much); moved_per_micro_batch (weight gathers vs token exchange) is
+// reported for each.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -22,6 +22,7 @@
 
 #include "backend/gradient_reducer.h"
 #include "backend/shard_gatherer.h"
+#include "backend/token_exchange.h"
 #include "core/tensor.h"
 
 namespace deltatune {
@@ -372,6 +373,8 @@ class Backend {
   // This device's all-gather of frozen-weight shards (NCCL on CUDA; a communicator of its own), or null when
   // the backend has none (the CPU backend: the job gathers through its host connections).
   virtual std::unique_ptr<ShardGatherer> create_shard_gatherer(const ReducerSetup& setup) { return nullptr; }
+  // This device's token exchange for expert parallel (NCCL send/recv on CUDA), or null when the backend has none.
+  virtual std::unique_ptr<TokenExchange> create_token_exchange(const ReducerSetup& setup) { return nullptr; }
 };
 
 // The reference backend (always available).

@@ -1,5 +1,5 @@
 // The all-to-all of expert parallel (model/expert_parallel.h): token rows travel to the rank that holds their
-// expert and the expert outputs travel back. NCCL send/recv on CUDA (not built yet); threads of one process
+// expert and the expert outputs travel back. NCCL send/recv on CUDA (backend/cuda/nccl_exchange.cpp); threads of one process
 // for CPU tests (dist/expert_exchange.h).
 #pragma once
 #include <cstddef>
@@ -20,6 +20,8 @@ class TokenExchange {
   // sizes must agree pairwise. Ordered after the compute work enqueued so far; the work after it sees `recv`.
   virtual void all_to_all(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                           const std::vector<int64_t>& recv_bytes) = 0;
+  // Ends the exchange for good (a peer failed): an exchange in flight or a later one throws instead of waiting.
+  virtual void abort() noexcept {}
 };
 
 }  // namespace deltatune

@@ -1,9 +1,12 @@
 #include "dist/data_parallel.h"
 
+#include <array>
 #include <cstring>
 #include <span>
 
 #include "core/error.h"
+#include "dist/expert_exchange.h"
+#include "dist/expert_lora.h"
 #include "dist/shard_gatherers.h"
 
 namespace deltatune {
@@ -80,10 +83,33 @@ ShardGatherer& DataParallel::shard_gatherer() {
   return *gatherer_;
 }
 
+TokenExchange& DataParallel::token_exchange() {
+  check(be_ != nullptr, "internal: DataParallel::token_exchange before connect_backend");
+  if (exchange_) return *exchange_;
+  if (be_->device() == Device::CPU) {
+    exchange_ = make_host_token_exchange(rv_);
+    return *exchange_;
+  }
+  exchange_ = be_->create_token_exchange(comm_setup());
+  check(exchange_ != nullptr, "backend " + be_->name() +
+                                  " cannot exchange tokens between GPUs for expert parallel: this build of DeltaTune "
+                                  "has no NCCL (configure with -DDT_NCCL=ON where NCCL is installed, or set "
+                                  "weight_layout: replicated or sharded)");
+  return *exchange_;
+}
+
 void DataParallel::attach(LoraAdapter& adapter, int64_t bucket_bytes) {
   check(be_ != nullptr, "internal: DataParallel::attach before connect_backend");
   std::vector<GradSlot> slots;
-  for (const LoraModule& m : adapter.modules) {
+  own_grads_.clear();
+  for (LoraModule& m : adapter.modules) {
+    if (exchange_ && is_expert_lora(m)) {  // complete on this worker: not summed
+      m.gA = be_->zeros(m.A.shape, DType::F32);
+      m.gB = be_->zeros(m.B.shape, DType::F32);
+      own_grads_.push_back(m.gA);
+      own_grads_.push_back(m.gB);
+      continue;
+    }
     slots.push_back({m.layer, m.A.numel()});
     slots.push_back({m.layer, m.B.numel()});
   }
@@ -91,6 +117,7 @@ void DataParallel::attach(LoraAdapter& adapter, int64_t bucket_bytes) {
   flat_ = be_->zeros({std::max<int64_t>(layout.total, 1)}, DType::F32);
   size_t k = 0;
   for (LoraModule& m : adapter.modules) {
+    if (exchange_ && is_expert_lora(m)) continue;
     const int64_t oa = layout.offset[k++], ob = layout.offset[k++];
     m.gA = flat_.slice(oa, oa + m.A.numel()).view(m.A.shape);
     m.gB = flat_.slice(ob, ob + m.B.numel()).view(m.B.shape);
@@ -100,6 +127,7 @@ void DataParallel::attach(LoraAdapter& adapter, int64_t bucket_bytes) {
 
 void DataParallel::zero_gradients() {
   be_->fill(flat_, 0.f);
+  for (Tensor& g : own_grads_) be_->fill(g, 0.f);
   next_bucket_ = 0;
 }
 
@@ -133,6 +161,76 @@ void DataParallel::broadcast_adapter(LoraAdapter& adapter) {
   reducer_->finish();
 }
 
+double DataParallel::expert_parallel_grad_sq(LoraAdapter& adapter, double mine_sq) {
+  std::vector<const Tensor*> experts;
+  for (const LoraModule& m : adapter.modules)
+    if (is_expert_lora(m)) {
+      experts.push_back(&m.gA);
+      experts.push_back(&m.gB);
+    }
+  const double expert_sq = experts.empty() ? 0.0 : be_->sum_squares_many(experts);
+  // Rank 0 brings the non-expert part once (every worker holds the same summed copy) and its experts.
+  std::array<double, 1> v{root() ? mine_sq : expert_sq};
+  rv_.sum(v);
+  return v[0];
+}
+
+LoraAdapter DataParallel::gather_adapter_to_root(const LoraAdapter& adapter) {
+  LoraAdapter out = adapter;
+  out.modules.clear();
+  for (const LoraModule& m : adapter.modules) {
+    LoraModule host = m;
+    host.Ac = host.Bc = host.gA = host.gB = Tensor{};
+    host.A = be_->download(m.A, DType::F32);
+    host.B = be_->download(m.B, DType::F32);
+    Tensor* mo[4] = {&host.mA, &host.vA, &host.mB, &host.vB};
+    const Tensor* src[4] = {&m.mA, &m.vA, &m.mB, &m.vB};
+    for (int i = 0; i < 4; ++i) *mo[i] = src[i]->defined() ? be_->download(*src[i], DType::F32) : Tensor{};
+    if (!exchange_ || !is_expert_lora(m)) {
+      if (root()) out.modules.push_back(std::move(host));
+      continue;
+    }
+    // Each worker's slice: A, B, then the four moments (each flagged), as F32 bytes.
+    std::string bytes;
+    auto put = [&](const Tensor* t) {
+      const char has = t->defined() ? 1 : 0;
+      bytes.push_back(has);
+      if (has) bytes.append(static_cast<const char*>(t->data), t->nbytes());
+    };
+    put(&host.A);
+    put(&host.B);
+    for (Tensor* t : mo) put(t);
+    const std::vector<std::string> all = rv_.all_gather(bytes);
+    if (!root()) continue;
+    std::vector<LoraModule> slices;
+    for (const std::string& b : all) {
+      LoraModule s = host;
+      size_t at = 0;
+      auto get = [&](Tensor& t, const Shape& shape) {
+        const bool has = b.at(at++) != 0;
+        if (!has) {
+          t = Tensor{};
+          return;
+        }
+        t = host_tensor(shape, DType::F32);
+        check(at + t.nbytes() <= b.size(), "internal: expert LoRA slice of " + m.path + " is short");
+        std::memcpy(t.data, b.data() + at, t.nbytes());
+        at += t.nbytes();
+      };
+      get(s.A, host.A.shape);
+      get(s.B, host.B.shape);
+      get(s.mA, host.A.shape);
+      get(s.vA, host.A.shape);
+      get(s.mB, host.B.shape);
+      get(s.vB, host.B.shape);
+      slices.push_back(std::move(s));
+    }
+    out.modules.push_back(expert_lora_join(slices));
+  }
+  out.reindex();
+  return out;
+}
+
 void DataParallel::sum_tensor(Tensor& t) {
   if (t.device == Device::CPU) {
     reducer_->start_sum(t);
@@ -148,6 +246,7 @@ void DataParallel::fail(const std::string& why) noexcept {
   rv_.announce_failure(why);
   if (reducer_) reducer_->abort();
   if (gatherer_) gatherer_->abort();
+  if (exchange_) exchange_->abort();
 }
 
 }  // namespace deltatune

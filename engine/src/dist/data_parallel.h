@@ -31,7 +31,13 @@ class DataParallel {
   // The all-gather of sharded frozen weights (weight_layout: sharded): NCCL on CUDA (a communicator of its
   // own, joined at the first call), the host connections on the CPU. Every worker must call it.
   ShardGatherer& shard_gatherer();
-  // Gives the adapter's gradients one flat zeroed buffer (gA/gB become views of it) and plans the buckets.
+  // The token exchange of expert parallel (model/expert_parallel.h): NCCL send/recv on CUDA (a communicator of
+  // its own), the host connections on the CPU. Every worker must call it. From then on attach() leaves the
+  // expert LoRA out of the summed gradients (each worker holds its own experts' slice, dist/expert_lora.h).
+  TokenExchange& token_exchange();
+  bool expert_parallel() const { return exchange_ != nullptr; }
+  // Gives the adapter's gradients one flat zeroed buffer (gA/gB become views of it) and plans the buckets. Under
+  // expert parallel the expert modules keep gradients of their own, zeroed with the others and never summed.
   void attach(LoraAdapter& adapter, int64_t bucket_bytes);
   // Zeroes every gradient (the whole flat buffer) for a new step.
   void zero_gradients();
@@ -40,8 +46,15 @@ class DataParallel {
   void layer_done(int layer);
   // Starts the buckets not started yet and waits for all: afterwards every worker holds the summed gradients.
   void finish_gradients();
-  // Rank 0's A, B and AdamW moments on every worker (moments only where rank 0 has them).
+  // Rank 0's A, B and AdamW moments on every worker (moments only where rank 0 has them). Under expert
+  // parallel: before the adapter keeps its slice (the full expert modules are broadcast).
   void broadcast_adapter(LoraAdapter& adapter);
+  // Expert parallel: the gradient norm² of the whole adapter, given this worker's (non-expert LoRA summed
+  // already, its own experts' slice): Σ over the workers of their expert part plus one non-expert part.
+  double expert_parallel_grad_sq(LoraAdapter& adapter, double mine_sq);
+  // Expert parallel: the full adapter (A, B, and the moments where defined) on rank 0's host, every worker's
+  // expert slices joined (a collective through the host connections); other workers get an empty adapter.
+  LoraAdapter gather_adapter_to_root(const LoraAdapter& adapter);
   // In place: Σ over the workers of an F32 tensor of the backend (blocking; small tensors).
   void sum_tensor(Tensor& t);
   // Ends the job for every worker: tells the peers why (best effort) and aborts the communicator.
@@ -54,7 +67,9 @@ class DataParallel {
   Backend* be_ = nullptr;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<ShardGatherer> gatherer_;
+  std::unique_ptr<TokenExchange> exchange_;
   Tensor flat_;
+  std::vector<Tensor> own_grads_;  // expert parallel: the expert LoRA gradients, outside flat_
   std::vector<GradBucket> buckets_;
   size_t next_bucket_ = 0;
 };

@@ -8,6 +8,58 @@
 
 namespace deltatune {
 
+namespace {
+
+class HostTokenExchange final : public TokenExchange {
+ public:
+  explicit HostTokenExchange(Rendezvous& rv) : rv_(rv) {}
+  int rank() const override { return rv_.rank(); }
+  int world() const override { return rv_.world(); }
+
+  std::vector<std::vector<int64_t>> all_gather_counts(const std::vector<int64_t>& mine) override {
+    const auto all = rv_.all_gather(std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * 8));
+    std::vector<std::vector<int64_t>> out;
+    for (const std::string& b : all) {
+      check(b.size() == mine.size() * 8, "internal: host token exchange: counts of another length");
+      out.emplace_back(mine.size());
+      std::memcpy(out.back().data(), b.data(), b.size());
+    }
+    return out;
+  }
+
+  void all_to_all(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                  const std::vector<int64_t>& recv_bytes) override {
+    int64_t total = 0;
+    for (int64_t n : send_bytes) total += n;
+    // Each worker's buffer prefixed by its per-destination sizes.
+    std::string mine(reinterpret_cast<const char*>(send_bytes.data()), send_bytes.size() * 8);
+    mine.append(static_cast<const char*>(send), static_cast<size_t>(total));
+    const auto all = rv_.all_gather(mine);
+    int64_t at = 0;
+    const size_t W = all.size(), me = static_cast<size_t>(rank());
+    for (size_t s = 0; s < W; ++s) {
+      std::vector<int64_t> sizes(W);
+      std::memcpy(sizes.data(), all[s].data(), W * 8);
+      int64_t from = static_cast<int64_t>(W * 8);
+      for (size_t d = 0; d < me; ++d) from += sizes[d];
+      check(sizes[me] == recv_bytes[s], "internal: host all_to_all: rank " + std::to_string(s) + " sends " +
+                                            std::to_string(sizes[me]) + " bytes, expected " +
+                                            std::to_string(recv_bytes[s]));
+      if (sizes[me]) std::memcpy(static_cast<char*>(recv) + at, all[s].data() + from, static_cast<size_t>(sizes[me]));
+      at += sizes[me];
+    }
+  }
+
+ private:
+  Rendezvous& rv_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenExchange> make_host_token_exchange(Rendezvous& rv) {
+  return std::make_unique<HostTokenExchange>(rv);
+}
+
 class InProcessExchangeGroup::Rank final : public TokenExchange {
  public:
   Rank(InProcessExchangeGroup& g, int r) : g_(g), r_(r) {}

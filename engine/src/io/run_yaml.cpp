@@ -594,7 +594,8 @@ const std::vector<Field>& fields() {
     t.push_back(gpu_list("gpus"));
     t.push_back(text("kernels", &C::kernels, {"auto", "portable"}));
     t.push_back(text("base_quantization", &C::base_quantization, {"none", "fp8", "nf4"}));
-    t.push_back(text("weight_layout", &C::weight_layout, {"auto", "replicated", "sharded"}));
+    t.push_back(text("weight_layout", &C::weight_layout, {"auto", "replicated", "sharded", "expert_parallel",
+                                                          "expert_parallel_sharded"}));
     t.push_back(boolean("fused_loss", &C::fused_loss));
     t.push_back(checkpointing("gradient_checkpointing"));
     t.push_back(integer("gradient_checkpointing_layers", &C::gradient_checkpointing_layers, at_least(-1),

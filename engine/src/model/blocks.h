@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/token_exchange.h"
 #include "lora/lora.h"
 #include "io/model_config.h"
 #include "model/lora_linear.h"
@@ -72,6 +73,9 @@ struct BlockContext {
   // checkpointed): ops may keep what is cheap in memory and saves work in that backward.
   bool activations_kept = false;
   Tensor* moe_load = nullptr;  // F32 [E] (+=) tokens per expert of this layer (router statistics), or null
+  // Expert parallel (model/expert_parallel.h): the layer's weights and LoRA hold this rank's experts only and
+  // the routed rows travel through `ep`; null = every expert here.
+  TokenExchange* ep = nullptr;
   uint64_t salt(int module) const { return static_cast<uint64_t>(layer) * 64 + static_cast<uint64_t>(module); }
 };
 
@@ -118,12 +122,32 @@ struct GroupedLinearCache {
   Tensor u;   // xd·A_eᵀ per row [M, r] (F32)
   Tensor Bc;  // B regrouped per expert [E, out, r] (F32)
 };
+// y (=) x·W_eᵀ (+ s·(drop(x)·A_eᵀ)·B_eᵀ) for the rows [off[e], off[e+1]) of each expert e; W [E, out, in]
+// (moe_block.cpp).
+void grouped_linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* m, const LoraRuntime& rt,
+                        uint64_t salt, const Tensor& off, Tensor& y, GroupedLinearCache& c);
+// dx (=) dy·W_e (+ LoRA path); LoRA gradients (+=) into m->gA / m->gB. x: the forward input.
+void grouped_linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModule* m, const LoraRuntime& rt,
+                        uint64_t salt, const Tensor& off, const Tensor& x, const GroupedLinearCache& c, Tensor& dx);
+// The experts' weights [E, out, in] as a plain tensor: as held, or (quantized base) dequantized into a scratch
+// that lives as long as the returned tensor.
+Tensor expert_weights(Backend& be, const BaseMatrix& w, int64_t E, int64_t out, int64_t in);
+
+// Expert parallel: where this rank's rows went and what its experts received (model/expert_parallel.h).
+struct ExpertParallelCache {
+  std::vector<int64_t> send_rows, recv_rows;  // per peer rank: dispatch rows sent there / received from it
+  Tensor to_local, to_source;                 // I32 maps received (source-major) <-> expert-major rows
+  Tensor local_off;                           // I32 [E/N + 1]: the local experts' row ranges (expert-major)
+  Tensor xl;                                  // received rows, expert-major [R, H]
+};
 struct MoeCache {
   Tensor logits, idx, w;
   // Dispatch (backend.h moe_dispatch): M = T·K rows sorted by (expert, slot).
   Tensor offsets, row_token, row_slot, slot_row;
-  Tensor xe, g, u, h, ye;  // permuted input [M,H], gate/up/act [M,Ie], expert output [M,H]
+  Tensor xe, g, u, h, ye;  // permuted input [M,H], gate/up/act [M,Ie] (expert parallel: [R,Ie] of the
+                           // received rows), expert output [M,H]
   GroupedLinearCache lgu, ld;
+  ExpertParallelCache ep;
   MlpCache shared;
   Tensor shared_out, sg_logit, sg;  // shared expert output [T,H], gate logit [T,1], σ(gate) [T]
 };

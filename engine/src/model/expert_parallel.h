@@ -1,17 +1,20 @@
-// The routed experts of one MoE layer run expert parallel (design: model/expert_parallel_plan.h). Forward only
-// and without expert LoRA so far; not wired into the model yet.
+// The routed experts of one MoE layer run expert parallel (design: model/expert_parallel_plan.h): this rank's
+// dispatch rows travel to the ranks holding their experts, each rank runs its experts (frozen weights and LoRA
+// slices [E/N, ...]) on the rows every rank sent it, and the outputs travel back; the backward does the same with
+// the output gradients. Called by moe_block_fwd / moe_block_bwd when BlockContext::ep is set; collectives over
+// the exchange: every rank calls them for the same layers in the same order.
 #pragma once
-#include "backend/backend.h"
-#include "backend/token_exchange.h"
-#include "io/model_config.h"
+#include "model/blocks.h"
 
 namespace deltatune {
 
-// x [T, H]: this rank's tokens; idx I32 [T, K] / w F32 [T, K]: their router choice (moe_router_fwd). gate_up
-// [E/N, 2·Ie, H] and down [E/N, H, Ie]: this rank's experts (rank r holds [r·E/N, (r+1)·E/N)). Returns the
-// routed experts' output [T, H] (Σ_j w[t, j]·expert_{idx[t, j]}(x[t])), what moe_block_fwd adds before the
-// shared expert. A collective over `ex`: every rank calls it for the same layer.
-Tensor expert_parallel_fwd(Backend& be, TokenExchange& ex, const ModelConfig& cfg, const Tensor& x, const Tensor& idx,
-                           const Tensor& w, const Tensor& gate_up, const Tensor& down);
+// k: the layer's cache after moe_dispatch and the gather of k.xe (this rank's T·K rows in dispatch order, all E
+// experts). Returns ye [T·K, H] in that order (the experts' outputs, LoRA included); fills k.ep, k.g, k.u, k.h,
+// k.lgu, k.ld for the received rows and releases k.xe (the backward reads k.ep.xl).
+Tensor expert_parallel_rows_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, MoeCache& k);
+// dye [T·K, H]: gradient of ye. Returns dxe [T·K, H] (gradient of k.xe); the local experts' LoRA gradients (+=)
+// get the contributions of every rank's rows.
+Tensor expert_parallel_rows_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
+                                const Tensor& dye, const MoeCache& k);
 
 }  // namespace deltatune

@@ -1,5 +1,5 @@
 // Expert parallel for MoE layers (the shard plan's `expert_parallel` layouts, deltatune/shard_plan.h): the
-// exchange plan of one layer. This is the first piece; the layer itself does not run expert parallel yet.
+// exchange plan of one layer (model/expert_parallel.h runs it).
 //
 // Design. N ranks (data-parallel workers, each with its own micro-batch); rank r holds experts
 // [r·E/N, (r+1)·E/N) of every MoE layer (their frozen gate_up / down and their LoRA slices) and everything else
@@ -20,6 +20,8 @@
 //             over the ranks as in data parallel.
 //   bytes     per layer and micro-batch a rank sends T·K·(N-1)/N rows of H (bf16) each way, twice with the
 //             backward: what the plan's moved_per_micro_batch counts against the sharded layout's gathers.
+//   syncs     the host waits for the counts and for each all-to-all (their sizes come from the routing): four
+//             waits per MoE layer forward (a checkpointed layer's recompute repeats them), two per backward.
 #pragma once
 #include <cstdint>
 #include <vector>

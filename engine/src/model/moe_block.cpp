@@ -11,17 +11,14 @@
 // routed (token, expert) row gets its own mask, the same in forward and backward.
 #include "core/error.h"
 #include "model/blocks.h"
+#include "model/expert_parallel.h"
 
 namespace deltatune {
-namespace {
 
-// The experts' weights [E, out, in] as a plain tensor: as held, or (quantized base) dequantized into a scratch
-// that lives as long as the returned tensor.
 Tensor expert_weights(Backend& be, const BaseMatrix& w, int64_t E, int64_t out, int64_t in) {
   return w.q ? plain_weight(be, w).view({E, out, in}) : w.w;
 }
 
-// y (=) x·W_eᵀ (+ s·(drop(x)·A_eᵀ)·B_eᵀ) for the rows [off[e], off[e+1]) of each expert e; W [E, out, in].
 void grouped_linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* m, const LoraRuntime& rt,
                         uint64_t salt, const Tensor& off, Tensor& y, GroupedLinearCache& c) {
   be.grouped_gemm(x, w, true, off, y, 1.f, 0.f);
@@ -42,7 +39,6 @@ void grouped_linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModul
   be.grouped_gemm(c.u, c.Bc, true, off, y, m->scaling, 1.f);
 }
 
-// dx (=) dy·W_e (+ LoRA path); LoRA gradients (+=) into m->gA / m->gB. x: the forward input.
 void grouped_linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModule* m, const LoraRuntime& rt,
                         uint64_t salt, const Tensor& off, const Tensor& x, const GroupedLinearCache& c, Tensor& dx) {
   be.grouped_gemm(dy, w, false, off, dx, 1.f, 0.f);
@@ -72,8 +68,6 @@ void grouped_linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModu
   be.add(dx, masked, 1.f);
 }
 
-}  // namespace
-
 Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
                      MoeCache& k) {
   Backend& be = c.be;
@@ -98,20 +92,24 @@ Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
 
   k.xe = be.alloc({M, H}, dt);
   be.gather_rows(x, k.row_token, k.xe);
-  {
-    Tensor gu = be.alloc({M, 2 * Ie}, dt);  // split into gate and up right away (not kept)
-    grouped_linear_fwd(be, k.xe, expert_weights(be, w.experts_gate_up, E, 2 * Ie, H), l.ex_gate_up, c.rt, c.salt(16),
-                       k.offsets, gu, k.lgu);
-    k.g = be.alloc({M, Ie}, dt);
-    k.u = be.alloc({M, Ie}, dt);
-    be.copy_cols(k.g, 0, gu, 0, Ie);
-    be.copy_cols(k.u, 0, gu, Ie, Ie);
+  if (c.ep) {
+    k.ye = expert_parallel_rows_fwd(c, w, l, k);
+  } else {
+    {
+      Tensor gu = be.alloc({M, 2 * Ie}, dt);  // split into gate and up right away (not kept)
+      grouped_linear_fwd(be, k.xe, expert_weights(be, w.experts_gate_up, E, 2 * Ie, H), l.ex_gate_up, c.rt,
+                         c.salt(16), k.offsets, gu, k.lgu);
+      k.g = be.alloc({M, Ie}, dt);
+      k.u = be.alloc({M, Ie}, dt);
+      be.copy_cols(k.g, 0, gu, 0, Ie);
+      be.copy_cols(k.u, 0, gu, Ie, Ie);
+    }
+    k.h = be.alloc({M, Ie}, dt);
+    be.swiglu_fwd(k.g, k.u, k.h);
+    k.ye = be.alloc({M, H}, dt);
+    grouped_linear_fwd(be, k.h, expert_weights(be, w.experts_down, E, H, Ie), l.ex_down, c.rt, c.salt(48),
+                       k.offsets, k.ye, k.ld);
   }
-  k.h = be.alloc({M, Ie}, dt);
-  be.swiglu_fwd(k.g, k.u, k.h);
-  k.ye = be.alloc({M, H}, dt);
-  grouped_linear_fwd(be, k.h, expert_weights(be, w.experts_down, E, H, Ie), l.ex_down, c.rt, c.salt(48), k.offsets,
-                     k.ye, k.ld);
   Tensor out = be.alloc({T, H}, dt);
   be.moe_combine(k.ye, k.slot_row, k.w, out);
   if (!cfg.has_shared_expert()) return out;  // zero-width shared expert: σ(s)·0
@@ -149,17 +147,22 @@ void moe_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
   be.scale_rows(dout_rows, we.view({M}), dye);
   dout_rows = Tensor{};
 
-  Tensor dh = be.alloc({M, Ie}, dt);
-  grouped_linear_bwd(be, dye, expert_weights(be, w.experts_down, E, H, Ie), l.ex_down, c.rt, c.salt(48), k.offsets,
-                     k.h, k.ld, dh);
-  Tensor dg = be.alloc({M, Ie}, dt), du = be.alloc({M, Ie}, dt);
-  be.swiglu_bwd(dh, k.g, k.u, dg, du);
-  Tensor dgu = be.alloc({M, 2 * Ie}, dt);
-  be.copy_cols(dgu, 0, dg, 0, Ie);
-  be.copy_cols(dgu, Ie, du, 0, Ie);
-  Tensor dxe = be.alloc({M, H}, dt);
-  grouped_linear_bwd(be, dgu, expert_weights(be, w.experts_gate_up, E, 2 * Ie, H), l.ex_gate_up, c.rt, c.salt(16),
-                     k.offsets, k.xe, k.lgu, dxe);
+  Tensor dxe;
+  if (c.ep) {
+    dxe = expert_parallel_rows_bwd(c, w, l, dye, k);
+  } else {
+    Tensor dh = be.alloc({M, Ie}, dt);
+    grouped_linear_bwd(be, dye, expert_weights(be, w.experts_down, E, H, Ie), l.ex_down, c.rt, c.salt(48),
+                       k.offsets, k.h, k.ld, dh);
+    Tensor dg = be.alloc({M, Ie}, dt), du = be.alloc({M, Ie}, dt);
+    be.swiglu_bwd(dh, k.g, k.u, dg, du);
+    Tensor dgu = be.alloc({M, 2 * Ie}, dt);
+    be.copy_cols(dgu, 0, dg, 0, Ie);
+    be.copy_cols(dgu, Ie, du, 0, Ie);
+    dxe = be.alloc({M, H}, dt);
+    grouped_linear_bwd(be, dgu, expert_weights(be, w.experts_gate_up, E, 2 * Ie, H), l.ex_gate_up, c.rt,
+                       c.salt(16), k.offsets, k.xe, k.lgu, dxe);
+  }
   be.moe_combine(dxe, k.slot_row, Tensor{}, dx);
   Tensor dlogits = be.alloc({T, E}, DType::F32);
   be.moe_router_bwd(dw.view({T, K}), k.idx, k.w, dlogits);

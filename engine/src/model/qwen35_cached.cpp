@@ -150,7 +150,8 @@ Tensor Qwen35Model::forward_cached(const Tensor& ids, const SeqLayout& seq, Infe
   Tensor x = be_.alloc({T, H}, dt);
   embed_tokens(ids, nullptr, x);
   for (size_t i = 0; i < layer_count(); ++i) {
-    const BlockContext ctx{be_, cfg_, seq, rt, static_cast<int>(i)};
+    BlockContext ctx{be_, cfg_, seq, rt, static_cast<int>(i)};
+    ctx.ep = ep_;
     const DeviceLayerWeights& w = layer_weights(i, i + 1);
     const LayerLora l = layer_lora_find(lora, static_cast<int>(i));
     Tensor a = be_.alloc({T, H}, dt), r1 = be_.alloc({T}, DType::F32);

@@ -132,8 +132,19 @@ Tensor layer_bwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
 
 }  // namespace
 
-Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be, ShardGatherer* shard) : cfg_(mw.config), be_(be) {
+Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be, ShardGatherer* shard, TokenExchange* ep)
+    : cfg_(mw.config), be_(be), ep_(ep) {
   if (shard) sharded_ = std::make_unique<ShardedLayers>(be, *shard);
+  // Expert parallel: this rank's experts [first, first + per) of every MoE layer.
+  int64_t first = 0, per = cfg_.num_experts;
+  if (ep_ && cfg_.is_moe()) {
+    check(cfg_.num_experts % ep_->world() == 0, "expert parallel: the model's " + std::to_string(cfg_.num_experts) +
+                                                    " experts do not divide over " + std::to_string(ep_->world()) +
+                                                    " GPUs");
+    per = cfg_.num_experts / ep_->world();
+    first = ep_->rank() * per;
+  }
+  auto mine = [&](const Tensor& t) { return t.defined() && per != cfg_.num_experts ? t.slice(first, first + per) : t; };
   std::string prefix;  // "layers.N."
   auto up_l = [&](const char* module, const Tensor& t) { return up_linear(be, mw, prefix + module, t); };
   if (!mw.tied && mw.base_quant != QuantFormat::None) {
@@ -172,8 +183,8 @@ Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be, ShardGatherer* sha
     }
     if (cfg_.is_moe()) {
       d->router = up_w(be, lw.moe.router);
-      d->experts_gate_up = up_experts(be, mw, lw.moe.gate_up);
-      d->experts_down = up_experts(be, mw, lw.moe.down);
+      d->experts_gate_up = up_experts(be, mw, mine(lw.moe.gate_up));
+      d->experts_down = up_experts(be, mw, mine(lw.moe.down));
       if (cfg_.has_shared_expert()) {
         d->sh_gate = up_l("mlp.shared_expert.gate_proj", lw.moe.shared.gate_proj);
         d->sh_up = up_l("mlp.shared_expert.up_proj", lw.moe.shared.up_proj);
@@ -277,6 +288,7 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
   if (acts) acts->layers.resize(L);
   for (size_t i = 0; i < L; ++i) {
     BlockContext ctx{be_, cfg_, seq, opts.lora, static_cast<int>(i)};
+    ctx.ep = ep_;
     Tensor load_row;
     if (moe_load) {
       load_row = moe_load->index(static_cast<int64_t>(i));
@@ -333,6 +345,7 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
   be_.rmsnorm_bwd(dh, acts.x_final, final_norm_, acts.rstd_final, true, dx);
   for (int i = static_cast<int>(layer_count()) - 1; i >= 0; --i) {
     BlockContext ctx{be_, cfg_, seq, opts.lora, i};
+    ctx.ep = ep_;
     const LayerLora l = layer_lora_find(lora, i);
     LayerCache& c = acts.layers[static_cast<size_t>(i)];
     const DeviceLayerWeights& w =

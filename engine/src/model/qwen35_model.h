@@ -64,7 +64,11 @@ class Qwen35Model {
   // With `shard` (one rank of a job, ZeRO-3 style): this rank keeps 1/world of each decoder layer's frozen
   // weights, and every use of a layer all-gathers it (the next one prefetched) and frees it after, so every
   // forward and backward (step, logits, forward_cached) is a collective: all ranks must call them in step.
-  Qwen35Model(const ModelWeights& weights, Backend& backend, ShardGatherer* shard = nullptr);
+  // With `ep` (expert parallel, model/expert_parallel.h): this rank uploads only its experts [r·E/N, (r+1)·E/N)
+  // of every MoE layer, the adapter's expert LoRA must hold the same slice (dist/expert_lora.h), and every MoE
+  // layer's forward and backward exchange token rows with the other ranks (a collective, as with `shard`).
+  Qwen35Model(const ModelWeights& weights, Backend& backend, ShardGatherer* shard = nullptr,
+              TokenExchange* ep = nullptr);
   ~Qwen35Model();
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() { return be_; }
@@ -87,13 +91,17 @@ class Qwen35Model {
   void lm_logits(const Tensor& h, Tensor& logits);
   // Whether a decode step (forward_cached) may be recorded and replayed: not when its embedding rows are
   // gathered on the host (they change every step).
-  bool decode_step_recordable() const { return !embed_host_.defined() && !sharded_; }
+  bool decode_step_recordable() const { return !embed_host_.defined() && !sharded_ && !ep_; }
   // Vision-language checkpoints: the image encoder (uploaded to this model's backend, run in its compute dtype;
   // frozen, LoRA on its blocks when the adapter has `vision` modules) whose merged tokens replace the embedding
   // rows of a batch's image tokens. Batches with images need it.
   void set_vision(std::shared_ptr<const VisionWeights> vision);
   // The sharded decoder layers (null when every layer is resident).
   const ShardedLayers* sharded_layers() const { return sharded_.get(); }
+  // The expert-parallel exchange (null when every expert is here).
+  TokenExchange* expert_parallel() const { return ep_; }
+  // Every forward is a collective over the ranks (sharded layers or expert parallel).
+  bool lockstep() const { return sharded_ != nullptr || ep_ != nullptr; }
 
   struct DeviceLayer;
  private:
@@ -120,6 +128,7 @@ class Qwen35Model {
   Tensor embed_host_;
   std::vector<std::unique_ptr<DeviceLayer>> layers_;  // empty when sharded_
   std::unique_ptr<ShardedLayers> sharded_;
+  TokenExchange* ep_ = nullptr;
   std::unique_ptr<VisionEncoder> vision_;
 };
 

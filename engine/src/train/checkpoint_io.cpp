@@ -36,15 +36,24 @@ LoraAdapter lora_download(const LoraAdapter& adapter, Backend& be) {
 std::string checkpoint_save(const std::string& output_dir, const TrainerState& st, const LoraAdapter& adapter,
                             Backend& be, const ModelConfig& cfg, const std::string& class_prefix,
                             const std::string& base_model, int64_t keep) {
-  std::vector<std::pair<std::string, Tensor>> moments;
-  for (const LoraModule& m : adapter.modules) {
-    LoraModule& mm = const_cast<LoraModule&>(m);
+  LoraAdapter host = lora_download(adapter, be);
+  for (size_t k = 0; k < host.modules.size(); ++k)
     for (int i = 0; i < 4; ++i) {
-      const Tensor* t = moment(mm, i);
-      if (t->defined()) moments.emplace_back(m.path + "." + kMomentNames[i], be.download(*t, DType::F32));
+      const Tensor* t = moment(const_cast<LoraModule&>(adapter.modules[k]), i);
+      if (t->defined()) *moment(host.modules[k], i) = be.download(*t, DType::F32);
     }
-  }
-  const LoraAdapter host = lora_download(adapter, be);
+  return checkpoint_save_host(output_dir, st, host, cfg, class_prefix, base_model, keep);
+}
+
+std::string checkpoint_save_host(const std::string& output_dir, const TrainerState& st, const LoraAdapter& host,
+                                 const ModelConfig& cfg, const std::string& class_prefix,
+                                 const std::string& base_model, int64_t keep) {
+  std::vector<std::pair<std::string, Tensor>> moments;
+  for (const LoraModule& m : host.modules)
+    for (int i = 0; i < 4; ++i) {
+      const Tensor* t = moment(const_cast<LoraModule&>(m), i);
+      if (t->defined()) moments.emplace_back(m.path + "." + kMomentNames[i], *t);
+    }
   return checkpoint_write(output_dir, st, moments,
                           [&](const std::string& dir) { peft_adapter_write(host, cfg, class_prefix, base_model, dir); },
                           keep);

@@ -18,6 +18,11 @@ std::string checkpoint_save(const std::string& output_dir, const TrainerState& s
                             Backend& be, const ModelConfig& cfg, const std::string& class_prefix,
                             const std::string& base_model, int64_t keep);
 
+// The same from a host adapter (F32 A, B and the moments where defined), e.g. expert parallel's joined slices.
+std::string checkpoint_save_host(const std::string& output_dir, const TrainerState& st, const LoraAdapter& host,
+                                 const ModelConfig& cfg, const std::string& class_prefix,
+                                 const std::string& base_model, int64_t keep);
+
 // Loads A/B and the moments of checkpoint `dir` into `adapter` (already on the backend); returns the state.
 // Throws Error if the checkpoint's adapter does not match the run's adapter.
 TrainerState checkpoint_restore(const std::string& dir, LoraAdapter& adapter, Backend& be, const ModelConfig& cfg);

@@ -3,9 +3,11 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
+#include "dist/expert_lora.h"
 #include "io/files.h"
 #include "lora/peft_io.h"
 #include "model/moe_load_stats.h"
@@ -33,7 +35,7 @@ struct StepWork {
 
 // With data parallelism each worker evaluates every world-th batch and the sums are added up. Sharded weights
 // make every forward a collective: then every worker runs as many forwards, the last round's missing batches
-// replaced by batch 0 (not counted).
+// replaced by batch 0 (not counted). So does expert parallel (every MoE layer exchanges tokens).
 double evaluate_examples(TrainSession& s) {
   std::array<double, 2> sums{0, 0};  // loss, targets
   StepOptions so;
@@ -41,7 +43,7 @@ double evaluate_examples(TrainSession& s) {
   std::vector<Batch> batches = data_epoch_batches(s.data.eval, s.cfg, -1);
   const size_t world = s.dp ? static_cast<size_t>(s.dp->world()) : 1;
   const size_t rounds = (batches.size() + world - 1) / world;
-  const bool lockstep = s.model->sharded_layers() != nullptr;
+  const bool lockstep = s.model->lockstep();
   const Batch spare = lockstep && !batches.empty() ? batches[0] : Batch{};
   for (size_t k = 0; k < (lockstep ? rounds * world : batches.size()); ++k) {
     if (s.dp && static_cast<int>(k % world) != s.dp->rank()) continue;
@@ -61,8 +63,11 @@ double evaluate_examples(TrainSession& s) {
 }
 
 // A checkpoint (and with final_adapter the run's PEFT adapter). Rank 0 alone writes; the others go on (a
-// failed write reaches them as a fault at the next exchange).
+// failed write reaches them as a fault at the next exchange). Under expert parallel every worker first sends
+// rank 0 its experts' LoRA slices and moments, so the checkpoint and adapter hold the full modules.
 void save_checkpoint(TrainSession& s, bool final_adapter) {
+  std::optional<LoraAdapter> joined;
+  if (s.dp && s.dp->expert_parallel()) joined = s.dp->gather_adapter_to_root(s.adapter);
   if (!s.root) return;
   TrainerState st;
   st.step = s.step;
@@ -78,12 +83,15 @@ void save_checkpoint(TrainSession& s, bool final_adapter) {
   st.extra["data_fingerprint"] = s.data_fp;
   st.extra["global_micro_batches"] = std::to_string(s.global);
   st.extra["workers"] = std::to_string(s.world);
-  const std::string path = checkpoint_save(s.cfg.output_dir, st, s.adapter, *s.be, s.model_config(),
-                                           s.class_prefix, s.cfg.base_model, s.cfg.save_total_limit);
+  const std::string path =
+      joined ? checkpoint_save_host(s.cfg.output_dir, st, *joined, s.model_config(), s.class_prefix, s.cfg.base_model,
+                                    s.cfg.save_total_limit)
+             : checkpoint_save(s.cfg.output_dir, st, s.adapter, *s.be, s.model_config(), s.class_prefix,
+                               s.cfg.base_model, s.cfg.save_total_limit);
   s.obs.on_checkpoint(s.step, path);
   if (s.store && !s.run_id.empty()) s.store->add_artifact({s.run_id, "checkpoint", path, s.step, now_iso()});
   if (final_adapter) {
-    LoraAdapter host = lora_download(s.adapter, *s.be);
+    const LoraAdapter host = joined ? *joined : lora_download(s.adapter, *s.be);
     peft_adapter_write(host, s.model_config(), s.class_prefix, s.cfg.base_model, s.cfg.output_dir);
     if (s.store && !s.run_id.empty())
       s.store->add_artifact({s.run_id, "adapter", s.cfg.output_dir, s.step, now_iso()});
@@ -141,12 +149,13 @@ StepWork forward_backward(TrainSession& s, BatchStream& stream, bool& stop_agree
     s.dp->finish_gradients();
     // One exchange per step: the global loss, any worker's stop, and rank 0's gradient norm (every worker
     // clips with the same number even where GPUs of another kind would round the norm differently).
+    // Expert parallel: each worker's experts add their part (dist/data_parallel.h expert_parallel_grad_sq).
     const double norm = lora_grad_norm(s.adapter, *s.be);
     std::array<double, 3> v{w.loss_sum, s.control.stop.load() ? 1.0 : 0.0, s.root ? norm : 0.0};
     s.dp->host().sum(v);
     w.loss_sum = v[0];
     stop_agreed = v[1] > 0;
-    w.grad_norm = v[2];
+    w.grad_norm = s.dp->expert_parallel() ? std::sqrt(s.dp->expert_parallel_grad_sq(s.adapter, v[2] * v[2])) : v[2];
     if (w.moe_load.defined()) s.dp->sum_tensor(w.moe_load);
   } else {
     w.grad_norm = lora_grad_norm(s.adapter, *s.be);
@@ -163,7 +172,11 @@ double apply_update(TrainSession& s, const StepWork& w) {
   optimizer_step(s.adapter, *s.be, os, lr, s.step, w.grad_norm);
   s.be->synchronize();
   if (s.dp && s.topts.check_replicas) {
-    const std::vector<std::string> hashes = s.dp->host().all_gather(lora_weights_hash(s.adapter, *s.be));
+    // Expert parallel: the experts' slices differ by design; the rest must agree.
+    LoraAdapter replicated = s.adapter;
+    if (s.dp->expert_parallel())
+      std::erase_if(replicated.modules, [](const LoraModule& m) { return is_expert_lora(m); });
+    const std::vector<std::string> hashes = s.dp->host().all_gather(lora_weights_hash(replicated, *s.be));
     for (int r = 1; r < s.world; ++r)
       check(hashes[static_cast<size_t>(r)] == hashes[0],
             "step " + std::to_string(s.step) + ": the LoRA weights of " + s.dp->host().describe(r) + " (hash " +
@@ -207,9 +220,9 @@ void record_step(TrainSession& s, const StepWork& w, double lr, const BatchStrea
   }
   if (s.store) s.store->add_metrics(s.run_id, m);
   const bool eval_step = (s.cfg.eval_steps > 0 && s.step % s.cfg.eval_steps == 0) || last;
-  // Stored before on_step, so an observer finds them. Not with sharded weights: rank 0 alone generates, and
-  // every forward of a sharded model is a collective of all workers.
-  if (s.root && eval_step && !s.samples.empty() && !s.model->sharded_layers()) {
+  // Stored before on_step, so an observer finds them. Not with sharded weights or expert parallel: rank 0
+  // alone generates, and every forward of such a model is a collective of all workers.
+  if (s.root && eval_step && !s.samples.empty() && !s.model->lockstep()) {
     std::vector<SampleRecord> gen = sample_prompts_generate(s.samples, *s.model, s.adapter, s.step);
     if (s.store) s.store->add_samples(s.run_id, gen);
   }

@@ -17,6 +17,7 @@
 #include "train/lora_spec.h"
 #include "train/train_run_steps.h"
 #include "train/train_run_util.h"
+#include "dist/expert_lora.h"
 #include "train/weight_layout_select.h"
 #include "vision/vision_tower.h"
 
@@ -156,9 +157,9 @@ void attach_vision(TrainSession& s) {
 
 }  // namespace
 
-// Several workers: whether the frozen weights are sharded (weight_layout_select.h), for the smallest GPU of the
-// job. Throws (every worker alike) when the plan says nothing fits.
-static bool pick_weight_layout(TrainSession& s) {
+// Several workers: whether the frozen weights are sharded and the experts split (weight_layout_select.h), for
+// the smallest GPU of the job. Throws (every worker alike) when the plan says nothing fits.
+static WeightLayoutChoice pick_weight_layout(TrainSession& s) {
   int64_t memory = 0;
   if (s.be->device() != Device::CPU) {
     const int gpu = training_gpu(s.cfg, s.topts);
@@ -169,7 +170,7 @@ static bool pick_weight_layout(TrainSession& s) {
     memory = std::min<int64_t>(memory, std::stoll(m));
   const WeightLayoutChoice c = choose_weight_layout(s.cfg, model_info_load(s.cfg.base_model), s.world, memory);
   s.log(LogLevel::Info, c.note);
-  return c.sharded;
+  return c;
 }
 
 void start_backend(TrainSession& s) {
@@ -185,14 +186,21 @@ void start_backend(TrainSession& s) {
   }
   plan_checkpointing(s);
   ShardGatherer* shard = nullptr;
-  if (s.dp && pick_weight_layout(s)) shard = &s.dp->shard_gatherer();
-  s.model = std::make_unique<Qwen35Model>(s.weights, *s.be, shard);
-  if (shard && !s.samples.empty())
-    s.log(LogLevel::Warning, "sample_prompts: not generated in this run (sharded weights: generation is not "
-                             "available yet)");
+  TokenExchange* ep = nullptr;
+  if (s.dp) {
+    const WeightLayoutChoice layout = pick_weight_layout(s);
+    if (layout.sharded) shard = &s.dp->shard_gatherer();
+    if (layout.expert_parallel) ep = &s.dp->token_exchange();
+  }
+  s.model = std::make_unique<Qwen35Model>(s.weights, *s.be, shard, ep);
+  if (s.model->lockstep() && !s.samples.empty())
+    s.log(LogLevel::Warning, std::string("sample_prompts: not generated in this run (") +
+                                 (ep ? "expert parallel" : "sharded weights") + ": generation is not available yet)");
   attach_vision(s);
   lora_to_backend(s.adapter, *s.be);
-  if (s.dp) s.dp->attach(s.adapter, int64_t(25) << 20);
+  // Expert parallel: the adapter keeps its experts' slice after rank 0's full adapter reached every worker
+  // (restore_or_create_run), and only then gets its gradient buffers.
+  if (s.dp && !ep) s.dp->attach(s.adapter, int64_t(25) << 20);
 }
 
 void plan_steps(TrainSession& s) {
@@ -298,6 +306,10 @@ void restore_or_create_run(TrainSession& s) {
       in >> s.step >> s.cursor.epoch >> s.cursor.index >> s.tokens_seen >> s.run_id;
     }
     s.dp->broadcast_adapter(s.adapter);
+    if (s.dp->expert_parallel()) {
+      expert_lora_keep_slice(s.adapter, *s.be, s.dp->rank(), s.dp->world());
+      s.dp->attach(s.adapter, int64_t(25) << 20);
+    }
   }
 }
 

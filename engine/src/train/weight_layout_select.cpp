@@ -21,62 +21,51 @@ ShardPlanSettings plan_settings(const RunConfig& cfg) {
   return s;
 }
 
-const LayoutEstimate& layout_of(const ShardPlan& p, WeightLayout l) {
-  return p.layouts.at(static_cast<size_t>(l));
-}
-
 }  // namespace
 
 WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& info, int workers,
                                         int64_t gpu_memory_bytes) {
   WeightLayoutChoice c;
   const std::string& want = cfg.weight_layout;
+  auto take = [&](WeightLayout l) {
+    c.sharded = l == WeightLayout::Sharded || l == WeightLayout::ExpertParallelSharded;
+    c.expert_parallel = l == WeightLayout::ExpertParallel || l == WeightLayout::ExpertParallelSharded;
+  };
   if (workers <= 1) {
     c.note = "weight_layout: replicated (one worker)";
     return c;
   }
   if (gpu_memory_bytes <= 0) {  // CPU workers: no device memory to plan for
-    c.sharded = want == "sharded";
-    c.note = std::string("weight_layout: ") + (c.sharded ? "sharded" : "replicated") + " (CPU workers: " +
+    if (want != "auto") {
+      for (int l = 0; l < 4; ++l)
+        if (want == weight_layout_name(static_cast<WeightLayout>(l))) take(static_cast<WeightLayout>(l));
+    }
+    check(!c.expert_parallel || (info.num_experts > 0 && info.num_experts % workers == 0),
+          "weight_layout: " + want + " needs a MoE model whose experts divide over the " + std::to_string(workers) +
+              " workers");
+    c.note = "weight_layout: " + (want == "auto" ? std::string("replicated") : want) + " (CPU workers: " +
              (want == "auto" ? "auto keeps every weight on every worker)" : "as configured)");
     return c;
   }
   const ShardPlan plan = plan_multi_gpu(info, plan_settings(cfg), GpuPool{workers, gpu_memory_bytes});
   const std::string text = shard_plan_text(plan);
-  const LayoutEstimate& rep = layout_of(plan, WeightLayout::Replicated);
-  const LayoutEstimate& sh = layout_of(plan, WeightLayout::Sharded);
-  if (want == "replicated" || want == "sharded") {
-    const LayoutEstimate& e = want == "sharded" ? sh : rep;
-    check(e.fits, "weight_layout: " + want + " does not fit " + std::to_string(workers) + " GPUs:\n" + text +
-                      (plan.choice() ? "(set weight_layout: auto for the plan's choice)" : ""));
-    c.sharded = want == "sharded";
-    c.note = "weight_layout: " + want + " (as configured; " + gib_text(e.total) + " of " +
-             gib_text(gpu_memory_bytes) + " per GPU)";
-    return c;
+  if (want != "auto") {
+    for (const LayoutEstimate& e : plan.layouts) {
+      if (want != weight_layout_name(e.layout)) continue;
+      check(e.applicable, "weight_layout: " + want + " does not apply: " + e.not_applicable);
+      check(e.fits, "weight_layout: " + want + " does not fit " + std::to_string(workers) + " GPUs:\n" + text +
+                        (plan.choice() ? "(set weight_layout: auto for the plan's choice)" : ""));
+      take(e.layout);
+      c.note = "weight_layout: " + want + " (as configured; " + gib_text(e.total) + " of " +
+               gib_text(gpu_memory_bytes) + " per GPU)";
+      return c;
+    }
+    throw Error("weight_layout: unknown layout '" + want + "'");
   }
   const LayoutEstimate* chosen = plan.choice();
   check(chosen != nullptr, "the model does not fit " + std::to_string(workers) + " GPUs in any weight layout:\n" + text);
-  if (chosen->layout == WeightLayout::Replicated) {
-    c.note = "weight_layout: auto: replicated (" + plan.reason + ")";
-    return c;
-  }
-  if (chosen->layout == WeightLayout::Sharded) {
-    c.sharded = true;
-    c.note = "weight_layout: auto: sharded (" + plan.reason + ")";
-    return c;
-  }
-  // The plan prefers expert parallel, which this build does not run yet: the next best layout that fits.
-  if (rep.fits) {
-    c.note = "weight_layout: auto: replicated (the plan's " + std::string(weight_layout_name(chosen->layout)) +
-             " is not available yet; replicated fits)";
-    return c;
-  }
-  check(sh.fits, "the model fits " + std::to_string(workers) + " GPUs only with " +
-                     weight_layout_name(chosen->layout) +
-                     ", which this build does not run yet (replicated and sharded do not fit):\n" + text);
-  c.sharded = true;
-  c.note = "weight_layout: auto: sharded (the plan's " + std::string(weight_layout_name(chosen->layout)) +
-           " is not available yet; sharded fits)";
+  take(chosen->layout);
+  c.note = "weight_layout: auto: " + std::string(weight_layout_name(chosen->layout)) + " (" + plan.reason + ")";
   return c;
 }
 

@@ -11,14 +11,16 @@
 namespace deltatune {
 
 struct WeightLayoutChoice {
-  bool sharded = false;
-  std::string note;  // one log line: the layout and why
+  bool sharded = false;          // the frozen (non-expert, under expert parallel) layer weights split 1/N
+  bool expert_parallel = false;  // the MoE experts split E/N, tokens exchanged (model/expert_parallel.h)
+  std::string note;              // one log line: the layout and why
 };
 
 // `workers` ranks, each on a GPU of `gpu_memory_bytes` (the smallest of the job's; 0 = CPU workers).
-// Expert parallel (the plan's choice when it moves fewer bytes) is not built yet: the plan's sharded layout is
-// taken in its place when it fits. Throws Error with the plan's text (what would fit) when nothing fits, or
-// when weight_layout asks for a layout the plan says does not fit.
+// auto takes the plan's choice (deltatune/shard_plan.h: the first that fits of replicated, sharded,
+// expert_parallel, expert_parallel_sharded, an order measured). Throws Error with the plan's text (what would
+// fit) when nothing fits, or when weight_layout asks for a layout the plan says does not fit or does not apply
+// (expert parallel of a dense model).
 WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& info, int workers,
                                         int64_t gpu_memory_bytes);
 

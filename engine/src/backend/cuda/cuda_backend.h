@@ -194,6 +194,8 @@ class CudaBackend final : public Backend, public QuantOps {
   std::unique_ptr<GradientReducer> create_gradient_reducer(const ReducerSetup& setup) override;
   // nccl_gatherer.cpp: NCCL all-gather of frozen-weight shards on a communicator and stream of its own.
   std::unique_ptr<ShardGatherer> create_shard_gatherer(const ReducerSetup& setup) override;
+  // nccl_exchange.cpp: expert parallel's all-to-all (NCCL send/recv) on a communicator and stream of its own.
+  std::unique_ptr<TokenExchange> create_token_exchange(const ReducerSetup& setup) override;
 
  private:
   // cuda_quant.cpp: the row count the FP8 products of these [m, k] problems run at (n, or n padded with zero rows
