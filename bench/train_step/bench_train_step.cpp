@@ -17,6 +17,7 @@
 //                    [--ckpt-sweep L1,L2,... (several settings in one process: checkpointed layers, -1 = all,
 //                     0 = none; with --ckpt auto the plan is added; run in ascending predicted memory, so each
 //                     row's peak, the allocator's peak so far, is that setting's)]
+//                    [--graph 1|0 (the step recorded and replayed as a CUDA graph, StepOptions::record; 0: op by op)]
 //                    [--kernels auto|portable (the run config's `kernels`; portable: the sm_80 kernels)]
 //                    [--sharded 0|1 (data parallel: the frozen decoder layers sharded over the GPUs, ZeRO-3 style,
 //                     each layer all-gathered before its forward and backward; peak_GiB then shows 1/N of them)]
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
   bool experts = true;
   int64_t rank = 16, ckpt_layers = -1;
   int steps = 5, warmup = 2;
-  bool ckpt = true, overlap = true, ckpt_auto = false, sharded = false, ep = false;
+  bool ckpt = true, overlap = true, ckpt_auto = false, sharded = false, ep = false, graph = true;
   std::vector<double> free_gib;
   std::vector<int64_t> sweep;
   double peak = 989e12;
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
     else if (a == "--rank") rank = std::atoll(v.c_str());
     else if (a == "--ckpt-layers") ckpt_layers = std::atoll(v.c_str());
     else if (a == "--overlap") overlap = std::atoi(v.c_str()) != 0;
+    else if (a == "--graph") graph = std::atoi(v.c_str()) != 0;
     else if (a == "--sharded") sharded = std::atoi(v.c_str()) != 0;
     else if (a == "--ep") ep = std::atoi(v.c_str()) != 0;
     else if (a == "--kernels") kernels = v;
@@ -202,6 +204,7 @@ int main(int argc, char** argv) {
     so.grad_scale = 1.f / static_cast<float>(batch.num_targets * ranks);
     if (dp && overlap) so.on_layer_backward = [&](int layer) { dp->layer_done(layer); };
     so.fused_loss = true;
+    so.record = graph;
     // The settings measured: the plan's (--ckpt auto), the sweep's, or --ckpt/--ckpt-layers.
     struct Setting {
       std::string label;
@@ -252,12 +255,15 @@ int main(int argc, char** argv) {
       const int64_t ckpt_layers = so.checkpoint_layers;
       std::vector<double> times;
       double loss = 0;
+      int replayed = 0;  // timed steps that replayed a recorded graph
       for (int s = 1; s <= warmup + steps; ++s) {
         be->synchronize();
         const double a = now_s();
         if (dp) dp->zero_gradients();
         else lora_zero_grad(adapter, *be);
-        loss = model.step(batch, &adapter, so).loss_sum / static_cast<double>(batch.num_targets);
+        const StepOutput out = model.step(batch, &adapter, so);
+        loss = out.loss_sum / static_cast<double>(batch.num_targets);
+        if (s > warmup && out.replayed) ++replayed;
         double norm = 0;
         if (dp) {  // as the trainer: summed gradients, then one host exchange (loss, rank 0's norm)
           dp->finish_gradients();
@@ -289,7 +295,7 @@ int main(int argc, char** argv) {
           "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
           "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
           "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
-          "\"loss_chunk_rows\":%lld,\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s}\n",
+          "\"loss_chunk_rows\":%lld,\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d}\n",
           shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
           static_cast<long long>(seqs), ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
           tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
@@ -297,7 +303,7 @@ int main(int argc, char** argv) {
           static_cast<long long>(adapter.trainable_params()), loss, t_load,
           be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
           static_cast<long long>(st.chunk), pred, static_cast<double>(free_bytes) / gib,  // the GPU's
-          sharded ? "true" : "false", ep ? "true" : "false");
+          sharded ? "true" : "false", ep ? "true" : "false", graph ? "true" : "false", replayed);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());

@@ -14,6 +14,11 @@ cudaError_t launch_rmsnorm_fwd(KIn x, KIn w, float eps, bool zero_centred, KOut 
 // dy, x, dx (rows, n); w (n); rstd F32 (rows).
 cudaError_t launch_rmsnorm_bwd(KIn dy, KIn x, KIn w, const float* rstd, bool zero_centred, KOut dx, int64_t rows,
                                int64_t n, cudaStream_t s);
+// rmsnorm_bwd, then dx += residual (the residual stream's gradient) with the same two roundings, in one pass; bf16
+// rows only: rmsnorm_bwd_add_fits says whether it takes these operands (else the caller runs the two ops).
+bool rmsnorm_bwd_add_fits(KIn dy, KIn x, KIn residual, KOut dx, int64_t n);
+cudaError_t launch_rmsnorm_bwd_add(KIn dy, KIn x, KIn w, const float* rstd, bool zero_centred, KIn residual, KOut dx,
+                                   int64_t rows, int64_t n, cudaStream_t s);
 // x, z, y (rows, n); w (n); rstd F32 (rows).
 cudaError_t launch_gated_rmsnorm_fwd(KIn x, KIn z, KIn w, float eps, KOut y, float* rstd, int64_t rows,
                                      int64_t n, cudaStream_t s);

@@ -67,9 +67,11 @@ __global__ void __launch_bounds__(kRows8Threads)
   }
 }
 
-template <int L, int CH, bool WF>
+// RES: dx (=) bf16(the gradient) + residual, rounded again (as rmsnorm_bwd then add(dx, residual) would).
+template <int L, int CH, bool WF, bool RES>
 __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const void* dy, const void* x, KIn w,
-                                                                          const float* rstd, bool zc, void* dx,
+                                                                          const float* rstd, bool zc,
+                                                                          const void* residual, void* dx,
                                                                           int64_t rows, int n8) {
   const RowLane<L> rl(rows);
   const float r = rl.valid ? rstd[rl.row] : 0.f;
@@ -97,6 +99,11 @@ __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const 
     w8<WF>(w, j, wv);
 #pragma unroll
     for (int e = 0; e < 8; ++e) out.v[e] = r * (gv[k].v[e] * (zc ? 1.f + wv[e] : wv[e]) - xv[k].v[e] * r * mean);
+    if constexpr (RES) {
+      const Bf16x8 res = ld8(residual, rl.row * n8 + j);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) out.v[e] = __bfloat162float(__float2bfloat16_rn(out.v[e])) + res.v[e];
+    }
     st8(dx, rl.row * n8 + j, out);
   }
 }
@@ -120,21 +127,41 @@ cudaError_t launch_rmsnorm_fwd(KIn x, KIn w, float eps, bool zc, KOut y, float* 
   rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, w, eps, zc, y, rstd, n);
   return cudaGetLastError();
 }
+namespace {
+template <bool RES>
+bool launch_rmsnorm_bwd_rows8(KIn dy, KIn x, KIn w, const float* rstd, bool zc, const void* residual, KOut dx,
+                              int64_t rows, int64_t n, cudaStream_t s) {
+  return dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
+    const int n8 = static_cast<int>(n / 8);
+    if (weight_f32x4(w))
+      rmsnorm_bwd_rows8_kernel<L.value, CH.value, true, RES>
+          <<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, w, rstd, zc, residual, dx.p, rows, n8);
+    else
+      rmsnorm_bwd_rows8_kernel<L.value, CH.value, false, RES>
+          <<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, w, rstd, zc, residual, dx.p, rows, n8);
+  });
+}
+}  // namespace
+
 cudaError_t launch_rmsnorm_bwd(KIn dy, KIn x, KIn w, const float* rstd, bool zc, KOut dx, int64_t rows, int64_t n,
                                cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;
-  if (all_bf16x8(n, dy, x, KIn{dx.p, dx.t}) &&
-      dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
-        const int n8 = static_cast<int>(n / 8);
-        if (weight_f32x4(w))
-          rmsnorm_bwd_rows8_kernel<L.value, CH.value, true><<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, w, rstd, zc,
-                                                                                          dx.p, rows, n8);
-        else
-          rmsnorm_bwd_rows8_kernel<L.value, CH.value, false><<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, w, rstd, zc,
-                                                                                           dx.p, rows, n8);
-      }))
+  if (all_bf16x8(n, dy, x, KIn{dx.p, dx.t}) && launch_rmsnorm_bwd_rows8<false>(dy, x, w, rstd, zc, nullptr, dx, rows, n, s))
     return cudaGetLastError();
   rmsnorm_bwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, w, rstd, zc, dx, n);
+  return cudaGetLastError();
+}
+
+bool rmsnorm_bwd_add_fits(KIn dy, KIn x, KIn residual, KOut dx, int64_t n) {
+  return all_bf16x8(n, dy, x, residual, KIn{dx.p, dx.t}) && n > 0 && n <= 4096;
+}
+
+cudaError_t launch_rmsnorm_bwd_add(KIn dy, KIn x, KIn w, const float* rstd, bool zc, KIn residual, KOut dx,
+                                   int64_t rows, int64_t n, cudaStream_t s) {
+  if (rows <= 0) return cudaSuccess;
+  if (!rmsnorm_bwd_add_fits(dy, x, residual, dx, n) ||
+      !launch_rmsnorm_bwd_rows8<true>(dy, x, w, rstd, zc, residual.p, dx, rows, n, s))
+    return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 

@@ -335,6 +335,15 @@ void case_rmsnorm(Env& e) {
       e.cpu->rmsnorm_bwd(dy.c, x.c, w.c, r.c, zc, dx.c);
       e.gpu->rmsnorm_bwd(dy.g, x.g, w.g, r.g, zc, dx.g);
       compare(e, "rmsnorm_bwd dx" + tag, dx, 1e-5);
+      // With the residual stream's gradient added: the fused kernel (bf16 rows of 8k <= 4096) gives the bits of
+      // rmsnorm_bwd then add.
+      Pair res = e.in({rows, n}, BF), dxr = e.out({rows, n}, BF);
+      e.cpu->rmsnorm_bwd_add(dy.c, x.c, w.c, r.c, zc, res.c, dxr.c);
+      e.gpu->rmsnorm_bwd_add(dy.g, x.g, w.g, r.g, zc, res.g, dxr.g);
+      compare(e, "rmsnorm_bwd_add dx" + tag, dxr, 1e-5);
+      e.gpu->add(dx.g, res.g, 1.f);
+      EXPECT_EQ(host_to_f32(e.gpu->download(dxr.g, DType::BF16)), host_to_f32(e.gpu->download(dx.g, DType::BF16)))
+          << "rmsnorm_bwd_add is not rmsnorm_bwd + add bit for bit" << tag;
     }
 }
 
@@ -837,6 +846,40 @@ void case_recording(Env& e) {
     compare(e, "replay: embedding_fwd", x, 0);
     compare(e, "replay: rmsnorm_fwd", y, 1e-5);
   }
+  // A training step's recording: a scratch tensor allocated while recording comes from the recording's pool and
+  // still holds its values at every replay; a host upload while recording is refused and fails the recording.
+  EXPECT_FALSE(e.cpu->begin_step_capture());
+  ASSERT_TRUE(e.gpu->begin_step_capture()) << "the CUDA backend could not start a step recording";
+  {
+    Tensor scratch = e.gpu->alloc({6, 24}, DType::BF16);
+    e.gpu->embedding_fwd(ids.g, table.g, scratch);
+    e.gpu->rmsnorm_fwd(scratch, w.g, 1e-6f, true, y.g, r.g);
+  }
+  rec = e.gpu->end_capture();
+  ASSERT_NE(rec, nullptr) << "step recording failed";
+  for (const std::vector<int32_t>& step : {std::vector<int32_t>{9, 8, 7, 6, 5, 4}, {0, 0, 1, 1, 2, 2}}) {
+    e.gpu->write_i32(ids.g, step);
+    e.cpu->write_i32(ids.c, step);
+    Tensor other = e.gpu->zeros({6, 24}, DType::BF16);  // outside the pool: must not be handed the scratch block
+    e.gpu->replay(*rec);
+    e.cpu->embedding_fwd(ids.c, table.c, x.c);
+    e.cpu->rmsnorm_fwd(x.c, w.c, 1e-6f, true, y.c, r.c);
+    compare(e, "step replay: rmsnorm_fwd", y, 1e-5);
+    EXPECT_EQ(host_to_f32(e.gpu->download(other, DType::BF16)), std::vector<float>(6 * 24, 0.f));
+  }
+  ASSERT_TRUE(e.gpu->begin_step_capture());
+  EXPECT_THROW(e.gpu->upload_i32({1, 2, 3}), Error);
+  EXPECT_EQ(e.gpu->end_capture(), nullptr) << "a recording with a refused upload must fail";
+  // Allocator statistics as op by op: a pool block counts while a tensor holds it, not while the pool keeps it.
+  const int64_t before = e.gpu->memory_stats().allocated_bytes;
+  ASSERT_TRUE(e.gpu->begin_step_capture());
+  {
+    Tensor scratch = e.gpu->alloc({1 << 20}, DType::F32);
+    e.gpu->fill(scratch, 0.f);
+  }
+  rec = e.gpu->end_capture();
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(e.gpu->memory_stats().allocated_bytes, before);
 }
 
 // A data-parallel job of one worker: the CUDA backend's reducer (NCCL) sums and broadcasts over that one rank,
@@ -1122,6 +1165,20 @@ void case_linear_cross_entropy(Env& e) {
     compare(e, "linear_cross_entropy dh" + tag, dh, 1e-4);
     compare_scalar("linear_cross_entropy loss (no grad)" + tag,
                    e.gpu->linear_cross_entropy(h.g, w.g, labels.g, 1.f, nullptr, 7), lc, 1e-5);
+    // The loss left on the device: the same double as returned (GPU), as the base version's upload (CPU).
+    for (Backend* be : {e.gpu.get(), e.cpu.get()}) {
+      const bool gpu = be == e.gpu.get();
+      Tensor loss = be->alloc({8}, DType::U8);
+      Pair dh2 = e.out({T, H}, BF);
+      be->linear_cross_entropy_into(gpu ? h.g : h.c, gpu ? w.g : w.c, gpu ? labels.g : labels.c, 0.1f,
+                                    gpu ? &dh2.g : &dh2.c, 16, loss);
+      double got = 0;
+      std::memcpy(&got, be->download(loss, DType::U8).data, sizeof got);
+      EXPECT_EQ(got, gpu ? lg : lc) << "linear_cross_entropy_into" << tag << (gpu ? " (gpu)" : " (cpu)");
+      if (gpu)
+        EXPECT_EQ(host_to_f32(e.gpu->download(dh2.g, DType::BF16)), host_to_f32(e.gpu->download(dh.g, DType::BF16)))
+            << "linear_cross_entropy_into dh" << tag;
+    }
   }
 }
 
@@ -1187,7 +1244,7 @@ const std::vector<OpCase>& all_cases() {
        {"swiglu_fwd", "swiglu_bwd", "sigmoid_mul_fwd", "sigmoid_mul_bwd", "sigmoid"},
        case_activations},
       {"embedding", {"embedding_fwd"}, case_embedding},
-      {"rmsnorm", {"rmsnorm_fwd", "rmsnorm_bwd"}, case_rmsnorm},
+      {"rmsnorm", {"rmsnorm_fwd", "rmsnorm_bwd", "rmsnorm_bwd_add"}, case_rmsnorm},
       {"vision", {"layer_norm_fwd", "layer_norm_bwd", "gelu_fwd", "gelu_bwd", "rope_2d"}, case_vision},
       {"gated_rmsnorm", {"gated_rmsnorm_fwd", "gated_rmsnorm_bwd"}, case_gated_rmsnorm},
       {"rope", {"rope", "rope_multimodal"}, case_rope},
@@ -1205,7 +1262,7 @@ const std::vector<OpCase>& all_cases() {
       {"decode_gdn", {"gdn_recurrent"}, case_decode_gdn},
       {"decode_prefill", {"gdn_prefill"}, case_decode_prefill},
       {"decode_kv", {"kv_cache_write", "attention_cached"}, case_decode_kv},
-      {"recording", {"begin_capture", "end_capture", "replay", "write_i32"}, case_recording},
+      {"recording", {"begin_capture", "begin_step_capture", "end_capture", "replay", "write_i32"}, case_recording},
       {"moe",
        {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},
        case_moe},
@@ -1213,7 +1270,7 @@ const std::vector<OpCase>& all_cases() {
        {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_wgrad", "permute3"},
        case_moe_grouped},
       {"cross_entropy", {"cross_entropy"}, case_cross_entropy},
-      {"linear_cross_entropy", {"linear_cross_entropy"}, case_linear_cross_entropy},
+      {"linear_cross_entropy", {"linear_cross_entropy", "linear_cross_entropy_into"}, case_linear_cross_entropy},
       {"optim", {"adamw_step", "sgd_step", "adamw_step_many"}, case_optim},
   };
   return cases;

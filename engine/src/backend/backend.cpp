@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -175,6 +176,24 @@ void Backend::kv_cache_write(const Tensor&, const Tensor&, const SeqLayout&, Ten
 }
 void Backend::attention_cached(const Tensor&, const Tensor&, const Tensor&, const SeqLayout&, float, Tensor&) {
   throw Error("attention_cached: the " + name() + " backend has no generation ops");
+}
+
+void Backend::rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                              bool zero_centred, const Tensor& residual, Tensor& dx) {
+  check(residual.numel() == dx.numel(), "rmsnorm_bwd_add: residual " + shape_str(residual.shape) + " for dx " +
+                                            shape_str(dx.shape));
+  rmsnorm_bwd(dy, x, w, rstd, zero_centred, dx);
+  add(dx, residual, 1.f);
+}
+
+void Backend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+                                        Tensor* dh, int64_t chunk_rows, Tensor& loss_sum) {
+  check(loss_sum.nbytes() == sizeof(double), "linear_cross_entropy_into: loss_sum must be 8 bytes, got " +
+                                                 shape_str(loss_sum.shape) + " " + dtype_name(loss_sum.dtype));
+  const double v = linear_cross_entropy(h, w, labels, grad_scale, dh, chunk_rows);
+  Tensor host = host_tensor(loss_sum.shape, loss_sum.dtype);
+  std::memcpy(host.data, &v, sizeof v);
+  copy(loss_sum, upload(host, loss_sum.dtype));
 }
 
 void Backend::replay(Recording&) { throw Error("replay: the " + name() + " backend records nothing"); }

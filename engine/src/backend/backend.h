@@ -127,6 +127,10 @@ class Backend {
   // dx (=) gradient w.r.t. x.
   virtual void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                            bool zero_centred, Tensor& dx) = 0;
+  // dx (=) rmsnorm_bwd(dy, ...) + residual (the gradient arriving along the residual stream), rounded as the two
+  // ops in turn; backends may fuse them. dx must not alias residual or dy.
+  virtual void rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                               bool zero_centred, const Tensor& residual, Tensor& dx);
   // GDN output norm, rows of dv = w.numel(): y (=) (x·rstd·w) ⊙ silu(z); rstd F32 [rows] (=).
   virtual void gated_rmsnorm_fwd(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y,
                                  Tensor& rstd) = 0;
@@ -286,6 +290,11 @@ class Backend {
     virtual ~Recording() = default;
   };
   virtual bool begin_capture() { return false; }
+  // A training step's recording: as begin_capture, but the tensors allocated while recording come from a pool
+  // the recording owns and go back to it when dropped (reused in stream order as in an op-by-op run, so the
+  // memory is one run's, not the sum of every allocation). Host uploads and reads are refused while recording
+  // (end_capture then returns null): inputs are written into tensors made before, results read after replay.
+  virtual bool begin_step_capture() { return false; }
   virtual std::unique_ptr<Recording> end_capture() { return nullptr; }
   virtual void replay(Recording& r);
   // dst (=) values; dst an I32 tensor of values.size() elements on this backend.
@@ -348,6 +357,10 @@ class Backend {
   // chunks gemm + cross_entropy; backends may fuse.
   virtual double linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
                                       Tensor* dh, int64_t chunk_rows);
+  // The same with the loss left on the device (nothing read back, so it may be recorded): loss_sum (=) Σ CE
+  // as one double in an 8-byte tensor (U8 [8]). The base version runs linear_cross_entropy and uploads it.
+  virtual void linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+                                         Tensor* dh, int64_t chunk_rows, Tensor& loss_sum);
 
   // ---- optimizers (fp32 params/moments) ---------------------------------------------------------
   // AdamW (decoupled weight decay, torch semantics, bias-corrected with `step` starting at 1).

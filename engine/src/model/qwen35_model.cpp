@@ -7,6 +7,7 @@
 #include "backend/quant_ops.h"
 #include "model/blocks.h"
 #include "model/sharded_layers.h"
+#include "model/step_record.h"
 #include "quant/quantize_host.h"
 #include "model/vision_encoder.h"
 #include "vision/image_embeds.h"
@@ -118,15 +119,13 @@ Tensor layer_bwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
   if (cfg.is_moe()) moe_block_bwd(ctx, w, l, dx_out, c.moe, dm);
   else mlp_bwd(ctx, w.gate_proj, w.up_proj, w.down_proj, l.gate, l.up, l.down, 9, dx_out, c.mlp, dm, false);
   Tensor dmid = be.alloc({T, H}, dt);
-  be.rmsnorm_bwd(dm, c.x_mid, w.post_norm, c.rstd2, true, dmid);
-  be.add(dmid, dx_out, 1.f);
+  be.rmsnorm_bwd_add(dm, c.x_mid, w.post_norm, c.rstd2, true, dx_out, dmid);
 
   Tensor da = be.alloc({T, H}, dt);
   if (w.kind == LayerKind::FullAttention) attention_block_bwd(ctx, w, l, dmid, c.attn, da);
   else gdn_block_bwd(ctx, w, l, dmid, c.gdn, da);
   Tensor dx = be.alloc({T, H}, dt);
-  be.rmsnorm_bwd(da, c.x_in, w.input_norm, c.rstd1, true, dx);
-  be.add(dx, dmid, 1.f);
+  be.rmsnorm_bwd_add(da, c.x_in, w.input_norm, c.rstd1, true, dmid, dx);
   return dx;
 }
 
@@ -234,11 +233,15 @@ SeqLayout Qwen35Model::make_layout(const Batch& batch) {
   }
   for (size_t i = 1; i < batch.cu_seqlens.size(); ++i)
     s.max_seqlen = std::max(s.max_seqlen, batch.cu_seqlens[i] - batch.cu_seqlens[i - 1]);
+  check_ids(batch);
+  return s;
+}
+
+void Qwen35Model::check_ids(const Batch& batch) const {
   for (int32_t id : batch.input_ids) {
     check(id >= 0 && id < cfg_.vocab_size, "token id " + std::to_string(id) + " is out of the model's vocabulary (0.." +
                                                std::to_string(cfg_.vocab_size - 1) + ")");
   }
-  return s;
 }
 
 void Qwen35Model::embed_tokens(const Tensor& ids, const std::vector<int32_t>* host_ids, Tensor& x) {
@@ -264,11 +267,10 @@ void Qwen35Model::embed_tokens(const Tensor& ids, const std::vector<int32_t>* ho
   x = be_.upload(rows, x.dtype);
 }
 
-Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, LoraAdapter* lora,
+Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const SeqLayout& seq, LoraAdapter* lora,
                                   const StepOptions& opts, Activations* acts, Tensor* moe_load) {
   const int64_t T = static_cast<int64_t>(batch.input_ids.size()), H = cfg_.hidden_size;
   const DType dt = be_.compute_dtype();
-  Tensor ids = be_.upload_i32(batch.input_ids);
   Tensor x = be_.alloc({T, H}, dt);
   embed_tokens(ids, &batch.input_ids, x);
   if (!batch.image_grids.empty()) {
@@ -315,31 +317,42 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const SeqLayout& seq, Lora
 }
 
 StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOptions& opts) {
+  StepOutput out;
+  if (step_recorded(batch, lora, opts, out)) return out;
   const SeqLayout seq = make_layout(batch);
+  const Tensor ids = be_.upload_i32(batch.input_ids), targets = be_.upload_i32(batch.targets);
+  step_ops(batch, seq, ids, targets, lora, opts, out, nullptr);
+  return out;
+}
+
+void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tensor& ids, const Tensor& targets,
+                           LoraAdapter* lora, const StepOptions& opts, StepOutput& out, Tensor* loss_dev) {
   const int64_t T = static_cast<int64_t>(batch.input_ids.size()), H = cfg_.hidden_size;
   const DType dt = be_.compute_dtype();
   Activations acts;
-  StepOutput out;
   const LoraComputeCopies lora_copies(be_, lora);
   // Router statistics from the first forward only (a checkpointed layer's recompute is not counted twice).
   if (cfg_.is_moe()) out.moe_load = be_.zeros({static_cast<int64_t>(layer_count()), cfg_.num_experts}, DType::F32);
-  Tensor h = hidden_states(batch, seq, lora, opts, opts.backward ? &acts : nullptr,
+  Tensor h = hidden_states(batch, ids, seq, lora, opts, opts.backward ? &acts : nullptr,
                            out.moe_load.defined() ? &out.moe_load : nullptr);
-  Tensor targets = be_.upload_i32(batch.targets);
 
   out.targets = batch.num_targets;
   Tensor dh;
   if (opts.backward) dh = be_.alloc({T, H}, dt);
-  if (opts.fused_loss) {
+  if (opts.fused_loss && loss_dev) {
+    be_.linear_cross_entropy_into(h, lm_head_, targets, opts.grad_scale, opts.backward ? &dh : nullptr,
+                                  opts.loss_chunk_rows, *loss_dev);
+  } else if (opts.fused_loss) {
     out.loss_sum = be_.linear_cross_entropy(h, lm_head_, targets, opts.grad_scale, opts.backward ? &dh : nullptr,
                                             opts.loss_chunk_rows);
   } else {
+    check(!loss_dev, "internal: a device loss needs the fused loss");
     Tensor logits = be_.alloc({T, cfg_.vocab_size}, dt);
     be_.gemm(h, false, lm_head_, true, logits, 1.f, 0.f);
     out.loss_sum = be_.cross_entropy(logits, targets, opts.grad_scale, opts.backward ? &logits : nullptr);
     if (opts.backward) be_.gemm(logits, false, lm_head_, false, dh, 1.f, 0.f);
   }
-  if (!opts.backward) return out;
+  if (!opts.backward) return;
 
   Tensor dx = be_.alloc({T, H}, dt);
   be_.rmsnorm_bwd(dh, acts.x_final, final_norm_, acts.rstd_final, true, dx);
@@ -364,14 +377,13 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
   }
   // dx is now the gradient w.r.t. the input embeddings: its image-token rows go back through the tower.
   if (acts.vision_kept) vision_->backward(image_embeds_grad(be_, acts.image_rows, dx), *lora, opts.lora, acts.vision);
-  return out;
 }
 
 Tensor Qwen35Model::logits(const Batch& batch, LoraAdapter* lora) {
   const SeqLayout seq = make_layout(batch);
   StepOptions opts;
   const LoraComputeCopies lora_copies(be_, lora);
-  Tensor h = hidden_states(batch, seq, lora, opts, nullptr);
+  Tensor h = hidden_states(batch, be_.upload_i32(batch.input_ids), seq, lora, opts, nullptr);
   Tensor logits = be_.alloc({h.rows(), cfg_.vocab_size}, be_.compute_dtype());
   be_.gemm(h, false, lm_head_, true, logits, 1.f, 0.f);
   return be_.download(logits, DType::F32);

@@ -34,6 +34,9 @@ struct StepOptions {
   // Called (on the caller's thread) once the backward of a decoder layer has enqueued all of that layer's
   // LoRA gradient work, layers in backward order (last to first): data parallelism starts summing them there.
   std::function<void(int layer)> on_layer_backward;
+  // Run the step as a recorded graph (CUDA graphs) when the backend can record and the step allows it (same
+  // results bit for bit; see Qwen35Model::step). false: always op by op.
+  bool record = true;
 };
 
 struct StepOutput {
@@ -42,6 +45,7 @@ struct StepOutput {
   // MoE models: F32 [layers, E] device tensor, tokens routed to each expert in each layer by this step's
   // forward (accumulated on the device, never synchronised per layer). Undefined for dense models.
   Tensor moe_load;
+  bool replayed = false;  // the step ran as a replayed recording (StepOptions::record)
 };
 
 // What generation keeps per sequence between forwards (spec §3.9), on the model's backend: for every linear
@@ -73,7 +77,11 @@ class Qwen35Model {
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() { return be_; }
 
-  // Forward (and backward when opts.backward) of one packed micro-batch.
+  // Forward (and backward when opts.backward) of one packed micro-batch. With opts.record, a step whose
+  // sequence layout and settings repeat the previous step's is recorded once (the backend's step capture) and
+  // replayed while they stay the same (qwen35_step_record.cpp); otherwise, and where recording is not possible
+  // (sharded layers, expert parallel, a per-layer callback, LoRA dropout, the host embedding table,
+  // images), op by op.
   StepOutput step(const Batch& batch, LoraAdapter* lora, const StepOptions& opts);
   // Full logits [T, V] (F32 host tensor) of a batch; for tests and evaluation tools.
   Tensor logits(const Batch& batch, LoraAdapter* lora);
@@ -106,10 +114,18 @@ class Qwen35Model {
   struct DeviceLayer;
  private:
   struct Activations;
+  struct StepRecord;  // qwen35_step_record.cpp
   SeqLayout make_layout(const Batch& batch);
-  // moe_load: F32 [layers, E] (+=) router statistics, or null.
-  Tensor hidden_states(const Batch& batch, const SeqLayout& seq, LoraAdapter* lora, const StepOptions& opts,
-                       Activations* acts, Tensor* moe_load = nullptr);
+  void check_ids(const Batch& batch) const;
+  // The step's device work on uploaded inputs (ids, targets I32 [T]); the loss sum goes to *loss_dev (8 bytes on
+  // the device) when given, else to out.loss_sum.
+  void step_ops(const Batch& batch, const SeqLayout& seq, const Tensor& ids, const Tensor& targets, LoraAdapter* lora,
+                const StepOptions& opts, StepOutput& out, Tensor* loss_dev);
+  // The recorded path of step(): false when this step runs op by op.
+  bool step_recorded(const Batch& batch, LoraAdapter* lora, const StepOptions& opts, StepOutput& out);
+  // moe_load: F32 [layers, E] (+=) router statistics, or null. ids: the batch's ids on the device.
+  Tensor hidden_states(const Batch& batch, const Tensor& ids, const SeqLayout& seq, LoraAdapter* lora,
+                       const StepOptions& opts, Activations* acts, Tensor* moe_load = nullptr);
   // x [T, H] (=) the embedding rows of `ids` (device I32 [T]; `host_ids` the same ids on the host, or null).
   void embed_tokens(const Tensor& ids, const std::vector<int32_t>* host_ids, Tensor& x);
   // Layer i's frozen weights for use now: resident, or gathered (sharded) with layer `next` starting to gather.
@@ -130,6 +146,7 @@ class Qwen35Model {
   std::unique_ptr<ShardedLayers> sharded_;
   TokenExchange* ep_ = nullptr;
   std::unique_ptr<VisionEncoder> vision_;
+  std::unique_ptr<StepRecord> record_;  // the recorded step and the previous step's key
 };
 
 }  // namespace deltatune

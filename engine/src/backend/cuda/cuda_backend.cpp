@@ -104,7 +104,16 @@ cudaStream_t CudaBackend::stream() const {
   return stream_;
 }
 
-void CudaBackend::synchronize() { cuda_check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
+void CudaBackend::synchronize() {
+  check_not_recording_step("a host read or synchronize");
+  cuda_check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+}
+
+void CudaBackend::check_not_recording_step(const char* what) {
+  if (!step_pool_) return;
+  step_refused_ = true;
+  throw Error(std::string("internal: ") + what + " while recording a training step");
+}
 
 MemoryStats CudaBackend::memory_stats() const { return alloc_->stats(); }
 
@@ -115,13 +124,14 @@ Tensor CudaBackend::alloc(Shape shape, DType dtype) {
   t.device = Device::CUDA;
   for (int64_t d : t.shape) check(d >= 0, "internal: negative dimension in alloc " + shape_str(t.shape));
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  t.storage = alloc_->allocate(t.nbytes());
+  t.storage = step_pool_ ? step_pool_->allocate(t.nbytes()) : alloc_->allocate(t.nbytes());
   t.data = t.storage.get();
-  if (recording_) keep_for_recording(t);
+  if (recording_ && !step_pool_) keep_for_recording(t);  // a step recording's tensors live in its pool
   return t;
 }
 
 Tensor CudaBackend::upload_bytes(const void* data, Shape shape, DType dtype) {
+  check_not_recording_step("a host upload");  // its source would be gone when the recording replays
   Tensor t = alloc(std::move(shape), dtype);
   if (t.nbytes() > 0)
     cuda_check(cudaMemcpyAsync(t.data, data, t.nbytes(), cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync (upload)");
@@ -135,6 +145,7 @@ void CudaBackend::fill(Tensor& t, float value) {
     return;
   }
   if (t.dtype == DType::I32) {
+    check_not_recording_step("an I32 fill (a host copy)");
     std::vector<int32_t> h(static_cast<size_t>(t.numel()), static_cast<int32_t>(value));
     cuda_check(cudaMemcpyAsync(t.data, h.data(), t.nbytes(), cudaMemcpyHostToDevice, stream()), "fill (I32)");
     return;

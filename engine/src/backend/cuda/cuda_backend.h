@@ -89,6 +89,8 @@ class CudaBackend final : public Backend, public QuantOps {
   void rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, bool zero_centred, Tensor& y, Tensor& rstd) override;
   void rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, bool zero_centred,
                    Tensor& dx) override;
+  void rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, bool zero_centred,
+                       const Tensor& residual, Tensor& dx) override;
   void gated_rmsnorm_fwd(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y,
                          Tensor& rstd) override;
   void gated_rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& rstd,
@@ -166,6 +168,8 @@ class CudaBackend final : public Backend, public QuantOps {
   double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits) override;
   double linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale, Tensor* dh,
                               int64_t chunk_rows) override;
+  void linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+                                 Tensor* dh, int64_t chunk_rows, Tensor& loss_sum) override;
 
   void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int64_t step) override;
@@ -186,6 +190,7 @@ class CudaBackend final : public Backend, public QuantOps {
   void attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const SeqLayout& seq,
                         float scale, Tensor& o) override;
   bool begin_capture() override;
+  bool begin_step_capture() override;
   std::unique_ptr<Recording> end_capture() override;
   void replay(Recording& r) override;
   void write_i32(Tensor& dst, const std::vector<int32_t>& values) override;
@@ -248,6 +253,9 @@ class CudaBackend final : public Backend, public QuantOps {
   // The tensor-core prep's L2 norm settings; with r, r->rq, rk (and, with values, r->qn, kn) allocated as its
   // outputs.
   kernels::GdnNormOut gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r, bool values);
+  // The fused loss's chunks with Σ CE added into the device double `acc` (zeroed by the caller).
+  void linear_cross_entropy_acc(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale, Tensor* dh,
+                                int64_t chunk_rows, double* acc);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);
   // t itself when it is BF16, else a BF16 copy (tensor-core operands of the grouped GEMMs).
@@ -265,6 +273,11 @@ class CudaBackend final : public Backend, public QuantOps {
   // While recording (cuda_decode_ops.cpp): the recording being made; alloc() keeps its tensors in it.
   std::shared_ptr<CudaRecording> recording_;
   void keep_for_recording(const Tensor& t);
+  // While recording a training step (begin_step_capture): alloc() takes its blocks from this pool, and uploads
+  // and host reads throw.
+  std::shared_ptr<DevicePool> step_pool_;
+  bool step_refused_ = false;  // an op was refused while recording a step: end_capture returns null
+  void check_not_recording_step(const char* what);
   cublasHandle_t cublas_ = nullptr;
   Tensor cublas_ws_;
   std::unique_ptr<Fp8BlockGemm> fp8_gemm_;  // made on the first FP8 product (shares cublas_ws_: one stream)

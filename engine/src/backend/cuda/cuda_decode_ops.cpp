@@ -97,8 +97,11 @@ namespace deltatune::cuda {
 
 // A CUDA graph of the ops recorded between begin_capture and end_capture, with every tensor allocated while
 // recording (the graph's buffers must not go back to the allocator's cache while it may run).
+// A training step's recording also owns the pool its tensors came from, and holds the layout tables the graph
+// reads (they are made before recording and could otherwise be evicted while the recording lives).
 struct CudaRecording : Backend::Recording {
   std::vector<Tensor> keep;
+  std::shared_ptr<DevicePool> pool;
   cudaGraphExec_t exec = nullptr;
   ~CudaRecording() override {
     if (exec) cudaGraphExecDestroy(exec);
@@ -118,14 +121,33 @@ bool CudaBackend::begin_capture() {
   return true;
 }
 
+bool CudaBackend::begin_step_capture() {
+  check(!recording_, "internal: begin_step_capture while recording");
+  if (cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  recording_ = std::make_shared<CudaRecording>();
+  recording_->pool = std::make_shared<DevicePool>(alloc_);
+  step_refused_ = false;
+  layout_tables_.keep(recording_->keep);
+  step_pool_ = recording_->pool;
+  return true;
+}
+
 std::unique_ptr<Backend::Recording> CudaBackend::end_capture() {
   check(recording_ != nullptr, "internal: end_capture without begin_capture");
   auto rec = std::make_unique<CudaRecording>();
   rec->keep = std::move(recording_->keep);
+  rec->pool = std::move(recording_->pool);
   recording_.reset();
+  step_pool_.reset();
+  const bool refused = step_refused_;
+  step_refused_ = false;
   cudaGraph_t graph = nullptr;
   const cudaError_t e = cudaStreamEndCapture(stream(), &graph);
-  if (e != cudaSuccess || !graph) {
+  if (e != cudaSuccess || !graph || refused) {
+    if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
     return nullptr;
   }

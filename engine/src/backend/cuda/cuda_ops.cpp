@@ -89,6 +89,24 @@ void CudaBackend::rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w
              "rmsnorm_bwd");
 }
 
+void CudaBackend::rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, bool zc,
+                                  const Tensor& residual, Tensor& dx) {
+  const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
+  check(n > 0 && x.numel() == rows * n && dy.numel() == x.numel() && dx.numel() == x.numel() &&
+            residual.numel() == x.numel() && rstd.numel() == rows,
+        "rmsnorm_bwd_add: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", rstd " + shape_str(rstd.shape) +
+            ", residual " + shape_str(residual.shape));
+  const kernels::KIn res = kin(residual, "rmsnorm residual");
+  const kernels::KOut out = kout(dx, "rmsnorm dx");
+  if (!kernels::rmsnorm_bwd_add_fits(kin(dy, "rmsnorm dy"), kin(x, "rmsnorm x"), res, out, n)) {
+    Backend::rmsnorm_bwd_add(dy, x, w, rstd, zc, residual, dx);
+    return;
+  }
+  cuda_check(kernels::launch_rmsnorm_bwd_add(kin(dy, "rmsnorm dy"), kin(x, "rmsnorm x"), kin(w, "rmsnorm w"),
+                                             f32c(rstd, "rmsnorm rstd"), zc, res, out, rows, n, stream()),
+             "rmsnorm_bwd_add");
+}
+
 void CudaBackend::gated_rmsnorm_fwd(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y,
                                     Tensor& rstd) {
   const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;

@@ -662,19 +662,33 @@ double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& labels, fl
 // The [T, V] logits never exist; memory: n × V floats + n × V gradient values.
 double CudaBackend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
                                          Tensor* dh, int64_t chunk_rows) {
+  linear_cross_entropy_acc(h, w, labels, grad_scale, dh, chunk_rows, zero_acc());
+  return read_acc();
+}
+
+void CudaBackend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+                                            Tensor* dh, int64_t chunk_rows, Tensor& loss_sum) {
+  check(loss_sum.device == Device::CUDA && loss_sum.nbytes() == sizeof(double),
+        "linear_cross_entropy_into: loss_sum must be an 8-byte CUDA tensor, got " + shape_str(loss_sum.shape) + " " +
+            dtype_name(loss_sum.dtype));
+  cuda_check(cudaMemsetAsync(loss_sum.data, 0, sizeof(double), stream()), "cudaMemsetAsync (loss)");
+  linear_cross_entropy_acc(h, w, labels, grad_scale, dh, chunk_rows, static_cast<double*>(loss_sum.data));
+}
+
+void CudaBackend::linear_cross_entropy_acc(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+                                           Tensor* dh, int64_t chunk_rows, double* acc) {
   const int64_t T = h.rows(), H = h.cols(), V = w.dim(0);
   check(w.ndim() == 2 && w.dim(1) == H && labels.numel() == T && labels.dtype == DType::I32,
         "linear_cross_entropy: h " + shape_str(h.shape) + ", w " + shape_str(w.shape) + ", labels " +
             shape_str(labels.shape) + " (expected w [V, H], labels I32 [T])");
   check(!dh || dh->numel() == h.numel(), "linear_cross_entropy: dh must match h");
-  if (T == 0) return 0.0;
+  if (T == 0) return;
   // Logits buffer: 2^26 floats (256 MiB).
   constexpr int log2_floats = 26;
   const int64_t cap_rows = std::max<int64_t>(1, (int64_t(1) << log2_floats) / std::max<int64_t>(V, 1));
   const int64_t n_max = std::max<int64_t>(1, std::min({chunk_rows, T, cap_rows >= 32 ? cap_rows / 16 * 16 : cap_rows}));
   Tensor logits = alloc({n_max, V}, DType::F32);
   Tensor grad = dh ? alloc({n_max, V}, w.dtype) : Tensor();
-  double* acc = zero_acc();
   const Tensor h2 = h.view({T, H});
   for (int64_t t0 = 0; t0 < T; t0 += n_max) {
     const int64_t n = std::min(n_max, T - t0);
@@ -689,7 +703,6 @@ double CudaBackend::linear_cross_entropy(const Tensor& h, const Tensor& w, const
     Tensor dhc = dh->view({T, H}).slice(t0, t0 + n);
     gemm(gr, false, w, false, dhc, 1.f, 0.f);
   }
-  return read_acc();
 }
 
 // The prompt's GDN pass of generation: the chunked forward keeps every chunk's start state (bf16 on the

@@ -33,6 +33,12 @@ class LayoutTables {
     e.cu = cu;
     return e;
   }
+  // Every table held now (a recording that reads them keeps them alive).
+  void keep(std::vector<Tensor>& out) const {
+    for (const Entry& e : entries_)
+      for (const Tensor* t : {&e.a, &e.b})
+        if (t->defined()) out.push_back(*t);
+  }
 
  private:
   std::array<Entry, 6> entries_{};

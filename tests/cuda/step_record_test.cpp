@@ -1,0 +1,120 @@
+// The recorded training step (StepOptions::record: a CUDA graph captured on the second step of a layout and
+// replayed after) against the same steps op by op: every loss, every LoRA gradient and the AdamW-updated weights
+// bit for bit, through layout and checkpointing changes (each drops the recording; the next repeat records anew).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../golden_files.h"
+#include "backend/backend.h"
+#include "backend/cuda_kernels_setting.h"
+#include "data/batch.h"
+#include "lora/lora.h"
+#include "model/qwen35_model.h"
+#include "model/weights.h"
+#include "train/optimizer.h"
+
+namespace fs = std::filesystem;
+
+namespace deltatune {
+namespace {
+
+struct RecordRun {
+  std::vector<double> losses;
+  std::vector<std::vector<char>> grads;  // per step: every gA, gB's bytes
+  std::vector<char> weights;             // every A, B after the last step
+  int replayed = 0;
+};
+
+std::vector<char> bytes_of(Backend& be, const std::vector<const Tensor*>& ts) {
+  std::vector<char> out;
+  for (const Tensor* t : ts) {
+    const Tensor h = be.download(*t, t->dtype);
+    const char* p = static_cast<const char*>(h.data);
+    out.insert(out.end(), p, p + h.nbytes());
+  }
+  return out;
+}
+
+RecordRun train(const ModelWeights& w, const std::vector<Example>& seqs, const std::string& kernels, bool record) {
+  auto be = make_cuda_backend(0, DType::BF16, kernels);
+  Qwen35Model model(w, *be);
+  LoraSpec spec;
+  spec.r = 8;
+  spec.alpha = 16;
+  spec.groups = lora_default_groups(w.config);
+  if (w.config.is_moe()) spec.groups.push_back("experts");
+  LoraAdapter adapter = lora_create(w.config, spec, 7);
+  lora_to_backend(adapter, *be);
+  std::vector<const Example*> all, half;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    all.push_back(&seqs[i]);
+    if (2 * i < seqs.size()) half.push_back(&seqs[i]);
+  }
+  const Batch a = batch_from_examples(all), b = batch_from_examples(half);
+  // (batch, checkpointing): repeats record and replay; each change starts op by op again.
+  const std::vector<std::pair<const Batch*, bool>> plan = {{&a, false}, {&a, false}, {&a, false}, {&a, true},
+                                                           {&a, true},  {&a, true},  {&b, true},  {&b, true},
+                                                           {&a, false}, {&a, false}};
+  OptimizerSettings os;
+  os.weight_decay = 0.01;
+  RecordRun run;
+  int s = 0;
+  for (const auto& [batch, ckpt] : plan) {
+    ++s;
+    lora_zero_grad(adapter, *be);
+    StepOptions so;
+    so.backward = true;
+    so.grad_scale = 1.f / static_cast<float>(batch->num_targets);
+    so.gradient_checkpointing = ckpt;
+    so.record = record;
+    const StepOutput out = model.step(*batch, &adapter, so);
+    run.losses.push_back(out.loss_sum);
+    run.replayed += out.replayed ? 1 : 0;
+    std::vector<const Tensor*> gs;
+    for (const LoraModule& m : adapter.modules) gs.insert(gs.end(), {&m.gA, &m.gB});
+    run.grads.push_back(bytes_of(*be, gs));
+    optimizer_step(adapter, *be, os, 2e-3, s, lora_grad_norm(adapter, *be));
+  }
+  std::vector<const Tensor*> ws;
+  for (const LoraModule& m : adapter.modules) ws.insert(ws.end(), {&m.A, &m.B});
+  run.weights = bytes_of(*be, ws);
+  return run;
+}
+
+class CudaStepRecord : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(CudaStepRecord, ReplayedStepsAreBitIdenticalToOpByOp) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  const auto& [name, kernels] = GetParam();
+  const fs::path dir = testing_goldens::goldens_dir() / "models" / name;
+  if (!fs::exists(dir)) GTEST_SKIP() << "no golden checkpoint " << dir;
+  const ModelWeights w = model_weights_load(dir.string());
+  const auto seqs = testing_goldens::read_jsonl(dir / "golden_eval.jsonl");
+  const RecordRun ops = train(w, seqs, kernels, false), rec = train(w, seqs, kernels, true);
+  EXPECT_EQ(ops.replayed, 0);
+  EXPECT_EQ(rec.replayed, 6) << "steps 2-3, 5-6, 8 and 10 replay a recording";
+  ASSERT_EQ(ops.losses.size(), rec.losses.size());
+  for (size_t i = 0; i < ops.losses.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&ops.losses[i], &rec.losses[i], sizeof(double)), 0)
+        << "step " << i + 1 << ": loss op by op " << ops.losses[i] << ", recorded " << rec.losses[i];
+    EXPECT_TRUE(ops.grads[i] == rec.grads[i]) << "step " << i + 1 << ": LoRA gradients differ";
+  }
+  EXPECT_TRUE(ops.weights == rec.weights) << "LoRA weights after the last step differ";
+  std::printf("[step_record] %s/%s: %d of %zu steps replayed, losses %.6f .. %.6f, bit-identical\n", name.c_str(),
+              kernels.c_str(), rec.replayed, rec.losses.size(), rec.losses.front(), rec.losses.back());
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaStepRecord,
+                         ::testing::Combine(::testing::Values("dense_vl", "moe_tied"),
+                                            ::testing::Values(std::string("auto"), std::string("portable"))),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+}  // namespace
+}  // namespace deltatune
