@@ -65,6 +65,12 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
+std::string join_commas(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
 // A checkpoint folder, or a config.json (or a folder holding only one) for a model not downloaded yet.
 ModelInfo load_model_info(const std::string& path) {
   namespace fs = std::filesystem;
@@ -201,6 +207,7 @@ int cmd_info(const Args& args) {
   check(images.image_tokens_per_step <= tokens,
         "--image-tokens / --images: " + std::to_string(images.image_tokens_per_step) +
             " image tokens do not fit in --tokens " + std::to_string(tokens) + " (image tokens are part of the sequence)");
+  const std::vector<std::string> lora_groups = split_commas(a.get("--lora-groups"));
   // The single-GPU memory plan (gradient_checkpointing: auto).
   int64_t free = static_cast<int64_t>(free_gib * 1024 * 1024 * 1024);
   std::string free_from = "--free-gib";
@@ -221,6 +228,7 @@ int cmd_info(const Args& args) {
     req.base_quantization = quant;
     req.free_bytes = free;
     req.images = images;
+    req.lora_groups = lora_groups;
     mem_plan = plan_memory(info, req);
     ckpt = mem_plan->gradient_checkpointing;
     ckpt_layers = mem_plan->checkpoint_layers;
@@ -230,7 +238,7 @@ int cmd_info(const Args& args) {
   if (want_plan) {
     ShardPlanSettings s;
     s.lora_r = r;
-    s.lora_groups = split_commas(a.get("--lora-groups"));
+    s.lora_groups = lora_groups;
     s.tokens_per_step = tokens;
     s.fused_loss = fused;
     s.gradient_checkpointing = ckpt;
@@ -242,7 +250,7 @@ int cmd_info(const Args& args) {
   int64_t lora_total = 0;
   for (const auto& kv : lora) lora_total += kv.second;
   const VramEstimate vram =
-      mem_plan ? mem_plan->estimate : estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers, quant, 1024, images);
+      mem_plan ? mem_plan->estimate : estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers, quant, 1024, images, lora_groups);
 
   if (a.flags.count("--json")) {
     nlohmann::ordered_json j;
@@ -378,7 +386,8 @@ int cmd_info(const Args& args) {
       << " to plan for (pass --free-gib X); the estimate below is without checkpointing\n";
   o << "VRAM estimate (" << tokens << " tokens/step, " << (fused ? "fused" : "unfused") << " loss, "
     << (ckpt ? "with" : "no")
-    << " gradient checkpointing, LoRA on the default groups): " << bytes_str(vram.total) << "\n"
+    << " gradient checkpointing, LoRA on "
+    << (lora_groups.empty() ? std::string("the default groups") : join_commas(lora_groups)) << "): " << bytes_str(vram.total) << "\n"
     << "  weights " << bytes_str(vram.weights) << ", LoRA+optimizer " << bytes_str(vram.lora_and_optimizer)
     << ", activations " << bytes_str(vram.activations) << ", logits " << bytes_str(vram.logits)
     << ", overhead " << bytes_str(vram.overhead) << "\n";

@@ -223,6 +223,18 @@ TEST(IoModelInfo, VramEstimateParts) {
   const auto ml = lora_params_per_group(moe, 4);
   EXPECT_EQ(estimate_vram(moe, 4, 16, true, false).lora_and_optimizer,
             16 * (ml.at("attn") + ml.at("linear_attn") + ml.at("shared_expert")));
+  // The run's groups: only those chosen; expert LoRA adds its pairs and, per routed token and layer, the
+  // rank-r intermediates of gate, up and down.
+  const int64_t Tm = 64;
+  const VramEstimate attn_only = estimate_vram(moe, 4, Tm, true, false, -1, "none", 1024, {}, {"attn"});
+  EXPECT_EQ(attn_only.lora_and_optimizer, 16 * ml.at("attn"));
+  const VramEstimate defaults = estimate_vram(moe, 4, Tm, true, false);
+  const VramEstimate with_experts = estimate_vram(moe, 4, Tm, true, false, -1, "none", 1024, {},
+                                                  {"attn", "linear_attn", "shared_expert", "experts"});
+  EXPECT_EQ(with_experts.lora_and_optimizer - defaults.lora_and_optimizer, 16 * ml.at("experts"));
+  EXPECT_EQ(with_experts.activations - defaults.activations,
+            2 * Tm * moe.num_layers * moe.num_experts_per_tok * 3 * 4);
+  EXPECT_EQ(attn_only.activations, defaults.activations);
 }
 
 TEST(IoModelInfo, CliInfoPrintsSummaryAndJson) {

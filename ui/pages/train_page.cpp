@@ -533,6 +533,7 @@ void TrainPage::updateVram() {
       req.base_quantization = c.base_quantization;
       req.free_bytes = freeBytes;
       req.images = images;
+      req.lora_groups = c.lora_target_groups;
       const deltatune::MemoryPlan plan = deltatune::plan_memory(*info, req);
       est = plan.estimate;
       planText = tr("Checkpointing plan (auto, %1): %2. ")
@@ -540,7 +541,8 @@ void TrainPage::updateVram() {
     } else {
       est = deltatune::estimate_vram(*info, c.lora_r, c.micro_batch_size * c.sequence_len, c.fused_loss,
                                      !c.gradient_checkpointing_auto && c.gradient_checkpointing,
-                                     c.gradient_checkpointing_layers, c.base_quantization, 1024, images);
+                                     c.gradient_checkpointing_layers, c.base_quantization, 1024, images,
+                                     c.lora_target_groups);
       if (c.gradient_checkpointing_auto)
         planText = tr("Checkpointing: auto (planned at the start of the run for the GPU's free memory; shown "
                       "without checkpointing). ");

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "deltatune/model_info.h"
 
@@ -17,6 +18,7 @@ struct MemoryPlanRequest {
   std::string base_quantization = "none";
   int64_t free_bytes = 0;          // the GPU's free memory before the run loads anything
   ImageLoad images;                // image rows: merged image tokens per micro-batch, vision LoRA
+  std::vector<std::string> lora_groups;  // the run's lora_target_groups; empty: the default groups
 };
 
 struct MemoryPlan {

@@ -61,8 +61,8 @@ ModelInfo model_info_from_config(const std::string& config_json_path);
 std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int r);
 
 // Rough peak-VRAM estimate (bytes) for a run on a GPU backend.
-// Formula: see estimate_vram in engine/src/model/model_info.cpp. LoRA counts the default target groups
-// (every group but experts).
+// Formula: see estimate_vram in engine/src/model/model_info.cpp. LoRA counts lora_groups (the run's
+// lora_target_groups); empty: the default target groups (every group but experts).
 struct VramEstimate {
   int64_t weights = 0, lora_and_optimizer = 0, activations = 0, logits = 0, total = 0;
   int64_t overhead = 0;  // CUDA context, workspaces, allocator slack (included in total)
@@ -89,6 +89,6 @@ struct ImageLoad {
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers = -1,
                            const std::string& base_quantization = "none", int64_t loss_chunk_rows = 1024,
-                           const ImageLoad& images = {});
+                           const ImageLoad& images = {}, const std::vector<std::string>& lora_groups = {});
 
 }  // namespace deltatune

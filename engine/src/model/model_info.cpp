@@ -178,8 +178,8 @@ int64_t fp8_gemm_scratch(const ModelInfo& info, int64_t T) {
 // pessimistic; it is for choosing settings, not for allocation.
 //   weights      = total_params * 2                 base weights in bf16 (fp32 norm/A_log copies: negligible)
 //   lora         = P_lora * 16                      fp32 weight + gradient + Adam m + v, P_lora over the
-//   default
-//                                                   target groups (all but `experts`, as lora_default_groups)
+//                                                   targeted groups (lora_groups; empty: the default groups,
+//                                                   all but `experts`, as lora_default_groups)
 //   activations  saved for backward, bf16 (2 bytes per element), T = tokens_per_step:
 //                  per token and layer: 4H (layer input, normed input, mid residual, normed mid) +
 //                  GDN layer:  2*conv_dim (projection, conv+SiLU) + 3*value_dim (z, core out, gated norm)
@@ -190,6 +190,7 @@ int64_t fp8_gemm_scratch(const ModelInfo& info, int64_t T) {
 //                  MoE:        2E (fp32 router logits) + top_k*(H + 3*Ie) (permuted input, gate, up, act)
 //                              + 3*Is (shared expert)
 //                  + r per LoRA-adapted linear of the default groups (the low-rank intermediate)
+//                  + top_k*3r with expert LoRA (gate, up and down intermediates of each routed token)
 //                without checkpointing: T * 2 * sum over layers;
 //                with checkpointing:    T * 2 * (L*H + the largest layer), i.e. only layer inputs are kept
 //                                       and one layer is recomputed at a time; with only the first N
@@ -208,7 +209,8 @@ int64_t fp8_gemm_scratch(const ModelInfo& info, int64_t T) {
 //                The text side already counts image tokens: they are part of tokens_per_step.
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers, const std::string& base_quantization,
-                           int64_t loss_chunk_rows, const ImageLoad& images) {
+                           int64_t loss_chunk_rows, const ImageLoad& images,
+                           const std::vector<std::string>& lora_groups) {
   VramEstimate v;
   const int64_t T = std::max<int64_t>(tokens_per_step, 1), H = info.hidden_size;
   v.weights = info.total_params * 2;
@@ -236,10 +238,15 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
     check(base_quantization == "none", "estimate_vram: base_quantization '" + base_quantization +
                                            "' (expected none, fp8 or nf4)");
   }
+  const auto targeted = [&](const std::string& g) {
+    return lora_groups.empty() ? g != "experts"
+                               : std::find(lora_groups.begin(), lora_groups.end(), g) != lora_groups.end();
+  };
   int64_t lora = 0;
   for (const auto& [g, n] : lora_params_per_group(info, lora_r))
-    if (g != "experts") lora += n;
+    if (targeted(g)) lora += n;
   v.lora_and_optimizer = lora * 16;
+  const bool expert_lora = info.is_moe && targeted("experts");
 
   const int64_t kd = info.linear_num_key_heads * info.linear_key_head_dim;
   const int64_t vd = info.linear_num_value_heads * info.linear_value_head_dim;
@@ -248,7 +255,8 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   const int64_t r = lora_r;
   const int64_t mlp = info.is_moe ? 2 * info.num_experts +
                                         info.num_experts_per_tok * (H + 3 * info.moe_intermediate_size) +
-                                        3 * info.shared_expert_intermediate_size + 3 * r
+                                        3 * info.shared_expert_intermediate_size + 3 * r +
+                                        (expert_lora ? info.num_experts_per_tok * 3 * r : 0)
                                   : 3 * info.intermediate_size + 3 * r;
   const int64_t lin_layer = 4 * H + 2 * conv + 3 * vd + 6 * HV + 5 * r + mlp;
   const int64_t full_layer = 4 * H + 5 * nq + 3 * nkv + 2 * info.num_attention_heads + 4 * r + mlp;

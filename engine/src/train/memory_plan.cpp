@@ -32,7 +32,8 @@ MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& req) {
   const int64_t L = info.num_layers;
   for (int64_t n = 0; n <= L; ++n) {
     const VramEstimate e = estimate_vram(info, req.lora_r, req.tokens_per_step, req.fused_loss, n > 0, n,
-                                         req.base_quantization, kLossChunkRows, req.images);
+                                         req.base_quantization, kLossChunkRows, req.images,
+                                         req.lora_groups);
     plan.gradient_checkpointing = n > 0;
     plan.checkpoint_layers = n;
     plan.loss_chunk_rows = kLossChunkRows;

@@ -128,6 +128,7 @@ static void plan_checkpointing(TrainSession& s) {
   req.images.image_tokens_per_step = s.data.train_stats.max_image_tokens_per_step;
   req.images.vision_lora = std::find(cfg.lora_target_groups.begin(), cfg.lora_target_groups.end(), "vision") !=
                            cfg.lora_target_groups.end();
+  req.lora_groups = cfg.lora_target_groups;
   const ModelInfo info = model_info_load(cfg.base_model);
   const MemoryPlan plan = plan_memory(info, req);
   s.checkpointing = plan.gradient_checkpointing;
