@@ -28,6 +28,7 @@
 #include "backend/cuda_kernels_setting.h"
 #include "backend/gradient_reducer.h"
 #include "backend/shard_gatherer.h"
+#include "backend/token_exchange.h"
 #include "backend_harness.h"
 #include "core/error.h"
 
@@ -919,6 +920,27 @@ void case_shard_gatherer(Env& e) {
   EXPECT_EQ(e.down(*e.gpu, full.g), e.down(*e.gpu, shard.g)) << "a one-rank all-gather changed the bytes";
 }
 
+// An expert-parallel job of one worker: the CUDA backend's token exchange (NCCL send/recv) gathers this rank's
+// counts and sends its rows to itself (exact); the CPU backend has none (its jobs exchange through the host).
+void case_token_exchange(Env& e) {
+  ReducerSetup setup;
+  setup.share_from_rank0 = [](const std::string& bytes) { return bytes; };
+  setup.peer_fault = [] { return std::string(); };
+  setup.timeout_s = 60;
+  EXPECT_EQ(e.cpu->create_token_exchange(setup), nullptr);
+  std::unique_ptr<TokenExchange> ex = e.gpu->create_token_exchange(setup);
+  if (!ex) GTEST_SKIP() << "this build has no NCCL";
+  EXPECT_EQ(ex->world(), 1);
+  EXPECT_EQ(ex->rank(), 0);
+  const std::vector<std::vector<int64_t>> counts = ex->all_gather_counts({7, 0, 3});
+  EXPECT_EQ(counts, (std::vector<std::vector<int64_t>>{{7, 0, 3}}));
+  Pair send = e.in({37, 5}, BF, -3.f, 3.f);
+  Pair recv = e.out({37, 5}, BF);
+  const int64_t bytes = 37 * 5 * 2;
+  ex->all_to_all(send.g.data, {bytes}, recv.g.data, {bytes});
+  EXPECT_EQ(e.down(*e.gpu, recv.g), e.down(*e.gpu, send.g)) << "a one-rank exchange changed the rows";
+}
+
 // ---- MoE ------------------------------------------------------------------------------------------------
 void case_moe(Env& e) {
   const int64_t T = 13, E = 11;
@@ -1258,6 +1280,7 @@ const std::vector<OpCase>& all_cases() {
        case_gdn},
       {"gradient_reducer", {"create_gradient_reducer"}, case_gradient_reducer},
       {"shard_gatherer", {"create_shard_gatherer"}, case_shard_gatherer},
+      {"token_exchange", {"create_token_exchange"}, case_token_exchange},
       {"decode_conv", {"conv1d_silu_step"}, case_decode_conv},
       {"decode_gdn", {"gdn_recurrent"}, case_decode_gdn},
       {"decode_prefill", {"gdn_prefill"}, case_decode_prefill},
