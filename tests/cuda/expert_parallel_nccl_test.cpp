@@ -8,9 +8,7 @@
 // Needs 2 GPUs and an NCCL build; skips otherwise.
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 
 #include "../expert_parallel_golden.h"
@@ -18,6 +16,7 @@
 #include "deltatune/distributed.h"
 #include "lora/peft_io.h"
 #include "model/weights.h"
+#include "in_process_share.h"
 
 namespace deltatune {
 namespace {
@@ -25,26 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace testing_goldens;
 
-class InProcessShare {
- public:
-  std::string share(int rank, const std::string& mine) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (rank == 0) {
-      value_ = mine;
-      set_ = true;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return set_; });
-    }
-    return value_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::string value_;
-  bool set_ = false;
-};
+using test::InProcessShare;
 
 class ExpertParallelTwoGpus : public ::testing::TestWithParam<bool> {};
 

@@ -9,10 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <thread>
 
 #include "../golden_files.h"
@@ -20,6 +18,7 @@
 #include "lora/peft_io.h"
 #include "model/sharded_layers.h"
 #include "model/weights.h"
+#include "in_process_share.h"
 
 namespace fs = std::filesystem;
 
@@ -28,27 +27,7 @@ namespace {
 
 using testing_goldens::goldens_dir;
 
-// Rank 0's bytes to the other threads (what the rendezvous connection does between processes).
-class InProcessShare {
- public:
-  std::string share(int rank, const std::string& mine) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (rank == 0) {
-      value_ = mine;
-      set_ = true;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return set_; });
-    }
-    return value_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::string value_;
-  bool set_ = false;
-};
+using test::InProcessShare;
 
 struct RankResult {
   double loss = 0;
