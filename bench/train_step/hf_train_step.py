@@ -10,7 +10,9 @@ so its gradients are untrusted. --liger 1 applies liger-kernel's Qwen3.5 patches
 RMSNorm, SwiGLU) before the model is built (FACTS.md, "Checked 2026-11-28": the strongest HF stack).
 """
 import argparse
+import faulthandler
 import json
+import signal
 import statistics
 import sys
 import time
@@ -65,14 +67,14 @@ def random_model(shape_name, layers=0, liger=False, device="cuda"):
 def to_bnb4(model):
     """The decoder's linear layers as bitsandbytes Linear4bit (nf4, double quant, bf16 compute): what
     from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...)) builds. Quantized one module at
-    a time on the GPU, so the bf16 copy never exists twice."""
+    a time on the GPU where the weight already is (no host round trip), so the bf16 copy never exists twice."""
     import bitsandbytes as bnb
     for layer in model.model.layers:
         for name, mod in list(layer.named_modules()):
             if isinstance(mod, torch.nn.Linear) and name.split(".")[-1] in TARGETS:
                 q = bnb.nn.Linear4bit(mod.in_features, mod.out_features, bias=False, compute_dtype=torch.bfloat16,
                                       compress_statistics=True, quant_type="nf4", device="meta")
-                q.weight = bnb.nn.Params4bit(mod.weight.data.cpu(), requires_grad=False, compress_statistics=True,
+                q.weight = bnb.nn.Params4bit(mod.weight.data, requires_grad=False, compress_statistics=True,
                                              quant_type="nf4")
                 parent = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
                 setattr(parent, name.split(".")[-1], q)
@@ -113,6 +115,7 @@ def main():
     ap.add_argument("--bnb4", type=int, default=0,
                     help="QLoRA: the decoder's linear layers as bitsandbytes Linear4bit (nf4, double quant, bf16 compute)")
     a = ap.parse_args()
+    faulthandler.register(signal.SIGUSR1)  # `timeout -s USR1` shows where a run that ran out of time was
 
     gdn_path = "torch"
     if a.fla:
@@ -123,7 +126,9 @@ def main():
                 co.TRITON_ABOVE_3_7_1 = True
         except Exception as e:  # pragma: no cover - depends on the FLA version
             print("note: could not lift the FLA Triton guard:", e, file=sys.stderr)
+    t_start = time.perf_counter()
     model, cfg = lora_model(a.shape, a.layers, a.liger, a.experts, a.bnb4)
+    print(f"model ready after {time.perf_counter() - t_start:.1f} s", file=sys.stderr, flush=True)
     if a.bnb4:
         torch.cuda.reset_peak_memory_stats()  # the bf16 model existed before to_bnb4; HF's loader never holds it
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
@@ -134,6 +139,10 @@ def main():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         out = model(input_ids=ids, labels=ids)
+        if s == 0:
+            torch.cuda.synchronize()
+            print(f"first forward ended {time.strftime('%H:%M:%S')} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr,
+                  flush=True)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         opt.step()
@@ -141,6 +150,8 @@ def main():
         torch.cuda.synchronize()
         if s >= a.warmup:
             times.append(time.perf_counter() - t0)
+        print(f"step {s} ended {time.strftime('%H:%M:%S')} ({time.perf_counter() - t0:.2f} s)", file=sys.stderr,
+              flush=True)
         loss = float(out.loss.detach())
     med = statistics.median(times)
     mods = [k for k in sys.modules if k.startswith("fla.ops.gated_delta_rule")]

@@ -29,6 +29,13 @@ class CpuQuantOps final : public QuantOps {
     const Tensor c = host_convert(f, out.dtype);
     std::memcpy(out.data, c.data, c.nbytes());
   }
+  Tensor host_resident_table(const Tensor& host, DType dtype) override {
+    check(host.device == Device::CPU, "internal: host_resident_table of a tensor that is not on the host");
+    if (host.dtype != dtype) return host_convert(host, dtype);
+    Tensor t = host_tensor(host.shape, dtype);
+    std::memcpy(t.data, host.data, host.nbytes());
+    return t;
+  }
   bool fp8_gemm_takes(const QuantizedWeight&) override { return false; }
   bool fp8_gemm_shared(const Tensor&, std::span<const QuantizedWeight* const>, std::span<Tensor* const>,
                        float) override {

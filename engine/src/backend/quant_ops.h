@@ -31,6 +31,12 @@ class QuantOps {
   // modules that share an input: dx = Σ dy_i·W_i). false, with nothing enqueued, as fp8_gemm_shared.
   virtual bool fp8_gemm_sum(std::span<const Tensor* const> xs, std::span<const QuantizedWeight* const> ws, Tensor& y,
                             float beta) = 0;
+  // A frozen table that stays in host memory and that this backend's ops still read (embedding_fwd): the
+  // embedding table of a quantized base with an untied head, read a few rows a step, never in a GEMM, with no
+  // gradient. `host` converted to `dtype`. CUDA: page-locked host memory mapped into the device's address space,
+  // so the gather reads the rows over the bus, with no host work a step and no device memory; CPU: an owned
+  // copy (the checkpoint's may be a file mapping whose pages the OS can drop, and every step would read disk).
+  virtual Tensor host_resident_table(const Tensor& host, DType dtype) = 0;
   // y (=) x·Wᵀ (trans_w) or x·W, plus beta·y: fp8_gemm_shared or fp8_gemm_sum of the one matrix.
   bool fp8_gemm(const Tensor& x, const QuantizedWeight& w, bool trans_w, Tensor& y, float beta);
 };

@@ -148,7 +148,7 @@ Tensor Qwen35Model::forward_cached(const Tensor& ids, const SeqLayout& seq, Infe
   const float eps = static_cast<float>(cfg_.rms_eps);
   const LoraRuntime rt;
   Tensor x = be_.alloc({T, H}, dt);
-  embed_tokens(ids, nullptr, x);
+  embed_tokens(ids, x);
   for (size_t i = 0; i < layer_count(); ++i) {
     BlockContext ctx{be_, cfg_, seq, rt, static_cast<int>(i)};
     ctx.ep = ep_;

@@ -1,6 +1,5 @@
 #include "model/qwen35_model.h"
 
-#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -146,11 +145,9 @@ Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be, ShardGatherer* sha
   auto mine = [&](const Tensor& t) { return t.defined() && per != cfg_.num_experts ? t.slice(first, first + per) : t; };
   std::string prefix;  // "layers.N."
   auto up_l = [&](const char* module, const Tensor& t) { return up_linear(be, mw, prefix + module, t); };
-  if (!mw.tied && mw.base_quant != QuantFormat::None) {
-    // An owned copy: the checkpoint's table may be a file mapping whose pages the OS can drop (every step would
-    // then read its rows from disk).
-    embed_host_ = host_tensor(mw.embed.shape, mw.embed.dtype);
-    std::memcpy(embed_host_.data, mw.embed.data, mw.embed.nbytes());
+  embed_in_host_memory_ = !mw.tied && mw.base_quant != QuantFormat::None;
+  if (embed_in_host_memory_) {
+    embed_ = quant_ops(be).host_resident_table(mw.embed, be.weight_dtype());
   } else {
     embed_ = up_w(be, mw.embed);
   }
@@ -244,35 +241,14 @@ void Qwen35Model::check_ids(const Batch& batch) const {
   }
 }
 
-void Qwen35Model::embed_tokens(const Tensor& ids, const std::vector<int32_t>* host_ids, Tensor& x) {
-  if (!embed_host_.defined()) {
-    be_.embedding_fwd(ids, embed_, x);
-    return;
-  }
-  std::vector<int32_t> downloaded;
-  if (!host_ids) {
-    const Tensor h = be_.download(ids, DType::I32);
-    downloaded.assign(h.ptr<int32_t>(), h.ptr<int32_t>() + h.numel());
-    host_ids = &downloaded;
-  }
-  const int64_t V = embed_host_.dim(0);
-  const size_t row = static_cast<size_t>(embed_host_.dim(1)) * dtype_size(embed_host_.dtype);
-  Tensor rows = host_tensor({static_cast<int64_t>(host_ids->size()), embed_host_.dim(1)}, embed_host_.dtype);
-  for (size_t t = 0; t < host_ids->size(); ++t) {
-    const int32_t id = (*host_ids)[t];
-    check(id >= 0 && id < V, "token id " + std::to_string(id) + " is out of the model's vocabulary (0.." +
-                                 std::to_string(V - 1) + ")");
-    std::memcpy(static_cast<char*>(rows.data) + t * row, static_cast<const char*>(embed_host_.data) + id * row, row);
-  }
-  x = be_.upload(rows, x.dtype);
-}
+void Qwen35Model::embed_tokens(const Tensor& ids, Tensor& x) { be_.embedding_fwd(ids, embed_, x); }
 
 Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const SeqLayout& seq, LoraAdapter* lora,
                                   const StepOptions& opts, Activations* acts, Tensor* moe_load) {
   const int64_t T = static_cast<int64_t>(batch.input_ids.size()), H = cfg_.hidden_size;
   const DType dt = be_.compute_dtype();
   Tensor x = be_.alloc({T, H}, dt);
-  embed_tokens(ids, &batch.input_ids, x);
+  embed_tokens(ids, x);
   if (!batch.image_grids.empty()) {
     check(vision_ != nullptr, "a batch with images needs the checkpoint's vision tower (model.visual.*)");
     const std::vector<int32_t> rows =

@@ -80,8 +80,7 @@ class Qwen35Model {
   // Forward (and backward when opts.backward) of one packed micro-batch. With opts.record, a step whose
   // sequence layout and settings repeat the previous step's is recorded once (the backend's step capture) and
   // replayed while they stay the same (qwen35_step_record.cpp); otherwise, and where recording is not possible
-  // (sharded layers, expert parallel, a per-layer callback, LoRA dropout, the host embedding table,
-  // images), op by op.
+  // (sharded layers, expert parallel, a per-layer callback, LoRA dropout, images), op by op.
   StepOutput step(const Batch& batch, LoraAdapter* lora, const StepOptions& opts);
   // Full logits [T, V] (F32 host tensor) of a batch; for tests and evaluation tools.
   Tensor logits(const Batch& batch, LoraAdapter* lora);
@@ -97,9 +96,10 @@ class Qwen35Model {
                         bool prefill_from_empty, const Tensor* rows);
   // logits (=) h·lm_headᵀ: h [N, H], logits [N, V] (any float dtype the backend's gemm writes).
   void lm_logits(const Tensor& h, Tensor& logits);
-  // Whether a decode step (forward_cached) may be recorded and replayed: not when its embedding rows are
-  // gathered on the host (they change every step).
-  bool decode_step_recordable() const { return !embed_host_.defined() && !sharded_ && !ep_; }
+  // Whether a decode step (forward_cached) may be recorded and replayed: not yet with the embedding table in
+  // host memory (a decode graph reading the mapped table has not been checked on a GPU; training steps have:
+  // tests/cuda/step_record_test.cpp).
+  bool decode_step_recordable() const { return !embed_in_host_memory_ && !sharded_ && !ep_; }
   // Vision-language checkpoints: the image encoder (uploaded to this model's backend, run in its compute dtype;
   // frozen, LoRA on its blocks when the adapter has `vision` modules) whose merged tokens replace the embedding
   // rows of a batch's image tokens. Batches with images need it.
@@ -126,8 +126,8 @@ class Qwen35Model {
   // moe_load: F32 [layers, E] (+=) router statistics, or null. ids: the batch's ids on the device.
   Tensor hidden_states(const Batch& batch, const Tensor& ids, const SeqLayout& seq, LoraAdapter* lora,
                        const StepOptions& opts, Activations* acts, Tensor* moe_load = nullptr);
-  // x [T, H] (=) the embedding rows of `ids` (device I32 [T]; `host_ids` the same ids on the host, or null).
-  void embed_tokens(const Tensor& ids, const std::vector<int32_t>* host_ids, Tensor& x);
+  // x [T, H] (=) the embedding rows of `ids` (device I32 [T]).
+  void embed_tokens(const Tensor& ids, Tensor& x);
   // Layer i's frozen weights for use now: resident, or gathered (sharded) with layer `next` starting to gather.
   // layer_done(i) once the work that reads them is enqueued: frees a gathered copy.
   const DeviceLayerWeights& layer_weights(size_t i, std::optional<size_t> next);
@@ -138,10 +138,10 @@ class Qwen35Model {
   ModelConfig cfg_;
   Backend& be_;
   Tensor embed_, final_norm_, lm_head_;
-  // A quantized base with an untied lm_head: the embedding table stays on the host (it is only read row by row,
-  // never in a GEMM, and takes no gradient) and each forward gathers its rows there and uploads them (T*H
-  // values); embed_ is then undefined. A tied table is the lm_head too and stays on the device.
-  Tensor embed_host_;
+  // A quantized base with an untied lm_head: the embedding table (embed_) stays in host memory (it is only read
+  // row by row, never in a GEMM, and takes no gradient; QuantOps::host_resident_table): page-locked and mapped
+  // on CUDA, so the gather reads its rows over the bus. A tied table is the lm_head too and stays on the device.
+  bool embed_in_host_memory_ = false;
   std::vector<std::unique_ptr<DeviceLayer>> layers_;  // empty when sharded_
   std::unique_ptr<ShardedLayers> sharded_;
   TokenExchange* ep_ = nullptr;

@@ -36,7 +36,7 @@ bool Qwen35Model::step_recorded(const Batch& batch, LoraAdapter* lora, const Ste
   StepRecord& r = *record_;
   const bool dropout = opts.lora.training && opts.lora.dropout > 0.f;  // a new mask (seed) every step
   const bool recordable = opts.record && !r.refused && !sharded_ && !ep_ && !opts.on_layer_backward && opts.fused_loss &&
-                          !dropout && !embed_host_.defined() && batch.image_grids.empty() &&
+                          !dropout && batch.image_grids.empty() &&
                           batch.mrope_positions.empty() && !batch.input_ids.empty();
   StepKey key = recordable ? step_key(batch, lora, opts) : StepKey{};
   if (r.recording && !(recordable && r.key == key)) {

@@ -61,6 +61,7 @@ class CudaBackend final : public Backend, public QuantOps {
   std::shared_ptr<const QuantizedWeight> upload_quantized(const QuantizedWeight& host) override;
   void dequantize(const QuantizedWeight& w, Tensor& out) override;
   bool fp8_gemm_takes(const QuantizedWeight& w) override;
+  Tensor host_resident_table(const Tensor& host, DType dtype) override;
   bool fp8_gemm_shared(const Tensor& x, std::span<const QuantizedWeight* const> ws, std::span<Tensor* const> ys,
                        float beta) override;
   bool fp8_gemm_sum(std::span<const Tensor* const> xs, std::span<const QuantizedWeight* const> ws, Tensor& y,

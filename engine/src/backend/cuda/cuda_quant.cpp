@@ -3,6 +3,7 @@
 // (block-scaled cuBLASLt GEMMs, fp8_block_gemm.h) where the kernel policy has them.
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -29,6 +30,25 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 bool aligned256(const void* p) { return reinterpret_cast<uintptr_t>(p) % 256 == 0; }
 }  // namespace
+
+Tensor CudaBackend::host_resident_table(const Tensor& host, DType dtype) {
+  check(host.device == Device::CPU, "internal: host_resident_table of a tensor that is not on the host");
+  const Tensor src = host.dtype == dtype ? host : host_convert(host, dtype);
+  Tensor t;
+  t.shape = host.shape;
+  t.dtype = dtype;
+  t.device = Device::CUDA;  // the device reads it through its mapping: kernels take it as a device tensor
+  if (t.nbytes() == 0) return t;
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  void* p = nullptr;
+  const std::string what = "cudaHostAlloc: " + std::to_string(t.nbytes() >> 20) +
+                           " MiB of page-locked host memory for a " + shape_str(t.shape) + " table kept in host memory";
+  cuda_check(cudaHostAlloc(&p, t.nbytes(), cudaHostAllocMapped | cudaHostAllocPortable), what.c_str());
+  t.storage = std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  std::memcpy(p, src.data, t.nbytes());
+  cuda_check(cudaHostGetDevicePointer(&t.data, p, 0), "cudaHostGetDevicePointer (host-resident table)");
+  return t;
+}
 
 std::shared_ptr<const QuantizedWeight> CudaBackend::upload_quantized(const QuantizedWeight& h) {
   check(h.values.device == Device::CPU, "internal: upload_quantized of a weight that is not on the host");
