@@ -9,10 +9,12 @@
 #   BENCH_BIN: bench_train_step. WHEEL_DIR: flash-linear-attention, fla-core, einops, liger-kernel wheels ("": HF
 #   without them). BNB: a bitsandbytes wheel, or a .tar.xz of an installed bitsandbytes (its package folder and
 #   dist-info) when the wheel is too big to carry.
-#   Env: SHAPE (9b), TOKENS (4096), STEPS (2), WARMUP (1), OURS_TIMEOUT (60 s a run), HF_TIMEOUT (300 s),
+#   Env: SHAPE (9b), TOKENS (4096), STEPS (2), WARMUP (1), QUANTS ("none fp8 nf4": ours' runs), OURS_TIMEOUT (60 s a
+#   run), HF_TIMEOUT (300 s),
 #   PARTS ("ours hf"; "ours" or "hf" runs one part), APPEND=1 keeps the rows of an earlier call in $OUT. An HF run
 #   past HF_TIMEOUT prints its Python stacks (SIGUSR1) into hf_qlora.log before it is killed. HF's first step
-#   compiles and autotunes flash-linear-attention's Triton kernels: on a fresh H200 that took more than 165 s.
+#   compiles and autotunes flash-linear-attention's Triton kernels: on a fresh H200 that took more than 165 s (9b
+#   QLoRA + Liger without FLA: 11.5 s). WHEEL_DIR without the FLA wheels runs HF on transformers' torch GDN path.
 set -u
 BIN=${1:?bench_train_step binary}
 WHL=${2:-}
@@ -28,7 +30,7 @@ LOG=$OUTDIR/qlora_compare.jsonl
 [ "${APPEND:-0}" = 1 ] || : > "$LOG"
 
 if [[ " $PARTS " == *" ours "* ]]; then
-  for q in none fp8 nf4; do
+  for q in ${QUANTS:-none fp8 nf4}; do
     t0=$SECONDS
     for graph in 1 0; do  # op by op only where the recorded step failed
       timeout "${OURS_TIMEOUT:-60}" "$BIN" --shape "$SHAPE" --tokens "$TOKENS" --steps "$STEPS" --warmup "$WARMUP" \
