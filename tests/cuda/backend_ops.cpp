@@ -932,13 +932,18 @@ void case_token_exchange(Env& e) {
   if (!ex) GTEST_SKIP() << "this build has no NCCL";
   EXPECT_EQ(ex->world(), 1);
   EXPECT_EQ(ex->rank(), 0);
-  const std::vector<std::vector<int64_t>> counts = ex->all_gather_counts({7, 0, 3});
-  EXPECT_EQ(counts, (std::vector<std::vector<int64_t>>{{7, 0, 3}}));
+  const Tensor offsets = e.gpu->upload_i32({0, 7, 7, 10});
+  ex->gather_offsets_start(offsets.data, 4);
+  EXPECT_EQ(ex->gather_offsets_wait(), (std::vector<std::vector<int32_t>>{{0, 7, 7, 10}}));
   Pair send = e.in({37, 5}, BF, -3.f, 3.f);
   Pair recv = e.out({37, 5}, BF);
   const int64_t bytes = 37 * 5 * 2;
+  ex->pace();
   ex->all_to_all(send.g.data, {bytes}, recv.g.data, {bytes});
+  ex->join();
   EXPECT_EQ(e.down(*e.gpu, recv.g), e.down(*e.gpu, send.g)) << "a one-rank exchange changed the rows";
+  ex->pace();
+  ex->finish();
 }
 
 // ---- MoE ------------------------------------------------------------------------------------------------

@@ -8,12 +8,17 @@
 #  sharded  the curve's 20 steps on N GPUs with weight_layout: sharded (each GPU keeps 1/N of every decoder layer
 #           and all-gathers it before its forward and backward): the same curve as the replicated N-GPU run (the
 #           gathered weights are the same bytes: 1e-6) and as 1 GPU (1e-3)
+#  epkill   expert parallel (weight_layout: expert_parallel) on a small MoE model (the moe_tied golden with the
+#           demo tokenizer's 1024 ids, as dist_train_test's moe_demo_model; needs python3 with torch + safetensors):
+#           SIGKILL worker 1 after the first checkpoint: seconds until the run ends, its status, the experts in
+#           each checkpoint; then --resume on RESUME_GPUS (default: the same N GPUs, expert parallel again) and the
+#           resumed curve against an uninterrupted expert-parallel run on the same GPUs
 #  nodes    "two nodes": two groups of N/2 separately started processes (WORLD_SIZE=N, MASTER_ADDR=127.0.0.1,
 #           one GPU each, LOCAL_RANK counting inside a group), each group with its own NCCL_HOSTID so NCCL's
 #           network transport carries the traffic between them (with N=2 also P2P/SHM off); same curve as 1 GPU
 # GPUS=4 runs all three on 4 GPUs (reference: 1 GPU with accumulation 4); RESUME_GPUS=0,1 resumes the killed
 # run on 2 GPUs instead of 1.
-#   [GPUS=2] [SECTIONS="curve kill nodes sharded"] tests/cuda/dist_check.sh DELTATUNE_BIN DEMO_DIR WORK_DIR     (BACKEND=cpu: a dry run of the script itself)
+#   [GPUS=2] [SECTIONS="curve kill epkill nodes sharded"] tests/cuda/dist_check.sh DELTATUNE_BIN DEMO_DIR WORK_DIR     (BACKEND=cpu: a dry run of the script itself)
 set -u
 BIN=${1:?deltatune}; DEMO=${2:?resources/demo}; W=${3:?work dir}
 export NCCL_NVLS_ENABLE=0
@@ -22,7 +27,7 @@ LIST=$(seq -s, 0 $((N - 1)))
 mkdir -p "$W"
 run_yaml() {  # name accumulation steps save_steps
   cat > "$W/$1.yaml" <<EOF
-base_model: $DEMO/model
+base_model: ${BASE:-$DEMO/model}
 datasets:
   - path: $DEMO/data/demo_chat.jsonl
     type: chat
@@ -38,7 +43,7 @@ learning_rate: 0.003
 warmup_steps: 2
 lora_r: 8
 lora_alpha: 16
-lora_dropout: 0.1
+lora_dropout: ${DROPOUT:-0.1}
 backend: ${BACKEND:-cuda}
 output_dir: $W/$1.out
 dataset_prepared_path: $W/cache
@@ -76,7 +81,7 @@ status_of() { python3 -c "
 import sqlite3,sys; c=sqlite3.connect('$1'); r=c.execute('select id,status,steps,device from runs order by created_at desc limit 1').fetchone(); print(*r, sep='|')
 for (m,) in c.execute('select message from events where run_id=? and level=\"error\"', (r[0],)): print('  event:', m)"; }
 
-want() { [[ " ${SECTIONS:-curve kill nodes sharded} " == *" $1 "* ]]; }
+want() { [[ " ${SECTIONS:-curve kill epkill nodes sharded} " == *" $1 "* ]]; }
 
 if want curve; then
 echo "== curve"
@@ -120,6 +125,62 @@ compare "$W/killrefn.db" "$W/kill.db" "$N GPUs killed vs $N GPUs uninterrupted (
 DRIFT=$(compare "$W/killref.db" "$W/killrefn.db" "$N GPUs uninterrupted vs 1 GPU (all steps, drift: a measurement)" 1000000 1 | tee /dev/stderr | sed -n 's/.*max_rel=//p')
 TOL=$(python3 -c "print(max(1e-3, 2 * $DRIFT))")
 compare "$W/killref.db" "$W/kill.db" "$N GPUs killed, resumed on GPUs $RG vs 1 GPU (all steps)" 1000000 "$TOL"
+fi
+
+if want epkill; then
+echo "== expert parallel kill"
+M="$W/moe_model"
+python3 - "$(dirname "$0")/../goldens/models/moe_tied" "$DEMO/model" "$M" <<'PY' || echo "could not build the MoE model"
+import json, os, shutil, sys, torch
+from safetensors.torch import load_file, save_file
+src, demo, out = sys.argv[1:4]
+os.makedirs(out, exist_ok=True)
+t = load_file(f"{src}/model.safetensors")
+e = t["model.embed_tokens.weight"].float()
+g = torch.Generator().manual_seed(0)
+grown = (torch.rand(1024, e.shape[1], generator=g) - 0.5) * 0.04
+grown[: e.shape[0]] = e
+t["model.embed_tokens.weight"] = grown.contiguous()
+save_file(t, f"{out}/model.safetensors")
+cfg = json.load(open(f"{src}/config.json"))
+cfg["vocab_size"] = 1024
+json.dump(cfg, open(f"{out}/config.json", "w"), indent=2)
+for n in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+    shutil.copy(f"{demo}/{n}", f"{out}/{n}")
+PY
+EPX="weight_layout: expert_parallel
+lora_target_groups: [attn, linear_attn, shared_expert, experts]"
+BASE=$M DROPOUT=0 EXTRA="$EPX" run_yaml epkill 1 ${EP_STEPS:-120} ${EP_SAVE:-40}
+BASE=$M DROPOUT=0 EXTRA="$EPX" run_yaml epref 1 ${EP_STEPS:-120} 0
+"$BIN" train "$W/epkill.yaml" --db "$W/epkill.db" --gpus $LIST > "$W/epkill.log" 2>&1 &
+L=$!
+for i in $(seq 1 6000); do [ -d "$W/epkill.out/checkpoint-${EP_SAVE:-40}" ] && break; sleep 0.01; done
+V=""
+for d in /proc/[0-9]*; do
+  [ "$(awk '{print $4}' $d/stat 2>/dev/null)" = "$L" ] && tr '\0' '\n' < $d/environ | grep -qx "RANK=1" && V=${d#/proc/}
+done
+T0=$(date +%s.%N); kill -9 "$V"; wait $L; RC=$?; T1=$(date +%s.%N)
+echo "expert parallel: killed worker 1 (pid $V) after $(ls "$W/epkill.out" | grep checkpoint | tr '\n' ' '); launcher exit $RC after $(python3 -c "print(f'{$T1-$T0:.2f}')") s"
+grep -E "weight_layout|launcher|crashed|error" "$W/epkill.log" | head -6
+status_of "$W/epkill.db"
+python3 - "$W/epkill.out" <<'PY'
+import glob, json, sys
+from safetensors import safe_open
+for d in sorted(glob.glob(sys.argv[1] + "/checkpoint-*")):
+    f = glob.glob(d + "/**/adapter_model.safetensors", recursive=True)
+    if not f:
+        print(d, "no adapter"); continue
+    with safe_open(f[0], "pt") as s:
+        k = [n for n in s.keys() if "experts.down_proj.lora_A" in n]
+        print(d.split("/")[-1], "expert LoRA A shape", tuple(s.get_tensor(k[0]).shape) if k else None)
+PY
+ID=$(python3 -c "import sqlite3; print(sqlite3.connect('$W/epkill.db').execute('select id from runs').fetchone()[0])")
+RG=${RESUME_GPUS:-$LIST}
+"$BIN" train --resume "$ID" --db "$W/epkill.db" --gpus $RG > "$W/epresume.log" 2>&1; echo "expert parallel: resume on GPUs $RG exit $?"
+grep -E "resuming|weight_layout" "$W/epresume.log" | head -3
+status_of "$W/epkill.db"
+"$BIN" train "$W/epref.yaml" --db "$W/epref.db" --gpus $LIST > "$W/epref.log" 2>&1; echo "expert parallel uninterrupted exit $?"
+compare "$W/epref.db" "$W/epkill.db" "expert parallel killed + resumed on GPUs $RG vs uninterrupted on $LIST (all steps)" 1000000 1e-3
 fi
 
 if want nodes; then

@@ -16,12 +16,17 @@ class HostTokenExchange final : public TokenExchange {
   int rank() const override { return rv_.rank(); }
   int world() const override { return rv_.world(); }
 
-  std::vector<std::vector<int64_t>> all_gather_counts(const std::vector<int64_t>& mine) override {
-    const auto all = rv_.all_gather(std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * 8));
-    std::vector<std::vector<int64_t>> out;
+  // CPU workers: the offsets are host memory, read when the gather starts.
+  void gather_offsets_start(const void* offsets, int64_t n) override {
+    mine_.assign(static_cast<const int32_t*>(offsets), static_cast<const int32_t*>(offsets) + n);
+  }
+
+  std::vector<std::vector<int32_t>> gather_offsets_wait() override {
+    const auto all = rv_.all_gather(std::string(reinterpret_cast<const char*>(mine_.data()), mine_.size() * 4));
+    std::vector<std::vector<int32_t>> out;
     for (const std::string& b : all) {
-      check(b.size() == mine.size() * 8, "internal: host token exchange: counts of another length");
-      out.emplace_back(mine.size());
+      check(b.size() == mine_.size() * 4, "internal: host token exchange: offsets of another length");
+      out.emplace_back(mine_.size());
       std::memcpy(out.back().data(), b.data(), b.size());
     }
     return out;
@@ -52,6 +57,7 @@ class HostTokenExchange final : public TokenExchange {
 
  private:
   Rendezvous& rv_;
+  std::vector<int32_t> mine_;
 };
 
 }  // namespace
@@ -66,11 +72,15 @@ class InProcessExchangeGroup::Rank final : public TokenExchange {
   int rank() const override { return r_; }
   int world() const override { return static_cast<int>(g_.posted_.size()); }
 
-  std::vector<std::vector<int64_t>> all_gather_counts(const std::vector<int64_t>& mine) override {
-    g_.posted_[static_cast<size_t>(r_)].counts = mine;
+  void gather_offsets_start(const void* offsets, int64_t n) override {
+    g_.posted_[static_cast<size_t>(r_)].offsets.assign(static_cast<const int32_t*>(offsets),
+                                                       static_cast<const int32_t*>(offsets) + n);
+  }
+
+  std::vector<std::vector<int32_t>> gather_offsets_wait() override {
     g_.barrier_.arrive_and_wait();
-    std::vector<std::vector<int64_t>> all;
-    for (const Posted& p : g_.posted_) all.push_back(p.counts);
+    std::vector<std::vector<int32_t>> all;
+    for (const Posted& p : g_.posted_) all.push_back(p.offsets);
     g_.barrier_.arrive_and_wait();
     return all;
   }

@@ -26,7 +26,7 @@ class InProcessExchangeGroup {
   struct Posted {
     const void* send = nullptr;
     std::vector<int64_t> send_bytes;
-    std::vector<int64_t> counts;
+    std::vector<int32_t> offsets;
   };
   std::vector<Posted> posted_;
   std::barrier<> barrier_;

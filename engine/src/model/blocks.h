@@ -135,12 +135,18 @@ Tensor expert_weights(Backend& be, const BaseMatrix& w, int64_t E, int64_t out, 
 
 // Expert parallel: where this rank's rows went and what its experts received (model/expert_parallel.h).
 struct ExpertParallelCache {
+  bool planned = false;                       // the fields below up to local_off hold this layer's plan
   std::vector<int64_t> send_rows, recv_rows;  // per peer rank: dispatch rows sent there / received from it
   Tensor to_local, to_source;                 // I32 maps received (source-major) <-> expert-major rows
   Tensor local_off;                           // I32 [E/N + 1]: the local experts' row ranges (expert-major)
+  Tensor recv;                                // rows in flight to this rank (source-major), until received
   Tensor xl;                                  // received rows, expert-major [R, H]
 };
 struct MoeCache {
+  // routed: idx, w, the dispatch and (expert parallel) the exchange plan are already here (kept from the first
+  // forward for a checkpointed layer's recompute: moe_routing_kept): the forward neither routes again nor
+  // waits for the exchange sizes.
+  bool routed = false;
   Tensor logits, idx, w;
   // Dispatch (backend.h moe_dispatch): M = T·K rows sorted by (expert, slot).
   Tensor offsets, row_token, row_slot, slot_row;
@@ -153,6 +159,9 @@ struct MoeCache {
 };
 Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
                      MoeCache& cache);
+// What a checkpointed expert-parallel layer keeps from its first forward for the recompute (router choice,
+// dispatch, exchange plan: ~(3·T·K + R) int32): the recompute then needs no host wait and routes identically.
+MoeCache moe_routing_kept(const MoeCache& first);
 void moe_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& dout,
                    const MoeCache& cache, Tensor& dx);
 

@@ -12,20 +12,64 @@ std::vector<int64_t> times(std::vector<int64_t> rows, int64_t bytes_per_row) {
   return rows;
 }
 
-// rows [n, H]: send_rows[d] consecutive rows to each rank d; returns the rows received, recv_rows[s] from each
-// rank s, sources in rank order.
-Tensor exchange_rows(Backend& be, TokenExchange& ex, const Tensor& rows, const std::vector<int64_t>& send_rows,
-                     const std::vector<int64_t>& recv_rows) {
+int64_t sum(const std::vector<int64_t>& v) {
   int64_t n = 0;
-  for (int64_t r : recv_rows) n += r;
-  const int64_t H = rows.dim(1);
-  Tensor out = be.alloc({n, H}, rows.dtype);
-  const int64_t row = H * static_cast<int64_t>(dtype_size(rows.dtype));
-  ex.all_to_all(rows.data, times(send_rows, row), out.data, times(recv_rows, row));
-  return out;
+  for (int64_t x : v) n += x;
+  return n;
+}
+
+// rows [n, H]: send_rows[d] consecutive rows to each rank d into out (recv_rows[s] rows from each rank s,
+// sources in rank order). In flight until the exchange's next join().
+void send_rows(TokenExchange& ex, const Tensor& rows, const std::vector<int64_t>& send, const Tensor& out,
+               const std::vector<int64_t>& recv) {
+  const int64_t row = rows.dim(1) * static_cast<int64_t>(dtype_size(rows.dtype));
+  ex.all_to_all(rows.data, times(send, row), out.data, times(recv, row));
+}
+
+void plan(const BlockContext& c, MoeCache& k) {
+  Backend& be = c.be;
+  TokenExchange& ex = *c.ep;
+  const int64_t E = c.cfg.num_experts;
+  const std::vector<std::vector<int32_t>> offsets = ex.gather_offsets_wait();
+  std::vector<std::vector<int64_t>> counts;
+  for (const auto& off : offsets) {
+    check(static_cast<int64_t>(off.size()) == E + 1, "internal: expert parallel: offsets of another length");
+    counts.emplace_back(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) counts.back()[static_cast<size_t>(e)] = off[static_cast<size_t>(e + 1)] - off[static_cast<size_t>(e)];
+  }
+  const ExpertExchangePlan p = plan_expert_exchange(counts, ex.rank());
+  ExpertParallelCache& q = k.ep;
+  q.send_rows = p.send_rows;
+  q.recv_rows = p.recv_rows;
+  // Source-major -> expert-major for the grouped GEMMs, and back afterwards.
+  std::vector<int32_t> back(p.expert_major.size());
+  for (size_t j = 0; j < p.expert_major.size(); ++j) back[static_cast<size_t>(p.expert_major[j])] = static_cast<int32_t>(j);
+  q.local_off = be.upload_i32(p.local_offsets);
+  if (!p.expert_major.empty()) {
+    q.to_local = be.upload_i32(p.expert_major);
+    q.to_source = be.upload_i32(back);
+  }
+  q.planned = true;
 }
 
 }  // namespace
+
+void expert_parallel_route(const BlockContext& c, MoeCache& k) {
+  check(c.cfg.num_experts % c.ep->world() == 0, "expert parallel: " + std::to_string(c.cfg.num_experts) +
+                                                    " experts do not divide over " + std::to_string(c.ep->world()) +
+                                                    " GPUs");
+  if (!k.ep.planned) c.ep->gather_offsets_start(k.offsets.data, c.cfg.num_experts + 1);
+}
+
+void expert_parallel_send(const BlockContext& c, MoeCache& k) {
+  ExpertParallelCache& q = k.ep;
+  if (q.planned)
+    c.ep->pace();
+  else
+    plan(c, k);
+  q.recv = c.be.alloc({sum(q.recv_rows), c.cfg.hidden_size}, c.be.compute_dtype());
+  send_rows(*c.ep, k.xe, q.send_rows, q.recv, q.recv_rows);
+}
 
 Tensor expert_parallel_rows_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, MoeCache& k) {
   Backend& be = c.be;
@@ -34,31 +78,17 @@ Tensor expert_parallel_rows_fwd(const BlockContext& c, const DeviceLayerWeights&
   const int64_t H = cfg.hidden_size, E = cfg.num_experts, Ie = cfg.moe_intermediate;
   const int64_t El = E / ex.world();
   const DType dt = be.compute_dtype();
-  check(E % ex.world() == 0, "expert parallel: " + std::to_string(E) + " experts do not divide over " +
-                                 std::to_string(ex.world()) + " GPUs");
-  // The one host sync of the layer: the sizes of the exchange.
-  const Tensor off = be.download(k.offsets, DType::I32);
-  std::vector<int64_t> mine(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) mine[static_cast<size_t>(e)] = off.ptr<int32_t>()[e + 1] - off.ptr<int32_t>()[e];
-  const ExpertExchangePlan p = plan_expert_exchange(ex.all_gather_counts(mine), ex.rank());
   ExpertParallelCache& q = k.ep;
-  q.send_rows = p.send_rows;
-  q.recv_rows = p.recv_rows;
-  const int64_t R = static_cast<int64_t>(p.expert_major.size());
-  Tensor recv = exchange_rows(be, ex, k.xe, q.send_rows, q.recv_rows);
-  k.xe = Tensor{};  // the received rows are what the backward reads
-  // Source-major -> expert-major for the grouped GEMMs, and back afterwards.
-  std::vector<int32_t> back(p.expert_major.size());
-  for (size_t j = 0; j < p.expert_major.size(); ++j) back[static_cast<size_t>(p.expert_major[j])] = static_cast<int32_t>(j);
-  q.local_off = be.upload_i32(p.local_offsets);
+  ex.join();
+  k.xe = Tensor{};  // sent (the received rows are what the backward reads)
+  Tensor recv = std::move(q.recv);
+  const int64_t R = recv.rows();
   q.xl = be.alloc({R, H}, dt);
   k.g = be.alloc({R, Ie}, dt);
   k.u = be.alloc({R, Ie}, dt);
   k.h = be.alloc({R, Ie}, dt);
-  Tensor yl = be.alloc({R, H}, dt);
   if (R) {
-    q.to_local = be.upload_i32(p.expert_major);
-    q.to_source = be.upload_i32(back);
+    Tensor yl = be.alloc({R, H}, dt);
     be.gather_rows(recv, q.to_local, q.xl);
     Tensor gu = be.alloc({R, 2 * Ie}, dt);
     grouped_linear_fwd(be, q.xl, expert_weights(be, w.experts_gate_up, El, 2 * Ie, H), l.ex_gate_up, c.rt,
@@ -70,11 +100,23 @@ Tensor expert_parallel_rows_fwd(const BlockContext& c, const DeviceLayerWeights&
                        q.local_off, yl, k.ld);
     be.gather_rows(yl, q.to_source, recv);  // back to source-major, in the receive buffer
   }
-  return exchange_rows(be, ex, recv, q.recv_rows, q.send_rows);
+  Tensor ye = be.alloc({sum(q.send_rows), H}, dt);
+  send_rows(ex, recv, q.recv_rows, ye, q.send_rows);
+  ex.join();
+  return ye;
+}
+
+ExpertParallelGradFlight expert_parallel_send_grad(const BlockContext& c, const Tensor& dye, const MoeCache& k) {
+  const ExpertParallelCache& q = k.ep;
+  check(q.planned, "internal: expert parallel backward of a layer without a forward");
+  c.ep->pace();
+  ExpertParallelGradFlight f{dye, c.be.alloc({sum(q.recv_rows), c.cfg.hidden_size}, c.be.compute_dtype())};
+  send_rows(*c.ep, f.dye, q.send_rows, f.recv, q.recv_rows);
+  return f;
 }
 
 Tensor expert_parallel_rows_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
-                                const Tensor& dye, const MoeCache& k) {
+                                ExpertParallelGradFlight f, const MoeCache& k) {
   Backend& be = c.be;
   TokenExchange& ex = *c.ep;
   const auto& cfg = c.cfg;
@@ -82,7 +124,9 @@ Tensor expert_parallel_rows_bwd(const BlockContext& c, const DeviceLayerWeights&
   const int64_t El = E / ex.world();
   const DType dt = be.compute_dtype();
   const ExpertParallelCache& q = k.ep;
-  Tensor recv = exchange_rows(be, ex, dye, q.send_rows, q.recv_rows);
+  ex.join();
+  f.dye = Tensor{};
+  Tensor recv = std::move(f.recv);
   const int64_t R = recv.rows();
   if (R) {
     Tensor dyl = be.alloc({R, H}, dt);
@@ -103,7 +147,10 @@ Tensor expert_parallel_rows_bwd(const BlockContext& c, const DeviceLayerWeights&
                        c.salt(16), q.local_off, q.xl, k.lgu, dxl);
     be.gather_rows(dxl, q.to_source, recv);
   }
-  return exchange_rows(be, ex, recv, q.recv_rows, q.send_rows);
+  Tensor dxe = be.alloc({sum(q.send_rows), H}, dt);
+  send_rows(ex, recv, q.recv_rows, dxe, q.send_rows);
+  ex.join();
+  return dxe;
 }
 
 }  // namespace deltatune

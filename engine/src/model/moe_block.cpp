@@ -68,6 +68,43 @@ void grouped_linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModu
   be.add(dx, masked, 1.f);
 }
 
+MoeCache moe_routing_kept(const MoeCache& first) {
+  MoeCache k;
+  k.routed = true;
+  k.idx = first.idx;
+  k.w = first.w;
+  k.offsets = first.offsets;
+  k.row_token = first.row_token;
+  k.row_slot = first.row_slot;
+  k.slot_row = first.slot_row;
+  k.ep.planned = first.ep.planned;
+  k.ep.send_rows = first.ep.send_rows;
+  k.ep.recv_rows = first.ep.recv_rows;
+  k.ep.to_local = first.ep.to_local;
+  k.ep.to_source = first.ep.to_source;
+  k.ep.local_off = first.ep.local_off;
+  return k;
+}
+
+namespace {
+
+// σ(x·w_sgᵀ)·mlp(x) [T, H] (fills the shared expert's part of k).
+Tensor shared_expert_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
+                         MoeCache& k) {
+  Backend& be = c.be;
+  const int64_t T = x.rows(), H = c.cfg.hidden_size;
+  k.shared_out = mlp_fwd(c, w.sh_gate, w.sh_up, w.sh_down, l.sh_gate, l.sh_up, l.sh_down, 10, x, k.shared);
+  k.sg_logit = be.alloc({T, 1}, be.compute_dtype());
+  be.gemm(x, false, w.sh_gate_w, true, k.sg_logit, 1.f, 0.f);
+  k.sg = be.alloc({T}, DType::F32);
+  be.sigmoid(k.sg_logit.view({T}), k.sg);
+  Tensor scaled = be.alloc({T, H}, be.compute_dtype());
+  be.scale_rows(k.shared_out, k.sg, scaled);
+  return scaled;
+}
+
+}  // namespace
+
 Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
                      MoeCache& k) {
   Backend& be = c.be;
@@ -76,23 +113,30 @@ Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   const int64_t M = T * K;
   const DType dt = be.compute_dtype();
 
-  // Router logits in fp32: the top-k choice is the one place where bf16 rounding flips a discrete decision
-  // (HF's bf16 path flips 2.6% of token-layer expert sets of the moe_tied golden vs fp32).
-  k.logits = be.alloc({T, E}, DType::F32);
-  be.gemm(x, false, w.router, true, k.logits, 1.f, 0.f);
-  k.idx = be.alloc({T, K}, DType::I32);
-  k.w = be.alloc({T, K}, DType::F32);
-  be.moe_router_fwd(k.logits, static_cast<int>(K), k.idx, k.w);
+  if (!k.routed) {
+    // Router logits in fp32: the top-k choice is the one place where bf16 rounding flips a discrete decision
+    // (HF's bf16 path flips 2.6% of token-layer expert sets of the moe_tied golden vs fp32).
+    k.logits = be.alloc({T, E}, DType::F32);
+    be.gemm(x, false, w.router, true, k.logits, 1.f, 0.f);
+    k.idx = be.alloc({T, K}, DType::I32);
+    k.w = be.alloc({T, K}, DType::F32);
+    be.moe_router_fwd(k.logits, static_cast<int>(K), k.idx, k.w);
 
-  k.offsets = be.alloc({E + 1}, DType::I32);
-  k.row_token = be.alloc({M}, DType::I32);
-  k.row_slot = be.alloc({M}, DType::I32);
-  k.slot_row = be.alloc({M}, DType::I32);
-  be.moe_dispatch(k.idx, static_cast<int>(E), k.offsets, k.row_token, k.row_slot, k.slot_row, c.moe_load);
+    k.offsets = be.alloc({E + 1}, DType::I32);
+    k.row_token = be.alloc({M}, DType::I32);
+    k.row_slot = be.alloc({M}, DType::I32);
+    k.slot_row = be.alloc({M}, DType::I32);
+    be.moe_dispatch(k.idx, static_cast<int>(E), k.offsets, k.row_token, k.row_slot, k.slot_row, c.moe_load);
+  }
 
   k.xe = be.alloc({M, H}, dt);
   be.gather_rows(x, k.row_token, k.xe);
+  Tensor shared;  // expert parallel: computed while the exchange is in flight, added at the end as without
   if (c.ep) {
+    expert_parallel_route(c, k);  // first forward: the offsets gather runs beside the shared expert
+    if (k.ep.planned) expert_parallel_send(c, k);  // recompute: the rows travel beside the shared expert
+    if (cfg.has_shared_expert()) shared = shared_expert_fwd(c, w, l, x, k);
+    if (!k.ep.planned) expert_parallel_send(c, k);
     k.ye = expert_parallel_rows_fwd(c, w, l, k);
   } else {
     {
@@ -113,17 +157,44 @@ Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   Tensor out = be.alloc({T, H}, dt);
   be.moe_combine(k.ye, k.slot_row, k.w, out);
   if (!cfg.has_shared_expert()) return out;  // zero-width shared expert: σ(s)·0
-
-  k.shared_out = mlp_fwd(c, w.sh_gate, w.sh_up, w.sh_down, l.sh_gate, l.sh_up, l.sh_down, 10, x, k.shared);
-  k.sg_logit = be.alloc({T, 1}, dt);
-  be.gemm(x, false, w.sh_gate_w, true, k.sg_logit, 1.f, 0.f);
-  k.sg = be.alloc({T}, DType::F32);
-  be.sigmoid(k.sg_logit.view({T}), k.sg);
-  Tensor scaled = be.alloc({T, H}, dt);
-  be.scale_rows(k.shared_out, k.sg, scaled);
-  be.add(out, scaled, 1.f);
+  if (!shared.defined()) shared = shared_expert_fwd(c, w, l, x, k);
+  be.add(out, shared, 1.f);
   return out;
 }
+
+namespace {
+
+// dx (+= when accumulate, else =) the router's part: dlogits from dw [T·K] (gradient of the top-k weights).
+void router_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Tensor& dw, const MoeCache& k, Tensor& dx,
+                bool accumulate) {
+  Backend& be = c.be;
+  const int64_t T = k.idx.dim(0), K = k.idx.dim(1);
+  Tensor dlogits = be.alloc({T, c.cfg.num_experts}, DType::F32);
+  be.moe_router_bwd(dw.view({T, K}), k.idx, k.w, dlogits);
+  be.gemm(dlogits, false, w.router, false, dx, 1.f, accumulate ? 1.f : 0.f);
+}
+
+// dx (+=) the shared expert's part: out = σ(s)·mlp(x), s = x·w_sgᵀ.
+void shared_expert_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& dout,
+                       const MoeCache& k, Tensor& dx) {
+  if (!c.cfg.has_shared_expert()) return;
+  Backend& be = c.be;
+  const int64_t T = dout.rows(), H = c.cfg.hidden_size;
+  const DType dt = be.compute_dtype();
+  Tensor dshared = be.alloc({T, H}, dt);
+  be.scale_rows(dout, k.sg, dshared);
+  mlp_bwd(c, w.sh_gate, w.sh_up, w.sh_down, l.sh_gate, l.sh_up, l.sh_down, 10, dshared, k.shared, dx, true);
+  Tensor dsig = be.alloc({T}, DType::F32);
+  be.row_dot(dout, k.shared_out, dsig);
+  Tensor ones = be.alloc({T}, DType::F32);
+  be.fill(ones, 1.f);
+  Tensor unused = be.alloc({T}, DType::F32), dsg = be.alloc({T, 1}, dt);
+  Tensor dsg1 = dsg.view({T});
+  be.sigmoid_mul_bwd(dsig, ones, k.sg_logit.view({T}), unused, dsg1);
+  be.gemm(dsg, false, w.sh_gate_w, false, dx, 1.f, 1.f);
+}
+
+}  // namespace
 
 void moe_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& dout,
                    const MoeCache& k, Tensor& dx) {
@@ -147,40 +218,31 @@ void moe_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
   be.scale_rows(dout_rows, we.view({M}), dye);
   dout_rows = Tensor{};
 
-  Tensor dxe;
   if (c.ep) {
-    dxe = expert_parallel_rows_bwd(c, w, l, dye, k);
-  } else {
-    Tensor dh = be.alloc({M, Ie}, dt);
-    grouped_linear_bwd(be, dye, expert_weights(be, w.experts_down, E, H, Ie), l.ex_down, c.rt, c.salt(48),
-                       k.offsets, k.h, k.ld, dh);
-    Tensor dg = be.alloc({M, Ie}, dt), du = be.alloc({M, Ie}, dt);
-    be.swiglu_bwd(dh, k.g, k.u, dg, du);
-    Tensor dgu = be.alloc({M, 2 * Ie}, dt);
-    be.copy_cols(dgu, 0, dg, 0, Ie);
-    be.copy_cols(dgu, Ie, du, 0, Ie);
-    dxe = be.alloc({M, H}, dt);
-    grouped_linear_bwd(be, dgu, expert_weights(be, w.experts_gate_up, E, 2 * Ie, H), l.ex_gate_up, c.rt,
-                       c.salt(16), k.offsets, k.xe, k.lgu, dxe);
+    // dx gets its three parts in the order of the one-GPU path below (the same fp32 roundings): the router and
+    // shared expert gradients do not run beside the exchange.
+    ExpertParallelGradFlight flight = expert_parallel_send_grad(c, dye, k);
+    dye = Tensor{};
+    const Tensor dxe = expert_parallel_rows_bwd(c, w, l, std::move(flight), k);
+    be.moe_combine(dxe, k.slot_row, Tensor{}, dx);
+    router_bwd(c, w, dw, k, dx, true);
+    shared_expert_bwd(c, w, l, dout, k, dx);
+    return;
   }
+  Tensor dh = be.alloc({M, Ie}, dt);
+  grouped_linear_bwd(be, dye, expert_weights(be, w.experts_down, E, H, Ie), l.ex_down, c.rt, c.salt(48),
+                     k.offsets, k.h, k.ld, dh);
+  Tensor dg = be.alloc({M, Ie}, dt), du = be.alloc({M, Ie}, dt);
+  be.swiglu_bwd(dh, k.g, k.u, dg, du);
+  Tensor dgu = be.alloc({M, 2 * Ie}, dt);
+  be.copy_cols(dgu, 0, dg, 0, Ie);
+  be.copy_cols(dgu, Ie, du, 0, Ie);
+  Tensor dxe = be.alloc({M, H}, dt);
+  grouped_linear_bwd(be, dgu, expert_weights(be, w.experts_gate_up, E, 2 * Ie, H), l.ex_gate_up, c.rt,
+                     c.salt(16), k.offsets, k.xe, k.lgu, dxe);
   be.moe_combine(dxe, k.slot_row, Tensor{}, dx);
-  Tensor dlogits = be.alloc({T, E}, DType::F32);
-  be.moe_router_bwd(dw.view({T, K}), k.idx, k.w, dlogits);
-  be.gemm(dlogits, false, w.router, false, dx, 1.f, 1.f);
-
-  // shared expert: out = σ(s)·mlp(x), s = x·w_sgᵀ
-  if (!cfg.has_shared_expert()) return;
-  Tensor dshared = be.alloc({T, H}, dt);
-  be.scale_rows(dout, k.sg, dshared);
-  mlp_bwd(c, w.sh_gate, w.sh_up, w.sh_down, l.sh_gate, l.sh_up, l.sh_down, 10, dshared, k.shared, dx, true);
-  Tensor dsig = be.alloc({T}, DType::F32);
-  be.row_dot(dout, k.shared_out, dsig);
-  Tensor ones = be.alloc({T}, DType::F32);
-  be.fill(ones, 1.f);
-  Tensor unused = be.alloc({T}, DType::F32), dsg = be.alloc({T, 1}, dt);
-  Tensor dsg1 = dsg.view({T});
-  be.sigmoid_mul_bwd(dsig, ones, k.sg_logit.view({T}), unused, dsg1);
-  be.gemm(dsg, false, w.sh_gate_w, false, dx, 1.f, 1.f);
+  router_bwd(c, w, dw, k, dx, true);
+  shared_expert_bwd(c, w, l, dout, k, dx);
 }
 
 }  // namespace deltatune

@@ -173,6 +173,7 @@ Tensor Qwen35Model::forward_cached(const Tensor& ids, const SeqLayout& seq, Infe
     be_.add(x, mlp, 1.f);
     layer_done(i);
   }
+  if (ep_) ep_->finish();
   Tensor last = x;
   if (rows) {
     last = be_.alloc({rows->numel(), H}, dt);

@@ -279,7 +279,11 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const S
     ctx.activations_kept = acts && !ckpt;
     Tensor next = layer_fwd(ctx, layer_weights(i, i + 1), l, x, c);
     if (!acts || i + 1 < L) layer_done(i);  // the last layer's backward comes next: it stays gathered
-    if (acts && ckpt) acts->layers[i].x_in = x;
+    if (acts && ckpt) {
+      acts->layers[i].x_in = x;
+      // Expert parallel: the recompute reuses this routing and exchange plan (no host wait, same rows).
+      if (ep_ && cfg_.is_moe()) acts->layers[i].moe = moe_routing_kept(c.moe);
+    }
     x = next;
   }
   Tensor h = be_.alloc({T, H}, dt);
@@ -311,6 +315,8 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
   if (cfg_.is_moe()) out.moe_load = be_.zeros({static_cast<int64_t>(layer_count()), cfg_.num_experts}, DType::F32);
   Tensor h = hidden_states(batch, ids, seq, lora, opts, opts.backward ? &acts : nullptr,
                            out.moe_load.defined() ? &out.moe_load : nullptr);
+  // Expert parallel: the exchanges done (polling for faults) before the host waits for the loss.
+  if (ep_) ep_->finish();
 
   out.targets = batch.num_targets;
   Tensor dh;
@@ -341,7 +347,9 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
         layer_weights(static_cast<size_t>(i), i > 0 ? std::optional<size_t>(i - 1) : std::nullopt);
     if (opts.checkpointed(i)) {
       const Tensor x_in = c.x_in;
+      MoeCache routing = std::move(c.moe);  // routed: kept by the first forward (expert parallel)
       c = LayerCache{};
+      if (routing.routed) c.moe = std::move(routing);
       BlockContext recompute = ctx;
       recompute.keep_for_backward = true;
       layer_fwd(recompute, w, l, x_in, c);
@@ -351,6 +359,7 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
     c = LayerCache{};  // free this layer's activations
     if (opts.on_layer_backward) opts.on_layer_backward(i);
   }
+  if (ep_) ep_->finish();
   // dx is now the gradient w.r.t. the input embeddings: its image-token rows go back through the tower.
   if (acts.vision_kept) vision_->backward(image_embeds_grad(be_, acts.image_rows, dx), *lora, opts.lora, acts.vision);
 }
@@ -360,6 +369,7 @@ Tensor Qwen35Model::logits(const Batch& batch, LoraAdapter* lora) {
   StepOptions opts;
   const LoraComputeCopies lora_copies(be_, lora);
   Tensor h = hidden_states(batch, be_.upload_i32(batch.input_ids), seq, lora, opts, nullptr);
+  if (ep_) ep_->finish();
   Tensor logits = be_.alloc({h.rows(), cfg_.vocab_size}, be_.compute_dtype());
   be_.gemm(h, false, lm_head_, true, logits, 1.f, 0.f);
   return be_.download(logits, DType::F32);

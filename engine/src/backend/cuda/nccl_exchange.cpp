@@ -1,7 +1,9 @@
-// The CUDA backend's token exchange for expert parallel (backend/token_exchange.h): the counts travel by an NCCL
-// all-gather of a small device buffer, the rows by ncclSend / ncclRecv to every peer in one group (a copy for
-// the rank's own rows), on a communicator and stream of their own, ordered after the compute stream by an event;
-// the host waits for the exchange polling for faults (nccl_comm.h) and the compute stream is ordered after it.
+// The CUDA backend's token exchange for expert parallel (backend/token_exchange.h): the routing offsets travel
+// by an NCCL all-gather into a device buffer and one copy to pinned host memory (the one host wait of a layer),
+// the rows by ncclSend / ncclRecv to every peer in one group (a copy for the rank's own rows), on a communicator
+// and stream of their own, ordered after the compute stream by an event. Nothing else waits on the host: the
+// compute stream waits for the exchange stream at join(), and pace() / finish() poll for faults (nccl_comm.h)
+// while the host waits for older exchanges.
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -24,13 +26,17 @@ class NcclTokenExchange final : public TokenExchange {
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate (NCCL exchange)");
     cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate (NCCL exchange)");
     cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate (NCCL exchange)");
+    cuda_check(cudaEventCreateWithFlags(&paced_, cudaEventDisableTiming), "cudaEventCreate (NCCL exchange)");
+    cuda_check(cudaEventCreateWithFlags(&gathered_, cudaEventDisableTiming), "cudaEventCreate (NCCL exchange)");
   }
 
   ~NcclTokenExchange() override {
     cudaSetDevice(device_);
     comm_.abort();
-    if (ready_) cudaEventDestroy(ready_);
-    if (done_) cudaEventDestroy(done_);
+    for (cudaEvent_t e : {ready_, done_, paced_, gathered_})
+      if (e) cudaEventDestroy(e);
+    if (gather_dev_) cudaFree(gather_dev_);
+    if (gather_host_) cudaFreeHost(gather_host_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -39,23 +45,36 @@ class NcclTokenExchange final : public TokenExchange {
   int rank() const override { return comm_.rank(); }
   int world() const override { return comm_.world(); }
 
-  std::vector<std::vector<int64_t>> all_gather_counts(const std::vector<int64_t>& mine) override {
-    comm_.check_alive("counts all-gather");
-    const size_t n = mine.size(), W = static_cast<size_t>(world());
-    void* d = nullptr;
+  void gather_offsets_start(const void* offsets, int64_t n) override {
+    comm_.check_alive("offsets all-gather");
+    check(gather_n_ == 0, "internal: an offsets gather is already in flight");
+    const size_t W = static_cast<size_t>(world()), bytes = sizeof(int32_t) * static_cast<size_t>(n) * W;
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-    cuda_check(cudaMallocAsync(&d, sizeof(int64_t) * n * (W + 1), stream_), "cudaMallocAsync (NCCL counts)");
-    int64_t* own = static_cast<int64_t*>(d) + n * W;
-    cuda_check(cudaMemcpyAsync(own, mine.data(), sizeof(int64_t) * n, cudaMemcpyHostToDevice, stream_),
-               "cudaMemcpyAsync (NCCL counts)");
-    comm_.call(ncclAllGather(own, d, n, ncclInt64, comm_.get(), stream_), "ncclAllGather (counts)");
-    std::vector<int64_t> flat(n * W);
-    cuda_check(cudaMemcpyAsync(flat.data(), d, sizeof(int64_t) * n * W, cudaMemcpyDeviceToHost, stream_),
-               "cudaMemcpyAsync (NCCL counts)");
-    cuda_check(cudaFreeAsync(d, stream_), "cudaFreeAsync (NCCL counts)");
-    wait_done("the expert counts all-gather");
-    std::vector<std::vector<int64_t>> all;
-    for (size_t r = 0; r < W; ++r) all.emplace_back(flat.begin() + r * n, flat.begin() + (r + 1) * n);
+    if (bytes > gather_cap_) {  // grown once (the expert count is fixed per model)
+      if (gather_dev_) cuda_check(cudaFree(gather_dev_), "cudaFree (NCCL offsets)");
+      if (gather_host_) cuda_check(cudaFreeHost(gather_host_), "cudaFreeHost (NCCL offsets)");
+      gather_dev_ = gather_host_ = nullptr;
+      cuda_check(cudaMalloc(&gather_dev_, bytes), "cudaMalloc (NCCL offsets)");
+      cuda_check(cudaMallocHost(&gather_host_, bytes), "cudaMallocHost (NCCL offsets)");
+      gather_cap_ = bytes;
+    }
+    after_compute();
+    comm_.call(ncclAllGather(offsets, gather_dev_, static_cast<size_t>(n), ncclInt32, comm_.get(), stream_),
+               "ncclAllGather (expert offsets)");
+    cuda_check(cudaMemcpyAsync(gather_host_, gather_dev_, bytes, cudaMemcpyDeviceToHost, stream_),
+               "cudaMemcpyAsync (NCCL offsets)");
+    cuda_check(cudaEventRecord(gathered_, stream_), "cudaEventRecord (NCCL offsets)");
+    gather_n_ = n;
+  }
+
+  std::vector<std::vector<int32_t>> gather_offsets_wait() override {
+    check(gather_n_ > 0, "internal: no offsets gather in flight");
+    wait_event(gathered_, "the expert offsets all-gather");
+    const size_t n = static_cast<size_t>(gather_n_);
+    gather_n_ = 0;
+    const int32_t* h = static_cast<const int32_t*>(gather_host_);
+    std::vector<std::vector<int32_t>> all;
+    for (size_t r = 0; r < static_cast<size_t>(world()); ++r) all.emplace_back(h + r * n, h + (r + 1) * n);
     return all;
   }
 
@@ -66,8 +85,7 @@ class NcclTokenExchange final : public TokenExchange {
     check(static_cast<int>(send_bytes.size()) == W && static_cast<int>(recv_bytes.size()) == W,
           "internal: all_to_all with sizes for another world");
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-    cuda_check(cudaEventRecord(ready_, compute_), "cudaEventRecord (NCCL exchange)");
-    cuda_check(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent (NCCL exchange)");
+    after_compute();
     std::vector<int64_t> soff(static_cast<size_t>(W), 0), roff(static_cast<size_t>(W), 0);
     for (int p = 1; p < W; ++p) {
       soff[p] = soff[p - 1] + send_bytes[p - 1];
@@ -90,28 +108,59 @@ class NcclTokenExchange final : public TokenExchange {
                    "ncclRecv");
     }
     comm_.call(ncclGroupEnd(), "ncclGroupEnd");
-    wait_done("the expert all-to-all");
+    pending_ = true;
+  }
+
+  void join() override {
+    if (!pending_) return;
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    cuda_check(cudaEventRecord(done_, stream_), "cudaEventRecord (NCCL exchange done)");
+    cuda_check(cudaStreamWaitEvent(compute_, done_, 0), "cudaStreamWaitEvent (NCCL exchange done)");
+    pending_ = false;
+  }
+
+  void pace() override {
+    comm_.check_alive("pace");
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    if (paced_once_) wait_event(paced_, "an earlier expert all-to-all");
+    cuda_check(cudaEventRecord(paced_, stream_), "cudaEventRecord (NCCL exchange pace)");
+    paced_once_ = true;
+  }
+
+  void finish() override {
+    comm_.check_alive("finish");
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    cuda_check(cudaEventRecord(done_, stream_), "cudaEventRecord (NCCL exchange done)");
+    wait_event(done_, "the expert all-to-alls");
   }
 
  private:
-  // Waits on the host (polling for faults) for the work enqueued on the exchange stream, then orders the compute
-  // stream after it.
-  void wait_done(const char* what) {
-    cuda_check(cudaEventRecord(done_, stream_), "cudaEventRecord (NCCL exchange done)");
-    comm_.wait_for([this] {
-      const cudaError_t e = cudaEventQuery(done_);
-      if (e == cudaErrorNotReady) return false;
-      cuda_check(e, "waiting for the NCCL exchange");
+  // The exchange stream's next work comes after the compute work enqueued so far.
+  void after_compute() {
+    cuda_check(cudaEventRecord(ready_, compute_), "cudaEventRecord (NCCL exchange)");
+    cuda_check(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent (NCCL exchange)");
+  }
+
+  // Waits on the host for `e` (recorded on the exchange stream), polling for faults.
+  void wait_event(cudaEvent_t e, const char* what) {
+    comm_.wait_for([e] {
+      const cudaError_t st = cudaEventQuery(e);
+      if (st == cudaErrorNotReady) return false;
+      cuda_check(st, "waiting for the NCCL exchange");
       return true;
     }, what);
-    cuda_check(cudaStreamWaitEvent(compute_, done_, 0), "cudaStreamWaitEvent (NCCL exchange done)");
   }
 
   int device_;
   cudaStream_t compute_;
   NcclComm comm_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  cudaEvent_t ready_ = nullptr, done_ = nullptr, paced_ = nullptr, gathered_ = nullptr;
+  void *gather_dev_ = nullptr, *gather_host_ = nullptr;
+  size_t gather_cap_ = 0;
+  int64_t gather_n_ = 0;  // offsets per rank of the gather in flight, 0: none
+  bool pending_ = false;  // an all-to-all not joined yet
+  bool paced_once_ = false;
 };
 
 }  // namespace
