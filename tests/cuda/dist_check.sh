@@ -9,7 +9,8 @@
 #           and all-gathers it before its forward and backward): the same curve as the replicated N-GPU run (the
 #           gathered weights are the same bytes: 1e-6) and as 1 GPU (1e-3)
 #  epkill   expert parallel (weight_layout: expert_parallel) on a small MoE model (the moe_tied golden with the
-#           demo tokenizer's 1024 ids, as dist_train_test's moe_demo_model; needs python3 with torch + safetensors):
+#           demo tokenizer's 1024 ids, as dist_train_test's moe_demo_model; python3;
+#           GOLDENS= the tests/goldens folder when the script runs from elsewhere):
 #           SIGKILL worker 1 after the first checkpoint: seconds until the run ends, its status, the experts in
 #           each checkpoint; then --resume on RESUME_GPUS (default: the same N GPUs, expert parallel again) and the
 #           resumed curve against an uninterrupted expert-parallel run on the same GPUs
@@ -130,31 +131,50 @@ fi
 if want epkill; then
 echo "== expert parallel kill"
 M="$W/moe_model"
-python3 - "$(dirname "$0")/../goldens/models/moe_tied" "$DEMO/model" "$M" <<'PY' || echo "could not build the MoE model"
-import json, os, shutil, sys, torch
-from safetensors.torch import load_file, save_file
+python3 - "${GOLDENS:-$(dirname "$0")/../goldens}/models/moe_tied" "$DEMO/model" "$M" <<'PY' || echo "could not build the MoE model"
+import json, os, random, shutil, struct, sys
 src, demo, out = sys.argv[1:4]
 os.makedirs(out, exist_ok=True)
-t = load_file(f"{src}/model.safetensors")
-e = t["model.embed_tokens.weight"].float()
-g = torch.Generator().manual_seed(0)
-grown = (torch.rand(1024, e.shape[1], generator=g) - 0.5) * 0.04
-grown[: e.shape[0]] = e
-t["model.embed_tokens.weight"] = grown.contiguous()
-save_file(t, f"{out}/model.safetensors")
+raw = open(f"{src}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8 : 8 + n])
+data = raw[8 + n :]
+meta = head.pop("__metadata__", None)
+blobs = {}
+for k, v in head.items():
+    a, b = v["data_offsets"]
+    blobs[k] = data[a:b]
+e = head["model.embed_tokens.weight"]
+assert e["dtype"] == "F32", e
+rows, cols = e["shape"]
+rng = random.Random(0)
+extra = struct.pack(f"<{(1024 - rows) * cols}f", *[(rng.random() - 0.5) * 0.04 for _ in range((1024 - rows) * cols)])
+blobs["model.embed_tokens.weight"] += extra
+e["shape"] = [1024, cols]
+at, body = 0, []
+for k in head:
+    head[k]["data_offsets"] = [at, at + len(blobs[k])]
+    at += len(blobs[k])
+    body.append(blobs[k])
+if meta is not None:
+    head["__metadata__"] = meta
+h = json.dumps(head).encode()
+h += b" " * (-len(h) % 8)
+open(f"{out}/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(body))
 cfg = json.load(open(f"{src}/config.json"))
 cfg["vocab_size"] = 1024
 json.dump(cfg, open(f"{out}/config.json", "w"), indent=2)
-for n in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-    shutil.copy(f"{demo}/{n}", f"{out}/{n}")
+for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+    shutil.copy(f"{demo}/{name}", f"{out}/{name}")
 PY
+if [ -f "$M/model.safetensors" ]; then
 EPX="weight_layout: expert_parallel
 lora_target_groups: [attn, linear_attn, shared_expert, experts]"
-BASE=$M DROPOUT=0 EXTRA="$EPX" run_yaml epkill 1 ${EP_STEPS:-120} ${EP_SAVE:-40}
-BASE=$M DROPOUT=0 EXTRA="$EPX" run_yaml epref 1 ${EP_STEPS:-120} 0
+BASE=$M DROPOUT=0 EXTRA="$EPX" run_yaml epkill 1 ${EP_STEPS:-600} ${EP_SAVE:-50}
+BASE=$M DROPOUT=0 EXTRA="$EPX" run_yaml epref 1 ${EP_STEPS:-600} 0
 "$BIN" train "$W/epkill.yaml" --db "$W/epkill.db" --gpus $LIST > "$W/epkill.log" 2>&1 &
 L=$!
-for i in $(seq 1 6000); do [ -d "$W/epkill.out/checkpoint-${EP_SAVE:-40}" ] && break; sleep 0.01; done
+for i in $(seq 1 6000); do [ -d "$W/epkill.out/checkpoint-${EP_SAVE:-50}" ] && break; sleep 0.01; done
 V=""
 for d in /proc/[0-9]*; do
   [ "$(awk '{print $4}' $d/stat 2>/dev/null)" = "$L" ] && tr '\0' '\n' < $d/environ | grep -qx "RANK=1" && V=${d#/proc/}
@@ -164,15 +184,16 @@ echo "expert parallel: killed worker 1 (pid $V) after $(ls "$W/epkill.out" | gre
 grep -E "weight_layout|launcher|crashed|error" "$W/epkill.log" | head -6
 status_of "$W/epkill.db"
 python3 - "$W/epkill.out" <<'PY'
-import glob, json, sys
-from safetensors import safe_open
+import glob, json, struct, sys
 for d in sorted(glob.glob(sys.argv[1] + "/checkpoint-*")):
     f = glob.glob(d + "/**/adapter_model.safetensors", recursive=True)
     if not f:
-        print(d, "no adapter"); continue
-    with safe_open(f[0], "pt") as s:
-        k = [n for n in s.keys() if "experts.down_proj.lora_A" in n]
-        print(d.split("/")[-1], "expert LoRA A shape", tuple(s.get_tensor(k[0]).shape) if k else None)
+        print(d.split("/")[-1], "no adapter")
+        continue
+    raw = open(f[0], "rb").read(1 << 20)
+    head = json.loads(raw[8 : 8 + struct.unpack("<Q", raw[:8])[0]])
+    k = sorted(n for n in head if "mlp.experts.lora_A" in n)  # PEFT: [r·E, in], every expert
+    print(d.split("/")[-1], k[0] if k else "no expert LoRA", head[k[0]]["shape"] if k else "")
 PY
 ID=$(python3 -c "import sqlite3; print(sqlite3.connect('$W/epkill.db').execute('select id from runs').fetchone()[0])")
 RG=${RESUME_GPUS:-$LIST}
@@ -181,6 +202,7 @@ grep -E "resuming|weight_layout" "$W/epresume.log" | head -3
 status_of "$W/epkill.db"
 "$BIN" train "$W/epref.yaml" --db "$W/epref.db" --gpus $LIST > "$W/epref.log" 2>&1; echo "expert parallel uninterrupted exit $?"
 compare "$W/epref.db" "$W/epkill.db" "expert parallel killed + resumed on GPUs $RG vs uninterrupted on $LIST (all steps)" 1000000 1e-3
+fi
 fi
 
 if want nodes; then

@@ -35,7 +35,7 @@ TEST(ShardPlan, ParameterCountsFromShapesMatchThePublishedSizes) {
   }
 }
 
-TEST(ShardPlan, MoeWithExpertLoraDoesNotFitOneEightyGigabyteGpuButFitsTwoSharded) {
+TEST(ShardPlan, MoeWithExpertLoraDoesNotFitOneEightyGigabyteGpuButFitsTwo) {
   const ModelInfo info = published("qwen3_5_35b_a3b");
   const ShardPlanSettings s = all_groups(info);
   const ShardPlan one = plan_multi_gpu(info, s, {1, 80 * kGiB});
@@ -49,10 +49,18 @@ TEST(ShardPlan, MoeWithExpertLoraDoesNotFitOneEightyGigabyteGpuButFitsTwoSharded
   EXPECT_TRUE(layout(two, WeightLayout::Sharded).fits);
   ASSERT_NE(two.choice(), nullptr);
   EXPECT_LE(two.choice()->total, 80 * kGiB);
-  // The choice is the first layout that fits, in WeightLayout order (measured: sharded before expert parallel).
-  EXPECT_EQ(two.choice()->layout, WeightLayout::Sharded);
-  for (const LayoutEstimate& e : two.layouts)
-    if (e.layout < two.choice()->layout) EXPECT_FALSE(e.fits) << weight_layout_name(e.layout);
+  // Both split layouts fit; expert parallel is preferred (measured faster than sharded, shard_plan.cpp).
+  EXPECT_TRUE(layout(two, WeightLayout::ExpertParallel).fits);
+  EXPECT_EQ(two.choice()->layout, WeightLayout::ExpertParallel);
+  EXPECT_NE(two.reason.find("measured faster than sharded"), std::string::npos) << two.reason;
+  // A dense model never gets an expert layout: sharded is its choice once replicated does not fit.
+  const ModelInfo dense = published("qwen3_5_27b");
+  ShardPlanSettings ds = all_groups(dense);
+  ds.gradient_checkpointing = true;
+  const ShardPlan dense_two = plan_multi_gpu(dense, ds, {2, 48 * kGiB});
+  EXPECT_FALSE(layout(dense_two, WeightLayout::Replicated).fits);
+  ASSERT_NE(dense_two.choice(), nullptr) << shard_plan_text(dense_two);
+  EXPECT_EQ(dense_two.choice()->layout, WeightLayout::Sharded) << shard_plan_text(dense_two);
   // Without expert LoRA the default groups' LoRA is small and the plan is the same model, less optimizer state.
   ShardPlanSettings dflt;
   EXPECT_LT(layout(plan_multi_gpu(info, dflt, {2, 80 * kGiB}), WeightLayout::Sharded).lora_and_optimizer,
@@ -100,9 +108,10 @@ TEST(ShardPlan, ExpertParallelSplitsExpertsAndTheirLora) {
   const int64_t expert_lora = 16 * lora_params_per_group(info, 16).at("experts");
   EXPECT_EQ(rep.lora_and_optimizer - ep.lora_and_optimizer, expert_lora - expert_lora / 4);
   EXPECT_GT(ep.exchange_buffers, 0);
-  // The 4-GPU case (H200) fits, and not on one GPU.
+  // The 4-GPU case (H200) fits, and not on one GPU; expert parallel is the choice.
   ASSERT_NE(p.choice(), nullptr);
   EXPECT_FALSE(rep.fits);
+  EXPECT_EQ(p.choice()->layout, WeightLayout::ExpertParallel);
   // 256 experts do not split over 3 GPUs.
   const ShardPlan three = plan_multi_gpu(info, s, {3, 140 * kGiB});
   EXPECT_FALSE(layout(three, WeightLayout::ExpertParallel).applicable);

@@ -28,7 +28,7 @@ RunConfig run(const ModelInfo& info, std::vector<std::string> groups) {
   return c;
 }
 
-TEST(WeightLayout, MoeWithExpertLoraIsShardedOverTwoEightyGigabyteGpus) {
+TEST(WeightLayout, MoeWithExpertLoraIsSplitOverTwoEightyGigabyteGpus) {
   const ModelInfo info = published("qwen3_5_35b_a3b");
   const RunConfig cfg = run(info, info.lora_groups);
   ShardPlanSettings s;

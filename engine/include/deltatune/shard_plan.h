@@ -9,10 +9,10 @@
 //   expert_parallel          MoE only: each GPU holds E/N experts of every layer (and their LoRA), the other
 //                            frozen weights replicated; tokens travel to their experts' GPU by all-to-all
 //   expert_parallel_sharded  MoE only: experts as expert_parallel, the other frozen weights sharded
-// Of the layouts that fit, the plan takes the first in this order: replicated, sharded, expert_parallel,
-// expert_parallel_sharded (measured: sharded beats expert parallel on 2 NVLink GPUs although it moves more
-// bytes, dist/shard_plan.cpp says by how much); moved_per_micro_batch (weight gathers vs token exchange) is
-// reported for each.
+// Of the layouts that fit, the plan takes the first in this order: replicated, expert_parallel, sharded,
+// expert_parallel_sharded (measured: expert parallel beats sharded on NVLink GPUs at 35B-A3B and 122B-A10B,
+// dist/shard_plan.cpp says by how much); moved_per_micro_batch (weight gathers vs token exchange) is reported for
+// each. (The enum below is the display order.)
 #pragma once
 #include <cstdint>
 #include <string>

@@ -276,25 +276,36 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
     p.layouts.push_back(e);
   }
 
-  // Of the layouts that fit, the first in WeightLayout order: replicated (nothing travels), sharded, expert
-  // parallel, expert parallel sharded. Bytes moved do not decide between sharded and expert parallel: measured on
-  // 2x H200 (NVLink), 35B-A3B shape, r=16 on every group incl. experts, 4096 tokens per GPU, full checkpointing,
-  // session 23: sharded 10,764 tok/s (52.5 GiB per GPU) vs expert parallel 9,777 tok/s (43.8 GiB), although the
-  // gathers move ~4x the bytes of the token exchange: the gathers are prefetched and overlap the compute, while
-  // each MoE layer's exchange waits on the host for its sizes and both all-to-alls (4 waits forward, 2 backward).
-  // Expert parallel is taken where sharded does not fit (it keeps E/N experts' weights and LoRA state per GPU).
-  for (size_t i = 0; i < p.layouts.size(); ++i)
-    if (p.layouts[i].fits) {
-      p.chosen = static_cast<int>(i);
-      break;
-    }
+  // Of the layouts that fit, the first in kPreference order: replicated (nothing travels), expert parallel,
+  // sharded, expert parallel sharded. Measured (H200s on NVLink, r=16 on every group incl. experts, 4096 tokens per
+  // GPU, all layers checkpointed, bench_train_step, session 24, after expert parallel stopped waiting on the host
+  // for each all-to-all): 35B-A3B on 2 GPUs expert parallel 11,062 tok/s (43.8 GiB per GPU) vs sharded 10,782
+  // (52.5 GiB); 122B-A10B on 4 GPUs expert parallel 10,029 (79.4 GiB) vs sharded 8,130 (99.6 GiB), and with 24 of
+  // the 48 layers checkpointed 11,703 (100.9 GiB) vs 9,235 (125.4 GiB). Expert parallel moves only the routed
+  // token rows (T·k rows of H per exchange) where sharded gathers every layer's weights twice per micro-batch
+  // (~8x the bytes at 122B, where the gathers no longer hide behind the compute), and it keeps less per GPU.
+  // (Session 23, when each MoE layer's exchange waited on the host 4 times forward and 2 backward, sharded was
+  // ~10% faster at 35B-A3B; that is why sharded came first then.)
+  constexpr WeightLayout kPreference[] = {WeightLayout::Replicated, WeightLayout::ExpertParallel,
+                                          WeightLayout::Sharded, WeightLayout::ExpertParallelSharded};
+  for (WeightLayout want : kPreference)
+    for (size_t i = 0; i < p.layouts.size() && p.chosen < 0; ++i)
+      if (p.layouts[i].layout == want && p.layouts[i].fits) p.chosen = static_cast<int>(i);
+  bool ep_applies = false;
+  for (const LayoutEstimate& e : p.layouts) ep_applies |= e.layout == WeightLayout::ExpertParallel && e.applicable;
   if (const LayoutEstimate* c = p.choice()) {
     p.reason = c->layout == WeightLayout::Replicated
                    ? "every GPU holds the whole model: no weights or tokens travel between GPUs"
+               : c->layout == WeightLayout::ExpertParallel
+                   ? std::string("replicated does not fit; the experts split over the GPUs, measured faster than "
+                                 "sharded (") +
+                         gib_text(c->moved_per_micro_batch) + " received per GPU per micro-batch)"
                : c->layout == WeightLayout::Sharded
-                   ? std::string("replicated does not fit; sharded was measured faster than expert parallel (") +
-                         gib_text(c->moved_per_micro_batch) + " gathered per GPU per micro-batch)"
-                   : std::string("replicated and sharded do not fit; the experts split over the GPUs (") +
+                   ? std::string("replicated does not fit") + (ep_applies ? " nor expert parallel" : "") +
+                         "; the decoder layers split over the GPUs (" + gib_text(c->moved_per_micro_batch) +
+                         " gathered per GPU per micro-batch)"
+                   : std::string("replicated, expert parallel and sharded do not fit; experts split and the rest "
+                                 "sharded (") +
                          gib_text(c->moved_per_micro_batch) + " received per GPU per micro-batch)";
   } else {
     p.reason = "does not fit " + std::to_string(n) + " GPU" + (n > 1 ? "s" : "") + " of " + gib_text(gpus.memory_bytes) +
