@@ -5,8 +5,9 @@
 // [r·E/N, (r+1)·E/N) of every MoE layer (their frozen gate_up / down and their LoRA slices) and everything else
 // replicated (or sharded: expert_parallel_sharded). Per MoE layer and micro-batch:
 //   forward   router + top-k on the rank's own tokens (replicated router) -> moe_dispatch sorts the T·K rows by
-//             expert, so the rows of rank d's experts are one contiguous range -> the per-expert row counts go
-//             to every rank (host exchange of N·E/N integers; the one device->host sync of the layer) -> the
+//             expert, so the rows of rank d's experts are one contiguous range -> every rank's expert offsets
+//             (E+1 integers) go to every rank (an all-gather from the device; the one device->host wait of the
+//             layer, while the shared expert computes) -> the
 //             rows travel to their experts' rank (all-to-all: ncclSend/ncclRecv in one group) -> the owner
 //             regroups what it received from source-major into expert-major order (one gather_rows) and runs
 //             the grouped GEMMs, SwiGLU and expert LoRA of its experts -> the outputs go back the same way ->
@@ -20,8 +21,9 @@
 //             over the ranks as in data parallel.
 //   bytes     per layer and micro-batch a rank sends T·K·(N-1)/N rows of H (bf16) each way, twice with the
 //             backward: what the plan's moved_per_micro_batch counts against the sharded layout's gathers.
-//   syncs     the host waits for the counts and for each all-to-all (their sizes come from the routing): four
-//             waits per MoE layer forward (a checkpointed layer's recompute repeats them), two per backward.
+//   syncs     one host wait per MoE layer and step: the offsets of its first forward (the exchange sizes come
+//             from the routing); the all-to-alls are stream-ordered, a checkpointed layer's recompute reuses the
+//             first forward's routing and plan, and the backward reuses the plan (backend/token_exchange.h).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -17,8 +17,8 @@ struct WeightLayoutChoice {
 };
 
 // `workers` ranks, each on a GPU of `gpu_memory_bytes` (the smallest of the job's; 0 = CPU workers).
-// auto takes the plan's choice (deltatune/shard_plan.h: the first that fits of replicated, sharded,
-// expert_parallel, expert_parallel_sharded, an order measured). Throws Error with the plan's text (what would
+// auto takes the plan's choice (deltatune/shard_plan.h: the first that fits of replicated, expert_parallel,
+// sharded, expert_parallel_sharded, an order measured). Throws Error with the plan's text (what would
 // fit) when nothing fits, or when weight_layout asks for a layout the plan says does not fit or does not apply
 // (expert parallel of a dense model).
 WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& info, int workers,
