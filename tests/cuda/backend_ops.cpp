@@ -610,8 +610,9 @@ void case_gdn(Env& e) {
                      {1, 2, 128, 128, {0, 190}, -1.f, 0.98f, 1.f},   // β near 1
                      {1, 2, 128, 128, {0, 8192}, -1.f},              // one long sequence (8K)
                      {16, 32, 128, 128, {0, 300, 557}},              // 9B's heads, 2 sequences: wide scan tiles
-                     {9, 36, 128, 128, {0, 600}, -1.f}};              // 36 pairs, 10 chunks: the Hopper reverse
+                     {9, 36, 128, 128, {0, 600}, -1.f},               // 36 pairs, 10 chunks: the Hopper reverse
                                                                       // scan with TMA tiles, its ring wrapping
+                     {17, 68, 128, 128, {0, 540}, -1.f}};             // 68 pairs: its 128-column TMA tiles
   for (const D& c : cases) {
     const int64_t T = c.cu.back();
     SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
