@@ -308,8 +308,8 @@ cudaError_t launch_gdn_chunk_dscan_wgmma(const KernelPolicy& pol, KIn dout, cons
   // (cp.async reads only its rows), and a scan of two chunks has nothing to overlap. H200, reverse scan:
   // 2 x 4096 tokens 0.229 -> 0.224 ms, 82 x 100 tokens 0.326 -> 0.359 ms with TMA.
   // 128 columns a block (W, M, q, k of a chunk read once per value head instead of twice) when 64-column
-  // blocks would need more than one wave (H200 wall clock at 16K = 4 x 4096, HV 32: 2.400 -> 2.328 ms for
-  // the GDN fwd+bwd); at 8K (64 pairs) 64 columns with three sets: 0.199 ms against 0.250.
+  // blocks would need more than one wave (H200, ncu, 16K = 4 x 4096, HV 32: reverse scan 0.402 -> 0.292 ms,
+  // GDN kernel sum 2.336 -> 2.233); at 8K (64 pairs) 64 columns with three sets: 0.194-0.199 ms against 0.250.
   const int bv = int64_t(nseq) * HV * 2 > pol.sm_count ? 128 : 64;
   auto run = [&](auto bv_c) {
     constexpr int BV = decltype(bv_c)::value;

@@ -613,6 +613,7 @@ void case_gdn(Env& e) {
                      {9, 36, 128, 128, {0, 600}, -1.f},               // 36 pairs, 10 chunks: the Hopper reverse
                                                                       // scan with TMA tiles, its ring wrapping
                      {17, 68, 128, 128, {0, 540}, -1.f}};             // 68 pairs: its 128-column TMA tiles
+                                                                      // (more than one wave of 64 columns)
   for (const D& c : cases) {
     const int64_t T = c.cu.back();
     SeqLayout sc = e.layout(*e.cpu, c.cu), sg = e.layout(*e.gpu, c.cu);
@@ -633,7 +634,10 @@ void case_gdn(Env& e) {
     e.cpu->gdn_bwd(dout.c, q.c, k.c, v.c, g.c, beta.c, sc, scale, dq.c, dk.c, dv.c, dg.c, db.c);
     e.gpu->gdn_bwd(dout.g, q.g, k.g, v.g, g.g, beta.g, sg, scale, dq.g, dk.g, dv.g, dg.g, db.g);
     compare_gdn_grads(e, "gdn_bwd", tag.str(), dq, dk, dv, dg, db, kDgDbeta);
-    if (c.cu.back() > 2000) continue;
+    // The 8K and 68-pair cases run only the plain pair: the keep modes and the gated pair run the same scans
+    // and cost most of the CPU op's time (the 68-pair case with all of them: 22.7 s on the H200 machine, where
+    // all passed, session 24).
+    if (c.cu.back() > 2000 || c.HV > 64) continue;
     // The pair that keeps the forward's chunk quantities for the backward (All: gradient checkpointing's
     // recompute; States: only the chunk-start states, for layers not checkpointed): the same results as the
     // plain pair (the CPU backend keeps nothing and recomputes).
