@@ -21,38 +21,11 @@
 #include "model/lora_linear.h"
 #include "model/vision_encoder.h"
 #include "vision/vision_tower.h"
+#include "../common/random_vision_tower.h"
 
 using namespace deltatune;
 
-namespace {
-
-// Values of a uniform bank (std 0.02) viewed at a per-matrix offset: no 430M host random draws.
-struct Bank {
-  std::vector<float> v;
-  explicit Bank(size_t n) : v(n) {
-    std::mt19937 g(7);
-    std::uniform_real_distribution<float> u(-0.0346f, 0.0346f);
-    for (float& x : v) x = u(g);
-  }
-  std::vector<float> take(size_t n, size_t& at) const {
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = v[(at + i) % v.size()];
-    at = (at * 2654435761u + 97) % v.size();
-    return out;
-  }
-};
-
-VisionLinear linear_of(const Bank& b, size_t& at, int64_t out, int64_t in) {
-  VisionLinear l;
-  l.out = out, l.in = in;
-  l.w = b.take(size_t(out * in), at);
-  l.b = b.take(size_t(out), at);
-  return l;
-}
-
-VisionLayerNorm norm_of(int64_t n) { return VisionLayerNorm{std::vector<float>(size_t(n), 1.f), std::vector<float>(size_t(n), 0.f)}; }
-
-}  // namespace
+using deltatune::bench::ValueBank;
 
 int main(int argc, char** argv) {
   try {
@@ -72,24 +45,11 @@ int main(int argc, char** argv) {
       else throw Error("unknown option " + a);
     }
     check(side % 32 == 0, "--side must be a multiple of 32 (patch 16 x merge 2)");
-    VisionConfig c;
-    c.depth = depth, c.hidden = 1152, c.heads = 16, c.intermediate = 4304, c.out_hidden = 4096;
-    c.num_position_embeddings = 2304, c.patch_size = 16, c.temporal_patch_size = 2, c.merge_size = 2;
-    auto w = std::make_shared<VisionWeights>();
-    w->cfg = c;
-    const Bank bank(size_t(1) << 24);
+    const VisionConfig c = bench::vision_config_9b(depth);
+    const ValueBank bank(size_t(1) << 24);
     size_t at = 0;
-    const int64_t H = c.hidden, M = 4 * H;
-    w->patch_embed = linear_of(bank, at, H, c.patch_features());
-    w->pos_embed = bank.take(size_t(c.num_position_embeddings * H), at);
-    for (int64_t i = 0; i < depth; ++i)
-      w->blocks.push_back(VisionBlockWeights{norm_of(H), norm_of(H), linear_of(bank, at, 3 * H, H),
-                                             linear_of(bank, at, H, H), linear_of(bank, at, c.intermediate, H),
-                                             linear_of(bank, at, H, c.intermediate)});
-    w->merger_norm = norm_of(H);
-    w->merger_fc1 = linear_of(bank, at, M, M);
-    w->merger_fc2 = linear_of(bank, at, c.out_hidden, M);
-
+    const auto w = bench::random_vision_tower(c, bank, at);
+    const int64_t H = c.hidden;
     const int64_t g = side / 16;
     std::vector<std::array<int64_t, 3>> grids(size_t(images), {1, g, g});
     const int64_t N = vision_patch_count(grids), tokens = N / 4;

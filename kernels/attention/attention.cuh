@@ -2,7 +2,8 @@
 //  - attention_{fwd,bwd}_fma.cu: fp32 FMA kernels for any dtype and head_dim ≤ 256 (first version; the
 //    fallback for F32/F16 inputs, other head dims and unaligned views).
 //  - attention_{fwd,bwd}_mma.cu: flash-attention-2 style kernels on tensor cores (bf16 mma.sync, fp32
-//    accumulators and softmax) for BF16 q/k/v/dout and head_dim 64, 128 or 256.
+//    accumulators and softmax) for BF16 q/k/v/dout and head_dim 64, 96, 128 or 256, causal or full; the
+//    backend zero-pads other head dims to the next of these (the vision tower's 72 -> 96).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -39,22 +40,25 @@ cudaError_t launch_attention_dot(KIn dout, KIn o, float* dl, int64_t rows, int h
 // ---- tensor-core path -------------------------------------------------------------------------------------
 // Same contracts as above, with tiles of kAttnMmaTile tokens (never straddling a sequence). q, k, v, dout
 // must be BF16 and 16-byte aligned; outputs may have any dtype and alignment. The tile list may be in any
-// order (the host puts the most expensive tiles first).
+// order (the host puts the most expensive tiles first). causal false: every key of the sequence.
 constexpr int kAttnMmaTile = 64;
 bool attention_mma_supported(int hd);
+// The smallest supported head dim >= hd (0 when hd > 256): zero columns past hd change no score, and the
+// output's and gradients' extra columns are dropped.
+int attention_mma_padded_hd(int hd);
 // Shared memory per block of the kernels the policy runs (the largest of the backward's two kernels): the
 // portable policy's dK/dV kernel walks 16-row query steps at hd 256 to stay within 99 KiB.
 size_t attention_fwd_mma_smem(const KernelPolicy& pol, int hd);
 size_t attention_bwd_mma_smem(const KernelPolicy& pol, int hd);
 cudaError_t launch_attention_fwd_mma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles,
-                                     int ntiles, int64_t nH, int64_t nKV, int hd, float scale, KOut o, float* lse,
-                                     cudaStream_t s);
+                                     int ntiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal, KOut o,
+                                     float* lse, cudaStream_t s);
 // q_tiles drive the dQ kernel, k_tiles the dK/dV kernel (the same tiles, each list ordered by its own cost).
 // dkv_scratch: F32 2·T·nH·hd when nH > nKV (per-query-head dK, dV partials summed per kv head afterwards),
 // else unused (may be null).
 cudaError_t launch_attention_bwd_mma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                      const int32_t* cu_seqlens, const int32_t* q_tiles, const int32_t* k_tiles,
-                                     int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, KOut dq,
-                                     KOut dk, KOut dv, float* dkv_scratch, cudaStream_t s);
+                                     int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
+                                     KOut dq, KOut dk, KOut dv, float* dkv_scratch, cudaStream_t s);
 
 }  // namespace deltatune::kernels

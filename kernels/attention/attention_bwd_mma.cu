@@ -1,17 +1,17 @@
-// Causal varlen GQA attention backward on tensor cores, same contract as attention_bwd_fma.cu. With
-// s_ij = scale·q_i·k_j (j ≤ i, same sequence), p_ij = exp(s_ij − lse_i), D_i = do_i·o_i:
+// Varlen GQA attention backward on tensor cores, same contract as attention_bwd_fma.cu. With
+// s_ij = scale·q_i·k_j (j ≤ i when causal, else every j of the sequence), p_ij = exp(s_ij − lse_i), D_i = do_i·o_i:
 //   dv_j = Σ_i p_ij·do_i     dp_ij = do_i·v_j     ds_ij = p_ij·(dp_ij − D_i)
 //   dq_i = scale·Σ_j ds_ij·k_j                     dk_j = scale·Σ_i ds_ij·q_i
 // Kernels (bf16 mma.sync, fp32 accumulators; P and dS rounded to bf16 as operands, as FA2 does):
 //  1. D per (token, head) (launch_attention_dot, shared with the FMA path).
 //  2. dK/dV: one block of 8 warps per (query head, 64-key tile) walks the 64-query tiles of its sequence
-//     from the diagonal on. Per query tile: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (warp (wr, wc) owns keys 16wr..+15 x
+//     from the diagonal on (causal) or from the sequence start (full attention). Per query tile: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (warp (wr, wc) owns keys 16wr..+15 x
 //     queries 32wc..+31), Pᵀ and dSᵀ go to shared memory as bf16, then dV += Pᵀ·dO and dK += dSᵀ·Q (warp
 //     owns keys 16wr..+15 x head dims wc·hd/2..+hd/2-1, accumulated in registers over the whole walk).
 //     With GQA each query head writes fp32 partials, summed per kv head by a small kernel (deterministic,
 //     no atomics, and nH blocks per key tile keep the GPU busy where nKV would not).
 //  3. dQ: one block of 4 warps per (head, 64-query tile) walks the key tiles up to the diagonal like the
-//     forward: S = Q·Kᵀ, dP = dO·Vᵀ, dS from registers as the A operand of dQ += dS·K.
+//     forward (all key tiles of the sequence when full): S = Q·Kᵀ, dP = dO·Vᵀ, dS from registers as the A operand of dQ += dS·K.
 // S and dP are computed in both 2 and 3 (7 products instead of FA2's 5) in exchange for no dQ atomics.
 #include <cmath>
 
@@ -46,7 +46,7 @@ template <int HD, int QW> constexpr size_t dkdv_smem() {
 template <int HD> constexpr int portable_qw() { return dkdv_smem<HD, BT>() <= kPortableSmemPerBlock ? BT : 16; }
 static_assert(dkdv_smem<256, portable_qw<256>()>() <= kPortableSmemPerBlock, "portable dK/dV tile over 99 KiB");
 
-template <int HD, int QW>
+template <int HD, int QW, bool CAUSAL>
 __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
     const bf16* __restrict__ dout, const bf16* __restrict__ q,  // (T, nH, HD)
     const bf16* __restrict__ k, const bf16* __restrict__ v,     // (T, nKV, HD)
@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
   const int h = blockIdx.x;
   const int seq = tiles[2 * blockIdx.y], k0 = tiles[2 * blockIdx.y + 1];
   const int s1 = cu[seq + 1];
+  const int qstart = CAUSAL ? k0 : cu[seq];  // the first query tile that sees this key tile
   const int kvh = h / (nH / nKV);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
@@ -84,8 +85,8 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
 
   mma::load_rows<BT, HD, LD, KV_NT>(Ks, k, k0, s1, nKV, kvh);
   mma::load_rows<BT, HD, LD, KV_NT>(Vs, v, k0, s1, nKV, kvh);
-  mma::load_rows<QW, HD, LD, KV_NT>(Qs, q, k0, s1, nH, h);  // the first (diagonal) query tile: q0 = k0
-  mma::load_rows<QW, HD, LD, KV_NT>(Os, dout, k0, s1, nH, h);
+  mma::load_rows<QW, HD, LD, KV_NT>(Qs, q, qstart, s1, nH, h);  // the first query tile
+  mma::load_rows<QW, HD, LD, KV_NT>(Os, dout, qstart, s1, nH, h);
   mma::cp_async_commit();
 
   float adk[NA][4], adv[NA][4];
@@ -109,9 +110,9 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
   const int key0 = k0 + wr * 16 + g;  // key of c0/c1 in phase 1 and of the accumulators; c2/c3: key0 + 8
 
   int stage = 0;
-  for (int q0 = k0; q0 < s1; q0 += QW, stage ^= ST - 1) {
+  for (int q0 = qstart; q0 < s1; q0 += QW, stage ^= ST - 1) {
     const bool more = q0 + QW < s1;
-    if (ST == 1 && q0 != k0) {  // single buffer: load this tile now (the previous one is done with it)
+    if (ST == 1 && q0 != qstart) {  // single buffer: load this tile now (the previous one is done with it)
       mma::load_rows<QW, HD, LD, KV_NT>(Qs, q, q0, s1, nH, h);
       mma::load_rows<QW, HD, LD, KV_NT>(Os, dout, q0, s1, nH, h);
       mma::cp_async_commit();
@@ -170,16 +171,16 @@ __global__ void __launch_bounds__(KV_NT, 1) attention_dkdv_mma_kernel(
         mma::mma16816(dp[0], av, b[2], b[3]);
       }
     }
-    // Pᵀ, dSᵀ; masking only on the query tiles that overlap the key tile (the first BT / QW) and on a tile
-    // running past the sequence end.
-    const bool masked = q0 < k0 + BT || q0 + QW > s1;
+    // Pᵀ, dSᵀ; masking only on the query tiles that overlap the key tile (causal: the first BT / QW) and on
+    // a tile running past the sequence end (keys past it only reach dK/dV rows that are never written).
+    const bool masked = (CAUSAL && q0 < k0 + BT) || q0 + QW > s1;
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) {
       const int c = wc * NQ + nb * 8 + 2 * tq;  // query column of e = 0 and 2 (e = 1, 3: c + 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int cc = c + (e & 1), key = key0 + (e >> 1) * 8, i = q0 + cc;
-        const bool valid = !masked || (key <= i && i < s1);
+        const bool valid = !masked || ((!CAUSAL || key <= i) && i < s1);
         const float p = valid ? exp2f(fmaf(s[nb][e], sl2, -Ls[cc])) : 0.f;
         s[nb][e] = p;
         dp[nb][e] = p * (dp[nb][e] - Ds[cc]);
@@ -256,7 +257,7 @@ template <int HD> constexpr size_t dq_smem() {
   return sizeof(bf16) * size_t(2 * BT + 2 * dq_bk<HD>()) * row_ld<HD>();
 }
 
-template <int HD>
+template <int HD, bool CAUSAL>
 __global__ void __launch_bounds__(Q_NT, 2) attention_dq_mma_kernel(
     const bf16* __restrict__ dout, const bf16* __restrict__ q,  // (T, nH, HD)
     const bf16* __restrict__ k, const bf16* __restrict__ v,     // (T, nKV, HD)
@@ -306,7 +307,7 @@ __global__ void __launch_bounds__(Q_NT, 2) attention_dq_mma_kernel(
   const uint32_t kb = mma::smem_addr(Ks + b_off), vb = mma::smem_addr(Vs + b_off);
   const uint32_t kt = mma::smem_addr(Ks + (lane & 15) * LD + (lane >> 4) * 8);
 
-  const int kend = min(q0 + BT, s1);
+  const int kend = CAUSAL ? min(q0 + BT, s1) : s1;
   for (int k0 = s0; k0 < kend; k0 += BK) {
     mma::cp_async_wait<1>();
     __syncthreads();  // K_j (and Q, dO) landed
@@ -341,13 +342,14 @@ __global__ void __launch_bounds__(Q_NT, 2) attention_dq_mma_kernel(
         mma::mma16816(dp[2 * nb + 1], a, b[2], b[3]);
       }
     }
-    const bool masked = k0 + BK - 1 > q0;  // some key of the tile may lie past the first query row
+    // Some key of the tile may lie past the first query row (causal) or past the sequence end.
+    const bool masked = CAUSAL ? k0 + BK - 1 > q0 : k0 + BK > s1;
 #pragma unroll
     for (int nb = 0; nb < NS; ++nb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, col = k0 + nb * 8 + 2 * tq + (e & 1), row = row0 + r * 8;
-        const bool valid = !masked || (col <= row && row < s1);
+        const bool valid = !masked || (CAUSAL ? col <= row && row < s1 : col < s1);
         const float p = valid ? exp2f(fmaf(s[nb][e], sl2, -lrow[r])) : 0.f;
         s[nb][e] = p * (dp[nb][e] - drow[r]);  // dS
       }
@@ -386,7 +388,7 @@ __global__ void __launch_bounds__(Q_NT, 2) attention_dq_mma_kernel(
 }
 
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
-template <int HD, int QW>
+template <int HD, int QW, bool CAUSAL>
 cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl, const int32_t* cu,
                     const int32_t* q_tiles, const int32_t* k_tiles, int ntiles, int64_t T, int64_t nH, int64_t nKV,
                     float scale, KOut dq, KOut dk, KOut dv, float* part, cudaStream_t s) {
@@ -399,10 +401,10 @@ cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, cons
   const dim3 grid(static_cast<unsigned>(nH), static_cast<unsigned>(ntiles));
 
   constexpr size_t kv_smem = dkdv_smem<HD, QW>();
-  cudaError_t e = set_launch_smem(pol, attention_dkdv_mma_kernel<HD, QW>, kv_smem);
+  cudaError_t e = set_launch_smem(pol, attention_dkdv_mma_kernel<HD, QW, CAUSAL>, kv_smem);
   if (e != cudaSuccess) return e;
   float* pp = nH > nKV ? part : nullptr;
-  attention_dkdv_mma_kernel<HD, QW><<<grid, KV_NT, kv_smem, s>>>(dop, qp, kp, vp, lse, dl, cu, k_tiles, T, nh, nkv,
+  attention_dkdv_mma_kernel<HD, QW, CAUSAL><<<grid, KV_NT, kv_smem, s>>>(dop, qp, kp, vp, lse, dl, cu, k_tiles, T, nh, nkv,
                                                                   scale, dk, dv, pp);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   if (pp) {
@@ -412,9 +414,9 @@ cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, cons
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
 
-  e = set_launch_smem(pol, attention_dq_mma_kernel<HD>, dq_smem<HD>());
+  e = set_launch_smem(pol, attention_dq_mma_kernel<HD, CAUSAL>, dq_smem<HD>());
   if (e != cudaSuccess) return e;
-  attention_dq_mma_kernel<HD><<<grid, Q_NT, dq_smem<HD>(), s>>>(dop, qp, kp, vp, lse, dl, cu, q_tiles, nh, nkv,
+  attention_dq_mma_kernel<HD, CAUSAL><<<grid, Q_NT, dq_smem<HD>(), s>>>(dop, qp, kp, vp, lse, dl, cu, q_tiles, nh, nkv,
                                                                  scale, dq);
   return cudaGetLastError();
 }
@@ -430,17 +432,18 @@ template <int HD> constexpr size_t dkdv_smem_for(bool hopper) {
 size_t attention_bwd_mma_smem(const KernelPolicy& pol, int hd) {
   const bool hop = pol.hopper();
   const size_t a = hd <= 64    ? dkdv_smem_for<64>(hop)
+                   : hd <= 96  ? dkdv_smem_for<96>(hop)
                    : hd <= 128 ? dkdv_smem_for<128>(hop)
                                : dkdv_smem_for<256>(hop);
-  const size_t b = hd <= 64 ? dq_smem<64>() : hd <= 128 ? dq_smem<128>() : dq_smem<256>();
+  const size_t b = hd <= 64 ? dq_smem<64>() : hd <= 96 ? dq_smem<96>() : hd <= 128 ? dq_smem<128>() : dq_smem<256>();
   return a > b ? a : b;
 }
 
 #ifndef DT_ATTN_EMU
 cudaError_t launch_attention_bwd_mma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, KIn o, const float* lse, float* dl,
                                      const int32_t* cu_seqlens, const int32_t* q_tiles, const int32_t* k_tiles,
-                                     int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, KOut dq,
-                                     KOut dk, KOut dv, float* dkv_scratch, cudaStream_t s) {
+                                     int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
+                                     KOut dq, KOut dk, KOut dv, float* dkv_scratch, cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   if (dout.t != KType::BF16 || q.t != KType::BF16 || k.t != KType::BF16 || v.t != KType::BF16 ||
       !attention_mma_supported(hd) || (nH > nKV && dkv_scratch == nullptr))
@@ -449,19 +452,19 @@ cudaError_t launch_attention_bwd_mma(const KernelPolicy& pol, KIn dout, KIn q, K
   if (e != cudaSuccess) return e;
   // Hopper: 64-row query steps at every head dim; portable: the step that fits 99 KiB (portable_qw).
   const bool hop = pol.hopper();
+  auto run = [&]<int HD>() {
+    auto go = [&]<int QW>() {
+      return (causal ? run_bwd<HD, QW, true> : run_bwd<HD, QW, false>)(pol, dout, q, k, v, lse, dl, cu_seqlens,
+                                                                        q_tiles, k_tiles, ntiles, T, nH, nKV, scale,
+                                                                        dq, dk, dv, dkv_scratch, s);
+    };
+    return hop ? go.template operator()<BT>() : go.template operator()<portable_qw<HD>()>();
+  };
   switch (hd) {
-    case 64:
-      return (hop ? run_bwd<64, BT> : run_bwd<64, portable_qw<64>()>)(pol, dout, q, k, v, lse, dl, cu_seqlens,
-                                                                       q_tiles, k_tiles, ntiles, T, nH, nKV, scale,
-                                                                       dq, dk, dv, dkv_scratch, s);
-    case 128:
-      return (hop ? run_bwd<128, BT> : run_bwd<128, portable_qw<128>()>)(pol, dout, q, k, v, lse, dl, cu_seqlens,
-                                                                          q_tiles, k_tiles, ntiles, T, nH, nKV,
-                                                                          scale, dq, dk, dv, dkv_scratch, s);
-    default:
-      return (hop ? run_bwd<256, BT> : run_bwd<256, portable_qw<256>()>)(pol, dout, q, k, v, lse, dl, cu_seqlens,
-                                                                          q_tiles, k_tiles, ntiles, T, nH, nKV,
-                                                                          scale, dq, dk, dv, dkv_scratch, s);
+    case 64: return run.template operator()<64>();
+    case 96: return run.template operator()<96>();
+    case 128: return run.template operator()<128>();
+    default: return run.template operator()<256>();
   }
 }
 

@@ -1,8 +1,8 @@
-// Causal varlen GQA attention forward on tensor cores (flash-attention-2 layout), same contract as
-// attention_fwd_fma.cu:  s_ij = scale·q_i·k_j (j ≤ i, same sequence), o_i (=) softmax(s_i)·V,
-// lse_i (=) log Σ_j exp(s_ij).
+// Varlen GQA attention forward on tensor cores (flash-attention-2 layout), same contract as
+// attention_fwd_fma.cu:  s_ij = scale·q_i·k_j (j ≤ i when causal, else every j; same sequence),
+// o_i (=) softmax(s_i)·V, lse_i (=) log Σ_j exp(s_ij).
 // One block of 4 warps per (head, 64-query tile); warp w owns query rows 16w..16w+15. The block walks the
-// 64-key tiles of its sequence up to the diagonal: S = Q·Kᵀ (bf16 mma, fp32 accumulators), online softmax
+// 64-key tiles of its sequence up to the diagonal (causal) or to its end (full attention, the vision tower): S = Q·Kᵀ (bf16 mma, fp32 accumulators), online softmax
 // in fp32 registers (base-2 exponentials of pre-scaled scores), P packed to bf16 straight from the S
 // accumulators into A fragments, O += P·V. Shared memory: Q, K, V tiles (64 x hd bf16, rows padded by 16
 // bytes so the 8 rows an ldmatrix reads fall in different banks). V of tile j loads while S_j is computed,
@@ -27,7 +27,7 @@ static_assert(BK % 16 == 0 && BQ % BK == 0, "diagonal tiles assume BQ a multiple
 template <int HD> constexpr int row_ld() { return HD + 8; }
 template <int HD> constexpr size_t fwd_smem() { return sizeof(bf16) * size_t(BQ + 2 * BK) * row_ld<HD>(); }
 
-template <int HD>
+template <int HD, bool CAUSAL>
 __global__ void __launch_bounds__(NT, 2) attention_fwd_mma_kernel(
     const bf16* __restrict__ q,  // (T, nH, HD)
     const bf16* __restrict__ k,  // (T, nKV, HD)
@@ -66,7 +66,8 @@ __global__ void __launch_bounds__(NT, 2) attention_fwd_mma_kernel(
   const uint32_t v_addr = mma::smem_addr(Vs + (lane & 15) * LD + (lane >> 4) * 8);
   const int row0 = q0 + warp * 16 + g;  // token of c0/c1; c2/c3 are row0 + 8
 
-  const int nk = (q0 - s0) / BK + BQ / BK;  // key tiles up to the diagonal (q0 - s0 is a multiple of BQ)
+  // Key tiles up to the diagonal (q0 - s0 is a multiple of BQ), or all of the sequence's.
+  const int nk = CAUSAL ? (q0 - s0) / BK + BQ / BK : (s1 - s0 + BK - 1) / BK;
   for (int j = 0; j < nk; ++j) {
     const int k0 = s0 + j * BK;
     mma::cp_async_wait<0>();
@@ -89,14 +90,15 @@ __global__ void __launch_bounds__(NT, 2) attention_fwd_mma_kernel(
         mma::mma16816(s[2 * nb + 1], a, b[2], b[3]);
       }
     }
-    // Causal and end-of-sequence mask, only where a key can exceed the tile's first query.
-    if (k0 + BK - 1 > q0) {
+    // Causal and end-of-sequence mask, only where a key can exceed the tile's first query (causal) or the
+    // sequence end (full).
+    if (CAUSAL ? k0 + BK - 1 > q0 : k0 + BK > s1) {
 #pragma unroll
       for (int nb = 0; nb < NS; ++nb)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = k0 + nb * 8 + 2 * tq + (e & 1), row = row0 + (e >> 1) * 8;
-          if (col > row || col >= s1) s[nb][e] = -INFINITY;
+          if ((CAUSAL && col > row) || col >= s1) s[nb][e] = -INFINITY;
         }
     }
     // Online softmax per row half r (r = 0: c0/c1, row g; r = 1: c2/c3, row g+8).
@@ -168,15 +170,15 @@ __global__ void __launch_bounds__(NT, 2) attention_fwd_mma_kernel(
 }
 
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
-template <int HD>
+template <int HD, bool CAUSAL>
 cudaError_t run_fwd(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles, int ntiles, int64_t nH,
                     int64_t nKV, float scale, KOut o, float* lse, cudaStream_t s) {
   const size_t smem = fwd_smem<HD>();
-  cudaError_t e = set_launch_smem(pol, attention_fwd_mma_kernel<HD>, smem);
+  cudaError_t e = set_launch_smem(pol, attention_fwd_mma_kernel<HD, CAUSAL>, smem);
   if (e != cudaSuccess) return e;
   // Heads vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
   const dim3 grid(static_cast<unsigned>(nH), static_cast<unsigned>(ntiles));
-  attention_fwd_mma_kernel<HD><<<grid, NT, smem, s>>>(
+  attention_fwd_mma_kernel<HD, CAUSAL><<<grid, NT, smem, s>>>(
       static_cast<const bf16*>(q.p), static_cast<const bf16*>(k.p), static_cast<const bf16*>(v.p), cu, tiles,
       static_cast<int>(nH), static_cast<int>(nKV), scale, o, lse);
   return cudaGetLastError();
@@ -185,23 +187,34 @@ cudaError_t run_fwd(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t*
 #endif  // DT_ATTN_EMU
 }  // namespace
 
-bool attention_mma_supported(int hd) { return hd == 64 || hd == 128 || hd == 256; }
+bool attention_mma_supported(int hd) { return hd == 64 || hd == 96 || hd == 128 || hd == 256; }
+
+int attention_mma_padded_hd(int hd) {
+  for (int p : {64, 96, 128, 256})
+    if (hd <= p) return p;
+  return 0;
+}
 
 size_t attention_fwd_mma_smem(const KernelPolicy& /*pol*/, int hd) {  // one tile per head dim (≤ 99 KiB)
-  return hd <= 64 ? fwd_smem<64>() : hd <= 128 ? fwd_smem<128>() : fwd_smem<256>();
+  return hd <= 64 ? fwd_smem<64>() : hd <= 96 ? fwd_smem<96>() : hd <= 128 ? fwd_smem<128>() : fwd_smem<256>();
 }
 
 #ifndef DT_ATTN_EMU
 cudaError_t launch_attention_fwd_mma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles,
-                                     int ntiles, int64_t nH, int64_t nKV, int hd, float scale, KOut o, float* lse,
-                                     cudaStream_t s) {
+                                     int ntiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal, KOut o,
+                                     float* lse, cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   if (q.t != KType::BF16 || k.t != KType::BF16 || v.t != KType::BF16 || !attention_mma_supported(hd))
     return cudaErrorInvalidValue;
+  auto run = [&]<int HD>() {
+    return causal ? run_fwd<HD, true>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s)
+                  : run_fwd<HD, false>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
+  };
   switch (hd) {
-    case 64: return run_fwd<64>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
-    case 128: return run_fwd<128>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
-    default: return run_fwd<256>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
+    case 64: return run.template operator()<64>();
+    case 96: return run.template operator()<96>();
+    case 128: return run.template operator()<128>();
+    default: return run.template operator()<256>();
   }
 }
 

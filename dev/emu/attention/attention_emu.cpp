@@ -3,7 +3,7 @@
 // kernels' address math) and compares them with a double-precision reference. A development check of the
 // kernels' fragment layouts, masking and tiling on a machine without a GPU; not part of the build:
 //   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I dev -I /usr/local/cuda/include \
-//       dev/emu/attention/*.cpp -o /tmp/attention_emu -lpthread && /tmp/attention_emu [hd [nH nKV [portable]]]
+//       dev/emu/attention/*.cpp -o /tmp/attention_emu -lpthread && /tmp/attention_emu [hd [nH nKV [portable|full]]]
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -15,11 +15,12 @@
 
 namespace deltatune::kernels {
 void emu_attention_fwd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* cu,
-                       const int32_t* tiles, int ntiles, int nH, int nKV, int hd, float scale, KOut o, float* lse);
+                       const int32_t* tiles, int ntiles, int nH, int nKV, int hd, float scale, bool causal, KOut o,
+                       float* lse);
 void emu_attention_bwd(const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
                        const __nv_bfloat16* v, const float* lse, const float* dl, const int32_t* cu,
                        const int32_t* q_tiles, const int32_t* k_tiles, int ntiles, int64_t T, int nH, int nKV, int hd,
-                       float scale, KOut dq, KOut dk, KOut dv, float* part, bool portable);
+                       float scale, bool causal, KOut dq, KOut dk, KOut dv, float* part, bool portable);
 }  // namespace deltatune::kernels
 
 using namespace deltatune::kernels;
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> cu = {0, 1, 16, 80, 145, 275};  // lengths 1, 15, 64, 65, 130
   const int64_t T = cu.back();
   const bool portable = argc > 4 && std::string(argv[4]) == "portable";  // the portable policy's dK/dV steps
+  const bool causal = !(argc > 4 && std::string(argv[4]) == "full");     // full: every key of the sequence
   const int rep = nH / nKV;
   const float scale = 1.f / std::sqrt(float(hd));
   std::mt19937 rng(7);
@@ -69,9 +71,10 @@ int main(int argc, char** argv) {
     for (int h = 0; h < nH; ++h) {
       const int g = h / rep;
       for (int i = cu[n]; i < cu[n + 1]; ++i) {
-        std::vector<double> s(i - cu[n] + 1);
+        const int jend = causal ? i : cu[n + 1] - 1;
+        std::vector<double> s(jend - cu[n] + 1);
         double mx = -1e300;
-        for (int j = cu[n]; j <= i; ++j) {
+        for (int j = cu[n]; j <= jend; ++j) {
           double d = 0;
           for (int c = 0; c < hd; ++c) d += double(q[(i * nH + h) * hd + c]) * k[(j * nKV + g) * hd + c];
           s[j - cu[n]] = scale * d;
@@ -80,7 +83,7 @@ int main(int argc, char** argv) {
         double sum = 0;
         for (double& x : s) sum += std::exp(x - mx);
         lse_ref[i * nH + h] = mx + std::log(sum);
-        for (int j = cu[n]; j <= i; ++j) {
+        for (int j = cu[n]; j <= jend; ++j) {
           const double p = std::exp(s[j - cu[n]] - lse_ref[i * nH + h]);
           for (int c = 0; c < hd; ++c) o_ref[(i * nH + h) * hd + c] += p * v[(j * nKV + g) * hd + c];
         }
@@ -89,7 +92,7 @@ int main(int argc, char** argv) {
           o_in[(i * nH + h) * hd + c] = round_bf16(float(o_ref[(i * nH + h) * hd + c]));
           D += double(dout[(i * nH + h) * hd + c]) * o_in[(i * nH + h) * hd + c];
         }
-        for (int j = cu[n]; j <= i; ++j) {
+        for (int j = cu[n]; j <= jend; ++j) {
           const double p = std::exp(s[j - cu[n]] - lse_ref[i * nH + h]);
           double dp = 0;
           for (int c = 0; c < hd; ++c) dp += double(dout[(i * nH + h) * hd + c]) * v[(j * nKV + g) * hd + c];
@@ -119,7 +122,7 @@ int main(int argc, char** argv) {
 
   const float nan = std::nanf("");
   std::vector<float> o(T * nH * hd, nan), lse(T * nH, nan);
-  emu_attention_fwd(qb.data(), kb.data(), vb.data(), cu.data(), qt.data(), ntiles, nH, nKV, hd, scale,
+  emu_attention_fwd(qb.data(), kb.data(), vb.data(), cu.data(), qt.data(), ntiles, nH, nKV, hd, scale, causal,
                     KOut{o.data(), KType::F32}, lse.data());
   int bad = 0, fails = 0;
   double e = nmse(o, o_ref, &bad);
@@ -138,7 +141,7 @@ int main(int argc, char** argv) {
   std::vector<float> lse_in(lse_ref.begin(), lse_ref.end());
   std::vector<float> dq(T * nH * hd, nan), dk(T * nKV * hd, nan), dv(T * nKV * hd, nan), part(2 * T * nH * hd, nan);
   emu_attention_bwd(db.data(), qb.data(), kb.data(), vb.data(), lse_in.data(), dl.data(), cu.data(), qt.data(),
-                    kt.data(), ntiles, T, nH, nKV, hd, scale, KOut{dq.data(), KType::F32}, KOut{dk.data(), KType::F32},
+                    kt.data(), ntiles, T, nH, nKV, hd, scale, causal, KOut{dq.data(), KType::F32}, KOut{dk.data(), KType::F32},
                     KOut{dv.data(), KType::F32}, part.data(), portable);
   for (auto [name, got, ref] : {std::tuple{"dq", &dq, &dq_ref}, std::tuple{"dk", &dk, &dk_ref},
                                 std::tuple{"dv", &dv, &dv_ref}}) {
@@ -146,6 +149,7 @@ int main(int argc, char** argv) {
     std::printf("bwd %s   nmse %.3e nonfinite %d\n", name, e, bad);
     fails += e > 5e-4 || bad;
   }
-  std::printf("%s (hd %d, nH %d, nKV %d, T %lld)\n", fails ? "FAIL" : "OK", hd, nH, nKV, (long long)T);
+  std::printf("%s (hd %d, nH %d, nKV %d, T %lld, %s)\n", fails ? "FAIL" : "OK", hd, nH, nKV, (long long)T,
+              causal ? "causal" : "full");
   return fails ? 1 : 0;
 }

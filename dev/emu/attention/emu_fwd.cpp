@@ -9,12 +9,18 @@ alignas(16) unsigned char smem_raw[232448];
 
 namespace deltatune::kernels {
 void emu_attention_fwd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* cu,
-                       const int32_t* tiles, int ntiles, int nH, int nKV, int hd, float scale, KOut o, float* lse) {
+                       const int32_t* tiles, int ntiles, int nH, int nKV, int hd, float scale, bool causal, KOut o,
+                       float* lse) {
   auto go = [&](auto kern, size_t smem) {
     emu::launch(dim3(nH, ntiles), NT, smem_raw, smem, [&] { kern(q, k, v, cu, tiles, nH, nKV, scale, o, lse); });
   };
-  if (hd == 64) go(attention_fwd_mma_kernel<64>, fwd_smem<64>());
-  else if (hd == 128) go(attention_fwd_mma_kernel<128>, fwd_smem<128>());
-  else go(attention_fwd_mma_kernel<256>, fwd_smem<256>());
+  auto hd_go = [&]<int HD>() {
+    if (causal) go(attention_fwd_mma_kernel<HD, true>, fwd_smem<HD>());
+    else go(attention_fwd_mma_kernel<HD, false>, fwd_smem<HD>());
+  };
+  if (hd == 64) hd_go.template operator()<64>();
+  else if (hd == 96) hd_go.template operator()<96>();
+  else if (hd == 128) hd_go.template operator()<128>();
+  else hd_go.template operator()<256>();
 }
 }  // namespace deltatune::kernels

@@ -222,6 +222,10 @@ class CudaBackend final : public Backend, public QuantOps {
   // first ntiles rows ordered by query-side cost (keys before the tile), the next ntiles by key-side cost
   // (queries after it), most expensive first so the longest blocks start in the first wave.
   Tensor attention_tiles_mma(const SeqLayout& seq);
+  // [T, H, hd] -> zeroed [T, H, padded_hd] with x in the first hd columns, and back (tensor-core attention at
+  // head dims the kernels do not take).
+  Tensor attention_pad_head_dim(const Tensor& x, int padded_hd);
+  void attention_unpad_head_dim(const Tensor& padded, Tensor& x);
   GdnChunks gdn_chunks(const SeqLayout& seq);
   void gdn_check(const char* op, const GdnDims& d, const SeqLayout& seq);
   // q̂ = scale·q/‖q‖, k̂ = k/‖k‖ (fp32) and their rstd into r; values false: only the rstd (the tensor-core

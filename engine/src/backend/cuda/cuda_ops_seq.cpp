@@ -65,13 +65,16 @@ Tensor CudaBackend::attention_tiles_mma(const SeqLayout& seq) {
 }
 
 namespace {
-// Tensor-core attention (mma.sync, every GPU): BF16 operands, a supported head_dim, 16-byte aligned rows for
-// cp.async. The fp32 FMA kernels are the fallback for the rest (F32/F16 inputs, other head dims, unaligned
-// views, or a device whose shared memory does not take the tensor-core tiles).
+// Tensor-core attention (mma.sync, every GPU): BF16 operands and 16-byte aligned rows for cp.async at a
+// supported head_dim; BF16 operands at another head_dim <= 256 (the vision tower's 72) run zero-padded to
+// the next supported one (attention_mma_padded_hd; padded copies are aligned). The fp32 FMA kernels are the
+// fallback for the rest (F32/F16 inputs, unaligned views at a supported head_dim, or a device whose shared
+// memory does not take the tensor-core tiles).
 bool attention_mma_ok(std::initializer_list<const Tensor*> ins, int hd) {
-  if (!kernels::attention_mma_supported(hd)) return false;
+  const bool exact = kernels::attention_mma_supported(hd);
+  if (!exact && kernels::attention_mma_padded_hd(hd) == 0) return false;
   for (const Tensor* t : ins)
-    if (t->dtype != DType::BF16 || reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+    if (t->dtype != DType::BF16 || (exact && reinterpret_cast<uintptr_t>(t->data) % 16 != 0)) return false;
   return true;
 }
 // Every GDN chunk kernel (forward prep and scan; backward reverse scan, state products, intra-chunk terms and
@@ -91,6 +94,21 @@ bool gdn_chunk_fma_fwd_fits(const GdnDims& d, const kernels::KernelPolicy& pol) 
 }  // namespace
 
 // ---- attention ------------------------------------------------------------------------------------------
+Tensor CudaBackend::attention_pad_head_dim(const Tensor& x, int padded_hd) {
+  const int64_t rows = x.dim(0) * x.dim(1), hd = x.dim(2);
+  Tensor out = alloc({x.dim(0), x.dim(1), padded_hd}, x.dtype);
+  fill(out, 0.f);
+  Tensor dst = out.view({rows, padded_hd});
+  copy_cols(dst, 0, x.view({rows, hd}), 0, hd);
+  return out;
+}
+
+void CudaBackend::attention_unpad_head_dim(const Tensor& padded, Tensor& x) {
+  const int64_t rows = x.dim(0) * x.dim(1), hd = x.dim(2);
+  Tensor dst = x.view({rows, hd});
+  copy_cols(dst, 0, padded.view({rows, padded.dim(2)}), 0, hd);
+}
+
 void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale,
                                 Tensor& o, Tensor& lse) {
   check(q.ndim() == 3 && k.ndim() == 3 && v.shape == k.shape && o.numel() == q.numel() && q.dim(0) == k.dim(0) &&
@@ -101,16 +119,21 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
   check(hd <= kernels::kAttnMaxHeadDim, "attention_fwd: head_dim " + std::to_string(hd) + " > 256 is not supported");
   check_layout(seq, q.dim(0), "attention_fwd");
   check(lse.dtype == DType::F32, "attention_fwd: lse must be F32");
-  // Full attention (the vision tower, seq.causal false) runs the FMA kernels.
-  if (seq.causal && attention_mma_ok({&q, &k, &v}, hd) &&
-      kernels::attention_fwd_mma_smem(policy_, hd) <= policy_.smem_optin) {
+  if (attention_mma_ok({&q, &k, &v}, hd) &&
+      kernels::attention_fwd_mma_smem(policy_, kernels::attention_mma_padded_hd(hd)) <= policy_.smem_optin) {
     Tensor tiles = attention_tiles_mma(seq);
     if (!tiles.defined()) return;
-    cuda_check(kernels::launch_attention_fwd_mma(policy_, kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
-                                                 iptr(seq.cu_seqlens), iptr(tiles), static_cast<int>(tiles.dim(0) / 2),
-                                                 q.dim(1), k.dim(1), hd, scale, kout(o, "attention o"), fptr(lse),
-                                                 stream()),
+    const int hp = kernels::attention_mma_padded_hd(hd);
+    const bool pad = hp != hd;
+    const Tensor qp = pad ? attention_pad_head_dim(q, hp) : q, kp = pad ? attention_pad_head_dim(k, hp) : k,
+                 vp = pad ? attention_pad_head_dim(v, hp) : v;
+    Tensor op = pad ? alloc({q.dim(0), q.dim(1), hp}, o.dtype) : o;
+    cuda_check(kernels::launch_attention_fwd_mma(policy_, kin(qp, "attention q"), kin(kp, "attention k"),
+                                                 kin(vp, "attention v"), iptr(seq.cu_seqlens), iptr(tiles),
+                                                 static_cast<int>(tiles.dim(0) / 2), q.dim(1), k.dim(1), hp, scale,
+                                                 seq.causal, kout(op, "attention o"), fptr(lse), stream()),
                "attention_fwd (tensor cores)");
+    if (pad) attention_unpad_head_dim(op, o);
     return;
   }
   check(kernels::attention_fwd_smem(hd) <= policy_.smem_optin,
@@ -136,21 +159,33 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
   check(hd <= kernels::kAttnMaxHeadDim, "attention_bwd: head_dim " + std::to_string(hd) + " is not supported");
   check_layout(seq, q.dim(0), "attention_bwd");
   check(lse.dtype == DType::F32, "attention_bwd: lse must be F32");
-  if (seq.causal && attention_mma_ok({&dout, &q, &k, &v}, hd) &&
-      kernels::attention_bwd_mma_smem(policy_, hd) <= policy_.smem_optin) {
+  if (attention_mma_ok({&dout, &q, &k, &v}, hd) &&
+      kernels::attention_bwd_mma_smem(policy_, kernels::attention_mma_padded_hd(hd)) <= policy_.smem_optin) {
     Tensor tiles = attention_tiles_mma(seq);
     if (!tiles.defined()) return;
     const int ntiles = static_cast<int>(tiles.dim(0) / 2);
+    const int hp = kernels::attention_mma_padded_hd(hd);
+    const bool pad = hp != hd;
+    auto padded = [&](const Tensor& x) { return pad ? attention_pad_head_dim(x, hp) : x; };
+    const Tensor dop = padded(dout), qp = padded(q), kp = padded(k), vp = padded(v), op = padded(o);
+    Tensor dqp = pad ? alloc({q.dim(0), q.dim(1), hp}, dq.dtype) : dq;
+    Tensor dkp = pad ? alloc({k.dim(0), k.dim(1), hp}, dk.dtype) : dk;
+    Tensor dvp = pad ? alloc({v.dim(0), v.dim(1), hp}, dv.dtype) : dv;
     Tensor dl = alloc({q.dim(0), q.dim(1)}, DType::F32);
     Tensor part;  // per-query-head dK, dV partials (GQA)
-    if (q.dim(1) > k.dim(1)) part = alloc({2, q.dim(0), q.dim(1), hd}, DType::F32);
+    if (q.dim(1) > k.dim(1)) part = alloc({2, q.dim(0), q.dim(1), hp}, DType::F32);
     cuda_check(kernels::launch_attention_bwd_mma(
-                   policy_, kin(dout, "attention dout"), kin(q, "attention q"), kin(k, "attention k"), kin(v, "attention v"),
-                   kin(o, "attention o"), fptr(lse), fptr(dl), iptr(seq.cu_seqlens), iptr(tiles),
-                   iptr(tiles) + 2 * ntiles, ntiles, q.dim(0), q.dim(1), k.dim(1), hd, scale,
-                   kout(dq, "attention dq"), kout(dk, "attention dk"), kout(dv, "attention dv"),
+                   policy_, kin(dop, "attention dout"), kin(qp, "attention q"), kin(kp, "attention k"),
+                   kin(vp, "attention v"), kin(op, "attention o"), fptr(lse), fptr(dl), iptr(seq.cu_seqlens),
+                   iptr(tiles), iptr(tiles) + 2 * ntiles, ntiles, q.dim(0), q.dim(1), k.dim(1), hp, scale,
+                   seq.causal, kout(dqp, "attention dq"), kout(dkp, "attention dk"), kout(dvp, "attention dv"),
                    part.defined() ? fptr(part) : nullptr, stream()),
                "attention_bwd (tensor cores)");
+    if (pad) {
+      attention_unpad_head_dim(dqp, dq);
+      attention_unpad_head_dim(dkp, dk);
+      attention_unpad_head_dim(dvp, dv);
+    }
     return;
   }
   check(kernels::attention_bwd_smem(hd) <= policy_.smem_optin,
