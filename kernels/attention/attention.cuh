@@ -3,7 +3,7 @@
 //    fallback for F32/F16 inputs, other head dims and unaligned views).
 //  - attention_{fwd,bwd}_mma.cu: flash-attention-2 style kernels on tensor cores (bf16 mma.sync, fp32
 //    accumulators and softmax) for BF16 q/k/v/dout and head_dim 64, 96, 128 or 256, causal or full; the
-//    backend zero-pads other head dims to the next of these (the vision tower's 72 -> 96).
+//    backend zero-pads other head dims in (64, 256] to the next of these (the 9B vision tower's 72 -> 96).
 #pragma once
 #include <cuda_runtime_api.h>
 

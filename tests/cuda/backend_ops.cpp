@@ -442,7 +442,8 @@ void case_rope(Env& e) {
 
 // ---- attention ------------------------------------------------------------------------------------------
 // BF16 q/k/v run the tensor-core kernels (bf16 operands incl. P and dS, fp32 accumulators) at head_dim 64, 96,
-// 128 or 256, other head dims zero-padded to the next of these; F32/F16 inputs run the fp32 FMA kernels. The same tolerances hold for both:
+// 128 or 256, other head dims in (64, 256] zero-padded to the next of these; smaller head dims and F32/F16
+// inputs run the fp32 FMA kernels. The same tolerances hold for both:
 // o and the gradients are sums of many bf16-rounded terms (1e-4 forward, 5e-4 backward as above; measured
 // ~1e-6..1e-5), lse is an fp32 statistic of exact bf16 products (1e-8).
 void case_attention(Env& e) {
@@ -455,7 +456,7 @@ void case_attention(Env& e) {
   const std::vector<int32_t> awkward = {0, 1, 16, 80, 145, 345, 678};  // lengths 1, 15, 64, 65, 200, 333
   const A cases[] = {{4, 1, 256, {0, 17, 50, 51, 84}},  // GQA 4, head_dim 256, tiles just past 16/32
                      {6, 3, 64, {0, 5, 12, 25, 37}},    // GQA 2, several short sequences
-                     {2, 2, 40, {0, 33}},               // MHA, head_dim 40 (zero-padded to 64)
+                     {2, 2, 40, {0, 33}},               // MHA, head_dim 40 (FMA kernels)
                      {3, 1, 128, {0, 1, 66, 70}},       // GQA 3
                      {2, 1, 64, {0, 40, 100}, F32},     // F32 inputs (FMA kernels at a tensor-core head_dim)
                      {2, 1, 256, {0, 70, 150}, F32},    // FMA kernels at hd 256 (dK/dV walks 16-row steps)
@@ -464,8 +465,8 @@ void case_attention(Env& e) {
                      {4, 2, 128, awkward},  // GQA 2
                      {4, 1, 256, awkward},  // GQA 4
                      {2, 1, 256, {0, 1024}}};  // 16 diagonal and 120 full 64x64 tiles
-  // Full attention (the vision tower: every key of the frame) on the tensor cores: the tiny golden's head_dim 16
-  // (zero-padded to 64), the 9B tower's 72 (padded to 96; one frame of a 512x512 image = 1024 patches), 64, and
+  // Full attention (the vision tower: every key of the frame): the tiny golden's head_dim 16 (FMA kernels), the
+  // 9B tower's 72 on the tensor cores (zero-padded to 96; one frame of a 512x512 image = 1024 patches), 64, and
   // F32 inputs on the FMA kernels.
   const A full[] = {{2, 2, 16, {0, 16, 80, 336}},
                     {2, 2, 72, {0, 1, 64, 65, 333}},

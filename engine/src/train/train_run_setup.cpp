@@ -142,7 +142,7 @@ static void plan_checkpointing(TrainSession& s) {
 
 namespace {
 
-// Rows with images: the checkpoint's vision tower (frozen, fp32 on the host) goes into the model, and the
+// Rows with images: the checkpoint's vision tower (frozen; run on the model's backend) goes into the model, and the
 // image settings into the session (each micro-batch's pixels are read just before its step).
 void attach_vision(TrainSession& s) {
   const auto has_images = [](const std::vector<Example>& exs) {
@@ -153,7 +153,8 @@ void attach_vision(TrainSession& s) {
   check(s.vision && s.vision->unusable.empty(), s.cfg.base_model + ": the data has images but the checkpoint's "
                                                                   "vision settings cannot be read");
   s.model->set_vision(std::make_shared<VisionWeights>(vision_weights_load(*s.weights.reader, s.vision->vision)));
-  s.log(LogLevel::Info, "vision: the image encoder runs on the host (fp32, frozen)");
+  s.log(LogLevel::Info, "vision: the image encoder runs on the training backend in its compute dtype (frozen; LoRA "
+                        "on its blocks when the `vision` group is targeted)");
 }
 
 }  // namespace

@@ -66,13 +66,17 @@ Tensor CudaBackend::attention_tiles_mma(const SeqLayout& seq) {
 
 namespace {
 // Tensor-core attention (mma.sync, every GPU): BF16 operands and 16-byte aligned rows for cp.async at a
-// supported head_dim; BF16 operands at another head_dim <= 256 (the vision tower's 72) run zero-padded to
-// the next supported one (attention_mma_padded_hd; padded copies are aligned). The fp32 FMA kernels are the
-// fallback for the rest (F32/F16 inputs, unaligned views at a supported head_dim, or a device whose shared
-// memory does not take the tensor-core tiles).
+// supported head_dim; BF16 operands at another head_dim in (64, 256] (the 9B vision tower's 72) run zero-padded
+// to the next supported one (attention_mma_padded_hd, 72 -> 96: a third more tensor work; padded copies are
+// aligned). Below 64 padding would at least double the work and the fp32 FMA kernels stay (they also keep P in
+// fp32: the tiny vision golden's bf16 loss is 2.4e-3 from transformers' fp32 with its head dims 16 and 32
+// padded onto the tensor cores, 8.3e-5 on the FMA kernels; transformers' own bf16 is 1.6e-3 to 3.7e-3 there).
+// The fp32 FMA kernels are the fallback for the rest (F32/F16 inputs, unaligned views at a supported head_dim,
+// or a device whose shared memory does not take the tensor-core tiles).
 bool attention_mma_ok(std::initializer_list<const Tensor*> ins, int hd) {
+  constexpr int kMinPaddedHeadDim = 64;
   const bool exact = kernels::attention_mma_supported(hd);
-  if (!exact && kernels::attention_mma_padded_hd(hd) == 0) return false;
+  if (!exact && (hd < kMinPaddedHeadDim || kernels::attention_mma_padded_hd(hd) == 0)) return false;
   for (const Tensor* t : ins)
     if (t->dtype != DType::BF16 || (exact && reinterpret_cast<uintptr_t>(t->data) % 16 != 0)) return false;
   return true;
