@@ -8,8 +8,10 @@ the tower blocks' attn.qkv, attn.proj, mlp.linear_fc1/2; gradient checkpointing,
 flash-linear-attention (carried wheels) for the GDN layers. Prints one JSON line (tokens/s, images/s, peak VRAM).
 """
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -36,6 +38,7 @@ def main():
     ap.add_argument("--device", default="cuda", help="cpu: a check of the script with small --layers/--depth/--side")
     a = ap.parse_args()
     dev = a.device
+    faulthandler.register(signal.SIGUSR1)  # `timeout -s USR1` shows where a run that ran out of time was
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     if a.fla:
         import fla  # noqa: F401  (fails loudly when the wheels are missing)
@@ -99,6 +102,9 @@ def main():
         sync()
         t0 = time.perf_counter()
         out = model(input_ids=ids, pixel_values=pixels, image_grid_thw=grid, labels=labels, mm_token_type_ids=mm)
+        if s == 0:
+            sync()
+            print(f"first forward {(time.perf_counter() - t0) * 1e3:.0f} ms", file=sys.stderr, flush=True)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         opt.step()
