@@ -196,7 +196,6 @@ int cmd_info(const Args& args) {
   check(!(a.options.count("--image-tokens") && a.options.count("--images")),
         "options --image-tokens and --images exclude each other");
   ImageLoad images;
-  images.vision_lora = a.flags.count("--vision-lora") != 0;
   const int64_t max_pixels = parse_int("--max-pixels", a.get("--max-pixels", "0"), 0);
   if (a.options.count("--image-tokens")) images.image_tokens_per_step = parse_int("--image-tokens", a.get("--image-tokens"), 0);
   if (a.options.count("--images"))
@@ -207,7 +206,16 @@ int cmd_info(const Args& args) {
   check(images.image_tokens_per_step <= tokens,
         "--image-tokens / --images: " + std::to_string(images.image_tokens_per_step) +
             " image tokens do not fit in --tokens " + std::to_string(tokens) + " (image tokens are part of the sequence)");
-  const std::vector<std::string> lora_groups = split_commas(a.get("--lora-groups"));
+  std::vector<std::string> lora_groups = split_commas(a.get("--lora-groups"));
+  // --vision-lora: the `vision` group on top of --lora-groups (or of the default groups).
+  const bool vision_lora = a.flags.count("--vision-lora") != 0 ||
+                           std::find(lora_groups.begin(), lora_groups.end(), "vision") != lora_groups.end();
+  if (vision_lora) {
+    check(info.vision.present, a.get("--model") + ": --vision-lora / LoRA group vision need a vision-language "
+                                                  "checkpoint (config.json has no vision_config)");
+    if (lora_groups.empty()) lora_groups = lora_default_groups(info);
+    if (std::find(lora_groups.begin(), lora_groups.end(), "vision") == lora_groups.end()) lora_groups.push_back("vision");
+  }
   // The single-GPU memory plan (gradient_checkpointing: auto).
   int64_t free = static_cast<int64_t>(free_gib * 1024 * 1024 * 1024);
   std::string free_from = "--free-gib";
@@ -306,7 +314,7 @@ int cmd_info(const Args& args) {
                           {"logits", vram.logits},
                           {"overhead", vram.overhead},
                           {"image_tokens_per_step", images.image_tokens_per_step},
-                          {"vision_lora", images.vision_lora},
+                          {"vision_lora", vision_lora},
                           {"vision_weights", vram.vision_weights},
                           {"vision_activations", vram.vision_activations},
                           {"total", vram.total}};
@@ -394,7 +402,7 @@ int cmd_info(const Args& args) {
   if (images.image_tokens_per_step > 0)
     o << "  images: " << images.image_tokens_per_step << " image tokens/step ("
       << images.image_tokens_per_step * info.vision.patches_per_token() << " patches), vision tower "
-      << (images.vision_lora ? "trained (LoRA)" : "frozen") << ": weights " << bytes_str(vram.vision_weights)
+      << (vision_lora ? "trained (LoRA)" : "frozen") << ": weights " << bytes_str(vram.vision_weights)
       << ", activations " << bytes_str(vram.vision_activations) << "\n";
   if (want_plan) {
     o << shard_plan_text(plan);

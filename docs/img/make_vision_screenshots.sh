@@ -22,7 +22,7 @@ val_set_size: 0
 sequence_len: 256
 lora_r: 8
 lora_alpha: 16
-lora_target_groups: [attn, linear_attn, mlp]
+lora_target_groups: [attn, linear_attn, mlp, vision]
 micro_batch_size: 1
 max_steps: 2000
 learning_rate: 0.001

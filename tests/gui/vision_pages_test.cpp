@@ -1,7 +1,9 @@
 // Image rows and the vision tower in the studio, on the tiny vision-language checkpoint of tests/goldens/vision
 // and its images: the Data page shows each example's images (thumbnail at the image's size, patch grid, tokens)
 // beside its tokens, an image's placeholder run as one "<|image_pad|> × N" box, a bad image's error naming file
-// and row; the Model page shows the tower; the Train page's estimate grows with the data's image tokens.
+// and row; the Model page shows the tower; the Train page's estimate grows with the data's image tokens and its
+// `vision` LoRA box is on offer only with a tower.
+#include <QCheckBox>
 #include <QFile>
 #include <QImage>
 #include <QLabel>
@@ -254,12 +256,46 @@ class VisionPagesTest : public QObject {
     QCOMPARE(more.vision_activations, 4 * some.vision_activations);
     const deltatune::VramEstimate engine = deltatune::estimate_vram(
         *doc.modelInfo(), static_cast<int>(cfg.lora_r), cfg.sequence_len, cfg.fused_loss, cfg.gradient_checkpointing,
-        cfg.gradient_checkpointing_layers, cfg.base_quantization, 1024, deltatune::ImageLoad{4000, false});
+        cfg.gradient_checkpointing_layers, cfg.base_quantization, 1024, deltatune::ImageLoad{4000}, cfg.lora_target_groups);
     QCOMPARE(more.total, engine.total);
     QVERIFY2(page.vramText().contains(QStringLiteral("4,000 image tokens")) ||
                  page.vramText().contains(QStringLiteral("4000 image tokens")) ||
                  page.vramText().contains(QStringLiteral("image tokens a step")),
              qPrintable(page.vramText()));
+  }
+
+  // The `vision` LoRA box: enabled and off by default on a vision-language checkpoint, sized as the engine sizes the
+  // group; turning it on puts the group in the run and its LoRA pairs in the estimate; greyed out without a tower.
+  void trainPageVisionCheckbox() {
+    RunDocument doc;
+    deltatune::RunConfig cfg = config(kVision + "/model", goldenRows());
+    cfg.lora_target_groups = {"attn", "linear_attn", "mlp"};
+    cfg.backend = "cuda";
+    cfg.gradient_checkpointing_auto = false;
+    doc.setConfig(cfg);
+    doc.setModelInfo(deltatune::model_info_load((kVision + "/model").toStdString()));
+    TrainPage page(&doc, nullptr);
+    auto* box = page.findChild<QCheckBox*>(QStringLiteral("lora_group_vision"));
+    QVERIFY(box);
+    QVERIFY(box->isVisibleTo(&page));
+    QVERIFY(box->isEnabled());
+    QVERIFY(!box->isChecked());
+    const int64_t visionParams =
+        deltatune::lora_params_per_group(*doc.modelInfo(), static_cast<int>(cfg.lora_r)).at("vision");
+    QVERIFY(visionParams > 0);
+    QVERIFY2(page.groupInfoText(QStringLiteral("vision")).contains(QStringLiteral("params")),
+             qPrintable(page.groupInfoText(QStringLiteral("vision"))));
+    const deltatune::VramEstimate off = page.vramEstimate();
+    box->setChecked(true);
+    const auto& groups = doc.config().lora_target_groups;
+    QVERIFY(std::find(groups.begin(), groups.end(), "vision") != groups.end());
+    const deltatune::VramEstimate on = page.vramEstimate();
+    QCOMPARE(on.lora_and_optimizer - off.lora_and_optimizer, 16 * visionParams);
+
+    doc.setModelInfo(deltatune::model_info_load((guitest::demoDir() + "/model").toStdString()));
+    QVERIFY(box->isVisibleTo(&page));
+    QVERIFY(!box->isEnabled());
+    QCOMPARE(page.groupInfoText(QStringLiteral("vision")), QStringLiteral("no vision tower"));
   }
 };
 

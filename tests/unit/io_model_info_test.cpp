@@ -79,13 +79,16 @@ TEST(IoModelInfo, DenseVlDetails) {
   int64_t skipped = 0;
   for (const auto& k : r.names()) skipped += model_key_skipped(k);
   EXPECT_EQ(info.skipped_tensors, skipped);
-  EXPECT_EQ(info.lora_groups, (std::vector<std::string>{"attn", "linear_attn", "mlp"}));
+  EXPECT_EQ(info.lora_groups, (std::vector<std::string>{"attn", "linear_attn", "mlp", "vision"}));
   // 2 full layers, by hand: q 64->256 (query + gate), k/v 64->64, o 128->64.
   const auto lora = lora_params_per_group(info, 16);
   EXPECT_EQ(lora.at("attn"), 2 * 16 * ((64 + 256) + 2 * (64 + 64) + (128 + 64)));
   // 3 GDN layers: qkv 64->160, z 64->96, a/b 64->4, out 96->64.
   EXPECT_EQ(lora.at("linear_attn"), 3 * 16 * ((64 + 160) + (64 + 96) + 2 * (64 + 4) + (96 + 64)));
   EXPECT_EQ(lora.at("mlp"), 5 * 16 * (3 * (64 + 96)));
+  // 1 vision block (hidden 16, MLP 32): qkv 16->48, proj 16->16, fc1 16->32, fc2 32->16.
+  EXPECT_EQ(lora.at("vision"), 1 * 16 * ((16 + 48) + (16 + 16) + (16 + 32) + (32 + 16)));
+  EXPECT_EQ(lora_default_groups(info), (std::vector<std::string>{"attn", "linear_attn", "mlp"}));
 }
 
 TEST(IoModelInfo, MoeGroupsAndLoraMatchInventory) {
@@ -198,8 +201,9 @@ TEST(IoModelInfo, VramEstimateParts) {
   const int64_t T = 2048;
   const VramEstimate plain = estimate_vram(info, 16, T, false, false);
   EXPECT_EQ(plain.weights, 2 * info.total_params);
-  int64_t lora = 0;
-  for (const auto& kv : lora_params_per_group(info, 16)) lora += kv.second;
+  int64_t lora = 0;  // the default groups: all but `vision` here
+  for (const auto& kv : lora_params_per_group(info, 16))
+    if (kv.first != "vision") lora += kv.second;
   EXPECT_EQ(plain.lora_and_optimizer, 16 * lora);
   EXPECT_EQ(plain.logits, 8 * T * info.vocab_size);  // fp32 logits + gradient
   EXPECT_EQ(plain.total,

@@ -28,46 +28,18 @@
 #include "model/weights.h"
 #include "data/batch_images.h"
 #include "data/image_rows.h"
+#include "vision_test_files.h"
 
 namespace fs = std::filesystem;
 
 namespace deltatune {
 namespace {
 
-const fs::path kVision = fs::path(DT_SOURCE_DIR) / "tests" / "goldens" / "vision";
-const fs::path kModel = kVision / "model";
+using namespace testing_vision;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-std::vector<nlohmann::json> read_jsonl_objects(const fs::path& p) {
-  std::vector<nlohmann::json> out;
-  std::ifstream f(p);
-  for (std::string line; std::getline(f, line);)
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-// chat_rows.jsonl with its file:// placeholder pointing at this checkout's goldens.
-std::string golden_rows_text() {
-  std::string text = read_file(kVision / "chat_rows.jsonl");
-  const std::string mark = "@VISION_GOLDENS@";
-  for (size_t at; (at = text.find(mark)) != std::string::npos;) text.replace(at, mark.size(), kVision.string());
-  return text;
-}
-
-class VisionData : public ::testing::Test {
+class VisionData : public VisionScratch {
  protected:
-  fs::path dir;
-  void SetUp() override {
-    dir = fs::path(DT_BINARY_DIR) / "test_tmp" /
-          ("vision_data_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  void TearDown() override { fs::remove_all(dir); }
+  VisionData() : VisionScratch("vision_data_") {}
   std::string write(const std::string& name, const std::string& content) {
     std::ofstream(dir / name, std::ios::binary) << content;
     return (dir / name).string();
@@ -85,15 +57,6 @@ class VisionData : public ::testing::Test {
     }
     return write("rows.jsonl", text);
   }
-  RunConfig config(const std::string& dataset) {
-    RunConfig c;
-    c.base_model = kModel.string();
-    c.datasets = {DatasetSpec{dataset, "chat", ""}};
-    c.sequence_len = 256;
-    c.val_set_size = 0;
-    c.dataset_prepared_path = (dir / "cache").string();
-    return c;
-  }
 };
 
 TEST_F(VisionData, TokenIdsEqualTransformersProcessor) {
@@ -103,7 +66,7 @@ TEST_F(VisionData, TokenIdsEqualTransformersProcessor) {
   ASSERT_TRUE(vision && vision->unusable.empty());
   const std::string dataset = (kVision / "chat_rows.jsonl").string();
   const DatasetFile file = dataset_parse_text(golden_rows_text(), dataset, "chat", false);
-  const auto golden = read_jsonl_objects(kVision / "chat_golden.jsonl");
+  const auto golden = read_json_lines(kVision / "chat_golden.jsonl");
   ASSERT_EQ(file.rows.size(), golden.size());
   for (size_t i = 0; i < golden.size(); ++i) {
     SCOPED_TRACE(file.rows[i].source);
@@ -170,7 +133,7 @@ TEST_F(VisionData, BadImagesNameFileAndRowOrAreSkipped) {
 
 TEST_F(VisionData, TruncationDropsWholeImages) {
   const auto vision = vision_data_config_read(kModel.string());
-  const auto golden = read_jsonl_objects(kVision / "chat_golden.jsonl");
+  const auto golden = read_json_lines(kVision / "chat_golden.jsonl");
   const auto& g = golden[2];  // three images
   Example ex;
   ex.input_ids = g["input_ids"].get<std::vector<int32_t>>();

@@ -8,6 +8,7 @@
 // - ModelInfo's vision tower and the memory estimate's image term; `deltatune info` / `prepare --preview`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,37 +18,24 @@
 #include "deltatune/memory_plan.h"
 #include "deltatune/model_info.h"
 #include "deltatune/run_config.h"
+#include "io/model_config.h"
+#include "lora/lora.h"
 #include "vision/image_decode.h"
+#include "cli_run.h"
+#include "vision_test_files.h"
 
 namespace fs = std::filesystem;
 
 namespace deltatune {
 namespace {
 
-const fs::path kVision = fs::path(DT_SOURCE_DIR) / "tests" / "goldens" / "vision";
-const fs::path kModel = kVision / "model";
+using namespace testing_vision;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
-  std::vector<nlohmann::json> out;
-  std::ifstream f(p);
-  for (std::string line; std::getline(f, line);)
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
+// The CLI's output, its exit status in *rc.
 std::string run_cli(const std::string& args, int* rc) {
-  std::string out;
-  FILE* p = ::popen((std::string(DT_CLI_PATH) + " " + args + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *rc = WEXITSTATUS(::pclose(p));
-  return out;
+  const testing_cli::CliResult r = testing_cli::run_cli(args);
+  *rc = r.rc;
+  return r.out;
 }
 
 size_t count_of(const std::string& text, const std::string& what) {
@@ -56,39 +44,20 @@ size_t count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
-class VisionPreview : public ::testing::Test {
+class VisionPreview : public VisionScratch {
  protected:
-  fs::path dir;
-  void SetUp() override {
-    dir = fs::path(DT_BINARY_DIR) / "test_tmp" /
-          ("vision_preview_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  void TearDown() override { fs::remove_all(dir); }
+  VisionPreview() : VisionScratch("vision_preview_") {}
   // chat_rows.jsonl (its file:// placeholder pointing at the goldens), in `dir` next to a copy of the images.
   std::string golden_rows() {
     fs::copy(kVision / "images", dir / "images");
-    std::string text = read_file(kVision / "chat_rows.jsonl");
-    const std::string mark = "@VISION_GOLDENS@";
-    for (size_t at; (at = text.find(mark)) != std::string::npos;) text.replace(at, mark.size(), kVision.string());
-    std::ofstream(dir / "rows.jsonl") << text;
+    std::ofstream(dir / "rows.jsonl") << golden_rows_text();
     return (dir / "rows.jsonl").string();
-  }
-  RunConfig config(const std::string& dataset) {
-    RunConfig c;
-    c.base_model = kModel.string();
-    c.datasets = {DatasetSpec{dataset, "chat", ""}};
-    c.sequence_len = 256;
-    c.val_set_size = 0;
-    c.dataset_prepared_path = (dir / "cache").string();
-    return c;
   }
 };
 
 TEST_F(VisionPreview, ExamplesShowImagesAsTheProcessorSizesThem) {
   const DataPreview p = preview_data(config(golden_rows()), 10);
-  const auto golden = read_jsonl(kVision / "chat_golden.jsonl");
+  const auto golden = read_json_lines(kVision / "chat_golden.jsonl");
   ASSERT_EQ(p.examples.size(), golden.size());
   for (size_t i = 0; i < golden.size(); ++i) {
     const PreviewExample& ex = p.examples[i];
@@ -191,7 +160,7 @@ TEST_F(VisionPreview, BadImageNamesFileAndRow) {
 }
 
 TEST_F(VisionPreview, StatsCountImageTokensPerMicroBatch) {
-  const auto golden = read_jsonl(kVision / "chat_golden.jsonl");
+  const auto golden = read_json_lines(kVision / "chat_golden.jsonl");
   std::vector<int64_t> per_row;
   int64_t images = 0;
   for (const auto& row : golden) {
@@ -247,26 +216,60 @@ TEST(VisionModelInfo, EstimateGrowsWithImageTokens) {
   const VramEstimate none = estimate_vram(info, 16, T, true, false);
   EXPECT_EQ(none.vision_weights, 0);
   EXPECT_EQ(none.vision_activations, 0);
-  const VramEstimate a = estimate_vram(info, 16, T, true, false, -1, "none", 1024, ImageLoad{100, false});
-  const VramEstimate b = estimate_vram(info, 16, T, true, false, -1, "none", 1024, ImageLoad{200, false});
+  const VramEstimate a = estimate_vram(info, 16, T, true, false, -1, "none", 1024, ImageLoad{100});
+  const VramEstimate b = estimate_vram(info, 16, T, true, false, -1, "none", 1024, ImageLoad{200});
   EXPECT_EQ(a.vision_weights, 2 * info.vision.params);
   EXPECT_GT(a.vision_activations, 0);
   EXPECT_EQ(b.vision_activations, 2 * a.vision_activations);  // linear in the patches
   EXPECT_GT(a.total, none.total);
   EXPECT_GT(b.total, a.total);
   EXPECT_EQ(a.total, none.total + a.vision_weights + a.vision_activations);
-  // Training the tower keeps every block's activations and adds its LoRA pairs.
-  const VramEstimate lora = estimate_vram(info, 16, T, true, false, -1, "none", 1024, ImageLoad{100, true});
+  // Training the tower (the `vision` group on top of the defaults) keeps every block's activations and adds the
+  // group's LoRA pairs (16 bytes a parameter: fp32 weight, gradient, Adam m and v) to LoRA + optimizer.
+  std::vector<std::string> groups = lora_default_groups(info);
+  groups.push_back("vision");
+  const VramEstimate lora = estimate_vram(info, 16, T, true, false, -1, "none", 1024, ImageLoad{100}, groups);
   EXPECT_GT(lora.vision_activations, a.vision_activations);
-  EXPECT_GT(lora.vision_weights, a.vision_weights);
+  EXPECT_EQ(lora.vision_weights, a.vision_weights);
+  EXPECT_EQ(lora.lora_and_optimizer - a.lora_and_optimizer, 16 * lora_params_per_group(info, 16).at("vision"));
   // The memory plan gets the same term.
   MemoryPlanRequest req;
   req.tokens_per_step = T;
   req.free_bytes = int64_t(80) << 30;
   const MemoryPlan plain = plan_memory(info, req);
-  req.images = ImageLoad{200, false};
+  req.images = ImageLoad{200};
   const MemoryPlan with = plan_memory(info, req);
   EXPECT_EQ(with.estimate.total - plain.estimate.total, b.vision_weights + b.vision_activations);
+}
+
+// The `vision` group: listed by the model info, sized as the trainer's inventory of LoRA modules sizes it, and off
+// by default (one rule for the estimate, the shard plan and the trainer).
+TEST(VisionModelInfo, VisionLoraGroup) {
+  const ModelInfo info = model_info_load(kModel.string());
+  const ModelConfig cfg = model_config_load((kModel / "config.json").string());
+  EXPECT_EQ(info.lora_groups, lora_groups_of(cfg));
+  ASSERT_NE(std::find(info.lora_groups.begin(), info.lora_groups.end(), "vision"), info.lora_groups.end());
+  for (int r : {1, 8, 16}) {
+    int64_t want = 0;
+    for (const LoraModule& m : lora_inventory(cfg))
+      if (m.group == "vision") want += int64_t{r} * (m.in + m.out);
+    EXPECT_GT(want, 0);
+    EXPECT_EQ(lora_params_per_group(info, r).at("vision"), want) << "r=" << r;
+  }
+  EXPECT_EQ(lora_default_groups(info), lora_default_groups(cfg));
+  EXPECT_FALSE(lora_group_is_default("vision"));
+  EXPECT_FALSE(lora_group_is_default("experts"));
+  // The default estimate leaves the tower's LoRA out; naming the group puts it in.
+  std::vector<std::string> with_vision = lora_default_groups(info);
+  with_vision.push_back("vision");
+  const VramEstimate plain = estimate_vram(info, 8, 512, true, false);
+  const VramEstimate vision = estimate_vram(info, 8, 512, true, false, -1, "none", 1024, {}, with_vision);
+  EXPECT_EQ(vision.lora_and_optimizer - plain.lora_and_optimizer, 16 * lora_params_per_group(info, 8).at("vision"));
+  EXPECT_EQ(plain.total, estimate_vram(info, 8, 512, true, false, -1, "none", 1024, {}, lora_default_groups(info)).total);
+  // A text-only checkpoint has no `vision` entry.
+  const ModelInfo text = model_info_load((fs::path(DT_SOURCE_DIR) / "resources" / "demo" / "model").string());
+  EXPECT_EQ(lora_params_per_group(text, 8).count("vision"), 0u);
+  EXPECT_EQ(std::count(text.lora_groups.begin(), text.lora_groups.end(), "vision"), 0);
 }
 
 TEST_F(VisionPreview, CliInfoAndPreparePreview) {

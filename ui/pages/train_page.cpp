@@ -62,6 +62,7 @@ const QMap<QString, QString>& groupTitles() {
       {"mlp", QObject::tr("MLP (gate/up/down_proj)")},
       {"shared_expert", QObject::tr("Shared expert")},
       {"experts", QObject::tr("Routed experts (3-D weights)")},
+      {"vision", QObject::tr("Vision tower (attn.qkv/proj, mlp.linear_fc1/fc2)")},
   };
   return t;
 }
@@ -75,7 +76,7 @@ W* named(W* w, const char* key) {
 }  // namespace
 
 const QStringList& TrainPage::allLoraGroups() {
-  static const QStringList g = {"attn", "linear_attn", "mlp", "shared_expert", "experts"};
+  static const QStringList g = {"attn", "linear_attn", "mlp", "shared_expert", "experts", "vision"};
   return g;
 }
 
@@ -423,17 +424,23 @@ void TrainPage::updateGroups() {
     }
   }
   for (const QString& g : allLoraGroups()) {
-    const bool has = !info || std::find(info->lora_groups.begin(), info->lora_groups.end(),
-                                        g.toStdString()) != info->lora_groups.end();
-    groupChecks_[g]->setVisible(has);
-    groupInfo_[g]->setVisible(has);
-    groupChecks_[g]->setEnabled(has);
+    const bool listed = info && std::find(info->lora_groups.begin(), info->lora_groups.end(), g.toStdString()) !=
+                                    info->lora_groups.end();
+    // The `vision` box stays in sight, greyed out, without a vision tower (so the option can be found); a model's
+    // other missing groups (mlp in an MoE, experts in a dense model) are hidden.
+    const bool vision = g == QLatin1String("vision");
+    groupChecks_[g]->setVisible(!info || listed || vision);
+    groupInfo_[g]->setVisible(!info || listed || vision);
+    groupChecks_[g]->setEnabled(vision ? listed : !info || listed);
+    groupChecks_[g]->setToolTip(vision && !listed ? tr("Needs a vision-language checkpoint (config.json with a "
+                                                       "vision_config); off by default, the tower is then frozen")
+                                                  : QString());
     const auto it = perGroup.find(g.toStdString());
     // Adapters are trained and saved in fp32: 4 bytes per parameter.
     groupInfo_[g]->setText(
-        it == perGroup.end()
-            ? QString()
-            : tr("%1 params · %2").arg(formatCount(it->second), formatBytes(it->second * 4)));
+        it != perGroup.end() ? tr("%1 params · %2").arg(formatCount(it->second), formatBytes(it->second * 4))
+        : vision && info     ? tr("no vision tower")
+                             : QString());
   }
   if (!info) {
     groupsNote_->setText(tr("Load a model to see which groups it has and their sizes."));
@@ -519,11 +526,10 @@ void TrainPage::updateVram() {
   QString planText;
   // Image rows: the data's most image tokens in one micro-batch (the Data page reads them), part of the step's tokens.
   deltatune::ImageLoad images;
-  if (info->vision.present) {
+  if (info->vision.present)
     images.image_tokens_per_step = std::min(doc_->dataImageTokensPerStep(), c.micro_batch_size * c.sequence_len);
-    images.vision_lora = std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), "vision") !=
-                         c.lora_target_groups.end();
-  }
+  const bool visionLora = std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), "vision") !=
+                          c.lora_target_groups.end();
   try {
     if (c.gradient_checkpointing_auto && freeBytes > 0 && c.backend != "cpu") {
       deltatune::MemoryPlanRequest req;
@@ -560,7 +566,7 @@ void TrainPage::updateVram() {
   if (images.image_tokens_per_step > 0)
     text += tr(", vision tower (%1 image tokens a step, %2) weights %3, activations %4")
                 .arg(formatCount(images.image_tokens_per_step),
-                     images.vision_lora ? tr("LoRA") : tr("frozen"), formatBytes(est.vision_weights),
+                     visionLora ? tr("LoRA") : tr("frozen"), formatBytes(est.vision_weights),
                      formatBytes(est.vision_activations));
   // The engine's total includes fixed overheads (runtime context, workspaces) beyond the listed parts.
   const int64_t other = est.total - est.weights - est.lora_and_optimizer - est.activations - est.logits -

@@ -42,7 +42,7 @@ struct ModelInfo {
   int64_t skipped_tensors = 0;                      // vision / mtp
   bool has_tokenizer = false, has_chat_template = false;
   std::vector<std::string> warnings;
-  // Target groups this model has (attn, linear_attn, mlp | shared_expert, experts).
+  // Target groups this model has (attn, linear_attn, mlp | shared_expert, experts; vision with a vision tower).
   std::vector<std::string> lora_groups;
   VisionTowerInfo vision;
 };
@@ -57,17 +57,23 @@ ModelInfo model_info_load(const std::string& dir);
 // config implies, embeddings tied as config.json says. For planning models not downloaded yet.
 ModelInfo model_info_from_config(const std::string& config_json_path);
 
-// LoRA trainable parameter count per target group for rank r.
+// LoRA trainable parameter count per target group for rank r (one entry per group in info.lora_groups).
 std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int r);
+
+// The groups a run trains when lora_target_groups is empty: every group of the model but `experts` (most of an
+// MoE's parameters) and `vision` (the tower stays frozen unless asked for). The one rule behind the estimate,
+// the shard plan and the trainer's defaults.
+bool lora_group_is_default(const std::string& group);
+std::vector<std::string> lora_default_groups(const ModelInfo& info);
 
 // Rough peak-VRAM estimate (bytes) for a run on a GPU backend.
 // Formula: see estimate_vram in engine/src/model/model_info.cpp. LoRA counts lora_groups (the run's
-// lora_target_groups); empty: the default target groups (every group but experts).
+// lora_target_groups); empty: lora_default_groups(info).
 struct VramEstimate {
   int64_t weights = 0, lora_and_optimizer = 0, activations = 0, logits = 0, total = 0;
   int64_t overhead = 0;  // CUDA context, workspaces, allocator slack (included in total)
-  // Image rows only (0 otherwise; both included in total): the vision tower's bf16 weights (+ its LoRA and
-  // optimizer state when trained), and its activations for the micro-batch's image patches.
+  // Image rows only (0 otherwise; both included in total): the vision tower's bf16 weights, and its activations
+  // for the micro-batch's image patches (the `vision` group's LoRA and optimizer state is in lora_and_optimizer).
   int64_t vision_weights = 0, vision_activations = 0;
 };
 // checkpoint_layers: with gradient_checkpointing, how many decoder layers (from the first) are checkpointed;
@@ -80,11 +86,10 @@ struct VramEstimate {
 // step times algorithms on); an untied embedding table is then held on the host (not counted). loss_chunk_rows: with
 // fused_loss, the rows of fp32 logits computed at a time.
 // Image rows (a vision-language checkpoint): image_tokens_per_step merged image tokens in one micro-batch (they are
-// part of tokens_per_step), and whether LoRA trains the vision tower (then its activations are kept for the
-// backward, else one block's at a time).
+// part of tokens_per_step). The tower is trained when lora_groups holds `vision` (then its activations are kept
+// for the backward, else one block's at a time).
 struct ImageLoad {
   int64_t image_tokens_per_step = 0;
-  bool vision_lora = false;
 };
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers = -1,

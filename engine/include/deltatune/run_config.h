@@ -37,7 +37,7 @@ struct RunConfig {
   double lora_alpha = 32;
   double lora_dropout = 0.0;
   bool use_rslora = false;
-  std::vector<std::string> lora_target_groups;      // attn, linear_attn, mlp, shared_expert, experts
+  std::vector<std::string> lora_target_groups;      // attn, linear_attn, mlp, shared_expert, experts, vision
   std::vector<std::string> lora_target_modules;     // module suffixes (PEFT target_modules)
   std::vector<std::string> lora_target_parameters;  // 3-D params (PEFT target_parameters)
   std::string lora_model_dir;                        // start from this PEFT adapter

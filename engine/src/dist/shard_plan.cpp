@@ -180,18 +180,17 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
   p.gpus = gpus;
   p.settings = s;
   if (s.lora_groups.empty()) {
-    for (const auto& g : info.lora_groups)
-      if (g != "experts") p.lora_groups.push_back(g);
+    p.lora_groups = lora_default_groups(info);
   } else {
     for (const auto& g : s.lora_groups)
       check(std::find(info.lora_groups.begin(), info.lora_groups.end(), g) != info.lora_groups.end(),
             "LoRA group '" + g + "' is not one of this model's: " + join(info.lora_groups));
     p.lora_groups = s.lora_groups;
   }
-  const bool expert_lora = std::find(p.lora_groups.begin(), p.lora_groups.end(), "experts") != p.lora_groups.end();
 
+  // Activations with the plan's LoRA groups (expert LoRA's per-token intermediates included).
   const VramEstimate est = estimate_vram(info, s.lora_r, s.tokens_per_step, s.fused_loss, s.gradient_checkpointing,
-                                         s.checkpoint_layers, s.base_quantization);
+                                         s.checkpoint_layers, s.base_quantization, 1024, {}, p.lora_groups);
   const FrozenBytes f = frozen_bytes(info, s.base_quantization, est.weights);
   const int n = gpus.count;
   const int64_t T = std::max<int64_t>(s.tokens_per_step, 1), H = info.hidden_size, k = info.num_experts_per_tok;
@@ -201,10 +200,6 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
   const auto lora = lora_params_per_group(info, s.lora_r);
   int64_t lora_dense = 0, lora_experts = 0;
   for (const auto& g : p.lora_groups) (g == "experts" ? lora_experts : lora_dense) += lora.count(g) ? lora.at(g) : 0;
-  // Expert LoRA keeps, per routed token and layer whose activations are kept, the rank-r products of gate, up
-  // and down (bf16); estimate_vram counts the default groups only.
-  const int64_t stored_layers = (L - n_ckpt) + (n_ckpt > 0 ? 1 : 0);
-  const int64_t expert_lora_acts = expert_lora ? 2 * T * k * 3 * s.lora_r * stored_layers : 0;
 
   // Token exchange of expert parallel per micro-batch: dispatch and combine (bf16 rows of H) in the forward,
   // their gradients in the backward, and the forward again in a checkpointed layer's recompute.
@@ -244,7 +239,7 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
                          std::to_string(n) + " GPUs";
     }
     e.lora_and_optimizer = 16 * (lora_dense + (ep ? ceil_div(lora_experts, n) : lora_experts));
-    e.activations = est.activations + expert_lora_acts;
+    e.activations = est.activations;
     e.logits = est.logits;
     e.overhead = est.overhead;
     switch (layout) {

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "deltatune/model_info.h"
 
 namespace deltatune {
 
@@ -125,8 +126,7 @@ std::vector<std::string> lora_group_suffixes(const std::string& group) {
 
 std::vector<std::string> lora_default_groups(const ModelConfig& cfg) {
   std::vector<std::string> g = lora_groups_of(cfg);
-  g.erase(std::remove(g.begin(), g.end(), "experts"), g.end());
-  g.erase(std::remove(g.begin(), g.end(), "vision"), g.end());
+  g.erase(std::remove_if(g.begin(), g.end(), [](const std::string& n) { return !lora_group_is_default(n); }), g.end());
   return g;
 }
 
@@ -195,6 +195,9 @@ LoraAdapter lora_create(const ModelConfig& cfg, const LoraSpec& spec, uint64_t s
   for (const std::string& g : groups) {
     if (std::find(all_groups().begin(), all_groups().end(), g) == all_groups().end())
       throw Error("lora_target_groups: unknown group '" + g + "' (valid: " + join(all_groups()) + ")");
+    if (g == "vision" && !cfg.has_vision())
+      throw Error("lora_target_groups: group 'vision' needs a vision-language checkpoint, and this one's config.json "
+                  "has no vision_config (its groups: " + join(model_groups) + ")");
     if (std::find(model_groups.begin(), model_groups.end(), g) == model_groups.end())
       throw Error("lora_target_groups: group '" + g + "' does not exist in this " + cfg.model_type +
                   " model (it has: " + join(model_groups) + ")");

@@ -67,7 +67,8 @@ struct LoraSpec {
   std::vector<std::string> parameters;  // explicit 3-D params (PEFT target_parameters)
 };
 
-// Default groups when a run names no targets: every group of the model except `experts` and `vision` (attn,
+// Default groups when a run names no targets (the rule: lora_group_is_default in deltatune/model_info.h): every
+// group of the model except `experts` and `vision` (attn,
 // linear_attn, mlp for dense; attn, linear_attn, shared_expert for MoE) — what "all linear layers" means for
 // these models; expert LoRA multiplies the adapter size by E and the vision tower's LoRA is opt-in.
 std::vector<std::string> lora_default_groups(const ModelConfig& cfg);

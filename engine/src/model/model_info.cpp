@@ -147,7 +147,23 @@ std::map<std::string, int64_t> lora_params_per_group(const ModelInfo& info, int 
   } else {
     out["mlp"] = L * (2 * pair(H, info.intermediate_size) + pair(info.intermediate_size, H));
   }
+  // The tower's blocks: attn.qkv (h -> 3h), attn.proj (h -> h), mlp.linear_fc1 (h -> I), mlp.linear_fc2 (I -> h).
+  const VisionTowerInfo& vt = info.vision;
+  if (vt.present)
+    out["vision"] = vt.depth * (pair(vt.hidden, 3 * vt.hidden) + pair(vt.hidden, vt.hidden) +
+                                pair(vt.hidden, vt.intermediate) + pair(vt.intermediate, vt.hidden));
   return out;
+}
+
+bool lora_group_is_default(const std::string& group) {
+  return group != "experts" && group != "vision";
+}
+
+std::vector<std::string> lora_default_groups(const ModelInfo& info) {
+  std::vector<std::string> g;
+  for (const auto& name : info.lora_groups)
+    if (lora_group_is_default(name)) g.push_back(name);
+  return g;
 }
 
 namespace {
@@ -178,8 +194,8 @@ int64_t fp8_gemm_scratch(const ModelInfo& info, int64_t T) {
 // pessimistic; it is for choosing settings, not for allocation.
 //   weights      = total_params * 2                 base weights in bf16 (fp32 norm/A_log copies: negligible)
 //   lora         = P_lora * 16                      fp32 weight + gradient + Adam m + v, P_lora over the
-//                                                   targeted groups (lora_groups; empty: the default groups,
-//                                                   all but `experts`, as lora_default_groups)
+//                                                   targeted groups (lora_groups; empty:
+//                                                   lora_default_groups(info)), `vision` included
 //   activations  saved for backward, bf16 (2 bytes per element), T = tokens_per_step:
 //                  per token and layer: 4H (layer input, normed input, mid residual, normed mid) +
 //                  GDN layer:  2*conv_dim (projection, conv+SiLU) + 3*value_dim (z, core out, gated norm)
@@ -202,10 +218,10 @@ int64_t fp8_gemm_scratch(const ModelInfo& info, int64_t T) {
 //   vision       image rows only (images.image_tokens_per_step > 0), P = image tokens * merge² patches, h/I the
 //                tower's hidden/intermediate size: its weights in bf16 (2 bytes per visual.* parameter); the
 //                patches' fp32 pixel values (P * C*T*p*p * 4); bf16 activations: frozen, one block at a time
-//                (P * 2 * (h + 3h + h + I): input, qkv, attention out, fc1); with vision LoRA every block keeps
-//                P * 2 * (9h + 2I + 4r) (2 norms' in/out, qkv, attention out, fc1 and its activation, the LoRA
-//                intermediates) and the merger P * 2 * 3h, and the group's LoRA pairs (qkv, proj, fc1, fc2 per
-//                block) cost 16 bytes a parameter. Attention scores are not kept (flash-style attention).
+//                (P * 2 * (h + 3h + h + I): input, qkv, attention out, fc1); with the `vision` LoRA group every
+//                block keeps P * 2 * (9h + 2I + 4r) (2 norms' in/out, qkv, attention out, fc1 and its activation,
+//                the LoRA intermediates) and the merger P * 2 * 3h. The group's LoRA pairs are in `lora` above
+//                (lora_params_per_group's `vision`). Attention scores are not kept (flash-style attention).
 //                The text side already counts image tokens: they are part of tokens_per_step.
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers, const std::string& base_quantization,
@@ -239,7 +255,7 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
                                            "' (expected none, fp8 or nf4)");
   }
   const auto targeted = [&](const std::string& g) {
-    return lora_groups.empty() ? g != "experts"
+    return lora_groups.empty() ? lora_group_is_default(g)
                                : std::find(lora_groups.begin(), lora_groups.end(), g) != lora_groups.end();
   };
   int64_t lora = 0;
@@ -282,10 +298,7 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
     const int64_t features = 3 * vt.temporal_patch_size * vt.patch_size * vt.patch_size;
     v.vision_weights = vt.params * 2;
     v.vision_activations = P * features * 4;
-    if (images.vision_lora) {
-      // The group's LoRA pairs, unless lora_params_per_group already lists a `vision` group.
-      if (std::find(info.lora_groups.begin(), info.lora_groups.end(), "vision") == info.lora_groups.end())
-        v.vision_weights += vt.depth * r * ((h + 3 * h) + (h + h) + (h + I) + (I + h)) * 16;
+    if (targeted("vision")) {
       v.vision_activations += 2 * P * (vt.depth * (9 * h + 2 * I + 4 * r) + 3 * h);
     } else {
       v.vision_activations += 2 * P * (h + 3 * h + h + I);

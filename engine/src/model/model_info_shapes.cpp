@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "lora/lora.h"
 #include "model/model_info_vision.h"
 #include "model/weights.h"
 
@@ -32,17 +33,7 @@ void model_info_fill_shapes(const ModelConfig& c, ModelInfo* info) {
   for (LayerKind k : c.layer_types)
     info->layer_types.push_back(k == LayerKind::FullAttention ? "full_attention" : "linear_attention");
 
-  info->lora_groups.clear();
-  const bool has_full = std::count(c.layer_types.begin(), c.layer_types.end(), LayerKind::FullAttention) > 0;
-  const bool has_lin = std::count(c.layer_types.begin(), c.layer_types.end(), LayerKind::LinearAttention) > 0;
-  if (has_full) info->lora_groups.push_back("attn");
-  if (has_lin) info->lora_groups.push_back("linear_attn");
-  if (c.is_moe()) {
-    if (c.has_shared_expert()) info->lora_groups.push_back("shared_expert");
-    info->lora_groups.push_back("experts");
-  } else {
-    info->lora_groups.push_back("mlp");
-  }
+  info->lora_groups = lora_groups_of(c);
 }
 
 ModelInfo model_info_from_config(const std::string& config_json_path) {

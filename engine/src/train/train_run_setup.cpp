@@ -75,7 +75,11 @@ void load_inputs(TrainSession& s) {
     s.adapter = peft_adapter_read(cfg.lora_model_dir, mc);
     s.log(LogLevel::Info, "starting from the adapter in " + cfg.lora_model_dir);
   } else {
-    s.adapter = lora_create(mc, lora_spec_from_run_config(cfg), static_cast<uint64_t>(cfg.seed));
+    try {
+      s.adapter = lora_create(mc, lora_spec_from_run_config(cfg), static_cast<uint64_t>(cfg.seed));
+    } catch (const Error& e) {  // the LoRA settings do not fit this checkpoint: say which checkpoint
+      throw Error("base_model " + cfg.base_model + ": " + e.what());
+    }
   }
   s.log(LogLevel::Info, describe_groups(s.adapter));
   try {
@@ -126,8 +130,6 @@ static void plan_checkpointing(TrainSession& s) {
   req.free_bytes = free;
   // Image rows: the tower's weights and activations for the data's most image tokens in one micro-batch.
   req.images.image_tokens_per_step = s.data.train_stats.max_image_tokens_per_step;
-  req.images.vision_lora = std::find(cfg.lora_target_groups.begin(), cfg.lora_target_groups.end(), "vision") !=
-                           cfg.lora_target_groups.end();
   req.lora_groups = cfg.lora_target_groups;
   const ModelInfo info = model_info_load(cfg.base_model);
   const MemoryPlan plan = plan_memory(info, req);
