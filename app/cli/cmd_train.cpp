@@ -52,6 +52,20 @@ GpuSelection requested_gpus(const ParsedArgs& p, const RunConfig& cfg, const std
   return GpuSelection{c->gpus, c->gpus_all};
 }
 
+// GPUs named by index must exist on this machine. Without any visible GPU, backend auto trains one worker on the
+// CPU as before, but several listed GPUs are refused (CPU workers are asked for with backend: cpu).
+void check_gpus_exist(const GpuSelection& gpus, const std::string& backend, const std::string& source) {
+  if (backend == "cpu" || gpus.ids.empty()) return;
+  const int visible = visible_cuda_devices();
+  if (visible == 0 && (backend != "auto" || gpus.ids.size() == 1)) return;  // cuda: the backend says what is missing
+  const std::string shown = visible == 0 ? std::string("this machine shows no CUDA GPU")
+                                         : "this machine shows " + std::to_string(visible) + " CUDA GPU(s), 0 to " +
+                                               std::to_string(visible - 1) + " (nvidia-smi; CUDA_VISIBLE_DEVICES)";
+  for (int id : gpus.ids)
+    check(id < visible, source + ": GPU " + std::to_string(id) + " does not exist: " + shown +
+                            "; for several workers on the CPU set backend: cpu");
+}
+
 }  // namespace
 
 int cmd_train(const Args& args) {
@@ -74,6 +88,9 @@ int cmd_train(const Args& args) {
   opts.gpus = gpus.ids;
 
   if (!opts.dist.active()) {
+    check_gpus_exist(gpus, cfg.backend,
+                     p.has("--gpus") ? "--gpus " + p.get("--gpus")
+                                     : (p.positionals.empty() ? std::string("the run's") : p.positionals[0]) + ": gpus");
     const int n = gpus.all ? visible_cuda_devices() : static_cast<int>(gpus.ids.size());
     check(!gpus.all || n > 0, "gpus: all, but no CUDA GPU is visible (check nvidia-smi, or train on the CPU)");
     if (n > 1) {  // this machine's launcher: one worker per GPU, each this program with the same arguments

@@ -162,6 +162,9 @@ TEST(Docs, SpecCitationsNameSectionsInDocs) {
         const bool spec = doc == "spec" || doc == "Spec" || doc.find("qwen3_5.md") != std::string::npos;
         if (!peft && !spec) continue;  // "§" of something else (a paper, a continued "of §4" list)
         ++checked;
+        // A cited path ("docs/peft-adapter.md") must be this repository's, not a folder outside it.
+        if (doc.find('/') != std::string::npos && !fs::exists(kRoot / doc))
+          bad.push_back(rel(f) + ": " + it->str() + " (no file " + doc + " in the repository: cite docs/...)");
         if (!(peft ? peft_sections : model_sections).count(sec))
           bad.push_back(rel(f) + ": " + it->str() + " (no section " + sec + " in " +
                         (peft ? "docs/peft-adapter.md" : "docs/qwen3_5.md") + ")");

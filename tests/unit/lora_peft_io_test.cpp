@@ -458,7 +458,7 @@ TEST(PeftExport, MergedCheckpointsForPythonCheck) {
 namespace deltatune {
 namespace {
 
-// PEFT 0.17-0.19.0 stored 3-D expert LoRA transposed (spec §6.3); such adapters are converted on read.
+// PEFT 0.17-0.19.0 stored 3-D expert LoRA transposed (peft-adapter.md §6.3); such adapters are converted on read.
 TEST(PeftIo, ConvertsPre0191ExpertOrientation) {
   const std::string c = "moe_all";
   const ModelConfig cfg = model_config_load(kFixtures + c + "/config.json");

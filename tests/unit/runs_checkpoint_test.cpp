@@ -17,6 +17,7 @@
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "error_text.h"
 
 namespace fs = std::filesystem;
 using namespace deltatune;
@@ -96,15 +97,6 @@ std::vector<std::string> names_in(const std::string& dir) {
   return n;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(RunsCheckpoint, WriteLoadRoundTrip) {
@@ -166,7 +158,7 @@ TEST(RunsCheckpoint, FailedWriteLeavesEverythingAsItWas) {
     throw Error("No space left on device");
   };
   const std::string msg =
-      message_of([&] { checkpoint_write(tmp.out(), state_at(2), moments(2), failing, 1); });
+      error_of([&] { checkpoint_write(tmp.out(), state_at(2), moments(2), failing, 1); });
   EXPECT_NE(msg.find("cannot write checkpoint '" + (fs::path(tmp.out()) / "checkpoint-2").string() + "'"),
             std::string::npos)
       << msg;
@@ -175,7 +167,7 @@ TEST(RunsCheckpoint, FailedWriteLeavesEverythingAsItWas) {
   EXPECT_NO_THROW(checkpoint_load((fs::path(tmp.out()) / "checkpoint-1").string()));
 
   const AdapterWriter lazy = [](const std::string&) {};
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(error_of([&] {
               checkpoint_write(tmp.out(), state_at(3), {}, lazy, 1);
             }).find("did not write adapter_config.json"),
             std::string::npos);
@@ -186,7 +178,7 @@ TEST(RunsCheckpoint, UnwritableOutputDir) {
   TempDir tmp;
   std::ofstream(tmp.path / "file") << "x";
   const std::string not_dir = (tmp.path / "file" / "out").string();
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(error_of([&] {
               checkpoint_write(not_dir, state_at(1), {}, fake_adapter(1), 1);
             }).find("cannot create"),
             std::string::npos);
@@ -198,7 +190,7 @@ TEST(RunsCheckpoint, ReadOnlyOutputDir) {
   fs::create_directories(tmp.out());
   fs::permissions(tmp.out(), fs::perms::owner_read | fs::perms::owner_exec);
   const std::string msg =
-      message_of([&] { checkpoint_write(tmp.out(), state_at(1), {}, fake_adapter(1), 1); });
+      error_of([&] { checkpoint_write(tmp.out(), state_at(1), {}, fake_adapter(1), 1); });
   EXPECT_NE(msg.find("cannot write checkpoint"), std::string::npos) << msg;
   EXPECT_NE(msg.find("Permission denied"), std::string::npos) << msg;
 }
@@ -210,36 +202,36 @@ TEST(RunsCheckpoint, LoadNamesWhatIsWrong) {
   };
   std::string d = fresh(1);
   fs::remove(fs::path(d) / "optimizer.safetensors");
-  EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("is incomplete: optimizer.safetensors is missing"),
+  EXPECT_NE(error_of([&] { checkpoint_load(d); }).find("is incomplete: optimizer.safetensors is missing"),
             std::string::npos);
 
   d = fresh(2);
   std::ofstream(fs::path(d) / "trainer_state.json")
       << "{\"format\": \"deltatune-checkpoint\", \"version\": 1}";
-  EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("field 'step' is missing"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint_load(d); }).find("field 'step' is missing"), std::string::npos);
   std::ofstream(fs::path(d) / "trainer_state.json") << "{not json";
-  EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("trainer_state.json: not valid JSON"),
+  EXPECT_NE(error_of([&] { checkpoint_load(d); }).find("trainer_state.json: not valid JSON"),
             std::string::npos);
 
   d = fresh(3);
   fs::rename(d, fs::path(tmp.out()) / "checkpoint-4");
-  EXPECT_NE(message_of([&] {
+  EXPECT_NE(error_of([&] {
               checkpoint_load((fs::path(tmp.out()) / "checkpoint-4").string());
             }).find("does not match the folder name"),
             std::string::npos);
 
   d = fresh(5);
   fs::resize_file(fs::path(d) / "adapter_model.safetensors", 20);  // truncated
-  EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("adapter_model.safetensors"), std::string::npos);
+  EXPECT_NE(error_of([&] { checkpoint_load(d); }).find("adapter_model.safetensors"), std::string::npos);
 
   d = fresh(6);
   std::string state = read_text_file((fs::path(d) / "trainer_state.json").string());
   state.replace(state.find("\"version\": 1"), 12, "\"version\": 9");
   std::ofstream(fs::path(d) / "trainer_state.json") << state;
-  EXPECT_NE(message_of([&] { checkpoint_load(d); }).find("format version 9 is not supported"),
+  EXPECT_NE(error_of([&] { checkpoint_load(d); }).find("format version 9 is not supported"),
             std::string::npos);
 
-  EXPECT_NE(message_of([&] { checkpoint_load(tmp.out() + "/nope"); }).find("does not exist"),
+  EXPECT_NE(error_of([&] { checkpoint_load(tmp.out() + "/nope"); }).find("does not exist"),
             std::string::npos);
 }
 

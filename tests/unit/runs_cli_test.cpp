@@ -11,27 +11,14 @@
 #include "deltatune/experiment_store.h"
 #include "deltatune/run_config.h"
 
+#include "cli_run.h"
+
 namespace fs = std::filesystem;
 using namespace deltatune;
 
 namespace {
 
-struct CliResult {
-  int rc = -1;
-  std::string out;  // stdout and stderr
-};
-
-CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(DT_CLI_PATH) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  CliResult r;
-  if (!f) return r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) r.out.append(buf, n);
-  const int status = pclose(f);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using deltatune::testing_cli::run_cli;
 
 struct Fixture {
   fs::path dir;

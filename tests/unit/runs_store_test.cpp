@@ -13,9 +13,11 @@
 
 #include "core/error.h"
 #include "deltatune/experiment_store.h"
+#include "error_text.h"
 
 namespace fs = std::filesystem;
 using deltatune::Error;
+using deltatune::error_of;
 using deltatune::ExperimentStore;
 using deltatune::SampleRecord;
 using deltatune::RunRecord;
@@ -86,15 +88,6 @@ StepMetrics step_metrics(int64_t step, double loss, double eval_loss = -1) {
   return m;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(RunsStore, FindsARunByItsOutputFolderOrACheckpointInIt) {
@@ -153,9 +146,9 @@ TEST(RunsStore, CreateFindListUpdate) {
   EXPECT_FALSE(store.find_run(id2)->finished_at.empty());
   store.set_status(id2, "running");
   EXPECT_TRUE(store.find_run(id2)->finished_at.empty());
-  EXPECT_NE(message_of([&] { store.set_status(id2, "done"); }).find("'done' is not valid"),
+  EXPECT_NE(error_of([&] { store.set_status(id2, "done"); }).find("'done' is not valid"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { store.set_status("nope", "failed"); }).find("no run with id 'nope'"),
+  EXPECT_NE(error_of([&] { store.set_status("nope", "failed"); }).find("no run with id 'nope'"),
             std::string::npos);
   EXPECT_FALSE(store.find_run("zzzz"));
   EXPECT_FALSE(store.find_run(""));
@@ -171,10 +164,10 @@ TEST(RunsStore, FindByPrefixAndAmbiguity) {
   store.create_run(b);
   EXPECT_EQ(store.find_run("abc")->id, "abc12345");
   EXPECT_EQ(store.find_run("abd6")->id, "abd67890");
-  EXPECT_NE(message_of([&] { store.find_run("ab"); }).find("is a prefix of 2 runs"), std::string::npos);
-  EXPECT_NE(message_of([&] { store.find_run("same"); }).find("is the name of 2 runs"), std::string::npos);
+  EXPECT_NE(error_of([&] { store.find_run("ab"); }).find("is a prefix of 2 runs"), std::string::npos);
+  EXPECT_NE(error_of([&] { store.find_run("same"); }).find("is the name of 2 runs"), std::string::npos);
   EXPECT_FALSE(store.find_run("ab*"));
-  EXPECT_NE(message_of([&] { store.create_run(a); }).find("exists"), std::string::npos);
+  EXPECT_NE(error_of([&] { store.create_run(a); }).find("exists"), std::string::npos);
 }
 
 TEST(RunsStore, MetricsSummaryAndTruncate) {
@@ -211,7 +204,7 @@ TEST(RunsStore, MetricsSummaryAndTruncate) {
   EXPECT_EQ(store.find_run(id)->steps, 4);
 
   EXPECT_NE(
-      message_of([&] { store.add_metrics("missing", step_metrics(1, 1)); }).find("no run with id 'missing'"),
+      error_of([&] { store.add_metrics("missing", step_metrics(1, 1)); }).find("no run with id 'missing'"),
       std::string::npos);
 }
 
@@ -374,12 +367,12 @@ TEST(RunsStore, SchemaVersionAndBadFiles) {
     EXPECT_EQ(raw.scalar("SELECT MAX(version) FROM schema_version"), "3");
     raw.exec("INSERT INTO schema_version(version) VALUES (99)");
   }
-  EXPECT_NE(message_of([&] { ExperimentStore s(tmp.db()); }).find("schema version 99, newer than"),
+  EXPECT_NE(error_of([&] { ExperimentStore s(tmp.db()); }).find("schema version 99, newer than"),
             std::string::npos);
 
   const std::string junk = (tmp.path / "junk.db").string();
   std::ofstream(junk) << std::string(4096, 'x');
-  const std::string msg = message_of([&] { ExperimentStore s(junk); });
+  const std::string msg = error_of([&] { ExperimentStore s(junk); });
   EXPECT_NE(msg.find(junk), std::string::npos) << msg;
   EXPECT_NE(msg.find("not a database"), std::string::npos) << msg;
 }
@@ -415,7 +408,7 @@ TEST(RunsStore, SamplesPerRunAndStep) {
   EXPECT_EQ(sa[3].finish_reason, "length");
   EXPECT_EQ(sa[3].tokens, 10);
   EXPECT_FALSE(sa[3].created_at.empty());
-  EXPECT_NE(message_of([&] { store.add_samples("nope", {rec(1, 0, "x")}); }).find("nope"), std::string::npos);
+  EXPECT_NE(error_of([&] { store.add_samples("nope", {rec(1, 0, "x")}); }).find("nope"), std::string::npos);
   store.truncate_metrics(a, 3);  // a resume from step 3
   ASSERT_EQ(store.samples(a).size(), 2u);
   EXPECT_EQ(store.samples(a)[1].text, "a2-1");

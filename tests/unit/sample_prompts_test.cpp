@@ -11,6 +11,7 @@
 #include "deltatune/generate.h"
 #include "deltatune/run_config.h"
 #include "deltatune/trainer.h"
+#include "error_text.h"
 
 namespace fs = std::filesystem;
 
@@ -18,15 +19,6 @@ namespace deltatune {
 namespace {
 
 const fs::path kDemo = fs::path(DT_SOURCE_DIR) / "resources" / "demo";
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(SamplePrompts, ConfigForms) {
   const RunConfig c = run_config_from_yaml_string(R"(
@@ -56,14 +48,14 @@ sample_max_new_tokens: 9
   fs::remove_all(dir);
 
   const std::string bad_role =
-      message_of([] { run_config_from_yaml_string("sample_prompts: [[{role: robot, content: x}]]"); });
+      error_of([] { run_config_from_yaml_string("sample_prompts: [[{role: robot, content: x}]]"); });
   EXPECT_NE(bad_role.find("sample_prompts[0][0].role"), std::string::npos) << bad_role;
   EXPECT_NE(bad_role.find("robot"), std::string::npos) << bad_role;
   const std::string bad_message =
-      message_of([] { run_config_from_yaml_string("sample_prompts: [[{role: user, text: x}]]"); });
+      error_of([] { run_config_from_yaml_string("sample_prompts: [[{role: user, text: x}]]"); });
   EXPECT_NE(bad_message.find("sample_prompts[0][0]"), std::string::npos) << bad_message;
   EXPECT_NE(bad_message.find("{role, content}"), std::string::npos) << bad_message;
-  EXPECT_NE(message_of([] { run_config_from_yaml_string("sample_max_new_tokens: 0"); }).find("sample_max_new_tokens"),
+  EXPECT_NE(error_of([] { run_config_from_yaml_string("sample_max_new_tokens: 0"); }).find("sample_max_new_tokens"),
             std::string::npos);
 }
 
@@ -133,7 +125,7 @@ TEST(SamplePrompts, BadFileFailsBeforeTraining) {
                                          << "{not json}\n";
   Quiet obs;
   RunControl control;
-  const std::string msg = message_of([&] { train_run(cfg, obs, control, TrainOptions{(dir / "db").string(), ""}); });
+  const std::string msg = error_of([&] { train_run(cfg, obs, control, TrainOptions{(dir / "db").string(), ""}); });
   EXPECT_NE(msg.find("p.jsonl:2"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(fs::path(cfg.output_dir) / "adapter_model.safetensors"));
   fs::remove_all(dir);

@@ -1,4 +1,4 @@
-// safetensors read (mmap, zero-copy) and write (atomic). Format: spec/peft-adapter.md §7.
+// safetensors read (mmap, zero-copy) and write (atomic). Format: docs/peft-adapter.md §7.
 #pragma once
 #include <map>
 #include <memory>

@@ -130,7 +130,7 @@ std::string expert_key_module(const LoraModule& m, bool both_in_layer) {
   return experts;
 }
 
-// PEFT < 0.19.1 stored 3-D expert LoRA transposed (spec §6.3): A_old (r·E, out), B_old (in, r·E) with
+// PEFT < 0.19.1 stored 3-D expert LoRA transposed (peft-adapter.md §6.3): A_old (r·E, out), B_old (in, r·E) with
 // delta[e] = s·(B_e A_e)^T. Returns the ≥ 0.19.1 factors: B[:, k*E+e] = A_old[e*r+k, :],
 // A[e*r+k, :] = B_old[:, k*E+e].
 void convert_old_expert_orientation(const LoraModule& m, int r, const Tensor& a_old, const Tensor& b_old, Tensor& a,
@@ -285,7 +285,7 @@ void peft_adapter_write(const LoraAdapter& adapter, const ModelConfig& cfg, cons
   c["exclude_modules"] = nullptr;
   c["fan_in_fan_out"] = false;
   c["inference_mode"] = true;
-  c["init_lora_weights"] = true;  // any other value runs an init at load that may touch base weights (§9.8)
+  c["init_lora_weights"] = true;  // any other value runs an init at load that may touch base weights (peft-adapter.md §9, pitfall 8)
   c["kasa_config"] = nullptr;
   c["layer_replication"] = nullptr;
   c["layers_pattern"] = nullptr;
@@ -316,7 +316,7 @@ void peft_adapter_write(const LoraAdapter& adapter, const ModelConfig& cfg, cons
   c["use_rslora"] = adapter.rslora;
   c["velora_config"] = nullptr;
 
-  // Tensors: F32, no adapter name in the key (§4.1), experts nested as PEFT does (§6.1).
+  // Tensors: F32, no adapter name in the key (peft-adapter.md §4.1), experts nested as PEFT does (§6.1).
   std::map<int, int> experts_per_layer;
   for (const LoraModule& m : adapter.modules)
     if (m.experts > 0) experts_per_layer[m.layer]++;
@@ -455,7 +455,7 @@ LoraAdapter peft_adapter_read(const std::string& dir, const ModelConfig& cfg) {
             " select no adaptable module of this " + cfg.model_type +
             " model (supported: attention, linear-attention, MLP/shared-expert projections, expert tensors)");
 
-  // Expert nesting per layer (§6.1).
+  // Expert nesting per layer (peft-adapter.md §6.1).
   std::map<int, std::vector<size_t>> experts_of_layer;
   for (size_t i = 0; i < inv.size(); ++i)
     if (targeted[i] && inv[i].experts > 0) experts_of_layer[inv[i].layer].push_back(i);

@@ -1,0 +1,121 @@
+// Bad inputs through `deltatune train` / `deltatune info`: each ends with a non-zero exit and a message that names
+// the file or field and what was expected, before anything is written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cli_run.h"
+
+namespace fs = std::filesystem;
+
+namespace deltatune {
+namespace {
+
+using testing_cli::CliResult;
+using testing_cli::run_cli;
+
+const fs::path kDemo = fs::path(DT_SOURCE_DIR) / "resources" / "demo";
+const fs::path kVisionImages = fs::path(DT_SOURCE_DIR) / "tests" / "goldens" / "vision" / "images";
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class CliErrors : public ::testing::Test {
+ protected:
+  fs::path dir;
+  void SetUp() override {
+    dir = fs::path(DT_BINARY_DIR) / "test_tmp" /
+          ("cli_errors_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  // A one-step run of the bundled text-only demo model with `extra` YAML lines appended (a later key wins).
+  std::string run_file(const std::string& extra, const std::string& dataset = "") {
+    const fs::path path = dir / "run.yaml";
+    std::ofstream(path) << "base_model: " << (kDemo / "model").string() << "\n"
+                        << "datasets:\n  - path: "
+                        << (dataset.empty() ? (kDemo / "data" / "demo_chat.jsonl").string() : dataset)
+                        << "\n    type: chat\n"
+                        << "sequence_len: 128\nmax_steps: 1\nbackend: auto\nval_set_size: 0\n"
+                        << "output_dir: " << (dir / "out").string() << "\n"
+                        << "dataset_prepared_path: " << (dir / "cache").string() << "\n"
+                        << extra;
+    return path.string();
+  }
+  CliResult train(const std::string& run, const std::string& more = "") {
+    return run_cli("train " + run + " --db " + (dir / "db.sqlite").string() + " " + more);
+  }
+  // A failed start leaves no output folder behind.
+  void expect_nothing_written() const { EXPECT_FALSE(fs::exists(dir / "out")) << "output folder written"; }
+};
+
+TEST_F(CliErrors, UnknownBaseQuantizationNamesFileFieldAndChoices) {
+  const CliResult r = train(run_file("base_quantization: int4\n"));
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "run.yaml:")) << r.out;
+  EXPECT_TRUE(has(r.out, "base_quantization")) << r.out;
+  EXPECT_TRUE(has(r.out, "'int4'")) << r.out;
+  EXPECT_TRUE(has(r.out, "none, fp8, nf4")) << r.out;
+  expect_nothing_written();
+}
+
+TEST_F(CliErrors, UnknownLoraGroupNamesTheEntryAndTheGroups) {
+  const CliResult r = train(run_file("lora_target_groups: [attn, mlpp]\n"));
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "run.yaml:")) << r.out;
+  EXPECT_TRUE(has(r.out, "lora_target_groups[1]")) << r.out;
+  EXPECT_TRUE(has(r.out, "'mlpp'")) << r.out;
+  EXPECT_TRUE(has(r.out, "attn, linear_attn, mlp, shared_expert, experts, vision")) << r.out;
+  expect_nothing_written();
+}
+
+TEST_F(CliErrors, VisionGroupOnATextOnlyCheckpointNamesTheCheckpoint) {
+  const CliResult r = train(run_file("lora_target_groups: [attn, vision]\n"));
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "base_model " + (kDemo / "model").string())) << r.out;
+  EXPECT_TRUE(has(r.out, "lora_target_groups: group 'vision' needs a vision-language checkpoint")) << r.out;
+  EXPECT_TRUE(has(r.out, "no vision_config")) << r.out;
+  expect_nothing_written();
+  // The memory estimate refuses it the same way.
+  const CliResult info = run_cli("info --model " + (kDemo / "model").string() + " --vision-lora --no-gradient-checkpointing");
+  EXPECT_NE(info.rc, 0) << info.out;
+  EXPECT_TRUE(has(info.out, "--vision-lora")) << info.out;
+  EXPECT_TRUE(has(info.out, "no vision_config")) << info.out;
+}
+
+TEST_F(CliErrors, ImageRowsForATextOnlyCheckpointNameFileAndRow) {
+  const fs::path rows = dir / "rows.jsonl";
+  {
+    std::ofstream f(rows);
+    f << R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello."}]})" << "\n";
+    f << R"({"messages":[{"role":"user","content":[{"type":"image","image":")"
+      << (kVisionImages / "rgb_36x40.png").string()
+      << R"("},{"type":"text","text":"What is it?"}]},{"role":"assistant","content":"A red square."}]})" << "\n";
+  }
+  const CliResult r = train(run_file("", rows.string()));
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, rows.string() + ":2:")) << r.out;
+  EXPECT_TRUE(has(r.out, "the row has images, but the checkpoint is text-only")) << r.out;
+  EXPECT_TRUE(has(r.out, "no vision_config")) << r.out;
+}
+
+// GPU 999 exists on no machine this runs on; without any GPU, GPU 0 is the first missing one.
+TEST_F(CliErrors, GpusThatDoNotExistAreNamed) {
+  const CliResult r = train(run_file(""), "--gpus 0,999");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "--gpus 0,999: GPU ")) << r.out;
+  EXPECT_TRUE(has(r.out, "does not exist: this machine shows")) << r.out;
+  EXPECT_TRUE(has(r.out, "backend: cpu")) << r.out;
+  expect_nothing_written();
+  // The same list in the run file names the file and its field.
+  const std::string run = run_file("gpus: [0, 999]\n");
+  const CliResult f = train(run);
+  EXPECT_NE(f.rc, 0) << f.out;
+  EXPECT_TRUE(has(f.out, run + ": gpus: GPU ")) << f.out;
+  expect_nothing_written();
+}
+
+}  // namespace
+}  // namespace deltatune
