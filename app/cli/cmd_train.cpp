@@ -35,21 +35,22 @@ class WorkerObserver : public RunObserver {
   int rank_;
 };
 
-// The GPUs a run asks for on this machine: --gpus, else the run file's (or, on a resume, the run's) gpus. A
-// worker of a job does not read the database (its machine may have none): its launcher passes --gpus, and a
-// resumed run's gpus reach it with the config from worker 0.
-GpuSelection requested_gpus(const ParsedArgs& p, const RunConfig& cfg, const std::string& db_path, bool worker) {
+// The config a run starts from as far as the launcher needs it (gpus, backend): on a resume the stored run's, the
+// backend from --backend or the run file when given. A worker of a job does not read the database (its machine may
+// have none): its launcher passes --gpus, and a resumed run's gpus reach it with the config from worker 0.
+RunConfig starting_config(const ParsedArgs& p, const RunConfig& cfg, const std::string& db_path, bool worker) {
+  if (!p.has("--resume") || db_path == "-" || worker) return cfg;
+  const auto r = ExperimentStore(db_path.empty() ? ExperimentStore::default_path() : db_path).find_run(p.get("--resume"));
+  if (!r) return cfg;
+  RunConfig stored = run_config_from_yaml_string(r->config_yaml, ".");
+  if (p.has("--backend") || !p.positionals.empty()) stored.backend = cfg.backend;
+  return stored;
+}
+
+// The GPUs a run asks for on this machine: --gpus, else the run file's (or, on a resume, the run's) gpus.
+GpuSelection requested_gpus(const ParsedArgs& p, const RunConfig& start) {
   if (p.has("--gpus")) return parse_gpu_list(p.get("--gpus"));
-  const RunConfig* c = &cfg;
-  RunConfig stored;
-  if (p.has("--resume") && db_path != "-" && !worker) {
-    const auto r = ExperimentStore(db_path.empty() ? ExperimentStore::default_path() : db_path).find_run(p.get("--resume"));
-    if (r) {
-      stored = run_config_from_yaml_string(r->config_yaml, ".");
-      c = &stored;
-    }
-  }
-  return GpuSelection{c->gpus, c->gpus_all};
+  return GpuSelection{start.gpus, start.gpus_all};
 }
 
 // GPUs named by index must exist on this machine. Without any visible GPU, backend auto trains one worker on the
@@ -84,11 +85,12 @@ int cmd_train(const Args& args) {
   opts.resume_run = p.get("--resume");
   opts.check_replicas = p.has("--check-replicas");
   opts.dist = dist_world_from_env();
-  const GpuSelection gpus = requested_gpus(p, cfg, opts.db_path, opts.dist.active());
+  const RunConfig start = starting_config(p, cfg, opts.db_path, opts.dist.active());
+  const GpuSelection gpus = requested_gpus(p, start);
   opts.gpus = gpus.ids;
 
   if (!opts.dist.active()) {
-    check_gpus_exist(gpus, cfg.backend,
+    check_gpus_exist(gpus, start.backend,
                      p.has("--gpus") ? "--gpus " + p.get("--gpus")
                                      : (p.positionals.empty() ? std::string("the run's") : p.positionals[0]) + ": gpus");
     const int n = gpus.all ? visible_cuda_devices() : static_cast<int>(gpus.ids.size());
