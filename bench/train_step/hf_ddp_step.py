@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_train_step import SHAPES, lora_model  # noqa: E402
+from hf_train_step import SHAPES, import_fla, lora_model  # noqa: E402
 
 
 def main():
@@ -38,10 +38,7 @@ def main():
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     rank, world = dist.get_rank(), dist.get_world_size()
     if a.fla:
-        import fla  # noqa: F401
-        import fla.ops.common.chunk_o as co
-        if hasattr(co, "TRITON_ABOVE_3_7_1"):
-            co.TRITON_ABOVE_3_7_1 = True
+        import_fla()
     model, cfg = lora_model(a.shape, 0, a.liger, a.experts)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
     params = [p for p in ddp.parameters() if p.requires_grad]

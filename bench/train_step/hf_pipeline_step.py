@@ -16,7 +16,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_train_step import lora_model  # noqa: E402
+from hf_train_step import import_fla, lora_model  # noqa: E402
 
 
 def main():
@@ -29,10 +29,7 @@ def main():
     ap.add_argument("--experts", type=int, default=1)
     a = ap.parse_args()
     if a.fla:
-        import fla  # noqa: F401
-        import fla.ops.common.chunk_o as co
-        if hasattr(co, "TRITON_ABOVE_3_7_1"):
-            co.TRITON_ABOVE_3_7_1 = True
+        import_fla()
     from accelerate import dispatch_model
     n = torch.cuda.device_count()
     # Random bf16 weights are drawn on GPU 0 (seconds; on the CPU minutes), then the upper layers move to the other

@@ -102,6 +102,18 @@ def lora_model(shape_name, layers=0, liger=False, experts=True, bnb4=False):
     return model, cfg
 
 
+def import_fla():
+    """flash-linear-attention for the GDN layers (fails loudly when the wheels are missing), with FLA 0.6.0's
+    Triton version guard lifted where the installed Triton is newer than it knows."""
+    import fla  # noqa: F401
+    try:
+        import fla.ops.common.chunk_o as co
+        if hasattr(co, "TRITON_ABOVE_3_7_1"):
+            co.TRITON_ABOVE_3_7_1 = True
+    except Exception as e:  # pragma: no cover - depends on the FLA version
+        print("note: could not lift the FLA Triton guard:", e, file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="2b")
@@ -119,13 +131,7 @@ def main():
 
     gdn_path = "torch"
     if a.fla:
-        import fla  # noqa: F401  (fails loudly when the wheels are missing)
-        try:
-            import fla.ops.common.chunk_o as co
-            if hasattr(co, "TRITON_ABOVE_3_7_1"):
-                co.TRITON_ABOVE_3_7_1 = True
-        except Exception as e:  # pragma: no cover - depends on the FLA version
-            print("note: could not lift the FLA Triton guard:", e, file=sys.stderr)
+        import_fla()
     t_start = time.perf_counter()
     model, cfg = lora_model(a.shape, a.layers, a.liger, a.experts, a.bnb4)
     print(f"model ready after {time.perf_counter() - t_start:.1f} s", file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_step"))
-from hf_train_step import SHAPES, TARGETS  # noqa: E402
+from hf_train_step import SHAPES, TARGETS, import_fla  # noqa: E402
 
 IMAGE, START, END = 248056, 248053, 248054
 
@@ -41,13 +41,7 @@ def main():
     faulthandler.register(signal.SIGUSR1)  # `timeout -s USR1` shows where a run that ran out of time was
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     if a.fla:
-        import fla  # noqa: F401  (fails loudly when the wheels are missing)
-        try:
-            import fla.ops.common.chunk_o as co
-            if hasattr(co, "TRITON_ABOVE_3_7_1"):
-                co.TRITON_ABOVE_3_7_1 = True
-        except Exception as e:  # pragma: no cover - depends on the FLA version
-            print("note: could not lift the FLA Triton guard:", e, file=sys.stderr)
+        import_fla()
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
