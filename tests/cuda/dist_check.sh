@@ -51,6 +51,18 @@ dataset_prepared_path: $W/cache
 ${EXTRA:-}
 EOF
 }
+kill_worker_1() {  # name checkpoint_step: train the run on $LIST, SIGKILL the worker with RANK=1 once that
+  # checkpoint exists; sets V (its pid), RC (the launcher's exit status) and SECS (seconds from the kill to the end)
+  "$BIN" train "$W/$1.yaml" --db "$W/$1.db" --gpus $LIST > "$W/$1.log" 2>&1 &
+  local launcher=$! d i t0 t1
+  for i in $(seq 1 6000); do [ -d "$W/$1.out/checkpoint-$2" ] && break; sleep 0.01; done
+  V=""
+  for d in /proc/[0-9]*; do
+    [ "$(awk '{print $4}' $d/stat 2>/dev/null)" = "$launcher" ] && tr '\0' '\n' < $d/environ | grep -qx "RANK=1" && V=${d#/proc/}
+  done
+  t0=$(date +%s.%N); kill -9 "$V"; wait $launcher; RC=$?; t1=$(date +%s.%N)
+  SECS=$(python3 -c "print(f'{$t1-$t0:.2f}')")
+}
 compare() {  # reference_db other_db label [last_step: compare steps up to it (default all)] [tolerance: 1e-3]
   python3 - "$@" <<'PY'
 import sqlite3, sys
@@ -99,15 +111,8 @@ fi
 if want kill; then
 echo "== kill"
 run_yaml kill 1 600 50; run_yaml killref $N 600 0; run_yaml killrefn 1 600 0
-"$BIN" train "$W/kill.yaml" --db "$W/kill.db" --gpus $LIST > "$W/kill.log" 2>&1 &
-L=$!
-for i in $(seq 1 6000); do [ -d "$W/kill.out/checkpoint-50" ] && break; sleep 0.01; done
-V=""
-for d in /proc/[0-9]*; do
-  [ "$(awk '{print $4}' $d/stat 2>/dev/null)" = "$L" ] && tr '\0' '\n' < $d/environ | grep -qx "RANK=1" && V=${d#/proc/}
-done
-T0=$(date +%s.%N); kill -9 "$V"; wait $L; RC=$?; T1=$(date +%s.%N)
-echo "killed worker 1 (pid $V) after checkpoint $(ls "$W/kill.out" | grep checkpoint | head -1); launcher exit $RC after $(python3 -c "print(f'{$T1-$T0:.2f}')") s"
+kill_worker_1 kill 50
+echo "killed worker 1 (pid $V) after checkpoint $(ls "$W/kill.out" | grep checkpoint | head -1); launcher exit $RC after $SECS s"
 grep -E "launcher|crashed|error" "$W/kill.log" | head -6
 status_of "$W/kill.db"
 ID=$(python3 -c "import sqlite3; print(sqlite3.connect('$W/kill.db').execute('select id from runs').fetchone()[0])")
@@ -172,15 +177,8 @@ EPX="weight_layout: expert_parallel
 lora_target_groups: [attn, linear_attn, shared_expert, experts]"
 BASE=$M DROPOUT=0 EXTRA="$EPX" run_yaml epkill 1 ${EP_STEPS:-600} ${EP_SAVE:-50}
 BASE=$M DROPOUT=0 EXTRA="$EPX" run_yaml epref 1 ${EP_STEPS:-600} 0
-"$BIN" train "$W/epkill.yaml" --db "$W/epkill.db" --gpus $LIST > "$W/epkill.log" 2>&1 &
-L=$!
-for i in $(seq 1 6000); do [ -d "$W/epkill.out/checkpoint-${EP_SAVE:-50}" ] && break; sleep 0.01; done
-V=""
-for d in /proc/[0-9]*; do
-  [ "$(awk '{print $4}' $d/stat 2>/dev/null)" = "$L" ] && tr '\0' '\n' < $d/environ | grep -qx "RANK=1" && V=${d#/proc/}
-done
-T0=$(date +%s.%N); kill -9 "$V"; wait $L; RC=$?; T1=$(date +%s.%N)
-echo "expert parallel: killed worker 1 (pid $V) after $(ls "$W/epkill.out" | grep checkpoint | tr '\n' ' '); launcher exit $RC after $(python3 -c "print(f'{$T1-$T0:.2f}')") s"
+kill_worker_1 epkill ${EP_SAVE:-50}
+echo "expert parallel: killed worker 1 (pid $V) after $(ls "$W/epkill.out" | grep checkpoint | tr '\n' ' '); launcher exit $RC after $SECS s"
 grep -E "weight_layout|launcher|crashed|error" "$W/epkill.log" | head -6
 status_of "$W/epkill.db"
 python3 - "$W/epkill.out" <<'PY'
