@@ -122,6 +122,8 @@ nlohmann::ordered_json plan_json(const ShardPlan& p) {
   j["gpu_memory"] = p.gpus.memory_bytes;
   j["lora_groups"] = p.lora_groups;
   j["base_quantization"] = p.settings.base_quantization;
+  j["margin"] = p.settings.margin_bytes;
+  j["checkpoint_layers"] = !p.settings.gradient_checkpointing ? 0 : p.settings.checkpoint_layers;  // -1: all
   j["layouts"] = nlohmann::ordered_json::array();
   for (const LayoutEstimate& e : p.layouts) {
     nlohmann::ordered_json l{{"layout", weight_layout_name(e.layout)}, {"applicable", e.applicable}};
@@ -252,7 +254,9 @@ int cmd_info(const Args& args) {
     s.gradient_checkpointing = ckpt;
     s.checkpoint_layers = ckpt_layers;
     s.base_quantization = quant;
-    plan = plan_multi_gpu(info, s, plan_gpus(a, gpu));
+    const GpuPool pool = plan_gpus(a, gpu);
+    // gradient_checkpointing: auto on several GPUs: the layout and the checkpointed layers are planned together.
+    plan = planned && pool.count > 1 ? plan_multi_gpu_auto_checkpointing(info, s, pool) : plan_multi_gpu(info, s, pool);
   }
   const auto lora = lora_params_per_group(info, r);
   int64_t lora_total = 0;

@@ -227,8 +227,9 @@ TEST(IoModelInfo, VramEstimateParts) {
   const auto ml = lora_params_per_group(moe, 4);
   EXPECT_EQ(estimate_vram(moe, 4, 16, true, false).lora_and_optimizer,
             16 * (ml.at("attn") + ml.at("linear_attn") + ml.at("shared_expert")));
-  // The run's groups: only those chosen; expert LoRA adds its pairs and, per routed token and layer, the
-  // rank-r intermediates of gate, up and down.
+  // The run's groups: only those chosen; expert LoRA adds its pairs, per routed token and layer the fp32 rank-r
+  // intermediates of gate_up and down (4r in 2-byte units), and per layer the B factors regrouped per expert
+  // (fp32 [E, 2*Ie + H, r]).
   const int64_t Tm = 64;
   const VramEstimate attn_only = estimate_vram(moe, 4, Tm, true, false, -1, "none", 1024, {}, {"attn"});
   EXPECT_EQ(attn_only.lora_and_optimizer, 16 * ml.at("attn"));
@@ -236,8 +237,12 @@ TEST(IoModelInfo, VramEstimateParts) {
   const VramEstimate with_experts = estimate_vram(moe, 4, Tm, true, false, -1, "none", 1024, {},
                                                   {"attn", "linear_attn", "shared_expert", "experts"});
   EXPECT_EQ(with_experts.lora_and_optimizer - defaults.lora_and_optimizer, 16 * ml.at("experts"));
+  const int64_t regrouped = 4 * 4 * moe.num_experts * (2 * moe.moe_intermediate_size + moe.hidden_size);
+  EXPECT_EQ(with_experts.expert_lora_regrouped, moe.num_layers * regrouped);
   EXPECT_EQ(with_experts.activations - defaults.activations,
-            2 * Tm * moe.num_layers * moe.num_experts_per_tok * 3 * 4);
+            2 * Tm * moe.num_layers * moe.num_experts_per_tok * 4 * 4 + moe.num_layers * regrouped);
+  // Checkpointing every layer: one layer's regrouped factors (the one recomputed at a time).
+  EXPECT_EQ(estimate_vram(moe, 4, Tm, true, true, -1, "none", 1024, {}, {"experts"}).expert_lora_regrouped, regrouped);
   EXPECT_EQ(attn_only.activations, defaults.activations);
 }
 

@@ -3,7 +3,9 @@
 
 #include <string>
 
+#include "core/bytes_text.h"
 #include "deltatune/error.h"
+#include "deltatune/memory_plan.h"
 #include "deltatune/shard_plan.h"
 
 namespace deltatune {
@@ -186,6 +188,34 @@ TEST(ShardPlan, QuantizedBaseShrinksTheDenseWeights) {
   EXPECT_LT(sh.frozen_resident, fp8 / 2 + 2 * info.vocab_size * info.hidden_size);
   EXPECT_LT(fp8, bf16);
   EXPECT_LT(nf4, fp8);
+}
+
+TEST(ShardPlan, AutoCheckpointingTakesTheFewestLayersThatFitTheLayoutWithAMargin) {
+  const ModelInfo info = published("qwen3_5_122b_a10b");
+  ShardPlanSettings s;
+  s.lora_groups = {"attn", "linear_attn", "shared_expert", "experts"};
+  for (const int64_t gib : {80, 141}) {
+    const ShardPlan p = plan_multi_gpu_auto_checkpointing(info, s, {4, gib * kGiB});
+    ASSERT_NE(p.choice(), nullptr) << shard_plan_text(p);
+    EXPECT_EQ(p.choice()->layout, gib == 80 ? WeightLayout::ExpertParallelSharded : WeightLayout::ExpertParallel)
+        << shard_plan_text(p);
+    EXPECT_EQ(p.settings.margin_bytes, memory_plan_margin(gib * kGiB));
+    EXPECT_LE(p.choice()->total, gib * kGiB - p.settings.margin_bytes);
+    const int64_t n = p.settings.gradient_checkpointing ? p.settings.checkpoint_layers : 0;
+    if (n > 0) {  // one layer fewer checkpointed does not fit that layout
+      ShardPlanSettings t = p.settings;
+      t.checkpoint_layers = n - 1;
+      t.gradient_checkpointing = n - 1 > 0;
+      EXPECT_FALSE(layout(plan_multi_gpu(info, t, {4, gib * kGiB}), p.choice()->layout).fits);
+    }
+    const std::string text = shard_plan_text(p);
+    EXPECT_NE(text.find("less a " + gib_text(p.settings.margin_bytes) + " margin"), std::string::npos) << text;
+    EXPECT_NE(p.reason.find("the fewest that fit"), std::string::npos) << p.reason;
+  }
+  // A configured layout that fits with no number of checkpointed layers is refused, not replaced by another one.
+  const WeightLayout replicated = WeightLayout::Replicated;
+  const ShardPlan r = plan_multi_gpu_auto_checkpointing(info, s, {4, 141 * kGiB}, &replicated);
+  EXPECT_EQ(r.choice(), nullptr) << shard_plan_text(r);
 }
 
 TEST(ShardPlan, SettingsErrorsNameTheValue) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "deltatune/error.h"
+#include "deltatune/memory_plan.h"
 #include "deltatune/shard_plan.h"
 #include "error_text.h"
 #include "train/weight_layout_select.h"
@@ -18,6 +19,8 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 ModelInfo published(const std::string& name) {
   return model_info_from_config(std::string(DT_SOURCE_DIR) + "/tests/fixtures/published_configs/" + name + ".json");
 }
+
+const LayoutEstimate& layout_estimate(const ShardPlan& p, WeightLayout l) { return p.layouts[static_cast<size_t>(l)]; }
 
 RunConfig run(const ModelInfo& info, std::vector<std::string> groups) {
   RunConfig c;
@@ -89,6 +92,46 @@ TEST(WeightLayout, ExplicitLayoutThatDoesNotFitIsRefused) {
   EXPECT_NE(e.find("weight_layout: replicated does not fit 2 GPUs"), std::string::npos) << e;
   cfg.weight_layout = "sharded";
   EXPECT_TRUE(choose_weight_layout(cfg, info, 2, 80 * kGiB).sharded);
+}
+
+TEST(WeightLayout, AutoCheckpointingIsPlannedPerGpuWithTheLayout) {
+  // 122B-A10B on 4 GPUs with LoRA on every text group: the single-GPU plan (one GPU holding everything) would
+  // checkpoint every layer; with the experts split, an H200's share keeps the activations of some or all layers.
+  const ModelInfo info = published("qwen3_5_122b_a10b");
+  RunConfig cfg = run(info, {"attn", "linear_attn", "shared_expert", "experts"});
+  ASSERT_TRUE(cfg.gradient_checkpointing_auto);
+  const WeightLayoutChoice big = choose_weight_layout(cfg, info, 4, 141 * kGiB);
+  EXPECT_TRUE(big.expert_parallel) << big.note;
+  ASSERT_TRUE(big.checkpoint_layers.has_value()) << big.note;
+  EXPECT_LT(*big.checkpoint_layers, info.num_layers) << big.note;
+  EXPECT_NE(big.note.find("gradient_checkpointing: auto, expected peak"), std::string::npos) << big.note;
+  // The plan it took fits each GPU less the margin, and one layer fewer checkpointed would not.
+  ShardPlanSettings s;
+  s.lora_r = 16;
+  s.lora_groups = cfg.lora_target_groups;
+  s.margin_bytes = memory_plan_margin(141 * kGiB);
+  s.gradient_checkpointing = *big.checkpoint_layers > 0;
+  s.checkpoint_layers = *big.checkpoint_layers;
+  EXPECT_TRUE(layout_estimate(plan_multi_gpu(info, s, {4, 141 * kGiB}), WeightLayout::ExpertParallel).fits);
+  if (*big.checkpoint_layers > 0) {
+    s.checkpoint_layers -= 1;
+    s.gradient_checkpointing = s.checkpoint_layers > 0;
+    EXPECT_FALSE(layout_estimate(plan_multi_gpu(info, s, {4, 141 * kGiB}), WeightLayout::ExpertParallel).fits);
+  }
+  // 80 GB GPUs hold less per GPU: more layers are checkpointed than on the H200s.
+  const WeightLayoutChoice small = choose_weight_layout(cfg, info, 4, 80 * kGiB);
+  ASSERT_TRUE(small.checkpoint_layers.has_value()) << small.note;
+  EXPECT_GT(*small.checkpoint_layers, *big.checkpoint_layers) << small.note;
+  // A configured layout is kept and only the checkpointing planned for it.
+  cfg.weight_layout = "expert_parallel_sharded";
+  const WeightLayoutChoice fixed = choose_weight_layout(cfg, info, 4, 80 * kGiB);
+  EXPECT_TRUE(fixed.sharded && fixed.expert_parallel) << fixed.note;
+  EXPECT_NE(fixed.note.find("weight_layout: expert_parallel_sharded (as configured"), std::string::npos) << fixed.note;
+  // Checkpointing as configured: no plan of it here.
+  cfg.weight_layout = "auto";
+  cfg.gradient_checkpointing_auto = false;
+  cfg.gradient_checkpointing = true;
+  EXPECT_FALSE(choose_weight_layout(cfg, info, 4, 141 * kGiB).checkpoint_layers.has_value());
 }
 
 TEST(WeightLayout, OneWorkerAndCpuWorkers) {

@@ -589,7 +589,11 @@ void TrainPage::updateVram() {
     s.checkpoint_layers = c.gradient_checkpointing_layers;
     s.base_quantization = c.base_quantization;
     try {
-      const deltatune::ShardPlan plan = deltatune::plan_multi_gpu(*info, s, {gpuCount, capacity});
+      // Checkpointing auto on several GPUs: the layout and the checkpointed layers are planned together.
+      const deltatune::GpuPool pool{gpuCount, capacity};
+      const deltatune::ShardPlan plan = c.gradient_checkpointing_auto && gpuCount > 1
+                                            ? deltatune::plan_multi_gpu_auto_checkpointing(*info, s, pool)
+                                            : deltatune::plan_multi_gpu(*info, s, pool);
       if (const deltatune::LayoutEstimate* ch = plan.choice()) {
         perGpu = ch->total;
         text += tr(" On %1 GPUs: <b>%2</b>, about %3 per GPU (%4).")

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "deltatune/memory_plan.h"
 
 namespace deltatune {
 
@@ -91,6 +92,37 @@ std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
+}
+
+// Of the layouts that fit, the first in kPreference order: replicated (nothing travels), expert parallel,
+// sharded, expert parallel sharded. Measured (H200s on NVLink, r=16 on every group incl. experts, 4096 tokens per
+// GPU, all layers checkpointed, bench_train_step, session 24, after expert parallel stopped waiting on the host
+// for each all-to-all): 35B-A3B on 2 GPUs expert parallel 11,062 tok/s (43.8 GiB per GPU) vs sharded 10,782
+// (52.5 GiB); 122B-A10B on 4 GPUs expert parallel 10,029 (79.4 GiB) vs sharded 8,130 (99.6 GiB), and with 24 of
+// the 48 layers checkpointed 11,703 (100.9 GiB) vs 9,235 (125.4 GiB). Expert parallel moves only the routed
+// token rows (T·k rows of H per exchange) where sharded gathers every layer's weights twice per micro-batch
+// (~8x the bytes at 122B, where the gathers no longer hide behind the compute), and it keeps less per GPU.
+// (Session 23, when each MoE layer's exchange waited on the host 4 times forward and 2 backward, sharded was
+// ~10% faster at 35B-A3B; that is why sharded came first then.)
+constexpr WeightLayout kPreference[] = {WeightLayout::Replicated, WeightLayout::ExpertParallel,
+                                        WeightLayout::Sharded, WeightLayout::ExpertParallelSharded};
+
+// Why the plan's choice (p.choice() set).
+std::string reason_for(const ShardPlan& p) {
+  bool ep_applies = false;
+  for (const LayoutEstimate& e : p.layouts) ep_applies |= e.layout == WeightLayout::ExpertParallel && e.applicable;
+  const LayoutEstimate* c = p.choice();
+  return c->layout == WeightLayout::Replicated
+             ? "every GPU holds the whole model: no weights or tokens travel between GPUs"
+         : c->layout == WeightLayout::ExpertParallel
+             ? std::string("replicated does not fit; the experts split over the GPUs, measured faster than sharded (") +
+                   gib_text(c->moved_per_micro_batch) + " received per GPU per micro-batch)"
+         : c->layout == WeightLayout::Sharded
+             ? std::string("replicated does not fit") + (ep_applies ? " nor expert parallel" : "") +
+                   "; the decoder layers split over the GPUs (" + gib_text(c->moved_per_micro_batch) +
+                   " gathered per GPU per micro-batch)"
+             : std::string("replicated, expert parallel and sharded do not fit; experts split and the rest sharded (") +
+                   gib_text(c->moved_per_micro_batch) + " received per GPU per micro-batch)";
 }
 
 ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool& gpus, bool advise);
@@ -240,6 +272,16 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
     }
     e.lora_and_optimizer = 16 * (lora_dense + (ep ? ceil_div(lora_experts, n) : lora_experts));
     e.activations = est.activations;
+    if (ep) {
+      // This GPU's experts only: their regrouped LoRA factors; per routed row the two int32 maps between received
+      // and expert-major order (layers whose activations are kept), and a checkpointed layer's kept routing and
+      // exchange plan (~4 int32 per routed row: moe_routing_kept). Against the measured peaks (4 H200s, 122B-A10B,
+      // r=16 on attn, linear_attn, shared_expert and experts, 4096 tokens per GPU, session 24) this predicts 76.9 /
+      // 101.6 / 114.4 GiB with 48 / 24 / 12 layers checkpointed vs 79.4 / 100.9 / 113.9 measured (the
+      // all-checkpointed peak is in one layer's backward, whose scratch is not counted; the plan's margin covers it).
+      e.activations += ceil_div(est.expert_lora_regrouped, n) - est.expert_lora_regrouped;
+      e.activations += (L - n_ckpt) * exchange_rows * 8 + n_ckpt * exchange_rows * 16;
+    }
     e.logits = est.logits;
     e.overhead = est.overhead;
     switch (layout) {
@@ -267,41 +309,15 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
     }
     e.total = e.frozen_resident + e.gathered_in_flight + e.lora_and_optimizer + e.activations + e.logits +
               e.overhead + e.exchange_buffers;
-    e.fits = e.applicable && e.total <= gpus.memory_bytes;
+    e.fits = e.applicable && e.total <= gpus.memory_bytes - s.margin_bytes;
     p.layouts.push_back(e);
   }
 
-  // Of the layouts that fit, the first in kPreference order: replicated (nothing travels), expert parallel,
-  // sharded, expert parallel sharded. Measured (H200s on NVLink, r=16 on every group incl. experts, 4096 tokens per
-  // GPU, all layers checkpointed, bench_train_step, session 24, after expert parallel stopped waiting on the host
-  // for each all-to-all): 35B-A3B on 2 GPUs expert parallel 11,062 tok/s (43.8 GiB per GPU) vs sharded 10,782
-  // (52.5 GiB); 122B-A10B on 4 GPUs expert parallel 10,029 (79.4 GiB) vs sharded 8,130 (99.6 GiB), and with 24 of
-  // the 48 layers checkpointed 11,703 (100.9 GiB) vs 9,235 (125.4 GiB). Expert parallel moves only the routed
-  // token rows (T·k rows of H per exchange) where sharded gathers every layer's weights twice per micro-batch
-  // (~8x the bytes at 122B, where the gathers no longer hide behind the compute), and it keeps less per GPU.
-  // (Session 23, when each MoE layer's exchange waited on the host 4 times forward and 2 backward, sharded was
-  // ~10% faster at 35B-A3B; that is why sharded came first then.)
-  constexpr WeightLayout kPreference[] = {WeightLayout::Replicated, WeightLayout::ExpertParallel,
-                                          WeightLayout::Sharded, WeightLayout::ExpertParallelSharded};
   for (WeightLayout want : kPreference)
     for (size_t i = 0; i < p.layouts.size() && p.chosen < 0; ++i)
       if (p.layouts[i].layout == want && p.layouts[i].fits) p.chosen = static_cast<int>(i);
-  bool ep_applies = false;
-  for (const LayoutEstimate& e : p.layouts) ep_applies |= e.layout == WeightLayout::ExpertParallel && e.applicable;
-  if (const LayoutEstimate* c = p.choice()) {
-    p.reason = c->layout == WeightLayout::Replicated
-                   ? "every GPU holds the whole model: no weights or tokens travel between GPUs"
-               : c->layout == WeightLayout::ExpertParallel
-                   ? std::string("replicated does not fit; the experts split over the GPUs, measured faster than "
-                                 "sharded (") +
-                         gib_text(c->moved_per_micro_batch) + " received per GPU per micro-batch)"
-               : c->layout == WeightLayout::Sharded
-                   ? std::string("replicated does not fit") + (ep_applies ? " nor expert parallel" : "") +
-                         "; the decoder layers split over the GPUs (" + gib_text(c->moved_per_micro_batch) +
-                         " gathered per GPU per micro-batch)"
-                   : std::string("replicated, expert parallel and sharded do not fit; experts split and the rest "
-                                 "sharded (") +
-                         gib_text(c->moved_per_micro_batch) + " received per GPU per micro-batch)";
+  if (p.choice()) {
+    p.reason = reason_for(p);
   } else {
     p.reason = "does not fit " + std::to_string(n) + " GPU" + (n > 1 ? "s" : "") + " of " + gib_text(gpus.memory_bytes) +
                " with any layout";
@@ -326,13 +342,52 @@ ShardPlan plan_multi_gpu(const ModelInfo& info, const ShardPlanSettings& setting
   return plan(info, settings, gpus, true);
 }
 
+ShardPlan plan_multi_gpu_auto_checkpointing(const ModelInfo& info, ShardPlanSettings settings, const GpuPool& gpus,
+                                            const WeightLayout* layout) {
+  settings.margin_bytes = memory_plan_margin(gpus.memory_bytes);
+  std::vector<ShardPlan> by_layers;  // [n]: n layers checkpointed (0: none)
+  for (int64_t n = 0; n <= info.num_layers; ++n) {
+    settings.gradient_checkpointing = n > 0;
+    settings.checkpoint_layers = n;
+    by_layers.push_back(plan(info, settings, gpus, false));
+  }
+  for (WeightLayout want : kPreference) {
+    if (layout && want != *layout) continue;
+    for (ShardPlan& p : by_layers) {
+      const auto it = std::find_if(p.layouts.begin(), p.layouts.end(),
+                                   [&](const LayoutEstimate& e) { return e.layout == want && e.fits; });
+      if (it == p.layouts.end()) continue;
+      p.chosen = static_cast<int>(it - p.layouts.begin());
+      p.reason = std::string(layout ? "as configured" : reason_for(p)) + "; " +
+                 (p.settings.gradient_checkpointing ? std::to_string(p.settings.checkpoint_layers) + " of " +
+                                                          std::to_string(info.num_layers) + " layers checkpointed"
+                                                    : std::string("no layers checkpointed")) +
+                 ", the fewest that fit with a " + gib_text(settings.margin_bytes) + " margin";
+      return p;
+    }
+  }
+  settings.gradient_checkpointing = true;
+  settings.checkpoint_layers = -1;
+  ShardPlan p = plan(info, settings, gpus, true);
+  if (layout && p.choice() && p.choice()->layout != *layout) {  // another layout fits; the configured one does not
+    p.chosen = -1;
+    p.reason = std::string(weight_layout_name(*layout)) + " does not fit even with every layer checkpointed";
+  }
+  return p;
+}
+
 std::string shard_plan_text(const ShardPlan& p) {
   std::ostringstream o;
   const int n = p.gpus.count;
-  o << "Memory plan for " << n << " GPU" << (n > 1 ? "s" : "") << " of " << gib_text(p.gpus.memory_bytes) << " (LoRA r="
-    << p.settings.lora_r << " on " << join(p.lora_groups) << "; " << p.settings.tokens_per_step
-    << " tokens per micro-batch and GPU; base " << p.settings.base_quantization
-    << (p.settings.gradient_checkpointing ? "; gradient checkpointing" : "") << "):\n";
+  const ShardPlanSettings& s = p.settings;
+  const std::string ckpt = !s.gradient_checkpointing ? ""
+                           : s.checkpoint_layers < 0 ? "; gradient checkpointing"
+                                                     : "; gradient checkpointing of " + std::to_string(s.checkpoint_layers) +
+                                                           " layers";
+  o << "Memory plan for " << n << " GPU" << (n > 1 ? "s" : "") << " of " << gib_text(p.gpus.memory_bytes)
+    << (s.margin_bytes ? " less a " + gib_text(s.margin_bytes) + " margin" : "") << " (LoRA r=" << s.lora_r << " on "
+    << join(p.lora_groups) << "; " << s.tokens_per_step << " tokens per micro-batch and GPU; base "
+    << s.base_quantization << ckpt << "):\n";
   for (const LayoutEstimate& e : p.layouts) {
     char name[32];
     std::snprintf(name, sizeof name, "%-24s", weight_layout_name(e.layout));
@@ -351,8 +406,8 @@ std::string shard_plan_text(const ShardPlan& p) {
     o << "\n";
   }
   if (const LayoutEstimate* c = p.choice()) {
-    o << "Plan: " << weight_layout_name(c->layout) << " (" << gib_text(c->total) << " of " << gib_text(p.gpus.memory_bytes)
-      << " per GPU): " << p.reason << ".\n";
+    o << "Plan: " << weight_layout_name(c->layout) << " (" << gib_text(c->total) << " of "
+      << gib_text(p.gpus.memory_bytes - s.margin_bytes) << " per GPU): " << p.reason << ".\n";
   } else {
     o << "Refused: " << p.reason << ".";
     if (p.would_fit.empty()) {

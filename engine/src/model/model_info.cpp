@@ -203,10 +203,14 @@ int64_t fp8_gemm_scratch(const ModelInfo& info, int64_t T) {
 //                  attention:  5*nH*hd (q+gate, roped q, attention out, gated out) + 3*nKV*hd (k, v, roped k)
 //                              + 2*nH (fp32 logsumexp)
 //                  dense MLP:  3*I (gate, up, silu(gate)*up)
-//                  MoE:        2E (fp32 router logits) + top_k*(H + 3*Ie) (permuted input, gate, up, act)
-//                              + 3*Is (shared expert)
+//                  MoE:        2E (fp32 router logits) + 10*top_k (int32/fp32 routing: expert ids and weights
+//                              per token, 3 dispatch maps per routed row) + top_k*(2H + 3*Ie) (permuted input,
+//                              gate, up, act, expert output) + 3*Is + H + 2 (shared expert: gate, up, act, its
+//                              output, gate logit and sigmoid)
 //                  + r per LoRA-adapted linear of the default groups (the low-rank intermediate)
-//                  + top_k*3r with expert LoRA (gate, up and down intermediates of each routed token)
+//                  + top_k*4r with expert LoRA (fp32 gate_up and down intermediates of each routed row)
+//                with expert LoRA each MoE layer whose activations are kept also keeps its B factors regrouped per
+//                expert in fp32, 4*r*E*(2*Ie + H) bytes (expert_lora_regrouped: under expert parallel E/N of them)
 //                without checkpointing: T * 2 * sum over layers;
 //                with checkpointing:    T * 2 * (L*H + the largest layer), i.e. only layer inputs are kept
 //                                       and one layer is recomputed at a time; with only the first N
@@ -269,11 +273,11 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   const int64_t conv = 2 * kd + vd, HV = info.linear_num_value_heads;
   const int64_t nq = info.num_attention_heads * info.head_dim, nkv = info.num_key_value_heads * info.head_dim;
   const int64_t r = lora_r;
-  const int64_t mlp = info.is_moe ? 2 * info.num_experts +
-                                        info.num_experts_per_tok * (H + 3 * info.moe_intermediate_size) +
-                                        3 * info.shared_expert_intermediate_size + 3 * r +
-                                        (expert_lora ? info.num_experts_per_tok * 3 * r : 0)
+  const int64_t K = info.num_experts_per_tok, Ie = info.moe_intermediate_size, Is = info.shared_expert_intermediate_size;
+  const int64_t mlp = info.is_moe ? 2 * info.num_experts + 10 * K + K * (2 * H + 3 * Ie) +
+                                        (Is > 0 ? 3 * Is + H + 2 : 0) + 3 * r + (expert_lora ? K * 4 * r : 0)
                                   : 3 * info.intermediate_size + 3 * r;
+  const int64_t regrouped_per_layer = expert_lora ? 4 * r * info.num_experts * (2 * Ie + H) : 0;
   const int64_t lin_layer = 4 * H + 2 * conv + 3 * vd + 6 * HV + 5 * r + mlp;
   const int64_t full_layer = 4 * H + 5 * nq + 3 * nkv + 2 * info.num_attention_heads + 4 * r + mlp;
   // Checkpointed layers keep their input and one of them is recomputed at a time; the others keep everything.
@@ -290,6 +294,9 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   }
   // The kept layers are the last ones: the backward frees them before the first recompute.
   v.activations = 2 * T * (n_ckpt * H + std::max(largest, kept));
+  const int64_t kept_layers = kept > largest ? info.num_layers - n_ckpt : 1;
+  v.expert_lora_regrouped = regrouped_per_layer * kept_layers;
+  v.activations += v.expert_lora_regrouped;
   v.logits = fused_loss ? std::min<int64_t>(T, std::max<int64_t>(loss_chunk_rows, 1)) * info.vocab_size * 4 : 8 * T * info.vocab_size;
   v.overhead = int64_t{512} << 20;
   const VisionTowerInfo& vt = info.vision;

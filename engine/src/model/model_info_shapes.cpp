@@ -55,7 +55,7 @@ ModelInfo model_info_from_config(const std::string& config_json_path) {
     info.total_params += c.vocab_size * c.hidden_size;
     ++info.dtype_counts["BF16"];
   }
-  model_info_fill_vision(std::filesystem::path(config_json_path).parent_path().string(), nullptr, &info);
+  model_info_fill_vision(std::filesystem::path(config_json_path).parent_path().string(), nullptr, &info, config_json_path);
   if (!c.defaulted.empty()) info.warnings.push_back(model_config_defaults_note(c));
   info.warnings.push_back("shapes from " + config_json_path + " only: no weights were read");
   return info;

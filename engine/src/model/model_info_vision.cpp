@@ -22,11 +22,12 @@ int64_t vision_params_from_sizes(const VisionConfig& c) {
 
 }  // namespace
 
-void model_info_fill_vision(const std::string& dir, const CheckpointReader* reader, ModelInfo* info) {
+void model_info_fill_vision(const std::string& dir, const CheckpointReader* reader, ModelInfo* info,
+                            const std::string& config_json) {
   VisionTowerInfo& v = info->vision;
   VisionConfig c;
   try {
-    c = vision_config_read(dir);
+    c = vision_config_read(config_json.empty() ? dir : config_json);
   } catch (const Error& e) {
     const std::string what = e.what();
     if (what.find("no vision_config") != std::string::npos) return;  // a text-only checkpoint

@@ -162,18 +162,24 @@ void attach_vision(TrainSession& s) {
 }  // namespace
 
 // Several workers: whether the frozen weights are sharded and the experts split (weight_layout_select.h), for
-// the smallest GPU of the job. Throws (every worker alike) when the plan says nothing fits.
+// the smallest GPU of the job (its free memory with gradient_checkpointing: auto, which is then planned with the
+// layout for one GPU's share of the work). Throws (every worker alike) when the plan says nothing fits.
 static WeightLayoutChoice pick_weight_layout(TrainSession& s) {
   int64_t memory = 0;
   if (s.be->device() != Device::CPU) {
     const int gpu = training_gpu(s.cfg, s.topts);
     for (const GpuDevice& d : gpu_environment(s.cfg.kernels).devices)
-      if (d.index == gpu) memory = d.total_bytes;
+      if (d.index == gpu)
+        memory = s.cfg.gradient_checkpointing_auto && d.free_bytes > 0 ? d.free_bytes : d.total_bytes;
   }
   for (const std::string& m : s.dp->host().all_gather(std::to_string(memory)))
     memory = std::min<int64_t>(memory, std::stoll(m));
   const WeightLayoutChoice c = choose_weight_layout(s.cfg, model_info_load(s.cfg.base_model), s.world, memory);
   s.log(LogLevel::Info, c.note);
+  if (c.checkpoint_layers) {
+    s.checkpointing = *c.checkpoint_layers > 0;
+    s.checkpoint_layers = *c.checkpoint_layers;
+  }
   return c;
 }
 
@@ -188,14 +194,15 @@ void start_backend(TrainSession& s) {
     s.dp->connect_backend(*s.be);
     s.log(LogLevel::Info, "data parallel: " + s.device);
   }
-  plan_checkpointing(s);
   ShardGatherer* shard = nullptr;
   TokenExchange* ep = nullptr;
+  WeightLayoutChoice layout;
   if (s.dp) {
-    const WeightLayoutChoice layout = pick_weight_layout(s);
+    layout = pick_weight_layout(s);
     if (layout.sharded) shard = &s.dp->shard_gatherer();
     if (layout.expert_parallel) ep = &s.dp->token_exchange();
   }
+  if (!layout.checkpoint_layers) plan_checkpointing(s);
   s.model = std::make_unique<Qwen35Model>(s.weights, *s.be, shard, ep);
   if (s.model->lockstep() && !s.samples.empty())
     s.log(LogLevel::Warning, std::string("sample_prompts: not generated in this run (") +

@@ -14,9 +14,8 @@ ShardPlanSettings plan_settings(const RunConfig& cfg) {
   s.lora_groups = cfg.lora_target_groups;
   s.tokens_per_step = cfg.micro_batch_size * cfg.sequence_len;
   s.fused_loss = cfg.fused_loss;
-  // auto: the single-GPU plan checkpoints what the memory needs; the layout plan may count on it.
-  s.gradient_checkpointing = cfg.gradient_checkpointing_auto || cfg.gradient_checkpointing;
-  s.checkpoint_layers = cfg.gradient_checkpointing_auto ? -1 : cfg.gradient_checkpointing_layers;
+  s.gradient_checkpointing = cfg.gradient_checkpointing;
+  s.checkpoint_layers = cfg.gradient_checkpointing_layers;
   s.base_quantization = cfg.base_quantization;
   return s;
 }
@@ -47,7 +46,29 @@ WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& i
              (want == "auto" ? "auto keeps every weight on every worker)" : "as configured)");
     return c;
   }
-  const ShardPlan plan = plan_multi_gpu(info, plan_settings(cfg), GpuPool{workers, gpu_memory_bytes});
+  const GpuPool gpus{workers, gpu_memory_bytes};
+  if (cfg.gradient_checkpointing_auto) {
+    std::optional<WeightLayout> fixed;
+    for (int l = 0; l < 4; ++l)
+      if (want == weight_layout_name(static_cast<WeightLayout>(l))) fixed = static_cast<WeightLayout>(l);
+    check(want == "auto" || fixed, "weight_layout: unknown layout '" + want + "'");
+    const ShardPlan plan = plan_multi_gpu_auto_checkpointing(info, plan_settings(cfg), gpus, fixed ? &*fixed : nullptr);
+    if (fixed) {
+      const LayoutEstimate& e = plan.layouts[static_cast<size_t>(*fixed)];
+      check(e.applicable, "weight_layout: " + want + " does not apply: " + e.not_applicable);
+    }
+    const LayoutEstimate* chosen = plan.choice();
+    check(chosen != nullptr, (fixed ? "weight_layout: " + want + " does not fit " : std::string("the model does not fit ")) +
+                                 std::to_string(workers) + " GPUs" + (fixed ? "" : " in any weight layout") +
+                                 " with any gradient checkpointing:\n" + shard_plan_text(plan));
+    take(chosen->layout);
+    c.checkpoint_layers = plan.settings.gradient_checkpointing ? plan.settings.checkpoint_layers : 0;
+    c.note = "weight_layout: " + std::string(fixed ? "" : "auto: ") + weight_layout_name(chosen->layout) + " (" +
+             plan.reason + "; gradient_checkpointing: auto, expected peak " + gib_text(chosen->total) + " of " +
+             gib_text(gpu_memory_bytes) + " free per GPU)";
+    return c;
+  }
+  const ShardPlan plan = plan_multi_gpu(info, plan_settings(cfg), gpus);
   const std::string text = shard_plan_text(plan);
   if (want != "auto") {
     for (const LayoutEstimate& e : plan.layouts) {

@@ -98,7 +98,10 @@ int64_t json_int(const nlohmann::json& j, const char* key, const std::string& pa
 }  // namespace
 
 VisionConfig vision_config_read(const std::string& model_dir) {
-  const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+  std::error_code ec;  // a config.json itself (planning from a published config), or the checkpoint folder holding it
+  const std::string path = std::filesystem::is_regular_file(model_dir, ec)
+                               ? model_dir
+                               : (std::filesystem::path(model_dir) / "config.json").string();
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(read_text_file(path));

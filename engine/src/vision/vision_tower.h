@@ -28,6 +28,7 @@ struct VisionConfig {
 };
 
 // config.json's vision_config. Throws naming the file and key when it is missing or malformed.
+// model_dir: the checkpoint folder (its config.json is read), or a config.json file itself.
 VisionConfig vision_config_read(const std::string& model_dir);
 
 struct VisionLinear {
