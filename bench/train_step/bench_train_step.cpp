@@ -13,7 +13,8 @@
 //                    [--rank R (LoRA rank, default 16; alpha = 2R)]
 //                    [--ckpt-layers N (with --ckpt 1: checkpoint only the first N layers; -1 = all)]
 //                    [--ckpt auto (gradient_checkpointing: auto, the memory plan for the GPU's free memory before
-//                     the bench allocates, or for each of --free-gib X1,X2,... (e.g. another GPU's memory))]
+//                     the bench allocates, or for each of --free-gib X1,X2,... (e.g. another GPU's memory); several
+//                     workers: planned per GPU for the layout measured, plan_multi_gpu_auto_checkpointing)]
 //                    [--ckpt-sweep L1,L2,... (several settings in one process: checkpointed layers, -1 = all,
 //                     0 = none; with --ckpt auto the plan is added; run in ascending predicted memory, so each
 //                     row's peak, the allocator's peak so far, is that setting's)]
@@ -30,8 +31,9 @@
 // overstates the work by up to 1/3) + causal attention 6·T²/seqs·hd·nH per full-attention layer
 // (fwd QKᵀ and PV at half density, backward twice that) + the GDN core as chunked (per token and value
 // head ≈ 18·dk·dv fwd+bwd). Peak: 989 TFLOP/s (dense bf16, H100 SXM / H200).
-// pred_GiB: the memory plan's estimate (estimate_vram) less its fixed overhead (CUDA context, workspaces, which
-// the allocator's peak does not see), next to the measured peak.
+// pred_GiB: the memory plan's estimate (estimate_vram; several workers: the layout's per-GPU estimate of
+// plan_multi_gpu) less its fixed overhead (CUDA context, workspaces, which the allocator's peak does not see), next
+// to the measured peak.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,6 +57,7 @@
 #include "train/optimizer.h"
 #include "deltatune/gpu_info.h"
 #include "deltatune/memory_plan.h"
+#include "deltatune/shard_plan.h"
 #include "../common/model_info_of.h"
 #include "../common/random_qwen35.h"
 
@@ -210,14 +213,31 @@ int main(int argc, char** argv) {
       std::string label;
       bool ckpt;
       int64_t layers, chunk;
-      VramEstimate est;
+      int64_t predicted;  // bytes per GPU less the fixed overhead: estimate_vram, or the layout's per-GPU plan
     };
     const double gib = 1024.0 * 1024.0 * 1024.0;
     const ModelInfo info = model_info_of(w);
     const std::string qname = quant_format_name(w.base_quant);
+    // Several workers: the per-GPU estimate of the layout measured (deltatune/shard_plan.h).
+    const WeightLayout layout = sharded ? (ep ? WeightLayout::ExpertParallelSharded : WeightLayout::Sharded)
+                                : ep    ? WeightLayout::ExpertParallel
+                                        : WeightLayout::Replicated;
+    ShardPlanSettings ps;
+    ps.lora_r = static_cast<int>(rank);
+    ps.lora_groups = spec.groups;
+    ps.tokens_per_step = tokens;
+    ps.base_quantization = qname;
     auto setting = [&](std::string label, bool on, int64_t n, int64_t chunk) {
-      return Setting{std::move(label), on, n, chunk,
-                     estimate_vram(info, static_cast<int>(rank), tokens, true, on, n, qname, chunk)};
+      if (dp) {
+        ShardPlanSettings t = ps;
+        t.gradient_checkpointing = on;
+        t.checkpoint_layers = n;
+        const LayoutEstimate& e =
+            plan_multi_gpu(info, t, {ranks, free_bytes}).layouts[static_cast<size_t>(layout)];
+        return Setting{std::move(label), on, n, chunk, e.total - e.overhead};
+      }
+      const VramEstimate e = estimate_vram(info, static_cast<int>(rank), tokens, true, on, n, qname, chunk);
+      return Setting{std::move(label), on, n, chunk, e.total - e.overhead};
     };
     std::vector<Setting> settings;
     std::vector<std::pair<std::string, int64_t>> plans;  // label, free bytes
@@ -229,6 +249,14 @@ int main(int argc, char** argv) {
         plans.emplace_back(label, static_cast<int64_t>(g * gib));
       }
     for (const auto& [label, free] : plans) {
+      if (dp) {  // the layout and the checkpointing planned together for each GPU's share (as `deltatune train`)
+        const ShardPlan plan = plan_multi_gpu_auto_checkpointing(info, ps, {ranks, free}, &layout);
+        if (!plan.choice()) throw Error("--ckpt auto: " + shard_plan_text(plan));
+        const bool on = plan.settings.gradient_checkpointing;
+        settings.push_back(setting(label, on, on ? plan.settings.checkpoint_layers : 0, 1024));
+        if (root) std::printf("memory plan (%s):\n%s", label.c_str(), shard_plan_text(plan).c_str());
+        continue;
+      }
       MemoryPlanRequest req;
       req.lora_r = static_cast<int>(rank);
       req.tokens_per_step = tokens;
@@ -242,7 +270,7 @@ int main(int argc, char** argv) {
       settings.push_back(setting(n < 0 ? "all" : std::to_string(n), n != 0, n, 1024));
     if (settings.empty()) settings.push_back(setting(ckpt ? std::to_string(ckpt_layers) : "0", ckpt, ckpt_layers, 1024));
     std::stable_sort(settings.begin(), settings.end(),
-                     [](const Setting& a, const Setting& b) { return a.est.total < b.est.total; });
+                     [](const Setting& a, const Setting& b) { return a.predicted < b.predicted; });
     const Flops f = count_flops(cfg, tokens, seqs);
     if (root)
       std::printf("%-6s %-7s %-6s %-6s %-10s %-10s %-9s %-9s %-9s %-7s %-8s %s\n", "shape", "tokens", "ckpt", "chunk",
@@ -285,7 +313,7 @@ int main(int argc, char** argv) {
       if (!root) continue;
       const double tps = static_cast<double>(tokens) * ranks / med;
       const double mfu = (f.linear + f.attn + f.gdn) / med / peak;  // per GPU
-      const double pred = static_cast<double>(st.est.total - st.est.overhead) / gib;
+      const double pred = static_cast<double>(st.predicted) / gib;
       std::printf("%-6s %-7lld %-6s %-6lld %-10.1f %-10.0f %-9.2f %-9.2f %-9.2f %-7.3f %-8.4f %s\n", shape.c_str(),
                   static_cast<long long>(tokens), st.label.c_str(), static_cast<long long>(st.chunk), med * 1e3, tps,
                   ms.peak_allocated_bytes / gib, pred, ms.reserved_bytes / gib, mfu, loss, be->name().c_str());
