@@ -236,7 +236,8 @@ int main(int argc, char** argv) {
             plan_multi_gpu(info, t, {ranks, free_bytes}).layouts[static_cast<size_t>(layout)];
         return Setting{std::move(label), on, n, chunk, e.total - e.overhead};
       }
-      const VramEstimate e = estimate_vram(info, static_cast<int>(rank), tokens, true, on, n, qname, chunk);
+      const VramEstimate e =
+          estimate_vram(info, static_cast<int>(rank), tokens, true, on, n, qname, chunk, {}, spec.groups);
       return Setting{std::move(label), on, n, chunk, e.total - e.overhead};
     };
     std::vector<Setting> settings;
@@ -262,6 +263,7 @@ int main(int argc, char** argv) {
       req.tokens_per_step = tokens;
       req.base_quantization = qname;
       req.free_bytes = free;
+      req.lora_groups = spec.groups;
       const MemoryPlan plan = plan_memory(info, req);
       settings.push_back(setting(label, plan.gradient_checkpointing, plan.checkpoint_layers, plan.loss_chunk_rows));
       if (root) std::printf("memory plan (%s): %s\n", label.c_str(), memory_plan_text(info, plan).c_str());
