@@ -37,6 +37,20 @@ QString describeGpuRuntime(const deltatune::GpuEnvironment& env) {
   return text;
 }
 
+RuntimeLine describeRuntimeForBackend(const deltatune::GpuEnvironment* env, const QString& backend, int cpuThreads) {
+  if (backend == QLatin1String("cpu"))
+    return {QObject::tr("CPU backend: the run uses %1 CPU threads of this machine; no GPU or NVIDIA driver is "
+                        "needed.")
+                .arg(cpuThreads)};
+  if (!env) return {QObject::tr("looking for the NVIDIA driver…")};
+  const bool gpuRuns = env->runtime_loaded && env->problem.empty();
+  if (backend == QLatin1String("cuda")) return {describeGpuRuntime(*env), !gpuRuns};
+  if (gpuRuns) return {describeGpuRuntime(*env)};
+  return {QObject::tr("Backend auto: no usable GPU here, so the run trains on the CPU (%1 threads). %2")
+              .arg(cpuThreads)
+              .arg(describeGpuRuntime(*env))};
+}
+
 GpuProbe::GpuProbe(QObject* parent) : QObject(parent) {}
 
 GpuProbe::~GpuProbe() {
@@ -51,7 +65,7 @@ void GpuProbe::refresh() {
   connect(t, &QThread::finished, this, [this, t, env] {
     gpus_ = gpuList(*env);
     runtimeText_ = describeGpuRuntime(*env);
-    usable_ = env->runtime_loaded;
+    env_ = *env;
     probed_ = true;
     t->deleteLater();
     emit gpusChanged();

@@ -28,6 +28,15 @@ QList<GpuInfo> gpuList(const deltatune::GpuEnvironment& env);
 // One line for the Train page: "NVIDIA driver 580.95.05 (CUDA 13.0), CUDA runtime 13.0" or what to install.
 QString describeGpuRuntime(const deltatune::GpuEnvironment& env);
 
+// The Train page's runtime line for the chosen Backend (auto | cpu | cuda). `env` is null until the probe has
+// answered. warning is true only when the cuda backend is chosen and cannot run here: with cpu the line says
+// what the CPU run uses, with auto it says the run falls back to the CPU.
+struct RuntimeLine {
+  QString text;
+  bool warning = false;
+};
+RuntimeLine describeRuntimeForBackend(const deltatune::GpuEnvironment* env, const QString& backend, int cpuThreads);
+
 class GpuProbe : public QObject {
   Q_OBJECT
  public:
@@ -36,8 +45,8 @@ class GpuProbe : public QObject {
   void refresh();  // emits gpusChanged when done (an empty list when there is no driver)
   const QList<GpuInfo>& gpus() const { return gpus_; }
   const QString& runtimeText() const { return runtimeText_; }
+  const deltatune::GpuEnvironment* environment() const { return probed_ ? &env_ : nullptr; }
   bool probed() const { return probed_; }
-  bool gpuUsable() const { return usable_; }
 
  signals:
   void gpusChanged();
@@ -45,7 +54,8 @@ class GpuProbe : public QObject {
  private:
   QList<GpuInfo> gpus_;
   QString runtimeText_;
-  bool probed_ = false, usable_ = false;
+  deltatune::GpuEnvironment env_;
+  bool probed_ = false;
   QPointer<QThread> thread_;
 };
 

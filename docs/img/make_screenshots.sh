@@ -5,6 +5,7 @@
 # folder, so the pages show a first start (one run in the database).
 # Usage: [SCREENSHOT_HOME=/home/someone] docs/img/make_screenshots.sh [STUDIO=deltatune-studio]
 # (SCREENSHOT_HOME: an empty folder to use as HOME, so the paths shown are a user's; default: a temp folder)
+# 990 px high: the Train page's memory estimate is cut off at 900.
 set -euo pipefail
 cd "$(dirname "$0")"
 studio=${1:-deltatune-studio}
@@ -15,6 +16,6 @@ else
   trap 'rm -rf "$home"' EXIT
 fi
 HOME="$home" XDG_DATA_HOME="$home/.local/share" XDG_CONFIG_HOME="$home/.config" XDG_CACHE_HOME="$home/.cache" \
-  xvfb-run -a -s '-screen 0 1600x1000x24' "$studio" --demo --start --backend cpu \
-  --screenshot-dir "$PWD" --screenshot-step 40
+  xvfb-run -a -s '-screen 0 1600x1100x24' "$studio" --demo --start --backend cpu \
+  --screenshot-dir "$PWD" --screenshot-step 40 -geometry 1526x990+0+0
 ls -l ./*.png

@@ -3,6 +3,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QSignalSpy>
@@ -80,6 +81,19 @@ class PagesBindingTest : public QObject {
     page.findChild<QSpinBox*>("gradient_checkpointing_layers")->setValue(3);
     QCOMPARE(doc.config().gradient_checkpointing_layers, int64_t(3));
     QCOMPARE(page.findChild<QLineEdit*>("output_dir")->text(), QString("/tmp/out-x"));
+  }
+
+  void runtimeLineFollowsBackend() {
+    RunDocument doc;
+    TrainPage page(&doc, nullptr);
+    auto* line = page.findChild<QLabel*>("gpu_runtime");
+    QVERIFY(line);
+    page.findChild<QComboBox*>("backend")->setCurrentText("cpu");
+    QCOMPARE(doc.config().backend, std::string("cpu"));
+    QVERIFY(line->text().startsWith("CPU backend: the run uses"));
+    QVERIFY(line->styleSheet().isEmpty());
+    page.findChild<QComboBox*>("backend")->setCurrentText("cuda");
+    QVERIFY(!line->text().startsWith("CPU backend"));
   }
 
   void yamlDialogBothWays() {

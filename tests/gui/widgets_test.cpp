@@ -71,6 +71,20 @@ class WidgetsTest : public QObject {
     none.problem = "no NVIDIA driver found (libcuda.so.1 is not installed): install the NVIDIA driver 580 or newer";
     QCOMPARE(describeGpuRuntime(none), QString("no NVIDIA driver. The GPU backend cannot run: ") +
                                            QString::fromStdString(none.problem));
+    // The red warning is for the cuda backend only; cpu says what the CPU run uses, auto that it falls back.
+    const RuntimeLine cuda = describeRuntimeForBackend(&none, "cuda", 8);
+    QCOMPARE(cuda.text, describeGpuRuntime(none));
+    QVERIFY(cuda.warning);
+    const RuntimeLine cpu = describeRuntimeForBackend(&none, "cpu", 8);
+    QVERIFY(!cpu.warning);
+    QVERIFY(cpu.text.startsWith("CPU backend: the run uses 8 CPU threads"));
+    QVERIFY(!cpu.text.contains("driver."));
+    QCOMPARE(describeRuntimeForBackend(nullptr, "cpu", 8).text, cpu.text);  // no need to wait for the probe
+    const RuntimeLine autoNone = describeRuntimeForBackend(&none, "auto", 8);
+    QVERIFY(!autoNone.warning);
+    QVERIFY(autoNone.text.startsWith("Backend auto: no usable GPU here, so the run trains on the CPU (8 threads)."));
+    QVERIFY(autoNone.text.contains(QString::fromStdString(none.problem)));
+    QVERIFY(!describeRuntimeForBackend(nullptr, "cuda", 8).warning);  // not probed yet: no verdict
     deltatune::GpuEnvironment env;
     env.cuda_built = env.runtime_loaded = true;
     env.driver_version = 13000;
@@ -84,6 +98,10 @@ class WidgetsTest : public QObject {
     d.kernel_path = "hopper";
     env.devices = {d};
     QCOMPARE(describeGpuRuntime(env), QString("NVIDIA driver 580.95.05 (CUDA 13.0), CUDA runtime 13.0"));
+    for (const char* backend : {"auto", "cuda"}) {
+      QCOMPARE(describeRuntimeForBackend(&env, backend, 8).text, describeGpuRuntime(env));
+      QVERIFY(!describeRuntimeForBackend(&env, backend, 8).warning);
+    }
     const auto gpus = gpuList(env);
     QCOMPARE(gpus.size(), 1);
     QCOMPARE(gpus[0].index, 1);

@@ -19,6 +19,7 @@
 #include <QSaveFile>
 #include <QScrollArea>
 #include <QSpinBox>
+#include <QThread>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
@@ -99,6 +100,7 @@ TrainPage::TrainPage(RunDocument* doc, GpuProbe* gpus, QWidget* parent)
   connect(doc_, &RunDocument::configChanged, this, [this](QObject* source) {
     if (source != this) loadFromConfig();
     updateGroups();
+    updateRuntimeLine();
     updateVram();
   });
   connect(doc_, &RunDocument::modelInfoChanged, this, [this] {
@@ -463,11 +465,17 @@ void TrainPage::updateGpuList() {
       gpus_picker_->setDetected(gpus_->gpus());
       gpus_picker_->loadFrom(doc_->config());
     }
-    gpuRuntime_->setText(gpus_->probed() ? gpus_->runtimeText() : tr("looking for the NVIDIA driver…"));
-    gpuRuntime_->setStyleSheet(gpus_->probed() && !gpus_->gpuUsable() ? QStringLiteral("color:#b00020")
-                                                                      : QString());
   }
+  updateRuntimeLine();
   updateVram();
+}
+
+void TrainPage::updateRuntimeLine() {
+  const RuntimeLine line = describeRuntimeForBackend(gpus_ ? gpus_->environment() : nullptr,
+                                                     QString::fromStdString(doc_->config().backend),
+                                                     QThread::idealThreadCount());
+  gpuRuntime_->setText(line.text);
+  gpuRuntime_->setStyleSheet(line.warning ? QStringLiteral("color:#b00020") : QString());
 }
 
 QString TrainPage::gpusNoteText() const {

@@ -52,6 +52,7 @@ class TrainPage : public QWidget {
   void writeToConfig();
   void updateGroups();
   void updateVram();
+  void updateRuntimeLine();  // driver/runtime line for the chosen backend
   void updateGpuList();
   void updateGpusNote();
   void choosePreset();
