@@ -12,12 +12,11 @@ import sys
 
 import torch
 from peft import PeftModel
-from PIL import Image
-from safetensors.numpy import load_file
-from transformers import AutoImageProcessor, Qwen3_5ForConditionalGeneration
+from transformers import Qwen3_5ForConditionalGeneration
+
+from golden_image_sequence import golden_image_inputs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-IMAGE_TOKEN = 250
 
 
 def main():
@@ -27,17 +26,8 @@ def main():
     model = Qwen3_5ForConditionalGeneration.from_pretrained(folder if merged else "model", dtype=torch.float32).eval()
     model.config._attn_implementation = "eager"
     pm = model if merged else PeftModel.from_pretrained(model, folder).eval()
-    meta_proc = json.load(open("processor_golden.json"))
-    meta_model = json.load(open("model_golden.json"))
-    golden = load_file("model_golden.safetensors")
-    proc = AutoImageProcessor.from_pretrained("model", backend="pil")
-    batch = proc(images=[Image.open(meta_proc["images"][k]["file"]) for k in meta_model["images_in_sequence"]],
-                 return_tensors="pt")
-    ids = torch.tensor(golden["input_ids"], dtype=torch.long)[None]
-    labels = torch.tensor(golden["labels"], dtype=torch.long)[None]
     with torch.no_grad():
-        res = pm(input_ids=ids, pixel_values=batch["pixel_values"], image_grid_thw=batch["image_grid_thw"],
-                 labels=labels, mm_token_type_ids=(ids == IMAGE_TOKEN).long())
+        res = pm(**golden_image_inputs())
     loss = float(res.loss)
     lora = sum(1 for n, _ in pm.named_parameters() if "lora_" in n)
     print(json.dumps({"merged" if merged else "peft_loss": loss, "lora_tensors_loaded": lora}))

@@ -18,17 +18,16 @@ import os
 import peft
 import torch
 import transformers
-from PIL import Image
 from peft import LoraConfig, get_peft_model
-from safetensors.numpy import load_file
 from safetensors.torch import save_file
-from transformers import AutoImageProcessor, Qwen3_5ForConditionalGeneration
+from transformers import Qwen3_5ForConditionalGeneration
+
+from golden_image_sequence import golden_image_inputs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LM_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b",
               "out_proj", "gate_proj", "up_proj", "down_proj"]
 VISION_TARGETS = ["attn.qkv", "attn.proj", "mlp.linear_fc1", "mlp.linear_fc2"]
-IMAGE_TOKEN = 250
 
 
 def make(out_name, target_modules, seed):
@@ -45,16 +44,7 @@ def make(out_name, target_modules, seed):
     os.makedirs(OUT, exist_ok=True)
     pm.save_pretrained(os.path.join(OUT, "adapter"))
 
-    meta_proc = json.load(open("processor_golden.json"))
-    meta_model = json.load(open("model_golden.json"))
-    golden = load_file("model_golden.safetensors")
-    proc = AutoImageProcessor.from_pretrained("model", backend="pil")
-    batch = proc(images=[Image.open(meta_proc["images"][k]["file"]) for k in meta_model["images_in_sequence"]],
-                 return_tensors="pt")
-    ids = torch.tensor(golden["input_ids"], dtype=torch.long)[None]
-    labels = torch.tensor(golden["labels"], dtype=torch.long)[None]
-    res = pm(input_ids=ids, pixel_values=batch["pixel_values"], image_grid_thw=batch["image_grid_thw"],
-             labels=labels, mm_token_type_ids=(ids == IMAGE_TOKEN).long())
+    res = pm(**golden_image_inputs())
     res.loss.backward()
     grads = {n.replace(".default", ""): p.grad.detach().clone().contiguous()
              for n, p in pm.named_parameters() if p.requires_grad}
