@@ -193,25 +193,28 @@ pid_t worker_of(pid_t launcher, int rank) {
   return -1;
 }
 
-TEST(DistTrain, KilledWorkerEndsTheRunAsCrashedAndItResumesOnOneWorker) {
-  if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
-  const fs::path dir = fresh_dir("kill");
-  const int steps = 16;
-  write_run(dir / "run.yaml", 1, steps, 2);
-  const auto want = reference_curve(dir, 2, steps);
-  const std::string db = (dir / "db").string();
+// Starts `deltatune train dir/run.yaml --gpus 0,1`, SIGKILLs worker 1 once a checkpoint is written and waits for
+// the launcher: it must fail within seconds and leave the run "crashed" in a sound database. Sets *run_id and
+// returns the launcher's output.
+std::string run_two_gpus_and_kill_worker_1(const fs::path& dir, const std::string& db, std::string* run_id) {
   const pid_t launcher =
       spawn({DT_CLI_PATH, "train", (dir / "run.yaml").string(), "--db", db, "--gpus", "0,1"}, {}, dir / "log.txt");
-  // Once a checkpoint is written, SIGKILL worker 1.
   const auto deadline = Clock::now() + std::chrono::seconds(120);
   int status = 0;
   while (checkpoint_list((dir / "out").string()).empty() && Clock::now() < deadline) {
-    ASSERT_EQ(::waitpid(launcher, &status, WNOHANG), 0) << "the run ended early\n" << slurp(dir / "log.txt");
+    if (::waitpid(launcher, &status, WNOHANG) != 0) {
+      ADD_FAILURE() << "the run ended early\n" << slurp(dir / "log.txt");
+      return {};
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const pid_t victim = worker_of(launcher, 1);
-  ASSERT_GT(victim, 0) << slurp(dir / "log.txt");
-  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  if (victim <= 0 || ::kill(victim, SIGKILL) != 0) {
+    ADD_FAILURE() << "worker 1 not found or not killed\n" << slurp(dir / "log.txt");
+    ::kill(launcher, SIGKILL);
+    wait_exit(launcher);
+    return {};
+  }
   const auto killed_at = Clock::now();
   const int rc = wait_exit(launcher);
   const double secs = std::chrono::duration<double>(Clock::now() - killed_at).count();
@@ -220,17 +223,29 @@ TEST(DistTrain, KilledWorkerEndsTheRunAsCrashedAndItResumesOnOneWorker) {
   // The bound only separates "ended promptly" from "hung until a collective timed out" (minutes): 1-2 s is
   // typical, an ASan build on a loaded 2-core CI machine measured 6.8 s.
   EXPECT_LT(secs, 30.0) << "the run took " << secs << " s to end after a worker was killed\n" << log;
-  EXPECT_NE(log.find("was killed by signal 9"), std::string::npos) << log;
+  ExperimentStore store(db);
+  const RunRecord run = store.list_runs().at(0);
+  *run_id = run.id;
+  EXPECT_EQ(run.status, "crashed") << log;
+  EXPECT_EQ(store.integrity_check(), "ok");
+  return log;
+}
 
+TEST(DistTrain, KilledWorkerEndsTheRunAsCrashedAndItResumesOnOneWorker) {
+  if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
+  const fs::path dir = fresh_dir("kill");
+  const int steps = 16;
+  write_run(dir / "run.yaml", 1, steps, 2);
+  const auto want = reference_curve(dir, 2, steps);
+  const std::string db = (dir / "db").string();
   std::string run_id;
+  const std::string log = run_two_gpus_and_kill_worker_1(dir, db, &run_id);
+  ASSERT_FALSE(run_id.empty());
+  EXPECT_NE(log.find("was killed by signal 9"), std::string::npos) << log;
   {
     ExperimentStore store(db);
-    const RunRecord run = store.list_runs().at(0);
-    run_id = run.id;
-    EXPECT_EQ(run.status, "crashed") << log;
-    EXPECT_EQ(store.integrity_check(), "ok");
     bool named = false;
-    for (const auto& e : store.events(run.id)) named |= e.message.find("rank 1 (") != std::string::npos;
+    for (const auto& e : store.events(run_id)) named |= e.message.find("rank 1 (") != std::string::npos;
     EXPECT_TRUE(named) << "no event names the killed worker\n" << log;
   }
   for (const auto& [step, path] : checkpoint_list((dir / "out").string())) EXPECT_NO_THROW(checkpoint_load(path));
@@ -385,32 +400,10 @@ void kill_expert_parallel_worker_and_resume(const std::string& name, const std::
     want = only_run_metrics((ref / "db").string());
   }
   const std::string db = (dir / "db").string();
-  const pid_t launcher =
-      spawn({DT_CLI_PATH, "train", (dir / "run.yaml").string(), "--db", db, "--gpus", "0,1"}, {}, dir / "log.txt");
-  const auto deadline = Clock::now() + std::chrono::seconds(120);
-  int status = 0;
-  while (checkpoint_list((dir / "out").string()).empty() && Clock::now() < deadline) {
-    ASSERT_EQ(::waitpid(launcher, &status, WNOHANG), 0) << "the run ended early\n" << slurp(dir / "log.txt");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  const pid_t victim = worker_of(launcher, 1);
-  ASSERT_GT(victim, 0) << slurp(dir / "log.txt");
-  ASSERT_EQ(::kill(victim, SIGKILL), 0);
-  const auto killed_at = Clock::now();
-  const int rc = wait_exit(launcher);
-  const double secs = std::chrono::duration<double>(Clock::now() - killed_at).count();
-  const std::string log = slurp(dir / "log.txt");
-  EXPECT_NE(rc, 0) << log;
-  EXPECT_LT(secs, 30.0) << "the run took " << secs << " s to end after a worker was killed\n" << log;
-  EXPECT_NE(log.find("weight_layout: expert_parallel"), std::string::npos) << log;
   std::string run_id;
-  {
-    ExperimentStore store(db);
-    const RunRecord run = store.list_runs().at(0);
-    run_id = run.id;
-    EXPECT_EQ(run.status, "crashed") << log;
-    EXPECT_EQ(store.integrity_check(), "ok");
-  }
+  const std::string log = run_two_gpus_and_kill_worker_1(dir, db, &run_id);
+  ASSERT_FALSE(run_id.empty());
+  EXPECT_NE(log.find("weight_layout: expert_parallel"), std::string::npos) << log;
   const ModelConfig mc = model_config_load((model / "config.json").string());
   for (const auto& [step, path] : checkpoint_list((dir / "out").string())) {
     const Checkpoint ck = checkpoint_load(path);
