@@ -1,5 +1,7 @@
 #include "args.h"
 
+#include <exception>
+
 #include "deltatune/error.h"
 
 namespace deltatune::cli {
@@ -36,6 +38,33 @@ ParsedArgs parse_args(const std::vector<std::string>& args, const std::set<std::
     }
   }
   return out;
+}
+
+int64_t int_option(const std::string& key, const std::string& value, int64_t min) {
+  try {
+    size_t used = 0;
+    const long long n = std::stoll(value, &used);
+    if (used == value.size() && n >= min) return n;
+  } catch (const std::exception&) {
+  }
+  throw Error("option " + key + " expects an integer >= " + std::to_string(min) + ", got '" + value + "'");
+}
+
+int64_t max_steps_option(const std::string& value) {
+  if (value == "-1") return -1;
+  try {
+    size_t used = 0;
+    const long long n = std::stoll(value, &used);
+    if (used == value.size() && n >= 1) return n;
+  } catch (const std::exception&) {
+  }
+  throw Error("option --max-steps expects an integer >= 1, or -1 for no limit, got '" + value + "'");
+}
+
+std::string backend_option(const ParsedArgs& p, const std::string& fallback) {
+  const std::string b = p.get("--backend", fallback);
+  check(b == "auto" || b == "cpu" || b == "cuda", "option --backend expects auto, cpu or cuda, got '" + b + "'");
+  return b;
 }
 
 }  // namespace deltatune::cli

@@ -42,8 +42,8 @@ int cmd_demo(const Args& args) {
   const fs::path demo = find_demo_dir();
   RunConfig cfg = run_config_from_yaml_file((demo / "demo_run.yaml").string());
   cfg.output_dir = p.get("--out", (fs::current_path() / "runs" / "demo").string());
-  if (p.has("--backend")) cfg.backend = p.get("--backend");
-  if (p.has("--max-steps")) cfg.max_steps = std::stoll(p.get("--max-steps"));
+  if (p.has("--backend")) cfg.backend = backend_option(p);
+  if (p.has("--max-steps")) cfg.max_steps = max_steps_option(p.get("--max-steps"));
   std::cerr << "[info] demo: " << (demo / "demo_run.yaml").string() << " -> " << cfg.output_dir << "\n";
   RunControl control;
   ConsoleObserver obs(cfg.logging_steps);

@@ -17,15 +17,8 @@ int cmd_eval(const Args& args) {
   o.model_dir = p.get("--model");
   o.data_path = p.get("--data");
   o.adapter_dir = p.get("--adapter");
-  o.backend = p.get("--backend", "auto");
-  if (p.has("--seq-len")) {
-    try {
-      o.seq_len = std::stoll(p.get("--seq-len"));
-    } catch (const std::exception&) {
-      throw Error("--seq-len: expected a positive integer, got '" + p.get("--seq-len") + "'");
-    }
-    check(o.seq_len > 0, "--seq-len: expected a positive integer, got '" + p.get("--seq-len") + "'");
-  }
+  o.backend = backend_option(p);
+  if (p.has("--seq-len")) o.seq_len = int_option("--seq-len", p.get("--seq-len"), 1);
   const auto t0 = std::chrono::steady_clock::now();
   const EvalResult r = evaluate(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -41,16 +41,6 @@ std::string bytes_str(int64_t b) {
   return buf;
 }
 
-int64_t parse_int(const std::string& key, const std::string& v, int64_t min) {
-  try {
-    size_t used = 0;
-    const long long n = std::stoll(v, &used);
-    if (used == v.size() && n >= min) return n;
-  } catch (const std::exception&) {
-  }
-  throw Error("option " + key + " expects an integer >= " + std::to_string(min) + ", got '" + v + "'");
-}
-
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
   std::string cur;
@@ -96,7 +86,7 @@ GpuPool plan_gpus(const ParsedArgs& a, const GpuEnvironment& env) {
     else
       ids = sel.ids;
   }
-  pool.count = a.options.count("--gpu-count") ? static_cast<int>(parse_int("--gpu-count", a.get("--gpu-count"), 1))
+  pool.count = a.options.count("--gpu-count") ? static_cast<int>(int_option("--gpu-count", a.get("--gpu-count"), 1))
                                                : std::max<int>(1, static_cast<int>(ids.size()));
   if (a.options.count("--gpu-memory")) {
     pool.memory_bytes = parse_memory_size(a.get("--gpu-memory"));
@@ -156,21 +146,23 @@ int cmd_info(const Args& args) {
                                   {"--json", "--gradient-checkpointing", "--no-gradient-checkpointing",
                                    "--unfused-loss", "--vision-lora"});
   check(a.positionals.empty(),
+        (a.positionals.empty() ? std::string() : "unexpected argument '" + a.positionals[0] +
+                                                     "' (a checkpoint goes after --model)\n") +
         "usage: deltatune info [--model DIR|config.json] [--json] [--lora-r N] [--tokens N] "
         "[--gradient-checkpointing [--checkpoint-layers N] | --no-gradient-checkpointing | [--gpu N] "
         "[--free-gib X]] [--unfused-loss] [--base-quantization none|fp8|nf4] "
         "[--gpus 0,1,..|all] [--gpu-count N] [--gpu-memory 80GiB] [--lora-groups attn,linear_attn,...] "
         "[--image-tokens N | --images N [--max-pixels P]] [--vision-lora]");
-  const int r = static_cast<int>(parse_int("--lora-r", a.get("--lora-r", "16"), 1));
-  const int64_t tokens = parse_int("--tokens", a.get("--tokens", "4096"), 1);
+  const int r = static_cast<int>(int_option("--lora-r", a.get("--lora-r", "16"), 1));
+  const int64_t tokens = int_option("--tokens", a.get("--tokens", "4096"), 1);
   // Neither checkpointing flag: gradient_checkpointing: auto, planned for --free-gib or the free memory of GPU --gpu.
   bool ckpt = a.flags.count("--gradient-checkpointing") != 0;
   const bool planned = !ckpt && a.flags.count("--no-gradient-checkpointing") == 0;
   check(!(ckpt && a.flags.count("--no-gradient-checkpointing")),
         "options --gradient-checkpointing and --no-gradient-checkpointing exclude each other");
   const bool fused = a.flags.count("--unfused-loss") == 0;
-  int64_t ckpt_layers = parse_int("--checkpoint-layers", a.get("--checkpoint-layers", "-1"), -1);
-  const int gpu_index = static_cast<int>(parse_int("--gpu", a.get("--gpu", "0"), 0));
+  int64_t ckpt_layers = int_option("--checkpoint-layers", a.get("--checkpoint-layers", "-1"), -1);
+  const int gpu_index = static_cast<int>(int_option("--gpu", a.get("--gpu", "0"), 0));
   double free_gib = 0;
   if (a.options.count("--free-gib")) {
     const std::string v = a.get("--free-gib");
@@ -198,10 +190,10 @@ int cmd_info(const Args& args) {
   check(!(a.options.count("--image-tokens") && a.options.count("--images")),
         "options --image-tokens and --images exclude each other");
   ImageLoad images;
-  const int64_t max_pixels = parse_int("--max-pixels", a.get("--max-pixels", "0"), 0);
-  if (a.options.count("--image-tokens")) images.image_tokens_per_step = parse_int("--image-tokens", a.get("--image-tokens"), 0);
+  const int64_t max_pixels = int_option("--max-pixels", a.get("--max-pixels", "0"), 0);
+  if (a.options.count("--image-tokens")) images.image_tokens_per_step = int_option("--image-tokens", a.get("--image-tokens"), 0);
   if (a.options.count("--images"))
-    images.image_tokens_per_step = parse_int("--images", a.get("--images"), 0) * image_tokens_for_pixels(info, max_pixels);
+    images.image_tokens_per_step = int_option("--images", a.get("--images"), 0) * image_tokens_for_pixels(info, max_pixels);
   check(images.image_tokens_per_step == 0 || info.vision.present,
         a.get("--model") + ": --image-tokens / --images need a vision-language checkpoint (config.json has no "
                            "vision_config)");

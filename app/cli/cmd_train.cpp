@@ -77,9 +77,9 @@ int cmd_train(const Args& args) {
         "[--max-steps N]");
   RunConfig cfg;
   if (!p.positionals.empty()) cfg = run_config_from_yaml_file(p.positionals[0]);
-  if (p.has("--backend")) cfg.backend = p.get("--backend");
+  if (p.has("--backend")) cfg.backend = backend_option(p);
   if (p.has("--output-dir")) cfg.output_dir = p.get("--output-dir");
-  if (p.has("--max-steps")) cfg.max_steps = std::stoll(p.get("--max-steps"));
+  if (p.has("--max-steps")) cfg.max_steps = max_steps_option(p.get("--max-steps"));
   TrainOptions opts;
   opts.db_path = p.get("--db");
   opts.resume_run = p.get("--resume");

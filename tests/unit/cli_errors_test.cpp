@@ -117,5 +117,45 @@ TEST_F(CliErrors, GpusThatDoNotExistAreNamed) {
   expect_nothing_written();
 }
 
+// Command-line overrides are checked like the run file's fields: the option, the value and what is expected,
+// before the model or the data are read.
+TEST_F(CliErrors, BadMaxStepsOptionNamesTheOptionAndTheRange) {
+  for (const std::string bad : {"x", "-5", "0", "3.5"}) {
+    const CliResult r = train(run_file(""), "--max-steps " + bad);
+    EXPECT_NE(r.rc, 0) << r.out;
+    EXPECT_TRUE(has(r.out, "option --max-steps expects an integer >= 1, or -1 for no limit, got '" + bad + "'"))
+        << r.out;
+    EXPECT_FALSE(has(r.out, "internal error")) << r.out;
+    expect_nothing_written();
+  }
+}
+
+TEST_F(CliErrors, UnknownBackendOptionNamesTheChoices) {
+  const CliResult r = train(run_file(""), "--backend tpu");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "option --backend expects auto, cpu or cuda, got 'tpu'")) << r.out;
+  EXPECT_FALSE(has(r.out, "trainable LoRA parameters")) << "checked only after the model was read:\n" << r.out;
+  expect_nothing_written();
+  const CliResult e = run_cli("eval --model " + (kDemo / "model").string() + " --data " +
+                              (kDemo / "data" / "demo_chat.jsonl").string() + " --backend tpu");
+  EXPECT_NE(e.rc, 0) << e.out;
+  EXPECT_TRUE(has(e.out, "option --backend expects auto, cpu or cuda, got 'tpu'")) << e.out;
+}
+
+TEST_F(CliErrors, EvalSeqLenMustBeAPositiveInteger) {
+  const CliResult r = run_cli("eval --model " + (kDemo / "model").string() + " --data " +
+                              (kDemo / "data" / "demo_chat.jsonl").string() + " --seq-len 12x");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "option --seq-len expects an integer >= 1, got '12x'")) << r.out;
+}
+
+TEST_F(CliErrors, InfoNamesAnUnexpectedArgument) {
+  const CliResult r = run_cli("info " + (kDemo / "model").string());
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "unexpected argument '" + (kDemo / "model").string() + "' (a checkpoint goes after --model)"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "usage: deltatune info")) << r.out;
+}
+
 }  // namespace
 }  // namespace deltatune
