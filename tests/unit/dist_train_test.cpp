@@ -134,6 +134,20 @@ std::string run_two_workers(const fs::path& dir, int port_salt) {
   return slurp(dir / "rank0.txt");
 }
 
+// Runs dir/run.yaml (4 steps, evaluation every 2) on two CPU workers and checks that they used weight_layout
+// `layout`, reached step 4 and followed `want`, evaluation included. Returns the run's metrics.
+std::vector<StepMetrics> two_workers_follow_curve(const fs::path& dir, int port_salt, const std::string& layout,
+                                                  const std::vector<StepMetrics>& want) {
+  const std::string log0 = run_two_workers(dir, port_salt);
+  EXPECT_NE(log0.find("weight_layout: " + layout + " (CPU workers: as configured)"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("step 4: LoRA weights hash"), std::string::npos) << log0;
+  const auto got = only_run_metrics((dir / "db").string());
+  expect_same_curve(got, want);
+  EXPECT_FALSE(got.empty());
+  if (!got.empty()) EXPECT_GE(got.back().eval_loss, 0);
+  return got;
+}
+
 TEST(DistTrain, TwoWorkersGiveTheOneProcessCurveWithIdenticalWeights) {
   if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
   const fs::path dir = fresh_dir("curve");
@@ -162,13 +176,7 @@ TEST(DistTrain, TwoShardedWorkersGiveTheOneProcessCurve) {
   const fs::path dir = fresh_dir("sharded");
   write_run(dir / "run.yaml", 2, 4, 0, "weight_layout: sharded\neval_steps: 2\n");
   const auto want = reference_curve(dir, 4, 4);
-  const std::string log0 = run_two_workers(dir, 7919);
-  EXPECT_NE(log0.find("weight_layout: sharded (CPU workers: as configured)"), std::string::npos) << log0;
-  EXPECT_NE(log0.find("step 4: LoRA weights hash"), std::string::npos) << log0;
-  const auto got = only_run_metrics((dir / "db").string());
-  expect_same_curve(got, want);
-  ASSERT_FALSE(got.empty());
-  EXPECT_GE(got.back().eval_loss, 0);
+  two_workers_follow_curve(dir, 7919, "sharded", want);
   fs::remove_all(dir);
 }
 
@@ -351,13 +359,8 @@ TEST(DistTrain, TwoExpertParallelWorkersGiveTheReplicatedCurve) {
   run_two_workers(rep, 3581);
   const auto want = only_run_metrics((rep / "db").string());
   write_run(dir / "run.yaml", 2, 4, 2, "weight_layout: expert_parallel\neval_steps: 2\n" + kMoeGroups, model);
-  const std::string log0 = run_two_workers(dir, 3571);
-  EXPECT_NE(log0.find("weight_layout: expert_parallel (CPU workers: as configured)"), std::string::npos) << log0;
-  EXPECT_NE(log0.find("step 4: LoRA weights hash"), std::string::npos) << log0;
-  const auto got = only_run_metrics((dir / "db").string());
-  expect_same_curve(got, want);
+  const auto got = two_workers_follow_curve(dir, 3571, "expert_parallel", want);
   ASSERT_FALSE(got.empty());
-  EXPECT_GE(got.back().eval_loss, 0);
   EXPECT_GT(got.back().moe_load_max_ratio, 0);
   // The adapter and the checkpoint hold all 4 experts' LoRA, as the replicated run's.
   const ModelConfig mc = model_config_load((model / "config.json").string());
