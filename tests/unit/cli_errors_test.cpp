@@ -157,5 +157,18 @@ TEST_F(CliErrors, InfoNamesAnUnexpectedArgument) {
   EXPECT_TRUE(has(r.out, "usage: deltatune info")) << r.out;
 }
 
+TEST_F(CliErrors, ExportOfAFolderThatIsNoAdapterSaysWhatAnAdapterFolderHolds) {
+  const std::string out = (dir / "export").string();
+  const CliResult model = run_cli("export --adapter " + (kDemo / "model").string() + " --out " + out);
+  EXPECT_NE(model.rc, 0) << model.out;
+  EXPECT_TRUE(has(model.out, "--adapter " + (kDemo / "model").string() + ": no adapter_config.json (expected a PEFT "
+                             "adapter folder: adapter_config.json and adapter_model.safetensors"))
+      << model.out;
+  const CliResult missing = run_cli("export --adapter " + (dir / "nope").string() + " --out " + out);
+  EXPECT_NE(missing.rc, 0) << missing.out;
+  EXPECT_TRUE(has(missing.out, "--adapter " + (dir / "nope").string() + ": no such folder")) << missing.out;
+  EXPECT_FALSE(fs::exists(out)) << "export folder written";
+}
+
 }  // namespace
 }  // namespace deltatune

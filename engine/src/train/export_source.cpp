@@ -26,8 +26,11 @@ std::string run_export_adapter_dir(const RunRecord& run, const std::string& chec
 }
 
 std::string adapter_base_model_dir(const std::string& dir) {
+  check(fs::is_directory(dir), "--adapter " + dir + ": no such folder (expected a PEFT adapter folder)");
   std::ifstream in(fs::path(dir) / "adapter_config.json");
-  check(in.good(), dir + ": no adapter_config.json");
+  check(in.good(), "--adapter " + dir +
+                       ": no adapter_config.json (expected a PEFT adapter folder: adapter_config.json and "
+                       "adapter_model.safetensors, as a run's output folder or `deltatune export` writes)");
   const auto j = nlohmann::json::parse(in, nullptr, false);
   check(!j.is_discarded() && j.is_object(), dir + "/adapter_config.json: not valid JSON");
   const auto it = j.find("base_model_name_or_path");
