@@ -52,6 +52,33 @@ void plan(const BlockContext& c, MoeCache& k) {
   q.planned = true;
 }
 
+// This rank's slice of the layer's experts, and the rows the other ranks sent it.
+struct LocalExperts {
+  int64_t H, Ie, El;
+  DType dt;
+  Tensor recv;  // [R, H] source-major; reused for the outputs that travel back
+  int64_t R;
+};
+
+// Waits for the rows in flight and takes them; releases the rows this rank sent (no longer read).
+LocalExperts receive(const BlockContext& c, Tensor& in_flight, Tensor& sent) {
+  c.ep->join();
+  sent = Tensor{};
+  LocalExperts x{c.cfg.hidden_size, c.cfg.moe_intermediate, c.cfg.num_experts / c.ep->world(),
+                 c.be.compute_dtype(), std::move(in_flight), 0};
+  x.R = x.recv.rows();
+  return x;
+}
+
+// The experts' rows (source-major in x.recv) back to the ranks that sent them; returns this rank's [T·K, H] in
+// dispatch order.
+Tensor send_back(const BlockContext& c, const ExpertParallelCache& q, const LocalExperts& x) {
+  Tensor out = c.be.alloc({sum(q.send_rows), x.H}, x.dt);
+  send_rows(*c.ep, x.recv, q.recv_rows, out, q.send_rows);
+  c.ep->join();
+  return out;
+}
+
 }  // namespace
 
 void expert_parallel_route(const BlockContext& c, MoeCache& k) {
@@ -73,37 +100,27 @@ void expert_parallel_send(const BlockContext& c, MoeCache& k) {
 
 Tensor expert_parallel_rows_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, MoeCache& k) {
   Backend& be = c.be;
-  TokenExchange& ex = *c.ep;
-  const auto& cfg = c.cfg;
-  const int64_t H = cfg.hidden_size, E = cfg.num_experts, Ie = cfg.moe_intermediate;
-  const int64_t El = E / ex.world();
-  const DType dt = be.compute_dtype();
   ExpertParallelCache& q = k.ep;
-  ex.join();
-  k.xe = Tensor{};  // sent (the received rows are what the backward reads)
-  Tensor recv = std::move(q.recv);
-  const int64_t R = recv.rows();
-  q.xl = be.alloc({R, H}, dt);
-  k.g = be.alloc({R, Ie}, dt);
-  k.u = be.alloc({R, Ie}, dt);
-  k.h = be.alloc({R, Ie}, dt);
+  LocalExperts x = receive(c, q.recv, k.xe);  // the backward reads the received rows (q.xl), not k.xe
+  const int64_t R = x.R, H = x.H, Ie = x.Ie;
+  q.xl = be.alloc({R, H}, x.dt);
+  k.g = be.alloc({R, Ie}, x.dt);
+  k.u = be.alloc({R, Ie}, x.dt);
+  k.h = be.alloc({R, Ie}, x.dt);
   if (R) {
-    Tensor yl = be.alloc({R, H}, dt);
-    be.gather_rows(recv, q.to_local, q.xl);
-    Tensor gu = be.alloc({R, 2 * Ie}, dt);
-    grouped_linear_fwd(be, q.xl, expert_weights(be, w.experts_gate_up, El, 2 * Ie, H), l.ex_gate_up, c.rt,
+    Tensor yl = be.alloc({R, H}, x.dt);
+    be.gather_rows(x.recv, q.to_local, q.xl);
+    Tensor gu = be.alloc({R, 2 * Ie}, x.dt);
+    grouped_linear_fwd(be, q.xl, expert_weights(be, w.experts_gate_up, x.El, 2 * Ie, H), l.ex_gate_up, c.rt,
                        c.salt(16), q.local_off, gu, k.lgu);
     be.copy_cols(k.g, 0, gu, 0, Ie);
     be.copy_cols(k.u, 0, gu, Ie, Ie);
     be.swiglu_fwd(k.g, k.u, k.h);
-    grouped_linear_fwd(be, k.h, expert_weights(be, w.experts_down, El, H, Ie), l.ex_down, c.rt, c.salt(48),
+    grouped_linear_fwd(be, k.h, expert_weights(be, w.experts_down, x.El, H, Ie), l.ex_down, c.rt, c.salt(48),
                        q.local_off, yl, k.ld);
-    be.gather_rows(yl, q.to_source, recv);  // back to source-major, in the receive buffer
+    be.gather_rows(yl, q.to_source, x.recv);  // back to source-major, in the receive buffer
   }
-  Tensor ye = be.alloc({sum(q.send_rows), H}, dt);
-  send_rows(ex, recv, q.recv_rows, ye, q.send_rows);
-  ex.join();
-  return ye;
+  return send_back(c, q, x);
 }
 
 ExpertParallelGradFlight expert_parallel_send_grad(const BlockContext& c, const Tensor& dye, const MoeCache& k) {
@@ -118,39 +135,29 @@ ExpertParallelGradFlight expert_parallel_send_grad(const BlockContext& c, const 
 Tensor expert_parallel_rows_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
                                 ExpertParallelGradFlight f, const MoeCache& k) {
   Backend& be = c.be;
-  TokenExchange& ex = *c.ep;
-  const auto& cfg = c.cfg;
-  const int64_t H = cfg.hidden_size, E = cfg.num_experts, Ie = cfg.moe_intermediate;
-  const int64_t El = E / ex.world();
-  const DType dt = be.compute_dtype();
   const ExpertParallelCache& q = k.ep;
-  ex.join();
-  f.dye = Tensor{};
-  Tensor recv = std::move(f.recv);
-  const int64_t R = recv.rows();
+  LocalExperts x = receive(c, f.recv, f.dye);
+  const int64_t R = x.R, H = x.H, Ie = x.Ie;
   if (R) {
-    Tensor dyl = be.alloc({R, H}, dt);
-    be.gather_rows(recv, q.to_local, dyl);
-    Tensor dh = be.alloc({R, Ie}, dt);
-    grouped_linear_bwd(be, dyl, expert_weights(be, w.experts_down, El, H, Ie), l.ex_down, c.rt, c.salt(48),
+    Tensor dyl = be.alloc({R, H}, x.dt);
+    be.gather_rows(x.recv, q.to_local, dyl);
+    Tensor dh = be.alloc({R, Ie}, x.dt);
+    grouped_linear_bwd(be, dyl, expert_weights(be, w.experts_down, x.El, H, Ie), l.ex_down, c.rt, c.salt(48),
                        q.local_off, k.h, k.ld, dh);
     dyl = Tensor{};
-    Tensor dg = be.alloc({R, Ie}, dt), du = be.alloc({R, Ie}, dt);
+    Tensor dg = be.alloc({R, Ie}, x.dt), du = be.alloc({R, Ie}, x.dt);
     be.swiglu_bwd(dh, k.g, k.u, dg, du);
     dh = Tensor{};
-    Tensor dgu = be.alloc({R, 2 * Ie}, dt);
+    Tensor dgu = be.alloc({R, 2 * Ie}, x.dt);
     be.copy_cols(dgu, 0, dg, 0, Ie);
     be.copy_cols(dgu, Ie, du, 0, Ie);
     dg = du = Tensor{};
-    Tensor dxl = be.alloc({R, H}, dt);
-    grouped_linear_bwd(be, dgu, expert_weights(be, w.experts_gate_up, El, 2 * Ie, H), l.ex_gate_up, c.rt,
+    Tensor dxl = be.alloc({R, H}, x.dt);
+    grouped_linear_bwd(be, dgu, expert_weights(be, w.experts_gate_up, x.El, 2 * Ie, H), l.ex_gate_up, c.rt,
                        c.salt(16), q.local_off, q.xl, k.lgu, dxl);
-    be.gather_rows(dxl, q.to_source, recv);
+    be.gather_rows(dxl, q.to_source, x.recv);
   }
-  Tensor dxe = be.alloc({sum(q.send_rows), H}, dt);
-  send_rows(ex, recv, q.recv_rows, dxe, q.send_rows);
-  ex.join();
-  return dxe;
+  return send_back(c, q, x);
 }
 
 }  // namespace deltatune
