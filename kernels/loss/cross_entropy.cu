@@ -34,7 +34,8 @@ __device__ void block_lse(float& m, float& s, float* sm, float* ss) {
   for (int w = 0; w < nw; ++w) lse_merge(m, s, sm[w], ss[w]);
 }
 
-__global__ void ce_kernel(KIn x, int64_t V, const int32_t* labels, float grad_scale, KOut d, double* loss_acc) {
+__global__ void ce_kernel(KIn x, int64_t V, const int32_t* labels, float grad_scale, const float* grad_scale_dev,
+                          KOut d, double* loss_acc) {
   __shared__ float sm[32], ss[32];
   __shared__ float xlab;
   const int64_t row = blockIdx.x, base = row * V;
@@ -52,6 +53,7 @@ __global__ void ce_kernel(KIn x, int64_t V, const int32_t* labels, float grad_sc
   const float lse = m + logf(s);
   if (threadIdx.x == 0 && !ignored) atomicAdd(loss_acc, bad ? double(NAN) : double(lse - xlab));
   if (d.p == nullptr) return;
+  if (grad_scale_dev) grad_scale = *grad_scale_dev;
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
     float g = 0.f;
     if (!ignored) g = grad_scale * (expf(ld(x, base + c) - lse) - (c == lab ? 1.f : 0.f));
@@ -62,8 +64,8 @@ __global__ void ce_kernel(KIn x, int64_t V, const int32_t* labels, float grad_sc
 // The same for F32 logits with V % 4 == 0 (the linear cross-entropy's chunks): 16-byte loads and 1024 threads
 // per row (a 248K-vocabulary row is 1 MB: more loads in flight per block). A thread
 // writes exactly the elements it read, so dlogits may alias logits here too.
-__global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels, float grad_scale, KOut d,
-                                double* loss_acc) {
+__global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels, float grad_scale,
+                                const float* grad_scale_dev, KOut d, double* loss_acc) {
   __shared__ float sm[32], ss[32];
   __shared__ float xlab;
   const int64_t row = blockIdx.x, base = row * V;
@@ -87,6 +89,7 @@ __global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels
   const float lse = m + logf(s);
   if (threadIdx.x == 0 && !ignored) atomicAdd(loss_acc, bad ? double(NAN) : double(lse - xlab));
   if (d.p == nullptr) return;
+  if (grad_scale_dev) grad_scale = *grad_scale_dev;
   for (int64_t c = threadIdx.x; c < V4; c += blockDim.x) {
     const float4 v = x4[c];
     const float e[4] = {v.x, v.y, v.z, v.w};
@@ -102,14 +105,15 @@ __global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels
 }  // namespace
 
 cudaError_t launch_cross_entropy(KIn logits, int64_t T, int64_t V, const int32_t* labels, float grad_scale,
-                                 KOut dlogits, double* loss_acc, cudaStream_t s) {
+                                 const float* grad_scale_dev, KOut dlogits, double* loss_acc, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
   const bool x4 = logits.t == KType::F32 && V % 4 == 0 && reinterpret_cast<uintptr_t>(logits.p) % 16 == 0;
   if (x4)
     ce_f32x4_kernel<<<static_cast<unsigned>(T), 4 * kThreads, 0, s>>>(static_cast<const float*>(logits.p), V, labels,
-                                                                   grad_scale, dlogits, loss_acc);
+                                                                   grad_scale, grad_scale_dev, dlogits, loss_acc);
   else
-    ce_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(logits, V, labels, grad_scale, dlogits, loss_acc);
+    ce_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(logits, V, labels, grad_scale, grad_scale_dev, dlogits,
+                                                             loss_acc);
   return cudaGetLastError();
 }
 

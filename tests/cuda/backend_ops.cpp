@@ -1206,9 +1206,10 @@ void case_linear_cross_entropy(Env& e) {
     // The loss left on the device: the same double as returned (GPU), as the base version's upload (CPU).
     for (Backend* be : {e.gpu.get(), e.cpu.get()}) {
       const bool gpu = be == e.gpu.get();
-      Tensor loss = be->alloc({8}, DType::U8);
+      Tensor loss = be->alloc({8}, DType::U8), scale = be->alloc({1}, DType::F32);
+      be->write_f32(scale, {0.1f});
       Pair dh2 = e.out({T, H}, BF);
-      be->linear_cross_entropy_into(gpu ? h.g : h.c, gpu ? w.g : w.c, gpu ? labels.g : labels.c, 0.1f,
+      be->linear_cross_entropy_into(gpu ? h.g : h.c, gpu ? w.g : w.c, gpu ? labels.g : labels.c, scale,
                                     gpu ? &dh2.g : &dh2.c, 16, loss);
       double got = 0;
       std::memcpy(&got, be->download(loss, DType::U8).data, sizeof got);

@@ -70,7 +70,9 @@ RecordRun train(const ModelWeights& w, const std::vector<Example>& seqs, const s
     lora_zero_grad(adapter, *be);
     StepOptions so;
     so.backward = true;
-    so.grad_scale = 1.f / static_cast<float>(batch->num_targets);
+    // A different scale every step, as a real run's 1/targets of the optimizer step: an input of the recording
+    // (read from device memory), so the same steps still replay.
+    so.grad_scale = 1.f / static_cast<float>(batch->num_targets + s);
     so.gradient_checkpointing = ckpt;
     so.record = record;
     const StepOutput out = model.step(*batch, &adapter, so);

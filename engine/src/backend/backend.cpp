@@ -186,11 +186,15 @@ void Backend::rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tensor& w
   add(dx, residual, 1.f);
 }
 
-void Backend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
-                                        Tensor* dh, int64_t chunk_rows, Tensor& loss_sum) {
+void Backend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels,
+                                        const Tensor& grad_scale, Tensor* dh, int64_t chunk_rows, Tensor& loss_sum) {
   check(loss_sum.nbytes() == sizeof(double), "linear_cross_entropy_into: loss_sum must be 8 bytes, got " +
                                                  shape_str(loss_sum.shape) + " " + dtype_name(loss_sum.dtype));
-  const double v = linear_cross_entropy(h, w, labels, grad_scale, dh, chunk_rows);
+  check(grad_scale.dtype == DType::F32 && grad_scale.numel() == 1,
+        std::string("linear_cross_entropy_into: grad_scale must be F32 [1], got ") + dtype_name(grad_scale.dtype) + " " +
+            shape_str(grad_scale.shape));
+  const float scale = download(grad_scale, DType::F32).ptr<float>()[0];
+  const double v = linear_cross_entropy(h, w, labels, scale, dh, chunk_rows);
   Tensor host = host_tensor(loss_sum.shape, loss_sum.dtype);
   std::memcpy(host.data, &v, sizeof v);
   copy(loss_sum, upload(host, loss_sum.dtype));
@@ -204,6 +208,14 @@ void Backend::write_i32(Tensor& dst, const std::vector<int32_t>& values) {
             shape_str(dst.shape));
   check(dst.device == Device::CPU, "write_i32: the " + name() + " backend must write its own device tensors");
   std::copy(values.begin(), values.end(), dst.ptr<int32_t>());
+}
+
+void Backend::write_f32(Tensor& dst, const std::vector<float>& values) {
+  check(dst.dtype == DType::F32 && dst.numel() == static_cast<int64_t>(values.size()),
+        "write_f32: " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
+            shape_str(dst.shape));
+  check(dst.device == Device::CPU, "write_f32: the " + name() + " backend must write its own device tensors");
+  std::copy(values.begin(), values.end(), dst.ptr<float>());
 }
 
 }  // namespace deltatune

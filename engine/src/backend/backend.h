@@ -299,6 +299,8 @@ class Backend {
   virtual void replay(Recording& r);
   // dst (=) values; dst an I32 tensor of values.size() elements on this backend.
   virtual void write_i32(Tensor& dst, const std::vector<int32_t>& values);
+  // dst (=) values; dst an F32 tensor of values.size() elements on this backend.
+  virtual void write_f32(Tensor& dst, const std::vector<float>& values);
 
   // ---- MoE -------------------------------------------------------------------------------------
   // logits [T, E] -> softmax (fp32) -> top-k -> renormalised weights. idx I32 [T, k] (=), w F32 [T, k] (=).
@@ -358,9 +360,11 @@ class Backend {
   virtual double linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
                                       Tensor* dh, int64_t chunk_rows);
   // The same with the loss left on the device (nothing read back, so it may be recorded): loss_sum (=) Σ CE
-  // as one double in an 8-byte tensor (U8 [8]). The base version runs linear_cross_entropy and uploads it.
-  virtual void linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
-                                         Tensor* dh, int64_t chunk_rows, Tensor& loss_sum);
+  // as one double in an 8-byte tensor (U8 [8]); the gradient scale is read from grad_scale (F32 [1] on this
+  // backend) when the ops run, so a recorded step replays with each step's 1/targets. The base version reads
+  // it, runs linear_cross_entropy and uploads the loss.
+  virtual void linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels,
+                                         const Tensor& grad_scale, Tensor* dh, int64_t chunk_rows, Tensor& loss_sum);
 
   // ---- optimizers (fp32 params/moments) ---------------------------------------------------------
   // AdamW (decoupled weight decay, torch semantics, bias-corrected with `step` starting at 1).

@@ -306,7 +306,7 @@ StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOp
 }
 
 void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tensor& ids, const Tensor& targets,
-                           LoraAdapter* lora, const StepOptions& opts, StepOutput& out, Tensor* loss_dev) {
+                           LoraAdapter* lora, const StepOptions& opts, StepOutput& out, const DeviceScalars* dev) {
   const int64_t T = static_cast<int64_t>(batch.input_ids.size()), H = cfg_.hidden_size;
   const DType dt = be_.compute_dtype();
   Activations acts;
@@ -321,14 +321,14 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
   out.targets = batch.num_targets;
   Tensor dh;
   if (opts.backward) dh = be_.alloc({T, H}, dt);
-  if (opts.fused_loss && loss_dev) {
-    be_.linear_cross_entropy_into(h, lm_head_, targets, opts.grad_scale, opts.backward ? &dh : nullptr,
-                                  opts.loss_chunk_rows, *loss_dev);
+  if (opts.fused_loss && dev) {
+    be_.linear_cross_entropy_into(h, lm_head_, targets, dev->grad_scale, opts.backward ? &dh : nullptr,
+                                  opts.loss_chunk_rows, dev->loss);
   } else if (opts.fused_loss) {
     out.loss_sum = be_.linear_cross_entropy(h, lm_head_, targets, opts.grad_scale, opts.backward ? &dh : nullptr,
                                             opts.loss_chunk_rows);
   } else {
-    check(!loss_dev, "internal: a device loss needs the fused loss");
+    check(!dev, "internal: a device loss needs the fused loss");
     Tensor logits = be_.alloc({T, cfg_.vocab_size}, dt);
     be_.gemm(h, false, lm_head_, true, logits, 1.f, 0.f);
     out.loss_sum = be_.cross_entropy(logits, targets, opts.grad_scale, opts.backward ? &logits : nullptr);

@@ -117,10 +117,15 @@ class Qwen35Model {
   struct StepRecord;  // qwen35_step_record.cpp
   SeqLayout make_layout(const Batch& batch);
   void check_ids(const Batch& batch) const;
-  // The step's device work on uploaded inputs (ids, targets I32 [T]); the loss sum goes to *loss_dev (8 bytes on
-  // the device) when given, else to out.loss_sum.
+  // The step's device work on uploaded inputs (ids, targets I32 [T]). A recorded step passes `dev`: the loss
+  // sum goes to dev->loss (8 bytes on the device) and the gradient scale is read from dev->grad_scale (F32 [1],
+  // written before each replay) instead of opts.grad_scale; op by op (null) the loss goes to out.loss_sum.
+  struct DeviceScalars {
+    Tensor& loss;
+    const Tensor& grad_scale;
+  };
   void step_ops(const Batch& batch, const SeqLayout& seq, const Tensor& ids, const Tensor& targets, LoraAdapter* lora,
-                const StepOptions& opts, StepOutput& out, Tensor* loss_dev);
+                const StepOptions& opts, StepOutput& out, const DeviceScalars* dev);
   // The recorded path of step(): false when this step runs op by op.
   bool step_recorded(const Batch& batch, LoraAdapter* lora, const StepOptions& opts, StepOutput& out);
   // moe_load: F32 [layers, E] (+=) router statistics, or null. ids: the batch's ids on the device.

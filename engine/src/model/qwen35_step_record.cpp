@@ -17,7 +17,6 @@ StepKey step_key(const Batch& batch, const LoraAdapter* lora, const StepOptions&
   k.backward = opts.backward;
   k.fused_loss = opts.fused_loss;
   k.checkpointing = opts.gradient_checkpointing;
-  k.grad_scale = opts.grad_scale;
   k.loss_chunk_rows = opts.loss_chunk_rows;
   k.checkpoint_layers = opts.checkpoint_layers;
   k.adapter = lora;
@@ -61,6 +60,7 @@ bool Qwen35Model::step_recorded(const Batch& batch, LoraAdapter* lora, const Ste
     r.ids = be_.alloc({T}, DType::I32);
     r.targets = be_.alloc({T}, DType::I32);
     r.loss = be_.alloc({8}, DType::U8);
+    r.grad_scale = be_.alloc({1}, DType::F32);
     if (!be_.begin_step_capture()) {
       r.refused = true;
       return false;
@@ -68,7 +68,8 @@ bool Qwen35Model::step_recorded(const Batch& batch, LoraAdapter* lora, const Ste
     StepOutput recorded;
     bool complete = true;
     try {
-      step_ops(batch, r.seq, r.ids, r.targets, lora, opts, recorded, &r.loss);
+      const DeviceScalars dev{r.loss, r.grad_scale};
+      step_ops(batch, r.seq, r.ids, r.targets, lora, opts, recorded, &dev);
     } catch (const std::exception&) {
       complete = false;  // nothing ran while recording: this step runs op by op
     }
@@ -85,6 +86,7 @@ bool Qwen35Model::step_recorded(const Batch& batch, LoraAdapter* lora, const Ste
   be_.write_i32(r.ids, batch.input_ids);
   be_.write_i32(r.targets, batch.targets);
   be_.write_i32(r.seq.positions, batch.positions);
+  be_.write_f32(r.grad_scale, {opts.grad_scale});
   be_.replay(*r.recording);
   out.targets = batch.num_targets;
   out.replayed = true;

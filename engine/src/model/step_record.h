@@ -12,11 +12,11 @@ namespace deltatune {
 
 // Everything a recorded step bakes in: the sequence layout (attention tile lists, GDN chunk lists and kernel
 // grids are built from it on the host), the options that become kernel arguments or pick ops, and the LoRA
-// tensors' addresses. Token ids, targets and positions are inputs, rewritten before each replay.
+// tensors' addresses. Token ids, targets, positions and the gradient scale (1/targets of the optimizer step, a
+// different number nearly every step of a real run) are inputs, rewritten before each replay.
 struct StepKey {
   std::vector<int32_t> cu_seqlens;
   bool backward = false, fused_loss = false, checkpointing = false;
-  float grad_scale = 0;
   int64_t loss_chunk_rows = 0, checkpoint_layers = 0;
   const LoraAdapter* adapter = nullptr;
   std::vector<const void*> lora_tensors;  // A, B, gA, gB of every module
@@ -28,7 +28,7 @@ struct Qwen35Model::StepRecord {
   std::optional<StepKey> previous;  // the last step's key when it ran op by op
   StepKey key;                      // the recording's
   SeqLayout seq;
-  Tensor ids, targets, loss, moe_load;
+  Tensor ids, targets, loss, grad_scale, moe_load;
   std::unique_ptr<Backend::Recording> recording;
   bool refused = false;  // recording failed once: op by op from then on
 };

@@ -169,7 +169,7 @@ class CudaBackend final : public Backend, public QuantOps {
   double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits) override;
   double linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale, Tensor* dh,
                               int64_t chunk_rows) override;
-  void linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+  void linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels, const Tensor& grad_scale,
                                  Tensor* dh, int64_t chunk_rows, Tensor& loss_sum) override;
 
   void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2,
@@ -195,6 +195,7 @@ class CudaBackend final : public Backend, public QuantOps {
   std::unique_ptr<Recording> end_capture() override;
   void replay(Recording& r) override;
   void write_i32(Tensor& dst, const std::vector<int32_t>& values) override;
+  void write_f32(Tensor& dst, const std::vector<float>& values) override;
 
   // nccl_reducer.cpp: NCCL on a stream of its own, ordered after this backend's stream by events.
   std::unique_ptr<GradientReducer> create_gradient_reducer(const ReducerSetup& setup) override;
@@ -258,9 +259,10 @@ class CudaBackend final : public Backend, public QuantOps {
   // The tensor-core prep's L2 norm settings; with r, r->rq, rk (and, with values, r->qn, kn) allocated as its
   // outputs.
   kernels::GdnNormOut gdn_norm_outputs(const GdnDims& d, CudaGdnSaved* r, bool values);
-  // The fused loss's chunks with Σ CE added into the device double `acc` (zeroed by the caller).
-  void linear_cross_entropy_acc(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale, Tensor* dh,
-                                int64_t chunk_rows, double* acc);
+  // The fused loss's chunks with Σ CE added into the device double `acc` (zeroed by the caller); the gradient
+  // scale is *grad_scale_dev when that is non-null (read on the device), else grad_scale.
+  void linear_cross_entropy_acc(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+                                const float* grad_scale_dev, Tensor* dh, int64_t chunk_rows, double* acc);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);
   // t itself when it is BF16, else a BF16 copy (tensor-core operands of the grouped GEMMs).

@@ -177,4 +177,14 @@ void CudaBackend::write_i32(Tensor& dst, const std::vector<int32_t>& values) {
              "cudaMemcpyAsync (write_i32)");
 }
 
+void CudaBackend::write_f32(Tensor& dst, const std::vector<float>& values) {
+  check(dst.dtype == DType::F32 && dst.device == Device::CUDA && dst.numel() == static_cast<int64_t>(values.size()),
+        "write_f32: " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
+            shape_str(dst.shape));
+  if (values.empty()) return;
+  cuda_check(cudaMemcpyAsync(dst.data, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice,
+                             stream()),
+             "cudaMemcpyAsync (write_f32)");
+}
+
 }  // namespace deltatune::cuda

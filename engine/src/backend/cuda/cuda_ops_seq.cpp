@@ -689,8 +689,8 @@ double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& labels, fl
     d = kout(*dlogits, "cross_entropy dlogits");
   }
   double* acc = zero_acc();
-  cuda_check(kernels::launch_cross_entropy(kin(logits, "cross_entropy logits"), T, V, iptr(labels), grad_scale, d, acc,
-                                           stream()),
+  cuda_check(kernels::launch_cross_entropy(kin(logits, "cross_entropy logits"), T, V, iptr(labels), grad_scale, nullptr,
+                                           d, acc, stream()),
              "cross_entropy");
   return read_acc();
 }
@@ -701,21 +701,26 @@ double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& labels, fl
 // The [T, V] logits never exist; memory: n × V floats + n × V gradient values.
 double CudaBackend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
                                          Tensor* dh, int64_t chunk_rows) {
-  linear_cross_entropy_acc(h, w, labels, grad_scale, dh, chunk_rows, zero_acc());
+  linear_cross_entropy_acc(h, w, labels, grad_scale, nullptr, dh, chunk_rows, zero_acc());
   return read_acc();
 }
 
-void CudaBackend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
-                                            Tensor* dh, int64_t chunk_rows, Tensor& loss_sum) {
+void CudaBackend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels,
+                                            const Tensor& grad_scale, Tensor* dh, int64_t chunk_rows,
+                                            Tensor& loss_sum) {
   check(loss_sum.device == Device::CUDA && loss_sum.nbytes() == sizeof(double),
         "linear_cross_entropy_into: loss_sum must be an 8-byte CUDA tensor, got " + shape_str(loss_sum.shape) + " " +
             dtype_name(loss_sum.dtype));
+  check(grad_scale.device == Device::CUDA && grad_scale.dtype == DType::F32 && grad_scale.numel() == 1,
+        "linear_cross_entropy_into: grad_scale must be a CUDA F32 [1] tensor, got " + shape_str(grad_scale.shape) +
+            " " + dtype_name(grad_scale.dtype));
   cuda_check(cudaMemsetAsync(loss_sum.data, 0, sizeof(double), stream()), "cudaMemsetAsync (loss)");
-  linear_cross_entropy_acc(h, w, labels, grad_scale, dh, chunk_rows, static_cast<double*>(loss_sum.data));
+  linear_cross_entropy_acc(h, w, labels, 0.f, static_cast<const float*>(grad_scale.data), dh, chunk_rows,
+                           static_cast<double*>(loss_sum.data));
 }
 
 void CudaBackend::linear_cross_entropy_acc(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
-                                           Tensor* dh, int64_t chunk_rows, double* acc) {
+                                           const float* grad_scale_dev, Tensor* dh, int64_t chunk_rows, double* acc) {
   const int64_t T = h.rows(), H = h.cols(), V = w.dim(0);
   check(w.ndim() == 2 && w.dim(1) == H && labels.numel() == T && labels.dtype == DType::I32,
         "linear_cross_entropy: h " + shape_str(h.shape) + ", w " + shape_str(w.shape) + ", labels " +
@@ -734,7 +739,7 @@ void CudaBackend::linear_cross_entropy_acc(const Tensor& h, const Tensor& w, con
     Tensor lg = logits.slice(0, n), gr = dh ? grad.slice(0, n) : Tensor();
     gemm(h2.slice(t0, t0 + n), false, w, true, lg, 1.f, 0.f);
     cuda_check(kernels::launch_cross_entropy(kin(lg, "linear_cross_entropy logits"), n, V,
-                                             iptr(labels.view({T}).slice(t0, t0 + n)), grad_scale,
+                                             iptr(labels.view({T}).slice(t0, t0 + n)), grad_scale, grad_scale_dev,
                                              dh ? kout(gr, "linear_cross_entropy grad") : kernels::KOut{}, acc,
                                              stream()),
                "linear_cross_entropy");
