@@ -1208,6 +1208,7 @@ void case_linear_cross_entropy(Env& e) {
       const bool gpu = be == e.gpu.get();
       Tensor loss = be->alloc({8}, DType::U8), scale = be->alloc({1}, DType::F32);
       be->write_f32(scale, {0.1f});
+      EXPECT_EQ(be->download(scale, DType::F32).ptr<float>()[0], 0.1f) << "write_f32" << tag;
       Pair dh2 = e.out({T, H}, BF);
       be->linear_cross_entropy_into(gpu ? h.g : h.c, gpu ? w.g : w.c, gpu ? labels.g : labels.c, scale,
                                     gpu ? &dh2.g : &dh2.c, 16, loss);
@@ -1310,7 +1311,8 @@ const std::vector<OpCase>& all_cases() {
        {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_wgrad", "permute3"},
        case_moe_grouped},
       {"cross_entropy", {"cross_entropy"}, case_cross_entropy},
-      {"linear_cross_entropy", {"linear_cross_entropy", "linear_cross_entropy_into"}, case_linear_cross_entropy},
+      {"linear_cross_entropy", {"linear_cross_entropy", "linear_cross_entropy_into", "write_f32"},
+       case_linear_cross_entropy},
       {"optim", {"adamw_step", "sgd_step", "adamw_step_many"}, case_optim},
   };
   return cases;
