@@ -202,20 +202,26 @@ void Backend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const 
 
 void Backend::replay(Recording&) { throw Error("replay: the " + name() + " backend records nothing"); }
 
-void Backend::write_i32(Tensor& dst, const std::vector<int32_t>& values) {
-  check(dst.dtype == DType::I32 && dst.numel() == static_cast<int64_t>(values.size()),
-        "write_i32: " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
+namespace {
+
+// write_i32 / write_f32 of a host backend: `values` into dst (of dtype `dt`, as many elements) in place.
+template <typename T>
+void write_host_values(const Backend& be, Tensor& dst, const std::vector<T>& values, DType dt, const char* op) {
+  check(dst.dtype == dt && dst.numel() == static_cast<int64_t>(values.size()),
+        std::string(op) + ": " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
             shape_str(dst.shape));
-  check(dst.device == Device::CPU, "write_i32: the " + name() + " backend must write its own device tensors");
-  std::copy(values.begin(), values.end(), dst.ptr<int32_t>());
+  check(dst.device == Device::CPU, std::string(op) + ": the " + be.name() + " backend must write its own device tensors");
+  std::copy(values.begin(), values.end(), dst.ptr<T>());
+}
+
+}  // namespace
+
+void Backend::write_i32(Tensor& dst, const std::vector<int32_t>& values) {
+  write_host_values(*this, dst, values, DType::I32, "write_i32");
 }
 
 void Backend::write_f32(Tensor& dst, const std::vector<float>& values) {
-  check(dst.dtype == DType::F32 && dst.numel() == static_cast<int64_t>(values.size()),
-        "write_f32: " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
-            shape_str(dst.shape));
-  check(dst.device == Device::CPU, "write_f32: the " + name() + " backend must write its own device tensors");
-  std::copy(values.begin(), values.end(), dst.ptr<float>());
+  write_host_values(*this, dst, values, DType::F32, "write_f32");
 }
 
 }  // namespace deltatune

@@ -166,25 +166,28 @@ void CudaBackend::replay(Recording& r) {
   cuda_check(cudaGraphLaunch(rec->exec, stream()), "cudaGraphLaunch");
 }
 
-void CudaBackend::write_i32(Tensor& dst, const std::vector<int32_t>& values) {
-  check(dst.dtype == DType::I32 && dst.device == Device::CUDA && dst.numel() == static_cast<int64_t>(values.size()),
-        "write_i32: " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
+namespace {
+
+// write_i32 / write_f32: `values` into the CUDA tensor dst (of dtype `dt`, as many elements), in stream order.
+template <typename T>
+void write_device_values(Tensor& dst, const std::vector<T>& values, DType dt, const char* op, cudaStream_t s) {
+  check(dst.dtype == dt && dst.device == Device::CUDA && dst.numel() == static_cast<int64_t>(values.size()),
+        std::string(op) + ": " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
             shape_str(dst.shape));
   if (values.empty()) return;
   // Pageable source: the copy is staged before cudaMemcpyAsync returns, so `values` may go right after.
-  cuda_check(cudaMemcpyAsync(dst.data, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                             stream()),
-             "cudaMemcpyAsync (write_i32)");
+  cuda_check(cudaMemcpyAsync(dst.data, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice, s),
+             (std::string("cudaMemcpyAsync (") + op + ")").c_str());
+}
+
+}  // namespace
+
+void CudaBackend::write_i32(Tensor& dst, const std::vector<int32_t>& values) {
+  write_device_values(dst, values, DType::I32, "write_i32", stream());
 }
 
 void CudaBackend::write_f32(Tensor& dst, const std::vector<float>& values) {
-  check(dst.dtype == DType::F32 && dst.device == Device::CUDA && dst.numel() == static_cast<int64_t>(values.size()),
-        "write_f32: " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
-            shape_str(dst.shape));
-  if (values.empty()) return;
-  cuda_check(cudaMemcpyAsync(dst.data, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice,
-                             stream()),
-             "cudaMemcpyAsync (write_f32)");
+  write_device_values(dst, values, DType::F32, "write_f32", stream());
 }
 
 }  // namespace deltatune::cuda
