@@ -1,5 +1,7 @@
 #include "train/weight_layout_select.h"
 
+#include <optional>
+
 #include "core/bytes_text.h"
 #include "core/error.h"
 #include "deltatune/shard_plan.h"
@@ -20,6 +22,13 @@ ShardPlanSettings plan_settings(const RunConfig& cfg) {
   return s;
 }
 
+// The layout RunConfig::weight_layout names; none for "auto" or an unknown name.
+std::optional<WeightLayout> layout_named(const std::string& name) {
+  for (int l = 0; l < 4; ++l)
+    if (name == weight_layout_name(static_cast<WeightLayout>(l))) return static_cast<WeightLayout>(l);
+  return std::nullopt;
+}
+
 }  // namespace
 
 WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& info, int workers,
@@ -35,10 +44,7 @@ WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& i
     return c;
   }
   if (gpu_memory_bytes <= 0) {  // CPU workers: no device memory to plan for
-    if (want != "auto") {
-      for (int l = 0; l < 4; ++l)
-        if (want == weight_layout_name(static_cast<WeightLayout>(l))) take(static_cast<WeightLayout>(l));
-    }
+    if (const std::optional<WeightLayout> l = layout_named(want)) take(*l);
     check(!c.expert_parallel || (info.num_experts > 0 && info.num_experts % workers == 0),
           "weight_layout: " + want + " needs a MoE model whose experts divide over the " + std::to_string(workers) +
               " workers");
@@ -48,9 +54,7 @@ WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& i
   }
   const GpuPool gpus{workers, gpu_memory_bytes};
   if (cfg.gradient_checkpointing_auto) {
-    std::optional<WeightLayout> fixed;
-    for (int l = 0; l < 4; ++l)
-      if (want == weight_layout_name(static_cast<WeightLayout>(l))) fixed = static_cast<WeightLayout>(l);
+    const std::optional<WeightLayout> fixed = layout_named(want);
     check(want == "auto" || fixed, "weight_layout: unknown layout '" + want + "'");
     const ShardPlan plan = plan_multi_gpu_auto_checkpointing(info, plan_settings(cfg), gpus, fixed ? &*fixed : nullptr);
     if (fixed) {
