@@ -246,6 +246,7 @@ int cmd_info(const Args& args) {
     s.gradient_checkpointing = ckpt;
     s.checkpoint_layers = ckpt_layers;
     s.base_quantization = quant;
+    s.images = images;
     const GpuPool pool = plan_gpus(a, gpu);
     // gradient_checkpointing: auto on several GPUs: the layout and the checkpointed layers are planned together.
     plan = planned && pool.count > 1 ? plan_multi_gpu_auto_checkpointing(info, s, pool) : plan_multi_gpu(info, s, pool);

@@ -1,6 +1,7 @@
 // The multi-GPU memory plan on the published Qwen3.5 shapes (tests/fixtures/published_configs).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/bytes_text.h"
@@ -118,6 +119,32 @@ TEST(ShardPlan, ExpertParallelSplitsExpertsAndTheirLora) {
   const ShardPlan three = plan_multi_gpu(info, s, {3, 140 * kGiB});
   EXPECT_FALSE(layout(three, WeightLayout::ExpertParallel).applicable);
   EXPECT_NE(layout(three, WeightLayout::ExpertParallel).not_applicable.find("256 experts"), std::string::npos);
+}
+
+// Image rows: every GPU runs the vision tower on its own micro-batch's images, so each layout's per-GPU total
+// grows by the tower's weights and activations (estimate_vram's vision terms), whatever the layout.
+TEST(ShardPlan, ImageRowsAddTheVisionTowerOnEveryGpu) {
+  ModelInfo info = published("qwen3_5_35b_a3b");
+  VisionTowerInfo& vt = info.vision;  // Qwen3.5's vision_config: 27 blocks of 1152, MLP 4304, 16x16x2 patches
+  vt.present = true;
+  vt.depth = 27, vt.hidden = 1152, vt.heads = 16, vt.intermediate = 4304, vt.out_hidden = info.hidden_size;
+  vt.patch_size = 16, vt.temporal_patch_size = 2, vt.merge_size = 2;
+  vt.params = 460'000'000;
+  ShardPlanSettings s = all_groups(info);
+  s.lora_groups.erase(std::find(s.lora_groups.begin(), s.lora_groups.end(), "experts"));
+  const ShardPlan text_only = plan_multi_gpu(info, s, {2, 80 * kGiB});
+  s.images.image_tokens_per_step = 2048;
+  const ShardPlan with_images = plan_multi_gpu(info, s, {2, 80 * kGiB});
+  const VramEstimate est = estimate_vram(info, s.lora_r, s.tokens_per_step, s.fused_loss, false, -1, "none", 1024,
+                                         s.images, s.lora_groups);
+  ASSERT_GT(est.vision_weights, 0);
+  ASSERT_GT(est.vision_activations, 0);
+  for (size_t i = 0; i < text_only.layouts.size(); ++i) {
+    EXPECT_EQ(text_only.layouts[i].vision, 0);
+    EXPECT_EQ(with_images.layouts[i].vision, est.vision_weights + est.vision_activations) << i;
+    EXPECT_EQ(with_images.layouts[i].total - text_only.layouts[i].total, with_images.layouts[i].vision) << i;
+  }
+  EXPECT_NE(shard_plan_text(with_images).find("vision tower"), std::string::npos) << shard_plan_text(with_images);
 }
 
 TEST(ShardPlan, RefusalSaysWhatWouldFitAndEachSuggestionFits) {

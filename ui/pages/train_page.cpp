@@ -596,6 +596,7 @@ void TrainPage::updateVram() {
     s.gradient_checkpointing = c.gradient_checkpointing;
     s.checkpoint_layers = c.gradient_checkpointing_layers;
     s.base_quantization = c.base_quantization;
+    s.images = images;
     try {
       // Checkpointing auto on several GPUs: the layout and the checkpointed layers are planned together.
       const deltatune::GpuPool pool{gpuCount, capacity};

@@ -31,6 +31,7 @@ struct ShardPlanSettings {
   int64_t checkpoint_layers = -1;        // RunConfig::gradient_checkpointing_layers
   std::string base_quantization = "none";  // none | fp8 | nf4
   int64_t margin_bytes = 0;  // kept free on each GPU (the auto checkpointing plan keeps memory_plan_margin)
+  ImageLoad images;          // image rows: every GPU runs the vision tower on its own micro-batch's images
 };
 
 struct GpuPool {
@@ -51,6 +52,7 @@ struct LayoutEstimate {
   int64_t lora_and_optimizer = 0;  // fp32 LoRA weight, gradient, Adam m and v of what this GPU trains
   int64_t activations = 0, logits = 0, overhead = 0;
   int64_t exchange_buffers = 0;    // expert parallel: tokens received for this GPU's experts, and sent back
+  int64_t vision = 0;              // image rows: the vision tower's weights (on every GPU) and activations
   int64_t total = 0;
   int64_t moved_per_micro_batch = 0;  // bytes this GPU receives per micro-batch (gathers, token exchange)
   bool fits = false;

@@ -59,10 +59,17 @@ void run_decode(const DecodeContext& ctx, const std::vector<DecodeSequence*>& se
   // Samples each running sequence's next token from its logits row and reports it.
   auto take = [&](const Tensor& logits_host) {
     float* rows = logits_host.ptr<float>();
+    std::vector<int32_t> next(static_cast<size_t>(N), -1);
+    for (int64_t n = 0; n < N; ++n)
+      if (!live[static_cast<size_t>(n)].done)
+        next[static_cast<size_t>(n)] =
+            live[static_cast<size_t>(n)].sampler.pick(std::span<float>(rows + n * V, static_cast<size_t>(V)));
+    if (ctx.agree_tokens) ctx.agree_tokens(next);
     for (int64_t n = 0; n < N; ++n) {
       Live& l = live[static_cast<size_t>(n)];
       if (l.done) continue;
-      const int32_t t = l.sampler.next(std::span<float>(rows + n * V, static_cast<size_t>(V)));
+      const int32_t t = next[static_cast<size_t>(n)];
+      l.sampler.remember(t);
       GenerateResult& r = l.seq->result;
       r.token_ids.push_back(t);
       l.last = t;

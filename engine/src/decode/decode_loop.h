@@ -3,6 +3,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ struct DecodeContext {
   // Record the decode step once (a CUDA graph) and replay it for every token; backends that cannot record, or a
   // recording that fails, run the step op by op.
   bool record_step = true;
+  // Workers that generate together (sharded weights, expert parallel: every forward is a collective of all of
+  // them) must take the same tokens and stop at the same step: called with this worker's next token of every
+  // sequence (-1 for finished ones), it leaves there the tokens all workers use. Null: one process.
+  std::function<void(std::vector<int32_t>&)> agree_tokens;
 };
 
 // Generates for every sequence together. With a LoRA adapter the caller holds a LoraComputeCopies of it for the

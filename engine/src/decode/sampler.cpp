@@ -10,7 +10,7 @@ namespace deltatune {
 TokenSampler::TokenSampler(const SamplingParams& p, std::span<const int32_t> prompt)
     : p_(p), seen_(prompt.begin(), prompt.end()), rng_(p.seed) {}
 
-int32_t TokenSampler::next(std::span<float> logits) {
+int32_t TokenSampler::pick(std::span<float> logits) {
   const int64_t V = static_cast<int64_t>(logits.size());
   if (p_.repetition_penalty != 1.0) {
     const float pen = static_cast<float>(p_.repetition_penalty);
@@ -60,7 +60,6 @@ int32_t TokenSampler::next(std::span<float> logits) {
       }
     }
   }
-  seen_.insert(pick);
   return pick;
 }
 

@@ -222,7 +222,7 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
 
   // Activations with the plan's LoRA groups (expert LoRA's per-token intermediates included).
   const VramEstimate est = estimate_vram(info, s.lora_r, s.tokens_per_step, s.fused_loss, s.gradient_checkpointing,
-                                         s.checkpoint_layers, s.base_quantization, 1024, {}, p.lora_groups);
+                                         s.checkpoint_layers, s.base_quantization, 1024, s.images, p.lora_groups);
   const FrozenBytes f = frozen_bytes(info, s.base_quantization, est.weights);
   const int n = gpus.count;
   const int64_t T = std::max<int64_t>(s.tokens_per_step, 1), H = info.hidden_size, k = info.num_experts_per_tok;
@@ -284,6 +284,7 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
     }
     e.logits = est.logits;
     e.overhead = est.overhead;
+    e.vision = est.vision_weights + est.vision_activations;
     switch (layout) {
       case WeightLayout::Replicated:
         e.frozen_resident = f.stored + f.scratch;
@@ -308,7 +309,7 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
       e.moved_per_micro_batch += exchanges * (exchange_rows - ceil_div(exchange_rows, n)) * H * 2;
     }
     e.total = e.frozen_resident + e.gathered_in_flight + e.lora_and_optimizer + e.activations + e.logits +
-              e.overhead + e.exchange_buffers;
+              e.overhead + e.exchange_buffers + e.vision;
     e.fits = e.applicable && e.total <= gpus.memory_bytes - s.margin_bytes;
     p.layouts.push_back(e);
   }
@@ -401,6 +402,7 @@ std::string shard_plan_text(const ShardPlan& p) {
     o << ", LoRA+optimizer " << gib_text(e.lora_and_optimizer) << ", activations " << gib_text(e.activations) << ", logits "
       << gib_text(e.logits);
     if (e.exchange_buffers) o << ", token exchange " << gib_text(e.exchange_buffers);
+    if (e.vision) o << ", vision tower " << gib_text(e.vision);
     o << ", overhead " << gib_text(e.overhead);
     if (e.moved_per_micro_batch) o << "; receives " << gib_text(e.moved_per_micro_batch) << " per micro-batch";
     o << "\n";

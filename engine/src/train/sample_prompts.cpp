@@ -68,7 +68,8 @@ SamplePrompts sample_prompts_load(const RunConfig& cfg, int64_t config_eos) {
 }
 
 std::vector<SampleRecord> sample_prompts_generate(const SamplePrompts& p, Qwen35Model& model, LoraAdapter& adapter,
-                                                  int64_t step) {
+                                                  int64_t step,
+                                                  const std::function<void(std::vector<int32_t>&)>& agree_tokens) {
   std::vector<DecodeSequence> seqs(p.chats.size());
   std::vector<DecodeSequence*> ptrs;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -79,7 +80,9 @@ std::vector<SampleRecord> sample_prompts_generate(const SamplePrompts& p, Qwen35
   }
   {
     const LoraComputeCopies copies(model.backend(), &adapter);  // the factors as the last update left them
-    run_decode(DecodeContext{model, &adapter, p.tok.get(), p.end_ids}, ptrs, {}, nullptr);
+    DecodeContext ctx{model, &adapter, p.tok.get(), p.end_ids};
+    ctx.agree_tokens = agree_tokens;
+    run_decode(ctx, ptrs, {}, nullptr);
   }
   std::vector<SampleRecord> out;
   for (size_t i = 0; i < seqs.size(); ++i) {

@@ -3,6 +3,7 @@
 // LoRA being trained (applied unmerged, no dropout) at every eval step.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -31,8 +32,11 @@ struct SamplePrompts {
 // line, or the prompt, that cannot be used.
 SamplePrompts sample_prompts_load(const RunConfig& cfg, int64_t config_eos);
 
-// One greedy generation of every prompt (one batch), as the records of `step`.
+// One greedy generation of every prompt (one batch), as the records of `step`. A model whose forward is a
+// collective (sharded weights, expert parallel) is generated on every worker at once, with `agree_tokens` making
+// them take rank 0's tokens (decode/decode_loop.h).
 std::vector<SampleRecord> sample_prompts_generate(const SamplePrompts& p, Qwen35Model& model, LoraAdapter& adapter,
-                                                  int64_t step);
+                                                  int64_t step,
+                                                  const std::function<void(std::vector<int32_t>&)>& agree_tokens = {});
 
 }  // namespace deltatune

@@ -3,6 +3,8 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -32,6 +34,19 @@ struct StepWork {
   Tensor moe_load;  // F32 [layers, E] on the device, summed over the micro-batches; undefined without MoE
   double loss() const { return targets > 0 ? loss_sum / static_cast<double>(targets) : 0.0; }
 };
+
+// Workers that generate together take rank 0's tokens (sent over the host connections, a few bytes a token),
+// so that every worker runs the same forwards and stops at the same step. Empty for a model that generates alone.
+std::function<void(std::vector<int32_t>&)> lockstep_token_agreement(TrainSession& s) {
+  if (!s.dp || !s.model->lockstep()) return {};
+  return [&s](std::vector<int32_t>& tokens) {
+    const std::string mine(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(int32_t));
+    const std::string root = s.dp->host().broadcast(mine);
+    check(root.size() == mine.size(), "sample_prompts: rank 0 generated " + std::to_string(root.size() / 4) +
+                                          " sequences, this worker " + std::to_string(tokens.size()));
+    std::memcpy(tokens.data(), root.data(), root.size());
+  };
+}
 
 // With data parallelism each worker evaluates every world-th batch and the sums are added up. Sharded weights
 // make every forward a collective: then every worker runs as many forwards, the last round's missing batches
@@ -220,11 +235,12 @@ void record_step(TrainSession& s, const StepWork& w, double lr, const BatchStrea
   }
   if (s.store) s.store->add_metrics(s.run_id, m);
   const bool eval_step = (s.cfg.eval_steps > 0 && s.step % s.cfg.eval_steps == 0) || last;
-  // Stored before on_step, so an observer finds them. Not with sharded weights or expert parallel: rank 0
-  // alone generates, and every forward of such a model is a collective of all workers.
-  if (s.root && eval_step && !s.samples.empty() && !s.model->lockstep()) {
-    std::vector<SampleRecord> gen = sample_prompts_generate(s.samples, *s.model, s.adapter, s.step);
-    if (s.store) s.store->add_samples(s.run_id, gen);
+  // Stored before on_step, so an observer finds them. Rank 0 generates; with sharded weights or expert parallel
+  // every forward is a collective, so every worker generates with it and takes its tokens.
+  if (eval_step && !s.samples.empty() && (s.root || s.model->lockstep())) {
+    std::vector<SampleRecord> gen =
+        sample_prompts_generate(s.samples, *s.model, s.adapter, s.step, lockstep_token_agreement(s));
+    if (s.root && s.store) s.store->add_samples(s.run_id, gen);
   }
   s.obs.on_step(m);
   if (s.cfg.save_steps > 0 && s.step % s.cfg.save_steps == 0 && !last) save_checkpoint(s, false);

@@ -92,7 +92,7 @@ void load_inputs(TrainSession& s) {
   // Everything is read and tokenized now: the dataset files may change or vanish during the run without
   // affecting it. The fingerprint goes into every checkpoint for the resume check.
   s.data_fp = data_fingerprint(s.data.train);
-  if (s.root) s.samples = sample_prompts_load(cfg, mc.eos_token_id);
+  s.samples = sample_prompts_load(cfg, mc.eos_token_id);  // every worker: sharded models generate on all
 
   // A run that starts from a PEFT adapter writes its adapters for that adapter's class (the keys PEFT expects
   // there), unless model_class names one.
@@ -174,7 +174,8 @@ static WeightLayoutChoice pick_weight_layout(TrainSession& s) {
   }
   for (const std::string& m : s.dp->host().all_gather(std::to_string(memory)))
     memory = std::min<int64_t>(memory, std::stoll(m));
-  const WeightLayoutChoice c = choose_weight_layout(s.cfg, model_info_load(s.cfg.base_model), s.world, memory);
+  const WeightLayoutChoice c = choose_weight_layout(s.cfg, model_info_load(s.cfg.base_model), s.world, memory,
+                                                    ImageLoad{s.data.train_stats.max_image_tokens_per_step});
   s.log(LogLevel::Info, c.note);
   if (c.checkpoint_layers) {
     s.checkpointing = *c.checkpoint_layers > 0;
@@ -204,9 +205,6 @@ void start_backend(TrainSession& s) {
   }
   if (!layout.checkpoint_layers) plan_checkpointing(s);
   s.model = std::make_unique<Qwen35Model>(s.weights, *s.be, shard, ep);
-  if (s.model->lockstep() && !s.samples.empty())
-    s.log(LogLevel::Warning, std::string("sample_prompts: not generated in this run (") +
-                                 (ep ? "expert parallel" : "sharded weights") + ": generation is not available yet)");
   attach_vision(s);
   lora_to_backend(s.adapter, *s.be);
   // Expert parallel: the adapter keeps its experts' slice after rank 0's full adapter reached every worker

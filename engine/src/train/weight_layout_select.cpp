@@ -10,8 +10,9 @@ namespace deltatune {
 
 namespace {
 
-ShardPlanSettings plan_settings(const RunConfig& cfg) {
+ShardPlanSettings plan_settings(const RunConfig& cfg, const ImageLoad& images) {
   ShardPlanSettings s;
+  s.images = images;
   s.lora_r = static_cast<int>(cfg.lora_r);
   s.lora_groups = cfg.lora_target_groups;
   s.tokens_per_step = cfg.micro_batch_size * cfg.sequence_len;
@@ -32,7 +33,7 @@ std::optional<WeightLayout> layout_named(const std::string& name) {
 }  // namespace
 
 WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& info, int workers,
-                                        int64_t gpu_memory_bytes) {
+                                        int64_t gpu_memory_bytes, const ImageLoad& images) {
   WeightLayoutChoice c;
   const std::string& want = cfg.weight_layout;
   auto take = [&](WeightLayout l) {
@@ -56,7 +57,7 @@ WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& i
   if (cfg.gradient_checkpointing_auto) {
     const std::optional<WeightLayout> fixed = layout_named(want);
     check(want == "auto" || fixed, "weight_layout: unknown layout '" + want + "'");
-    const ShardPlan plan = plan_multi_gpu_auto_checkpointing(info, plan_settings(cfg), gpus, fixed ? &*fixed : nullptr);
+    const ShardPlan plan = plan_multi_gpu_auto_checkpointing(info, plan_settings(cfg, images), gpus, fixed ? &*fixed : nullptr);
     if (fixed) {
       const LayoutEstimate& e = plan.layouts[static_cast<size_t>(*fixed)];
       check(e.applicable, "weight_layout: " + want + " does not apply: " + e.not_applicable);
@@ -72,7 +73,7 @@ WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& i
              gib_text(gpu_memory_bytes) + " free per GPU)";
     return c;
   }
-  const ShardPlan plan = plan_multi_gpu(info, plan_settings(cfg), gpus);
+  const ShardPlan plan = plan_multi_gpu(info, plan_settings(cfg, images), gpus);
   const std::string text = shard_plan_text(plan);
   if (want != "auto") {
     for (const LayoutEstimate& e : plan.layouts) {

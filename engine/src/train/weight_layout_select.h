@@ -26,8 +26,9 @@ struct WeightLayoutChoice {
 // auto takes the plan's choice (deltatune/shard_plan.h: the first that fits of replicated, expert_parallel,
 // sharded, expert_parallel_sharded, an order measured). Throws Error with the plan's text (what would
 // fit) when nothing fits, or when weight_layout asks for a layout the plan says does not fit or does not apply
-// (expert parallel of a dense model).
+// (expert parallel of a dense model). `images`: the data's most image tokens in one micro-batch (each GPU runs
+// the vision tower on its own).
 WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& info, int workers,
-                                        int64_t gpu_memory_bytes);
+                                        int64_t gpu_memory_bytes, const ImageLoad& images = {});
 
 }  // namespace deltatune
