@@ -101,6 +101,23 @@ TEST_F(CliErrors, ImageRowsForATextOnlyCheckpointNameFileAndRow) {
   EXPECT_TRUE(has(r.out, "no vision_config")) << r.out;
 }
 
+// Without a usable GPU backend, `backend: cuda` says what to install for this build: a build without CUDA said
+// "install the NVIDIA driver  or newer (CUDA 0.0)", naming no release and a CUDA that does not exist.
+TEST_F(CliErrors, BackendCudaWithoutAGpuBackendSaysWhatThisBuildNeeds) {
+  const CliResult r = train(run_file(""), "--backend cuda");
+  if (r.rc == 0) GTEST_SKIP() << "this machine runs the GPU backend";
+  EXPECT_TRUE(has(r.out, "backend cuda: ")) << r.out;
+  EXPECT_FALSE(has(r.out, "CUDA 0.0")) << r.out;
+  EXPECT_FALSE(has(r.out, "driver  or")) << r.out;
+  EXPECT_TRUE(has(r.out, "the CPU backend works without it")) << r.out;
+  const CliResult info = run_cli("info --json");
+  if (has(info.out, "\"cuda_built\":false")) {
+    EXPECT_TRUE(has(r.out, "this build of DeltaTune has no GPU backend")) << r.out;
+    EXPECT_TRUE(has(r.out, "-DDT_CUDA=ON")) << r.out;
+  }
+  expect_nothing_written();
+}
+
 // GPU 999 exists on no machine this runs on; without any GPU, GPU 0 is the first missing one.
 TEST_F(CliErrors, GpusThatDoNotExistAreNamed) {
   const CliResult r = train(run_file(""), "--gpus 0,999");

@@ -30,19 +30,54 @@ TEST(GpuEnvironment, WithoutDriverAutoTakesTheCpuAndCudaSaysWhatToInstall) {
   const GpuEnvironment env = gpu_environment();
   EXPECT_FALSE(env.runtime_loaded);
   EXPECT_FALSE(env.problem.empty());
+  // A build without CUDA names what it lacks, whatever the driver; a CUDA build names the driver.
+  const std::string why = env.cuda_built ? probe_cuda_driver().problem : cuda_not_built_problem();
   std::string note;
   auto be = backend_create("auto", 0, &note);
   EXPECT_EQ(be->device(), Device::CPU);
-  EXPECT_NE(note.find(probe_cuda_driver().problem), std::string::npos) << note;
+  EXPECT_NE(note.find(why), std::string::npos) << note;
   try {
     backend_create("cuda");
     FAIL() << "backend cuda started without a driver";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("driver"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(env.cuda_built ? "driver" : "-DDT_CUDA=ON"), std::string::npos) << e.what();
   }
   if (env.cuda_built && env.driver_version == 0)
     EXPECT_NE(env.problem.find("NVIDIA driver " + min_driver_release() + " or newer"), std::string::npos)
         << env.problem;
+}
+
+// What to install, as this build needs it: a CUDA build names the driver release and CUDA version it needs; a
+// build without CUDA has neither to name (it once said "install the NVIDIA driver  or newer (CUDA 0.0)") and
+// says that it has no GPU backend and how to get one, on every path that would use the GPU.
+TEST(GpuEnvironment, DriverHintIsTrueForThisBuild) {
+  const std::string hint = driver_install_hint();
+  if (cuda_runtime_needed() != 0) {
+    EXPECT_FALSE(min_driver_release().empty());
+    EXPECT_NE(hint.find("install the NVIDIA driver " + min_driver_release() + " or newer (CUDA " +
+                        cuda_version_str(cuda_runtime_needed()) + ")"),
+              std::string::npos)
+        << hint;
+    return;
+  }
+  EXPECT_EQ(hint, cuda_not_built_problem());
+  for (const std::string& text : {hint, probe_cuda_driver().problem, gpu_environment().problem}) {
+    EXPECT_EQ(text.find("CUDA 0.0"), std::string::npos) << text;
+    EXPECT_EQ(text.find("driver  or"), std::string::npos) << text;
+  }
+  EXPECT_NE(hint.find("no GPU backend"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("built without CUDA"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("-DDT_CUDA=ON"), std::string::npos) << hint;
+  EXPECT_EQ(gpu_environment().problem, cuda_not_built_problem());
+  if (!probe_cuda_driver().usable)
+    EXPECT_NE(probe_cuda_driver().problem.find(cuda_not_built_problem()), std::string::npos);
+  try {
+    backend_create("cuda");
+    FAIL() << "backend cuda started in a build without CUDA";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "backend cuda: " + cuda_not_built_problem());
+  }
 }
 
 TEST(ProgramPath, NamesThisProgram) { EXPECT_EQ(program_path().filename(), "dt_unit_tests"); }

@@ -54,13 +54,21 @@ std::string cu_error(void* cuda, CUresult r) {
   return "CUresult " + std::to_string(r);
 }
 
-std::string install_hint() {
-  const int need = cuda_runtime_needed();
+}  // namespace
+
+std::string driver_install_hint() {
+  // A build without CUDA needs no particular driver (no release or CUDA version to name): a driver alone
+  // would not give it a GPU backend.
+  if (cuda_runtime_needed() == 0) return cuda_not_built_problem();
   return "install the NVIDIA driver " + min_driver_release() + " or newer (CUDA " +
-         cuda_version_str(need) + "); the CPU backend works without it";
+         cuda_version_str(cuda_runtime_needed()) + "); the CPU backend works without it";
 }
 
-}  // namespace
+std::string cuda_not_built_problem() {
+  return "this build of DeltaTune has no GPU backend (it was built without CUDA: DT_CUDA=OFF or no nvcc): for "
+         "a GPU, install a DeltaTune package built with CUDA or configure with -DDT_CUDA=ON on a machine with "
+         "nvcc; the CPU backend works without it";
+}
 
 int cuda_runtime_needed() {
 #ifdef DT_CUDA_RUNTIME_VERSION
@@ -99,15 +107,18 @@ CudaDriverInfo probe_cuda_driver() {
     info.usable = info.problem.empty();
     return info;
   };
-  if (!cuda) return finish("no NVIDIA driver found (libcuda.so.1 is not installed): " + install_hint());
+  if (!cuda)
+    return finish("no NVIDIA driver found (libcuda.so.1 is not installed): " + driver_install_hint());
   auto get_version = sym<CUresult (*)(int*)>(cuda, "cuDriverGetVersion");
   if (!get_version || get_version(&info.api_version) != 0)
-    return finish("the NVIDIA driver library libcuda.so.1 does not answer cuDriverGetVersion: " + install_hint());
+    return finish("the NVIDIA driver library libcuda.so.1 does not answer cuDriverGetVersion: " +
+                  driver_install_hint());
   const int need = cuda_runtime_needed();
   const std::string release = info.release.empty() ? "" : " " + info.release;
   if (info.api_version < need)
     return finish("the NVIDIA driver" + release + " supports CUDA " + cuda_version_str(info.api_version) +
-                  ", too old for DeltaTune's GPU backend (CUDA " + cuda_version_str(need) + "): " + install_hint());
+                  ", too old for DeltaTune's GPU backend (CUDA " + cuda_version_str(need) +
+                  "): " + driver_install_hint());
 
   auto init = sym<CUresult (*)(unsigned)>(cuda, "cuInit");
   auto count = sym<CUresult (*)(int*)>(cuda, "cuDeviceGetCount");
@@ -117,7 +128,7 @@ CudaDriverInfo probe_cuda_driver() {
   auto total = sym<CUresult (*)(size_t*, CUdevice)>(cuda, "cuDeviceTotalMem_v2");
   auto bus_id = sym<CUresult (*)(char*, int, CUdevice)>(cuda, "cuDeviceGetPCIBusId");
   if (!init || !count || !get || !name || !attr || !total || !bus_id)
-    return finish("the NVIDIA driver library libcuda.so.1 lacks a driver API function: " + install_hint());
+    return finish("the NVIDIA driver library libcuda.so.1 lacks a driver API function: " + driver_install_hint());
   if (const CUresult r = init(0); r != 0)
     return finish(r == kErrorNoDevice ? "the NVIDIA driver" + release + " sees no GPU (cuInit: CUDA_ERROR_NO_DEVICE)"
                                       : "the NVIDIA driver" + release + " failed to start (cuInit: " +

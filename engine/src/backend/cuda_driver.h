@@ -26,4 +26,10 @@ std::string min_driver_release();
 // "13.0" from 13000.
 std::string cuda_version_str(int version);
 
+// What to install so that the GPU backend finds a driver: the oldest driver release and its CUDA version; in a
+// build without CUDA, cuda_not_built_problem() instead (no driver gives that build a GPU backend).
+std::string driver_install_hint();
+// One line for every path that would use the GPU in a build without CUDA: what is missing and how to get it.
+std::string cuda_not_built_problem();
+
 }  // namespace deltatune

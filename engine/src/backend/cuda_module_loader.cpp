@@ -27,7 +27,7 @@ CudaModuleLoad load() {
     return out;
   }
   if (cuda_runtime_needed() == 0) {
-    out.problem = "this build of DeltaTune has no CUDA backend (configure with -DDT_CUDA=ON on a machine with nvcc)";
+    out.problem = cuda_not_built_problem();
     return out;
   }
   const std::filesystem::path dir = program_path().parent_path();

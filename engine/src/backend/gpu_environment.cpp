@@ -15,7 +15,7 @@ GpuEnvironment gpu_environment(const std::string& kernels) {
   env.driver_release = driver.release;
   env.devices = std::move(driver.devices);
   if (!env.cuda_built) {
-    env.problem = "this build of DeltaTune has no CUDA backend (configure with -DDT_CUDA=ON on a machine with nvcc)";
+    env.problem = cuda_not_built_problem();
     return env;
   }
   // The module is loaded even without a driver, so `deltatune info` shows whether it and cuBLAS are in place.

@@ -7,10 +7,12 @@
 namespace deltatune {
 
 namespace {
-// Why the GPU backend cannot run on device `gpu` here ("" when it can). The driver is asked first, so a
-// machine without one never maps the GPU module and cuBLAS; then the module's kernel policy judges the GPU
-// (one line naming it, its compute capability and what is supported).
+// Why the GPU backend cannot run on device `gpu` here ("" when it can). A build without CUDA says so before
+// anything about the driver (no driver would help it). Then the driver is asked, so a machine without one never
+// maps the GPU module and cuBLAS; then the module's kernel policy judges the GPU (one line naming it, its
+// compute capability and what is supported).
 std::string cuda_problem(int gpu, const std::string& kernels) {
+  if (cuda_runtime_needed() == 0) return cuda_not_built_problem();
   CudaDriverInfo driver = probe_cuda_driver();
   if (!driver.usable) return driver.problem;
   if (!cuda_module().problem.empty()) return cuda_module().problem;
