@@ -8,8 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fcntl.h>
-
 #include <chrono>
 #include <cstring>
 #include <cmath>
@@ -20,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
 #include "deltatune/distributed.h"
 #include "deltatune/experiment_store.h"
 #include "io/model_config.h"
@@ -32,6 +31,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace deltatune {
 namespace {
+
+using testing_cli::spawn;
+using testing_cli::wait_exit;
 
 const fs::path kDemo = fs::path(DT_SOURCE_DIR) / "resources" / "demo";
 
@@ -55,29 +57,6 @@ void write_run(const fs::path& file, int accumulation, int max_steps, int save_s
     << "backend: cpu\noutput_dir: out\ndataset_prepared_path: cache\n";
 }
 
-pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
   std::stringstream ss;
@@ -98,7 +77,7 @@ std::vector<StepMetrics> reference_curve(const fs::path& dir, int accumulation, 
   const fs::path ref = dir / "ref";
   fs::create_directories(ref);
   write_run(ref / "run.yaml", accumulation, steps, 0, extra, model);
-  const pid_t p = spawn({DT_CLI_PATH, "train", (ref / "run.yaml").string(), "--db", (ref / "db").string()}, {},
+  const pid_t p = spawn({DT_CLI_PATH, "train", (ref / "run.yaml").string(), "--db", (ref / "db").string()},
                         ref / "log.txt");
   EXPECT_EQ(wait_exit(p), 0) << slurp(ref / "log.txt");
   return only_run_metrics((ref / "db").string());
@@ -126,9 +105,9 @@ std::string run_two_workers(const fs::path& dir, int port_salt) {
   for (int r = 0; r < 2; ++r)
     workers.push_back(spawn({DT_CLI_PATH, "train", (dir / "run.yaml").string(), "--db", (dir / "db").string(),
                              "--check-replicas"},
+                            dir / ("rank" + std::to_string(r) + ".txt"),
                             {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r),
-                             "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
-                            dir / ("rank" + std::to_string(r) + ".txt")));
+                             "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
   for (int r = 0; r < 2; ++r)
     EXPECT_EQ(wait_exit(workers[r]), 0) << slurp(dir / ("rank" + std::to_string(r) + ".txt"));
   return slurp(dir / "rank0.txt");
@@ -230,8 +209,8 @@ pid_t worker_of(pid_t launcher, int rank) {
 // the launcher: it must fail within seconds and leave the run "crashed" in a sound database. Sets *run_id and
 // returns the launcher's output.
 std::string run_two_gpus_and_kill_worker_1(const fs::path& dir, const std::string& db, std::string* run_id) {
-  const pid_t launcher =
-      spawn({DT_CLI_PATH, "train", (dir / "run.yaml").string(), "--db", db, "--gpus", "0,1"}, {}, dir / "log.txt");
+  const pid_t launcher = spawn(
+      {DT_CLI_PATH, "train", (dir / "run.yaml").string(), "--db", db, "--gpus", "0,1"}, dir / "log.txt");
   const auto deadline = Clock::now() + std::chrono::seconds(120);
   int status = 0;
   while (checkpoint_list((dir / "out").string()).empty() && Clock::now() < deadline) {
@@ -284,8 +263,8 @@ TEST(DistTrain, KilledWorkerEndsTheRunAsCrashedAndItResumesOnOneWorker) {
   for (const auto& [step, path] : checkpoint_list((dir / "out").string())) EXPECT_NO_THROW(checkpoint_load(path));
 
   // Resumed on one worker: the same global batch (2 micro-batches per step), the reference curve onwards.
-  const pid_t resume = spawn({DT_CLI_PATH, "train", "--resume", run_id, "--db", db, "--gpus", "0"}, {},
-                             dir / "resume.txt");
+  const pid_t resume =
+      spawn({DT_CLI_PATH, "train", "--resume", run_id, "--db", db, "--gpus", "0"}, dir / "resume.txt");
   ASSERT_EQ(wait_exit(resume), 0) << slurp(dir / "resume.txt");
   EXPECT_NE(slurp(dir / "resume.txt").find("2 micro-batches per step over 1 GPU"), std::string::npos);
   ExperimentStore store(db);
@@ -426,9 +405,9 @@ void kill_expert_parallel_worker_and_resume(const std::string& name, const std::
     const fs::path ref = dir / "ep_ref";
     fs::create_directories(ref);
     write_run(ref / "run.yaml", 1, steps, 0, ep, model);
-    const pid_t p = spawn({DT_CLI_PATH, "train", (ref / "run.yaml").string(), "--db", (ref / "db").string(), "--gpus",
-                           resume_gpus},
-                          {}, ref / "log.txt");
+    const pid_t p = spawn({DT_CLI_PATH, "train", (ref / "run.yaml").string(), "--db", (ref / "db").string(),
+                           "--gpus", resume_gpus},
+                          ref / "log.txt");
     EXPECT_EQ(wait_exit(p), 0) << slurp(ref / "log.txt");
     want = only_run_metrics((ref / "db").string());
   }
@@ -445,7 +424,7 @@ void kill_expert_parallel_worker_and_resume(const std::string& name, const std::
     ASSERT_NE(m, nullptr) << path;
     EXPECT_EQ(m->experts, 4) << path;
   }
-  const pid_t resume = spawn({DT_CLI_PATH, "train", "--resume", run_id, "--db", db, "--gpus", resume_gpus}, {},
+  const pid_t resume = spawn({DT_CLI_PATH, "train", "--resume", run_id, "--db", db, "--gpus", resume_gpus},
                              dir / "resume.txt");
   ASSERT_EQ(wait_exit(resume), 0) << slurp(dir / "resume.txt");
   if (resume_gpus != "0")

@@ -6,8 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fcntl.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_run.h"
 #include "deltatune/experiment_store.h"
 #include "deltatune/run_config.h"
 #include "lora/lora.h"
@@ -29,26 +28,8 @@ namespace fs = std::filesystem;
 namespace deltatune {
 namespace {
 
-pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-}
+using testing_cli::spawn;
+using testing_cli::wait_exit;
 
 TEST(TrainKill, SigkillAtRandomMomentsNeverLosesTheRun) {
   if (!fs::exists(DT_CLI_PATH)) GTEST_SKIP() << "deltatune CLI not built";
