@@ -6,6 +6,7 @@
 #include <QStandardPaths>
 
 #include "deltatune/program_path.h"
+#include "deltatune/trainer.h"
 
 namespace studio {
 
@@ -30,8 +31,11 @@ QString demoRunFile() {
 }
 
 QString demoOutputDir() {
-  return QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) +
-         QStringLiteral("/deltatune/runs/demo");
+  // A new folder for each demo run that is started (runs/demo-2 after runs/demo): a run refuses a folder that
+  // holds another run's output.
+  const QString dir = QStandardPaths::writableLocation(QStandardPaths::GenericDataLocation) +
+                      QStringLiteral("/deltatune/runs/demo");
+  return QString::fromStdString(deltatune::output_dir_unused(dir.toStdString()));
 }
 
 }  // namespace studio

@@ -41,7 +41,10 @@ int cmd_demo(const Args& args) {
   const ParsedArgs p = parse_args(args, {"--out", "--db", "--backend", "--max-steps"}, {});
   const fs::path demo = find_demo_dir();
   RunConfig cfg = run_config_from_yaml_file((demo / "demo_run.yaml").string());
-  cfg.output_dir = p.get("--out", (fs::current_path() / "runs" / "demo").string());
+  // Asked for, a folder holding a run's output is refused by train_run; by default the next demo gets
+  // runs/demo-2.
+  cfg.output_dir =
+      p.has("--out") ? p.get("--out") : output_dir_unused((fs::current_path() / "runs" / "demo").string());
   if (p.has("--backend")) cfg.backend = backend_option(p);
   if (p.has("--max-steps")) cfg.max_steps = max_steps_option(p.get("--max-steps"));
   std::cerr << "[info] demo: " << (demo / "demo_run.yaml").string() << " -> " << cfg.output_dir << "\n";

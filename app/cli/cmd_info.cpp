@@ -79,8 +79,10 @@ ModelInfo load_model_info(const std::string& path) {
 GpuPool plan_gpus(const ParsedArgs& a, const GpuEnvironment& env) {
   GpuPool pool;
   std::vector<int> ids;
+  bool all = false;
   if (a.options.count("--gpus")) {
     const GpuSelection sel = parse_gpu_list(a.get("--gpus"));
+    all = sel.all;
     if (sel.all)
       for (const GpuDevice& d : env.devices) ids.push_back(d.index);
     else
@@ -89,9 +91,15 @@ GpuPool plan_gpus(const ParsedArgs& a, const GpuEnvironment& env) {
   pool.count = a.options.count("--gpu-count") ? static_cast<int>(int_option("--gpu-count", a.get("--gpu-count"), 1))
                                                : std::max<int>(1, static_cast<int>(ids.size()));
   if (a.options.count("--gpu-memory")) {
-    pool.memory_bytes = parse_memory_size(a.get("--gpu-memory"));
+    try {
+      pool.memory_bytes = parse_memory_size(a.get("--gpu-memory"));
+    } catch (const Error& e) {
+      throw Error(std::string("option --gpu-memory: ") + e.what());
+    }
     return pool;
   }
+  check(!all || !env.devices.empty(),
+        "--gpus all: this machine shows no CUDA GPU; state the GPUs with --gpu-count N --gpu-memory 80GiB");
   for (int id : ids) {
     const GpuDevice* dev = nullptr;
     for (const GpuDevice& d : env.devices)

@@ -1,4 +1,4 @@
-// Bad inputs through `deltatune train` / `deltatune info`: each ends with a non-zero exit and a message that names
+// Bad inputs through `deltatune train` / `info` / `export`: each ends with a non-zero exit and a message that names
 // the file or field and what was expected, before anything is written.
 #include <gtest/gtest.h>
 
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli_run.h"
+#include "deltatune/trainer.h"
 
 namespace fs = std::filesystem;
 
@@ -174,6 +175,26 @@ TEST_F(CliErrors, InfoNamesAnUnexpectedArgument) {
   EXPECT_TRUE(has(r.out, "usage: deltatune info")) << r.out;
 }
 
+// The multi-GPU estimate's options: a bad --gpu-memory named only "memory size '1.5.GB'", and --gpus all on a
+// machine without GPUs asked for "--gpus with GPUs present".
+TEST_F(CliErrors, InfoGpuOptionsNameTheOptionAndWhatIsExpected) {
+  const std::string model = " --model " + (kDemo / "model").string();
+  const CliResult mem = run_cli("info" + model + " --gpu-count 2 --gpu-memory 1.5.GB");
+  EXPECT_NE(mem.rc, 0) << mem.out;
+  EXPECT_TRUE(has(mem.out, "option --gpu-memory: memory size '1.5.GB': expected a number with an optional unit"))
+      << mem.out;
+  const CliResult bad = run_cli("info" + model + " --gpus 1-3");
+  EXPECT_NE(bad.rc, 0) << bad.out;
+  EXPECT_TRUE(has(bad.out, "--gpus '1-3' is not valid (expected GPU indices like 0,1 or 'all')")) << bad.out;
+  const CliResult all = run_cli("info" + model + " --gpus all");
+  if (all.rc == 0) GTEST_SKIP() << "this machine has GPUs";
+  EXPECT_TRUE(has(all.out, "--gpus all: this machine shows no CUDA GPU; state the GPUs with --gpu-count N "
+                           "--gpu-memory 80GiB"))
+      << all.out;
+  const CliResult stated = run_cli("info" + model + " --gpus all --gpu-count 2 --gpu-memory 80GiB");
+  EXPECT_EQ(stated.rc, 0) << stated.out;
+}
+
 TEST_F(CliErrors, ExportOfAFolderThatIsNoAdapterSaysWhatAnAdapterFolderHolds) {
   const std::string out = (dir / "export").string();
   const CliResult model = run_cli("export --adapter " + (kDemo / "model").string() + " --out " + out);
@@ -185,6 +206,93 @@ TEST_F(CliErrors, ExportOfAFolderThatIsNoAdapterSaysWhatAnAdapterFolderHolds) {
   EXPECT_NE(missing.rc, 0) << missing.out;
   EXPECT_TRUE(has(missing.out, "--adapter " + (dir / "nope").string() + ": no such folder")) << missing.out;
   EXPECT_FALSE(fs::exists(out)) << "export folder written";
+}
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The id in "run <id> done; output in ...".
+std::string finished_run_id(const std::string& out) {
+  const size_t at = out.rfind("run ");
+  return at == std::string::npos ? "" : out.substr(at + 4, out.find(' ', at + 4) - at - 4);
+}
+
+// A second run with the same output_dir replaced the first run's adapter and, at its first checkpoint,
+// deleted the first run's later checkpoints (an "abandoned timeline" to the pruning). Now it is refused,
+// naming the folder, what is in it and whose it is, before anything is written; the demo takes the next free
+// folder.
+TEST_F(CliErrors, NewRunIntoAFolderHoldingAnotherRunsOutputIsRefused) {
+  const std::string run = run_file("save_steps: 1\n");
+  const CliResult first = train(run);
+  ASSERT_EQ(first.rc, 0) << first.out;
+  const std::string id = finished_run_id(first.out);
+  const fs::path adapter = dir / "out" / "adapter_model.safetensors";
+  const std::string before = bytes_of(adapter),
+                    ckpt = bytes_of(dir / "out" / "checkpoint-1" / "optimizer.safetensors");
+  ASSERT_FALSE(before.empty());
+  const CliResult again = train(run_file("save_steps: 1\nlearning_rate: 0.01\n"));
+  EXPECT_NE(again.rc, 0) << again.out;
+  EXPECT_TRUE(has(again.out, "output_dir " + (dir / "out").string() + " already holds the output of run " +
+                                 id + ", finished (adapter_model.safetensors, checkpoint-1)"))
+      << again.out;
+  EXPECT_TRUE(has(again.out, "choose another output_dir or remove the folder")) << again.out;
+  EXPECT_FALSE(has(again.out, "trainable LoRA parameters")) << "refused only after the model was read:\n"
+                                                            << again.out;
+  EXPECT_EQ(bytes_of(adapter), before);
+  EXPECT_EQ(bytes_of(dir / "out" / "checkpoint-1" / "optimizer.safetensors"), ckpt);
+  // Another output_dir trains.
+  const CliResult other = train(run, "--output-dir " + (dir / "out-2").string());
+  EXPECT_EQ(other.rc, 0) << other.out;
+  // Folders the demo would take: runs/demo while it holds no run's output, then runs/demo-2.
+  EXPECT_EQ(output_dir_unused((dir / "nothing").string()), (dir / "nothing").string());
+  EXPECT_EQ(output_dir_unused((dir / "out").string()), (dir / "out-3").string());
+}
+
+// A PEFT export into a training checkpoint or a run's output folder moved its adapter in beside that run's
+// optimizer state and checkpoints (a checkpoint that would resume with another run's weights). Refused,
+// naming the folder and the run files in it; an export into a folder of other files still works.
+TEST_F(CliErrors, ExportIntoACheckpointOrARunsFolderIsRefused) {
+  const std::string run = run_file("save_steps: 1\n");
+  const CliResult first = train(run);
+  ASSERT_EQ(first.rc, 0) << first.out;
+  const CliResult second =
+      train(run_file("save_steps: 1\nlearning_rate: 0.01\n"), "--output-dir " + (dir / "second").string());
+  ASSERT_EQ(second.rc, 0) << second.out;
+  const std::string id = finished_run_id(second.out);
+  const std::string db = " --db " + (dir / "db.sqlite").string();
+  const fs::path ckpt = dir / "out" / "checkpoint-1";
+  const std::string before = bytes_of(ckpt / "adapter_model.safetensors"),
+                    final = bytes_of(dir / "out" / "adapter_model.safetensors");
+
+  const CliResult into_ckpt = run_cli("export " + id + db + " --out " + ckpt.string());
+  EXPECT_NE(into_ckpt.rc, 0) << into_ckpt.out;
+  EXPECT_TRUE(
+      has(into_ckpt.out, "export: --out " + ckpt.string() +
+                             " holds a training run's files (trainer_state.json, optimizer.safetensors)"))
+      << into_ckpt.out;
+  const CliResult into_run = run_cli("export " + id + db + " --out " + (dir / "out").string());
+  EXPECT_NE(into_run.rc, 0) << into_run.out;
+  EXPECT_TRUE(has(into_run.out,
+                  "export: --out " + (dir / "out").string() + " holds a training run's files (checkpoint-1)"))
+      << into_run.out;
+  EXPECT_EQ(bytes_of(ckpt / "adapter_model.safetensors"), before);
+  EXPECT_EQ(bytes_of(dir / "out" / "adapter_model.safetensors"), final);
+
+  const CliResult onto_itself = run_cli("export " + id + db + " --out " + (dir / "second").string());
+  EXPECT_NE(onto_itself.rc, 0) << onto_itself.out;
+  EXPECT_TRUE(has(onto_itself.out,
+                  "export: --out " + (dir / "second").string() + " is the adapter folder the export reads"))
+      << onto_itself.out;
+
+  fs::create_directories(dir / "notes");
+  std::ofstream(dir / "notes" / "mine.txt") << "kept\n";
+  const CliResult into_notes = run_cli("export " + id + db + " --out " + (dir / "notes").string());
+  EXPECT_EQ(into_notes.rc, 0) << into_notes.out;
+  EXPECT_EQ(bytes_of(dir / "notes" / "adapter_model.safetensors"),
+            bytes_of(dir / "second" / "adapter_model.safetensors"));
+  EXPECT_EQ(bytes_of(dir / "notes" / "mine.txt"), "kept\n");
 }
 
 }  // namespace

@@ -67,4 +67,9 @@ struct TrainOptions {
 std::string train_run(const RunConfig& cfg, RunObserver& observer, RunControl& control,
                       const TrainOptions& opts = {});
 
+// `output_dir`, or the first of `output_dir`-2, -3, ... that holds no run's adapter or checkpoints: a folder a
+// new run may write (train_run refuses one holding another run's output), for callers that choose the folder
+// themselves, as the demo does.
+std::string output_dir_unused(const std::string& output_dir);
+
 }  // namespace deltatune

@@ -288,6 +288,25 @@ std::vector<std::pair<int64_t, std::string>> checkpoint_list(const std::string& 
   return out;
 }
 
+std::string run_files_in(const std::string& dir, bool with_adapter) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const char* f : {"adapter_model.safetensors", "trainer_state.json", "optimizer.safetensors"})
+    if ((with_adapter || f[0] != 'a') && fs::is_regular_file(fs::path(dir) / f, ec)) names.push_back(f);
+  std::vector<std::pair<int64_t, std::string>> steps;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const int64_t step = checkpoint_step_of(e.path().filename().string());
+    if (step >= 0 && e.is_directory(ec)) steps.emplace_back(step, e.path().filename().string());
+  }
+  std::sort(steps.begin(), steps.end());
+  const size_t shown = std::min<size_t>(steps.size(), 3);  // the newest: how far the run got
+  for (size_t i = steps.size() - shown; i < steps.size(); ++i) names.push_back(steps[i].second);
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  if (steps.size() > shown) out += " and " + std::to_string(steps.size() - shown) + " older checkpoints";
+  return out;
+}
+
 std::optional<std::string> checkpoint_latest(const std::string& output_dir) {
   // Our own leftovers are in progress or already cleaned up by the writer; a live pid may be another trainer
   // writing into this folder right now.

@@ -77,4 +77,11 @@ std::optional<std::string> checkpoint_latest(const std::string& output_dir);
 // The step of a "checkpoint-<step>" folder name, or -1.
 int64_t checkpoint_step_of(const std::string& folder_name);
 
+// What a training run wrote in `dir` that a new run or an export there would overwrite, for the message that
+// refuses it ("checkpoint-2, checkpoint-4", "trainer_state.json"); "" when nothing. A folder is a run's output
+// when it holds checkpoint-<step> folders, or is itself a checkpoint (trainer_state.json,
+// optimizer.safetensors); `with_adapter` counts its final adapter_model.safetensors too (an export may replace
+// an earlier export's adapter, a new run may not replace a run's).
+std::string run_files_in(const std::string& dir, bool with_adapter);
+
 }  // namespace deltatune

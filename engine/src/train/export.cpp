@@ -17,6 +17,7 @@
 #include "lora/peft_io.h"
 #include "model/merged_checkpoint.h"
 #include "model/weights.h"
+#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -99,7 +100,12 @@ void export_adapter(const ExportOptions& opts) {
   check(fs::exists(fs::path(opts.adapter_dir) / "adapter_model.safetensors"),
         opts.adapter_dir + ": no adapter_model.safetensors (expected a PEFT adapter folder)");
   check(fs::weakly_canonical(opts.out_dir) != fs::weakly_canonical(opts.adapter_dir),
-        "export: --out must differ from the adapter folder");
+        "export: --out " + opts.out_dir + " is the adapter folder the export reads; choose another folder");
+  // A checkpoint keeps its adapter in step with its optimizer state, a run's output folder with the run's
+  // record: an adapter moved in there would silently stand for another run (or be overwritten by it).
+  if (const std::string held = run_files_in(opts.out_dir, false); !held.empty())
+    throw Error("export: --out " + opts.out_dir + " holds a training run's files (" + held +
+                "); the export would replace that run's adapter: choose another folder");
   const fs::path out = normalized(opts.out_dir);
   remove_leftovers_of_dead_writers((out.has_parent_path() ? out.parent_path() : fs::path(".")).string(),
                                    partial_owner_pid);

@@ -13,6 +13,7 @@
 #include "dist/shard.h"
 #include "lora/peft_io.h"
 #include "train/backend_select.h"
+#include "train/checkpoint.h"
 #include "train/checkpoint_io.h"
 #include "train/lora_spec.h"
 #include "train/train_run_steps.h"
@@ -50,6 +51,28 @@ void claim_resumed_run(TrainSession& s) {
   // Until training starts, any failure gives the claimed run back with its previous status.
   s.release_guard.store = s.store.get();
   s.release_guard.before = s.resumed ? &*s.resumed : nullptr;
+}
+
+void check_new_output_dir(TrainSession& s) {
+  if (s.resuming || !s.root) return;
+  const std::string held = run_files_in(s.cfg.output_dir, true);
+  if (held.empty()) return;
+  // The run these files belong to, when this database knows it: unless it finished, the one to resume
+  // instead.
+  std::string owner, resume;
+  std::error_code ec;
+  const fs::path here = fs::weakly_canonical(s.cfg.output_dir, ec);
+  if (s.store)
+    for (const RunRecord& r : s.store->list_runs())  // newest first
+      if (fs::weakly_canonical(r.output_dir, ec) == here) {
+        owner = " of run " + r.id + ", " + r.status;
+        if (r.status != "finished")
+          resume = ", continue run " + r.id + " with `deltatune train --resume " + r.id + "`";
+        break;
+      }
+  throw Error("output_dir " + s.cfg.output_dir + " already holds the output" + owner + " (" + held +
+              "): a new run there would replace its adapter and checkpoints; choose another output_dir" +
+              resume + " or remove the folder");
 }
 
 void load_inputs(TrainSession& s) {

@@ -10,6 +10,9 @@ namespace deltatune {
 void open_experiment_store(TrainSession& s);
 // --resume: finds the run, claims it atomically and trains its stored config (every worker).
 void claim_resumed_run(TrainSession& s);
+// A new run refuses an output_dir that holds another run's adapter or checkpoints (rank 0, before anything is
+// written): it would replace them, and its first checkpoint would delete that run's later ones.
+void check_new_output_dir(TrainSession& s);
 // Everything that can be wrong with the inputs fails here, before any training: the base model, the
 // starting adapter, the tokenized datasets.
 void load_inputs(TrainSession& s);
