@@ -7,6 +7,7 @@
 // Memory: one thread per (t, head, i) pair reads and writes its two elements (=, in place).
 #include "common/device.cuh"
 #include "rope/rope.cuh"
+#include "rope/rotate_half.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -21,14 +22,7 @@ __global__ void rope_kernel(KOut x, const int32_t* pos, int64_t T, int64_t heads
     // θ^(−2i/rot_dim) = θ^(−i/half), as HF: 1 / θ^(2i/rot_dim) in fp32.
     const float inv_freq = 1.f / powf(theta, float(2 * i) / float(2 * half));
     const int row = (i % 3 == 1 && i < 3 * sec_h) ? 1 : (i % 3 == 2 && i < 3 * sec_w) ? 2 : 0;
-    const float ang = float(pos[row * T + t]) * inv_freq;
-    float sn, cs;
-    sincosf(ang, &sn, &cs);
-    sn *= sign;
-    const int64_t b = th * hd;
-    const float a0 = ld(x, b + i), a1 = ld(x, b + i + half);
-    st(x, b + i, a0 * cs - a1 * sn);
-    st(x, b + i + half, a1 * cs + a0 * sn);
+    rotate_half_pair(x, th * hd, i, half, float(pos[row * T + t]) * inv_freq, sign);
   }
 }
 

@@ -7,6 +7,7 @@
 //     pos_col·f_(i − hd/4), f_j = 1/θ^(2j/(hd/2)) in fp32 as HF builds inv_freq
 // Memory: grid-stride elementwise loops; one thread per rotated pair.
 #include "common/device.cuh"
+#include "rope/rotate_half.cuh"
 #include "vit/vision_ops.cuh"
 
 namespace deltatune::kernels {
@@ -85,14 +86,7 @@ __global__ void rope_2d_kernel(KOut x, const int32_t* pos, int64_t T, int64_t he
     const int64_t th = idx / half, t = th / heads;
     const int j = i < q ? i : i - q;
     const float inv_freq = 1.f / powf(theta, float(2 * j) / float(half));
-    const float ang = float(pos[(i < q ? 0 : T) + t]) * inv_freq;
-    float sn, cs;
-    sincosf(ang, &sn, &cs);
-    sn *= sign;
-    const int64_t b = th * hd;
-    const float a0 = ld(x, b + i), a1 = ld(x, b + i + half);
-    st(x, b + i, a0 * cs - a1 * sn);
-    st(x, b + i + half, a1 * cs + a0 * sn);
+    rotate_half_pair(x, th * hd, i, half, float(pos[(i < q ? 0 : T) + t]) * inv_freq, sign);
   }
 }
 
