@@ -9,9 +9,14 @@
 //   wgrad     (grouped_gemm_wgrad): C = G_e [N, K]; A(m, k) = a[off_e + k, m]; B(n, k) = b[off_e + k, n]:
 //             the reduction runs over expert e's rows (blockIdx.z = e); experts without rows give beta·G_e.
 //
-// Operand tiles are loaded global -> registers (8 bf16 per vector: 16-byte loads when the run of 8 is
-// contiguous, in bounds and aligned; scalar otherwise, zero outside the matrix) one k-step ahead of the
-// MMAs on the tile in shared memory (register double buffering). An operand whose reduction dimension is
+// Operand tiles reach shared memory one of two ways. When both operands allow 16-byte vectors (unit stride
+// along the vector dimension, 16-byte aligned rows, extents multiples of 8: a_vec and b_vec, the case of every
+// expert GEMM of a real model) a kStages-deep ring of cp.async copies keeps kStages - 1 k-steps in flight behind
+// the MMAs (grouped_mma_pipe_kernel): the expert GEMMs read each expert's weights once for ~T·k/E rows, so they
+// are bound by memory latency and bandwidth, and one k-step of register prefetch left the 35B-A3B shape's expert
+// GEMMs at ~110 TFLOP/s (H200, ncu). Otherwise tiles are loaded global -> registers (8 bf16 per vector: 16-byte
+// loads when the run of 8 is contiguous, in bounds and aligned; scalar otherwise, zero outside the matrix) one
+// k-step ahead of the MMAs on the tile in shared memory (register double buffering, grouped_mma_kernel). An operand whose reduction dimension is
 // contiguous in memory is stored k-major ([rows][k]) and read with ldmatrix; one whose row dimension is
 // contiguous (W_e [K, N] for the dX products, both operands of the weight gradient) is stored as it lies
 // ([k][rows]) and read with ldmatrix.trans, so global loads stay coalesced and shared stores 16 bytes wide.
@@ -29,7 +34,11 @@
 #include <cuda_bf16.h>
 
 #include "common/mma.cuh"
+#include "common/bf16x8.cuh"
 #include "common/device.cuh"
+#ifndef DT_ATTN_EMU
+#include "common/launch_smem.cuh"
+#endif
 #include "moe/moe.cuh"
 #ifndef DT_ATTN_EMU
 #include "moe/scan.cuh"
@@ -41,12 +50,15 @@ namespace {
 constexpr int kBK = 32;
 constexpr int kPad = 8;
 constexpr int kLd = kBK + kPad;  // shared row length in bf16
+// bf16 of one operand tile of ROWS rows in shared memory: k-major [ROWS][kLd] or i-major [kBK][ROWS + 8].
+constexpr int operand_elems(int rows) { return rows * kLd > kBK * (rows + 8) ? rows * kLd : kBK * (rows + 8); }
 
 struct TileArgs {
   const void* a;  // bf16 (tensor-core kernel) or f32 (fp32 kernel): element (m, k) at a[m·a_sm + k·a_sk]
   const void* b;  // element (n, k) at b[e·b_se + n·b_sn + k·b_sk]
   int64_t a_sm, a_sk, b_sn, b_sk, b_se;  // b_se: expert stride of B (forward form)
   bool a_vec, b_vec;       // 16-byte loads allowed along the unit-stride dimension
+  bool c_vec;              // C is bf16 with 16-byte aligned rows (ldc a multiple of 8): 8-element loads/stores
   KOut c;
   int64_t ldc, c_se;
   const int32_t* offsets;  // [E+1]
@@ -120,7 +132,6 @@ struct TileLoader {
   static constexpr int kVecs = ROWS * kBK / 8;
   static constexpr int kPer = (kVecs + NT - 1) / NT;
   static constexpr int kLdI = ROWS + 8;  // i-major shared row length in bf16
-  static_assert(ROWS * kLd >= kBK * kLdI, "the i-major layout must fit in the k-major allocation");
   uint4 r[kPer];
 
   __device__ __forceinline__ void load(const __nv_bfloat16* p, int64_t si, int64_t sk, bool vec, bool kmajor,
@@ -182,68 +193,33 @@ __device__ __forceinline__ void frag_b2(uint32_t (&b)[4], const __nv_bfloat16* s
   else mma::ldsm_x4_t(b, mma::smem_addr(s + (kk + (lane & 15)) * (ROWS + 8) + n0 + (lane >> 4) * 8));
 }
 
-template <int BM, int BN, int WM, int WN, bool WGRAD>
-__global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g) {
-  constexpr int NT = WM * WN * 32;
-  constexpr int TM = BM / WM, TN = BN / WN;  // warp tile
-  constexpr int FM = TM / 16, FN = TN / 8;   // mma tiles per warp
-  static_assert(TM % 16 == 0 && TN % 16 == 0 && BM % 8 == 0 && BN % 8 == 0, "tile shape");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // BM·kLd: [BM][kLd] or [kBK][BM + 8]
-  __nv_bfloat16* Bs = As + BM * kLd;                                 // BN·kLd: [BN][kLd] or [kBK][BN + 8]
-
-  TileLoc t;
-  if (!locate_tile<BM, BN, WGRAD>(g, t)) return;
-  const __nv_bfloat16* pa = static_cast<const __nv_bfloat16*>(g.a) + t.a_off;
-  const __nv_bfloat16* pb = static_cast<const __nv_bfloat16*>(g.b) + t.b_off;
-  const int64_t c_off = t.c_off, klen = t.klen;
-  const int mlim = t.mlim, nlim = t.nlim;
-  const bool a_kmajor = g.a_sk == 1 || g.a_sm != 1;
-  const bool b_kmajor = g.b_sk == 1 || g.b_sn != 1;
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int wm = warp / WN, wn = warp % WN;
-  const int gq = lane >> 2, tq = lane & 3;
-
-  float acc[FM][FN][4];
+// One kBK step of MMAs of the warp (wm, wn) on the operand tiles in shared memory.
+template <int BM, int BN, int WM, int WN>
+__device__ __forceinline__ void tile_mma_step(float (&acc)[BM / WM / 16][BN / WN / 8][4], const __nv_bfloat16* As,
+                                              const __nv_bfloat16* Bs, bool a_kmajor, bool b_kmajor, int wm, int wn) {
+  constexpr int TM = BM / WM, TN = BN / WN;
+  constexpr int FM = TM / 16, FN = TN / 8;
 #pragma unroll
-  for (int i = 0; i < FM; ++i)
+  for (int kk = 0; kk < kBK; kk += 16) {
+    uint32_t af[FM][4], bfr[FN / 2][4];
 #pragma unroll
-    for (int j = 0; j < FN; ++j)
+    for (int i = 0; i < FM; ++i) frag_a<BM>(af[i], As, a_kmajor, wm * TM + i * 16, kk);
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
-
-  TileLoader<BM, NT> la;
-  TileLoader<BN, NT> lb;
-  const int64_t nk = (klen + kBK - 1) / kBK;
-  if (nk > 0) {
-    la.load(pa, g.a_sm, g.a_sk, g.a_vec, a_kmajor, mlim, 0, klen);
-    lb.load(pb, g.b_sn, g.b_sk, g.b_vec, b_kmajor, nlim, 0, klen);
+    for (int j = 0; j < FN / 2; ++j) frag_b2<BN>(bfr[j], Bs, b_kmajor, wn * TN + j * 16, kk);
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+      for (int j = 0; j < FN; ++j) mma::mma16816(acc[i][j], af[i], bfr[j / 2][(j & 1) * 2], bfr[j / 2][(j & 1) * 2 + 1]);
   }
-  for (int64_t kt = 0; kt < nk; ++kt) {
-    __syncthreads();  // the MMAs of the previous step are done with As/Bs
-    la.store(As, a_kmajor);
-    lb.store(Bs, b_kmajor);
-    __syncthreads();
-    if (kt + 1 < nk) {  // next tile's global loads overlap this step's MMAs
-      la.load(pa, g.a_sm, g.a_sk, g.a_vec, a_kmajor, mlim, (kt + 1) * kBK, klen);
-      lb.load(pb, g.b_sn, g.b_sk, g.b_vec, b_kmajor, nlim, (kt + 1) * kBK, klen);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kBK; kk += 16) {
-      uint32_t af[FM][4], bfr[FN / 2][4];
-#pragma unroll
-      for (int i = 0; i < FM; ++i) frag_a<BM>(af[i], As, a_kmajor, wm * TM + i * 16, kk);
-#pragma unroll
-      for (int j = 0; j < FN / 2; ++j) frag_b2<BN>(bfr[j], Bs, b_kmajor, wn * TN + j * 16, kk);
-#pragma unroll
-      for (int i = 0; i < FM; ++i)
-#pragma unroll
-        for (int j = 0; j < FN; ++j) mma::mma16816(acc[i][j], af[i], bfr[j / 2][(j & 1) * 2], bfr[j / 2][(j & 1) * 2 + 1]);
-    }
-  }
+}
 
-  // ---- epilogue: C (=) alpha·acc + beta·C inside the valid extents
+// C (=) alpha·acc + beta·C inside the tile's valid extents.
+template <int BM, int BN, int WM, int WN>
+__device__ __forceinline__ void tile_epilogue(const float (&acc)[BM / WM / 16][BN / WN / 8][4], const TileArgs& g,
+                                              const TileLoc& t, int wm, int wn) {
+  constexpr int TM = BM / WM, TN = BN / WN;
+  constexpr int FM = TM / 16, FN = TN / 8;
+  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int i = 0; i < FM; ++i)
 #pragma unroll
@@ -252,13 +228,117 @@ __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g
       for (int c = 0; c < 4; ++c) {
         const int r = wm * TM + i * 16 + gq + (c >= 2 ? 8 : 0);
         const int n = wn * TN + j * 8 + tq * 2 + (c & 1);
-        if (r < mlim && n < nlim) {
-          const int64_t o = c_off + int64_t(r) * g.ldc + n;
+        if (r < t.mlim && n < t.nlim) {
+          const int64_t o = t.c_off + int64_t(r) * g.ldc + n;
           float v = g.alpha * acc[i][j][c];
           if (g.beta != 0.f) v += g.beta * ld(g.c, o);
           st(g.c, o, v);
         }
       }
+}
+
+template <int BM, int BN, int WM, int WN, bool WGRAD>
+__global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g) {
+  constexpr int NT = WM * WN * 32;
+  static_assert((BM / WM) % 16 == 0 && (BN / WN) % 16 == 0 && BM % 8 == 0 && BN % 8 == 0, "tile shape");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [BM][kLd] or [kBK][BM + 8]
+  __nv_bfloat16* Bs = As + operand_elems(BM);                        // [BN][kLd] or [kBK][BN + 8]
+
+  TileLoc t;
+  if (!locate_tile<BM, BN, WGRAD>(g, t)) return;
+  const __nv_bfloat16* pa = static_cast<const __nv_bfloat16*>(g.a) + t.a_off;
+  const __nv_bfloat16* pb = static_cast<const __nv_bfloat16*>(g.b) + t.b_off;
+  const int64_t klen = t.klen;
+  const bool a_kmajor = g.a_sk == 1 || g.a_sm != 1;
+  const bool b_kmajor = g.b_sk == 1 || g.b_sn != 1;
+  const int warp = threadIdx.x >> 5, wm = warp / WN, wn = warp % WN;
+
+  float acc[BM / WM / 16][BN / WN / 8][4] = {};
+  TileLoader<BM, NT> la;
+  TileLoader<BN, NT> lb;
+  const int64_t nk = (klen + kBK - 1) / kBK;
+  if (nk > 0) {
+    la.load(pa, g.a_sm, g.a_sk, g.a_vec, a_kmajor, t.mlim, 0, klen);
+    lb.load(pb, g.b_sn, g.b_sk, g.b_vec, b_kmajor, t.nlim, 0, klen);
+  }
+  for (int64_t kt = 0; kt < nk; ++kt) {
+    __syncthreads();  // the MMAs of the previous step are done with As/Bs
+    la.store(As, a_kmajor);
+    lb.store(Bs, b_kmajor);
+    __syncthreads();
+    if (kt + 1 < nk) {  // next tile's global loads overlap this step's MMAs
+      la.load(pa, g.a_sm, g.a_sk, g.a_vec, a_kmajor, t.mlim, (kt + 1) * kBK, klen);
+      lb.load(pb, g.b_sn, g.b_sk, g.b_vec, b_kmajor, t.nlim, (kt + 1) * kBK, klen);
+    }
+    tile_mma_step<BM, BN, WM, WN>(acc, As, Bs, a_kmajor, b_kmajor, wm, wn);
+  }
+  tile_epilogue<BM, BN, WM, WN>(acc, g, t, wm, wn);
+}
+
+// Ring depth of the cp.async form: 3 k-steps (96 of the reduction) in flight behind the MMAs. Big tiles take
+// 4 x 20 KiB of shared memory (two blocks per SM on sm_80/sm_90, one on a 99 KiB GPU).
+constexpr int kStages = 4;
+
+// The ROWS×kBK operand tile at reduction offset k0 into shared memory by 16-byte cp.async copies, in
+// TileLoader's layouts (k-major S[i][k] when the reduction dimension is contiguous, else i-major S[k][i]), zeros
+// outside the matrix. Only for vector operands: unit stride along the 8-element runs and extents (ilim, klim
+// along a k-major run) multiples of 8, so every run is wholly inside or wholly outside.
+template <int ROWS, int NT>
+__device__ __forceinline__ void tile_async(__nv_bfloat16* s, const __nv_bfloat16* p, int64_t si, int64_t sk,
+                                           bool kmajor, int ilim, int64_t k0, int64_t klim) {
+  constexpr int kVecs = ROWS * kBK / 8, kPer = (kVecs + NT - 1) / NT, kLdI = ROWS + 8;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    const int v = threadIdx.x + q * NT;
+    if (kVecs % NT != 0 && v >= kVecs) break;
+    const int i = kmajor ? v / (kBK / 8) : (v % (ROWS / 8)) * 8;
+    const int k = kmajor ? (v % (kBK / 8)) * 8 : v / (ROWS / 8);
+    const bool valid = i < ilim && k0 + k < klim;
+    const __nv_bfloat16* src = valid ? p + i * si + (k0 + k) * sk : p;
+    mma::cp_async16(mma::smem_addr(kmajor ? s + i * kLd + k : s + k * kLdI + i), src, valid);
+  }
+}
+
+template <int BM, int BN, int WM, int WN, bool WGRAD>
+__global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_pipe_kernel(TileArgs g) {
+  constexpr int NT = WM * WN * 32;
+  constexpr int kStage = operand_elems(BM) + operand_elems(BN);  // bf16 per ring slot: A then B
+  static_assert((BM / WM) % 16 == 0 && (BN / WN) % 16 == 0 && BM % 8 == 0 && BN % 8 == 0, "tile shape");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+
+  TileLoc t;
+  if (!locate_tile<BM, BN, WGRAD>(g, t)) return;
+  const __nv_bfloat16* pa = static_cast<const __nv_bfloat16*>(g.a) + t.a_off;
+  const __nv_bfloat16* pb = static_cast<const __nv_bfloat16*>(g.b) + t.b_off;
+  const int64_t klen = t.klen;
+  const bool a_kmajor = g.a_sk == 1 || g.a_sm != 1;
+  const bool b_kmajor = g.b_sk == 1 || g.b_sn != 1;
+  const int warp = threadIdx.x >> 5, wm = warp / WN, wn = warp % WN;
+  auto issue = [&](int64_t kt) {
+    __nv_bfloat16* slot = ring + (kt % kStages) * kStage;
+    tile_async<BM, NT>(slot, pa, g.a_sm, g.a_sk, a_kmajor, t.mlim, kt * kBK, klen);
+    tile_async<BN, NT>(slot + operand_elems(BM), pb, g.b_sn, g.b_sk, b_kmajor, t.nlim, kt * kBK, klen);
+  };
+
+  float acc[BM / WM / 16][BN / WN / 8][4] = {};
+  const int64_t nk = (klen + kBK - 1) / kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nk) issue(s);
+    mma::cp_async_commit();  // one group per step, empty past the end, so wait_group counts steps
+  }
+  for (int64_t kt = 0; kt < nk; ++kt) {
+    mma::cp_async_wait<kStages - 2>();  // step kt's copies (this thread's) have landed
+    __syncthreads();                     // everyone's have, and everyone is done with step kt - 1's slot
+    if (kt + kStages - 1 < nk) issue(kt + kStages - 1);
+    mma::cp_async_commit();
+    const __nv_bfloat16* slot = ring + (kt % kStages) * kStage;
+    tile_mma_step<BM, BN, WM, WN>(acc, slot, slot + operand_elems(BM), a_kmajor, b_kmajor, wm, wn);
+  }
+  mma::cp_async_wait<0>();
+  tile_epilogue<BM, BN, WM, WN>(acc, g, t, wm, wn);
 }
 
 // fp32 form of the same tile problem (operands both F32: the LoRA products u·B_eᵀ and du·A_e, and every
@@ -324,10 +404,91 @@ __global__ void __launch_bounds__(256) grouped_fma_kernel(TileArgs g) {
 }
 constexpr size_t fma_smem() { return sizeof(float) * kFK * (kFM + 1 + kFN + 1); }
 
+// The fp32 forward form with a short reduction (K <= kThinK: the LoRA products y += s·u·B_eᵀ and dx += du·A_e,
+// K = the rank) reads and writes all of C for ~2·K flops an element, so it is bound by C's traffic: each thread
+// owns 8 consecutive columns of 8 rows (a warp one row's 256 columns: 16-byte loads and stores of a bf16 C), and
+// the whole reduction sits in shared memory. The k order and the fmaf chain are grouped_fma_kernel's, so both
+// give the same bits.
+constexpr int kThinM = kFM, kThinN = 256, kThinK = 32;
+constexpr size_t thin_smem() { return sizeof(float) * (kThinM * (kThinK + 1) + kThinK * kThinN); }
+
+__global__ void __launch_bounds__(256) grouped_fma_thin_kernel(TileArgs g) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* Bs = reinterpret_cast<float*>(smem_raw);  // [kThinK][kThinN]: B(n, k) at Bs[k·kThinN + n]
+  float* As = Bs + kThinK * kThinN;                 // [kThinM][kThinK + 1]: A(m, k)
+  TileLoc t;
+  if (!locate_tile<kThinM, kThinN, false>(g, t)) return;
+  const float* pa = static_cast<const float*>(g.a) + t.a_off;
+  const float* pb = static_cast<const float*>(g.b) + t.b_off;
+  const int K = static_cast<int>(t.klen);
+  // Operands: every load of a thread issued before any of its shared stores (unrolled to kThinK, predicated on
+  // K), so each thread waits for global memory once. Thread n takes column n of B; threads 4i..4i+3 row i of A.
+  {
+    const int n = threadIdx.x, i = threadIdx.x / 4, kq = (threadIdx.x % 4) * (kThinK / 4);
+    float b[kThinK], a[kThinK / 4];
+#pragma unroll
+    for (int k = 0; k < kThinK; ++k) b[k] = k < K && n < t.nlim ? pb[n * g.b_sn + k * g.b_sk] : 0.f;
+#pragma unroll
+    for (int k = 0; k < kThinK / 4; ++k) a[k] = kq + k < K && i < t.mlim ? pa[i * g.a_sm + (kq + k) * g.a_sk] : 0.f;
+#pragma unroll
+    for (int k = 0; k < kThinK; ++k) Bs[k * kThinN + n] = b[k];
+#pragma unroll
+    for (int k = 0; k < kThinK / 4; ++k) As[i * (kThinK + 1) + kq + k] = a[k];
+  }
+  __syncthreads();
+  const int n0 = (threadIdx.x % 32) * 8, r0 = threadIdx.x / 32;
+  // C's old rows, loaded before the products so that their latency overlaps them.
+  uint4 old[8];
+  const bool vec = g.c_vec && n0 + 8 <= t.nlim && g.beta != 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (vec && r0 + 8 * i < t.mlim) old[i] = *reinterpret_cast<const uint4*>(
+        static_cast<const __nv_bfloat16*>(g.c.p) + t.c_off + int64_t(r0 + 8 * i) * g.ldc + n0);
+  float acc[8][8] = {};
+  for (int k = 0; k < K; ++k) {
+    float a[8], b[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) a[i] = As[(r0 + 8 * i) * (kThinK + 1) + k];
+    const float4 b0 = *reinterpret_cast<const float4*>(Bs + k * kThinN + n0);
+    const float4 b1 = *reinterpret_cast<const float4*>(Bs + k * kThinN + n0 + 4);
+    b[0] = b0.x, b[1] = b0.y, b[2] = b0.z, b[3] = b0.w, b[4] = b1.x, b[5] = b1.y, b[6] = b1.z, b[7] = b1.w;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = r0 + 8 * i;
+    if (r >= t.mlim || n0 >= t.nlim) continue;
+    const int64_t o = t.c_off + int64_t(r) * g.ldc + n0;
+    if (g.c_vec && n0 + 8 <= t.nlim) {
+      const auto* h = reinterpret_cast<const __nv_bfloat162*>(&old[i]);
+      Bf16x8 out;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float v = g.alpha * acc[i][j];
+        if (vec) v += g.beta * (j % 2 ? __high2float(h[j / 2]) : __low2float(h[j / 2]));
+        out.v[j] = v;
+      }
+      st8(g.c.p, o / 8, out);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (n0 + j >= t.nlim) break;
+        float v = g.alpha * acc[i][j];
+        if (g.beta != 0.f) v += g.beta * ld(g.c, o + j);
+        st(g.c, o + j, v);
+      }
+    }
+  }
+}
+
 // Big tiles for the expert weights (N, K in the hundreds or thousands); skinny N for LoRA ranks (N <= 32).
 constexpr int kBigM = 128, kBigN = 128, kBigWM = 2, kBigWN = 4;
 constexpr int kSkM = 128, kSkN = 32, kSkWM = 4, kSkWN = 2;
-constexpr size_t tile_smem(int bm, int bn) { return sizeof(__nv_bfloat16) * size_t(bm + bn) * kLd; }
+constexpr size_t tile_smem(int bm, int bn) { return sizeof(__nv_bfloat16) * size_t(operand_elems(bm) + operand_elems(bn)); }
+constexpr size_t pipe_smem(int bm, int bn) { return tile_smem(bm, bn) * kStages; }
 
 #ifndef DT_ATTN_EMU  // the tile map and launchers are not part of the host emulation build
 // tile_off (=) exclusive scan of ceil((off[e+1] - off[e]) / bm) over experts; one block, any E.
@@ -348,9 +509,21 @@ __global__ void tile_prefix_kernel(const int32_t* off, int E, int bm, int32_t* t
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 
+// Vector operands take the cp.async ring where the policy's shared memory allows it; anything else the
+// register-prefetch kernel.
 template <int BM, int BN, int WM, int WN, bool WGRAD>
-void launch_tile(const TileArgs& a, dim3 grid, cudaStream_t s) {
+cudaError_t launch_tile(const KernelPolicy& pol, const TileArgs& a, dim3 grid, cudaStream_t s) {
+  if (a.a_vec && a.b_vec) {
+    auto* pipe = grouped_mma_pipe_kernel<BM, BN, WM, WN, WGRAD>;
+    if (pol.smem_fits(pipe_smem(BM, BN)) && set_launch_smem(pol, pipe, pipe_smem(BM, BN)) == cudaSuccess) {
+      pipe<<<grid, WM * WN * 32, pipe_smem(BM, BN), s>>>(a);
+      return cudaGetLastError();
+    }
+    (void)cudaGetLastError();
+  }
+  if (!default_smem_fits(pol, tile_smem(BM, BN))) return cudaErrorInvalidConfiguration;
   grouped_mma_kernel<BM, BN, WM, WN, WGRAD><<<grid, WM * WN * 32, tile_smem(BM, BN), s>>>(a);
+  return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU
 
@@ -383,18 +556,26 @@ cudaError_t launch_grouped_gemm(const KernelPolicy& pol, const void* x, const vo
   a.K = K;
   a.alpha = alpha;
   a.beta = beta;
-  const bool skinny = N <= kSkN;
-  const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
-  if (!default_smem_fits(pol, fp32 ? fma_smem() : tile_smem(bm, bn))) return cudaErrorInvalidConfiguration;
+  a.c_vec = y.t == KType::BF16 && aligned16(y.p) && N % 8 == 0;
+  const bool skinny = N <= kSkN, thin = fp32 && K <= kThinK;
+  const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = thin ? kThinN : fp32 ? kFN : skinny ? kSkN : kBigN;
+  if (!default_smem_fits(pol, thin ? thin_smem() : fp32 ? fma_smem() : tile_smem(bm, bn)))
+    return cudaErrorInvalidConfiguration;
   tile_prefix_kernel<<<1, 1024, 0, s>>>(offsets, E, bm, tile_scratch);
   const int64_t tiles = (M + bm - 1) / bm + E;
   const int64_t ntiles = (N + bn - 1) / bn;
   if (tiles > 0x7fffffff || ntiles > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(ntiles));
-  if (fp32) grouped_fma_kernel<false><<<grid, 256, fma_smem(), s>>>(a);
-  else if (skinny) launch_tile<kSkM, kSkN, kSkWM, kSkWN, false>(a, grid, s);
-  else launch_tile<kBigM, kBigN, kBigWM, kBigWN, false>(a, grid, s);
-  return cudaGetLastError();
+  if (thin) {
+    grouped_fma_thin_kernel<<<grid, 256, thin_smem(), s>>>(a);
+    return cudaGetLastError();
+  }
+  if (fp32) {
+    grouped_fma_kernel<false><<<grid, 256, fma_smem(), s>>>(a);
+    return cudaGetLastError();
+  }
+  if (skinny) return launch_tile<kSkM, kSkN, kSkWM, kSkWN, false>(pol, a, grid, s);
+  return launch_tile<kBigM, kBigN, kBigWM, kBigWN, false>(pol, a, grid, s);
 }
 
 cudaError_t launch_grouped_gemm_wgrad(const KernelPolicy& pol, const void* pa, const void* pb, bool fp32, const int32_t* offsets, int E,
@@ -427,10 +608,12 @@ cudaError_t launch_grouped_gemm_wgrad(const KernelPolicy& pol, const void* pa, c
   const int64_t mt = (N + bm - 1) / bm, nt = (K + bn - 1) / bn;
   if (mt > 0x7fffffff || nt > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(mt), static_cast<unsigned>(nt), static_cast<unsigned>(E));
-  if (fp32) grouped_fma_kernel<true><<<grid, 256, fma_smem(), s>>>(a);
-  else if (skinny) launch_tile<kSkM, kSkN, kSkWM, kSkWN, true>(a, grid, s);
-  else launch_tile<kBigM, kBigN, kBigWM, kBigWN, true>(a, grid, s);
-  return cudaGetLastError();
+  if (fp32) {
+    grouped_fma_kernel<true><<<grid, 256, fma_smem(), s>>>(a);
+    return cudaGetLastError();
+  }
+  if (skinny) return launch_tile<kSkM, kSkN, kSkWM, kSkWN, true>(pol, a, grid, s);
+  return launch_tile<kBigM, kBigN, kBigWM, kBigWN, true>(pol, a, grid, s);
 }
 
 #endif  // DT_ATTN_EMU

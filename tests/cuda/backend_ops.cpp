@@ -1084,8 +1084,10 @@ void case_moe_grouped(Env& e) {
     compare(e, "moe_combine (unweighted)", out1, 1e-10);
   }
 
-  // grouped_gemm: both weight orientations, big and skinny N, vector and scalar loads (K or N not a multiple
-  // of 8), several row tiles per expert, rows past offsets[E] left alone.
+  // grouped_gemm: both weight orientations, big and skinny N, vector loads (the cp.async ring kernel) and scalar
+  // ones (K or N not a multiple of 8: the register-prefetch kernel), several row tiles per expert, rows past
+  // offsets[E] left alone; the last case the gate_up GEMM of a 35B-A3B layer (hidden 2048, 2 x 512 expert
+  // columns, ~128 rows an expert), then its LoRA up-projection (fp32 u·B_eᵀ into bf16 y, K = r: the thin kernel).
   struct G {
     int64_t E, rows, M, N, K;
     DType x, w, y;
@@ -1094,7 +1096,8 @@ void case_moe_grouped(Env& e) {
   const G gcases[] = {{3, 301, 305, 40, 72, BF, BF, BF, 1.f, 0.f},    {37, 500, 500, 130, 33, BF, BF, F32, 1.f, 0.f},
                       {64, 777, 780, 16, 64, F32, F32, BF, 0.5f, 1.f}, {5, 300, 300, 24, 20, BF, F32, F32, 1.f, 0.25f},
                       {8, 1000, 1000, 256, 256, BF, BF, BF, 1.f, 0.f}, {11, 250, 251, 72, 16, F32, BF, BF, -1.f, 1.f},
-                      {13, 400, 401, 200, 16, F32, F32, F32, 1.f, 1.f}, {6, 90, 90, 16, 130, F32, F32, F32, 1.f, 0.f}};
+                      {13, 400, 401, 200, 16, F32, F32, F32, 1.f, 1.f}, {6, 90, 90, 16, 130, F32, F32, F32, 1.f, 0.f},
+                      {8, 1024, 1024, 1024, 2048, BF, BF, BF, 1.f, 0.f}, {16, 2048, 2048, 1024, 16, F32, F32, BF, 2.f, 1.f}};
   for (const G& c : gcases)
     for (int tw = 0; tw < 2; ++tw) {
       Pair off = offsets(c.E, c.rows, c.M);
@@ -1127,7 +1130,8 @@ void case_moe_grouped(Env& e) {
     float alpha, beta;
   };
   const W wcases[] = {{9, 400, 400, 16, 72, F32, BF, 1.f, 1.f},  {9, 400, 403, 72, 16, BF, F32, 0.5f, 1.f},
-                      {3, 150, 150, 33, 130, BF, BF, 1.f, 0.f},  {40, 321, 321, 8, 40, F32, F32, 1.f, 0.f}};
+                      {3, 150, 150, 33, 130, BF, BF, 1.f, 0.f},  {40, 321, 321, 8, 40, F32, F32, 1.f, 0.f},
+                      {6, 700, 700, 64, 136, BF, BF, 1.f, 0.f}};  // the last: the cp.async ring (vector operands)
   for (const W& c : wcases) {
     Pair off = offsets(c.E, c.rows, c.M);
     Pair a = e.in({c.M, c.N}, c.a), b = e.in({c.M, c.K}, c.b);
