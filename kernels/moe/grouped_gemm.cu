@@ -51,7 +51,7 @@ constexpr int kBK = 32;
 constexpr int kPad = 8;
 constexpr int kLd = kBK + kPad;  // shared row length in bf16
 // bf16 of one operand tile of ROWS rows in shared memory: k-major [ROWS][kLd] or i-major [kBK][ROWS + 8].
-constexpr int operand_elems(int rows) { return rows * kLd > kBK * (rows + 8) ? rows * kLd : kBK * (rows + 8); }
+__host__ __device__ constexpr int operand_elems(int rows) { return rows * kLd > kBK * (rows + 8) ? rows * kLd : kBK * (rows + 8); }
 
 struct TileArgs {
   const void* a;  // bf16 (tensor-core kernel) or f32 (fp32 kernel): element (m, k) at a[m·a_sm + k·a_sk]
