@@ -123,6 +123,7 @@ void DataParallel::attach(LoraAdapter& adapter, int64_t bucket_bytes) {
     m.gB = flat_.slice(ob, ob + m.B.numel()).view(m.B.shape);
   }
   buckets_ = plan_buckets(slots, layout, std::max<int64_t>(kAlign, bucket_bytes / 4));
+  adapter.grad_flat = Tensor{};  // every gradient lives in flat_ now: lora_to_backend's buffer is freed
 }
 
 void DataParallel::zero_gradients() {

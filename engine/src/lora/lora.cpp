@@ -252,16 +252,36 @@ LoraAdapter lora_create(const ModelConfig& cfg, const LoraSpec& spec, uint64_t s
 }
 
 void lora_to_backend(LoraAdapter& adapter, Backend& backend) {
+  constexpr int64_t kAlign = 64;  // every gradient starts 256-byte aligned in grad_flat
+  auto aligned = [](int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  int64_t total = 0;
+  for (const LoraModule& m : adapter.modules)
+    if (m.experts == 0) total += aligned(m.A.numel()) + aligned(m.B.numel());
+  adapter.grad_flat = total > 0 ? backend.zeros({total}, DType::F32) : Tensor{};
+  int64_t at = 0;
+  auto take = [&](const Shape& shape, int64_t n) {
+    Tensor g = adapter.grad_flat.slice(at, at + n).view(shape);
+    at += aligned(n);
+    return g;
+  };
   for (LoraModule& m : adapter.modules) {
     m.A = backend.upload(m.A, DType::F32);
     m.B = backend.upload(m.B, DType::F32);
-    m.gA = backend.zeros(m.A.shape, DType::F32);
-    m.gB = backend.zeros(m.B.shape, DType::F32);
+    // Expert gradients apart: expert parallel replaces them with this GPU's slice (expert_lora_keep_slice).
+    m.gA = m.experts == 0 ? take(m.A.shape, m.A.numel()) : backend.zeros(m.A.shape, DType::F32);
+    m.gB = m.experts == 0 ? take(m.B.shape, m.B.numel()) : backend.zeros(m.B.shape, DType::F32);
   }
 }
 
 void lora_zero_grad(LoraAdapter& adapter, Backend& backend) {
+  bool flat = adapter.grad_flat.defined();
+  for (const LoraModule& m : adapter.modules)
+    if (m.experts == 0)
+      flat = flat && m.gA.storage == adapter.grad_flat.storage && m.gB.storage == adapter.grad_flat.storage;
+  if (flat) backend.fill(adapter.grad_flat, 0.f);
+  else adapter.grad_flat = Tensor{};  // no longer every gradient's buffer: not kept alive for the others
   for (LoraModule& m : adapter.modules) {
+    if (flat && m.experts == 0) continue;
     if (!m.gA.defined()) m.gA = backend.zeros(m.A.shape, DType::F32);
     else backend.fill(m.gA, 0.f);
     if (!m.gB.defined()) m.gB = backend.zeros(m.B.shape, DType::F32);

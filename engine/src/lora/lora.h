@@ -43,6 +43,10 @@ struct LoraAdapter {
   std::string class_prefix;
   std::vector<LoraModule> modules;
   std::map<std::string, size_t> by_path;
+  // lora_to_backend places every gA/gB of the linear (not expert) modules in this one F32 buffer, so that
+  // lora_zero_grad zeroes them in one fill while they all still live there (dropped by the first lora_zero_grad
+  // that finds one replaced, and by DataParallel::attach, which places them in its own buffer).
+  Tensor grad_flat;
 
   LoraModule* find(const std::string& path);
   const LoraModule* find(const std::string& path) const;

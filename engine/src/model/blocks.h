@@ -67,7 +67,8 @@ struct BlockContext {
   const LoraRuntime& rt;
   int layer = 0;
   // This forward is the recompute right before the layer's backward (gradient checkpointing): ops may keep
-  // per-call state for the backward instead of recomputing it there.
+  // per-call state for the backward instead of recomputing it there, and the layer's output (the next layer's
+  // input, kept) is not formed.
   bool keep_for_backward = false;
   // This forward's activations are kept for a backward after the rest of the forward (a layer not
   // checkpointed): ops may keep what is cheap in memory and saves work in that backward.
@@ -112,6 +113,10 @@ struct MlpCache {
 Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
                LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& cache,
                Tensor* add_to = nullptr);
+// What mlp_bwd reads of mlp_fwd, without the output (a checkpointed layer's recompute: the down projection's
+// base product, [T, I] x [I, H], and its rank-r term are skipped).
+void mlp_fwd_cache(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, LoraModule* lg,
+                   LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& cache);
 void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
              LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& dout, const MlpCache& cache,
              Tensor& dx, bool accumulate);

@@ -78,14 +78,10 @@ LoraComputeCopies::~LoraComputeCopies() {
   }
 }
 
-void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
-                uint64_t module_salt, Tensor& y, LinearCache& cache, bool accumulate) {
+void linear_fwd_cache(Backend& be, const Tensor& x, LoraModule* lora, const LoraRuntime& rt, uint64_t module_salt,
+                      LinearCache& cache) {
   cache.x = x;
-  const float y_beta = accumulate ? 1.f : 0.f;
-  if (!lora) {
-    base_gemm(be, x, wq, true, y, y_beta);
-    return;
-  }
+  if (!lora) return;
   Tensor xin = x;
   if (rt.training && rt.dropout > 0.f) {
     cache.xd = be.alloc(x.shape, x.dtype);
@@ -94,6 +90,16 @@ void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* 
   }
   cache.u = be.alloc({x.rows(), lora->r}, be.compute_dtype());
   be.gemm(xin, false, factor_a(*lora), true, cache.u, 1.f, 0.f);
+}
+
+void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
+                uint64_t module_salt, Tensor& y, LinearCache& cache, bool accumulate) {
+  linear_fwd_cache(be, x, lora, rt, module_salt, cache);
+  const float y_beta = accumulate ? 1.f : 0.f;
+  if (!lora) {
+    base_gemm(be, x, wq, true, y, y_beta);
+    return;
+  }
   // The rank-r term first, then the base product accumulates into it: the base GEMM's epilogue reads y once,
   // where adding the rank-r term afterwards took another read and write of the whole output.
   be.gemm(cache.u, false, factor_b(*lora), true, y, lora->scaling, y_beta);

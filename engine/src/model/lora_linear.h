@@ -91,6 +91,10 @@ void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span
 // y [T, out].
 void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& w, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, Tensor& y, LinearCache& cache, bool accumulate = false);
+// What linear_bwd reads of linear_fwd (x, dropout(x), u = x·Aᵀ) without y: a forward whose output nothing
+// reads (a checkpointed layer's recompute of its last product) skips the base product and the rank-r term.
+void linear_fwd_cache(Backend& be, const Tensor& x, LoraModule* lora, const LoraRuntime& rt, uint64_t module_salt,
+                      LinearCache& cache);
 // dx (=) or (+=) dy·W + LoRA path; LoRA gradients (+=) into lora->gA/gB.
 void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& w, LoraModule* lora, const LoraRuntime& rt,
                 uint64_t module_salt, const LinearCache& cache, Tensor& dx, bool accumulate);

@@ -3,9 +3,10 @@
 
 namespace deltatune {
 
-Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
-               LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& k,
-               Tensor* add_to) {
+namespace {
+// gate/up and SwiGLU into k; returns h.
+const Tensor& mlp_fwd_gated(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, LoraModule* lg,
+                            LoraModule* lu, int salt0, const Tensor& x, MlpCache& k) {
   Backend& be = c.be;
   const int64_t T = x.rows(), I = gate_w.dim(0);
   const DType dt = be.compute_dtype();
@@ -16,9 +17,24 @@ Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix
   linear_group_fwd(be, x, gu, c.rt, gu_out, k.lgu);
   k.h = be.alloc({T, I}, dt);
   be.swiglu_fwd(k.g, k.u, k.h);
-  Tensor out = add_to ? *add_to : be.alloc({T, down_w.dim(0)}, dt);
-  linear_fwd(be, k.h, down_w, ld, c.rt, c.salt(salt0 + 2), out, k.ld, add_to != nullptr);
+  return k.h;
+}
+}  // namespace
+
+Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
+               LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& k,
+               Tensor* add_to) {
+  Backend& be = c.be;
+  const Tensor& h = mlp_fwd_gated(c, gate_w, up_w, lg, lu, salt0, x, k);
+  Tensor out = add_to ? *add_to : be.alloc({x.rows(), down_w.dim(0)}, be.compute_dtype());
+  linear_fwd(be, h, down_w, ld, c.rt, c.salt(salt0 + 2), out, k.ld, add_to != nullptr);
   return out;
+}
+
+void mlp_fwd_cache(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, LoraModule* lg,
+                   LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& k) {
+  const Tensor& h = mlp_fwd_gated(c, gate_w, up_w, lg, lu, salt0, x, k);
+  linear_fwd_cache(c.be, h, ld, c.rt, c.salt(salt0 + 2), k.ld);
 }
 
 void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,

@@ -80,7 +80,8 @@ BaseMatrix up_experts(Backend& be, const ModelWeights& mw, const Tensor& t) {
 }
 
 
-// Layer forward: x -> x + mixer(norm(x)) -> + mlp(norm(.)). Fills `c`.
+// Layer forward: x -> x + mixer(norm(x)) -> + mlp(norm(.)). Fills `c`. A recompute (keep_for_backward) of a
+// dense layer returns no output: its down projection's product is skipped (the next layer's input was kept).
 Tensor layer_fwd(const BlockContext& ctx, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
                  LayerCache& c) {
   Backend& be = ctx.be;
@@ -100,6 +101,10 @@ Tensor layer_fwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
   c.m = be.alloc({T, H}, dt);
   c.rstd2 = be.alloc({T}, DType::F32);
   be.rmsnorm_fwd(c.x_mid, w.post_norm, eps, true, c.m, c.rstd2);
+  if (ctx.keep_for_backward && !cfg.is_moe()) {  // a recompute: the backward reads the caches, not the output
+    mlp_fwd_cache(ctx, w.gate_proj, w.up_proj, l.gate, l.up, l.down, 9, c.m, c.mlp);
+    return Tensor();
+  }
   Tensor out = be.alloc({T, H}, dt);
   be.copy(out, c.x_mid);
   if (cfg.is_moe()) be.add(out, moe_block_fwd(ctx, w, l, c.m, c.moe), 1.f);

@@ -25,6 +25,7 @@ void overwrite(Backend& be, Tensor& dst, const Tensor& host, const std::string& 
 
 LoraAdapter lora_download(const LoraAdapter& adapter, Backend& be) {
   LoraAdapter host = adapter;
+  host.grad_flat = Tensor{};
   for (LoraModule& m : host.modules) {
     m.A = be.download(m.A, DType::F32);
     m.B = be.download(m.B, DType::F32);
