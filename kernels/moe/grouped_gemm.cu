@@ -237,6 +237,27 @@ __device__ __forceinline__ void tile_epilogue(const float (&acc)[BM / WM / 16][B
       }
 }
 
+// What both tensor-core kernels start from: this block's tile, its operand origins, the operands' shared layouts
+// (k-major unless the row dimension is the contiguous one) and this warp's place in the tile. False: no tile.
+struct TileStart {
+  TileLoc t;
+  const __nv_bfloat16 *pa, *pb;
+  bool a_kmajor, b_kmajor;
+  int wm, wn;
+};
+template <int BM, int BN, int WN, bool WGRAD>
+__device__ __forceinline__ bool tile_start(const TileArgs& g, TileStart& s) {
+  if (!locate_tile<BM, BN, WGRAD>(g, s.t)) return false;
+  s.pa = static_cast<const __nv_bfloat16*>(g.a) + s.t.a_off;
+  s.pb = static_cast<const __nv_bfloat16*>(g.b) + s.t.b_off;
+  s.a_kmajor = g.a_sk == 1 || g.a_sm != 1;
+  s.b_kmajor = g.b_sk == 1 || g.b_sn != 1;
+  const int warp = threadIdx.x >> 5;
+  s.wm = warp / WN;
+  s.wn = warp % WN;
+  return true;
+}
+
 template <int BM, int BN, int WM, int WN, bool WGRAD>
 __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g) {
   constexpr int NT = WM * WN * 32;
@@ -245,14 +266,13 @@ __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_kernel(TileArgs g
   __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [BM][kLd] or [kBK][BM + 8]
   __nv_bfloat16* Bs = As + operand_elems(BM);                        // [BN][kLd] or [kBK][BN + 8]
 
-  TileLoc t;
-  if (!locate_tile<BM, BN, WGRAD>(g, t)) return;
-  const __nv_bfloat16* pa = static_cast<const __nv_bfloat16*>(g.a) + t.a_off;
-  const __nv_bfloat16* pb = static_cast<const __nv_bfloat16*>(g.b) + t.b_off;
+  TileStart st;
+  if (!tile_start<BM, BN, WN, WGRAD>(g, st)) return;
+  const TileLoc& t = st.t;
+  const __nv_bfloat16 *pa = st.pa, *pb = st.pb;
   const int64_t klen = t.klen;
-  const bool a_kmajor = g.a_sk == 1 || g.a_sm != 1;
-  const bool b_kmajor = g.b_sk == 1 || g.b_sn != 1;
-  const int warp = threadIdx.x >> 5, wm = warp / WN, wn = warp % WN;
+  const bool a_kmajor = st.a_kmajor, b_kmajor = st.b_kmajor;
+  const int wm = st.wm, wn = st.wn;
 
   float acc[BM / WM / 16][BN / WN / 8][4] = {};
   TileLoader<BM, NT> la;
@@ -308,14 +328,13 @@ __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_pipe_kernel(TileA
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw);
 
-  TileLoc t;
-  if (!locate_tile<BM, BN, WGRAD>(g, t)) return;
-  const __nv_bfloat16* pa = static_cast<const __nv_bfloat16*>(g.a) + t.a_off;
-  const __nv_bfloat16* pb = static_cast<const __nv_bfloat16*>(g.b) + t.b_off;
+  TileStart st;
+  if (!tile_start<BM, BN, WN, WGRAD>(g, st)) return;
+  const TileLoc& t = st.t;
+  const __nv_bfloat16 *pa = st.pa, *pb = st.pb;
   const int64_t klen = t.klen;
-  const bool a_kmajor = g.a_sk == 1 || g.a_sm != 1;
-  const bool b_kmajor = g.b_sk == 1 || g.b_sn != 1;
-  const int warp = threadIdx.x >> 5, wm = warp / WN, wn = warp % WN;
+  const bool a_kmajor = st.a_kmajor, b_kmajor = st.b_kmajor;
+  const int wm = st.wm, wn = st.wn;
   auto issue = [&](int64_t kt) {
     __nv_bfloat16* slot = ring + (kt % kStages) * kStage;
     tile_async<BM, NT>(slot, pa, g.a_sm, g.a_sk, a_kmajor, t.mlim, kt * kBK, klen);
