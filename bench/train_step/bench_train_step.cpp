@@ -11,6 +11,8 @@
 //   bench_train_step --shape 2b [--tokens 4096] [--steps 5] [--warmup 2] [--ckpt 1] [--seqs 1] [--overlap 1]
 //                    [--layers N (fewer layers of the shape)] [--experts 0|1 (LoRA on MoE experts, default 1)]
 //                    [--rank R (LoRA rank, default 16; alpha = 2R)]
+//                    [--prompt-share F (the first F of every sequence is a masked prompt: no targets there, as
+//                     chat data under train_on_inputs: false; default 0, every token trained)]
 //                    [--ckpt-layers N (with --ckpt 1: checkpoint only the first N layers; -1 = all)]
 //                    [--ckpt auto (gradient_checkpointing: auto, the memory plan for the GPU's free memory before
 //                     the bench allocates, or for each of --free-gib X1,X2,... (e.g. another GPU's memory); several
@@ -107,6 +109,7 @@ double now_s() {
 int main(int argc, char** argv) {
   std::string shape = "2b";
   int64_t tokens = 4096, seqs = 1, layers = 0;
+  double prompt_share = 0;
   bool experts = true;
   int64_t rank = 16, ckpt_layers = -1;
   int steps = 5, warmup = 2;
@@ -134,6 +137,7 @@ int main(int argc, char** argv) {
       }
     }
     else if (a == "--seqs") seqs = std::atoll(v.c_str());
+    else if (a == "--prompt-share") prompt_share = std::atof(v.c_str());
     else if (a == "--peak") peak = std::atof(v.c_str());
     else if (a == "--layers") layers = std::atoll(v.c_str());
     else if (a == "--experts") experts = std::atoi(v.c_str()) != 0;
@@ -188,7 +192,7 @@ int main(int argc, char** argv) {
       dp->attach(adapter, int64_t(25) << 20);
     }
 
-    // One packed row: `seqs` sequences of equal length, random token ids, every token trained.
+    // One packed row: `seqs` sequences of equal length, random token ids, every token trained but the prompt's.
     std::mt19937 rng(11 + (dp ? dp->rank() : 0));  // each GPU its own row
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size - 1));
     std::vector<Example> ex(static_cast<size_t>(seqs));
@@ -196,6 +200,8 @@ int main(int argc, char** argv) {
       const int64_t len = tokens / seqs + (s < tokens % seqs ? 1 : 0);
       for (int64_t t = 0; t < len; ++t) ex[s].input_ids.push_back(tok(rng));
       ex[s].labels = ex[s].input_ids;
+      const auto prompt = static_cast<int64_t>(prompt_share * static_cast<double>(len));
+      for (int64_t t = 0; t < std::min(prompt, len); ++t) ex[s].labels[static_cast<size_t>(t)] = -100;
     }
     std::vector<const Example*> ptrs;
     for (auto& e : ex) ptrs.push_back(&e);
@@ -320,14 +326,14 @@ int main(int argc, char** argv) {
                   static_cast<long long>(tokens), st.label.c_str(), static_cast<long long>(st.chunk), med * 1e3, tps,
                   ms.peak_allocated_bytes / gib, pred, ms.reserved_bytes / gib, mfu, loss, be->name().c_str());
       std::printf(
-          "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,\"seqs\":%lld,"
+          "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,\"seqs\":%lld,\"prompt_share\":%.3f,"
           "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
           "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
           "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
           "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
           "\"loss_chunk_rows\":%lld,\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d}\n",
           shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
-          static_cast<long long>(seqs), ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
+          static_cast<long long>(seqs), prompt_share, ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
           tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
           static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
           static_cast<long long>(adapter.trainable_params()), loss, t_load,

@@ -97,10 +97,21 @@ TEST_P(CudaStepRecord, ReplayedStepsAreBitIdenticalToOpByOp) {
   const fs::path dir = testing_goldens::goldens_dir() / name;
   if (!fs::exists(dir)) GTEST_SKIP() << "no golden checkpoint " << dir;
   const ModelWeights w = model_weights_load(dir.string());
-  const auto seqs = testing_goldens::read_jsonl(dir / "golden_eval.jsonl");
+  // Every token trained: a batch with many rows without a target runs its loss on the target rows alone and is
+  // not recorded (loss_target_rows); checked below on the golden's own labels.
+  auto seqs = testing_goldens::read_jsonl(dir / "golden_eval.jsonl");
+  const auto masked = seqs;
+  for (Example& e : seqs) e.labels = e.input_ids;
   const RecordRun ops = train(w, seqs, kernels, false), rec = train(w, seqs, kernels, true);
   EXPECT_EQ(ops.replayed, 0);
   EXPECT_EQ(rec.replayed, 6) << "steps 2-3, 5-6, 8 and 10 replay a recording";
+  std::vector<const Example*> all;
+  for (const Example& e : masked) all.push_back(&e);
+  if (!loss_target_rows(batch_from_examples(all)).empty()) {
+    const RecordRun ops_masked = train(w, masked, kernels, false), rec_masked = train(w, masked, kernels, true);
+    EXPECT_EQ(rec_masked.replayed, 0) << "a loss on the target rows alone is not recorded";
+    EXPECT_TRUE(rec_masked.weights == ops_masked.weights);
+  }
   ASSERT_EQ(ops.losses.size(), rec.losses.size());
   for (size_t i = 0; i < ops.losses.size(); ++i) {
     EXPECT_EQ(std::memcmp(&ops.losses[i], &rec.losses[i], sizeof(double)), 0)

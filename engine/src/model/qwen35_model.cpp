@@ -301,6 +301,18 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const S
   return h;
 }
 
+std::vector<int32_t> loss_target_rows(const Batch& batch) {
+  const int64_t T = static_cast<int64_t>(batch.targets.size());
+  // Worth a gather and a scatter only when at least an eighth of the rows have no target; a batch without
+  // targets keeps the plain path (a loss of 0 over every row).
+  if (batch.num_targets == 0 || batch.num_targets * 8 > T * 7) return {};
+  std::vector<int32_t> rows;
+  rows.reserve(static_cast<size_t>(batch.num_targets));
+  for (int64_t t = 0; t < T; ++t)
+    if (batch.targets[static_cast<size_t>(t)] >= 0) rows.push_back(static_cast<int32_t>(t));
+  return rows;
+}
+
 StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOptions& opts) {
   StepOutput out;
   if (step_recorded(batch, lora, opts, out)) return out;
@@ -326,7 +338,25 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
   out.targets = batch.num_targets;
   Tensor dh;
   if (opts.backward) dh = be_.alloc({T, H}, dt);
-  if (opts.fused_loss && dev) {
+  const std::vector<int32_t> loss_rows = loss_target_rows(batch);
+  if (opts.fused_loss && !loss_rows.empty()) {
+    // Rows without a target (prompt tokens, each sequence's last) add nothing to the loss or to dh: the loss
+    // (the lm_head GEMMs, the largest of a small model's step) runs on the target rows, dh is zero elsewhere.
+    check(!dev, "internal: a recorded step runs the loss on every row");
+    const int64_t n = static_cast<int64_t>(loss_rows.size());
+    const Tensor rows = be_.upload_i32(loss_rows);
+    Tensor hc = be_.alloc({n, H}, dt), dhc;
+    be_.gather_rows(h, rows, hc);
+    std::vector<int32_t> row_targets(loss_rows.size());
+    for (size_t i = 0; i < loss_rows.size(); ++i) row_targets[i] = batch.targets[static_cast<size_t>(loss_rows[i])];
+    if (opts.backward) dhc = be_.alloc({n, H}, dt);
+    out.loss_sum = be_.linear_cross_entropy(hc, lm_head_, be_.upload_i32(row_targets), opts.grad_scale,
+                                            opts.backward ? &dhc : nullptr, opts.loss_chunk_rows);
+    if (opts.backward) {
+      be_.fill(dh, 0.f);
+      be_.scatter_add_rows(dhc, rows, Tensor{}, dh);
+    }
+  } else if (opts.fused_loss && dev) {
     be_.linear_cross_entropy_into(h, lm_head_, targets, dev->grad_scale, opts.backward ? &dh : nullptr,
                                   opts.loss_chunk_rows, dev->loss);
   } else if (opts.fused_loss) {

@@ -62,6 +62,11 @@ struct InferenceCache {
   std::vector<Layer> layers;
 };
 
+// The rows of batch whose loss the fused loss computes on their own (gathered, dh scattered back): those with a
+// target, when at least an eighth of the rows have none (prompt tokens under train_on_inputs: false); empty: the
+// loss runs on every row. Steps with such rows are not recorded (the recording's loss reads every row).
+std::vector<int32_t> loss_target_rows(const Batch& batch);
+
 class Qwen35Model {
  public:
   // Uploads the frozen weights to the backend (matrices in the backend's weight dtype, small vectors F32).

@@ -36,7 +36,8 @@ bool Qwen35Model::step_recorded(const Batch& batch, LoraAdapter* lora, const Ste
   const bool dropout = opts.lora.training && opts.lora.dropout > 0.f;  // a new mask (seed) every step
   const bool recordable = opts.record && !r.refused && !sharded_ && !ep_ && !opts.on_layer_backward && opts.fused_loss &&
                           !dropout && batch.image_grids.empty() &&
-                          batch.mrope_positions.empty() && !batch.input_ids.empty();
+                          batch.mrope_positions.empty() && !batch.input_ids.empty() &&
+                          loss_target_rows(batch).empty();
   StepKey key = recordable ? step_key(batch, lora, opts) : StepKey{};
   if (r.recording && !(recordable && r.key == key)) {
     // A step that does not replay the recording drops it: its pool goes back to the allocator before this
