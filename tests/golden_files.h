@@ -65,6 +65,17 @@ inline LossSum loss_each_sequence(Qwen35Model& model, const std::vector<Example>
 }
 
 // All sequences as one packed row.
+// Every LoRA gradient (gA then gB of each module) as one F32 vector, for comparing two steps' gradients.
+inline std::vector<float> all_lora_grads(const LoraAdapter& a, Backend& be) {
+  std::vector<float> g;
+  for (const auto& m : a.modules)
+    for (const Tensor* t : {&m.gA, &m.gB}) {
+      const Tensor h = be.download(*t, DType::F32);
+      g.insert(g.end(), h.ptr<float>(), h.ptr<float>() + h.numel());
+    }
+  return g;
+}
+
 inline Batch packed_batch(const std::vector<Example>& seqs) {
   std::vector<const Example*> all;
   for (const auto& ex : seqs) all.push_back(&ex);

@@ -21,16 +21,6 @@ namespace {
 
 const fs::path kGoldens = fs::path(DT_SOURCE_DIR) / "tests" / "goldens";
 
-std::vector<float> all_grads(const LoraAdapter& a, Backend& be) {
-  std::vector<float> g;
-  for (const auto& m : a.modules)
-    for (const Tensor* t : {&m.gA, &m.gB}) {
-      const Tensor h = be.download(*t, DType::F32);
-      g.insert(g.end(), h.ptr<float>(), h.ptr<float>() + h.numel());
-    }
-  return g;
-}
-
 TEST(ModelCheckpointLayers, SameLossAndGradientsAsFullAndNoCheckpointing) {
   for (const char* name : {"dense_vl", "moe_tied"}) {
     const fs::path gdir = kGoldens / "lora" / name, mdir = kGoldens / "models" / name;
@@ -45,7 +35,7 @@ TEST(ModelCheckpointLayers, SameLossAndGradientsAsFullAndNoCheckpointing) {
 
     StepOptions plain;
     const double loss0 = testing_goldens::lora_golden_step(model, *be, adapter, seqs, plain);
-    const std::vector<float> g0 = all_grads(adapter, *be);
+    const std::vector<float> g0 = testing_goldens::all_lora_grads(adapter, *be);
     double norm = 0;
     for (float x : g0) norm = std::max(norm, double(std::fabs(x)));
     ASSERT_GT(norm, 0.0);
@@ -55,7 +45,7 @@ TEST(ModelCheckpointLayers, SameLossAndGradientsAsFullAndNoCheckpointing) {
       so.checkpoint_layers = n;
       const double loss = testing_goldens::lora_golden_step(model, *be, adapter, seqs, so);
       EXPECT_NEAR(loss, loss0, 1e-6 * std::fabs(loss0)) << name << " checkpoint_layers " << n;
-      const std::vector<float> g = all_grads(adapter, *be);
+      const std::vector<float> g = testing_goldens::all_lora_grads(adapter, *be);
       ASSERT_EQ(g.size(), g0.size());
       double worst = 0;
       for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, double(std::fabs(g[i] - g0[i])));

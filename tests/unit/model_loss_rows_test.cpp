@@ -21,16 +21,6 @@ namespace {
 
 const fs::path kGoldens = fs::path(DT_SOURCE_DIR) / "tests" / "goldens";
 
-std::vector<float> all_grads(const LoraAdapter& a, Backend& be) {
-  std::vector<float> g;
-  for (const auto& m : a.modules)
-    for (const Tensor* t : {&m.gA, &m.gB}) {
-      const Tensor h = be.download(*t, DType::F32);
-      g.insert(g.end(), h.ptr<float>(), h.ptr<float>() + h.numel());
-    }
-  return g;
-}
-
 // The first half of every sequence's targets masked, as a chat prompt is.
 Batch prompt_masked(const std::vector<Example>& seqs) {
   Batch b = testing_goldens::packed_batch(seqs);
@@ -64,9 +54,9 @@ TEST(ModelLossRows, TargetRowsGiveThePlainLossAndGradients) {
       return model.step(batch, &adapter, so).loss_sum;
     };
     const double plain = run(false);
-    const std::vector<float> g0 = all_grads(adapter, *be);
+    const std::vector<float> g0 = testing_goldens::all_lora_grads(adapter, *be);
     const double rows_only = run(true);
-    const std::vector<float> g = all_grads(adapter, *be);
+    const std::vector<float> g = testing_goldens::all_lora_grads(adapter, *be);
     EXPECT_NEAR(rows_only, plain, 1e-6 * std::fabs(plain)) << name;
     ASSERT_EQ(g.size(), g0.size());
     double norm = 0, worst = 0;
