@@ -38,6 +38,12 @@ inline deltatune::RunConfig demoConfig(const QTemporaryDir& tmp, int64_t maxStep
   return cfg;
 }
 
+// The whole file, or empty when it cannot be read.
+inline QByteArray readAll(const QString& path) {
+  QFile f(path);
+  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
 // Runs the event loop until `pred` holds or `ms` pass; returns pred().
 inline bool waitFor(const std::function<bool()>& pred, int ms) {
   return QTest::qWaitFor(pred, ms);

@@ -155,6 +155,24 @@ class MonitorRunTest : public QObject {
     QVERIFY(QFileInfo::exists(out + "/adapter_model.safetensors"));
   }
 
+  // Start again after a finished run: that run's folder is kept byte for byte and the new run writes next to it.
+  void startAgainWritesNextToTheEarlierRun() {
+    deltatune::RunConfig cfg = window_->document()->config();
+    const QString first = QString::fromStdString(cfg.output_dir);
+    const QByteArray adapter = guitest::readAll(first + "/adapter_model.safetensors");
+    QVERIFY(!adapter.isEmpty());
+    cfg.max_steps = 2;
+    window_->document()->setConfig(cfg);
+    QSignalSpy finished(controller(), &RunController::runFinished);
+    QVERIFY(monitor()->start());
+    QVERIFY(guitest::waitFor([&] { return finished.count() == 1; }, 300000));
+    QVERIFY2(finished.first().at(0).toString() == "finished", qPrintable(monitor()->logText()));
+    QCOMPARE(QString::fromStdString(window_->document()->config().output_dir), first + "-2");
+    QVERIFY(monitor()->logText().contains(first + "-2"));
+    QVERIFY(QFileInfo::exists(first + "-2/adapter_model.safetensors"));
+    QCOMPARE(guitest::readAll(first + "/adapter_model.safetensors"), adapter);
+  }
+
   void screenshotsOfEveryPage() {
     const QStringList files = window_->grabPages(tmp_.path() + "/shots");
     QCOMPARE(files.size(), int(MainWindow::PageCount));

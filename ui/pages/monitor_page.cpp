@@ -12,6 +12,7 @@
 
 #include "app_settings.h"
 #include "deltatune/experiment_store.h"
+#include "deltatune/trainer.h"
 #include "format.h"
 #include "gpu_usage.h"
 #include "gpu_usage_view.h"
@@ -158,6 +159,7 @@ bool MonitorPage::startWith(const deltatune::TrainOptions& opts) {
       return false;
     }
   }
+  if (opts.resume_run.empty()) takeFreeOutputDir();
   totalSteps_ = 0;
   last_ = {};
   appendLog(QStringLiteral("#1f77b4"),
@@ -169,6 +171,21 @@ bool MonitorPage::startWith(const deltatune::TrainOptions& opts) {
     return false;
   }
   return true;
+}
+
+// Start means a new run. The engine refuses an output_dir that holds an earlier run's adapter or checkpoints
+// (it would replace them), so pressing Start again after a run keeps that run's files and writes next to them.
+void MonitorPage::takeFreeOutputDir() {
+  deltatune::RunConfig cfg = doc_->config();
+  if (cfg.output_dir.empty()) return;
+  const std::string free = deltatune::output_dir_unused(cfg.output_dir);
+  if (free == cfg.output_dir) return;
+  appendLog(QStringLiteral("#555555"),
+            tr("%1 holds an earlier run's adapter or checkpoints (kept as they are); this run writes to %2. "
+               "To continue that run instead, use Resume or the Experiments page.")
+                .arg(QString::fromStdString(cfg.output_dir), QString::fromStdString(free)));
+  cfg.output_dir = free;
+  doc_->setConfig(cfg, this);
 }
 
 void MonitorPage::togglePause() {

@@ -57,6 +57,7 @@ class MonitorPage : public QWidget {
  private:
   deltatune::TrainOptions options(const QString& resumeRun) const;
   bool startWith(const deltatune::TrainOptions& opts);
+  void takeFreeOutputDir();
   void onStateChanged(RunController::State s);
   void onStarted(const QString& runId, qint64 total);
   void onStep(const deltatune::StepMetrics& m);
