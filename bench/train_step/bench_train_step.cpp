@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
       so.loss_chunk_rows = st.chunk;
       const bool ckpt = st.ckpt;
       const int64_t ckpt_layers = so.checkpoint_layers;
-      std::vector<double> times;
+      std::vector<double> times, step_times;  // whole step; zero_grad + forward + backward alone
       double loss = 0;
       int replayed = 0;  // timed steps that replayed a recorded graph
       for (int s = 1; s <= warmup + steps; ++s) {
@@ -298,6 +298,8 @@ int main(int argc, char** argv) {
         if (dp) dp->zero_gradients();
         else lora_zero_grad(adapter, *be);
         const StepOutput out = model.step(batch, &adapter, so);
+        be->synchronize();  // the norm below waits for the gradients anyway
+        if (s > warmup) step_times.push_back(now_s() - a);
         loss = out.loss_sum / static_cast<double>(batch.num_targets);
         if (s > warmup && out.replayed) ++replayed;
         double norm = 0;
@@ -317,6 +319,8 @@ int main(int argc, char** argv) {
       }
       std::sort(times.begin(), times.end());
       const double med = times[times.size() / 2];
+      std::sort(step_times.begin(), step_times.end());
+      const double fwdbwd = step_times[step_times.size() / 2];
       const MemoryStats ms = be->memory_stats();
       if (!root) continue;
       const double tps = static_cast<double>(tokens) * ranks / med;
@@ -327,14 +331,14 @@ int main(int argc, char** argv) {
                   ms.peak_allocated_bytes / gib, pred, ms.reserved_bytes / gib, mfu, loss, be->name().c_str());
       std::printf(
           "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,\"seqs\":%lld,\"prompt_share\":%.3f,"
-          "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
+          "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"fwd_bwd_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
           "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
           "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
           "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
           "\"loss_chunk_rows\":%lld,\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d}\n",
           shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
           static_cast<long long>(seqs), prompt_share, ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
-          tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
+          fwdbwd * 1e3, tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
           static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
           static_cast<long long>(adapter.trainable_params()), loss, t_load,
           be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
