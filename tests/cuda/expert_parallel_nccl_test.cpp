@@ -1,11 +1,11 @@
-// Expert parallel over two GPUs (NCCL send/recv, backend/cuda/nccl_exchange.cpp) against one GPU: the moe_tied
-// LoRA golden (tests/expert_parallel_golden.h) with its 4 experts split over 2 ranks (a thread driving each GPU),
+// Expert parallel over 2 and 4 GPUs (NCCL send/recv, backend/cuda/nccl_exchange.cpp) against one GPU: the moe_tied
+// LoRA golden (tests/expert_parallel_golden.h) with its 4 experts split over N ranks (a thread driving each GPU),
 // each rank training its own micro-batch, vs GPU 0 training both micro-batches with every expert. The grouped
 // GEMMs see other row counts per call (an expert's rows of both ranks form one group) and the gradient sums
 // are added in another order, so the results agree within the compute dtype's rounding: fp32 loss 1e-6 and
 // LoRA gradients 1e-4 norm-relative (router loads equal); bf16 loss 2e-3 and gradients 3e-2 (a bf16 rounding
 // difference can flip a near-tie top-k choice, which moves whole rows: the loads are printed, not required).
-// Needs 2 GPUs and an NCCL build; skips otherwise.
+// Needs N GPUs and an NCCL build; skips otherwise.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -26,17 +26,19 @@ using namespace testing_goldens;
 
 using test::InProcessShare;
 
-class ExpertParallelTwoGpus : public ::testing::TestWithParam<bool> {};
+// (fp32 compute, GPUs)
+class ExpertParallelGpus : public ::testing::TestWithParam<std::tuple<bool, int>> {};
 
-TEST_P(ExpertParallelTwoGpus, GivesTheOneGpuLossAndLoraGradients) {
-  if (!cuda_backend_available() || visible_cuda_devices() < 2) GTEST_SKIP() << "needs 2 GPUs";
+TEST_P(ExpertParallelGpus, GivesTheOneGpuLossAndLoraGradients) {
+  const auto [fp32, world] = GetParam();
+  if (!cuda_backend_available() || visible_cuda_devices() < world)
+    GTEST_SKIP() << "needs " << world << " GPUs";
   const fs::path gdir = goldens_dir() / "lora" / "moe_tied", mdir = goldens_dir() / "models" / "moe_tied";
   if (!fs::exists(gdir) || !fs::exists(mdir)) GTEST_SKIP() << "no moe_tied goldens";
-  const bool fp32 = GetParam();
   const DType dt = fp32 ? DType::F32 : DType::BF16;
   const ModelWeights w = model_weights_load(mdir.string());
   const LoraAdapter adapter = peft_adapter_read((gdir / "adapter").string(), w.config);
-  const std::vector<Batch> batches = ep_rank_batches(read_jsonl(mdir / "golden_eval.jsonl"), 2);
+  const std::vector<Batch> batches = ep_rank_batches(read_jsonl(mdir / "golden_eval.jsonl"), world);
   EpRun ref;
   {
     auto be = make_cuda_backend(0, dt);
@@ -44,15 +46,15 @@ TEST_P(ExpertParallelTwoGpus, GivesTheOneGpuLossAndLoraGradients) {
   }
   ASSERT_EQ(ref.error, "");
   InProcessShare share;
-  std::vector<EpRun> ranks(2);
+  std::vector<EpRun> ranks(static_cast<size_t>(world));
   std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       try {
         auto be = make_cuda_backend(r, dt);
         ReducerSetup s;
         s.rank = r;
-        s.world = 2;
+        s.world = world;
         s.share_from_rank0 = [&share, r](const std::string& b) { return share.share(r, b); };
         s.timeout_s = 120;
         auto ex = be->create_token_exchange(s);
@@ -65,17 +67,22 @@ TEST_P(ExpertParallelTwoGpus, GivesTheOneGpuLossAndLoraGradients) {
   for (auto& t : threads) t.join();
   const EpErrors e = ep_compare(ranks, ref);
   ASSERT_EQ(e.error, "");
-  std::printf("[expert parallel 2 GPUs] %s: loss %.7f vs 1 GPU %.7f (rel %.2e), LoRA grads max norm-rel %.2e (%s), "
+  double loss = 0;
+  for (const EpRun& r : ranks) loss += r.loss_sum;
+  std::printf("[expert parallel %d GPUs] %s: loss %.7f vs 1 GPU %.7f (rel %.2e), LoRA grads max norm-rel %.2e (%s), "
               "router loads %s\n",
-              fp32 ? "fp32" : "bf16", ranks[0].loss_sum + ranks[1].loss_sum, ref.loss_sum, e.loss_rel, e.grad_rel,
-              e.worst.c_str(), e.load_equal ? "equal" : "differ");
+              world, fp32 ? "fp32" : "bf16", loss, ref.loss_sum, e.loss_rel, e.grad_rel, e.worst.c_str(),
+              e.load_equal ? "equal" : "differ");
   EXPECT_LE(e.loss_rel, fp32 ? 1e-6 : 2e-3);
   EXPECT_LE(e.grad_rel, fp32 ? 1e-4 : 3e-2) << e.worst;
   if (fp32) EXPECT_TRUE(e.load_equal);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, ExpertParallelTwoGpus, ::testing::Bool(),
-                         [](const auto& info) { return std::string(info.param ? "fp32" : "bf16"); });
+INSTANTIATE_TEST_SUITE_P(DtypesAndGpus, ExpertParallelGpus, ::testing::Combine(::testing::Bool(), ::testing::Values(2, 4)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "fp32_" : "bf16_") +
+                                  std::to_string(std::get<1>(info.param)) + "gpus";
+                         });
 
 }  // namespace
 }  // namespace deltatune

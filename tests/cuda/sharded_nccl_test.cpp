@@ -1,11 +1,11 @@
-// Sharded frozen weights over two GPUs (NCCL all-gather, backend/cuda/nccl_gatherer.cpp) against the unsharded
+// Sharded frozen weights over 2 and 4 GPUs (NCCL all-gather, backend/cuda/nccl_gatherer.cpp) against the unsharded
 // model on one GPU, on the dense and the MoE LoRA goldens: each rank (a thread driving its own GPU and backend)
 // must give the one-GPU loss and LoRA gradients. The gathered weights are the same bytes and the kernels the
 // same, so any difference comes only from run-to-run nondeterminism of the kernels (atomics); tolerances:
 //   fp32 compute: loss 1e-6 relative, each gradient 1e-5 norm-relative;
 //   bf16 compute: loss 1e-3 relative, each gradient 1e-2 norm-relative (bf16 rounding of a reordered sum is
 //   ~4e-3 of one element; a wrong or missing shard moves the loss and gradients by far more).
-// Needs 2 GPUs and an NCCL build; skips otherwise.
+// Needs N GPUs and an NCCL build; skips otherwise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,11 +81,13 @@ double norm_rel(const std::vector<float>& got, const std::vector<float>& ref) {
   return std::sqrt(err2 / std::max(ref2, 1e-30));
 }
 
-class ShardedTwoGpus : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+// (golden, fp32 compute, GPUs)
+class ShardedGpus : public ::testing::TestWithParam<std::tuple<std::string, bool, int>> {};
 
-TEST_P(ShardedTwoGpus, EachRankGivesTheOneGpuLossAndLoraGradients) {
-  if (!cuda_backend_available() || visible_cuda_devices() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  const auto [name, fp32] = GetParam();
+TEST_P(ShardedGpus, EachRankGivesTheOneGpuLossAndLoraGradients) {
+  const auto [name, fp32, world] = GetParam();
+  if (!cuda_backend_available() || visible_cuda_devices() < world)
+    GTEST_SKIP() << "needs " << world << " GPUs";
   const fs::path gdir = goldens_dir() / "lora" / name, mdir = goldens_dir() / "models" / name;
   if (!fs::exists(gdir) || !fs::exists(mdir)) GTEST_SKIP() << "no goldens for " << name;
   const ModelWeights w = model_weights_load(mdir.string());
@@ -95,33 +97,35 @@ TEST_P(ShardedTwoGpus, EachRankGivesTheOneGpuLossAndLoraGradients) {
   ASSERT_EQ(ref.error, "");
 
   InProcessShare share;
-  std::vector<RankResult> ranks(2);
+  std::vector<RankResult> ranks(static_cast<size_t>(world));
   std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] { ranks[static_cast<size_t>(r)] = run_rank(w, gdir, seqs, dt, r, r, 2, &share); });
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] { ranks[static_cast<size_t>(r)] = run_rank(w, gdir, seqs, dt, r, r, world, &share); });
   for (auto& t : threads) t.join();
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < world; ++r) {
     const RankResult& got = ranks[static_cast<size_t>(r)];
     ASSERT_EQ(got.error, "") << "rank " << r;
     const double dl = std::fabs(got.loss - ref.loss) / std::fabs(ref.loss);
     double worst = 0;
     ASSERT_EQ(got.grads.size(), ref.grads.size());
     for (size_t g = 0; g < ref.grads.size(); ++g) worst = std::max(worst, norm_rel(got.grads[g], ref.grads[g]));
-    std::printf("[sharded 2 GPUs] %-9s %s rank %d: loss 1 GPU %.7f sharded %.7f (rel %.2e); %zu grads, worst "
+    std::printf("[sharded %d GPUs] %-9s %s rank %d: loss 1 GPU %.7f sharded %.7f (rel %.2e); %zu grads, worst "
                 "norm-rel %.2e; resident %zu of %zu layer bytes, peak %zu gathered layers\n",
-                name.c_str(), fp32 ? "fp32" : "bf16", r, ref.loss, got.loss, dl, ref.grads.size(), worst, got.resident,
+                world, name.c_str(), fp32 ? "fp32" : "bf16", r, ref.loss, got.loss, dl, ref.grads.size(), worst, got.resident,
                 got.layer_bytes, got.peak);
     EXPECT_LE(dl, fp32 ? 1e-6 : 1e-3) << "rank " << r;
     EXPECT_LE(worst, fp32 ? 1e-5 : 1e-2) << "rank " << r;
-    EXPECT_LE(got.resident, got.layer_bytes / 2 + 256 * w.layers.size());
+    EXPECT_LE(got.resident, got.layer_bytes / static_cast<size_t>(world) + 256 * w.layers.size());
     EXPECT_LE(got.peak, 2u);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Goldens, ShardedTwoGpus,
-                         ::testing::Combine(::testing::Values("dense_vl", "moe_tied"), ::testing::Bool()),
+INSTANTIATE_TEST_SUITE_P(Goldens, ShardedGpus,
+                         ::testing::Combine(::testing::Values("dense_vl", "moe_tied"), ::testing::Bool(),
+                                            ::testing::Values(2, 4)),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_fp32" : "_bf16");
+                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_fp32_" : "_bf16_") +
+                                  std::to_string(std::get<2>(info.param)) + "gpus";
                          });
 
 }  // namespace
