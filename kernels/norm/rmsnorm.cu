@@ -50,19 +50,22 @@ template <int L, int CH, bool WF>
 __global__ void __launch_bounds__(kRows8Threads)
     rmsnorm_fwd_rows8_kernel(const void* x, KIn w, float eps, bool zc, void* y, float* rstd, int64_t rows, int n8) {
   const RowLane<L> rl(rows);
-  Bf16x8 xv[CH];
-  const float r = rsqrtf(load_row_sumsq<L, CH>(x, rl, n8, xv) / float(8 * n8) + eps);
+  constexpr bool reread = kRereadRows<CH>;
+  Bf16x8 xv[reread ? 1 : CH];
+  const float ss = reread ? row_sumsq<L, CH>(x, rl, n8) : load_row_sumsq<L, reread ? 1 : CH>(x, rl, n8, xv);
+  const float r = rsqrtf(ss / float(8 * n8) + eps);
   if (!rl.valid) return;
   if (rl.lane == 0) rstd[rl.row] = r;
 #pragma unroll
   for (int k = 0; k < CH; ++k) {
     const int j = rl.lane + L * k;
     if (j >= n8) continue;
+    const Bf16x8 xk = reread ? ld8(x, rl.row * n8 + j) : xv[reread ? 0 : k];
     Bf16x8 out;
     float wv[8];
     w8<WF>(w, j, wv);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) out.v[e] = xv[k].v[e] * r * (zc ? 1.f + wv[e] : wv[e]);
+    for (int e = 0; e < 8; ++e) out.v[e] = xk.v[e] * r * (zc ? 1.f + wv[e] : wv[e]);
     st8(y, rl.row * n8 + j, out);
   }
 }
@@ -75,18 +78,21 @@ __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const 
                                                                           int64_t rows, int n8) {
   const RowLane<L> rl(rows);
   const float r = rl.valid ? rstd[rl.row] : 0.f;
-  Bf16x8 xv[CH], gv[CH];
+  constexpr bool reread = kRereadRows<CH>;
+  constexpr int held = reread ? 1 : CH;
+  Bf16x8 xv[held], gv[held];
   float dot = 0.f;
 #pragma unroll
   for (int k = 0; k < CH; ++k) {
     const int j = rl.lane + L * k;
     if (!rl.valid || j >= n8) continue;
-    xv[k] = ld8(x, rl.row * n8 + j);
-    gv[k] = ld8(dy, rl.row * n8 + j);
+    const int h = reread ? 0 : k;
+    xv[h] = ld8(x, rl.row * n8 + j);
+    gv[h] = ld8(dy, rl.row * n8 + j);
     float wv[8];
     w8<WF>(w, j, wv);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) dot += gv[k].v[e] * (zc ? 1.f + wv[e] : wv[e]) * xv[k].v[e] * r;
+    for (int e = 0; e < 8; ++e) dot += gv[h].v[e] * (zc ? 1.f + wv[e] : wv[e]) * xv[h].v[e] * r;
   }
   const float mean = group_sum<L>(dot) / float(8 * n8);
   if (!rl.valid) return;
@@ -94,11 +100,16 @@ __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const 
   for (int k = 0; k < CH; ++k) {
     const int j = rl.lane + L * k;
     if (j >= n8) continue;
+    const int h = reread ? 0 : k;
+    if (reread) {
+      xv[h] = ld8(x, rl.row * n8 + j);
+      gv[h] = ld8(dy, rl.row * n8 + j);
+    }
     Bf16x8 out;
     float wv[8];
     w8<WF>(w, j, wv);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) out.v[e] = r * (gv[k].v[e] * (zc ? 1.f + wv[e] : wv[e]) - xv[k].v[e] * r * mean);
+    for (int e = 0; e < 8; ++e) out.v[e] = r * (gv[h].v[e] * (zc ? 1.f + wv[e] : wv[e]) - xv[h].v[e] * r * mean);
     if constexpr (RES) {
       const Bf16x8 res = ld8(residual, rl.row * n8 + j);
 #pragma unroll

@@ -46,6 +46,25 @@ __device__ __forceinline__ float load_row_sumsq(const void* x, const RowLane<L>&
   return group_sum<L>(ss);
 }
 
+// Rows of 64+ groups of 8 (n >= 512: CH >= 8) are read again in the output pass instead of being held: holding
+// x (and dy) took 8·CH registers per operand per lane (116-255 registers at n = 2048-4096, spills at 4096), one
+// block of 8 warps per SM, ~1.5 TB/s. The second read hits L1/L2 (the block read those rows just before).
+template <int CH> constexpr bool kRereadRows = CH >= 8;
+
+// The row's Σx² without holding the row (kRereadRows).
+template <int L, int CH> __device__ __forceinline__ float row_sumsq(const void* x, const RowLane<L>& rl, int n8) {
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (!rl.valid || j >= n8) continue;
+    const Bf16x8 xv = ld8(x, rl.row * n8 + j);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += xv.v[e] * xv.v[e];
+  }
+  return group_sum<L>(ss);
+}
+
 // Whether a norm weight vector takes w8<true>: F32 (as the model keeps them) and 16-byte aligned.
 inline bool weight_f32x4(KIn w) { return w.t == KType::F32 && reinterpret_cast<uintptr_t>(w.p) % 16 == 0; }
 

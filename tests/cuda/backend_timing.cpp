@@ -122,6 +122,35 @@ TEST(BackendTiming, DISABLED_ModelShapes) {
   }
 }
 
+// RMSNorm over the hidden rows of 4096 tokens at the 2b (2048) and 9b (4096) widths, F32 weights as the model keeps
+// them: 50 calls per timing (one call is tens of microseconds), bytes moved per call over the time.
+TEST(BackendTiming, DISABLED_Norms) {
+  if (!cuda_backend_available()) GTEST_SKIP();
+  auto gpu = make_cuda_backend(0);
+  Backend& b = *gpu;
+  const DType BF = DType::BF16;
+  constexpr int kCalls = 50;
+  for (int n : {2048, 4096}) {
+    const int T = 4096;
+    Tensor x = rand_dev(b, {T, n}, BF, -3, 3, 1), w = rand_dev(b, {n}, DType::F32, -0.5f, 0.5f, 2),
+           dy = rand_dev(b, {T, n}, BF, -1, 1, 3), res = rand_dev(b, {T, n}, BF, -1, 1, 4);
+    Tensor y = b.alloc({T, n}, BF), r = b.alloc({T}, DType::F32), dx = b.alloc({T, n}, BF);
+    const double mb = double(T) * n * 2 / 1e6;  // one bf16 [T, n] operand
+    const double f = median_ms(b, [&] {
+                       for (int i = 0; i < kCalls; ++i) b.rmsnorm_fwd(x, w, 1e-6f, true, y, r);
+                     }) / kCalls;
+    const double bw = median_ms(b, [&] {
+                        for (int i = 0; i < kCalls; ++i) b.rmsnorm_bwd(dy, x, w, r, true, dx);
+                      }) / kCalls;
+    const double ba = median_ms(b, [&] {
+                        for (int i = 0; i < kCalls; ++i) b.rmsnorm_bwd_add(dy, x, w, r, true, res, dx);
+                      }) / kCalls;
+    std::printf("rmsnorm [%d, %d] fwd %7.1f us (%4.2f TB/s)  bwd %7.1f us (%4.2f TB/s)  bwd_add %7.1f us (%4.2f TB/s)\n",
+                T, n, f * 1e3, 2 * mb / f / 1e3, bw * 1e3, 3 * mb / bw / 1e3, ba * 1e3, 4 * mb / ba / 1e3);
+    EXPECT_TRUE(b.all_finite(y) && b.all_finite(dx));
+  }
+}
+
 // MoE expert ops at the Qwen3.5-35B-A3B shape: 4096 tokens, top-8 of 256 experts (uniform random routing,
 // ~128 rows per expert), H 2048, expert intermediate 512, LoRA r 16. The dense cuBLAS GEMM with the same
 // M·N·K is printed as the reference rate.
