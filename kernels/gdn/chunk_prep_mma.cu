@@ -766,7 +766,8 @@ cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, flo
   auto odd_states = [&] {  // after the lean prep: on wgmma with TMA copies where it applies
     if (nchunks < 2) return cudaSuccess;
     const cudaError_t o =
-        launch_gdn_odd_states_wgmma(pol, k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);
+        launch_gdn_odd_states_wgmma(pol, k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s,
+                                    nout.rho_kept ? nout.rk : nullptr);
     return o != cudaErrorNotSupported
                ? o
                : launch_odd_states_mma(pol, k, nout.eps, Gc, chunks, nchunks, states16, *half, HK, HV, s);

@@ -310,6 +310,9 @@ struct GdnNormOut {
   float* kn = nullptr;
   float* rq = nullptr;
   float* rk = nullptr;
+  // rq, rk already hold ρ_q, ρ_k (kept from a forward prep over the same q, k): the Hopper lean prep and odd
+  // states read them instead of forming them from the tiles; the other kernels form and write the same values.
+  bool rho_kept = false;
 };
 // What a GdnKeep::States forward keeps besides T when it keeps V' and the even chunks' states instead of
 // every chunk's state (at 8K tokens, HV 32: 64 + 64 MiB instead of 128 MiB), for the backward's prep. The
@@ -325,9 +328,11 @@ struct GdnHalfStates {
 // The odd chunks' states of the half-states keep on Hopper's warpgroup tensor cores with TMA copies
 // (odd_states_wgmma.cu, sm_90a): launch_gdn_chunk_prep_mma's lean path calls it; cudaErrorNotSupported where it
 // does not apply (T unknown, not the Hopper policy, tensor maps refused), and the mma.sync kernel forms them instead.
+// rk_kept: ρ_k (T, HK) as the forward prep wrote it (GdnNormOut::rho_kept), read instead of formed from k.
 cudaError_t launch_gdn_odd_states_wgmma(const KernelPolicy& pol, KIn k, float eps, const float* Gc,
                                         const int32_t* chunks, int nchunks, const void* states16,
-                                        const GdnHalfStates& half, int64_t HK, int64_t HV, cudaStream_t s);
+                                        const GdnHalfStates& half, int64_t HK, int64_t HV, cudaStream_t s,
+                                        const float* rk_kept = nullptr);
 // The forward prep for the wgmma scan (images, bf16 U; no kept T, no states) on Hopper's warpgroup tensor cores
 // with TMA copies (fwd_prep_wgmma.cu, sm_90a): bf16 q, k, v; b16.W, M, Kd, Q, U (and T when not null), Gc and ρ
 // (nout) as gdn_chunk_prep_mma_kernel<true> writes them; cudaErrorNotSupported where it does not apply (T

@@ -1,17 +1,18 @@
 // The half-states backward's lean prep (gdn_chunk_prep_mma_kernel<true, true>, chunk_prep_mma.cu: bf16 q, k,
 // the kept T, image outputs) on Hopper's warpgroup tensor cores with TMA copies (sm_90a). Per work item
 // (chunk, value head), the same outputs by the same arithmetic:
-//   G = cumsum(g) in the prep's order (Gc), ρ_k, ρ_q from the tiles with the L2 norm's lanes and sums
-//   (written by a key head's first value head), M = diag(scale·ρ_q)·(q·kᵀ)·diag(ρ_k) ⊙ e^{G_i−G_j} on i ≥ j
+//   G = cumsum(g) in the prep's order (Gc); ρ_k, ρ_q from the tiles with the L2 norm's lanes and sums
+//   (written by a key head's first value head) or, where the forward prep kept them (GdnNormOut::rho_kept),
+//   read by the producer warp with the gates; M = diag(scale·ρ_q)·(q·kᵀ)·diag(ρ_k) ⊙ e^{G_i−G_j} on i ≥ j
 //   (one bf16 product, m64n32 per warpgroup) and W = T'·k with T' = T·diag(β·e^G·ρ_k) split into bf16 hi + lo
 //   (two products, m64n64 per warpgroup), both as the scan's operand images (gdn_scan_image_index).
 // Pipeline (a persistent grid of two blocks per SM, each two consumer warpgroups and a producer warp): q, k
-// and T (32-byte swizzled tiles by TMA) and the per-row G, β in two sets by item parity, filled by the
-// producer warp once the consumers release a set (mbarriers full/empty), its gate values loaded one item
-// ahead. The consumers meet at three named barriers per item (ρ; T'; T' free) and store M and W from their
-// accumulators in the image layout. Rows past a chunk's end come in as the next sequence's: ρ and β are zero
-// there, M's mask stops at the chunk's end, T's identity rows past the end then give zero rows of W, as the
-// image format wants.
+// and T (32-byte swizzled tiles by TMA) and the per-row G, β (and kept ρ) in two sets by item parity, filled
+// by the producer warp once the consumers release a set (mbarriers full/empty), its gate values loaded one
+// item ahead. The consumers issue q·kᵀ, form ρ meanwhile (unless kept), and meet at three named barriers per
+// item (ρ, unless kept; T'; T' free); they store M and W from their accumulators in the image layout. Rows
+// past a chunk's end come in as the next sequence's: ρ and β are zero there, M's mask stops at the chunk's
+// end, T's identity rows past the end then give zero rows of W, as the image format wants.
 #include <cstdlib>
 
 #include "common/device.cuh"
@@ -48,10 +49,10 @@ struct Smem {                                           // byte offsets
   static constexpr uint32_t Thi = 2 * set;              // T' hi [64][64]
   static constexpr uint32_t Tlo = Thi + kSq;            // T' lo
   static constexpr uint32_t vec = Tlo + kSq;            // [2][2][64] fp32 by parity: G, β
-  static constexpr uint32_t rho = vec + 2 * 2 * C * 4;  // [3][64]: ρ_k, ρ_q, s = β·e^G·ρ_k
-  static constexpr uint32_t rec = rho + 3 * C * 4;      // int [2][4] by parity: t0, len, h, ch
+  static constexpr uint32_t rho = vec + 2 * 2 * C * 4;  // [2][3][64] by parity: ρ_k, ρ_q, s = β·e^G·ρ_k
+  static constexpr uint32_t rec = rho + 2 * 3 * C * 4;  // int [2][4] by parity: t0, len, h, ch
   static constexpr uint32_t bar = rec + 32;             // mbarriers full[2], empty[2]
-  static constexpr uint32_t bytes = bar + 4 * 8;        // 100,128: two blocks per SM
+  static constexpr uint32_t bytes = bar + 4 * 8;        // 100,896: two blocks per SM
 };
 static_assert(Smem::set % 1024 == 0 && Smem::bar % 8 == 0, "tile and mbarrier alignment");
 constexpr uint32_t kSetBytes = 2 * kRows + kSq;
@@ -60,6 +61,31 @@ struct LeanMaps {
   tma::ImageMap q, k, T;
 };
 
+// ρ_k, ρ_q of an item's rows lane, lane + 32 as the forward prep kept them (GdnNormOut::rho_kept), loaded by
+// the producer warp one item ahead of their use like the gates.
+struct RowRho {
+  float k[2], q[2];
+};
+template <bool KEPT>
+__device__ __forceinline__ RowRho load_row_rho(const GdnNormOut& nout, const int32_t* chunks, int item,
+                                               int64_t HV, int64_t HK) {
+  RowRho r{};
+  if constexpr (!KEPT) return r;
+
+  const int ch = item / static_cast<int>(HV), h = item % static_cast<int>(HV), lane = threadIdx.x & 31;
+  const gdn_chunk::ChunkRef cr = gdn_chunk::chunk_at(chunks, ch);
+  const int64_t hk = h / (HV / HK);
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int i = lane + 32 * rr;
+    if (i < cr.len) r.k[rr] = nout.rk[(cr.t0 + i) * HK + hk], r.q[rr] = nout.rq[(cr.t0 + i) * HK + hk];
+  }
+  return r;
+}
+
+// KEPT: ρ kept by the forward prep (GdnNormOut::rho_kept; a template argument, so that no branch lies between
+// the q·kᵀ issue and its wait).
+template <bool KEPT>
 __global__ void __launch_bounds__(NT + 32, 2)
     gdn_lean_prep_wgmma_kernel(const __grid_constant__ LeanMaps maps, float scale, GdnNormOut nout,
                                GdnGates gates, const int32_t* chunks, int nitems, float* Gc, bf16* Wh,
@@ -82,6 +108,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
     // Producer warp: q, k, T by TMA (lane 0), G and β of the rows lane, lane + 32 (the gates loaded one item
     // ahead), the chunk record and the Gc output; set p once the consumers released it (the item two before).
     gdn_prep::RowGates gv = gdn_prep::load_row_gates(gates, chunks, blockIdx.x, HV);
+    RowRho rv = load_row_rho<KEPT>(nout, chunks, blockIdx.x, HV, HK);
     int n = 0;
     for (int idx = blockIdx.x; idx < nitems; idx += step, ++n) {
       const int p = n & 1, ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
@@ -100,9 +127,21 @@ __global__ void __launch_bounds__(NT + 32, 2)
       float* G = reinterpret_cast<float*>(gdn_smem + Smem::vec) + p * 2 * C;
       float* B = G + C;
       gdn_prep::store_row_gates(G, B, gv, cr, Gc, HV, h);
+      if constexpr (KEPT) {  // ρ_k, ρ_q, s = β·e^G·ρ_k of the rows lane, lane + 32 (rows_rho's arithmetic)
+        float* R = reinterpret_cast<float*>(gdn_smem + Smem::rho) + p * 3 * C;
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int i = lane + 32 * rr;
+          const bool ok = i < cr.len;
+          R[i] = ok ? rv.k[rr] : 0.f, R[C + i] = ok ? rv.q[rr] : 0.f;
+          R[2 * C + i] = ok ? B[i] * expf(G[i]) * rv.k[rr] : 0.f;
+        }
+      }
       tma::mbar_arrive(full + 8 * p);
-      if (idx + step < nitems)
-        gv = gdn_prep::load_row_gates(gates, chunks, idx + step, HV);  // in flight until the next fill
+      if (idx + step < nitems) {  // in flight until the next fill
+        gv = gdn_prep::load_row_gates(gates, chunks, idx + step, HV);
+        rv = load_row_rho<KEPT>(nout, chunks, idx + step, HV, HK);
+      }
     }
     return;
   }
@@ -110,9 +149,6 @@ __global__ void __launch_bounds__(NT + 32, 2)
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform: descriptors in uniform registers
   const int g = lane >> 2, t4 = lane & 3, c32 = 32 * wg, c64 = 64 * wg;
   auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory"); };
-  float* Rk = reinterpret_cast<float*>(gdn_smem + Smem::rho);
-  float* Rq = Rk + C;
-  float* Sv = Rq + C;  // β·e^G·ρ_k
   const uint64_t Thi_k = desc_k(sb + Smem::Thi), Tlo_k = desc_k(sb + Smem::Tlo);
   for (int idx = blockIdx.x, n = 0; idx < nitems; idx += step, ++n) {
     const int p = n & 1;
@@ -125,17 +161,22 @@ __global__ void __launch_bounds__(NT + 32, 2)
     const int64_t t0 = rec[0];
     const int len = rec[1], h = rec[2], ch = rec[3];
     const int64_t hk = h / (HV / HK);
-    gdn_prep::rows_rho(set + Smem::K, set + Smem::Q, scale, nout, h % (HV / HK) == 0, G, B, Rk, Rq, Sv, len,
-                       t0, hk, HK);
-    consumers_sync();  // ρ and s complete
+    float* Rk = reinterpret_cast<float*>(gdn_smem + Smem::rho) + p * 3 * C;
+    float* Rq = Rk + C;
+    float* Sv = Rq + C;  // β·e^G·ρ_k
     float m[16];
     wgmma::fence_operands(m);
     wgmma::fence();
     {
-      // q·kᵀ on columns c32 .. c32 + 31 (k rows as the K-major B)
+      // q·kᵀ on columns c32 .. c32 + 31 (k rows as the K-major B), while ρ is formed
       const uint64_t Q_k = desc_k(S + Smem::Q), Kn_k = desc_k(S + Smem::K + 1024 * wg);
       mma_steps<D / 16, 0, 0>(m, Q_k, 2048, Kn_k, 2048);
       wgmma::commit();
+    }
+    if constexpr (!KEPT) {
+      gdn_prep::rows_rho(set + Smem::K, set + Smem::Q, scale, nout, h % (HV / HK) == 0, G, B, Rk, Rq, Sv, len,
+                         t0, hk, HK);
+      consumers_sync();  // ρ and s complete
     }
     // T' = T·diag(s) as bf16 hi + lo, two 16-byte pieces (8 columns of a row) per thread, in T's layout
 #pragma unroll
@@ -208,13 +249,14 @@ cudaError_t launch_gdn_lean_prep_wgmma(const KernelPolicy& pol, KIn q, KIn k, fl
       !tma::encode_image_map(maps.k, k.p, T, HK, C, true) ||
       !tma::encode_image_map(maps.T, b16.T_kept, int64_t(nchunks) * HV * C, 1, C, true, C, C))
     return cudaErrorNotSupported;
-  cudaError_t e = set_launch_smem(pol, gdn_lean_prep_wgmma_kernel, Smem::bytes);
+  auto* kernel = nout.rho_kept ? gdn_lean_prep_wgmma_kernel<true> : gdn_lean_prep_wgmma_kernel<false>;
+  cudaError_t e = set_launch_smem(pol, kernel, Smem::bytes);
   if (e != cudaSuccess) return e;
   const int sms = pol.sm_count;
   const int items = nchunks * static_cast<int>(HV);
-  gdn_lean_prep_wgmma_kernel<<<std::min(items, 2 * sms), NT + 32, Smem::bytes, s>>>(
-      maps, scale, nout, gates, chunks, items, Gc, static_cast<bf16*>(b16.W), static_cast<bf16*>(b16.M), HK,
-      HV);
+  kernel<<<std::min(items, 2 * sms), NT + 32, Smem::bytes, s>>>(maps, scale, nout, gates, chunks, items, Gc,
+                                                                static_cast<bf16*>(b16.W),
+                                                                static_cast<bf16*>(b16.M), HK, HV);
   return cudaGetLastError();
 }
 #endif

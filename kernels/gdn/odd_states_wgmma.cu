@@ -3,7 +3,8 @@
 // chunk 2p + 1 from the kept one at 2p and its V',
 //   S_{2p+1} = γ_last·S_{2p} + kᵀ·diag(ρ_k·e^{G_last−G})·V'   (k before the norm; zeros where chunk 2p + 1
 //                                                              starts another sequence)
-// with ρ_k from the k tile by the prep's lanes and sums (l2norm_row.cuh: bit-identical ρ) and the scaled V'
+// with ρ_k from the k tile by the prep's lanes and sums (l2norm_row.cuh: bit-identical ρ), or as the forward
+// prep kept it (rk_kept, copied with G: no ρ phase and one barrier less per item), and the scaled V'
 // rounded to bf16 as the mma.sync kernel rounds it. Chunk 2p is never a sequence's last chunk here, so it is
 // whole (64 rows).
 // A persistent grid of one 256-thread block per SM; k, V' (64 rows) and S (128 rows) of the next item land by
@@ -40,10 +41,10 @@ struct Smem {                                   // byte offsets
   static constexpr uint32_t V = K + C * D * 2;  // V' [64][dv], then scaled in place
   static constexpr uint32_t S = V + C * D * 2;  // S_{2p} [dk][dv]
   static constexpr uint32_t kSet = S + D * D * 2;
-  static constexpr uint32_t G = 2 * kSet;        // [2][64] G by set
-  static constexpr uint32_t Rk = G + 2 * C * 4;  // [64] ρ_k
-  static constexpr uint32_t bar = Rk + C * 4;    // two mbarriers, one per set
-  static constexpr uint32_t bytes = bar + 16;    // 131,856
+  static constexpr uint32_t G = 2 * kSet;          // [2][64] G by set
+  static constexpr uint32_t Rk = G + 2 * C * 4;    // [2][64] ρ_k by set
+  static constexpr uint32_t bar = Rk + 2 * C * 4;  // two mbarriers, one per set
+  static constexpr uint32_t bytes = bar + 16;      // 132,112
 };
 constexpr uint32_t kSetBytes = 2 * C * D * 2 + D * D * 2;
 
@@ -54,14 +55,14 @@ struct OddMaps {
 __global__ void __launch_bounds__(NT, 1)
     gdn_odd_states_wgmma_kernel(const __grid_constant__ OddMaps maps, float eps, const float* Gc,
                                 const int32_t* chunks, bf16* Sodd, int64_t HK, int64_t HV,
-                                const int32_t* chunk_off, int nseq, int nitems) {
+                                const int32_t* chunk_off, int nseq, int nitems, const float* rk_kept) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char gdn_smem[];
   const uint32_t sb = mma::smem_addr(gdn_smem), bar0 = sb + Smem::bar;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wq = warp & 3, g = lane >> 2, t4 = lane & 3;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
   float* Gb = reinterpret_cast<float*>(gdn_smem + Smem::G);
-  float* Rk = reinterpret_cast<float*>(gdn_smem + Smem::Rk);
+  float* Rkb = reinterpret_cast<float*>(gdn_smem + Smem::Rk);
 
   // Item i: p = i / HV, h = i % HV; thread 0 issues its tiles into set b (if chunk 2p + 1 continues), threads
   // < 64 its G by cp.async.
@@ -78,6 +79,9 @@ __global__ void __launch_bounds__(NT, 1)
       tma::image_tile(set + Smem::S, maps.S, static_cast<int>((int64_t(p) * HV + h) * D), 0, bar);
     }
     if (tid < C) mma::cp_async4(sb + Smem::G + 4 * (b * C + tid), Gc + (int64_t(t0) + tid) * HV + h, true);
+    if (rk_kept && tid < C)  // chunk 2p is whole: its 64 rows all have ρ
+      mma::cp_async4(sb + Smem::Rk + 4 * (b * C + tid), rk_kept + (int64_t(t0) + tid) * HK + h / (HV / HK),
+                     true);
   };
 
   if (tid == 0) {
@@ -105,10 +109,12 @@ __global__ void __launch_bounds__(NT, 1)
     const uint32_t set = sb + b * Smem::kSet;
     unsigned char* setp = gdn_smem + b * Smem::kSet;
     const float* G = Gb + b * C;
+    float* Rk = Rkb + b * C;
     tma::mbar_wait(bar0 + 8 * b, (phase >> b) & 1);
     phase ^= 1u << b;
 
-    {  // ρ_k of the 64 rows: warp w takes rows 8w .. 8w + 7, 4 consecutive values a lane (the prep's lanes)
+    if (!rk_kept) {  // ρ_k of the 64 rows: warp w takes rows 8w .. 8w + 7, 4 consecutive values a lane
+                     // (the prep's lanes)
       constexpr int RW = C / (NT / 32);
       float4 kr[RW];
 #pragma unroll
@@ -123,8 +129,8 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
       for (int x = 0; x < RW; ++x)
         if (lane == x) Rk[warp * RW + x] = rk[x];
+      __syncthreads();
     }
-    __syncthreads();
     const float gl = G[C - 1];
     for (int x = tid; x < C * D / 8; x += NT) {  // V' rows times ρ_k·e^{G_last − G} (bf16, in place)
       const int r = (x % (C * 2)) >> 1;          // 16-byte piece x: two a row in each 16-column block
@@ -185,7 +191,8 @@ __global__ void __launch_bounds__(NT, 1)
 #ifndef DT_ATTN_EMU
 cudaError_t launch_gdn_odd_states_wgmma(const KernelPolicy& pol, KIn k, float eps, const float* Gc,
                                         const int32_t* chunks, int nchunks, const void* states16,
-                                        const GdnHalfStates& half, int64_t HK, int64_t HV, cudaStream_t s) {
+                                        const GdnHalfStates& half, int64_t HK, int64_t HV, cudaStream_t s,
+                                        const float* rk_kept) {
   if (k.t != KType::BF16 || !half.odd || !half.vnew || !half.chunk_off) return cudaErrorInvalidValue;
   const int64_t T = half.tokens;
   if (T <= 0 || !pol.hopper()) return cudaErrorNotSupported;
@@ -201,7 +208,8 @@ cudaError_t launch_gdn_odd_states_wgmma(const KernelPolicy& pol, KIn k, float ep
   const int sms = pol.sm_count;
   const int nitems = nchunks / 2 * static_cast<int>(HV);
   gdn_odd_states_wgmma_kernel<<<std::min(nitems, sms), NT, Smem::bytes, s>>>(
-      maps, eps, Gc, chunks, static_cast<bf16*>(half.odd), HK, HV, half.chunk_off, half.nseq, nitems);
+      maps, eps, Gc, chunks, static_cast<bf16*>(half.odd), HK, HV, half.chunk_off, half.nseq, nitems,
+      rk_kept);
   return cudaGetLastError();
 }
 #endif

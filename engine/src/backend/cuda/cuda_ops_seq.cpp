@@ -405,9 +405,10 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   if (r->Tm.defined()) b16.T = r->Tm.data;
   b16.states_even = r->half_states;
   // The backward's recompute (no output) also has the prep write ρ (and, for inputs that are not bf16, q̂ and
-  // k̂) for the backward's other kernels.
-  const kernels::GdnNormOut nout =
-      gdn_norm_outputs(d, for_backward && !o ? r.get() : nullptr, !gdn_reads_raw_qk(q, k));
+  // k̂) for the backward's other kernels; so does the half-states keep, whose backward reads the kept ρ
+  // (2·T·HK floats) instead of forming it again in its lean prep and odd states.
+  const kernels::GdnNormOut nout = gdn_norm_outputs(
+      d, (for_backward && !o) || r->half_states ? r.get() : nullptr, !gdn_reads_raw_qk(q, k));
   cuda_check(kernels::launch_gdn_chunk_prep_mma(policy_, kin(q, "gdn q"), kin(k, "gdn k"), scale, nout,
                                                 kin(v, "gdn v"), gates, iptr(r->ch.chunks), nch, nullptr,
                                                 image ? nullptr : fptr(U), nullptr, fptr(r->Gc), nullptr,
@@ -455,12 +456,14 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_keep_core(const Tensor& q, c
   // q̂, k̂ (fp32, 2·T·HK·dk floats) are cheaper to recompute in the backward than to keep.
   r->qn = Tensor();
   r->kn = Tensor();
-  if (r->states_only) {  // the backward recomputes these chunk-parallel from the states and T
-    r->W = Tensor();
+  if (r->states_only) {  // the backward recomputes these chunk-parallel from the states and T (and ρ
+    r->W = Tensor();     // unless the half-states keep kept it)
     r->M = Tensor();
     r->Gc = Tensor();
-    r->rq = Tensor();
-    r->rk = Tensor();
+    if (!r->half_states) {
+      r->rq = Tensor();
+      r->rk = Tensor();
+    }
   }
   return r;
 }
@@ -500,13 +503,18 @@ void CudaBackend::gdn_scratch_from_states(const Tensor& q, const Tensor& k, cons
   }
   kernels::GdnScanBf16 b16;
   b16.W = f.W.data, b16.M = f.M.data, b16.T_kept = f.Tm.data, b16.image = f.image;
-  cuda_check(
-      kernels::launch_gdn_chunk_prep_mma(
-          policy_, kin(q, "gdn q"), kin(k, "gdn k"), scale, gdn_norm_outputs(d, &f, !gdn_reads_raw_qk(q, k)),
-          kin(v, "gdn v"), gates, iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr, nullptr,
-          fptr(f.Gc), nullptr, d.HK, d.HV, d.dk, d.dv, stream(), &b16, f.states.data,
-          f.half_states ? nullptr : f.vnew.data, f.half_states ? &half : nullptr),
-      "gdn_bwd (chunk prep from the kept states)");
+  kernels::GdnNormOut nout;
+  if (f.half_states && f.rq.defined()) {  // ρ kept by the forward's prep
+    nout.rq = fptr(f.rq), nout.rk = fptr(f.rk), nout.rho_kept = true;
+  } else {
+    nout = gdn_norm_outputs(d, &f, !gdn_reads_raw_qk(q, k));
+  }
+  cuda_check(kernels::launch_gdn_chunk_prep_mma(
+                 policy_, kin(q, "gdn q"), kin(k, "gdn k"), scale, nout, kin(v, "gdn v"), gates,
+                 iptr(f.ch.chunks), static_cast<int>(f.ch.n), nullptr, nullptr, nullptr, fptr(f.Gc), nullptr,
+                 d.HK, d.HV, d.dk, d.dv, stream(), &b16, f.states.data, f.half_states ? nullptr : f.vnew.data,
+                 f.half_states ? &half : nullptr),
+             "gdn_bwd (chunk prep from the kept states)");
   f.states_only = false;
 }
 
