@@ -57,6 +57,14 @@ cudaError_t launch_permute3(KIn src, int64_t d0, int64_t d1, int64_t d2, int p0,
 cudaError_t launch_grouped_gemm(const KernelPolicy& pol, const void* x, const void* w, bool fp32, bool trans_w, const int32_t* offsets, int E,
                                 int64_t M, int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
                                 cudaStream_t s);
+// The bf16 forward form above on Hopper's wgmma (grouped_gemm_wgmma.cu), called by launch_grouped_gemm: x and w
+// 16-byte aligned, K and w's contiguous extent multiples of 8; tile_off the exclusive scan of
+// ceil(rows_e / kGroupedWgmmaRows) (row_tiles: the grid's bound on its total).
+constexpr int kGroupedWgmmaRows = 128;
+bool grouped_gemm_wgmma_fits(const KernelPolicy& pol);
+cudaError_t launch_grouped_gemm_wgmma(const KernelPolicy& pol, const void* x, const void* w, bool trans_w,
+                                      const int32_t* offsets, const int32_t* tile_off, int E, int64_t row_tiles,
+                                      int64_t N, int64_t K, KOut y, float alpha, float beta, cudaStream_t s);
 // g[e] (=) alpha·Σ_{r in expert e} a[r]ᵀ·b[r] + beta·g[e]; a (M, N), b (M, K), g (E, N, K) any float type.
 cudaError_t launch_grouped_gemm_wgrad(const KernelPolicy& pol, const void* a, const void* b, bool fp32, const int32_t* offsets, int E,
                                       int64_t M, int64_t N, int64_t K, KOut g, float alpha, float beta, cudaStream_t s);

@@ -1084,7 +1084,8 @@ void case_moe_grouped(Env& e) {
     compare(e, "moe_combine (unweighted)", out1, 1e-10);
   }
 
-  // grouped_gemm: both weight orientations, big and skinny N, vector loads (the cp.async ring kernel) and scalar
+  // grouped_gemm: both weight orientations, big and skinny N, vector loads (the cp.async ring kernel, or the wgmma
+  // kernel under the Hopper policy) and scalar
   // ones (K or N not a multiple of 8: the register-prefetch kernel), several row tiles per expert, rows past
   // offsets[E] left alone; the last case the gate_up GEMM of a 35B-A3B layer (hidden 2048, 2 x 512 expert
   // columns, ~128 rows an expert), then its LoRA up-projection (fp32 u·B_eᵀ into bf16 y, K = r: the thin kernel).
@@ -1097,7 +1098,13 @@ void case_moe_grouped(Env& e) {
                       {64, 777, 780, 16, 64, F32, F32, BF, 0.5f, 1.f}, {5, 300, 300, 24, 20, BF, F32, F32, 1.f, 0.25f},
                       {8, 1000, 1000, 256, 256, BF, BF, BF, 1.f, 0.f}, {11, 250, 251, 72, 16, F32, BF, BF, -1.f, 1.f},
                       {13, 400, 401, 200, 16, F32, F32, F32, 1.f, 1.f}, {6, 90, 90, 16, 130, F32, F32, F32, 1.f, 0.f},
-                      {8, 1024, 1024, 1024, 2048, BF, BF, BF, 1.f, 0.f}, {16, 2048, 2048, 1024, 16, F32, F32, BF, 2.f, 1.f}};
+                      {8, 1024, 1024, 1024, 2048, BF, BF, BF, 1.f, 0.f}, {16, 2048, 2048, 1024, 16, F32, F32, BF, 2.f, 1.f},
+                      // The wgmma kernel (Hopper policy) on 35B-A3B sizes: the down projection (2048 x 512) and its
+                      // dX orientation, ~128 rows an expert, some experts empty, row counts not multiples of 64;
+                      // ~24 rows an expert (the second warpgroup idle), a partial column tile; beta 1 into F32;
+                      // odd N (Wᵀ only: the last column alone) with K past a k-step, beta into BF16.
+                      {16, 2000, 2050, 2048, 512, BF, BF, BF, 1.f, 0.f}, {37, 900, 905, 136, 64, BF, BF, BF, 1.f, 0.f},
+                      {12, 1500, 1510, 512, 2048, BF, BF, F32, 0.5f, 1.f}, {9, 300, 300, 139, 40, BF, BF, BF, 1.f, 0.5f}};
   for (const G& c : gcases)
     for (int tw = 0; tw < 2; ++tw) {
       Pair off = offsets(c.E, c.rows, c.M);
