@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "lora/lora.h"
 #include "model/qwen35_model.h"
+#include "model/weights.h"
 
 namespace deltatune::testing_goldens {
 
@@ -45,6 +46,23 @@ inline std::vector<Example> read_jsonl(const std::filesystem::path& p) {
 inline nlohmann::json read_json(const std::filesystem::path& p) {
   std::ifstream in(p);
   return nlohmann::json::parse(in);
+}
+
+// The weight matrices rounded to bf16 the way the CUDA backend uploads them for bf16 compute (every linear,
+// embedding, head, router and expert matrix; norms, conv1d taps, A_log and dt_bias stay fp32).
+inline void round_matrices_to_bf16(ModelWeights& w) {
+  auto r = [](Tensor& t) {
+    if (t.defined()) t = host_convert(host_convert(t, DType::BF16), DType::F32);
+  };
+  r(w.embed);
+  r(w.lm_head);
+  for (LayerWeights& l : w.layers) {
+    for (Tensor* t : {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj, &l.lin.in_proj_qkv,
+                      &l.lin.in_proj_z, &l.lin.in_proj_b, &l.lin.in_proj_a, &l.lin.out_proj, &l.mlp.gate_proj,
+                      &l.mlp.up_proj, &l.mlp.down_proj, &l.moe.router, &l.moe.gate_up, &l.moe.down,
+                      &l.moe.shared.gate_proj, &l.moe.shared.up_proj, &l.moe.shared.down_proj, &l.moe.shared_gate})
+      r(*t);
+  }
 }
 
 struct LossSum {

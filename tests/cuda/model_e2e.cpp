@@ -9,7 +9,23 @@
 //   moe_tied median 0.39, rms 0.47, max 1.5.
 // These tiny random models have gradients that are small sums of large cancelling per-token terms, so bf16
 // noise shows up strongly in them; MoE logits jump where bf16 flips a near-tied router top-k choice.
-// - Loss vs HF's fp32 loss: 1e-2 relative (measured: ≤ 5e-4; a formula error moves it far more).
+// - Loss (each sequence alone, and packed with the plain cross-entropy): within 1e-3 relative of the golden's
+//   `loss_bf16_matrices`, every golden, MoE included; within 2e-3 of HF's fp32 `loss`. Why that reference: most
+//   of the distance from HF's fp32 loss is not this engine's arithmetic but the bf16 rounding of the F32
+//   checkpoints' weight matrices, which a bf16 engine holds (tests/goldens/add_bf16_references.py; transformers
+//   5.24, torch 2.15 CPU, eager). HF's fp32 forward on the rounded matrices is 9.5e-4 from its fp32 loss on
+//   moe_vl_quirks (2 of 318 top-1 router decisions flip), 3.8e-4 moe_tied, 1.5e-4 dense_vl, 5.7e-5
+//   moe_per_expert, 0 dense_bf16 (a BF16 checkpoint); HF's own bf16 forward is 3.8e-3 / 3.1e-4 / 6.8e-4 /
+//   3.3e-5 / 6.4e-4 from it. Measured here (H200, main b8c6f97): vs the rounded-matrix loss moe_tied 7.5e-4,
+//   dense_vl 3.4e-4, moe_vl_quirks 3.1e-4, dense_bf16 2.2e-4, moe_per_expert 4.1e-5; vs HF fp32 at most
+//   1.26e-3 (moe_vl_quirks); router moves 2 on each MoE golden. A formula error moves either far more (the fp32
+//   cases check formulas to 1e-5).
+//   MoE caveat: these losses move in steps of router flips, not smoothly. One flipped token-layer moves
+//   moe_tied's loss by up to ~1e-3 (HF bf16's worst token: CE 0.55 of 84 targets), and a change of rounding
+//   alone can flip one: summing the MoE output onto the residual in fp32 with one rounding instead of four
+//   (measured, not kept) moved moe_tied to 2.9e-3 and moe_per_expert to 8.2e-4 of the reference. The line
+//   below prints `router moves` (assignments that differ from the CPU's on the same rounded matrices) to tell
+//   a flip from a formula error when a MoE golden crosses 1e-3.
 // - Logits: ≤ 5e-2 dense, ≤ 0.2 MoE (router flips, as HF's bf16 shows).
 // - LoRA gradients: rms over tensors of the per-tensor error ≤ 0.3 dense / 0.5 MoE (HF bf16's own level),
 //   each tensor ≤ 1.0 (a zero gradient scores 1, a sign error 2).
@@ -78,6 +94,26 @@ const auto kernels_name = [](const auto& info) {
   return std::to_string(info.index) + "_" + std::get<std::tuple_size_v<P> - 1>(info.param);
 };
 
+// MoE: routed (token, expert) assignments of the packed batch that moved to another expert, against the CPU (fp32)
+// on the same bf16-rounded matrices: Σ over layers and experts of |load difference| / 2, a lower bound of the
+// top-k decisions that differ (two flips that swap experts cancel). -1 for dense models.
+double router_moves(Backend& be, const StepOutput& got, const fs::path& dir, const std::vector<Example>& seqs) {
+  if (!got.moe_load.defined()) return -1;
+  ModelWeights w = model_weights_load(dir.string());
+  testing_goldens::round_matrices_to_bf16(w);
+  auto cpu = make_cpu_backend();
+  Qwen35Model model(w, *cpu);
+  StepOptions plain;
+  plain.fused_loss = false;
+  const StepOutput ref = model.step(testing_goldens::packed_batch(seqs), nullptr, plain);
+  const Tensor a = be.download(got.moe_load, DType::F32);
+  const std::vector<float> b = host_to_f32(ref.moe_load);
+  EXPECT_EQ(a.numel(), static_cast<int64_t>(b.size()));
+  double moved = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) moved += std::fabs(double(a.ptr<float>()[i]) - b[i]);
+  return moved / 2;
+}
+
 class CudaModelGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(CudaModelGolden, ForwardLossAndLogitsMatchHF) {
@@ -96,10 +132,16 @@ TEST_P(CudaModelGolden, ForwardLossAndLogitsMatchHF) {
   plain.fused_loss = false;
   const StepOutput packed = model.step(testing_goldens::packed_batch(seqs), nullptr, plain);
   const double hf = golden["loss"].get<double>();
+  ASSERT_TRUE(golden.contains("loss_bf16_matrices")) << dir / "golden_eval.json" << ": no loss_bf16_matrices";
+  const double mref = golden["loss_bf16_matrices"].get<double>();
   EXPECT_EQ(n, golden["count"].get<int64_t>());
-  const double rel1 = std::fabs(sum / n - hf) / hf, rel2 = std::fabs(packed.loss_sum / packed.targets - hf) / hf;
-  EXPECT_LE(rel1, 1e-2);
-  EXPECT_LE(rel2, 1e-2);
+  const double loss1 = sum / n, loss2 = packed.loss_sum / packed.targets;
+  const double rel1 = std::fabs(loss1 - hf) / hf, rel2 = std::fabs(loss2 - hf) / hf;
+  const double own1 = std::fabs(loss1 - mref) / mref, own2 = std::fabs(loss2 - mref) / mref;
+  EXPECT_LE(own1, 1e-3) << "vs HF fp32 on the bf16-rounded matrices " << mref;
+  EXPECT_LE(own2, 1e-3) << "packed, vs HF fp32 on the bf16-rounded matrices " << mref;
+  EXPECT_LE(rel1, 2e-3);
+  EXPECT_LE(rel2, 2e-3);
 
   const auto& ref = golden["logits_first"];
   const Tensor logits = model.logits(batch_from_examples({&seqs[0]}), nullptr);
@@ -110,9 +152,11 @@ TEST_P(CudaModelGolden, ForwardLossAndLogitsMatchHF) {
   ASSERT_EQ(static_cast<int64_t>(r.size()), logits.numel());
   const double lrel = norm_rel(logits.ptr<float>(), r);
   EXPECT_LE(lrel, w.config.is_moe() ? 0.2 : 5e-2);
+  const double moved = router_moves(*be, packed, dir, seqs);
   std::printf(
-      "[e2e] %-16s loss hf %.6f  cuda %.6f (rel %.2e)  packed+plain CE %.6f (rel %.2e)  logits rel %.2e\n",
-      (name + "/" + kernels).c_str(), hf, sum / n, rel1, packed.loss_sum / packed.targets, rel2, lrel);
+      "[e2e] %-16s loss hf %.6f  cuda %.6f (rel %.2e)  packed+plain CE %.6f (rel %.2e)  logits rel %.2e;"
+      "  vs bf16-matrix ref %.6f: %.2e / %.2e; router moves %.0f\n",
+      (name + "/" + kernels).c_str(), hf, loss1, rel1, loss2, rel2, lrel, mref, own1, own2, moved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaModelGolden,
