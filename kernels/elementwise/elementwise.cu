@@ -8,8 +8,9 @@
 //   sigmoid_mul: out (=) x·σ(g); dx (=) dout·σ(g), dg (=) dout·x·σ(g)(1−σ(g))
 //   sum_squares: acc (+=) Σ x² (fp64 accumulation per thread and across blocks)
 //   any_nonfinite: flag (=) 1 if some x is NaN/Inf
-// Memory: plain grid-stride loops, one element per iteration, fp32 math in registers; copy_cols and add have
-// 16-byte (8 x bf16) paths for bf16 tensors with aligned rows, the common case in the model's hot loop.
+// Memory: plain grid-stride loops, one element per iteration, fp32 math in registers; copy_cols, add, swiglu and
+// sigmoid_mul have 16-byte (8 x bf16) paths for bf16 tensors with aligned rows, the common case in the model's hot
+// loop (same arithmetic per element: same bits).
 #include "common/bf16x8.cuh"
 #include "common/device.cuh"
 #include "elementwise/elementwise.cuh"
@@ -124,6 +125,30 @@ __global__ void sigmoid_mul_bwd_kernel(KIn d, KIn x, KIn g, KOut dx, KOut dg, in
     st(dg, i, dv * ld(x, i) * s * (1.f - s));
   }
 }
+__global__ void sigmoid_mul_fwd_bf16x8_kernel(const void* x, const void* g, void* o, int64_t n8) {
+  DT_GRID_STRIDE(i, n8) {
+    const Bf16x8 xv = ld8(x, i), gv = ld8(g, i);
+    Bf16x8 r;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) r.v[k] = xv.v[k] * sigmoidf_(gv.v[k]);
+    st8(o, i, r);
+  }
+}
+__global__ void sigmoid_mul_bwd_bf16x8_kernel(const void* d, const void* x, const void* g, void* dx, void* dg,
+                                              int64_t n8) {
+  DT_GRID_STRIDE(i, n8) {
+    const Bf16x8 dv = ld8(d, i), xv = ld8(x, i), gv = ld8(g, i);
+    Bf16x8 rx, rg;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float sg = sigmoidf_(gv.v[k]);
+      rx.v[k] = dv.v[k] * sg;
+      rg.v[k] = dv.v[k] * xv.v[k] * sg * (1.f - sg);
+    }
+    st8(dx, i, rx);
+    st8(dg, i, rg);
+  }
+}
 }  // namespace
 
 cudaError_t launch_fill(KOut y, int64_t n, float v, cudaStream_t s) {
@@ -191,11 +216,19 @@ cudaError_t launch_swiglu_bwd(KIn d, KIn g, KIn u, KOut dg, KOut du, int64_t n, 
   return cudaGetLastError();
 }
 cudaError_t launch_sigmoid_mul_fwd(KIn x, KIn g, KOut o, int64_t n, cudaStream_t s) {
-  if (n > 0) sigmoid_mul_fwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, g, o, n);
+  if (n <= 0) return cudaSuccess;
+  if (all_bf16x8(n, x, g, o))  // the attention output gate: 1.2 TB/s through the typed one-element loads
+    sigmoid_mul_fwd_bf16x8_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, s>>>(x.p, g.p, o.p, n / 8);
+  else
+    sigmoid_mul_fwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, g, o, n);
   return cudaGetLastError();
 }
 cudaError_t launch_sigmoid_mul_bwd(KIn d, KIn x, KIn g, KOut dx, KOut dg, int64_t n, cudaStream_t s) {
-  if (n > 0) sigmoid_mul_bwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(d, x, g, dx, dg, n);
+  if (n <= 0) return cudaSuccess;
+  if (all_bf16x8(n, d, x, g, dx, dg))
+    sigmoid_mul_bwd_bf16x8_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, s>>>(d.p, x.p, g.p, dx.p, dg.p, n / 8);
+  else
+    sigmoid_mul_bwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(d, x, g, dx, dg, n);
   return cudaGetLastError();
 }
 

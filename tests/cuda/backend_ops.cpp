@@ -292,6 +292,14 @@ void case_activations(Env& e) {
     e.gpu->swiglu_bwd(d8.g, g8.g, u8.g, dg8.g, du8.g);
     compare(e, "swiglu_bwd dgate (16-byte path)", dg8, 1e-5);
     compare(e, "swiglu_bwd dup (16-byte path)", du8, 1e-5);
+    Pair so8 = e.out(s8, BF), dx8 = e.out(s8, BF), dgt8 = e.out(s8, BF);
+    e.cpu->sigmoid_mul_fwd(u8.c, g8.c, so8.c);
+    e.gpu->sigmoid_mul_fwd(u8.g, g8.g, so8.g);
+    compare(e, "sigmoid_mul_fwd (16-byte path)", so8, 1e-5);
+    e.cpu->sigmoid_mul_bwd(d8.c, u8.c, g8.c, dx8.c, dgt8.c);
+    e.gpu->sigmoid_mul_bwd(d8.g, u8.g, g8.g, dx8.g, dgt8.g);
+    compare(e, "sigmoid_mul_bwd dx (16-byte path)", dx8, 1e-5);
+    compare(e, "sigmoid_mul_bwd dgate (16-byte path)", dgt8, 1e-5);
   }
   Pair so = e.out(s, BF);
   e.cpu->sigmoid_mul_fwd(up.c, gate.c, so.c);
