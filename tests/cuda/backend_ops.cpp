@@ -1014,6 +1014,20 @@ void case_moe(Env& e) {
   e.cpu->scale_rows(a.c, sc.c, ys.c);
   e.gpu->scale_rows(a.g, sc.g, ys.g);
   compare(e, "scale_rows", ys, 1e-5);
+  {  // rows of 96 bf16 values: the warp-per-row 16-byte kernels (the MoE layer's hidden and expert rows)
+    const int64_t H8 = 96;
+    Pair src8 = e.in({T, H8}, BF), gd8 = e.out({n, H8}, BF);
+    e.cpu->gather_rows(src8.c, rows.c, gd8.c);
+    e.gpu->gather_rows(src8.g, rows.g, gd8.g);
+    compare(e, "gather_rows (16-byte rows)", gd8, 0);
+    Pair a8 = e.in({n, H8}, BF), b8 = e.in({n, H8}, BF), rd8 = e.out({n}, F32), ys8 = e.out({n, H8}, BF);
+    e.cpu->row_dot(a8.c, b8.c, rd8.c);
+    e.gpu->row_dot(a8.g, b8.g, rd8.g);
+    compare(e, "row_dot (16-byte rows)", rd8, 1e-10);
+    e.cpu->scale_rows(a8.c, sc.c, ys8.c);
+    e.gpu->scale_rows(a8.g, sc.g, ys8.g);
+    compare(e, "scale_rows (16-byte rows)", ys8, 1e-5);
+  }
 }
 
 // ---- MoE dispatch, combine, grouped expert GEMMs, permute3 --------------------------------------------------
@@ -1090,6 +1104,14 @@ void case_moe_grouped(Env& e) {
     e.cpu->moe_combine(y.c, sr.c, Tensor{}, out1.c);
     e.gpu->moe_combine(y.g, sr.g, Tensor{}, out1.g);
     compare(e, "moe_combine (unweighted)", out1, 1e-10);
+    const int64_t H8 = 96;  // rows of 8k bf16 values: the warp-per-token 16-byte kernel
+    Pair y8 = e.in({T * K, H8}, BF), o8 = e.out({T, H8}, BF), o8f = e.out({T, H8}, F32);
+    e.cpu->moe_combine(y8.c, sr.c, w.c, o8.c);
+    e.gpu->moe_combine(y8.g, sr.g, w.g, o8.g);
+    compare(e, "moe_combine (weighted, 16-byte rows)", o8, 1e-5);
+    e.cpu->moe_combine(y8.c, sr.c, Tensor{}, o8f.c);
+    e.gpu->moe_combine(y8.g, sr.g, Tensor{}, o8f.g);
+    compare(e, "moe_combine (unweighted into F32, 16-byte rows)", o8f, 1e-10);
   }
 
   // grouped_gemm: both weight orientations, big and skinny N, vector loads (the cp.async ring kernel, or the wgmma
@@ -1176,6 +1198,15 @@ void case_moe_grouped(Env& e) {
     e.cpu->permute3(x.c, 6, 7, 8, 2, 1, 0, xt.c);
     e.gpu->permute3(x.g, 6, 7, 8, 2, 1, 0, xt.g);
     compare(e, "permute3 (2,1,0) BF16->F32", xt, 0);
+    // A 35B-A3B-like expert B (out 67, r 16, 40 experts): several 32 x 32 transpose tiles, partial ones at the edges.
+    const int64_t out2 = 67, r2 = 16, E2 = 40;
+    Pair B2 = e.in({out2, r2 * E2}, F32), Bc2 = e.out({E2, out2, r2}, F32), back2 = e.out({out2, r2 * E2}, F32);
+    e.cpu->permute3(B2.c, out2, r2, E2, 2, 0, 1, Bc2.c);
+    e.gpu->permute3(B2.g, out2, r2, E2, 2, 0, 1, Bc2.g);
+    compare(e, "permute3 (2,0,1) 67x16x40", Bc2, 0);
+    e.cpu->permute3(Bc2.c, E2, out2, r2, 1, 2, 0, back2.c);
+    e.gpu->permute3(Bc2.g, E2, out2, r2, 1, 2, 0, back2.g);
+    compare(e, "permute3 (1,2,0) 40x67x16", back2, 0);
   }
 }
 
