@@ -4,6 +4,9 @@
 //  - attention_{fwd,bwd}_mma.cu: flash-attention-2 style kernels on tensor cores (bf16 mma.sync, fp32
 //    accumulators and softmax) for BF16 q/k/v/dout and head_dim 64, 96, 128 or 256, causal or full; the
 //    backend zero-pads other head dims in (64, 256] to the next of these (the 9B vision tower's 72 -> 96).
+//  - attention_fwd_wgmma.cu, attention_dq_wgmma.cu: the forward and the backward's dQ kernel on Hopper's
+//    wgmma (sm_90a) at head_dim 256 with an even number of query heads per kv head (two heads a block share
+//    the K/V tiles); the mma.sync launchers run them under the Hopper policy.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -60,5 +63,23 @@ cudaError_t launch_attention_bwd_mma(const KernelPolicy& pol, KIn dout, KIn q, K
                                      const int32_t* cu_seqlens, const int32_t* q_tiles, const int32_t* k_tiles,
                                      int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
                                      KOut dq, KOut dk, KOut dv, float* dkv_scratch, cudaStream_t s);
+
+// ---- Hopper forward (attention_fwd_wgmma.cu, sm_90a) --------------------------------------------------------
+// launch_attention_fwd_mma's contract and tiles on wgmma; launch_attention_fwd_mma runs it under the Hopper
+// policy where it applies (head_dim 256, an even number of query heads per kv head), the mma.sync kernel
+// elsewhere.
+bool attention_fwd_wgmma_supported(int hd, int64_t nH, int64_t nKV);
+size_t attention_fwd_wgmma_smem(int hd);
+cudaError_t launch_attention_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens,
+                                       const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, int hd,
+                                       float scale, bool causal, KOut o, float* lse, cudaStream_t s);
+// The backward's dQ kernel on wgmma (attention_dq_wgmma.cu); launch_attention_bwd_mma runs it in place of the
+// mma.sync dQ kernel under the Hopper policy where it applies (as the forward). dl: D (launch_attention_dot).
+bool attention_dq_wgmma_supported(int hd, int64_t nH, int64_t nKV);
+size_t attention_dq_wgmma_smem(int hd);
+cudaError_t launch_attention_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse,
+                                      const float* dl, const int32_t* cu_seqlens, const int32_t* q_tiles,
+                                      int ntiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
+                                      KOut dq, cudaStream_t s);
 
 }  // namespace deltatune::kernels

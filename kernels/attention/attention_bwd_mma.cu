@@ -13,6 +13,7 @@
 //  3. dQ: one block of 4 warps per (head, 64-query tile) walks the key tiles up to the diagonal like the
 //     forward (all key tiles of the sequence when full): S = Q·Kᵀ, dP = dO·Vᵀ, dS from registers as the A operand of dQ += dS·K.
 // S and dP are computed in both 2 and 3 (7 products instead of FA2's 5) in exchange for no dQ atomics.
+// Under the Hopper policy at head_dim 256 with nH / nKV even, 3 runs on wgmma (attention_dq_wgmma.cu).
 #include <cmath>
 
 #include "attention/attention.cuh"
@@ -414,6 +415,9 @@ cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, cons
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
 
+  if (HD == 256 && pol.hopper() && attention_dq_wgmma_supported(HD, nH, nKV))
+    return launch_attention_dq_wgmma(pol, dout, q, k, v, lse, dl, cu, q_tiles, ntiles, nH, nKV, HD, scale, CAUSAL,
+                                     dq, s);
   e = set_launch_smem(pol, attention_dq_mma_kernel<HD, CAUSAL>, dq_smem<HD>());
   if (e != cudaSuccess) return e;
   attention_dq_mma_kernel<HD, CAUSAL><<<grid, Q_NT, dq_smem<HD>(), s>>>(dop, qp, kp, vp, lse, dl, cu, q_tiles, nh, nkv,
@@ -435,7 +439,10 @@ size_t attention_bwd_mma_smem(const KernelPolicy& pol, int hd) {
                    : hd <= 96  ? dkdv_smem_for<96>(hop)
                    : hd <= 128 ? dkdv_smem_for<128>(hop)
                                : dkdv_smem_for<256>(hop);
-  const size_t b = hd <= 64 ? dq_smem<64>() : hd <= 96 ? dq_smem<96>() : hd <= 128 ? dq_smem<128>() : dq_smem<256>();
+  size_t b = hd <= 64 ? dq_smem<64>() : hd <= 96 ? dq_smem<96>() : hd <= 128 ? dq_smem<128>() : dq_smem<256>();
+#ifndef DT_ATTN_EMU
+  if (hop && hd > 128 && attention_dq_wgmma_smem(hd) > b) b = attention_dq_wgmma_smem(hd);  // where it applies
+#endif
   return a > b ? a : b;
 }
 

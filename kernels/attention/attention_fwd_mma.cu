@@ -195,7 +195,10 @@ int attention_mma_padded_hd(int hd) {
   return 0;
 }
 
-size_t attention_fwd_mma_smem(const KernelPolicy& /*pol*/, int hd) {  // one tile per head dim (≤ 99 KiB)
+size_t attention_fwd_mma_smem(const KernelPolicy& pol, int hd) {  // one tile per head dim (≤ 99 KiB)
+#ifndef DT_ATTN_EMU
+  if (pol.hopper() && hd == 256) return attention_fwd_wgmma_smem(hd);  // the Hopper kernel (larger) where it applies
+#endif
   return hd <= 64 ? fwd_smem<64>() : hd <= 96 ? fwd_smem<96>() : hd <= 128 ? fwd_smem<128>() : fwd_smem<256>();
 }
 
@@ -206,6 +209,8 @@ cudaError_t launch_attention_fwd_mma(const KernelPolicy& pol, KIn q, KIn k, KIn 
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   if (q.t != KType::BF16 || k.t != KType::BF16 || v.t != KType::BF16 || !attention_mma_supported(hd))
     return cudaErrorInvalidValue;
+  if (pol.hopper() && attention_fwd_wgmma_supported(hd, nH, nKV))
+    return launch_attention_fwd_wgmma(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, causal, o, lse, s);
   auto run = [&]<int HD>() {
     return causal ? run_fwd<HD, true>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s)
                   : run_fwd<HD, false>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);

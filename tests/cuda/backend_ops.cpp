@@ -472,7 +472,9 @@ void case_attention(Env& e) {
                      {2, 2, 64, awkward},   // MHA
                      {4, 2, 128, awkward},  // GQA 2
                      {4, 1, 256, awkward},  // GQA 4
-                     {2, 1, 256, {0, 1024}}};  // 16 diagonal and 120 full 64x64 tiles
+                     {2, 1, 256, {0, 1024}},   // 16 diagonal and 120 full 64x64 tiles
+                     {8, 2, 256, awkward},     // the 2B shape's heads (GQA 4, 2 kv heads), packed ragged
+                     {8, 2, 256, {0, 130, 500}}};  // ragged: 2 and 6 tiles, both ending mid-tile
   // Full attention (the vision tower: every key of the frame): the tiny golden's head_dim 16 (FMA kernels), the
   // 9B tower's 72 on the tensor cores (zero-padded to 96; one frame of a 512x512 image = 1024 patches), 64, and
   // F32 inputs on the FMA kernels.
@@ -480,6 +482,7 @@ void case_attention(Env& e) {
                     {2, 2, 72, {0, 1, 64, 65, 333}},
                     {3, 3, 72, {0, 1024, 1100}},
                     {2, 2, 64, awkward},
+                    {4, 2, 256, awkward},  // hd 256 full attention (the Hopper forward's non-causal kernel)
                     {2, 2, 72, {0, 70, 150}, F32}};
   auto run = [&](const A& c, bool causal) {
     const int64_t T = c.cu.back();

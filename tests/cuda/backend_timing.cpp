@@ -226,26 +226,29 @@ TEST(BackendTiming, DISABLED_MoeShapes) {
 // forward 2 products · 2·T²/2·hd·nH, backward 2.5x that (FA2's count: 5 products).
 TEST(BackendTiming, DISABLED_AttentionHd256) {
   if (!cuda_backend_available()) GTEST_SKIP();
-  auto gpu = make_cuda_backend(0);
-  Backend& b = *gpu;
-  const DType BF = DType::BF16;
-  const int T = 4096, nH = 8, nKV = 2, hd = 256;
-  SeqLayout s = one_seq(b, T);
-  Tensor q = rand_dev(b, {T, nH, hd}, BF, -1, 1, 3), k = rand_dev(b, {T, nKV, hd}, BF, -1, 1, 4),
-         v = rand_dev(b, {T, nKV, hd}, BF, -1, 1, 5), dout = rand_dev(b, {T, nH, hd}, BF, -1, 1, 6);
-  Tensor o = b.alloc({T, nH, hd}, BF), lse = b.alloc({T, nH}, DType::F32);
-  Tensor dq = b.alloc(q.shape, BF), dk = b.alloc(k.shape, BF), dv = b.alloc(v.shape, BF);
-  const double flops = 2.0 * 2.0 * double(T) * T / 2 * hd * nH;
-  const float scale = 0.0625f;
-  std::printf("%s\n", b.name().c_str());
-  {
-    const char* path = "tensor cores";
-    const double f = median_ms(b, [&] { b.attention_fwd(q, k, v, s, scale, o, lse); });
-    const double bw = median_ms(b, [&] { b.attention_bwd(dout, q, k, v, o, lse, s, scale, dq, dk, dv); });
-    std::printf("attention %-20s T=%d nH=%d nKV=%d hd=%d  fwd %8.3f ms (%6.1f TFLOP/s)  bwd %8.3f ms (%6.1f TFLOP/s)\n",
-                path, T, nH, nKV, hd, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
-    EXPECT_TRUE(b.all_finite(o) && b.all_finite(lse) && b.all_finite(dq) && b.all_finite(dk) && b.all_finite(dv));
-  }
+  // Both kernel policies ("auto": on a Hopper the wgmma forward; "portable": the mma.sync kernels), at the
+  // 2B (nH 8, nKV 2) and 9B (nH 16, nKV 4) attention heads.
+  for (const std::string kernels : {"auto", "portable"})
+    for (const int nH : {8, 16}) {
+      auto gpu = make_cuda_backend(0, DType::BF16, kernels);
+      Backend& b = *gpu;
+      const DType BF = DType::BF16;
+      const int T = 4096, nKV = nH / 4, hd = 256;
+      SeqLayout s = one_seq(b, T);
+      Tensor q = rand_dev(b, {T, nH, hd}, BF, -1, 1, 3), k = rand_dev(b, {T, nKV, hd}, BF, -1, 1, 4),
+             v = rand_dev(b, {T, nKV, hd}, BF, -1, 1, 5), dout = rand_dev(b, {T, nH, hd}, BF, -1, 1, 6);
+      Tensor o = b.alloc({T, nH, hd}, BF), lse = b.alloc({T, nH}, DType::F32);
+      Tensor dq = b.alloc(q.shape, BF), dk = b.alloc(k.shape, BF), dv = b.alloc(v.shape, BF);
+      const double flops = 2.0 * 2.0 * double(T) * T / 2 * hd * nH;
+      const float scale = 0.0625f;
+      const std::string path = "kernels: " + kernels;
+      const double f = median_ms(b, [&] { b.attention_fwd(q, k, v, s, scale, o, lse); });
+      const double bw = median_ms(b, [&] { b.attention_bwd(dout, q, k, v, o, lse, s, scale, dq, dk, dv); });
+      std::printf("attention %-18s T=%d nH=%d nKV=%d hd=%d  fwd %8.3f ms (%6.1f TFLOP/s)  bwd %8.3f ms (%6.1f TFLOP/s)\n",
+                  path.c_str(), T, nH, nKV, hd, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
+      EXPECT_TRUE(b.all_finite(o) && b.all_finite(lse) && b.all_finite(dq) && b.all_finite(dk) &&
+                  b.all_finite(dv));
+    }
 }
 
 // Gated DeltaNet core at the training shape (T=8192 as 2 sequences of 4096, HK 16, HV 32, dk = dv = 128),

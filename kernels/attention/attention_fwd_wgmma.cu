@@ -1,0 +1,244 @@
+// Varlen GQA attention forward on Hopper's warpgroup tensor cores (wgmma, sm_90a) at head_dim 256: the
+// contract and the tiles of attention_fwd_mma.cu (kAttnMmaTile = 64 query rows, 64-key tiles, causal or full
+// attention, lse out), chosen by launch_attention_fwd_mma under the Hopper policy when the query heads of a
+// kv head come in pairs (nH / nKV even: every Qwen3.5 text model).
+// One block of two warpgroups per (pair of query heads of one kv head, 64-query tile): warpgroup g takes head
+// 2·blockIdx.x + g, warp w of it query rows 16w..16w+15. Both read the same K and V tiles, so a block loads
+// each key tile once for 128 query rows (the 64-row mma.sync kernel, L2-bound at hd 256, loads it per 64).
+// Per key tile: S = Q·Kᵀ (16 wgmma m64n64k16, Q and K from shared memory, fp32 accumulators), the causal /
+// end-of-sequence mask, online softmax in registers (base-2 exponentials of pre-scaled scores), P packed to
+// bf16 from the S accumulators straight into wgmma A fragments (register-A form: the m64nN accumulator
+// layout is the mma.m16n8 C layout, whose pairs are the A layout), O += P·V (16 wgmma m64n64k16, V read
+// MN-major from shared memory, O = 4 accumulators of 64 columns).
+// Shared memory (no-swizzle core-matrix layout of common/wgmma.cuh): two Q tiles and two K/V buffer pairs
+// (64 x 256 bf16 each), 192 KiB, one block per SM: key tile j+1 arrives by cp.async while tile j is computed.
+#include <cmath>
+
+#include "attention/attention.cuh"
+#include "common/device.cuh"
+#include "common/launch_smem.cuh"
+#include "common/mma.cuh"
+#include "common/wgmma.cuh"
+#include "attention/attention_wgmma.cuh"
+
+namespace deltatune::kernels {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using attn_wgmma::at;
+using attn_wgmma::load_tile;
+using attn_wgmma::mma_rs_m64n64;
+constexpr int BQ = kAttnMmaTile;  // query rows per warpgroup
+constexpr int BK = 64;            // keys per tile
+constexpr int NG = 2;             // warpgroups (query heads) per block
+constexpr int NT = 128 * NG;
+static_assert(BQ == 64 && BK == 64, "m64 products; diagonal tiles assume BQ == BK");
+
+// Q tiles of the NG heads, then two (K, V) buffers.
+template <int HD> constexpr size_t wg_fwd_smem() { return sizeof(bf16) * size_t(NG * BQ + 4 * BK) * HD; }
+
+template <int HD, bool CAUSAL>
+__global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
+    const bf16* __restrict__ q,  // (T, nH, HD)
+    const bf16* __restrict__ k,  // (T, nKV, HD)
+    const bf16* __restrict__ v,  // (T, nKV, HD)
+    const int32_t* __restrict__ cu, const int32_t* __restrict__ tiles, int nH, int nKV, float scale,
+    KOut o,                      // (T, nH, HD)
+    float* __restrict__ lse) {   // (T, nH)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int NB = HD / 64;                // 64-column blocks of O
+  constexpr uint32_t TILE = BK * HD * 2;     // bytes of a Q, K or V tile
+  constexpr uint32_t RG = HD * 16;           // bytes between 8-row groups of a tile
+  extern __shared__ __align__(128) unsigned char attn_smem[];
+  const uint32_t sQ = mma::smem_addr(attn_smem), sKV = sQ + NG * TILE;  // buffer b: K at sKV + 2b·TILE, V next
+
+  const int wg = threadIdx.x >> 7;
+  const int h = NG * blockIdx.x + wg;
+  const int seq = tiles[2 * blockIdx.y], q0 = tiles[2 * blockIdx.y + 1];
+  const int s0 = cu[seq], s1 = cu[seq + 1];
+  const int kvh = h / (nH / nKV);  // the same for the block's heads (nH / nKV is even)
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+
+#pragma unroll
+  for (int i = 0; i < NG; ++i) load_tile<HD, 64, NT>(sQ + i * TILE, q, q0, s1, nH, NG * blockIdx.x + i);
+  load_tile<HD, 64, NT>(sKV, k, s0, s1, nKV, kvh);
+  load_tile<HD, 64, NT>(sKV + TILE, v, s0, s1, nKV, kvh);
+  mma::cp_async_commit();
+
+  float acc[NB][32];
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[b][i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY};  // running max of the raw scores of rows g and g+8
+  float l[2] = {0.f, 0.f};              // this thread's partial row sums (its 2 of every 8 columns)
+  const float sl2 = scale * 1.4426950408889634f;  // exp(scale·x) = exp2(sl2·x)
+
+  // Q (A, K-major: k = head dims), K (B stored [key][dim]: K-major), V (B = [key][dim] with n = dims
+  // contiguous: MN-major). LBO: core matrices adjacent in k, SBO: adjacent in m / n.
+  const uint64_t dQ = wgmma::desc(sQ + wg * TILE, 128, RG);
+  const int row0 = q0 + warp * 16 + g;  // token of registers 4j, 4j+1; 4j+2, 4j+3 are row0 + 8
+
+  // Key tiles up to the diagonal (q0 - s0 is a multiple of BQ), or all of the sequence's.
+  const int nk = CAUSAL ? (q0 - s0) / BK + 1 : (s1 - s0 + BK - 1) / BK;
+  for (int j = 0; j < nk; ++j) {
+    const int k0 = s0 + j * BK;
+    const uint32_t sK = sKV + (j & 1) * 2 * TILE, sV = sK + TILE;
+    mma::cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // tile j landed for all threads; every warpgroup is done with tile j-1 (the other buffer)
+    if (j + 1 < nk) {
+      const uint32_t nK = sKV + ((j + 1) & 1) * 2 * TILE;
+      load_tile<HD, 64, NT>(nK, k, k0 + BK, s1, nKV, kvh);
+      load_tile<HD, 64, NT>(nK + TILE, v, k0 + BK, s1, nKV, kvh);
+    }
+    mma::cp_async_commit();
+    const uint64_t dK = wgmma::desc(sK, 128, RG), dV = wgmma::desc(sV, RG, 128);
+
+    float s[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s[i] = 0.f;
+    wgmma::fence_operands(s);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) wgmma::mma_m64n64<0, 0>(s, at(dQ, 256 * kk), at(dK, 256 * kk), kk > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(s);
+
+    // Causal and end-of-sequence mask, only where a key can exceed the tile's first query (causal) or the
+    // sequence end (full).
+    if (CAUSAL ? k0 + BK - 1 > q0 : k0 + BK > s1) {
+#pragma unroll
+      for (int jb = 0; jb < 8; ++jb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = k0 + jb * 8 + 2 * tq + (e & 1), row = row0 + (e >> 1) * 8;
+          if ((CAUSAL && col > row) || col >= s1) s[4 * jb + e] = -INFINITY;
+        }
+    }
+    // Online softmax per row half r (r = 0: registers 4j, 4j+1, row g; r = 1: 4j+2, 4j+3, row g+8).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int jb = 0; jb < 8; ++jb) mx = fmaxf(mx, fmaxf(s[4 * jb + 2 * r], s[4 * jb + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // Every row sees key s0 in tile 0, so mx is finite; the guard keeps -inf - -inf out regardless.
+      const float mu = mx == -INFINITY ? 0.f : mx;
+      const float corr = exp2f((m[r] - mu) * sl2);  // m = -inf -> 0
+      const float off = mu * sl2;
+      float sum = 0.f;
+#pragma unroll
+      for (int jb = 0; jb < 8; ++jb) {
+        const float p0 = exp2f(fmaf(s[4 * jb + 2 * r], sl2, -off));
+        const float p1 = exp2f(fmaf(s[4 * jb + 2 * r + 1], sl2, -off));
+        s[4 * jb + 2 * r] = p0;
+        s[4 * jb + 2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      l[r] = l[r] * corr + sum;
+      m[r] = mx;
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int jb = 0; jb < 8; ++jb) {
+          acc[b][4 * jb + 2 * r] *= corr;
+          acc[b][4 * jb + 2 * r + 1] *= corr;
+        }
+    }
+    // P as A fragments of the four 16-key chunks.
+    uint32_t a[BK / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < BK / 16; ++kc) {
+      a[kc][0] = mma::pack_bf16(s[8 * kc], s[8 * kc + 1]);
+      a[kc][1] = mma::pack_bf16(s[8 * kc + 2], s[8 * kc + 3]);
+      a[kc][2] = mma::pack_bf16(s[8 * kc + 4], s[8 * kc + 5]);
+      a[kc][3] = mma::pack_bf16(s[8 * kc + 6], s[8 * kc + 7]);
+    }
+#pragma unroll
+    for (int b = 0; b < NB; ++b) wgmma::fence_operands(acc[b]);
+#pragma unroll
+    for (int kc = 0; kc < BK / 16; ++kc)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[kc][i])::"memory");  // P written before the fence
+    wgmma::fence();
+#pragma unroll
+    for (int kc = 0; kc < BK / 16; ++kc)
+#pragma unroll
+      for (int b = 0; b < NB; ++b) mma_rs_m64n64<1>(acc[b], a[kc], at(dV, kc * 2 * RG + b * 1024));
+    wgmma::commit();
+    wgmma::wait<0>();
+#pragma unroll
+    for (int b = 0; b < NB; ++b) wgmma::fence_operands(acc[b]);
+  }
+  mma::cp_async_wait<0>();
+
+  // bf16 pairs where o is bf16 and 4-byte aligned (every Qwen3.5 activation), else element by element.
+  const bool pairs = o.t == KType::BF16 && (reinterpret_cast<uintptr_t>(o.p) & 3) == 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = l[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int64_t row = row0 + r * 8;
+    if (row < s1) {
+      const float inv = 1.f / sum;  // sum >= 1: the row maximum contributes exp2(0)
+      const int64_t base = (row * nH + h) * HD + 2 * tq;
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int jb = 0; jb < 8; ++jb) {
+          const float x0 = acc[b][4 * jb + 2 * r] * inv, x1 = acc[b][4 * jb + 2 * r + 1] * inv;
+          const int64_t at_ = base + b * 64 + jb * 8;
+          if (pairs) {
+            *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(o.p) + at_) = __floats2bfloat162_rn(x0, x1);
+          } else {
+            st(o, at_, x0);
+            st(o, at_ + 1, x1);
+          }
+        }
+      if (tq == 0) lse[row * nH + h] = m[r] * scale + logf(sum);
+    }
+  }
+#else
+  __trap();  // built without sm_90a: the launcher does not choose this kernel there
+#endif
+}
+
+template <int HD, bool CAUSAL>
+cudaError_t run_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles,
+                          int ntiles, int64_t nH, int64_t nKV, float scale, KOut o, float* lse, cudaStream_t s) {
+  const size_t smem = wg_fwd_smem<HD>();
+  cudaError_t e = set_launch_smem(pol, attention_fwd_wgmma_kernel<HD, CAUSAL>, smem);
+  if (e != cudaSuccess) return e;
+  // Head pairs vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
+  const dim3 grid(static_cast<unsigned>(nH / NG), static_cast<unsigned>(ntiles));
+  attention_fwd_wgmma_kernel<HD, CAUSAL><<<grid, NT, smem, s>>>(
+      static_cast<const bf16*>(q.p), static_cast<const bf16*>(k.p), static_cast<const bf16*>(v.p), cu, tiles,
+      static_cast<int>(nH), static_cast<int>(nKV), scale, o, lse);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool attention_fwd_wgmma_supported(int hd, int64_t nH, int64_t nKV) {
+  return hd == 256 && nKV > 0 && nH % nKV == 0 && (nH / nKV) % NG == 0;
+}
+
+size_t attention_fwd_wgmma_smem(int /*hd*/) { return wg_fwd_smem<256>(); }
+
+cudaError_t launch_attention_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens,
+                                       const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, int hd,
+                                       float scale, bool causal, KOut o, float* lse, cudaStream_t s) {
+  if (ntiles == 0 || nH == 0) return cudaSuccess;
+  if (!pol.hopper() || q.t != KType::BF16 || k.t != KType::BF16 || v.t != KType::BF16 ||
+      !attention_fwd_wgmma_supported(hd, nH, nKV))
+    return cudaErrorInvalidValue;
+  return causal ? run_fwd_wgmma<256, true>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s)
+                : run_fwd_wgmma<256, false>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
+}
+
+}  // namespace deltatune::kernels
