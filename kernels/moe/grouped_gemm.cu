@@ -40,6 +40,7 @@
 #ifndef DT_ATTN_EMU
 #include "common/launch_smem.cuh"
 #endif
+#include "moe/expert_row_tile.cuh"
 #include "moe/moe.cuh"
 #ifndef DT_ATTN_EMU
 #include "moe/scan.cuh"
@@ -78,21 +79,11 @@ struct TileLoc {
 template <int BM, int BN, bool WGRAD>
 __device__ __forceinline__ bool locate_tile(const TileArgs& g, TileLoc& t) {
   if constexpr (!WGRAD) {
-    // Blocks in launch order (blockIdx.x fastest) take the column tiles of one row tile before the next row
-    // tile: the x rows of a tile are read from DRAM once while its column tiles run side by side (row tiles
-    // first re-read x once per column tile; 35B-A3B expert GEMMs 19.99 -> 19.54 ms a step, ncu, H200).
-    const int64_t lin = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
-    const int tile = int(lin / gridDim.y), ntile = int(lin % gridDim.y);
-    if (tile >= g.tile_off[g.E]) return false;
-    int lo = 0, hi = g.E - 1;  // the expert e with tile_off[e] <= tile < tile_off[e+1]
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (g.tile_off[mid] <= tile) lo = mid;
-      else hi = mid - 1;
-    }
-    const int e = lo;
-    const int64_t r0 = g.offsets[e] + int64_t(tile - g.tile_off[e]) * BM;
-    const int64_t n0 = int64_t(ntile) * BN;
+    ExpertRowTile rt;
+    if (!expert_row_tile(g.tile_off, g.offsets, g.E, BM, rt)) return false;
+    const int e = rt.e;
+    const int64_t r0 = rt.r0;
+    const int64_t n0 = int64_t(rt.ntile) * BN;
     t.mlim = static_cast<int>(min(int64_t(BM), int64_t(g.offsets[e + 1]) - r0));
     t.nlim = static_cast<int>(min(int64_t(BN), g.N - n0));
     t.a_off = r0 * g.a_sm;

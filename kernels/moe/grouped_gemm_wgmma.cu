@@ -28,6 +28,7 @@
 #include "common/launch_smem.cuh"
 #include "common/mma.cuh"
 #include "common/wgmma.cuh"
+#include "moe/expert_row_tile.cuh"
 #include "moe/moe.cuh"
 
 namespace deltatune::kernels {
@@ -63,20 +64,11 @@ __global__ void __launch_bounds__(NT, 1) grouped_wgmma_kernel(WgArgs g) {
   constexpr int kKc = BK / 8, kNc = BN / 8;  // pieces along a K-major row, an MN-major one
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sbase = mma::smem_addr(smem);
-  // Blocks in launch order take the column tiles of one row tile before the next row tile, as the mma.sync
-  // kernels do (grouped_gemm.cu, locate_tile).
-  const int64_t lin = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
-  const int tile = int(lin / gridDim.y), ntile = int(lin % gridDim.y);
-  if (tile >= g.tile_off[g.E]) return;
-  int lo = 0, hi = g.E - 1;  // the expert e with tile_off[e] <= tile < tile_off[e+1]
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (g.tile_off[mid] <= tile) lo = mid;
-    else hi = mid - 1;
-  }
-  const int e = lo;
-  const int64_t r0 = g.offsets[e] + int64_t(tile - g.tile_off[e]) * BM;
-  const int64_t n0 = int64_t(ntile) * BN;
+  ExpertRowTile rt;
+  if (!expert_row_tile(g.tile_off, g.offsets, g.E, BM, rt)) return;
+  const int e = rt.e;
+  const int64_t r0 = rt.r0;
+  const int64_t n0 = int64_t(rt.ntile) * BN;
   const int mlim = static_cast<int>(min(int64_t(BM), int64_t(g.offsets[e + 1]) - r0));
   const int nlim = static_cast<int>(min(int64_t(BN), g.N - n0));
   const int64_t K = g.K;
