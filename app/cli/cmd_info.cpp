@@ -91,11 +91,16 @@ GpuPool plan_gpus(const ParsedArgs& a, const GpuEnvironment& env) {
   pool.count = a.options.count("--gpu-count") ? static_cast<int>(int_option("--gpu-count", a.get("--gpu-count"), 1))
                                                : std::max<int>(1, static_cast<int>(ids.size()));
   if (a.options.count("--gpu-memory")) {
+    const std::string v = a.get("--gpu-memory");
     try {
-      pool.memory_bytes = parse_memory_size(a.get("--gpu-memory"));
+      pool.memory_bytes = parse_memory_size(v);
     } catch (const Error& e) {
       throw Error(std::string("option --gpu-memory: ") + e.what());
     }
+    // A bare number is bytes: "--gpu-memory 80" would plan for 80-byte GPUs and refuse everything.
+    if (pool.memory_bytes < (int64_t(1) << 30))
+      throw Error("option --gpu-memory '" + v + "' is " + std::to_string(pool.memory_bytes) +
+                  " bytes, less than 1 GiB: give the unit, e.g. --gpu-memory " + v + "GiB (or " + v + "GB)");
     return pool;
   }
   check(!all || !env.devices.empty(),

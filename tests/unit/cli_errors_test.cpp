@@ -183,6 +183,12 @@ TEST_F(CliErrors, InfoGpuOptionsNameTheOptionAndWhatIsExpected) {
   EXPECT_NE(mem.rc, 0) << mem.out;
   EXPECT_TRUE(has(mem.out, "option --gpu-memory: memory size '1.5.GB': expected a number with an optional unit"))
       << mem.out;
+  // A bare number is bytes to the size parser: for a GPU that is a missing unit, said as such.
+  const CliResult bare = run_cli("info" + model + " --gpu-count 2 --gpu-memory 80");
+  EXPECT_NE(bare.rc, 0) << bare.out;
+  EXPECT_TRUE(has(bare.out, "option --gpu-memory '80' is 80 bytes, less than 1 GiB: give the unit, e.g. --gpu-memory "
+                            "80GiB (or 80GB)"))
+      << bare.out;
   const CliResult bad = run_cli("info" + model + " --gpus 1-3");
   EXPECT_NE(bad.rc, 0) << bad.out;
   EXPECT_TRUE(has(bad.out, "--gpus '1-3' is not valid (expected GPU indices like 0,1 or 'all')")) << bad.out;
