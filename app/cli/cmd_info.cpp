@@ -214,6 +214,14 @@ int cmd_info(const Args& args) {
         "--image-tokens / --images: " + std::to_string(images.image_tokens_per_step) +
             " image tokens do not fit in --tokens " + std::to_string(tokens) + " (image tokens are part of the sequence)");
   std::vector<std::string> lora_groups = split_commas(a.get("--lora-groups"));
+  for (const std::string& g : lora_groups) {
+    if (g == "vision") continue;  // checked with --vision-lora below
+    if (std::find(info.lora_groups.begin(), info.lora_groups.end(), g) == info.lora_groups.end()) {
+      std::string have;
+      for (const std::string& h : info.lora_groups) have += (have.empty() ? "" : ", ") + h;
+      throw Error("--lora-groups: '" + g + "' is not a LoRA group of " + a.get("--model") + " (it has: " + have + ")");
+    }
+  }
   // --vision-lora: the `vision` group on top of --lora-groups (or of the default groups).
   const bool vision_lora = a.flags.count("--vision-lora") != 0 ||
                            std::find(lora_groups.begin(), lora_groups.end(), "vision") != lora_groups.end();

@@ -189,6 +189,11 @@ TEST_F(CliErrors, InfoGpuOptionsNameTheOptionAndWhatIsExpected) {
   EXPECT_TRUE(has(bare.out, "option --gpu-memory '80' is 80 bytes, less than 1 GiB: give the unit, e.g. --gpu-memory "
                             "80GiB (or 80GB)"))
       << bare.out;
+  const CliResult group = run_cli("info" + model + " --lora-groups attn,experts");
+  EXPECT_NE(group.rc, 0) << group.out;
+  EXPECT_TRUE(has(group.out, "--lora-groups: 'experts' is not a LoRA group of " + (kDemo / "model").string() +
+                                 " (it has: "))
+      << group.out;
   const CliResult bad = run_cli("info" + model + " --gpus 1-3");
   EXPECT_NE(bad.rc, 0) << bad.out;
   EXPECT_TRUE(has(bad.out, "--gpus '1-3' is not valid (expected GPU indices like 0,1 or 'all')")) << bad.out;
