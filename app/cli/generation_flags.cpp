@@ -1,5 +1,7 @@
 #include "generation_flags.h"
 
+#include <sstream>
+
 namespace deltatune::cli {
 
 namespace {
@@ -29,9 +31,11 @@ double real_option(const ParsedArgs& p, const std::string& key, double fallback,
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != v.size() || v.empty() || !(x >= min && x <= max))
-    throw UsageError(key + ": expected a number in [" + std::to_string(min) + ", " + std::to_string(max) +
-                     "], got '" + v + "'");
+  if (used != v.size() || v.empty() || !(x >= min && x <= max)) {
+    std::ostringstream range;  // "[0, 100]", not std::to_string's "[0.000000, 100.000000]"
+    range << "[" << min << ", " << max << "]";
+    throw UsageError(key + ": expected a number in " + range.str() + ", got '" + v + "'");
+  }
   return x;
 }
 
