@@ -301,11 +301,16 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const S
   return h;
 }
 
-std::vector<int32_t> loss_target_rows(const Batch& batch) {
+bool loss_on_target_rows(const Batch& batch) {
   const int64_t T = static_cast<int64_t>(batch.targets.size());
   // Worth a gather and a scatter only when at least an eighth of the rows have no target; a batch without
   // targets keeps the plain path (a loss of 0 over every row).
-  if (batch.num_targets == 0 || batch.num_targets * 8 > T * 7) return {};
+  return batch.num_targets > 0 && batch.num_targets * 8 <= T * 7;
+}
+
+std::vector<int32_t> loss_target_rows(const Batch& batch) {
+  if (!loss_on_target_rows(batch)) return {};
+  const int64_t T = static_cast<int64_t>(batch.targets.size());
   std::vector<int32_t> rows;
   rows.reserve(static_cast<size_t>(batch.num_targets));
   for (int64_t t = 0; t < T; ++t)

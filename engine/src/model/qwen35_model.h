@@ -62,9 +62,11 @@ struct InferenceCache {
   std::vector<Layer> layers;
 };
 
-// The rows of batch whose loss the fused loss computes on their own (gathered, dh scattered back): those with a
-// target, when at least an eighth of the rows have none (prompt tokens under train_on_inputs: false); empty: the
-// loss runs on every row. Steps with such rows are not recorded (the recording's loss reads every row).
+// Whether the fused loss runs on the target rows alone (gathered, dh scattered back): at least an eighth of the
+// rows have no target (prompt tokens under train_on_inputs: false), and some have one. From the counts alone (no
+// scan). Such steps are not recorded (the recording's loss reads every row).
+bool loss_on_target_rows(const Batch& batch);
+// Those rows (empty when !loss_on_target_rows: the loss runs on every row).
 std::vector<int32_t> loss_target_rows(const Batch& batch);
 
 class Qwen35Model {

@@ -37,7 +37,7 @@ bool Qwen35Model::step_recorded(const Batch& batch, LoraAdapter* lora, const Ste
   const bool recordable = opts.record && !r.refused && !sharded_ && !ep_ && !opts.on_layer_backward && opts.fused_loss &&
                           !dropout && batch.image_grids.empty() &&
                           batch.mrope_positions.empty() && !batch.input_ids.empty() &&
-                          loss_target_rows(batch).empty();
+                          !loss_on_target_rows(batch);
   StepKey key = recordable ? step_key(batch, lora, opts) : StepKey{};
   if (r.recording && !(recordable && r.key == key)) {
     // A step that does not replay the recording drops it: its pool goes back to the allocator before this
