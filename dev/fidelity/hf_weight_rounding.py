@@ -10,27 +10,14 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "goldens", "models")
+GOLDENS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "goldens")
+sys.path.insert(0, GOLDENS)
+from add_bf16_references import flips, run  # noqa: E402  (the loss and routing of the golden references)
+
+ROOT = os.path.join(GOLDENS, "models")
 NAMES = ["moe_tied", "moe_per_expert", "moe_vl_quirks", "dense_vl"]
-
-
-def run(m, rows):
-    routes = []
-    hooks = [mod.register_forward_hook(lambda mod, i, o: routes.append(o[2] if isinstance(o, tuple) else None))
-             for n, mod in m.named_modules() if n.endswith("mlp.gate")]
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for r in rows:
-            logits = m(input_ids=torch.tensor([r["input_ids"]])).logits[0].float()
-            tgt = torch.tensor(r["labels"])[1:]
-            total += F.cross_entropy(logits[:-1], tgt, ignore_index=-100, reduction="sum").item()
-            count += int((tgt != -100).sum())
-    for h in hooks:
-        h.remove()
-    return total / count, routes
 
 
 SUBSETS = {
@@ -60,8 +47,8 @@ def main():
                     if pick(n):
                         p.copy_(p.to(torch.bfloat16).float())
             loss, r = run(m, rows)
-            flips = sum(set(a) != set(b) for x, y in zip(r32, r) if x is not None for a, b in zip(x.tolist(), y.tolist()))
-            print(f"{name:15s} rounded: {label:28s} loss {loss:.6f} rel {abs(loss - hf) / hf:.2e} flips {flips}", flush=True)
+            print(f"{name:15s} rounded: {label:28s} loss {loss:.6f} rel {abs(loss - hf) / hf:.2e} flips {flips(r32, r)}",
+                  flush=True)
 
 
 if __name__ == "__main__":
