@@ -1,5 +1,6 @@
 // Readers for the golden files under tests/goldens, shared by the CPU and CUDA test binaries.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "data/batch.h"
 #include "io/safetensors.h"
 #include "lora/lora.h"
+#include "lora/peft_io.h"
 #include "model/qwen35_model.h"
 #include "model/weights.h"
 
@@ -81,6 +83,35 @@ inline LossSum loss_each_sequence(Qwen35Model& model, const std::vector<Example>
   }
   return r;
 }
+
+// max |a[i]| and max |a[i] − b[i]| (a and b of one size): a gradient vector's scale and two steps' largest
+// difference, for "the same gradients within rounding" checks.
+inline double max_abs(const std::vector<float>& a) {
+  double m = 0;
+  for (float x : a) m = std::max(m, double(std::fabs(x)));
+  return m;
+}
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+// A golden checkpoint (tests/goldens/models/NAME) with its PEFT adapter (tests/goldens/lora/NAME/adapter) on a
+// backend, ready to step. Not movable: the model refers to the weights.
+struct GoldenLoraModel {
+  ModelWeights w;
+  Qwen35Model model;
+  LoraAdapter adapter;
+  GoldenLoraModel(const std::filesystem::path& mdir, const std::filesystem::path& gdir, Backend& be)
+      : w(model_weights_load(mdir.string())),
+        model(w, be),
+        adapter(peft_adapter_read((gdir / "adapter").string(), w.config)) {
+    lora_to_backend(adapter, be);
+  }
+  GoldenLoraModel(const GoldenLoraModel&) = delete;
+  GoldenLoraModel& operator=(const GoldenLoraModel&) = delete;
+};
 
 // All sequences as one packed row.
 // Every LoRA gradient (gA then gB of each module) as one F32 vector, for comparing two steps' gradients.
