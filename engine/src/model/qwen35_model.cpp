@@ -343,8 +343,8 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
   out.targets = batch.num_targets;
   Tensor dh;
   if (opts.backward) dh = be_.alloc({T, H}, dt);
-  const std::vector<int32_t> loss_rows = loss_target_rows(batch);
-  if (opts.fused_loss && !loss_rows.empty()) {
+  const std::vector<int32_t> loss_rows = opts.fused_loss ? loss_target_rows(batch) : std::vector<int32_t>{};
+  if (!loss_rows.empty()) {
     // Rows without a target (prompt tokens, each sequence's last) add nothing to the loss or to dh: the loss
     // (the lm_head GEMMs, the largest of a small model's step) runs on the target rows, dh is zero elsewhere.
     check(!dev, "internal: a recorded step runs the loss on every row");
