@@ -192,7 +192,8 @@ int64_t fp8_gemm_scratch(const ModelInfo& info, int64_t T) {
 
 // Peak-memory model of one training step on the GPU backend (bytes). Deliberately simple and a little
 // pessimistic; it is for choosing settings, not for allocation.
-//   weights      = total_params * 2                 base weights in bf16 (fp32 norm/A_log copies: negligible)
+//   weights      = total_params * 2                 base weights in bf16 (fp32 norm/A_log copies: negligible),
+//                                                   less an untied embedding table (kept in host memory)
 //   lora         = P_lora * 16                      fp32 weight + gradient + Adam m + v, P_lora over the
 //                                                   targeted groups (lora_groups; empty:
 //                                                   lora_default_groups(info)), `vision` included
@@ -251,13 +252,13 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
     int64_t scratch = 2 * largest;  // the bf16 copy dequantized before a GEMM (nf4; fp8 without FP8 GEMMs; experts)
     if (base_quantization == "fp8") scratch = std::max(scratch, fp8_gemm_scratch(info, T));
     v.weights += static_cast<int64_t>(static_cast<double>(quantized) * (per - 2.0)) + scratch;
-    // An untied embedding table stays on the host (model/qwen35_model.h); a tied one is the lm_head too.
-    const auto embed = info.params_per_group.find("embed");
-    if (!info.tied_embeddings && embed != info.params_per_group.end()) v.weights -= 2 * embed->second;
   } else {
     check(base_quantization == "none", "estimate_vram: base_quantization '" + base_quantization +
                                            "' (expected none, fp8 or nf4)");
   }
+  // An untied embedding table stays on the host (model/qwen35_model.h); a tied one is the lm_head too.
+  const auto embed = info.params_per_group.find("embed");
+  if (!info.tied_embeddings && embed != info.params_per_group.end()) v.weights -= 2 * embed->second;
   const auto targeted = [&](const std::string& g) {
     return lora_groups.empty() ? lora_group_is_default(g)
                                : std::find(lora_groups.begin(), lora_groups.end(), g) != lora_groups.end();

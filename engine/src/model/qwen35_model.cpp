@@ -150,7 +150,7 @@ Qwen35Model::Qwen35Model(const ModelWeights& mw, Backend& be, ShardGatherer* sha
   auto mine = [&](const Tensor& t) { return t.defined() && per != cfg_.num_experts ? t.slice(first, first + per) : t; };
   std::string prefix;  // "layers.N."
   auto up_l = [&](const char* module, const Tensor& t) { return up_linear(be, mw, prefix + module, t); };
-  embed_in_host_memory_ = !mw.tied && mw.base_quant != QuantFormat::None;
+  embed_in_host_memory_ = !mw.tied;
   if (embed_in_host_memory_) {
     embed_ = quant_ops(be).host_resident_table(mw.embed, be.weight_dtype());
   } else {

@@ -103,10 +103,9 @@ class Qwen35Model {
                         bool prefill_from_empty, const Tensor* rows);
   // logits (=) h·lm_headᵀ: h [N, H], logits [N, V] (any float dtype the backend's gemm writes).
   void lm_logits(const Tensor& h, Tensor& logits);
-  // Whether a decode step (forward_cached) may be recorded and replayed: not yet with the embedding table in
-  // host memory (a decode graph reading the mapped table has not been checked on a GPU; training steps have:
-  // tests/cuda/step_record_test.cpp).
-  bool decode_step_recordable() const { return !embed_in_host_memory_ && !sharded_ && !ep_; }
+  // Whether a decode step (forward_cached) may be recorded and replayed (a graph reads the mapped host table
+  // like device memory: tests/cuda/generate_cuda.cpp decodes the untied dense_bf16 golden recorded).
+  bool decode_step_recordable() const { return !sharded_ && !ep_; }
   // Vision-language checkpoints: the image encoder (uploaded to this model's backend, run in its compute dtype;
   // frozen, LoRA on its blocks when the adapter has `vision` modules) whose merged tokens replace the embedding
   // rows of a batch's image tokens. Batches with images need it.
@@ -150,9 +149,10 @@ class Qwen35Model {
   ModelConfig cfg_;
   Backend& be_;
   Tensor embed_, final_norm_, lm_head_;
-  // A quantized base with an untied lm_head: the embedding table (embed_) stays in host memory (it is only read
-  // row by row, never in a GEMM, and takes no gradient; QuantOps::host_resident_table): page-locked and mapped
-  // on CUDA, so the gather reads its rows over the bus. A tied table is the lm_head too and stays on the device.
+  // An untied lm_head: the embedding table (embed_) stays in host memory (it is only read row by row, never in
+  // a GEMM, and takes no gradient; QuantOps::host_resident_table): page-locked and mapped on CUDA, so the gather
+  // reads its T rows over the bus (T*H*2 bytes a step, ~1 ms at 4096 x 4096) and the device keeps V*H*2 bytes
+  // free (1.9 GiB at 9B, 2.4 GiB at 27B). A tied table is the lm_head too and stays on the device.
   bool embed_in_host_memory_ = false;
   std::vector<std::unique_ptr<DeviceLayer>> layers_;  // empty when sharded_
   std::unique_ptr<ShardedLayers> sharded_;

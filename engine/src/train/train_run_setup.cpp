@@ -90,9 +90,12 @@ void load_inputs(TrainSession& s) {
   } else if (asked != QuantFormat::None) {
     s.weights.base_quant = asked;
     s.log(LogLevel::Info, std::string("base weights: quantized to ") + quant_format_name(asked) +
-                              " at load (attention, linear attention, MLP, shared-expert and expert matrices)" +
-                              (s.weights.tied ? "" : "; the embedding table stays in host memory"));
+                              " at load (attention, linear attention, MLP, shared-expert and expert matrices)");
   }
+  if (!s.weights.tied)
+    s.log(LogLevel::Info, "embedding table: untied from the lm_head, so it stays in host memory (a GPU reads its "
+                          "rows over the bus and keeps " + std::to_string((s.weights.embed.numel() * 2) >> 20) +
+                          " MiB free)");
   const ModelConfig& mc = s.model_config();
   if (!cfg.lora_model_dir.empty()) {
     s.adapter = peft_adapter_read(cfg.lora_model_dir, mc);
