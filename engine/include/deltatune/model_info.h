@@ -86,7 +86,7 @@ struct VramEstimate {
 // 256 blocks), plus one bf16 copy of the largest such matrix (one layer's stacked experts in an MoE) dequantized
 // before its GEMM, or with "fp8" the FP8 GEMMs' scratch where that is larger (transposed FP8 weights and
 // quantized activations of the largest group of modules sharing an input, and a bf16 output scratch the first
-// step times algorithms on); an untied embedding table is then held on the host (not counted). loss_chunk_rows: with
+// step times algorithms on). An untied embedding table is held on the host (not counted). loss_chunk_rows: with
 // fused_loss, the rows of fp32 logits computed at a time.
 // Image rows (a vision-language checkpoint): image_tokens_per_step merged image tokens in one micro-batch (they are
 // part of tokens_per_step). The tower is trained when lora_groups holds `vision` (then its activations are kept

@@ -38,14 +38,14 @@ struct FrozenBytes {
 };
 
 FrozenBytes frozen_bytes(const ModelInfo& info, const std::string& quantization, int64_t estimate_weights) {
-  // A quantized base (estimate_vram's terms) holds the linear matrices (attn, linear_attn, mlp, shared_expert,
-  // experts) quantized and an untied embedding table on the host; the router, head and norms stay bf16.
+  // An untied embedding table stays on the host (estimate_vram's terms). A quantized base holds the linear
+  // matrices (attn, linear_attn, mlp, shared_expert, experts) quantized; the router, head and norms stay bf16.
   const bool quantized = quantization == "fp8" || quantization == "nf4";
   const double per_quantized =
       quantization == "fp8" ? 1.0 + 4.0 / (128 * 128) : 0.5 + 1.0 / 64 + 4.0 / (64 * 256);
   auto bytes = [&](const std::string& g) -> int64_t {
     const int64_t n = group_params(info, g);
-    if (quantized && g == "embed" && !info.tied_embeddings) return 0;
+    if (g == "embed" && !info.tied_embeddings) return 0;
     const bool q = quantized && (g == "attn" || g == "linear_attn" || g == "mlp" || g == "shared_expert" ||
                                  g == "experts");
     return q ? static_cast<int64_t>(static_cast<double>(n) * per_quantized) : 2 * n;
