@@ -269,9 +269,15 @@ int cmd_info(const Args& args) {
     s.base_quantization = quant;
     s.images = images;
     const GpuPool pool = plan_gpus(a, gpu);
-    // gradient_checkpointing: auto on several GPUs: the layout and the checkpointed layers are planned together.
-    plan = planned && pool.count > 1 ? plan_multi_gpu_auto_checkpointing(info, s, pool) : plan_multi_gpu(info, s, pool);
+    // gradient_checkpointing: auto: the layout and the checkpointed layers are planned together for the stated GPUs
+    // (one GPU too: `--gpu-memory 80GiB` asks about an 80 GiB card, not about this machine's).
+    plan = planned ? plan_multi_gpu_auto_checkpointing(info, s, pool) : plan_multi_gpu(info, s, pool);
+    if (planned && !mem_plan) {  // the estimate below then shows the planned checkpointing
+      ckpt = plan.settings.gradient_checkpointing;
+      ckpt_layers = plan.settings.checkpoint_layers;
+    }
   }
+  const bool planned_for_pool = planned && !mem_plan && want_plan;
   const auto lora = lora_params_per_group(info, r);
   int64_t lora_total = 0;
   for (const auto& kv : lora) lora_total += kv.second;
@@ -346,6 +352,8 @@ int cmd_info(const Args& args) {
                           {"loss_chunk_rows", mem_plan->loss_chunk_rows},
                           {"expected_peak_bytes", mem_plan->estimate.total},
                           {"text", memory_plan_text(info, *mem_plan)}};
+    else if (planned_for_pool)
+      j["memory_plan"] = {{"gradient_checkpointing", "auto"}, {"text", "planned with the layout (multi_gpu_plan)"}};
     else if (planned)
       j["memory_plan"] = {{"gradient_checkpointing", "auto"},
                           {"text", "no GPU " + std::to_string(gpu_index) + " to plan for (pass --free-gib)"}};
@@ -407,6 +415,8 @@ int cmd_info(const Args& args) {
   o << " (all " << grouped(lora_total) << ")\n";
   if (mem_plan)
     o << "gradient_checkpointing: auto for " << free_from << ": " << memory_plan_text(info, *mem_plan) << "\n";
+  else if (planned_for_pool)
+    o << "gradient_checkpointing: auto, planned with the layout for the GPUs below\n";
   else if (planned)
     o << "gradient_checkpointing: auto: no GPU " << gpu_index
       << " to plan for (pass --free-gib X); the estimate below is without checkpointing\n";

@@ -270,19 +270,41 @@ TEST(ShardPlan, MemorySizes) {
   for (const char* bad : {"", "GiB", "80 parsecs", "-1GiB", "1.2.3GB"}) EXPECT_THROW(parse_memory_size(bad), Error) << bad;
 }
 
-TEST(ShardPlan, CliInfoPrintsThePlanWithoutGpus) {
+// `deltatune info --model <published config> ARGS` (no GPU needed); its exit status must be 0.
+std::string cli_info(const std::string& config, const std::string& args) {
   const std::string cmd = std::string(DT_CLI_PATH) + " info --model " + DT_SOURCE_DIR +
-                          "/tests/fixtures/published_configs/qwen3_5_35b_a3b.json --gpu-count 2 --gpu-memory 80GiB "
-                          "--lora-groups attn,linear_attn,shared_expert,experts 2>&1";
+                          "/tests/fixtures/published_configs/" + config + " " + args + " 2>&1";
   FILE* f = popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
+  EXPECT_NE(f, nullptr) << cmd;
+  if (!f) return "";
   std::string out;
   char buf[4096];
   while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
   EXPECT_EQ(pclose(f), 0) << out;
+  return out;
+}
+
+TEST(ShardPlan, CliInfoPrintsThePlanWithoutGpus) {
+  const std::string out = cli_info("qwen3_5_35b_a3b.json",
+                                   "--gpu-count 2 --gpu-memory 80GiB --lora-groups attn,linear_attn,shared_expert,experts");
   EXPECT_NE(out.find("Memory plan for 2 GPUs of 80.0 GiB"), std::string::npos) << out;
   EXPECT_NE(out.find("Plan: "), std::string::npos) << out;
   EXPECT_NE(out.find("sharded"), std::string::npos) << out;
+}
+
+// One stated GPU with gradient_checkpointing auto (the default): the checkpointed layers are planned for that GPU
+// (27B in bf16 fits an 80 GiB card with part of its layers checkpointed); it used to be refused, planned without
+// checkpointing because this machine has no GPU to plan for.
+TEST(ShardPlan, CliInfoPlansCheckpointingForOneStatedGpu) {
+  const std::string out = cli_info("qwen3_5_27b.json", "--gpu-memory 80GiB");
+  EXPECT_NE(out.find("Memory plan for 1 GPU of 80.0 GiB"), std::string::npos) << out;
+  EXPECT_NE(out.find("Plan: replicated"), std::string::npos) << out;
+  EXPECT_NE(out.find(" of 64 layers checkpointed, the fewest that fit"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Refused"), std::string::npos) << out;
+  EXPECT_NE(out.find("gradient_checkpointing: auto, planned with the layout"), std::string::npos) << out;
+  // Stated checkpointing is kept as stated: none does not fit.
+  const std::string none = cli_info("qwen3_5_27b.json", "--gpu-memory 80GiB --no-gradient-checkpointing");
+  EXPECT_NE(none.find("Refused"), std::string::npos) << none;
 }
 
 }  // namespace

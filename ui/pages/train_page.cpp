@@ -598,15 +598,16 @@ void TrainPage::updateVram() {
     s.base_quantization = c.base_quantization;
     s.images = images;
     try {
-      // Checkpointing auto on several GPUs: the layout and the checkpointed layers are planned together.
+      // Checkpointing auto: the layout and the checkpointed layers are planned together (one GPU too, so a refusal
+      // never suggests the checkpointing auto already tried).
       const deltatune::GpuPool pool{gpuCount, capacity};
-      const deltatune::ShardPlan plan = c.gradient_checkpointing_auto && gpuCount > 1
+      const deltatune::ShardPlan plan = c.gradient_checkpointing_auto
                                             ? deltatune::plan_multi_gpu_auto_checkpointing(*info, s, pool)
                                             : deltatune::plan_multi_gpu(*info, s, pool);
       if (const deltatune::LayoutEstimate* ch = plan.choice()) {
         perGpu = ch->total;
-        text += tr(" On %1 GPUs: <b>%2</b>, about %3 per GPU (%4).")
-                    .arg(gpuCount)
+        text += tr(" On %1: <b>%2</b>, about %3 per GPU (%4).")
+                    .arg(gpuCount == 1 ? tr("one GPU") : tr("%1 GPUs").arg(gpuCount))
                     .arg(QString::fromUtf8(deltatune::weight_layout_name(ch->layout)), formatBytes(ch->total),
                          QString::fromStdString(plan.reason));
       } else if (!plan.would_fit.empty()) {
