@@ -6,13 +6,17 @@
 // ("saved": besides the inputs and the output, which the caller owns).
 //
 //   bench_gdn [--tokens 4096,8192,16384,32768] [--seq 4096] [--hk 16] [--hv 32] [--iters 10]
-//             [--keep none|all|states]
+//             [--keep none|all|states] [--check 1]
 //
 // --keep none (0, default): gdn_fwd, then gdn_bwd recomputes the forward's chunk quantities (nothing kept
 // between the passes but the inputs). --keep all (1): gdn_fwd_keep keeps them (W, M, T, chunk states, V')
 // and gdn_bwd_saved uses them, as a training step does for a layer it recomputes under checkpointing.
 // --keep states: only the chunk-start states and each chunk's solve T are kept; the backward recomputes the
 // rest chunk-parallel from them (no serial scan, no solve). The peak then includes what is kept.
+//
+// --check 1: instead of timing, runs each size once on this backend and once on the portable kernels (mma.sync,
+// no Hopper kernels) over the same inputs and prints, per output, the largest difference, the rms difference over
+// the rms of the portable result, and for o where its largest difference lies (token, chunk row, head, column).
 //
 // FLOPs (chunk 64, per value head and token, the same count for FLA): forward ≈ 4·dk·dv (state read,
 // W·S, state update K̂ᵀV') + 2·64·(dk + dv) (intra-chunk scores and M·V') + prep ≈ 64·dk·2; backward ≈ 2×
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda_kernels_setting.h"
 #include "core/error.h"
 
 using namespace deltatune;
@@ -62,6 +67,23 @@ SeqLayout seq_layout(Backend& b, const std::vector<int32_t>& cu) {
   return s;
 }
 
+// Largest |a − b|, rms(a − b) / rms(b) and the flat index of the largest difference (F32 host tensors).
+struct Diff {
+  double max_abs = 0, rel_rms = 0;
+  int64_t at = 0;
+};
+Diff diff(const Tensor& a, const Tensor& b) {
+  Diff d;
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.ptr<float>()[i], y = b.ptr<float>()[i], e = std::abs(x - y);
+    num += (x - y) * (x - y), den += y * y;
+    if (!(e <= d.max_abs)) d.max_abs = e, d.at = i;
+  }
+  d.rel_rms = std::sqrt(num / std::max(den, 1e-30));
+  return d;
+}
+
 double median_ms(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -72,7 +94,7 @@ double median_ms(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::vector<int64_t> sizes{4096, 8192, 16384, 32768};
   int64_t seq = 4096, HK = 16, HV = 32, iters = 10;
-  bool keep = false;
+  bool keep = false, check = false;
   Backend::GdnKeep keep_what = Backend::GdnKeep::All;
   const int dk = 128, dv = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -82,6 +104,7 @@ int main(int argc, char** argv) {
     else if (a == "--hk") HK = std::stoll(v);
     else if (a == "--hv") HV = std::stoll(v);
     else if (a == "--iters") iters = std::stoll(v);
+    else if (a == "--check") check = v != "0";
     else if (a == "--keep") {
       if (v == "0" || v == "none") keep = false;
       else if (v == "1" || v == "all") keep = true, keep_what = Backend::GdnKeep::All;
@@ -116,6 +139,41 @@ int main(int argc, char** argv) {
       Tensor dq = be->alloc({T, HK, dk}, DType::BF16), dkk = be->alloc({T, HK, dk}, DType::BF16);
       Tensor dvv = be->alloc({T, HV, dv}, DType::BF16), dg = be->alloc({T, HV}, DType::F32);
       Tensor db = be->alloc({T, HV}, DType::BF16);
+      if (check) {
+        auto ref = make_cuda_backend(0, DType::BF16, "portable");
+        SeqLayout rl = seq_layout(*ref, cu);
+        auto run = [&](Backend& b, const SeqLayout& l, Backend::GdnKeep what) {
+          auto up = [&](const Tensor& t, DType dt) { return b.upload(be->download(t, DType::F32), dt); };
+          Tensor bq = up(q, DType::BF16), bk = up(k, DType::BF16), bv = up(v, DType::BF16), bg = up(g, DType::F32);
+          Tensor bb = up(beta, DType::BF16), bd = up(dout, DType::BF16);
+          Tensor bo = b.alloc({T, HV, dv}, DType::BF16), bdq = b.alloc({T, HK, dk}, DType::BF16);
+          Tensor bdk = b.alloc({T, HK, dk}, DType::BF16), bdv = b.alloc({T, HV, dv}, DType::BF16);
+          Tensor bdg = b.alloc({T, HV}, DType::F32), bdb = b.alloc({T, HV}, DType::BF16);
+          auto sv = b.gdn_fwd_keep(bq, bk, bv, bg, bb, l, scale, bo, what);
+          b.gdn_bwd_saved(sv.get(), bd, bq, bk, bv, bg, bb, l, scale, bdq, bdk, bdv, bdg, bdb);
+          std::vector<Tensor> r;
+          for (const Tensor* t : {&bo, &bdq, &bdk, &bdv, &bdg, &bdb}) r.push_back(b.download(*t, DType::F32));
+          return r;
+        };
+        for (Backend::GdnKeep what : {Backend::GdnKeep::States, Backend::GdnKeep::All}) {
+          const auto x = run(*be, layout, what), y = run(*ref, rl, what);
+          const char* names[] = {"o", "dq", "dk", "dv", "dg", "dbeta"};
+          for (int i = 0; i < 6; ++i) {
+            const Diff d = diff(x[i], y[i]);
+            std::printf("check T=%lld HV=%lld keep=%s %-5s max_abs %.4g rel_rms %.4g", static_cast<long long>(T),
+                        static_cast<long long>(HV), what == Backend::GdnKeep::States ? "states" : "all", names[i],
+                        d.max_abs, d.rel_rms);
+            if (i == 0 || i == 3) {
+              const int64_t t = d.at / (HV * dv), h = (d.at / dv) % HV, c = d.at % dv;
+              std::printf(" at t=%lld (row %lld) h=%lld col=%lld: %.4f vs %.4f", static_cast<long long>(t),
+                          static_cast<long long>(t % 64), static_cast<long long>(h), static_cast<long long>(c),
+                          x[i].ptr<float>()[d.at], y[i].ptr<float>()[d.at]);
+            }
+            std::printf("\n");
+          }
+        }
+        continue;
+      }
       std::vector<double> fwd, both;
       const int64_t base = be->memory_stats().allocated_bytes;
       int64_t peak = 0, saved_bytes = 0;
