@@ -4,6 +4,8 @@
 // Memory: pass 1 reads the row once with an online (max, sum) pair per thread; pass 2 reads and writes it
 // once. dlogits may alias logits: every element is read and written by the same thread, and the label's
 // logit is read before the barrier that precedes pass 2.
+#include <cooperative_groups.h>
+
 #include "common/device.cuh"
 #include "loss/loss.cuh"
 
@@ -102,11 +104,133 @@ __global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels
   }
 }
 
+// Hopper (sm_90 thread-block clusters): a row split over a cluster of C blocks, each holding its slice of the
+// row in shared memory, so the row is read from memory once instead of twice (ce_f32x4 re-reads a 1 MB row in
+// pass 2: with 264 rows in flight they do not stay in L2). The slices' (max, sum) pairs are merged through
+// distributed shared memory; pass 2 reads the slice from shared memory and writes the gradient in 8- or
+// 16-byte stores. Each element is read before it is written (by the same block), so dlogits may alias logits.
+constexpr int kClusterThreads = 512;
+
+template <int C>
+__global__ void __launch_bounds__(kClusterThreads) ce_cluster_kernel(const float* x, int64_t V, int64_t slice4,
+                                                                     const int32_t* labels, float grad_scale,
+                                                                     const float* grad_scale_dev, KOut d,
+                                                                     double* loss_acc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  extern __shared__ float4 slice_smem[];
+  __shared__ float sm[32], ss[32];
+  __shared__ float2 part;
+  __shared__ float lse_sh;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t row = blockIdx.x / C, V4 = V / 4;
+  const int64_t c0 = rank * slice4, c1 = c0 + slice4 < V4 ? c0 + slice4 : V4;
+  const float4* x4 = reinterpret_cast<const float4*>(x + row * V);
+  const int32_t lab = labels[row];
+  const bool ignored = lab == kIgnoreIndex, bad = !ignored && (lab < 0 || lab >= V);
+  // The label's logit, read before the cluster barrier after which blocks may overwrite the row in place.
+  const float xlab = rank == 0 && threadIdx.x == 0 && !ignored && !bad ? x[row * V + lab] : 0.f;
+  float m = -INFINITY, s = 0.f;
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += kClusterThreads) {
+    const float4 v = __ldcs(x4 + c);  // read once: evict first
+    slice_smem[c - c0] = v;
+    const float vm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+    if (vm > m) {
+      s *= expf(m - vm);
+      m = vm;
+    }
+    s += expf(v.x - m) + expf(v.y - m) + expf(v.z - m) + expf(v.w - m);
+  }
+  block_lse(m, s, sm, ss);
+  if (threadIdx.x == 0) part = make_float2(m, s);
+  cluster.sync();  // every block's pair written
+  if (threadIdx.x < 32) {
+    float M = -INFINITY, S = 0.f;
+    if (threadIdx.x < C) {
+      const float2 p = *cluster.map_shared_rank(&part, threadIdx.x);
+      M = p.x;
+      S = p.y;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, M, o), s2 = __shfl_xor_sync(0xffffffffu, S, o);
+      lse_merge(M, S, m2, s2);
+    }
+    if (threadIdx.x == 0) lse_sh = M + logf(S);
+  }
+  cluster.sync();  // the pairs read (no block leaves while another reads its shared memory); lse_sh visible
+  const float lse = lse_sh;
+  if (rank == 0 && threadIdx.x == 0 && !ignored) atomicAdd(loss_acc, bad ? double(NAN) : double(lse - xlab));
+  if (d.p == nullptr) return;
+  if (grad_scale_dev) grad_scale = *grad_scale_dev;
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += kClusterThreads) {
+    const float4 v = slice_smem[c - c0];
+    float g[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      g[j] = ignored ? 0.f : grad_scale * (expf(g[j] - lse) - (4 * c + j == lab ? 1.f : 0.f));
+    if (d.t == KType::BF16) {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(g[0], g[1]), hi = __floats2bfloat162_rn(g[2], g[3]);
+      uint2 u;
+      u.x = *reinterpret_cast<const uint32_t*>(&lo);
+      u.y = *reinterpret_cast<const uint32_t*>(&hi);
+      reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(d.p) + row * V)[c] = u;
+    } else {
+      reinterpret_cast<float4*>(static_cast<float*>(d.p) + row * V)[c] = make_float4(g[0], g[1], g[2], g[3]);
+    }
+  }
+#endif
+}
+
+// Blocks per row of the cluster kernel: 16 (a non-portable cluster size, allowed on sm_90) keeps a
+// 248K-vocabulary slice at 62 KB, three blocks per SM.
+constexpr int kClusterBlocks = 16;
+
+// Whether the cluster kernel runs: Hopper policy, F32 logits of a wide row (at least 32K values: narrower rows
+// stay in L2 between ce_f32x4's passes), 16-byte aligned, a BF16 or F32 gradient (or none) aligned for its stores.
+bool use_cluster_kernel(const KernelPolicy& policy, KIn logits, int64_t V, KOut d) {
+  if (!policy.hopper() || logits.t != KType::F32 || V % 4 != 0 || V < 32768) return false;
+  if (reinterpret_cast<uintptr_t>(logits.p) % 16 != 0) return false;
+  if (d.p && !(d.t == KType::F32 && reinterpret_cast<uintptr_t>(d.p) % 16 == 0) &&
+      !(d.t == KType::BF16 && reinterpret_cast<uintptr_t>(d.p) % 8 == 0))
+    return false;
+  const int64_t slice4 = (V / 4 + kClusterBlocks - 1) / kClusterBlocks;
+  return policy.smem_fits(static_cast<size_t>(slice4) * 16);
+}
+
+cudaError_t launch_ce_cluster(const float* x, int64_t T, int64_t V, const int32_t* labels, float grad_scale,
+                              const float* grad_scale_dev, KOut d, double* loss_acc, cudaStream_t s) {
+  constexpr int C = kClusterBlocks;
+  const int64_t slice4 = (V / 4 + C - 1) / C;
+  const size_t smem = static_cast<size_t>(slice4) * 16;
+  auto kernel = ce_cluster_kernel<C>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(T * C));
+  cfg.blockDim = dim3(kClusterThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = C;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, x, V, slice4, labels, grad_scale, grad_scale_dev, d, loss_acc);
+}
+
 }  // namespace
 
 cudaError_t launch_cross_entropy(KIn logits, int64_t T, int64_t V, const int32_t* labels, float grad_scale,
-                                 const float* grad_scale_dev, KOut dlogits, double* loss_acc, cudaStream_t s) {
+                                 const float* grad_scale_dev, KOut dlogits, double* loss_acc,
+                                 const KernelPolicy& policy, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
+  if (use_cluster_kernel(policy, logits, V, dlogits))
+    return launch_ce_cluster(static_cast<const float*>(logits.p), T, V, labels, grad_scale, grad_scale_dev, dlogits,
+                             loss_acc, s);
   const bool x4 = logits.t == KType::F32 && V % 4 == 0 && reinterpret_cast<uintptr_t>(logits.p) % 16 == 0;
   if (x4)
     ce_f32x4_kernel<<<static_cast<unsigned>(T), 4 * kThreads, 0, s>>>(static_cast<const float*>(logits.p), V, labels,

@@ -1215,30 +1215,37 @@ void case_moe_grouped(Env& e) {
 
 // ---- losses ---------------------------------------------------------------------------------------------
 void case_cross_entropy(Env& e) {
-  const int64_t T = 13, V = 1001;
-  std::vector<int32_t> lab(T);
-  std::uniform_int_distribution<int32_t> u(0, V - 1);
-  for (auto& l : lab) l = u(e.rng);
-  lab[2] = -100;
-  lab[9] = -100;
-  lab[5] = V - 1;
-  Pair labels = e.ints({T}, lab);
-  Pair logits = e.in({T, V}, BF, -8.f, 8.f);
-  compare_scalar("cross_entropy loss (no grad)", e.gpu->cross_entropy(logits.g, labels.g, 1.f, nullptr),
-                 e.cpu->cross_entropy(logits.c, labels.c, 1.f, nullptr), 1e-5);
-  // Gradient in place of the logits on both sides.
-  Pair d = e.out_init({T, V}, BF, -8.f, 8.f);
-  e.cpu->copy(d.c, logits.c);
-  e.gpu->copy(d.g, logits.g);
-  const double lg = e.gpu->cross_entropy(d.g, labels.g, 1.f / 11, &d.g);
-  const double lc = e.cpu->cross_entropy(d.c, labels.c, 1.f / 11, &d.c);
-  compare_scalar("cross_entropy loss (in-place grad)", lg, lc, 1e-5);
-  compare(e, "cross_entropy dlogits (in place)", d, 1e-5);
+  // BF16 rows: the generic kernel. F32 rows of 40,004 values: under the Hopper policy the cluster kernel (16
+  // blocks a row, the last one's slice shorter), the gradient written in place over the logits it read.
+  for (const auto& [V, dt] : {std::pair<int64_t, DType>{1001, BF}, std::pair<int64_t, DType>{40004, DType::F32}}) {
+    const int64_t T = 13;
+    const std::string tag = std::string(" ") + dtype_name(dt) + " V " + std::to_string(V);
+    std::vector<int32_t> lab(T);
+    std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V) - 1);
+    for (auto& l : lab) l = u(e.rng);
+    lab[2] = -100;
+    lab[9] = -100;
+    lab[5] = static_cast<int32_t>(V) - 1;
+    lab[6] = 0;
+    Pair labels = e.ints({T}, lab);
+    Pair logits = e.in({T, V}, dt, -8.f, 8.f);
+    compare_scalar("cross_entropy loss (no grad)" + tag, e.gpu->cross_entropy(logits.g, labels.g, 1.f, nullptr),
+                   e.cpu->cross_entropy(logits.c, labels.c, 1.f, nullptr), 1e-5);
+    // Gradient in place of the logits on both sides.
+    Pair d = e.out_init({T, V}, dt, -8.f, 8.f);
+    e.cpu->copy(d.c, logits.c);
+    e.gpu->copy(d.g, logits.g);
+    const double lg = e.gpu->cross_entropy(d.g, labels.g, 1.f / 11, &d.g);
+    const double lc = e.cpu->cross_entropy(d.c, labels.c, 1.f / 11, &d.c);
+    compare_scalar("cross_entropy loss (in-place grad)" + tag, lg, lc, 1e-5);
+    compare(e, "cross_entropy dlogits (in place)" + tag, d, 1e-5);
+  }
 }
 
 void case_linear_cross_entropy(Env& e) {
-  // Row chunks of 16 (the last partial); V % 4 == 0 takes the 16-byte cross-entropy kernel, 1001 the generic one.
-  for (const int64_t V : {int64_t(33000), int64_t(1001)}) {
+  // Row chunks of 16 (the last partial); V % 4 == 0 takes the 16-byte cross-entropy kernel (under the Hopper
+  // policy the cluster kernel: 33,000, and Qwen3.5's 248,320), 1001 the generic one.
+  for (const int64_t V : {int64_t(33000), int64_t(248320), int64_t(1001)}) {
     const int64_t T = 37, H = 64;
     std::vector<int32_t> lab(T);
     std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(V) - 1);

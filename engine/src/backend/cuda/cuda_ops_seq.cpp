@@ -698,7 +698,7 @@ double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& labels, fl
   }
   double* acc = zero_acc();
   cuda_check(kernels::launch_cross_entropy(kin(logits, "cross_entropy logits"), T, V, iptr(labels), grad_scale, nullptr,
-                                           d, acc, stream()),
+                                           d, acc, policy_, stream()),
              "cross_entropy");
   return read_acc();
 }
@@ -749,7 +749,7 @@ void CudaBackend::linear_cross_entropy_acc(const Tensor& h, const Tensor& w, con
     cuda_check(kernels::launch_cross_entropy(kin(lg, "linear_cross_entropy logits"), n, V,
                                              iptr(labels.view({T}).slice(t0, t0 + n)), grad_scale, grad_scale_dev,
                                              dh ? kout(gr, "linear_cross_entropy grad") : kernels::KOut{}, acc,
-                                             stream()),
+                                             policy_, stream()),
                "linear_cross_entropy");
     if (!dh) continue;
     Tensor dhc = dh->view({T, H}).slice(t0, t0 + n);
