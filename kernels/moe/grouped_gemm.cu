@@ -548,8 +548,9 @@ cudaError_t launch_tile(const KernelPolicy& pol, const TileArgs& a, dim3 grid, c
 
 cudaError_t launch_grouped_gemm(const KernelPolicy& pol, const void* x, const void* w, bool fp32, bool trans_w, const int32_t* offsets, int E,
                                 int64_t M, int64_t N, int64_t K, KOut y, float alpha, float beta, int32_t* tile_scratch,
-                                cudaStream_t s) {
+                                cudaStream_t s, const GroupedLora* lora) {
   if (E < 1) return cudaErrorInvalidValue;
+  if (lora && (fp32 || !grouped_gemm_lora_fusable(pol, x, w, trans_w, N, K, *lora))) return cudaErrorInvalidConfiguration;
   if (M == 0 || N == 0) return cudaGetLastError();
   TileArgs a{};
   a.a = x;
@@ -593,8 +594,16 @@ cudaError_t launch_grouped_gemm(const KernelPolicy& pol, const void* x, const vo
   // Hopper: the wgmma kernel (grouped_gemm_wgmma.cu) for vector operands; its row tiles are kBigM's.
   static_assert(kBigM == kGroupedWgmmaRows, "the wgmma kernel shares the tile map");
   if (a.a_vec && a.b_vec && grouped_gemm_wgmma_fits(pol))
-    return launch_grouped_gemm_wgmma(pol, x, w, trans_w, offsets, tile_scratch, E, tiles, N, K, y, alpha, beta, s);
+    return launch_grouped_gemm_wgmma(pol, x, w, trans_w, offsets, tile_scratch, E, tiles, N, K, y, alpha, beta, lora,
+                                     s);
   return launch_tile<kBigM, kBigN, kBigWM, kBigWN, false>(pol, a, grid, s);
+}
+
+bool grouped_gemm_lora_fusable(const KernelPolicy& pol, const void* x, const void* w, bool trans_w, int64_t N, int64_t K,
+                               const GroupedLora& lora) {
+  // The launcher's path to the wgmma kernel: bf16, big N, vector operands.
+  return N > kSkN && aligned16(x) && aligned16(w) && K % 8 == 0 && (trans_w ? K : N) % 8 == 0 &&
+         grouped_gemm_wgmma_fits(pol) && grouped_gemm_wgmma_lora_fits(pol, trans_w, N, K, lora);
 }
 
 cudaError_t launch_grouped_gemm_wgrad(const KernelPolicy& pol, const void* pa, const void* pb, bool fp32, const int32_t* offsets, int E,

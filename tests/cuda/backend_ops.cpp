@@ -1162,6 +1162,47 @@ void case_moe_grouped(Env& e) {
     e.gpu->grouped_gemm(x.g, w.g, true, off.g, y.g, 1.f, 0.f);
     compare(e, "grouped_gemm beta 0 over NaN", y, 1e-4);
   }
+  // grouped_gemm_lora: y = x·op(W_e) + s·u·op(L_e) (+ beta·y). Under the Hopper policy the wgmma kernel adds the
+  // LoRA term in its epilogue (r <= 16, a multiple of 4): the 35B-A3B gate_up forward (B_e [N, r]) and the dX of
+  // down (A_e [r, N]), r 8 (zero filled), beta 1 into F32, odd N, ~24 rows an expert; r 20 and r 6 take the
+  // two-product path everywhere. Both orientations for every case.
+  struct L {
+    int64_t E, rows, M, N, K, r;
+    DType y;
+    float alpha, lscale, beta;
+  };
+  const L lcases[] = {{16, 2048, 2048, 1024, 2048, 16, BF, 1.f, 2.f, 0.f}, {16, 2000, 2050, 2048, 512, 16, BF, 1.f, 1.f, 0.f},
+                      {12, 1500, 1510, 512, 256, 8, F32, 0.5f, 2.f, 1.f},  {9, 300, 300, 139, 40, 16, BF, 1.f, 0.5f, 0.5f},
+                      {37, 900, 905, 136, 64, 12, BF, 1.f, 1.f, 0.f},     {7, 400, 400, 256, 64, 20, BF, 1.f, 1.f, 0.f},
+                      {7, 400, 400, 256, 64, 6, BF, 1.f, 1.f, 1.f}};
+  for (const L& c : lcases)
+    for (int tw = 0; tw < 2; ++tw) {
+      if (!tw && c.N % 8) continue;  // W_e [K, N] needs no odd N here (the base GEMM's case covers it)
+      Pair off = offsets(c.E, c.rows, c.M);
+      Pair x = e.in({c.M, c.K}, BF);
+      Pair w = e.in(tw ? Shape{c.E, c.N, c.K} : Shape{c.E, c.K, c.N}, BF);
+      Pair u = e.in({c.M, c.r}, F32);
+      Pair l = e.in(tw ? Shape{c.E, c.N, c.r} : Shape{c.E, c.r, c.N}, F32);
+      Pair y = e.out_init({c.M, c.N}, c.y);
+      e.cpu->grouped_gemm_lora(x.c, w.c, tw, off.c, u.c, l.c, c.lscale, y.c, c.alpha, c.beta);
+      e.gpu->grouped_gemm_lora(x.g, w.g, tw, off.g, u.g, l.g, c.lscale, y.g, c.alpha, c.beta);
+      std::ostringstream name;
+      name << "grouped_gemm_lora E=" << c.E << " M=" << c.M << " " << c.N << "x" << c.K << " r=" << c.r
+           << (tw ? " Wᵀ " : " W ") << "->" << dtype_name(c.y) << " beta " << c.beta;
+      compare(e, name.str(), y, 1e-4);
+    }
+  // swiglu_packed: [gate | up] rows; bf16 rows of 8k values (16-byte path) and odd widths.
+  for (const auto& [n, I, dt] : {std::tuple<int64_t, int64_t, DType>{333, 512, BF}, {37, 13, BF}, {29, 24, F32}}) {
+    Pair gu = e.in({n, 2 * I}, dt, -4.f, 4.f), dh = e.in({n, I}, dt);
+    Pair h = e.out({n, I}, dt), dgu = e.out({n, 2 * I}, dt);
+    e.cpu->swiglu_packed_fwd(gu.c, h.c);
+    e.gpu->swiglu_packed_fwd(gu.g, h.g);
+    const std::string tag = " n=" + std::to_string(n) + " I=" + std::to_string(I) + " " + dtype_name(dt);
+    compare(e, "swiglu_packed_fwd" + tag, h, dt == F32 ? 1e-10 : 1e-5);
+    e.cpu->swiglu_packed_bwd(dh.c, gu.c, dgu.c);
+    e.gpu->swiglu_packed_bwd(dh.g, gu.g, dgu.g);
+    compare(e, "swiglu_packed_bwd" + tag, dgu, dt == F32 ? 1e-10 : 1e-5);
+  }
 
   // grouped_gemm_wgrad: LoRA A-like (N = r small, K large), B-like (K = r), awkward sizes; beta 0 over NaN.
   struct W {
@@ -1368,7 +1409,8 @@ const std::vector<OpCase>& all_cases() {
        {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},
        case_moe},
       {"moe_grouped",
-       {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_wgrad", "permute3"},
+       {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_lora", "grouped_gemm_wgrad", "permute3",
+        "swiglu_packed_fwd", "swiglu_packed_bwd"},
        case_moe_grouped},
       {"cross_entropy", {"cross_entropy"}, case_cross_entropy},
       {"linear_cross_entropy", {"linear_cross_entropy", "linear_cross_entropy_into", "write_f32"},

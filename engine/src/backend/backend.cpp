@@ -129,6 +129,36 @@ double Backend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Ten
   return total;
 }
 
+void Backend::grouped_gemm_lora(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets, const Tensor& u,
+                                const Tensor& l, float lscale, Tensor& y, float alpha, float beta) {
+  grouped_gemm(x, w, trans_w, offsets, y, alpha, beta);
+  grouped_gemm(u, l, trans_w, offsets, y, lscale, 1.f);
+}
+
+void Backend::swiglu_packed_fwd(const Tensor& gu, Tensor& h) {
+  const int64_t n = gu.rows(), I = gu.cols() / 2;
+  check(gu.cols() == 2 * I && h.rows() == n && h.cols() == I,
+        "swiglu_packed_fwd: gu " + shape_str(gu.shape) + ", h " + shape_str(h.shape) + " (expected [n, 2I], [n, I])");
+  Tensor g = alloc({n, I}, gu.dtype), up = alloc({n, I}, gu.dtype);
+  copy_cols(g, 0, gu, 0, I);
+  copy_cols(up, 0, gu, I, I);
+  swiglu_fwd(g, up, h);
+}
+
+void Backend::swiglu_packed_bwd(const Tensor& dh, const Tensor& gu, Tensor& dgu) {
+  const int64_t n = gu.rows(), I = gu.cols() / 2;
+  check(gu.cols() == 2 * I && dh.rows() == n && dh.cols() == I && dgu.rows() == n && dgu.cols() == 2 * I,
+        "swiglu_packed_bwd: dh " + shape_str(dh.shape) + ", gu " + shape_str(gu.shape) + ", dgu " +
+            shape_str(dgu.shape) + " (expected [n, I], [n, 2I], [n, 2I])");
+  Tensor g = alloc({n, I}, gu.dtype), up = alloc({n, I}, gu.dtype);
+  copy_cols(g, 0, gu, 0, I);
+  copy_cols(up, 0, gu, I, I);
+  Tensor dg = alloc({n, I}, dgu.dtype), du = alloc({n, I}, dgu.dtype);
+  swiglu_bwd(dh, g, up, dg, du);
+  copy_cols(dgu, 0, dg, 0, I);
+  copy_cols(dgu, I, du, 0, I);
+}
+
 void Backend::copy_many(const std::vector<CopyPair>& pairs) {
   for (const CopyPair& p : pairs) copy(*p.dst, *p.src);
 }

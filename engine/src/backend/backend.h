@@ -338,6 +338,16 @@ class Backend {
   // with bf16 operands (an F32 operand rounded to bf16 first) and fp32 accumulation.
   virtual void grouped_gemm(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& y,
                             float alpha, float beta) = 0;
+  // grouped_gemm with the expert LoRA up-projection added before beta·y (backends may fuse it into one rounding):
+  //   y[r] (=) alpha·x[r]·op(W_e) + lscale·u[r]·op(L_e) + beta·y[r], op as for W (trans_w: L [E, N, r], else
+  //   L [E, r, N]); u [M, r]. The default runs grouped_gemm twice (the LoRA product F32·F32 in fp32 on CUDA).
+  virtual void grouped_gemm_lora(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets,
+                                 const Tensor& u, const Tensor& l, float lscale, Tensor& y, float alpha, float beta);
+  // SwiGLU of rows packed as [gate | up] (the experts' gate_up output): gu [n, 2I]; h (=) silu(gate)·up [n, I];
+  // backward dgu (=) [dgate | dup] [n, 2I]. Same values as swiglu_fwd / swiglu_bwd on the split halves (the
+  // defaults split them with copy_cols).
+  virtual void swiglu_packed_fwd(const Tensor& gu, Tensor& h);
+  virtual void swiglu_packed_bwd(const Tensor& dh, const Tensor& gu, Tensor& dgu);
   // Weight-gradient form: G_e (=) alpha·Σ_{r in expert e's rows} a[r]ᵀ·b[r] + beta·G_e for every expert
   // (experts without rows get beta·G_e). a [M, N], b [M, K], g [E, N, K], offsets as above.
   virtual void grouped_gemm_wgrad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& g, float alpha,

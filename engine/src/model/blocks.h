@@ -155,8 +155,8 @@ struct MoeCache {
   Tensor logits, idx, w;
   // Dispatch (backend.h moe_dispatch): M = T·K rows sorted by (expert, slot).
   Tensor offsets, row_token, row_slot, slot_row;
-  Tensor xe, g, u, h, ye;  // permuted input [M,H], gate/up/act [M,Ie] (expert parallel: [R,Ie] of the
-                           // received rows), expert output [M,H]
+  Tensor xe, gu, h, ye;  // permuted input [M,H], packed [gate | up] [M,2Ie] and act [M,Ie] (expert parallel:
+                         // [R,.] of the received rows), expert output [M,H]
   GroupedLinearCache lgu, ld;
   ExpertParallelCache ep;
   MlpCache shared;

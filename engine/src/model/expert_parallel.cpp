@@ -104,18 +104,14 @@ Tensor expert_parallel_rows_fwd(const BlockContext& c, const DeviceLayerWeights&
   LocalExperts x = receive(c, q.recv, k.xe);  // the backward reads the received rows (q.xl), not k.xe
   const int64_t R = x.R, H = x.H, Ie = x.Ie;
   q.xl = be.alloc({R, H}, x.dt);
-  k.g = be.alloc({R, Ie}, x.dt);
-  k.u = be.alloc({R, Ie}, x.dt);
+  k.gu = be.alloc({R, 2 * Ie}, x.dt);
   k.h = be.alloc({R, Ie}, x.dt);
   if (R) {
     Tensor yl = be.alloc({R, H}, x.dt);
     be.gather_rows(x.recv, q.to_local, q.xl);
-    Tensor gu = be.alloc({R, 2 * Ie}, x.dt);
     grouped_linear_fwd(be, q.xl, expert_weights(be, w.experts_gate_up, x.El, 2 * Ie, H), l.ex_gate_up, c.rt,
-                       c.salt(16), q.local_off, gu, k.lgu);
-    be.copy_cols(k.g, 0, gu, 0, Ie);
-    be.copy_cols(k.u, 0, gu, Ie, Ie);
-    be.swiglu_fwd(k.g, k.u, k.h);
+                       c.salt(16), q.local_off, k.gu, k.lgu);
+    be.swiglu_packed_fwd(k.gu, k.h);
     grouped_linear_fwd(be, k.h, expert_weights(be, w.experts_down, x.El, H, Ie), l.ex_down, c.rt, c.salt(48),
                        q.local_off, yl, k.ld);
     be.gather_rows(yl, q.to_source, x.recv);  // back to source-major, in the receive buffer
@@ -145,13 +141,9 @@ Tensor expert_parallel_rows_bwd(const BlockContext& c, const DeviceLayerWeights&
     grouped_linear_bwd(be, dyl, expert_weights(be, w.experts_down, x.El, H, Ie), l.ex_down, c.rt, c.salt(48),
                        q.local_off, k.h, k.ld, dh);
     dyl = Tensor{};
-    Tensor dg = be.alloc({R, Ie}, x.dt), du = be.alloc({R, Ie}, x.dt);
-    be.swiglu_bwd(dh, k.g, k.u, dg, du);
-    dh = Tensor{};
     Tensor dgu = be.alloc({R, 2 * Ie}, x.dt);
-    be.copy_cols(dgu, 0, dg, 0, Ie);
-    be.copy_cols(dgu, Ie, du, 0, Ie);
-    dg = du = Tensor{};
+    be.swiglu_packed_bwd(dh, k.gu, dgu);
+    dh = Tensor{};
     Tensor dxl = be.alloc({R, H}, x.dt);
     grouped_linear_bwd(be, dgu, expert_weights(be, w.experts_gate_up, x.El, 2 * Ie, H), l.ex_gate_up, c.rt,
                        c.salt(16), q.local_off, q.xl, k.lgu, dxl);

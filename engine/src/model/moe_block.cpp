@@ -21,8 +21,10 @@ Tensor expert_weights(Backend& be, const BaseMatrix& w, int64_t E, int64_t out, 
 
 void grouped_linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* m, const LoraRuntime& rt,
                         uint64_t salt, const Tensor& off, Tensor& y, GroupedLinearCache& c) {
-  be.grouped_gemm(x, w, true, off, y, 1.f, 0.f);
-  if (!m) return;
+  if (!m) {
+    be.grouped_gemm(x, w, true, off, y, 1.f, 0.f);
+    return;
+  }
   const int64_t E = m->experts, r = m->r;
   check(E == w.dim(0) && m->in == w.dim(2) && m->out == w.dim(1),
         "internal: expert LoRA " + m->path + " does not match its weight " + shape_str(w.shape));
@@ -36,13 +38,15 @@ void grouped_linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModul
   be.grouped_gemm(xin, m->A.view({E, r, m->in}), true, off, c.u, 1.f, 0.f);
   c.Bc = be.alloc({E, m->out, r}, DType::F32);
   be.permute3(m->B, m->out, r, E, 2, 0, 1, c.Bc);
-  be.grouped_gemm(c.u, c.Bc, true, off, y, m->scaling, 1.f);
+  be.grouped_gemm_lora(x, w, true, off, c.u, c.Bc, m->scaling, y, 1.f, 0.f);  // y = x·W_eᵀ + s·u·B_eᵀ
 }
 
 void grouped_linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModule* m, const LoraRuntime& rt,
                         uint64_t salt, const Tensor& off, const Tensor& x, const GroupedLinearCache& c, Tensor& dx) {
-  be.grouped_gemm(dy, w, false, off, dx, 1.f, 0.f);
-  if (!m) return;
+  if (!m) {
+    be.grouped_gemm(dy, w, false, off, dx, 1.f, 0.f);
+    return;
+  }
   const int64_t E = m->experts, r = m->r;
   const bool dropped = rt.training && rt.dropout > 0.f;
   const Tensor& xin = dropped ? c.xd : x;
@@ -51,16 +55,17 @@ void grouped_linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModu
   be.permute3(m->gB, m->out, r, E, 2, 0, 1, gBc);
   be.grouped_gemm_wgrad(dy, c.u, off, gBc, m->scaling, 1.f);
   be.permute3(gBc, E, m->out, r, 1, 2, 0, m->gB);
-  // du = s·dy·B_e ; gA_e += du_eᵀ·xin_e ; dx += dropout(du·A_e)
+  // du = s·dy·B_e ; gA_e += du_eᵀ·xin_e ; dx = dy·W_e + dropout(du·A_e)
   Tensor du = be.alloc({dy.rows(), r}, DType::F32);
   be.grouped_gemm(dy, c.Bc, false, off, du, m->scaling, 0.f);
   Tensor gA = m->gA.view({E, r, m->in});
   be.grouped_gemm_wgrad(du, xin, off, gA, 1.f, 1.f);
   const Tensor A = m->A.view({E, r, m->in});
   if (!dropped) {
-    be.grouped_gemm(du, A, false, off, dx, 1.f, 1.f);
+    be.grouped_gemm_lora(dy, w, false, off, du, A, 1.f, dx, 1.f, 0.f);
     return;
   }
+  be.grouped_gemm(dy, w, false, off, dx, 1.f, 0.f);
   Tensor dxd = be.alloc(dx.shape, dx.dtype);
   be.grouped_gemm(du, A, false, off, dxd, 1.f, 0.f);
   Tensor masked = be.alloc(dx.shape, dx.dtype);
@@ -139,17 +144,11 @@ Tensor moe_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
     if (!k.ep.planned) expert_parallel_send(c, k);
     k.ye = expert_parallel_rows_fwd(c, w, l, k);
   } else {
-    {
-      Tensor gu = be.alloc({M, 2 * Ie}, dt);  // split into gate and up right away (not kept)
-      grouped_linear_fwd(be, k.xe, expert_weights(be, w.experts_gate_up, E, 2 * Ie, H), l.ex_gate_up, c.rt,
-                         c.salt(16), k.offsets, gu, k.lgu);
-      k.g = be.alloc({M, Ie}, dt);
-      k.u = be.alloc({M, Ie}, dt);
-      be.copy_cols(k.g, 0, gu, 0, Ie);
-      be.copy_cols(k.u, 0, gu, Ie, Ie);
-    }
+    k.gu = be.alloc({M, 2 * Ie}, dt);  // [gate | up] as the GEMM writes it, kept for the backward
+    grouped_linear_fwd(be, k.xe, expert_weights(be, w.experts_gate_up, E, 2 * Ie, H), l.ex_gate_up, c.rt,
+                       c.salt(16), k.offsets, k.gu, k.lgu);
     k.h = be.alloc({M, Ie}, dt);
-    be.swiglu_fwd(k.g, k.u, k.h);
+    be.swiglu_packed_fwd(k.gu, k.h);
     k.ye = be.alloc({M, H}, dt);
     grouped_linear_fwd(be, k.h, expert_weights(be, w.experts_down, E, H, Ie), l.ex_down, c.rt, c.salt(48),
                        k.offsets, k.ye, k.ld);
@@ -232,11 +231,9 @@ void moe_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const Lay
   Tensor dh = be.alloc({M, Ie}, dt);
   grouped_linear_bwd(be, dye, expert_weights(be, w.experts_down, E, H, Ie), l.ex_down, c.rt, c.salt(48),
                      k.offsets, k.h, k.ld, dh);
-  Tensor dg = be.alloc({M, Ie}, dt), du = be.alloc({M, Ie}, dt);
-  be.swiglu_bwd(dh, k.g, k.u, dg, du);
   Tensor dgu = be.alloc({M, 2 * Ie}, dt);
-  be.copy_cols(dgu, 0, dg, 0, Ie);
-  be.copy_cols(dgu, Ie, du, 0, Ie);
+  be.swiglu_packed_bwd(dh, k.gu, dgu);
+  dh = Tensor{};
   Tensor dxe = be.alloc({M, H}, dt);
   grouped_linear_bwd(be, dgu, expert_weights(be, w.experts_gate_up, E, 2 * Ie, H), l.ex_gate_up, c.rt,
                      c.salt(16), k.offsets, k.xe, k.lgu, dxe);

@@ -161,6 +161,10 @@ class CudaBackend final : public Backend, public QuantOps {
   void moe_combine(const Tensor& y, const Tensor& slot_row, const Tensor& w, Tensor& out) override;
   void grouped_gemm(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets, Tensor& y, float alpha,
                     float beta) override;
+  void grouped_gemm_lora(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets, const Tensor& u,
+                         const Tensor& l, float lscale, Tensor& y, float alpha, float beta) override;
+  void swiglu_packed_fwd(const Tensor& gu, Tensor& h) override;
+  void swiglu_packed_bwd(const Tensor& dh, const Tensor& gu, Tensor& dgu) override;
   void grouped_gemm_wgrad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& g, float alpha,
                           float beta) override;
   void permute3(const Tensor& src, int64_t d0, int64_t d1, int64_t d2, int p0, int p1, int p2,

@@ -1,7 +1,9 @@
 // CudaBackend MoE dispatch, combine, grouped expert GEMMs and permute3: shape checks, then the launchers in
 // kernels/moe. The grouped GEMMs follow gemm's precision rules: two F32 operands multiply in fp32 (FMA
 // kernel: the LoRA products u·B_eᵀ, du·A_e, and everything in an F32-compute backend); otherwise both run
-// as bf16 on tensor cores with fp32 accumulation, an F32 operand first rounded to a BF16 copy.
+// as bf16 on tensor cores with fp32 accumulation, an F32 operand first rounded to a BF16 copy. grouped_gemm_lora
+// runs the LoRA product u·L_e in the expert GEMM's epilogue (still fp32) where the kernel policy has such a kernel
+// (kernels::grouped_gemm_lora_fusable), else as the two products of the default.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -88,6 +90,50 @@ void CudaBackend::grouped_gemm(const Tensor& x, const Tensor& w, bool trans_w, c
                                           static_cast<int>(E), M, N, K, kout(y, "grouped_gemm y"), alpha, beta,
                                           static_cast<int32_t*>(tiles.data), stream()),
              "grouped_gemm");
+}
+
+void CudaBackend::grouped_gemm_lora(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets,
+                                    const Tensor& u, const Tensor& l, float lscale, Tensor& y, float alpha, float beta) {
+  check(w.ndim() == 3 && l.ndim() == 3, "grouped_gemm_lora: w and l must be 3-D [E, ., .], got " + shape_str(w.shape) +
+                                            " and " + shape_str(l.shape));
+  const int64_t E = w.dim(0), M = x.rows(), K = x.cols(), N = trans_w ? w.dim(1) : w.dim(2), r = u.cols();
+  check(u.rows() == M && l.dim(0) == E && (trans_w ? l.dim(1) == N && l.dim(2) == r : l.dim(1) == r && l.dim(2) == N),
+        "grouped_gemm_lora: u " + shape_str(u.shape) + ", l " + shape_str(l.shape) + " do not match x " +
+            shape_str(x.shape) + " · w " + shape_str(w.shape) + (trans_w ? "ᵀ" : ""));
+  const bool bf16 = x.dtype == DType::BF16 && w.dtype == DType::BF16 && u.dtype == DType::F32 && l.dtype == DType::F32;
+  const kernels::GroupedLora lora{static_cast<const float*>(u.data), static_cast<const float*>(l.data), r, lscale};
+  if (!bf16 || M == 0 || !kernels::grouped_gemm_lora_fusable(policy_, x.data, w.data, trans_w, N, K, lora)) {
+    Backend::grouped_gemm_lora(x, w, trans_w, offsets, u, l, lscale, y, alpha, beta);  // two products
+    return;
+  }
+  check(y.rows() == M && y.cols() == N && offsets.numel() == E + 1 && w.dim(trans_w ? 2 : 1) == K,
+        "grouped_gemm_lora: x " + shape_str(x.shape) + " · w " + shape_str(w.shape) + (trans_w ? "ᵀ" : "") + " -> y " +
+            shape_str(y.shape) + " with offsets " + shape_str(offsets.shape) + " do not match");
+  Tensor tiles = alloc({E + 1}, DType::I32);
+  cuda_check(kernels::launch_grouped_gemm(policy_, x.data, w.data, false, trans_w,
+                                          i32r(offsets, "grouped_gemm_lora offsets"), static_cast<int>(E), M, N, K,
+                                          kout(y, "grouped_gemm_lora y"), alpha, beta,
+                                          static_cast<int32_t*>(tiles.data), stream(), &lora),
+             "grouped_gemm_lora");
+}
+
+void CudaBackend::swiglu_packed_fwd(const Tensor& gu, Tensor& h) {
+  const int64_t n = gu.rows(), I = gu.cols() / 2;
+  check(gu.ndim() == 2 && gu.cols() == 2 * I && h.rows() == n && h.cols() == I,
+        "swiglu_packed_fwd: gu " + shape_str(gu.shape) + ", h " + shape_str(h.shape) + " (expected [n, 2I], [n, I])");
+  cuda_check(kernels::launch_swiglu_packed_fwd(kin(gu, "swiglu_packed gu"), n, I, kout(h, "swiglu_packed h"), stream()),
+             "swiglu_packed_fwd");
+}
+
+void CudaBackend::swiglu_packed_bwd(const Tensor& dh, const Tensor& gu, Tensor& dgu) {
+  const int64_t n = gu.rows(), I = gu.cols() / 2;
+  check(gu.ndim() == 2 && gu.cols() == 2 * I && dh.rows() == n && dh.cols() == I && dgu.rows() == n &&
+            dgu.cols() == 2 * I,
+        "swiglu_packed_bwd: dh " + shape_str(dh.shape) + ", gu " + shape_str(gu.shape) + ", dgu " +
+            shape_str(dgu.shape) + " (expected [n, I], [n, 2I], [n, 2I])");
+  cuda_check(kernels::launch_swiglu_packed_bwd(kin(dh, "swiglu_packed dh"), kin(gu, "swiglu_packed gu"), n, I,
+                                               kout(dgu, "swiglu_packed dgu"), stream()),
+             "swiglu_packed_bwd");
 }
 
 void CudaBackend::grouped_gemm_wgrad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& g, float alpha,
