@@ -4,9 +4,9 @@
 //  - attention_{fwd,bwd}_mma.cu: flash-attention-2 style kernels on tensor cores (bf16 mma.sync, fp32
 //    accumulators and softmax) for BF16 q/k/v/dout and head_dim 64, 96, 128 or 256, causal or full; the
 //    backend zero-pads other head dims in (64, 256] to the next of these (the 9B vision tower's 72 -> 96).
-//  - attention_fwd_wgmma.cu, attention_dq_wgmma.cu: the forward and the backward's dQ kernel on Hopper's
-//    wgmma (sm_90a) at head_dim 256 with an even number of query heads per kv head (two heads a block share
-//    the K/V tiles); the mma.sync launchers run them under the Hopper policy.
+//  - attention_fwd_wgmma.cu, attention_dq_wgmma.cu, attention_dkdv_wgmma.cu: the forward and the backward's dQ
+//    and dK/dV kernels on Hopper's wgmma (sm_90a) at head_dim 256 with an even number of query heads per kv
+//    head (a block takes two heads of one kv head); the mma.sync launchers run them under the Hopper policy.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -81,5 +81,18 @@ cudaError_t launch_attention_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, 
                                       const float* dl, const int32_t* cu_seqlens, const int32_t* q_tiles,
                                       int ntiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
                                       KOut dq, cudaStream_t s);
+
+// The backward's dK/dV kernel on wgmma (attention_dkdv_wgmma.cu); launch_attention_bwd_mma runs it in place of
+// the mma.sync dK/dV kernel under the Hopper policy where it applies (as the forward). One block per (pair of
+// query heads of one kv head, key tile): it writes dk / dv itself when the pair is the whole group
+// (nH / nKV == 2), else F32 partials per head pair into part (2, T, attention_dkdv_wgmma_partial_heads, hd:
+// dK then dV) for the caller to sum per kv head.
+bool attention_dkdv_wgmma_supported(int hd, int64_t nH, int64_t nKV);
+size_t attention_dkdv_wgmma_smem(int hd);
+int64_t attention_dkdv_wgmma_partial_heads(int64_t nH, int64_t nKV);  // 0: no partials
+cudaError_t launch_attention_dkdv_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse,
+                                        const float* dl, const int32_t* cu_seqlens, const int32_t* k_tiles,
+                                        int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale,
+                                        bool causal, KOut dk, KOut dv, float* part, cudaStream_t s);
 
 }  // namespace deltatune::kernels

@@ -13,7 +13,8 @@
 //  3. dQ: one block of 4 warps per (head, 64-query tile) walks the key tiles up to the diagonal like the
 //     forward (all key tiles of the sequence when full): S = Q·Kᵀ, dP = dO·Vᵀ, dS from registers as the A operand of dQ += dS·K.
 // S and dP are computed in both 2 and 3 (7 products instead of FA2's 5) in exchange for no dQ atomics.
-// Under the Hopper policy at head_dim 256 with nH / nKV even, 3 runs on wgmma (attention_dq_wgmma.cu).
+// Under the Hopper policy at head_dim 256 with nH / nKV even, 2 and 3 run on wgmma (attention_dkdv_wgmma.cu,
+// attention_dq_wgmma.cu).
 #include <cmath>
 
 #include "attention/attention.cuh"
@@ -401,17 +402,27 @@ cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, cons
   // Heads vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
   const dim3 grid(static_cast<unsigned>(nH), static_cast<unsigned>(ntiles));
 
-  constexpr size_t kv_smem = dkdv_smem<HD, QW>();
-  cudaError_t e = set_launch_smem(pol, attention_dkdv_mma_kernel<HD, QW, CAUSAL>, kv_smem);
+  // dK/dV: per query head (mma.sync) or per head pair (wgmma) partials when they do not cover a kv group.
+  int64_t part_heads = nH > nKV ? nH : 0;
+  cudaError_t e;
+  if (HD == 256 && pol.hopper() && attention_dkdv_wgmma_supported(HD, nH, nKV)) {
+    e = launch_attention_dkdv_wgmma(pol, dout, q, k, v, lse, dl, cu, k_tiles, ntiles, T, nH, nKV, HD, scale, CAUSAL,
+                                    dk, dv, part, s);
+    part_heads = attention_dkdv_wgmma_partial_heads(nH, nKV);
+  } else {
+    constexpr size_t kv_smem = dkdv_smem<HD, QW>();
+    e = set_launch_smem(pol, attention_dkdv_mma_kernel<HD, QW, CAUSAL>, kv_smem);
+    if (e != cudaSuccess) return e;
+    attention_dkdv_mma_kernel<HD, QW, CAUSAL><<<grid, KV_NT, kv_smem, s>>>(
+        dop, qp, kp, vp, lse, dl, cu, k_tiles, T, nh, nkv, scale, dk, dv, part_heads ? part : nullptr);
+    e = cudaGetLastError();
+  }
   if (e != cudaSuccess) return e;
-  float* pp = nH > nKV ? part : nullptr;
-  attention_dkdv_mma_kernel<HD, QW, CAUSAL><<<grid, KV_NT, kv_smem, s>>>(dop, qp, kp, vp, lse, dl, cu, k_tiles, T, nh, nkv,
-                                                                  scale, dk, dv, pp);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  if (pp) {
+  if (part_heads) {
     const int64_t n = T * nKV * HD;
-    attn_group_sum_kernel<<<grid_for(n, 256), 256, 0, s>>>(pp, T, nh, nkv, HD, dk);
-    attn_group_sum_kernel<<<grid_for(n, 256), 256, 0, s>>>(pp + T * nH * HD, T, nh, nkv, HD, dv);
+    const int ph = static_cast<int>(part_heads);
+    attn_group_sum_kernel<<<grid_for(n, 256), 256, 0, s>>>(part, T, ph, nkv, HD, dk);
+    attn_group_sum_kernel<<<grid_for(n, 256), 256, 0, s>>>(part + T * part_heads * HD, T, ph, nkv, HD, dv);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
   }
 
@@ -441,7 +452,8 @@ size_t attention_bwd_mma_smem(const KernelPolicy& pol, int hd) {
                                : dkdv_smem_for<256>(hop);
   size_t b = hd <= 64 ? dq_smem<64>() : hd <= 96 ? dq_smem<96>() : hd <= 128 ? dq_smem<128>() : dq_smem<256>();
 #ifndef DT_ATTN_EMU
-  if (hop && hd > 128 && attention_dq_wgmma_smem(hd) > b) b = attention_dq_wgmma_smem(hd);  // where it applies
+  if (hop && hd > 128 && attention_dq_wgmma_smem(hd) > b) b = attention_dq_wgmma_smem(hd);  // where they apply
+  if (hop && hd > 128 && attention_dkdv_wgmma_smem(hd) > b) b = attention_dkdv_wgmma_smem(hd);
 #endif
   return a > b ? a : b;
 }

@@ -15,7 +15,6 @@
 #include "common/device.cuh"
 #include "common/launch_smem.cuh"
 #include "common/mma.cuh"
-#include "common/wgmma.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -23,7 +22,6 @@ namespace {
 using bf16 = __nv_bfloat16;
 using attn_wgmma::at;
 using attn_wgmma::load_tile;
-using attn_wgmma::mma_rs_m64n64;
 [[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
 constexpr int BQ = kAttnMmaTile;  // query rows per warpgroup
 constexpr int BK = 32;            // keys per tile
@@ -126,29 +124,7 @@ __global__ void __launch_bounds__(NT, 1) attention_dq_wgmma_kernel(
         const float p = valid ? exp2f(fmaf(s[4 * jb + e], sl2, -lrow[r])) : 0.f;
         s[4 * jb + e] = p * (dp[4 * jb + e] - drow[r]);  // dS
       }
-    uint32_t a[BK / 16][4];
-#pragma unroll
-    for (int kc = 0; kc < BK / 16; ++kc) {
-      a[kc][0] = mma::pack_bf16(s[8 * kc], s[8 * kc + 1]);
-      a[kc][1] = mma::pack_bf16(s[8 * kc + 2], s[8 * kc + 3]);
-      a[kc][2] = mma::pack_bf16(s[8 * kc + 4], s[8 * kc + 5]);
-      a[kc][3] = mma::pack_bf16(s[8 * kc + 6], s[8 * kc + 7]);
-    }
-#pragma unroll
-    for (int b = 0; b < NB; ++b) wgmma::fence_operands(acc[b]);
-#pragma unroll
-    for (int kc = 0; kc < BK / 16; ++kc)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[kc][i])::"memory");  // dS written before the fence
-    wgmma::fence();
-#pragma unroll
-    for (int kc = 0; kc < BK / 16; ++kc)
-#pragma unroll
-      for (int b = 0; b < NB; ++b) mma_rs_m64n64<1>(acc[b], a[kc], at(dKt, kc * 2 * RG + b * 1024));
-    wgmma::commit();
-    wgmma::wait<0>();
-#pragma unroll
-    for (int b = 0; b < NB; ++b) wgmma::fence_operands(acc[b]);
+    attn_wgmma::score_product<BK / 16>(acc, s, dKt, RG);  // dQ += dS·K
   }
   mma::cp_async_wait<0>();
 
@@ -178,6 +154,7 @@ __global__ void __launch_bounds__(NT, 1) attention_dq_wgmma_kernel(
 #endif
 }
 
+#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
 template <int HD, bool CAUSAL>
 cudaError_t run_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl,
                          const int32_t* cu, const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, float scale,
@@ -193,6 +170,8 @@ cudaError_t run_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v,
   return cudaGetLastError();
 }
 
+#endif  // DT_ATTN_EMU
+
 }  // namespace
 
 bool attention_dq_wgmma_supported(int hd, int64_t nH, int64_t nKV) {
@@ -201,6 +180,7 @@ bool attention_dq_wgmma_supported(int hd, int64_t nH, int64_t nKV) {
 
 size_t attention_dq_wgmma_smem(int /*hd*/) { return wg_dq_smem<256>(); }
 
+#ifndef DT_ATTN_EMU
 cudaError_t launch_attention_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse,
                                       const float* dl, const int32_t* cu_seqlens, const int32_t* q_tiles,
                                       int ntiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
@@ -214,5 +194,6 @@ cudaError_t launch_attention_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, 
                 : run_dq_wgmma<256, false>(pol, dout, q, k, v, lse, dl, cu_seqlens, q_tiles, ntiles, nH, nKV, scale,
                                            dq, s);
 }
+#endif  // DT_ATTN_EMU
 
 }  // namespace deltatune::kernels

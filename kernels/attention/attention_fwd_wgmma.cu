@@ -18,7 +18,6 @@
 #include "common/device.cuh"
 #include "common/launch_smem.cuh"
 #include "common/mma.cuh"
-#include "common/wgmma.cuh"
 #include "attention/attention_wgmma.cuh"
 
 namespace deltatune::kernels {
@@ -27,7 +26,6 @@ namespace {
 using bf16 = __nv_bfloat16;
 using attn_wgmma::at;
 using attn_wgmma::load_tile;
-using attn_wgmma::mma_rs_m64n64;
 constexpr int BQ = kAttnMmaTile;  // query rows per warpgroup
 constexpr int BK = 64;            // keys per tile
 constexpr int NG = 2;             // warpgroups (query heads) per block
@@ -149,30 +147,7 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
           acc[b][4 * jb + 2 * r + 1] *= corr;
         }
     }
-    // P as A fragments of the four 16-key chunks.
-    uint32_t a[BK / 16][4];
-#pragma unroll
-    for (int kc = 0; kc < BK / 16; ++kc) {
-      a[kc][0] = mma::pack_bf16(s[8 * kc], s[8 * kc + 1]);
-      a[kc][1] = mma::pack_bf16(s[8 * kc + 2], s[8 * kc + 3]);
-      a[kc][2] = mma::pack_bf16(s[8 * kc + 4], s[8 * kc + 5]);
-      a[kc][3] = mma::pack_bf16(s[8 * kc + 6], s[8 * kc + 7]);
-    }
-#pragma unroll
-    for (int b = 0; b < NB; ++b) wgmma::fence_operands(acc[b]);
-#pragma unroll
-    for (int kc = 0; kc < BK / 16; ++kc)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[kc][i])::"memory");  // P written before the fence
-    wgmma::fence();
-#pragma unroll
-    for (int kc = 0; kc < BK / 16; ++kc)
-#pragma unroll
-      for (int b = 0; b < NB; ++b) mma_rs_m64n64<1>(acc[b], a[kc], at(dV, kc * 2 * RG + b * 1024));
-    wgmma::commit();
-    wgmma::wait<0>();
-#pragma unroll
-    for (int b = 0; b < NB; ++b) wgmma::fence_operands(acc[b]);
+    attn_wgmma::score_product<BK / 16>(acc, s, dV, RG);  // O += P·V
   }
   mma::cp_async_wait<0>();
 
@@ -208,6 +183,7 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
 #endif
 }
 
+#ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
 template <int HD, bool CAUSAL>
 cudaError_t run_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles,
                           int ntiles, int64_t nH, int64_t nKV, float scale, KOut o, float* lse, cudaStream_t s) {
@@ -222,6 +198,8 @@ cudaError_t run_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const in
   return cudaGetLastError();
 }
 
+#endif  // DT_ATTN_EMU
+
 }  // namespace
 
 bool attention_fwd_wgmma_supported(int hd, int64_t nH, int64_t nKV) {
@@ -230,6 +208,7 @@ bool attention_fwd_wgmma_supported(int hd, int64_t nH, int64_t nKV) {
 
 size_t attention_fwd_wgmma_smem(int /*hd*/) { return wg_fwd_smem<256>(); }
 
+#ifndef DT_ATTN_EMU
 cudaError_t launch_attention_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens,
                                        const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, int hd,
                                        float scale, bool causal, KOut o, float* lse, cudaStream_t s) {
@@ -240,5 +219,6 @@ cudaError_t launch_attention_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KI
   return causal ? run_fwd_wgmma<256, true>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s)
                 : run_fwd_wgmma<256, false>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
 }
+#endif  // DT_ATTN_EMU
 
 }  // namespace deltatune::kernels

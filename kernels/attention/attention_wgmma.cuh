@@ -1,17 +1,34 @@
-// wgmma pieces of the Hopper attention kernels (attention_fwd_wgmma.cu, attention_dq_wgmma.cu; sm_90a, device
-// only): the register-A m64n64k16 product, descriptor offsets and core-layout tile copies.
+// wgmma pieces of the Hopper attention kernels (attention_fwd_wgmma.cu, attention_dq_wgmma.cu,
+// attention_dkdv_wgmma.cu; sm_90a, device only): the register-A m64n64k16 / m64n256k16 products, the product
+// of a score tile (P or dS in accumulators) with a shared-memory tile, named barriers, descriptor offsets and
+// core-layout tile copies.
 #pragma once
 #include <cstdint>
 
 #include "common/mma.cuh"
+#ifdef DT_ATTN_EMU
+#include "emu/attention/emu_wgmma.h"  // common/wgmma.cuh's API emulated on the host (dev/emu/attention)
+#else
 #include "common/wgmma.cuh"
+#endif
 
 namespace deltatune::kernels::attn_wgmma {
 
 using bf16 = __nv_bfloat16;
 
-// d += A·B, m64n64k16, A (bf16 pairs, the mma.m16n8k16 A fragment of the warp's 16 rows) from registers, B
-// from shared memory (descriptor b); TB: B is MN-major.
+// mma_rs_m64n64 / mma_rs_m64n256: d += A·B, m64n64k16 / m64n256k16, A (bf16 pairs, the mma.m16n8k16 A fragment
+// of the warp's 16 rows) from registers, B from shared memory (descriptor b); TB: B is MN-major.
+// bar_arrive / bar_sync: named barrier `id` (1..15; 0 is __syncthreads) of n threads: arrive and go on, or
+// arrive and wait; shared memory written before an arrive is visible after the matching sync to the threads
+// that sync. Host emulations: dev/emu/attention/emu_wgmma.h.
+#ifdef DT_ATTN_EMU
+template <int TB>
+inline void mma_rs_m64n64(float (&d)[32], const uint32_t (&a)[4], uint64_t b) { wgmma::mma_rs(d, a, b, TB); }
+template <int TB>
+inline void mma_rs_m64n256(float (&d)[128], const uint32_t (&a)[4], uint64_t b) { wgmma::mma_rs(d, a, b, TB); }
+inline void bar_arrive(int id, int n) { (void)emu::named_barrier(id, n).arrive(); }
+inline void bar_sync(int id, int n) { emu::named_barrier(id, n).arrive_and_wait(); }
+#else
 template <int TB>
 __device__ __forceinline__ void mma_rs_m64n64(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
   asm volatile(
@@ -27,6 +44,47 @@ __device__ __forceinline__ void mma_rs_m64n64(float (&d)[32], const uint32_t (&a
         "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TB), "r"(1));
 }
+
+template <int TB>
+__device__ __forceinline__ void mma_rs_m64n256(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %134, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "{%128, %129, %130, %131}, %132, p, 1, 1, %133;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TB), "r"(1));
+}
+
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+#endif  // DT_ATTN_EMU
 
 // The descriptor of the operand `off` bytes further (shared addresses are below 2^18: no carry out of the
 // 14-bit address field).
@@ -50,6 +108,59 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t
     mma::cp_async16(dst + wgmma::core_offset<HD>(r, 8 * kc), ok ? src + (t * heads + head) * HD + 8 * kc : src,
                     ok);
   }
+}
+
+// The m64 x 16·KC scores in x (m64n(16·KC) accumulator layout) rounded to bf16 as register-A fragments of KC
+// k16 steps: the accumulator layout is the mma.m16n8 C layout, whose pairs are the A layout.
+template <int KC>
+__device__ __forceinline__ void pack_scores(uint32_t (&a)[KC][4], const float (&x)[8 * KC]) {
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) {
+    a[kc][0] = mma::pack_bf16(x[8 * kc], x[8 * kc + 1]);
+    a[kc][1] = mma::pack_bf16(x[8 * kc + 2], x[8 * kc + 3]);
+    a[kc][2] = mma::pack_bf16(x[8 * kc + 4], x[8 * kc + 5]);
+    a[kc][3] = mma::pack_bf16(x[8 * kc + 6], x[8 * kc + 7]);
+  }
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[kc][i])::"memory");  // packed before the next fence
+}
+
+// acc[j] += X·B for the NB 64-column blocks j of B (B[k][n] MN-major at descriptor b, 8-row groups of k rg bytes
+// apart, 64 columns = 1024 bytes), X = pack_scores(x). Issued, committed and waited for.
+template <int KC, int NB>
+__device__ __forceinline__ void score_product(float (&acc)[NB][32], const float (&x)[8 * KC], uint64_t b,
+                                              uint32_t rg) {
+  uint32_t a[KC][4];
+  pack_scores<KC>(a, x);
+#pragma unroll
+  for (int j = 0; j < NB; ++j) wgmma::fence_operands(acc[j]);
+  wgmma::fence();
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc)
+#pragma unroll
+    for (int j = 0; j < NB; ++j) mma_rs_m64n64<1>(acc[j], a[kc], at(b, kc * 2 * rg + j * 1024));
+  wgmma::commit();
+  wgmma::wait<0>();
+#pragma unroll
+  for (int j = 0; j < NB; ++j) wgmma::fence_operands(acc[j]);
+}
+
+// As score_product with all 256 columns of B in one m64n256k16 product per k16 step (acc: the m64n256 layout,
+// i.e. score_product's acc[4][32] flattened).
+template <int KC>
+__device__ __forceinline__ void score_product_n256(float (&acc)[128], const float (&x)[8 * KC], uint64_t b,
+                                                   uint32_t rg) {
+  uint32_t a[KC][4];
+  pack_scores<KC>(a, x);
+  wgmma::fence_operands(acc);
+  wgmma::fence();
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) mma_rs_m64n256<1>(acc, a[kc], at(b, kc * 2 * rg));
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operands(acc);
 }
 
 }  // namespace deltatune::kernels::attn_wgmma

@@ -1,9 +1,11 @@
 // Runs the tensor-core attention kernels on the host through an emulation of the CUDA threads, barriers,
 // ldmatrix and mma.sync (emu_rt.h, emu_mma.h: built from the PTX ISA fragment definitions, not from the
-// kernels' address math) and compares them with a double-precision reference. A development check of the
-// kernels' fragment layouts, masking and tiling on a machine without a GPU; not part of the build:
+// kernels' address math) and compares them with a double-precision reference; `hopper` runs the wgmma kernels
+// of the Hopper policy instead (hd 256, nH / nKV even; emu_wgmma.h). A development check of the kernels'
+// fragment layouts, masking and tiling on a machine without a GPU; not part of the build:
 //   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I dev -I /usr/local/cuda/include \
-//       dev/emu/attention/*.cpp -o /tmp/attention_emu -lpthread && /tmp/attention_emu [hd [nH nKV [portable|full]]]
+//       dev/emu/attention/*.cpp -o /tmp/attention_emu -lpthread &&
+//   /tmp/attention_emu [hd [nH nKV [portable|full|hopper|hopper-full]]]
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -16,11 +18,12 @@
 namespace deltatune::kernels {
 void emu_attention_fwd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* cu,
                        const int32_t* tiles, int ntiles, int nH, int nKV, int hd, float scale, bool causal, KOut o,
-                       float* lse);
+                       float* lse, bool hopper);
 void emu_attention_bwd(const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
                        const __nv_bfloat16* v, const float* lse, const float* dl, const int32_t* cu,
                        const int32_t* q_tiles, const int32_t* k_tiles, int ntiles, int64_t T, int nH, int nKV, int hd,
-                       float scale, bool causal, KOut dq, KOut dk, KOut dv, float* part, bool portable);
+                       float scale, bool causal, KOut dq, KOut dk, KOut dv, float* part, bool portable,
+                       bool hopper);
 }  // namespace deltatune::kernels
 
 using namespace deltatune::kernels;
@@ -43,8 +46,14 @@ int main(int argc, char** argv) {
   const int nH = argc > 2 ? std::atoi(argv[2]) : 4, nKV = argc > 3 ? std::atoi(argv[3]) : 2;
   const std::vector<int32_t> cu = {0, 1, 16, 80, 145, 275};  // lengths 1, 15, 64, 65, 130
   const int64_t T = cu.back();
-  const bool portable = argc > 4 && std::string(argv[4]) == "portable";  // the portable policy's dK/dV steps
-  const bool causal = !(argc > 4 && std::string(argv[4]) == "full");     // full: every key of the sequence
+  const std::string mode = argc > 4 ? argv[4] : "";
+  const bool portable = mode == "portable";                 // the portable policy's dK/dV steps
+  const bool causal = mode != "full" && mode != "hopper-full";  // full: every key of the sequence
+  const bool hopper = mode.rfind("hopper", 0) == 0;         // the wgmma kernels
+  if (hopper && (hd != 256 || (nH / nKV) % 2)) {
+    std::fprintf(stderr, "hopper: the wgmma kernels take hd 256 and an even nH / nKV\n");
+    return 2;
+  }
   const int rep = nH / nKV;
   const float scale = 1.f / std::sqrt(float(hd));
   std::mt19937 rng(7);
@@ -123,7 +132,7 @@ int main(int argc, char** argv) {
   const float nan = std::nanf("");
   std::vector<float> o(T * nH * hd, nan), lse(T * nH, nan);
   emu_attention_fwd(qb.data(), kb.data(), vb.data(), cu.data(), qt.data(), ntiles, nH, nKV, hd, scale, causal,
-                    KOut{o.data(), KType::F32}, lse.data());
+                    KOut{o.data(), KType::F32}, lse.data(), hopper);
   int bad = 0, fails = 0;
   double e = nmse(o, o_ref, &bad);
   std::printf("fwd o    nmse %.3e nonfinite %d\n", e, bad);
@@ -142,14 +151,14 @@ int main(int argc, char** argv) {
   std::vector<float> dq(T * nH * hd, nan), dk(T * nKV * hd, nan), dv(T * nKV * hd, nan), part(2 * T * nH * hd, nan);
   emu_attention_bwd(db.data(), qb.data(), kb.data(), vb.data(), lse_in.data(), dl.data(), cu.data(), qt.data(),
                     kt.data(), ntiles, T, nH, nKV, hd, scale, causal, KOut{dq.data(), KType::F32}, KOut{dk.data(), KType::F32},
-                    KOut{dv.data(), KType::F32}, part.data(), portable);
+                    KOut{dv.data(), KType::F32}, part.data(), portable, hopper);
   for (auto [name, got, ref] : {std::tuple{"dq", &dq, &dq_ref}, std::tuple{"dk", &dk, &dk_ref},
                                 std::tuple{"dv", &dv, &dv_ref}}) {
     e = nmse(*got, *ref, &bad);
     std::printf("bwd %s   nmse %.3e nonfinite %d\n", name, e, bad);
     fails += e > 5e-4 || bad;
   }
-  std::printf("%s (hd %d, nH %d, nKV %d, T %lld, %s)\n", fails ? "FAIL" : "OK", hd, nH, nKV, (long long)T,
-              causal ? "causal" : "full");
+  std::printf("%s (hd %d, nH %d, nKV %d, T %lld, %s%s)\n", fails ? "FAIL" : "OK", hd, nH, nKV, (long long)T,
+              causal ? "causal" : "full", hopper ? ", wgmma" : portable ? ", portable" : "");
   return fails ? 1 : 0;
 }

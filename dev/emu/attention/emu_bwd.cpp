@@ -8,6 +8,14 @@ alignas(16) unsigned char smem_raw[232448];
 #include "attention/attention_bwd_mma.cu"
 
 namespace deltatune::kernels {
+void emu_attention_dkdv_wgmma(const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, const float* lse, const float* dl, const int32_t* cu,
+                              const int32_t* k_tiles, int ntiles, int64_t T, int nH, int nKV, float scale,
+                              bool causal, KOut dk, KOut dv, float* part);
+void emu_attention_dq_wgmma(const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                            const __nv_bfloat16* v, const float* lse, const float* dl, const int32_t* cu,
+                            const int32_t* q_tiles, int ntiles, int nH, int nKV, float scale, bool causal, KOut dq);
+
 template <int HD, int QW, bool CAUSAL>
 void emu_bwd_hd(const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                 const float* lse, const float* dl, const int32_t* cu, const int32_t* q_tiles, const int32_t* k_tiles,
@@ -27,7 +35,17 @@ void emu_bwd_hd(const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bf
 void emu_attention_bwd(const __nv_bfloat16* dout, const __nv_bfloat16* q, const __nv_bfloat16* k,
                        const __nv_bfloat16* v, const float* lse, const float* dl, const int32_t* cu,
                        const int32_t* q_tiles, const int32_t* k_tiles, int ntiles, int64_t T, int nH, int nKV, int hd,
-                       float scale, bool causal, KOut dq, KOut dk, KOut dv, float* part, bool portable) {
+                       float scale, bool causal, KOut dq, KOut dk, KOut dv, float* part, bool portable,
+                       bool hopper) {
+  if (hopper) {  // launch_attention_bwd_mma under the Hopper policy at hd 256 (nH / nKV even)
+    emu_attention_dkdv_wgmma(dout, q, k, v, lse, dl, cu, k_tiles, ntiles, T, nH, nKV, scale, causal, dk, dv, part);
+    if (const int ph = int(attention_dkdv_wgmma_partial_heads(nH, nKV))) {
+      emu::launch(dim3(3), 64, smem_raw, 16, [&] { attn_group_sum_kernel(part, T, ph, nKV, 256, dk); });
+      emu::launch(dim3(3), 64, smem_raw, 16, [&] { attn_group_sum_kernel(part + T * ph * 256, T, ph, nKV, 256, dv); });
+    }
+    emu_attention_dq_wgmma(dout, q, k, v, lse, dl, cu, q_tiles, ntiles, nH, nKV, scale, causal, dq);
+    return;
+  }
   auto go = [&]<int HD, int QW>() {
     (causal ? emu_bwd_hd<HD, QW, true> : emu_bwd_hd<HD, QW, false>)(dout, q, k, v, lse, dl, cu, q_tiles, k_tiles,
                                                                     ntiles, T, nH, nKV, scale, dq, dk, dv, part);

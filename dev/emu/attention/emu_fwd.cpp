@@ -8,9 +8,14 @@ alignas(16) unsigned char smem_raw[232448];
 #include "attention/attention_fwd_mma.cu"
 
 namespace deltatune::kernels {
+void emu_attention_fwd_wgmma(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                             const int32_t* cu, const int32_t* tiles, int ntiles, int nH, int nKV, float scale,
+                             bool causal, KOut o, float* lse);
+
 void emu_attention_fwd(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const int32_t* cu,
                        const int32_t* tiles, int ntiles, int nH, int nKV, int hd, float scale, bool causal, KOut o,
-                       float* lse) {
+                       float* lse, bool hopper) {
+  if (hopper) return emu_attention_fwd_wgmma(q, k, v, cu, tiles, ntiles, nH, nKV, scale, causal, o, lse);
   auto go = [&](auto kern, size_t smem) {
     emu::launch(dim3(nH, ntiles), NT, smem_raw, smem, [&] { kern(q, k, v, cu, tiles, nH, nKV, scale, o, lse); });
   };

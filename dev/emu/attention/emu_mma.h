@@ -13,8 +13,8 @@ namespace deltatune::kernels::mma {
 inline uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - emu::ctx.block->smem);
 }
-inline unsigned char* smem_ptr(uint32_t a) {
-  if (a + 16 > emu::ctx.block->smem_size) {
+inline unsigned char* smem_ptr(uint32_t a, uint32_t bytes = 16) {
+  if (a + bytes > emu::ctx.block->smem_size) {
     std::fprintf(stderr, "shared memory access out of range: %u of %zu\n", a, emu::ctx.block->smem_size);
     std::abort();
   }
@@ -28,8 +28,8 @@ inline void cp_async16(uint32_t dst, const void* src, bool valid) {
 }
 inline void cp_async4(uint32_t dst, const void* src, bool valid) {
   if (dst % 4) { std::fprintf(stderr, "cp.async dst not 4-byte aligned\n"); std::abort(); }
-  if (valid) std::memcpy(smem_ptr(dst), src, 4);
-  else std::memset(smem_ptr(dst), 0, 4);
+  if (valid) std::memcpy(smem_ptr(dst, 4), src, 4);
+  else std::memset(smem_ptr(dst, 4), 0, 4);
 }
 inline void cp_async_commit() {}
 template <int N> inline void cp_async_wait() {}

@@ -1,6 +1,7 @@
 // Host emulation of the CUDA execution model used by the tensor-core attention kernels: one std::thread per
-// CUDA thread of a block, block barriers, warp barriers for warp-collective operations (shuffles, ldmatrix,
-// mma), shared memory as a host buffer. Checks kernel index math and fragment layouts without a GPU; not
+// CUDA thread of a block, block barriers, named barriers (bar.arrive / bar.sync), warp barriers for
+// warp-collective operations (shuffles, ldmatrix, mma) and warpgroup barriers for wgmma, shared memory as a
+// host buffer. Checks kernel index math and fragment layouts without a GPU; not
 // part of the build (see attention_emu.cpp).
 #pragma once
 #include <barrier>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -23,6 +25,9 @@ struct Block {
   size_t smem_size = 0;
   std::unique_ptr<std::barrier<>> bar;
   std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
+  std::vector<std::unique_ptr<std::barrier<>>> wg_bar;  // per warpgroup of 4 warps
+  std::unique_ptr<std::barrier<>> named[16];            // bar.sync / bar.arrive ids, made by the first user
+  std::mutex named_mu;
   // per-lane exchange slots of each warp (8 words per lane)
   std::vector<uint32_t> slots;
 };
@@ -37,6 +42,13 @@ inline int lane() { return static_cast<int>(ctx.tid.x & 31); }
 inline int warp() { return static_cast<int>(ctx.tid.x >> 5); }
 inline uint32_t* slot(int w, int l) { return &ctx.block->slots[(size_t(w) * 32 + l) * 8]; }
 inline void warp_sync() { ctx.block->warp_bar[warp()]->arrive_and_wait(); }
+inline void wg_sync() { ctx.block->wg_bar[warp() / 4]->arrive_and_wait(); }
+inline std::barrier<>& named_barrier(int id, int n) {
+  std::lock_guard<std::mutex> lock(ctx.block->named_mu);
+  auto& b = ctx.block->named[id];
+  if (!b) b = std::make_unique<std::barrier<>>(n);
+  return *b;
+}
 
 // Runs kernel(args...) for every block of grid with `threads` threads each and `smem` bytes of shared memory.
 // `smem_base` is the kernel's extern __shared__ array, defined by the including file (blocks run one at a time).
@@ -52,6 +64,7 @@ void launch(dim3 grid, int threads, unsigned char* smem_base, size_t smem, F&& b
       std::memset(smem_base, 0xA5, smem);  // garbage, like real shared memory
       b.bar = std::make_unique<std::barrier<>>(threads);
       for (int w = 0; w < threads / 32; ++w) b.warp_bar.push_back(std::make_unique<std::barrier<>>(32));
+      for (int w = 0; w < threads / 128; ++w) b.wg_bar.push_back(std::make_unique<std::barrier<>>(128));
       b.slots.assign(size_t(threads) * 8, 0);
       std::vector<std::thread> ts;
       for (int t = 0; t < threads; ++t)
