@@ -169,6 +169,27 @@ void case_gemm_cols(Env& e) {
   compare(e, "gemm_cols whole tensors", C, 1e-4);
 }
 
+// du (=) alpha·dy·B and gB (+=) alpha·dyᵀ·u. Shapes the CUDA kernel takes (r 16, N a multiple of 64): token
+// tails (300, 77), several 64-column chunks per block (T 4096, N 2560: 14 column splits of 3 chunks, the last of 1);
+// and shapes it leaves to the GEMMs (r 32, N 40, r 8). u and du are column blocks of wider tensors, as in the grouped
+// backward. Tolerances: du 1e-4 (a bf16 output, as gemm_cols), gB 1e-5 (fp32, summed in another order than the CPU).
+void case_lora_dy(Env& e) {
+  struct L {
+    int64_t T, N, r;
+  };
+  const L cases[] = {{300, 192, 16}, {77, 128, 16}, {4096, 2560, 16}, {77, 128, 32}, {50, 40, 16}, {64, 64, 8}};
+  for (const L& c : cases) {
+    Pair dy = e.in({c.T, c.N}, BF), B = e.in({c.N, c.r}, BF, -0.5f, 0.5f), u = e.in({c.T, 3 * c.r}, BF);
+    Pair du = e.out_init({c.T, 2 * c.r}, BF), gB = e.out_init({c.N, c.r}, F32);
+    const Backend::Cols uc{u.c, c.r, c.r}, ug{u.g, c.r, c.r}, duc{du.c, c.r, c.r}, dug{du.g, c.r, c.r};
+    e.cpu->lora_dy_products(dy.c, B.c, uc, 0.75f, duc, gB.c);
+    e.gpu->lora_dy_products(dy.g, B.g, ug, 0.75f, dug, gB.g);
+    const std::string tag = " T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " r=" + std::to_string(c.r);
+    compare(e, "lora_dy_products du" + tag, du, 1e-4);
+    compare(e, "lora_dy_products gB" + tag, gB, 1e-5);
+  }
+}
+
 // ---- elementwise ----------------------------------------------------------------------------------------
 void case_add_scale(Env& e) {
   Tensor hx = e.host_rand({1031}, BF, -2.f, 2.f);
@@ -1378,6 +1399,7 @@ const std::vector<OpCase>& all_cases() {
       {"fill_copy", {"fill", "copy", "copy_cols"}, case_fill_copy},
       {"gemm", {"gemm"}, case_gemm},
       {"gemm_cols", {"gemm_cols"}, case_gemm_cols},
+      {"lora_dy", {"lora_dy_products"}, case_lora_dy},
       {"add_scale", {"add", "scale", "copy_many"}, case_add_scale},
       {"reductions", {"sum_squares", "all_finite", "sum_squares_many", "all_finite_many"}, case_reductions},
       {"dropout", {"dropout"}, case_dropout},

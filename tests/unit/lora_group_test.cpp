@@ -138,6 +138,29 @@ TEST(LoraGroup, MlpGateUpStackedEqualsPerModule) { expect_same({"mlp.gate_proj",
 
 TEST(LoraGroup, DropoutRunsPerModule) { expect_same({"mlp.gate_proj", "mlp.up_proj"}, true); }
 
+// lora_to_backend lays out each input-sharing group's gA side by side in share-rank order (inventory order is
+// qkv, z, a, b), so linear_group_bwd forms them in one product.
+TEST(LoraGroup, GroupGradientsSideBySide) {
+  auto be = make_cpu_backend(1);
+  LoraSpec spec;
+  spec.r = 4;
+  spec.groups = {"linear_attn", "mlp"};
+  LoraAdapter adapter = lora_create(tiny_gdn(), spec, 7);
+  lora_to_backend(adapter, *be);
+  for (const std::vector<std::string>& group :
+       {std::vector<std::string>{"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"},
+        std::vector<std::string>{"gate_proj", "up_proj"}}) {
+    const std::string parent = group[0] == "gate_proj" ? "layers.0.mlp." : "layers.0.linear_attn.";
+    for (size_t i = 0; i + 1 < group.size(); ++i) {
+      const LoraModule* a = adapter.find(parent + group[i]);
+      const LoraModule* b = adapter.find(parent + group[i + 1]);
+      ASSERT_TRUE(a && b) << group[i];
+      EXPECT_EQ(static_cast<const char*>(a->gA.data) + a->gA.nbytes(), static_cast<const char*>(b->gA.data))
+          << group[i] << " then " << group[i + 1];
+    }
+  }
+}
+
 TEST(LoraGroup, ShareRanks) {
   LoraModule m;
   m.path = "layers.2.linear_attn.in_proj_b";

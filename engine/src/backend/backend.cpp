@@ -41,6 +41,12 @@ void Backend::gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool trans_b
   }
 }
 
+void Backend::lora_dy_products(const Tensor& dy, const Tensor& B, const Cols& u, float alpha, const Cols& du,
+                               Tensor& gB) {
+  gemm_cols(dy, true, u, false, gB, alpha, 1.f);
+  gemm_cols(dy, false, B, false, du, alpha, 0.f);
+}
+
 void Backend::check_column_parts(const char* op, int64_t T, int64_t C, std::span<const Tensor* const> parts) {
   int64_t cols = 0;
   for (const Tensor* p : parts) {

@@ -95,6 +95,11 @@ class Backend {
   // of one [T, Σr] tensor). The default copies the blocks through contiguous tensors (copy_cols).
   virtual void gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool trans_b, const Cols& c, float alpha,
                          float beta);
+  // The two products of a LoRA backward that read the module's output gradient dy [T, N]: du (=) alpha·dy·B and
+  // gB (+=) alpha·dyᵀ·u (B [N, r], u and du [T, r] column blocks, gB F32 [N, r]). The default runs them as two
+  // gemm_cols; backends may read dy once.
+  virtual void lora_dy_products(const Tensor& dy, const Tensor& B, const Cols& u, float alpha, const Cols& du,
+                                Tensor& gB);
 
   // ---- elementwise -----------------------------------------------------------------------------
   virtual void add(Tensor& y, const Tensor& x, float alpha) = 0;  // y += alpha * x

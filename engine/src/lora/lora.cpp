@@ -251,6 +251,18 @@ LoraAdapter lora_create(const ModelConfig& cfg, const LoraSpec& spec, uint64_t s
   return a;
 }
 
+int lora_input_share_rank(const LoraModule& m) {
+  if (m.experts > 0) return -1;
+  static const char* const kOrders[][4] = {{"q_proj", "k_proj", "v_proj", nullptr},
+                                           {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"},
+                                           {"gate_proj", "up_proj", nullptr, nullptr}};
+  const std::string leaf = m.path.substr(m.path.rfind('.') + 1);
+  for (const auto& order : kOrders)
+    for (int i = 0; i < 4 && order[i]; ++i)
+      if (leaf == order[i]) return i;
+  return -1;
+}
+
 void lora_to_backend(LoraAdapter& adapter, Backend& backend) {
   constexpr int64_t kAlign = 64;  // every gradient starts 256-byte aligned in grad_flat
   auto aligned = [](int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
@@ -267,9 +279,27 @@ void lora_to_backend(LoraAdapter& adapter, Backend& backend) {
   for (LoraModule& m : adapter.modules) {
     m.A = backend.upload(m.A, DType::F32);
     m.B = backend.upload(m.B, DType::F32);
+    m.gA = m.gB = Tensor();
+  }
+  // The input-sharing groups' gA first, each group's side by side in share-rank order.
+  std::map<std::string, std::vector<LoraModule*>> shared;
+  for (LoraModule& m : adapter.modules)
+    if (lora_input_share_rank(m) >= 0) shared[m.path.substr(0, m.path.rfind('.'))].push_back(&m);
+  for (auto& [parent, ms] : shared) {
+    std::sort(ms.begin(), ms.end(), [](const LoraModule* a, const LoraModule* b) {
+      return lora_input_share_rank(*a) < lora_input_share_rank(*b);
+    });
+    for (LoraModule* m : ms) m->gA = take(m->A.shape, m->A.numel());
+  }
+  for (LoraModule& m : adapter.modules) {
     // Expert gradients apart: expert parallel replaces them with this GPU's slice (expert_lora_keep_slice).
-    m.gA = m.experts == 0 ? take(m.A.shape, m.A.numel()) : backend.zeros(m.A.shape, DType::F32);
-    m.gB = m.experts == 0 ? take(m.B.shape, m.B.numel()) : backend.zeros(m.B.shape, DType::F32);
+    if (m.experts > 0) {
+      m.gA = backend.zeros(m.A.shape, DType::F32);
+      m.gB = backend.zeros(m.B.shape, DType::F32);
+      continue;
+    }
+    if (!m.gA.defined()) m.gA = take(m.A.shape, m.A.numel());
+    m.gB = take(m.B.shape, m.B.numel());
   }
 }
 

@@ -86,7 +86,13 @@ bool lora_target_matches(const LoraModule& m, const std::string& target);
 // A ~ kaiming_uniform(a=√5) = U(-1/√in, 1/√in) from `seed`, B = 0. Throws Error if the spec selects nothing
 // or names a module/group the model lacks.
 LoraAdapter lora_create(const ModelConfig& cfg, const LoraSpec& spec, uint64_t seed);
-// Moves A/B to the backend and allocates zeroed gradients.
+// Position of a module in its layer's input-sharing group (attention q/k/v, the GDN in_proj qkv/z/b/a, MLP
+// gate/up: 0, 1, ...), or -1 for a module that shares its input with no other (o_proj, out_proj, down_proj,
+// experts, the vision tower).
+int lora_input_share_rank(const LoraModule& m);
+// Moves A/B to the backend and allocates zeroed gradients. The gA of the modules of one input-sharing group lie
+// side by side in grad_flat in lora_input_share_rank order (one [Σr, in] matrix when r·in keeps the alignment),
+// so that one product forms them all (model/lora_linear.h linear_group_bwd).
 void lora_to_backend(LoraAdapter& adapter, Backend& backend);
 void lora_zero_grad(LoraAdapter& adapter, Backend& backend);
 

@@ -115,11 +115,10 @@ void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& wq, LoraModule*
   }
   const bool dropped = rt.training && rt.dropout > 0.f;
   const Tensor& xin = dropped ? cache.xd : cache.x;
-  // dB += s·dyᵀ·u ; du = s·dy·B ; dA += duᵀ·xin ; dx (+)= dropout(du·A), then dx += dy·W (as in linear_fwd,
-  // the base product goes last and accumulates in its epilogue).
-  be.gemm(dy, true, cache.u, false, lora->gB, lora->scaling, 1.f);
+  // dB += s·dyᵀ·u and du = s·dy·B (one read of dy where the backend can) ; dA += duᵀ·xin ; dx (+)= dropout(du·A),
+  // then dx += dy·W (as in linear_fwd, the base product goes last and accumulates in its epilogue).
   Tensor du = be.alloc({dy.rows(), lora->r}, be.compute_dtype());  // like u: the operand type of both its products
-  be.gemm(dy, false, factor_b(*lora), false, du, lora->scaling, 0.f);
+  be.lora_dy_products(dy.view({dy.rows(), dy.cols()}), factor_b(*lora), cache.u, lora->scaling, du, lora->gB);
   be.gemm(du, true, xin, false, lora->gA, 1.f, 1.f);
   if (!dropped) {
     be.gemm(du, false, factor_a(*lora), false, dx, 1.f, dx_beta);
@@ -132,18 +131,6 @@ void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& wq, LoraModule*
     else be.copy(dx, masked);
   }
   base_gemm(be, dy, wq, false, dx, 1.f);
-}
-
-int lora_input_share_rank(const LoraModule& m) {
-  if (m.experts > 0) return -1;
-  static const char* const kOrders[][4] = {{"q_proj", "k_proj", "v_proj", nullptr},
-                                           {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"},
-                                           {"gate_proj", "up_proj", nullptr, nullptr}};
-  const std::string leaf = m.path.substr(m.path.rfind('.') + 1);
-  for (const auto& order : kOrders)
-    for (int i = 0; i < 4 && order[i]; ++i)
-      if (leaf == order[i]) return i;
-  return -1;
 }
 
 namespace {
@@ -165,6 +152,26 @@ bool stacked_factors(std::span<const SharedInputModule> ms, const LoraRuntime& r
   }
   stacked = first->Ac;
   stacked.shape = {rows, first->Ac.cols()};
+  return true;
+}
+
+// The gA of the modules as one F32 [Σr, in] matrix, when they lie side by side in that order (lora_to_backend's
+// layout of grad_flat).
+bool stacked_grads(std::span<const SharedInputModule> ms, Tensor& stacked) {
+  const Tensor& first = ms[0].lora->gA;
+  if (!first.defined() || first.dtype != DType::F32) return false;
+  const char* next = static_cast<const char*>(first.data);
+  int64_t rows = 0;
+  for (const SharedInputModule& m : ms) {
+    const Tensor& g = m.lora->gA;
+    if (!g.defined() || g.data != next || g.storage != first.storage || g.dtype != DType::F32 || g.ndim() != 2 ||
+        g.cols() != first.cols())
+      return false;
+    next += g.nbytes();
+    rows += g.rows();
+  }
+  stacked = first;
+  stacked.shape = {rows, first.cols()};
   return true;
 }
 
@@ -219,16 +226,19 @@ void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span
   Tensor A;
   check(stacked_factors(ms, rt, A), "internal: linear_group_bwd without the stacked factors of its forward");
   const int64_t r = ms[0].lora->r;
-  // dB_i += s·dy_iᵀ·u_i ; du_i = s·dy_i·B_i ; dA_i += du_iᵀ·x ; then dx (+)= du·A for every module at once and
-  // the base products accumulate into dx.
+  // dB_i += s·dy_iᵀ·u_i and du_i = s·dy_i·B_i (one read of dy_i where the backend can) ; dA_i += du_iᵀ·x (every
+  // module's in one product, reading x once, where their gradients lie side by side); then dx (+)= du·A for every
+  // module at once and the base products accumulate into dx.
   Tensor du = be.alloc(cache.u.shape, be.compute_dtype());
+  Tensor gA;
+  const bool one_gA = stacked_grads(ms, gA);
   for (size_t i = 0; i < ms.size(); ++i) {
     LoraModule& l = *ms[i].lora;
     const Backend::Cols ui{cache.u, static_cast<int64_t>(i) * r, r}, dui{du, static_cast<int64_t>(i) * r, r};
-    be.gemm_cols(*dys[i], true, ui, false, l.gB, l.scaling, 1.f);
-    be.gemm_cols(*dys[i], false, factor_b(l), false, dui, l.scaling, 0.f);
-    be.gemm_cols(dui, true, cache.x, false, l.gA, 1.f, 1.f);
+    be.lora_dy_products(dys[i]->view({dys[i]->rows(), dys[i]->cols()}), factor_b(l), ui, l.scaling, dui, l.gB);
+    if (!one_gA) be.gemm_cols(dui, true, cache.x, false, l.gA, 1.f, 1.f);
   }
+  if (one_gA) be.gemm(du, true, cache.x, false, gA, 1.f, 1.f);
   be.gemm(du, false, A, false, dx, 1.f, accumulate ? 1.f : 0.f);
   // The FP8 weights: one product over their concatenated outputs (dx += [dy_1 dy_2 ..]·[W_1; W_2; ..]).
   const std::vector<bool> fp8 = fp8_members(be, ms);

@@ -77,9 +77,6 @@ struct LinearGroupCache {
   Tensor u;                         // grouped: [T, Σr], module i's u in columns [i·r, (i+1)·r)
   std::vector<LinearCache> each;    // not grouped: one cache per module
 };
-// Position of a module in its layer's input-sharing group (0, 1, ...), or -1 for a module that shares its input
-// with no other (o_proj, out_proj, down_proj, experts).
-int lora_input_share_rank(const LoraModule& m);
 // ys[i] (=) x·W_iᵀ + LoRA_i.
 void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
                       std::span<Tensor* const> ys, LinearGroupCache& cache);

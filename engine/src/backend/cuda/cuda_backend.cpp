@@ -12,6 +12,7 @@
 #include "backend/cuda_kernels_setting.h"
 #include "core/error.h"
 #include "elementwise/elementwise.cuh"
+#include "lora/lora.cuh"
 
 namespace deltatune {
 namespace cuda {
@@ -281,6 +282,32 @@ void CudaBackend::gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool tra
                             static_cast<int>(a.t.cols()), &beta, at(c), cuda_type(c.t.dtype),
                             static_cast<int>(c.t.cols()), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "gemm_cols (cublasGemmEx)");
+}
+
+// dy read once (kernels/lora/lora_dy.cu) for bf16 operands the kernel takes, its partial sums in the cuBLAS
+// workspace (idle between cuBLAS calls on this one stream); otherwise the two GEMMs.
+void CudaBackend::lora_dy_products(const Tensor& dy, const Tensor& B, const Cols& u, float alpha, const Cols& du,
+                                   Tensor& gB) {
+  const DType bf = DType::BF16;
+  const bool types = dy.dtype == bf && B.dtype == bf && u.t.dtype == bf && du.t.dtype == bf &&
+                     gB.dtype == DType::F32 && dy.ndim() == 2 && B.ndim() == 2 && gB.ndim() == 2 &&
+                     u.t.ndim() == 2 && du.t.ndim() == 2;
+  const int64_t T = dy.rows(), N = dy.cols(), r = B.ndim() == 2 ? B.cols() : 0;
+  const bool shapes = types && B.rows() == N && u.t.rows() == T && du.t.rows() == T && u.width() == r &&
+                      du.width() == r && gB.rows() == N && gB.cols() == r && u.col + r <= u.t.cols() &&
+                      du.col + r <= du.t.cols();
+  kernels::LoraDyArgs a;
+  if (shapes) {
+    const auto at = [](const Cols& m) { return static_cast<char*>(m.t.data) + m.col * int64_t(dtype_size(m.t.dtype)); };
+    a.dy = dy.data, a.B = B.data, a.u = at(u), a.du = at(du), a.gB = static_cast<float*>(gB.data);
+    a.T = T, a.N = N, a.ldy = N, a.ldu = u.t.cols(), a.lddu = du.t.cols(), a.r = static_cast<int>(r), a.alpha = alpha;
+  }
+  const size_t need = shapes ? kernels::lora_dy_scratch_bytes(a, policy_) : 0;
+  if (need == 0 || need > cublas_ws_.nbytes()) {
+    Backend::lora_dy_products(dy, B, u, alpha, du, gB);
+    return;
+  }
+  cuda_check(kernels::launch_lora_dy(a, cublas_ws_.data, policy_, stream()), "lora_dy_products");
 }
 
 // ---- small helpers ------------------------------------------------------------------------------------
