@@ -427,6 +427,9 @@ int cmd_info(const Args& args) {
     << "  weights " << bytes_str(vram.weights) << ", LoRA+optimizer " << bytes_str(vram.lora_and_optimizer)
     << ", activations " << bytes_str(vram.activations) << ", logits " << bytes_str(vram.logits)
     << ", overhead " << bytes_str(vram.overhead) << "\n";
+  if (const auto embed = info.params_per_group.find("embed"); !info.tied_embeddings && embed != info.params_per_group.end())
+    o << "  not on the GPU: the embedding table (untied from the lm_head), " << bytes_str(2 * embed->second)
+      << " in bf16, stays in host memory and its rows are read over the bus\n";
   if (images.image_tokens_per_step > 0)
     o << "  images: " << images.image_tokens_per_step << " image tokens/step ("
       << images.image_tokens_per_step * info.vision.patches_per_token() << " patches), vision tower "
