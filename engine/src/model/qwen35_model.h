@@ -148,12 +148,7 @@ class Qwen35Model {
 
   ModelConfig cfg_;
   Backend& be_;
-  Tensor embed_, final_norm_, lm_head_;
-  // An untied lm_head: the embedding table (embed_) stays in host memory (it is only read row by row, never in
-  // a GEMM, and takes no gradient; QuantOps::host_resident_table): page-locked and mapped on CUDA, so the gather
-  // reads its T rows over the bus (T*H*2 bytes a step, ~1 ms at 4096 x 4096) and the device keeps V*H*2 bytes
-  // free (1.9 GiB at 9B, 2.4 GiB at 27B). A tied table is the lm_head too and stays on the device.
-  bool embed_in_host_memory_ = false;
+  Tensor embed_, final_norm_, lm_head_;  // embed_: in mapped host memory when untied (see the constructor)
   std::vector<std::unique_ptr<DeviceLayer>> layers_;  // empty when sharded_
   std::unique_ptr<ShardedLayers> sharded_;
   TokenExchange* ep_ = nullptr;
