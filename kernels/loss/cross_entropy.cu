@@ -21,6 +21,26 @@ __device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2
   m = mn;
 }
 
+// Online (max, sum) update of one thread's pair with four logits.
+__device__ __forceinline__ void lse_update4(float& m, float& s, float4 v) {
+  const float vm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+  if (vm > m) {
+    s *= expf(m - vm);
+    m = vm;
+  }
+  s += expf(v.x - m) + expf(v.y - m) + expf(v.z - m) + expf(v.w - m);
+}
+
+// The gradient of four logits starting at column col0: grad_scale·(softmax − onehot(label)), 0 for ignored
+// rows.
+__device__ __forceinline__ void ce_grad4(float (&g)[4], float4 v, int64_t col0, float lse, int32_t lab,
+                                         bool ignored, float grad_scale) {
+  const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    g[j] = ignored ? 0.f : grad_scale * (expf(e[j] - lse) - (col0 + j == lab ? 1.f : 0.f));
+}
+
 // Block-wide (max, sum) merge; every thread gets the result.
 __device__ void block_lse(float& m, float& s, float* sm, float* ss) {
   for (int o = 16; o > 0; o >>= 1) {
@@ -29,15 +49,18 @@ __device__ void block_lse(float& m, float& s, float* sm, float* ss) {
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   __syncthreads();
-  if (lane == 0) { sm[warp] = m; ss[warp] = s; }
+  if (lane == 0) {
+    sm[warp] = m;
+    ss[warp] = s;
+  }
   __syncthreads();
   m = -INFINITY;
   s = 0.f;
   for (int w = 0; w < nw; ++w) lse_merge(m, s, sm[w], ss[w]);
 }
 
-__global__ void ce_kernel(KIn x, int64_t V, const int32_t* labels, float grad_scale, const float* grad_scale_dev,
-                          KOut d, double* loss_acc) {
+__global__ void ce_kernel(KIn x, int64_t V, const int32_t* labels, float grad_scale,
+                          const float* grad_scale_dev, KOut d, double* loss_acc) {
   __shared__ float sm[32], ss[32];
   __shared__ float xlab;
   const int64_t row = blockIdx.x, base = row * V;
@@ -47,8 +70,11 @@ __global__ void ce_kernel(KIn x, int64_t V, const int32_t* labels, float grad_sc
   float m = -INFINITY, s = 0.f;
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
     const float v = ld(x, base + c);
-    if (v > m) { s = s * expf(m - v) + 1.f; m = v; }
-    else s += expf(v - m);
+    if (v > m) {
+      s = s * expf(m - v) + 1.f;
+      m = v;
+    } else
+      s += expf(v - m);
   }
   if (threadIdx.x == 0) xlab = (!ignored && !bad) ? ld(x, base + lab) : 0.f;
   block_lse(m, s, sm, ss);  // contains barriers: xlab visible, all reads of pass 1 done
@@ -78,13 +104,7 @@ __global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels
   const bool bad = !ignored && (lab < 0 || lab >= V);
   float m = -INFINITY, s = 0.f;
   for (int64_t c = threadIdx.x; c < V4; c += blockDim.x) {
-    const float4 v = x4[c];
-    const float vm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
-    if (vm > m) {
-      s *= expf(m - vm);
-      m = vm;
-    }
-    s += expf(v.x - m) + expf(v.y - m) + expf(v.z - m) + expf(v.w - m);
+    lse_update4(m, s, x4[c]);
   }
   if (threadIdx.x == 0) xlab = (!ignored && !bad) ? x[base + lab] : 0.f;
   block_lse(m, s, sm, ss);
@@ -93,14 +113,10 @@ __global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels
   if (d.p == nullptr) return;
   if (grad_scale_dev) grad_scale = *grad_scale_dev;
   for (int64_t c = threadIdx.x; c < V4; c += blockDim.x) {
-    const float4 v = x4[c];
-    const float e[4] = {v.x, v.y, v.z, v.w};
+    float g[4];
+    ce_grad4(g, x4[c], 4 * c, lse, lab, ignored, grad_scale);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t col = 4 * c + j;
-      const float g = ignored ? 0.f : grad_scale * (expf(e[j] - lse) - (col == lab ? 1.f : 0.f));
-      st(d, base + col, g);
-    }
+    for (int j = 0; j < 4; ++j) st(d, base + 4 * c + j, g[j]);
   }
 }
 
@@ -112,10 +128,9 @@ __global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels
 constexpr int kClusterThreads = 512;
 
 template <int C>
-__global__ void __launch_bounds__(kClusterThreads) ce_cluster_kernel(const float* x, int64_t V, int64_t slice4,
-                                                                     const int32_t* labels, float grad_scale,
-                                                                     const float* grad_scale_dev, KOut d,
-                                                                     double* loss_acc) {
+__global__ void __launch_bounds__(kClusterThreads)
+    ce_cluster_kernel(const float* x, int64_t V, int64_t slice4, const int32_t* labels, float grad_scale,
+                      const float* grad_scale_dev, KOut d, double* loss_acc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   extern __shared__ float4 slice_smem[];
@@ -135,12 +150,7 @@ __global__ void __launch_bounds__(kClusterThreads) ce_cluster_kernel(const float
   for (int64_t c = c0 + threadIdx.x; c < c1; c += kClusterThreads) {
     const float4 v = __ldcs(x4 + c);  // read once: evict first
     slice_smem[c - c0] = v;
-    const float vm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
-    if (vm > m) {
-      s *= expf(m - vm);
-      m = vm;
-    }
-    s += expf(v.x - m) + expf(v.y - m) + expf(v.z - m) + expf(v.w - m);
+    lse_update4(m, s, v);
   }
   block_lse(m, s, sm, ss);
   if (threadIdx.x == 0) part = make_float2(m, s);
@@ -164,11 +174,8 @@ __global__ void __launch_bounds__(kClusterThreads) ce_cluster_kernel(const float
   if (d.p == nullptr) return;
   if (grad_scale_dev) grad_scale = *grad_scale_dev;
   for (int64_t c = c0 + threadIdx.x; c < c1; c += kClusterThreads) {
-    const float4 v = slice_smem[c - c0];
-    float g[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      g[j] = ignored ? 0.f : grad_scale * (expf(g[j] - lse) - (4 * c + j == lab ? 1.f : 0.f));
+    float g[4];
+    ce_grad4(g, slice_smem[c - c0], 4 * c, lse, lab, ignored, grad_scale);
     if (d.t == KType::BF16) {
       const __nv_bfloat162 lo = __floats2bfloat162_rn(g[0], g[1]), hi = __floats2bfloat162_rn(g[2], g[3]);
       uint2 u;
@@ -186,25 +193,31 @@ __global__ void __launch_bounds__(kClusterThreads) ce_cluster_kernel(const float
 // 248K-vocabulary slice at 62 KB, three blocks per SM.
 constexpr int kClusterBlocks = 16;
 
-// Whether the cluster kernel runs: Hopper policy, F32 logits of a wide row (at least 32K values: narrower rows
-// stay in L2 between ce_f32x4's passes), 16-byte aligned, a BF16 or F32 gradient (or none) aligned for its stores.
+// Shared memory of one block of the cluster kernel: its slice of a row, in float4s.
+size_t cluster_slice_bytes(int64_t V) {
+  return static_cast<size_t>((V / 4 + kClusterBlocks - 1) / kClusterBlocks) * 16;
+}
+
+// Whether the cluster kernel runs: Hopper policy, F32 logits of a wide row (at least 32K values: narrower
+// rows stay in L2 between ce_f32x4's passes), 16-byte aligned, a BF16 or F32 gradient (or none) aligned for
+// its stores.
 bool use_cluster_kernel(const KernelPolicy& policy, KIn logits, int64_t V, KOut d) {
   if (!policy.hopper() || logits.t != KType::F32 || V % 4 != 0 || V < 32768) return false;
   if (reinterpret_cast<uintptr_t>(logits.p) % 16 != 0) return false;
   if (d.p && !(d.t == KType::F32 && reinterpret_cast<uintptr_t>(d.p) % 16 == 0) &&
       !(d.t == KType::BF16 && reinterpret_cast<uintptr_t>(d.p) % 8 == 0))
     return false;
-  const int64_t slice4 = (V / 4 + kClusterBlocks - 1) / kClusterBlocks;
-  return policy.smem_fits(static_cast<size_t>(slice4) * 16);
+  return policy.smem_fits(cluster_slice_bytes(V));
 }
 
 cudaError_t launch_ce_cluster(const float* x, int64_t T, int64_t V, const int32_t* labels, float grad_scale,
                               const float* grad_scale_dev, KOut d, double* loss_acc, cudaStream_t s) {
   constexpr int C = kClusterBlocks;
-  const int64_t slice4 = (V / 4 + C - 1) / C;
-  const size_t smem = static_cast<size_t>(slice4) * 16;
+  const size_t smem = cluster_slice_bytes(V);
+  const int64_t slice4 = static_cast<int64_t>(smem / 16);
   auto kernel = ce_cluster_kernel<C>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
@@ -229,15 +242,15 @@ cudaError_t launch_cross_entropy(KIn logits, int64_t T, int64_t V, const int32_t
                                  const KernelPolicy& policy, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
   if (use_cluster_kernel(policy, logits, V, dlogits))
-    return launch_ce_cluster(static_cast<const float*>(logits.p), T, V, labels, grad_scale, grad_scale_dev, dlogits,
-                             loss_acc, s);
+    return launch_ce_cluster(static_cast<const float*>(logits.p), T, V, labels, grad_scale, grad_scale_dev,
+                             dlogits, loss_acc, s);
   const bool x4 = logits.t == KType::F32 && V % 4 == 0 && reinterpret_cast<uintptr_t>(logits.p) % 16 == 0;
   if (x4)
-    ce_f32x4_kernel<<<static_cast<unsigned>(T), 4 * kThreads, 0, s>>>(static_cast<const float*>(logits.p), V, labels,
-                                                                   grad_scale, grad_scale_dev, dlogits, loss_acc);
+    ce_f32x4_kernel<<<static_cast<unsigned>(T), 4 * kThreads, 0, s>>>(
+        static_cast<const float*>(logits.p), V, labels, grad_scale, grad_scale_dev, dlogits, loss_acc);
   else
-    ce_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(logits, V, labels, grad_scale, grad_scale_dev, dlogits,
-                                                             loss_acc);
+    ce_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(logits, V, labels, grad_scale, grad_scale_dev,
+                                                            dlogits, loss_acc);
   return cudaGetLastError();
 }
 
