@@ -54,8 +54,8 @@ int attention_mma_padded_hd(int hd);
 size_t attention_fwd_mma_smem(const KernelPolicy& pol, int hd);
 size_t attention_bwd_mma_smem(const KernelPolicy& pol, int hd);
 cudaError_t launch_attention_fwd_mma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles,
-                                     int ntiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal, KOut o,
-                                     float* lse, cudaStream_t s);
+                                     int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
+                                     KOut o, float* lse, cudaStream_t s);
 // q_tiles drive the dQ kernel, k_tiles the dK/dV kernel (the same tiles, each list ordered by its own cost).
 // dkv_scratch: F32 2·T·nH·hd when nH > nKV (per-query-head dK, dV partials summed per kv head afterwards),
 // else unused (may be null).
@@ -68,10 +68,14 @@ cudaError_t launch_attention_bwd_mma(const KernelPolicy& pol, KIn dout, KIn q, K
 // launch_attention_fwd_mma's contract and tiles on wgmma; launch_attention_fwd_mma runs it under the Hopper
 // policy where it applies (head_dim 256, an even number of query heads per kv head), the mma.sync kernel
 // elsewhere.
+// With four or more query heads per kv head (every Qwen3.5 text model) the forward and dQ blocks of two head
+// pairs of one kv head form a thread-block cluster that shares each K/V tile (TMA multicast; T: the rows of
+// k / v, the tensor maps' extent).
 bool attention_fwd_wgmma_supported(int hd, int64_t nH, int64_t nKV);
+inline bool attention_wgmma_cluster(int64_t nH, int64_t nKV) { return nKV > 0 && (nH / nKV) % 4 == 0; }
 size_t attention_fwd_wgmma_smem(int hd);
 cudaError_t launch_attention_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens,
-                                       const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, int hd,
+                                       const int32_t* tiles, int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd,
                                        float scale, bool causal, KOut o, float* lse, cudaStream_t s);
 // The backward's dQ kernel on wgmma (attention_dq_wgmma.cu); launch_attention_bwd_mma runs it in place of the
 // mma.sync dQ kernel under the Hopper policy where it applies (as the forward). dl: D (launch_attention_dot).
@@ -79,8 +83,8 @@ bool attention_dq_wgmma_supported(int hd, int64_t nH, int64_t nKV);
 size_t attention_dq_wgmma_smem(int hd);
 cudaError_t launch_attention_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse,
                                       const float* dl, const int32_t* cu_seqlens, const int32_t* q_tiles,
-                                      int ntiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
-                                      KOut dq, cudaStream_t s);
+                                      int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale,
+                                      bool causal, KOut dq, cudaStream_t s);
 
 // The backward's dK/dV kernel on wgmma (attention_dkdv_wgmma.cu); launch_attention_bwd_mma runs it in place of
 // the mma.sync dK/dV kernel under the Hopper policy where it applies (as the forward). One block per (pair of

@@ -427,8 +427,8 @@ cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, cons
   }
 
   if (HD == 256 && pol.hopper() && attention_dq_wgmma_supported(HD, nH, nKV))
-    return launch_attention_dq_wgmma(pol, dout, q, k, v, lse, dl, cu, q_tiles, ntiles, nH, nKV, HD, scale, CAUSAL,
-                                     dq, s);
+    return launch_attention_dq_wgmma(pol, dout, q, k, v, lse, dl, cu, q_tiles, ntiles, T, nH, nKV, HD, scale,
+                                     CAUSAL, dq, s);
   e = set_launch_smem(pol, attention_dq_mma_kernel<HD, CAUSAL>, dq_smem<HD>());
   if (e != cudaSuccess) return e;
   attention_dq_mma_kernel<HD, CAUSAL><<<grid, Q_NT, dq_smem<HD>(), s>>>(dop, qp, kp, vp, lse, dl, cu, q_tiles, nh, nkv,

@@ -20,6 +20,11 @@
 // query tile's lse and D: 209 KiB, one block per SM.
 // Outputs: dk / dv directly when the pair is the whole kv group (nH / nKV == 2), else F32 partials per head
 // pair (2, T, nH / 2, HD), summed per kv head by the caller.
+// MC (Hopper policy): blocks 2m and 2m+1 of the tile list form a cluster; when their key tiles lie in the same
+// sequence (the host's list has a sequence's tiles in order) both walk the same query tiles (causal: from the
+// earlier key tile on, the later one skipping the steps wholly above its diagonal) and each Q / dO tile comes
+// by TMA multicast, rank 0 copying Q and rank 1 dO into both blocks (attn_wgmma image layout). Otherwise each
+// block copies its own tiles by TMA. The stages' mbarriers follow the tiles (16 bytes more).
 #include <cmath>
 
 #include "attention/attention.cuh"
@@ -42,11 +47,13 @@ static_assert(BT == 64, "m64 products over 64-key and 64-query tiles");
 
 // K, V, two stages of (Q, dO), Pᵀ (fp32), two stages of (lse, D) per query.
 template <int HD> constexpr size_t wg_dkdv_smem() {
-  return sizeof(bf16) * size_t(6 * BT) * HD + sizeof(float) * size_t(BT * BT + 4 * BT);
+  return sizeof(bf16) * size_t(6 * BT) * HD + sizeof(float) * size_t(BT * BT + 4 * BT) + 16;
 }
 
-template <int HD, bool CAUSAL>
+template <int HD, bool CAUSAL, bool MC>
 __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
+    const __grid_constant__ attn_wgmma::KVMaps maps,              // MC: Q (maps.k), dO (maps.v) tiles of BT rows
+    int ntiles,                                                   // MC: the grid's y is ntiles rounded up to even
     const bf16* __restrict__ dout, const bf16* __restrict__ q,    // (T, nH, HD)
     const bf16* __restrict__ k, const bf16* __restrict__ v,       // (T, nKV, HD)
     const float* __restrict__ lse, const float* __restrict__ dl,  // (T, nH)
@@ -63,9 +70,20 @@ __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
   float* const sLD = sP + BT * BT;  // stage s: lse at [2s·BT], D at [(2s + 1)·BT]
 
   const int pair = blockIdx.x;
-  const int seq = tiles[2 * blockIdx.y], k0 = tiles[2 * blockIdx.y + 1];
+  const uint32_t bar = sQO + 4 * TILE + sizeof(float) * (BT * BT + 4 * BT);  // MC: stage s's mbarrier at bar + 8s
+  const uint32_t rank = MC ? attn_wgmma::cluster_rank() : 0;
+  // MC: a padding block past the list (odd ntiles) only keeps its partner's cluster barriers.
+  const bool live = !MC || int(blockIdx.y) < ntiles;
+  const int yl = live ? int(blockIdx.y) : int(blockIdx.y) - 1;  // the padding block reads its partner's tile
+  const int seq = tiles[2 * yl], k0 = tiles[2 * yl + 1];
   const int s1 = cu[seq + 1];
-  const int qstart = CAUSAL ? k0 : cu[seq];  // the first query tile that sees this key tile
+  int qstart = CAUSAL ? k0 : cu[seq];  // the first query tile that sees this key tile
+  bool shared = false;                 // MC: both blocks of the cluster walk the same query tiles
+  if constexpr (MC) {
+    const int yp = int(blockIdx.y) ^ 1;
+    shared = live && yp < ntiles && tiles[2 * yp] == seq;
+    if (shared && CAUSAL) qstart = min(k0, tiles[2 * yp + 1]);
+  }
   const int kvh = HP * pair / (nH / nKV);
   const int wg = threadIdx.x >> 7, t = threadIdx.x & 127;
   const int warp = t >> 5, lane = t & 31;
@@ -76,8 +94,25 @@ __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
 
   auto load_step = [&](int it) {
     const int st = it & 1, h = HP * pair + st, q0 = qstart + (it >> 1) * BT;
-    load_tile<HD, BT, NT>(sQO + 2 * st * TILE, q, q0, s1, nH, h);
-    load_tile<HD, BT, NT>(sQO + (2 * st + 1) * TILE, dout, q0, s1, nH, h);
+    if constexpr (MC) {
+      // Thread 0: Q (rank 0) and dO (rank 1) into both blocks when shared, else both into this block.
+      if (threadIdx.x == 0) {
+        const uint32_t b = bar + 8 * st;
+        attn_wgmma::expect_tx(b, 2 * TILE);
+        const uint16_t mask = shared ? 3 : 0;
+        for (int w = 0; w < 2; ++w) {
+          if (shared && w != int(rank)) continue;
+          const tma::ImageMap& m = w ? maps.v : maps.k;
+#pragma unroll
+          for (int half = 0; half < HD / 128; ++half)
+            attn_wgmma::image_tile_mc(sQO + (2 * st + w) * TILE + half * BT * 256, m, q0, (HD / 128) * h + half, b,
+                                      mask);
+        }
+      }
+    } else {
+      load_tile<HD, BT, NT>(sQO + 2 * st * TILE, q, q0, s1, nH, h);
+      load_tile<HD, BT, NT>(sQO + (2 * st + 1) * TILE, dout, q0, s1, nH, h);
+    }
     if (threadIdx.x < 2 * BT) {  // lse by threads 0..63, D by 64..127
       const int i = threadIdx.x & (BT - 1), which = threadIdx.x / BT;
       const int64_t row = q0 + i;
@@ -86,6 +121,14 @@ __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
                      row < s1);
     }
   };
+  if constexpr (MC) {
+    if (threadIdx.x == 0) attn_wgmma::kv_bars_init(bar);
+    attn_wgmma::cluster_sync();  // both blocks' barriers exist before either block's copies signal them
+    if (!live) {
+      attn_wgmma::cluster_sync();  // the partner's last one
+      return;
+    }
+  }
   load_tile<HD, BT, NT>(sK, k, k0, s1, nKV, kvh);
   load_tile<HD, BT, NT>(sV, v, k0, s1, nKV, kvh);
   load_step(0);
@@ -106,20 +149,37 @@ __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
     const uint32_t sQ = sQO + 2 * st * TILE, sO = sQ + TILE;
     mma::cp_async_wait<0>();
     wgmma::fence_proxy_async();
-    __syncthreads();  // step it landed for all threads; both warpgroups are done with step it-1 (the other stage)
+    // Step it landed for all threads (cp.async); both warpgroups (MC, shared: of both blocks) are done with step
+    // it-1 (the other stage).
+    if (MC && shared)
+      attn_wgmma::cluster_sync();
+    else
+      __syncthreads();
+    if constexpr (MC) {
+      if (it + 1 < nit) load_step(it + 1);  // into the other stage (TMA: one thread)
+      mma::cp_async_commit();
+      attn_wgmma::kv_wait(bar + 8 * st, (it >> 1) & 1);
+      if (CAUSAL && q0 + BT <= k0) continue;  // shared walk: every query of the step precedes every key
+    }
 
     if (wg == 1) attn_wgmma::bar_sync(1, NT);  // warpgroup 0's Sᵀ is done
-    const uint64_t dB = wgmma::desc(wg ? sO : sQ, 128, RG), dB2 = wgmma::desc(wg ? sQ : sO, RG, 128);
+    // Q / dO as B: core layout (K-major LBO / SBO 128 / RG), or MC's image layout (1024 / 128), and MN-major.
+    constexpr uint32_t CB = BT * 16;
+    const uint64_t dB = MC ? wgmma::desc(wg ? sO : sQ, CB, 128) : wgmma::desc(wg ? sO : sQ, 128, RG);
+    const uint64_t dB2 = MC ? wgmma::desc(wg ? sQ : sO, 128, CB) : wgmma::desc(wg ? sQ : sO, RG, 128);
+    constexpr uint32_t KSTEP = MC ? 2 * CB : 256;
     float x[32];  // Sᵀ (warpgroup 0) or dPᵀ (1): key rows, query columns
 #pragma unroll
     for (int i = 0; i < 32; ++i) x[i] = 0.f;
     wgmma::fence_operands(x);
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) wgmma::mma_m64n64<0, 0>(x, at(dA, 256 * kk), at(dB, 256 * kk), kk > 0);
+    for (int kk = 0; kk < HD / 16; ++kk) wgmma::mma_m64n64<0, 0>(x, at(dA, 256 * kk), at(dB, KSTEP * kk), kk > 0);
     wgmma::commit();
-    if (it + 1 < nit) load_step(it + 1);  // into the other stage, while the product runs
-    mma::cp_async_commit();
+    if constexpr (!MC) {
+      if (it + 1 < nit) load_step(it + 1);  // into the other stage, while the product runs
+      mma::cp_async_commit();
+    }
     wgmma::wait<0>();
     wgmma::fence_operands(x);
 
@@ -157,9 +217,10 @@ __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
         x[4 * j + 3] = p.w * (x[4 * j + 3] - dj.y);
       }
     }
-    attn_wgmma::score_product_n256<BT / 16>(acc, x, dB2, RG);  // dV += Pᵀ·dO, dK += dSᵀ·Q
+    attn_wgmma::score_product_n256<BT / 16>(acc, x, dB2, MC ? 128 : RG);  // dV += Pᵀ·dO, dK += dSᵀ·Q
   }
   mma::cp_async_wait<0>();
+  if constexpr (MC) attn_wgmma::cluster_sync();  // no block leaves while its peer may still signal it
 
   // dk = scale·acc of warpgroup 1, dv = acc of warpgroup 0.
   const float mul = wg ? scale : 1.f;
@@ -194,20 +255,45 @@ __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
 }
 
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
+template <int HD, bool CAUSAL, bool MC>
+cudaError_t launch_dkdv_kernel(const KernelPolicy& pol, const attn_wgmma::KVMaps& maps, KIn dout, KIn q, KIn k,
+                               KIn v, const float* lse, const float* dl, const int32_t* cu, const int32_t* tiles,
+                               int ntiles, int64_t T, int64_t nH, int64_t nKV, float scale, KOut dk, KOut dv,
+                               float* part, cudaStream_t s) {
+  const size_t smem = wg_dkdv_smem<HD>();
+  const auto kernel = attention_dkdv_wgmma_kernel<HD, CAUSAL, MC>;
+  cudaError_t e = set_launch_smem(pol, kernel, smem);
+  if (e != cudaSuccess) return e;
+  // Head pairs vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(nH / HP), static_cast<unsigned>(MC ? (ntiles + 1) / 2 * 2 : ntiles));
+  cfg.blockDim = dim3(NT);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = MC ? 2 : 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = MC ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, maps, ntiles, static_cast<const bf16*>(dout.p),
+                            static_cast<const bf16*>(q.p), static_cast<const bf16*>(k.p),
+                            static_cast<const bf16*>(v.p), lse, dl, cu, tiles, T, static_cast<int>(nH),
+                            static_cast<int>(nKV), scale, dk, dv, nH / nKV > HP ? part : nullptr);
+}
+
 template <int HD, bool CAUSAL>
 cudaError_t run_dkdv_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse,
                            const float* dl, const int32_t* cu, const int32_t* tiles, int ntiles, int64_t T,
                            int64_t nH, int64_t nKV, float scale, KOut dk, KOut dv, float* part, cudaStream_t s) {
-  const size_t smem = wg_dkdv_smem<HD>();
-  cudaError_t e = set_launch_smem(pol, attention_dkdv_wgmma_kernel<HD, CAUSAL>, smem);
-  if (e != cudaSuccess) return e;
-  // Head pairs vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
-  const dim3 grid(static_cast<unsigned>(nH / HP), static_cast<unsigned>(ntiles));
-  attention_dkdv_wgmma_kernel<HD, CAUSAL><<<grid, NT, smem, s>>>(
-      static_cast<const bf16*>(dout.p), static_cast<const bf16*>(q.p), static_cast<const bf16*>(k.p),
-      static_cast<const bf16*>(v.p), lse, dl, cu, tiles, T, static_cast<int>(nH), static_cast<int>(nKV), scale, dk,
-      dv, nH / nKV > HP ? part : nullptr);
-  return cudaGetLastError();
+  // The cluster's maps: Q and dO (T, nH, 256) in 64-row tiles (maps.k: Q, maps.v: dO).
+  attn_wgmma::KVMaps maps{};
+  if (attn_wgmma::encode_kv_maps(maps, q.p, dout.p, T, nH, BT))
+    return launch_dkdv_kernel<HD, CAUSAL, true>(pol, maps, dout, q, k, v, lse, dl, cu, tiles, ntiles, T, nH, nKV,
+                                                scale, dk, dv, part, s);
+  return launch_dkdv_kernel<HD, CAUSAL, false>(pol, maps, dout, q, k, v, lse, dl, cu, tiles, ntiles, T, nH, nKV,
+                                               scale, dk, dv, part, s);
 }
 #endif  // DT_ATTN_EMU
 

@@ -8,6 +8,8 @@
 // registers (masked, bf16) as the A fragments of dQ += dS·K (8 wgmma m64n64k16, K read MN-major).
 // Shared memory (no-swizzle core layout): Q and dO tiles of both heads (64 x 256 bf16 each) and two (K, V)
 // buffers of 32 keys, 192 KiB, one block per SM: key tile j+1 arrives by cp.async while tile j is computed.
+// MC: the forward's cluster of two head pairs sharing each K/V tile (TMA multicast, image layout;
+// attn_wgmma::kv_issue), the buffers' mbarriers after the tiles.
 #include <cmath>
 
 #include "attention/attention.cuh"
@@ -30,10 +32,11 @@ constexpr int NT = 128 * NG;
 static_assert(BQ == 64 && BQ % BK == 0, "m64 products; diagonal tiles assume BK divides BQ");
 
 // Q and dO tiles of the NG heads, then two (K, V) buffers.
-template <int HD> constexpr size_t wg_dq_smem() { return sizeof(bf16) * size_t(2 * NG * BQ + 4 * BK) * HD; }
+template <int HD> constexpr size_t wg_dq_smem() { return sizeof(bf16) * size_t(2 * NG * BQ + 4 * BK) * HD + 16; }
 
-template <int HD, bool CAUSAL>
+template <int HD, bool CAUSAL, bool MC>
 __global__ void __launch_bounds__(NT, 1) attention_dq_wgmma_kernel(
+    const __grid_constant__ attn_wgmma::KVMaps maps,              // MC: K, V tiles of BK rows
     const bf16* __restrict__ dout, const bf16* __restrict__ q,    // (T, nH, HD)
     const bf16* __restrict__ k, const bf16* __restrict__ v,       // (T, nKV, HD)
     const float* __restrict__ lse, const float* __restrict__ dl,  // (T, nH)
@@ -56,13 +59,21 @@ __global__ void __launch_bounds__(NT, 1) attention_dq_wgmma_kernel(
   const int g = lane >> 2, tq = lane & 3;
   const float sl2 = scale * kLog2e;
 
+  const uint32_t bar = sKV + 4 * KT;  // MC: buffer b's mbarrier at bar + 8b
+  const uint32_t rank = MC ? attn_wgmma::cluster_rank() : 0;
 #pragma unroll
   for (int i = 0; i < NG; ++i) {
     load_tile<HD, BQ, NT>(sQ + i * QT, q, q0, s1, nH, NG * blockIdx.x + i);
     load_tile<HD, BQ, NT>(sO + i * QT, dout, q0, s1, nH, NG * blockIdx.x + i);
   }
-  load_tile<HD, BK, NT>(sKV, k, s0, s1, nKV, kvh);
-  load_tile<HD, BK, NT>(sKV + KT, v, s0, s1, nKV, kvh);
+  if constexpr (MC) {
+    if (threadIdx.x == 0) attn_wgmma::kv_bars_init(bar);
+    attn_wgmma::cluster_sync();  // both blocks' barriers exist before either block's copies signal them
+    if (threadIdx.x == 0) attn_wgmma::kv_issue<BK, HD>(maps, sKV, bar, s0, kvh, rank);
+  } else {
+    load_tile<HD, BK, NT>(sKV, k, s0, s1, nKV, kvh);
+    load_tile<HD, BK, NT>(sKV + KT, v, s0, s1, nKV, kvh);
+  }
   mma::cp_async_commit();
 
   const int row0 = q0 + warp * 16 + g;  // token of registers 4j, 4j+1; 4j+2, 4j+3 are row0 + 8
@@ -89,14 +100,29 @@ __global__ void __launch_bounds__(NT, 1) attention_dq_wgmma_kernel(
     const uint32_t sK = sKV + (j & 1) * 2 * KT, sV = sK + KT;
     mma::cp_async_wait<0>();
     wgmma::fence_proxy_async();
-    __syncthreads();  // tile j landed for all threads; every warpgroup is done with tile j-1 (the other buffer)
+    // Tile j landed for all threads (cp.async); every warpgroup (MC: of both blocks) is done with tile j-1 (the
+    // other buffer).
+    if constexpr (MC)
+      attn_wgmma::cluster_sync();
+    else
+      __syncthreads();
     if (j + 1 < nk) {
       const uint32_t nK = sKV + ((j + 1) & 1) * 2 * KT;
-      load_tile<HD, BK, NT>(nK, k, k0 + BK, s1, nKV, kvh);
-      load_tile<HD, BK, NT>(nK + KT, v, k0 + BK, s1, nKV, kvh);
+      if constexpr (MC) {
+        if (threadIdx.x == 0) attn_wgmma::kv_issue<BK, HD>(maps, nK, bar + 8 * ((j + 1) & 1), k0 + BK, kvh, rank);
+      } else {
+        load_tile<HD, BK, NT>(nK, k, k0 + BK, s1, nKV, kvh);
+        load_tile<HD, BK, NT>(nK + KT, v, k0 + BK, s1, nKV, kvh);
+      }
     }
     mma::cp_async_commit();
-    const uint64_t dK = wgmma::desc(sK, 128, RG), dV = wgmma::desc(sV, 128, RG), dKt = wgmma::desc(sK, RG, 128);
+    if constexpr (MC) attn_wgmma::kv_wait(bar + 8 * (j & 1), (j >> 1) & 1);
+    // K, V (B, K-major) and K (B, MN-major): core layout (LBO / SBO 128 / RG), or MC's image layout (BK·16 / 128).
+    constexpr uint32_t CB = BK * 16;  // MC: bytes between 8-column blocks
+    const uint64_t dK = MC ? wgmma::desc(sK, CB, 128) : wgmma::desc(sK, 128, RG);
+    const uint64_t dV = MC ? wgmma::desc(sV, CB, 128) : wgmma::desc(sV, 128, RG);
+    const uint64_t dKt = MC ? wgmma::desc(sK, 128, CB) : wgmma::desc(sK, RG, 128);
+    constexpr uint32_t KSTEP = MC ? 2 * CB : 256;  // bytes between k16 steps of K and V
 
     float s[16], dp[16];
 #pragma unroll
@@ -105,9 +131,9 @@ __global__ void __launch_bounds__(NT, 1) attention_dq_wgmma_kernel(
     wgmma::fence_operands(dp);
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) wgmma::mma_m64n32<0, 0>(s, at(dQd, 256 * kk), at(dK, 256 * kk), kk > 0);
+    for (int kk = 0; kk < HD / 16; ++kk) wgmma::mma_m64n32<0, 0>(s, at(dQd, 256 * kk), at(dK, KSTEP * kk), kk > 0);
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) wgmma::mma_m64n32<0, 0>(dp, at(dOd, 256 * kk), at(dV, 256 * kk), kk > 0);
+    for (int kk = 0; kk < HD / 16; ++kk) wgmma::mma_m64n32<0, 0>(dp, at(dOd, 256 * kk), at(dV, KSTEP * kk), kk > 0);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(s);
@@ -124,9 +150,13 @@ __global__ void __launch_bounds__(NT, 1) attention_dq_wgmma_kernel(
         const float p = valid ? exp2f(fmaf(s[4 * jb + e], sl2, -lrow[r])) : 0.f;
         s[4 * jb + e] = p * (dp[4 * jb + e] - drow[r]);  // dS
       }
-    attn_wgmma::score_product<BK / 16>(acc, s, dKt, RG);  // dQ += dS·K
+    if constexpr (MC)
+      attn_wgmma::score_product<BK / 16>(acc, s, dKt, 128, 8 * CB);  // dQ += dS·K
+    else
+      attn_wgmma::score_product<BK / 16>(acc, s, dKt, RG);
   }
   mma::cp_async_wait<0>();
+  if constexpr (MC) attn_wgmma::cluster_sync();  // no block leaves while its peer may still signal it
 
   // bf16 pairs where dq is bf16 and 4-byte aligned, else element by element.
   const bool pairs = dq.t == KType::BF16 && (reinterpret_cast<uintptr_t>(dq.p) & 3) == 0;
@@ -155,19 +185,42 @@ __global__ void __launch_bounds__(NT, 1) attention_dq_wgmma_kernel(
 }
 
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
-template <int HD, bool CAUSAL>
-cudaError_t run_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl,
-                         const int32_t* cu, const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, float scale,
-                         KOut dq, cudaStream_t s) {
+template <int HD, bool CAUSAL, bool MC>
+cudaError_t launch_dq_kernel(const KernelPolicy& pol, const attn_wgmma::KVMaps& maps, KIn dout, KIn q, KIn k,
+                             KIn v, const float* lse, const float* dl, const int32_t* cu, const int32_t* tiles,
+                             int ntiles, int64_t nH, int64_t nKV, float scale, KOut dq, cudaStream_t s) {
   const size_t smem = wg_dq_smem<HD>();
-  cudaError_t e = set_launch_smem(pol, attention_dq_wgmma_kernel<HD, CAUSAL>, smem);
+  const auto kernel = attention_dq_wgmma_kernel<HD, CAUSAL, MC>;
+  cudaError_t e = set_launch_smem(pol, kernel, smem);
   if (e != cudaSuccess) return e;
   // Head pairs vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
-  const dim3 grid(static_cast<unsigned>(nH / NG), static_cast<unsigned>(ntiles));
-  attention_dq_wgmma_kernel<HD, CAUSAL><<<grid, NT, smem, s>>>(
-      static_cast<const bf16*>(dout.p), static_cast<const bf16*>(q.p), static_cast<const bf16*>(k.p),
-      static_cast<const bf16*>(v.p), lse, dl, cu, tiles, static_cast<int>(nH), static_cast<int>(nKV), scale, dq);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(nH / NG), static_cast<unsigned>(ntiles));
+  cfg.blockDim = dim3(NT);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = MC ? 2 : 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = MC ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, maps, static_cast<const bf16*>(dout.p), static_cast<const bf16*>(q.p),
+                            static_cast<const bf16*>(k.p), static_cast<const bf16*>(v.p), lse, dl, cu, tiles,
+                            static_cast<int>(nH), static_cast<int>(nKV), scale, dq);
+}
+
+template <int HD, bool CAUSAL>
+cudaError_t run_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse, const float* dl,
+                         const int32_t* cu, const int32_t* tiles, int ntiles, int64_t T, int64_t nH, int64_t nKV,
+                         float scale, KOut dq, cudaStream_t s) {
+  attn_wgmma::KVMaps maps{};
+  if (attention_wgmma_cluster(nH, nKV) && attn_wgmma::encode_kv_maps(maps, k.p, v.p, T, nKV, BK))
+    return launch_dq_kernel<HD, CAUSAL, true>(pol, maps, dout, q, k, v, lse, dl, cu, tiles, ntiles, nH, nKV, scale,
+                                              dq, s);
+  return launch_dq_kernel<HD, CAUSAL, false>(pol, maps, dout, q, k, v, lse, dl, cu, tiles, ntiles, nH, nKV, scale,
+                                             dq, s);
 }
 
 #endif  // DT_ATTN_EMU
@@ -183,16 +236,16 @@ size_t attention_dq_wgmma_smem(int /*hd*/) { return wg_dq_smem<256>(); }
 #ifndef DT_ATTN_EMU
 cudaError_t launch_attention_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse,
                                       const float* dl, const int32_t* cu_seqlens, const int32_t* q_tiles,
-                                      int ntiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
-                                      KOut dq, cudaStream_t s) {
+                                      int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale,
+                                      bool causal, KOut dq, cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   if (!pol.hopper() || dout.t != KType::BF16 || q.t != KType::BF16 || k.t != KType::BF16 ||
       v.t != KType::BF16 || !attention_dq_wgmma_supported(hd, nH, nKV))
     return cudaErrorInvalidValue;
-  return causal ? run_dq_wgmma<256, true>(pol, dout, q, k, v, lse, dl, cu_seqlens, q_tiles, ntiles, nH, nKV, scale,
-                                          dq, s)
-                : run_dq_wgmma<256, false>(pol, dout, q, k, v, lse, dl, cu_seqlens, q_tiles, ntiles, nH, nKV, scale,
-                                           dq, s);
+  return causal ? run_dq_wgmma<256, true>(pol, dout, q, k, v, lse, dl, cu_seqlens, q_tiles, ntiles, T, nH, nKV,
+                                          scale, dq, s)
+                : run_dq_wgmma<256, false>(pol, dout, q, k, v, lse, dl, cu_seqlens, q_tiles, ntiles, T, nH, nKV,
+                                           scale, dq, s);
 }
 #endif  // DT_ATTN_EMU
 

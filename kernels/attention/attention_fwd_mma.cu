@@ -204,13 +204,14 @@ size_t attention_fwd_mma_smem(const KernelPolicy& pol, int hd) {  // one tile pe
 
 #ifndef DT_ATTN_EMU
 cudaError_t launch_attention_fwd_mma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens, const int32_t* tiles,
-                                     int ntiles, int64_t nH, int64_t nKV, int hd, float scale, bool causal, KOut o,
-                                     float* lse, cudaStream_t s) {
+                                     int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd, float scale, bool causal,
+                                     KOut o, float* lse, cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   if (q.t != KType::BF16 || k.t != KType::BF16 || v.t != KType::BF16 || !attention_mma_supported(hd))
     return cudaErrorInvalidValue;
   if (pol.hopper() && attention_fwd_wgmma_supported(hd, nH, nKV))
-    return launch_attention_fwd_wgmma(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, hd, scale, causal, o, lse, s);
+    return launch_attention_fwd_wgmma(pol, q, k, v, cu_seqlens, tiles, ntiles, T, nH, nKV, hd, scale, causal, o, lse,
+                                      s);
   auto run = [&]<int HD>() {
     return causal ? run_fwd<HD, true>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s)
                   : run_fwd<HD, false>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);

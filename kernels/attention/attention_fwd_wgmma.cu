@@ -12,6 +12,9 @@
 // MN-major from shared memory, O = 4 accumulators of 64 columns).
 // Shared memory (no-swizzle core-matrix layout of common/wgmma.cuh): two Q tiles and two K/V buffer pairs
 // (64 x 256 bf16 each), 192 KiB, one block per SM: key tile j+1 arrives by cp.async while tile j is computed.
+// MC (Hopper policy, four or more query heads per kv head): the blocks of head pairs 2c and 2c+1 form a cluster
+// and receive the K/V tiles by TMA multicast (attn_wgmma::kv_issue: image layout, one copy of each tile per
+// 256 query rows), with the buffers' mbarriers after the tiles (16 bytes more).
 #include <cmath>
 
 #include "attention/attention.cuh"
@@ -33,10 +36,11 @@ constexpr int NT = 128 * NG;
 static_assert(BQ == 64 && BK == 64, "m64 products; diagonal tiles assume BQ == BK");
 
 // Q tiles of the NG heads, then two (K, V) buffers.
-template <int HD> constexpr size_t wg_fwd_smem() { return sizeof(bf16) * size_t(NG * BQ + 4 * BK) * HD; }
+template <int HD> constexpr size_t wg_fwd_smem() { return sizeof(bf16) * size_t(NG * BQ + 4 * BK) * HD + 16; }
 
-template <int HD, bool CAUSAL>
+template <int HD, bool CAUSAL, bool MC>
 __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
+    const __grid_constant__ attn_wgmma::KVMaps maps,  // MC: K, V tiles of BK rows
     const bf16* __restrict__ q,  // (T, nH, HD)
     const bf16* __restrict__ k,  // (T, nKV, HD)
     const bf16* __restrict__ v,  // (T, nKV, HD)
@@ -58,10 +62,18 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
 
+  const uint32_t bar = sKV + 4 * TILE;  // MC: buffer b's mbarrier at bar + 8b
+  const uint32_t rank = MC ? attn_wgmma::cluster_rank() : 0;
 #pragma unroll
   for (int i = 0; i < NG; ++i) load_tile<HD, 64, NT>(sQ + i * TILE, q, q0, s1, nH, NG * blockIdx.x + i);
-  load_tile<HD, 64, NT>(sKV, k, s0, s1, nKV, kvh);
-  load_tile<HD, 64, NT>(sKV + TILE, v, s0, s1, nKV, kvh);
+  if constexpr (MC) {
+    if (threadIdx.x == 0) attn_wgmma::kv_bars_init(bar);
+    attn_wgmma::cluster_sync();  // both blocks' barriers exist before either block's copies signal them
+    if (threadIdx.x == 0) attn_wgmma::kv_issue<BK, HD>(maps, sKV, bar, s0, kvh, rank);
+  } else {
+    load_tile<HD, 64, NT>(sKV, k, s0, s1, nKV, kvh);
+    load_tile<HD, 64, NT>(sKV + TILE, v, s0, s1, nKV, kvh);
+  }
   mma::cp_async_commit();
 
   float acc[NB][32];
@@ -85,14 +97,28 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
     const uint32_t sK = sKV + (j & 1) * 2 * TILE, sV = sK + TILE;
     mma::cp_async_wait<0>();
     wgmma::fence_proxy_async();
-    __syncthreads();  // tile j landed for all threads; every warpgroup is done with tile j-1 (the other buffer)
+    // Tile j landed for all threads (cp.async); every warpgroup (MC: of both blocks) is done with tile j-1 (the
+    // other buffer).
+    if constexpr (MC)
+      attn_wgmma::cluster_sync();
+    else
+      __syncthreads();
     if (j + 1 < nk) {
       const uint32_t nK = sKV + ((j + 1) & 1) * 2 * TILE;
-      load_tile<HD, 64, NT>(nK, k, k0 + BK, s1, nKV, kvh);
-      load_tile<HD, 64, NT>(nK + TILE, v, k0 + BK, s1, nKV, kvh);
+      if constexpr (MC) {
+        if (threadIdx.x == 0) attn_wgmma::kv_issue<BK, HD>(maps, nK, bar + 8 * ((j + 1) & 1), k0 + BK, kvh, rank);
+      } else {
+        load_tile<HD, 64, NT>(nK, k, k0 + BK, s1, nKV, kvh);
+        load_tile<HD, 64, NT>(nK + TILE, v, k0 + BK, s1, nKV, kvh);
+      }
     }
     mma::cp_async_commit();
-    const uint64_t dK = wgmma::desc(sK, 128, RG), dV = wgmma::desc(sV, RG, 128);
+    if constexpr (MC) attn_wgmma::kv_wait(bar + 8 * (j & 1), (j >> 1) & 1);
+    // K (B, K-major) and V (B, MN-major): core layout (LBO / SBO 128 / RG), or MC's image layout (BK·16 / 128).
+    constexpr uint32_t CB = BK * 16;  // MC: bytes between 8-column blocks
+    const uint64_t dK = MC ? wgmma::desc(sK, CB, 128) : wgmma::desc(sK, 128, RG);
+    const uint64_t dV = MC ? wgmma::desc(sV, 128, CB) : wgmma::desc(sV, RG, 128);
+    constexpr uint32_t KSTEP = MC ? 2 * CB : 256;  // bytes between k16 steps of K
 
     float s[32];
 #pragma unroll
@@ -100,7 +126,7 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
     wgmma::fence_operands(s);
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk) wgmma::mma_m64n64<0, 0>(s, at(dQ, 256 * kk), at(dK, 256 * kk), kk > 0);
+    for (int kk = 0; kk < HD / 16; ++kk) wgmma::mma_m64n64<0, 0>(s, at(dQ, 256 * kk), at(dK, KSTEP * kk), kk > 0);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(s);
@@ -147,9 +173,13 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
           acc[b][4 * jb + 2 * r + 1] *= corr;
         }
     }
-    attn_wgmma::score_product<BK / 16>(acc, s, dV, RG);  // O += P·V
+    if constexpr (MC)
+      attn_wgmma::score_product<BK / 16>(acc, s, dV, 128, 8 * CB);  // O += P·V
+    else
+      attn_wgmma::score_product<BK / 16>(acc, s, dV, RG);
   }
   mma::cp_async_wait<0>();
+  if constexpr (MC) attn_wgmma::cluster_sync();  // no block leaves while its peer may still signal it
 
   // bf16 pairs where o is bf16 and 4-byte aligned (every Qwen3.5 activation), else element by element.
   const bool pairs = o.t == KType::BF16 && (reinterpret_cast<uintptr_t>(o.p) & 3) == 0;
@@ -184,18 +214,40 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
 }
 
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
-template <int HD, bool CAUSAL>
-cudaError_t run_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles,
-                          int ntiles, int64_t nH, int64_t nKV, float scale, KOut o, float* lse, cudaStream_t s) {
+template <int HD, bool CAUSAL, bool MC>
+cudaError_t launch_fwd_kernel(const KernelPolicy& pol, const attn_wgmma::KVMaps& maps, KIn q, KIn k, KIn v,
+                          const int32_t* cu, const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, float scale,
+                          KOut o, float* lse, cudaStream_t s) {
   const size_t smem = wg_fwd_smem<HD>();
-  cudaError_t e = set_launch_smem(pol, attention_fwd_wgmma_kernel<HD, CAUSAL>, smem);
+  const auto kernel = attention_fwd_wgmma_kernel<HD, CAUSAL, MC>;
+  cudaError_t e = set_launch_smem(pol, kernel, smem);
   if (e != cudaSuccess) return e;
   // Head pairs vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
-  const dim3 grid(static_cast<unsigned>(nH / NG), static_cast<unsigned>(ntiles));
-  attention_fwd_wgmma_kernel<HD, CAUSAL><<<grid, NT, smem, s>>>(
-      static_cast<const bf16*>(q.p), static_cast<const bf16*>(k.p), static_cast<const bf16*>(v.p), cu, tiles,
-      static_cast<int>(nH), static_cast<int>(nKV), scale, o, lse);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(nH / NG), static_cast<unsigned>(ntiles));
+  cfg.blockDim = dim3(NT);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = MC ? 2 : 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = MC ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, maps, static_cast<const bf16*>(q.p), static_cast<const bf16*>(k.p),
+                            static_cast<const bf16*>(v.p), cu, tiles, static_cast<int>(nH), static_cast<int>(nKV),
+                            scale, o, lse);
+}
+
+template <int HD, bool CAUSAL>
+cudaError_t run_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu, const int32_t* tiles,
+                          int ntiles, int64_t T, int64_t nH, int64_t nKV, float scale, KOut o, float* lse,
+                          cudaStream_t s) {
+  attn_wgmma::KVMaps maps{};
+  if (attention_wgmma_cluster(nH, nKV) && attn_wgmma::encode_kv_maps(maps, k.p, v.p, T, nKV, BK))
+    return launch_fwd_kernel<HD, CAUSAL, true>(pol, maps, q, k, v, cu, tiles, ntiles, nH, nKV, scale, o, lse, s);
+  return launch_fwd_kernel<HD, CAUSAL, false>(pol, maps, q, k, v, cu, tiles, ntiles, nH, nKV, scale, o, lse, s);
 }
 
 #endif  // DT_ATTN_EMU
@@ -210,14 +262,14 @@ size_t attention_fwd_wgmma_smem(int /*hd*/) { return wg_fwd_smem<256>(); }
 
 #ifndef DT_ATTN_EMU
 cudaError_t launch_attention_fwd_wgmma(const KernelPolicy& pol, KIn q, KIn k, KIn v, const int32_t* cu_seqlens,
-                                       const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, int hd,
+                                       const int32_t* tiles, int ntiles, int64_t T, int64_t nH, int64_t nKV, int hd,
                                        float scale, bool causal, KOut o, float* lse, cudaStream_t s) {
   if (ntiles == 0 || nH == 0) return cudaSuccess;
   if (!pol.hopper() || q.t != KType::BF16 || k.t != KType::BF16 || v.t != KType::BF16 ||
       !attention_fwd_wgmma_supported(hd, nH, nKV))
     return cudaErrorInvalidValue;
-  return causal ? run_fwd_wgmma<256, true>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s)
-                : run_fwd_wgmma<256, false>(pol, q, k, v, cu_seqlens, tiles, ntiles, nH, nKV, scale, o, lse, s);
+  return causal ? run_fwd_wgmma<256, true>(pol, q, k, v, cu_seqlens, tiles, ntiles, T, nH, nKV, scale, o, lse, s)
+                : run_fwd_wgmma<256, false>(pol, q, k, v, cu_seqlens, tiles, ntiles, T, nH, nKV, scale, o, lse, s);
 }
 #endif  // DT_ATTN_EMU
 

@@ -1,11 +1,13 @@
 // wgmma pieces of the Hopper attention kernels (attention_fwd_wgmma.cu, attention_dq_wgmma.cu,
 // attention_dkdv_wgmma.cu; sm_90a, device only): the register-A m64n64k16 / m64n256k16 products, the product
-// of a score tile (P or dS in accumulators) with a shared-memory tile, named barriers, descriptor offsets and
-// core-layout tile copies.
+// of a score tile (P or dS in accumulators) with a shared-memory tile, named barriers, descriptor offsets,
+// core-layout tile copies, and the K/V tiles shared by the two blocks of a cluster (TMA multicast).
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 
 #include "common/mma.cuh"
+#include "common/tma.cuh"
 #ifdef DT_ATTN_EMU
 #include "emu/attention/emu_wgmma.h"  // common/wgmma.cuh's API emulated on the host (dev/emu/attention)
 #else
@@ -128,10 +130,11 @@ __device__ __forceinline__ void pack_scores(uint32_t (&a)[KC][4], const float (&
 }
 
 // acc[j] += X·B for the NB 64-column blocks j of B (B[k][n] MN-major at descriptor b, 8-row groups of k rg bytes
-// apart, 64 columns = 1024 bytes), X = pack_scores(x). Issued, committed and waited for.
+// apart, 64-column blocks cb bytes apart: 1024 in the core layout), X = pack_scores(x). Issued, committed and
+// waited for.
 template <int KC, int NB>
 __device__ __forceinline__ void score_product(float (&acc)[NB][32], const float (&x)[8 * KC], uint64_t b,
-                                              uint32_t rg) {
+                                              uint32_t rg, uint32_t cb = 1024) {
   uint32_t a[KC][4];
   pack_scores<KC>(a, x);
 #pragma unroll
@@ -140,7 +143,7 @@ __device__ __forceinline__ void score_product(float (&acc)[NB][32], const float 
 #pragma unroll
   for (int kc = 0; kc < KC; ++kc)
 #pragma unroll
-    for (int j = 0; j < NB; ++j) mma_rs_m64n64<1>(acc[j], a[kc], at(b, kc * 2 * rg + j * 1024));
+    for (int j = 0; j < NB; ++j) mma_rs_m64n64<1>(acc[j], a[kc], at(b, kc * 2 * rg + j * cb));
   wgmma::commit();
   wgmma::wait<0>();
 #pragma unroll
@@ -162,5 +165,98 @@ __device__ __forceinline__ void score_product_n256(float (&acc)[128], const floa
   wgmma::wait<0>();
   wgmma::fence_operands(acc);
 }
+
+// ---- K/V tiles shared by a cluster of two blocks (the forward and dQ kernels) ---------------------------------
+// Under the Hopper policy with four or more query heads per kv head, the blocks of head pairs 2c and 2c+1 (the
+// same kv head, the same query tile) form a cluster and walk the same key tiles: block rank 0 copies each K
+// tile and rank 1 each V tile by TMA into both blocks' shared memory (multicast), so every key tile leaves L2
+// once per 256 query rows instead of once per 128. Tiles land in the image layout of common/tma.cuh (R rows
+// x 16 bytes per 8-column block, blocks R·16 bytes apart): as a K-major operand LBO R·16, SBO 128, k16 steps
+// 2·R·16 bytes apart; MN-major (n = the head dims) LBO 128, SBO R·16, k16 steps 256 bytes apart and 64-column
+// blocks 8·R·16 apart. Rows past the tensor's end land as zeros; rows past the sequence end (the next
+// sequence's keys) are masked by the kernels as before (finite values times a zero probability).
+struct KVMaps {
+  tma::ImageMap k, v;  // K, V (T, nKV, 256) walked as (T, 2·nKV, 128)
+};
+
+#ifndef DT_ATTN_EMU
+// Maps for R-row K/V tiles of k and v (T, nKV, 256); false where the driver encodes neither map form.
+inline bool encode_kv_maps(KVMaps& m, const void* k, const void* v, int64_t T, int64_t nKV, int rows) {
+  return tma::encode_image_map(m.k, k, T, 2 * nKV, rows) && tma::encode_image_map(m.v, v, T, 2 * nKV, rows);
+}
+#endif
+
+#ifdef DT_ATTN_EMU  // the cluster kernels are not emulated (blocks run one at a time there)
+inline uint32_t cluster_rank() { return 0; }
+inline void cluster_sync() { std::abort(); }
+inline void kv_bars_init(uint32_t) { std::abort(); }
+template <int R, int HD>
+inline void kv_issue(const KVMaps&, uint32_t, uint32_t, int, int, uint32_t) { std::abort(); }
+inline void kv_wait(uint32_t, uint32_t) { std::abort(); }
+inline void expect_tx(uint32_t, uint32_t) { std::abort(); }
+inline void image_tile_mc(uint32_t, const tma::ImageMap&, int, int, uint32_t, uint16_t = 3) { std::abort(); }
+#else
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of both blocks arrives and waits (release / acquire: shared-memory reads and writes before it
+// are ordered before the other block's after it).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The two buffers' barriers at bar, bar + 8 (one thread; a cluster_sync follows before any copy signals them).
+__device__ __forceinline__ void kv_bars_init(uint32_t bar) {
+  tma::mbar_init(bar, 1);
+  tma::mbar_init(bar + 8, 1);
+  tma::fence_barrier_init();
+}
+__device__ __forceinline__ void copy4_mc(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2, int c3,
+                                         uint32_t bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
+      : "memory");
+}
+__device__ __forceinline__ void copy3_mc(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2, uint32_t bar,
+                                         uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+      : "memory");
+}
+// tma::image_tile into the blocks of the cluster in mask (3: both; the same offsets there), counted on their bar;
+// mask 0: into this block only (tma::image_tile).
+__device__ __forceinline__ void image_tile_mc(uint32_t dst, const tma::ImageMap& m, int row0, int h, uint32_t bar,
+                                              uint16_t mask = 3) {
+  if (mask == 0) {
+    tma::image_tile(dst, m, row0, h, bar);
+  } else if (m.one_box) {
+    copy4_mc(dst, &m.map, 0, row0, 0, h, bar, mask);
+  } else {
+#pragma unroll 1
+    for (int b = 0; b < m.tile; ++b)
+      copy3_mc(dst + b * m.rows * 16, &m.map, 0, h * m.blocks + b, row0, bar, mask);
+  }
+}
+__device__ __forceinline__ void expect_tx(uint32_t bar, uint32_t bytes) { tma::mbar_arrive_expect_tx(bar, bytes); }
+// One thread of each block: key tile rows row0 .. row0 + R − 1 of kv head kvh into the buffer at buf (K, then V
+// at buf + R·HD·2) of both blocks; this block's rank copies K (0) or V (1), and its barrier expects both.
+template <int R, int HD>
+__device__ __forceinline__ void kv_issue(const KVMaps& maps, uint32_t buf, uint32_t bar, int row0, int kvh,
+                                         uint32_t rank) {
+  constexpr uint32_t TILE = R * HD * 2;
+  static_assert(HD % 128 == 0, "rows of 128-column halves");
+  tma::mbar_arrive_expect_tx(bar, 2 * TILE);
+  const tma::ImageMap& m = rank ? maps.v : maps.k;
+#pragma unroll
+  for (int half = 0; half < HD / 128; ++half)
+    image_tile_mc(buf + rank * TILE + half * R * 256, m, row0, (HD / 128) * kvh + half, bar);
+}
+__device__ __forceinline__ void kv_wait(uint32_t bar, uint32_t parity) { tma::mbar_wait(bar, parity); }
+#endif  // DT_ATTN_EMU
 
 }  // namespace deltatune::kernels::attn_wgmma

@@ -504,6 +504,7 @@ void case_attention(Env& e) {
                     {3, 3, 72, {0, 1024, 1100}},
                     {2, 2, 64, awkward},
                     {4, 2, 256, awkward},  // hd 256 full attention (the Hopper forward's non-causal kernel)
+                    {8, 2, 256, awkward},  // GQA 4 full attention (Hopper: the K/V-sharing cluster kernels)
                     {2, 2, 72, {0, 70, 150}, F32}};
   auto run = [&](const A& c, bool causal) {
     const int64_t T = c.cu.back();

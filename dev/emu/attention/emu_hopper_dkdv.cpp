@@ -14,8 +14,8 @@ void emu_attention_dkdv_wgmma(const __nv_bfloat16* dout, const __nv_bfloat16* q,
                               bool causal, KOut dk, KOut dv, float* part) {
   float* pp = attention_dkdv_wgmma_partial_heads(nH, nKV) ? part : nullptr;
   emu::launch(dim3(nH / HP, ntiles), NT, attn_smem, wg_dkdv_smem<256>(), [&] {
-    (causal ? attention_dkdv_wgmma_kernel<256, true> : attention_dkdv_wgmma_kernel<256, false>)(
-        dout, q, k, v, lse, dl, cu, k_tiles, T, nH, nKV, scale, dk, dv, pp);
+    (causal ? attention_dkdv_wgmma_kernel<256, true, false> : attention_dkdv_wgmma_kernel<256, false, false>)(
+        attn_wgmma::KVMaps{}, ntiles, dout, q, k, v, lse, dl, cu, k_tiles, T, nH, nKV, scale, dk, dv, pp);
   });
 }
 }  // namespace deltatune::kernels

@@ -12,8 +12,8 @@ void emu_attention_fwd_wgmma(const __nv_bfloat16* q, const __nv_bfloat16* k, con
                              const int32_t* cu, const int32_t* tiles, int ntiles, int nH, int nKV, float scale,
                              bool causal, KOut o, float* lse) {
   emu::launch(dim3(nH / NG, ntiles), NT, attn_smem, wg_fwd_smem<256>(), [&] {
-    (causal ? attention_fwd_wgmma_kernel<256, true> : attention_fwd_wgmma_kernel<256, false>)(
-        q, k, v, cu, tiles, nH, nKV, scale, o, lse);
+    (causal ? attention_fwd_wgmma_kernel<256, true, false> : attention_fwd_wgmma_kernel<256, false, false>)(
+        attn_wgmma::KVMaps{}, q, k, v, cu, tiles, nH, nKV, scale, o, lse);
   });
 }
 }  // namespace deltatune::kernels

@@ -101,6 +101,7 @@ inline void __syncthreads() { emu::ctx.block->bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_sync(); }
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) { return emu::shfl_xor(v, o); }
 #define __launch_bounds__(...)
+#define __grid_constant__
 using std::max;
 using std::min;
 // The device's rsqrtf is an approximation (MUFU.RSQ); the emulation and its host references share this one.

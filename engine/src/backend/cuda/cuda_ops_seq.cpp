@@ -134,7 +134,7 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
     Tensor op = pad ? alloc({q.dim(0), q.dim(1), hp}, o.dtype) : o;
     cuda_check(kernels::launch_attention_fwd_mma(policy_, kin(qp, "attention q"), kin(kp, "attention k"),
                                                  kin(vp, "attention v"), iptr(seq.cu_seqlens), iptr(tiles),
-                                                 static_cast<int>(tiles.dim(0) / 2), q.dim(1), k.dim(1), hp, scale,
+                                                 static_cast<int>(tiles.dim(0) / 2), k.dim(0), q.dim(1), k.dim(1), hp, scale,
                                                  seq.causal, kout(op, "attention o"), fptr(lse), stream()),
                "attention_fwd (tensor cores)");
     if (pad) attention_unpad_head_dim(op, o);
