@@ -222,32 +222,16 @@ __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
   mma::cp_async_wait<0>();
   if constexpr (MC) attn_wgmma::cluster_sync();  // no block leaves while its peer may still signal it
 
-  // dk = scale·acc of warpgroup 1, dv = acc of warpgroup 0.
-  const float mul = wg ? scale : 1.f;
+  // dk = scale·acc of warpgroup 1, dv = acc of warpgroup 0 (or their F32 partials).
   const int64_t rows = part ? int64_t(nH / HP) : int64_t(nKV), row_head = part ? pair : kvh;
-  float* const pp = part ? part + (wg ? 0 : T * rows * HD) : nullptr;
-  const KOut out = wg ? dk : dv;
-  const bool pairs = out.t == KType::BF16 && (reinterpret_cast<uintptr_t>(out.p) & 3) == 0;
+  const KOut out = part ? KOut{part + (wg ? 0 : T * rows * HD), KType::F32} : (wg ? dk : dv);
+  const bool aligned = attn_wgmma::pair_aligned(out);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t key = key0 + r * 8;
-    if (key >= s1) continue;
-    const int64_t base = (key * rows + row_head) * HD + 2 * tq;
-#pragma unroll
-    for (int b = 0; b < NB; ++b)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float x0 = mul * acc[32 * b + 4 * j + 2 * r], x1 = mul * acc[32 * b + 4 * j + 2 * r + 1];
-        const int64_t i = base + b * 64 + j * 8;
-        if (pp) {
-          *reinterpret_cast<float2*>(pp + i) = make_float2(x0, x1);
-        } else if (pairs) {
-          *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(out.p) + i) = __floats2bfloat162_rn(x0, x1);
-        } else {
-          st(out, i, x0);
-          st(out, i + 1, x1);
-        }
-      }
+    if (key < s1)
+      attn_wgmma::store_row<NB>(out, aligned, (key * rows + row_head) * HD + 2 * tq, r, wg ? scale : 1.f,
+                                [&](int b, int i) { return acc[32 * b + i]; });
   }
 #else
   __trap();  // built without sm_90a: the launcher does not choose this kernel there
@@ -260,27 +244,14 @@ cudaError_t launch_dkdv_kernel(const KernelPolicy& pol, const attn_wgmma::KVMaps
                                KIn v, const float* lse, const float* dl, const int32_t* cu, const int32_t* tiles,
                                int ntiles, int64_t T, int64_t nH, int64_t nKV, float scale, KOut dk, KOut dv,
                                float* part, cudaStream_t s) {
-  const size_t smem = wg_dkdv_smem<HD>();
-  const auto kernel = attention_dkdv_wgmma_kernel<HD, CAUSAL, MC>;
-  cudaError_t e = set_launch_smem(pol, kernel, smem);
-  if (e != cudaSuccess) return e;
   // Head pairs vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(nH / HP), static_cast<unsigned>(MC ? (ntiles + 1) / 2 * 2 : ntiles));
-  cfg.blockDim = dim3(NT);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = MC ? 2 : 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = MC ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, maps, ntiles, static_cast<const bf16*>(dout.p),
-                            static_cast<const bf16*>(q.p), static_cast<const bf16*>(k.p),
-                            static_cast<const bf16*>(v.p), lse, dl, cu, tiles, T, static_cast<int>(nH),
-                            static_cast<int>(nKV), scale, dk, dv, nH / nKV > HP ? part : nullptr);
+  const unsigned ny = static_cast<unsigned>(MC ? (ntiles + 1) / 2 * 2 : ntiles);
+  return attn_wgmma::launch(pol, attention_dkdv_wgmma_kernel<HD, CAUSAL, MC>,
+                            dim3(static_cast<unsigned>(nH / HP), ny), NT, wg_dkdv_smem<HD>(), dim3(1, MC ? 2 : 1),
+                            s, maps, ntiles, static_cast<const bf16*>(dout.p), static_cast<const bf16*>(q.p),
+                            static_cast<const bf16*>(k.p), static_cast<const bf16*>(v.p), lse, dl, cu, tiles, T,
+                            static_cast<int>(nH), static_cast<int>(nKV), scale, dk, dv,
+                            nH / nKV > HP ? part : nullptr);
 }
 
 template <int HD, bool CAUSAL>

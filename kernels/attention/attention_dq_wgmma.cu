@@ -158,26 +158,13 @@ __global__ void __launch_bounds__(NT, 1) attention_dq_wgmma_kernel(
   mma::cp_async_wait<0>();
   if constexpr (MC) attn_wgmma::cluster_sync();  // no block leaves while its peer may still signal it
 
-  // bf16 pairs where dq is bf16 and 4-byte aligned, else element by element.
-  const bool pairs = dq.t == KType::BF16 && (reinterpret_cast<uintptr_t>(dq.p) & 3) == 0;
+  const bool aligned = attn_wgmma::pair_aligned(dq);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t row = row0 + r * 8;
-    if (row >= s1) continue;
-    const int64_t base = (row * nH + h) * HD + 2 * tq;
-#pragma unroll
-    for (int b = 0; b < NB; ++b)
-#pragma unroll
-      for (int jb = 0; jb < 8; ++jb) {
-        const float x0 = scale * acc[b][4 * jb + 2 * r], x1 = scale * acc[b][4 * jb + 2 * r + 1];
-        const int64_t i = base + b * 64 + jb * 8;
-        if (pairs) {
-          *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(dq.p) + i) = __floats2bfloat162_rn(x0, x1);
-        } else {
-          st(dq, i, x0);
-          st(dq, i + 1, x1);
-        }
-      }
+    if (row < s1)
+      attn_wgmma::store_row<NB>(dq, aligned, (row * nH + h) * HD + 2 * tq, r, scale,
+                                [&](int b, int i) { return acc[b][i]; });
   }
 #else
   __trap();  // built without sm_90a: the launcher does not choose this kernel there
@@ -189,26 +176,13 @@ template <int HD, bool CAUSAL, bool MC>
 cudaError_t launch_dq_kernel(const KernelPolicy& pol, const attn_wgmma::KVMaps& maps, KIn dout, KIn q, KIn k,
                              KIn v, const float* lse, const float* dl, const int32_t* cu, const int32_t* tiles,
                              int ntiles, int64_t nH, int64_t nKV, float scale, KOut dq, cudaStream_t s) {
-  const size_t smem = wg_dq_smem<HD>();
-  const auto kernel = attention_dq_wgmma_kernel<HD, CAUSAL, MC>;
-  cudaError_t e = set_launch_smem(pol, kernel, smem);
-  if (e != cudaSuccess) return e;
   // Head pairs vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(nH / NG), static_cast<unsigned>(ntiles));
-  cfg.blockDim = dim3(NT);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = MC ? 2 : 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = MC ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, maps, static_cast<const bf16*>(dout.p), static_cast<const bf16*>(q.p),
-                            static_cast<const bf16*>(k.p), static_cast<const bf16*>(v.p), lse, dl, cu, tiles,
-                            static_cast<int>(nH), static_cast<int>(nKV), scale, dq);
+  return attn_wgmma::launch(pol, attention_dq_wgmma_kernel<HD, CAUSAL, MC>,
+                            dim3(static_cast<unsigned>(nH / NG), static_cast<unsigned>(ntiles)), NT,
+                            wg_dq_smem<HD>(), dim3(MC ? 2 : 1), s, maps, static_cast<const bf16*>(dout.p),
+                            static_cast<const bf16*>(q.p), static_cast<const bf16*>(k.p),
+                            static_cast<const bf16*>(v.p), lse, dl, cu, tiles, static_cast<int>(nH),
+                            static_cast<int>(nKV), scale, dq);
 }
 
 template <int HD, bool CAUSAL>

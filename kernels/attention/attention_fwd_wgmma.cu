@@ -181,8 +181,7 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
   mma::cp_async_wait<0>();
   if constexpr (MC) attn_wgmma::cluster_sync();  // no block leaves while its peer may still signal it
 
-  // bf16 pairs where o is bf16 and 4-byte aligned (every Qwen3.5 activation), else element by element.
-  const bool pairs = o.t == KType::BF16 && (reinterpret_cast<uintptr_t>(o.p) & 3) == 0;
+  const bool aligned = attn_wgmma::pair_aligned(o);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = l[r];
@@ -191,20 +190,8 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
     const int64_t row = row0 + r * 8;
     if (row < s1) {
       const float inv = 1.f / sum;  // sum >= 1: the row maximum contributes exp2(0)
-      const int64_t base = (row * nH + h) * HD + 2 * tq;
-#pragma unroll
-      for (int b = 0; b < NB; ++b)
-#pragma unroll
-        for (int jb = 0; jb < 8; ++jb) {
-          const float x0 = acc[b][4 * jb + 2 * r] * inv, x1 = acc[b][4 * jb + 2 * r + 1] * inv;
-          const int64_t at_ = base + b * 64 + jb * 8;
-          if (pairs) {
-            *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(o.p) + at_) = __floats2bfloat162_rn(x0, x1);
-          } else {
-            st(o, at_, x0);
-            st(o, at_ + 1, x1);
-          }
-        }
+      attn_wgmma::store_row<NB>(o, aligned, (row * nH + h) * HD + 2 * tq, r, inv,
+                                [&](int b, int i) { return acc[b][i]; });
       if (tq == 0) lse[row * nH + h] = m[r] * scale + logf(sum);
     }
   }
@@ -216,28 +203,14 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
 #ifndef DT_ATTN_EMU  // launchers: not part of the host emulation build (dev/emu/attention/attention_emu.cpp)
 template <int HD, bool CAUSAL, bool MC>
 cudaError_t launch_fwd_kernel(const KernelPolicy& pol, const attn_wgmma::KVMaps& maps, KIn q, KIn k, KIn v,
-                          const int32_t* cu, const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV, float scale,
-                          KOut o, float* lse, cudaStream_t s) {
-  const size_t smem = wg_fwd_smem<HD>();
-  const auto kernel = attention_fwd_wgmma_kernel<HD, CAUSAL, MC>;
-  cudaError_t e = set_launch_smem(pol, kernel, smem);
-  if (e != cudaSuccess) return e;
+                              const int32_t* cu, const int32_t* tiles, int ntiles, int64_t nH, int64_t nKV,
+                              float scale, KOut o, float* lse, cudaStream_t s) {
   // Head pairs vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(nH / NG), static_cast<unsigned>(ntiles));
-  cfg.blockDim = dim3(NT);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = MC ? 2 : 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = MC ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, maps, static_cast<const bf16*>(q.p), static_cast<const bf16*>(k.p),
-                            static_cast<const bf16*>(v.p), cu, tiles, static_cast<int>(nH), static_cast<int>(nKV),
-                            scale, o, lse);
+  return attn_wgmma::launch(pol, attention_fwd_wgmma_kernel<HD, CAUSAL, MC>,
+                            dim3(static_cast<unsigned>(nH / NG), static_cast<unsigned>(ntiles)), NT,
+                            wg_fwd_smem<HD>(), dim3(MC ? 2 : 1), s, maps, static_cast<const bf16*>(q.p),
+                            static_cast<const bf16*>(k.p), static_cast<const bf16*>(v.p), cu, tiles,
+                            static_cast<int>(nH), static_cast<int>(nKV), scale, o, lse);
 }
 
 template <int HD, bool CAUSAL>

@@ -6,8 +6,14 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "common/device.cuh"
 #include "common/mma.cuh"
 #include "common/tma.cuh"
+#ifndef DT_ATTN_EMU
+#include <utility>
+
+#include "common/launch_smem.cuh"
+#endif
 #ifdef DT_ATTN_EMU
 #include "emu/attention/emu_wgmma.h"  // common/wgmma.cuh's API emulated on the host (dev/emu/attention)
 #else
@@ -165,6 +171,54 @@ __device__ __forceinline__ void score_product_n256(float (&acc)[128], const floa
   wgmma::wait<0>();
   wgmma::fence_operands(acc);
 }
+
+// Row half r (row g + 8r of each warp's 16) of the 64 x 64·NB accumulators acc(b, i) (m64n64 blocks: register
+// 4j + 2r + e of block b is column 64b + 8j + 2tq + e) times mul into out[base + column] (base: the row's first
+// element + 2tq): one store a pair where out is aligned for pairs (pair_aligned: every Qwen3.5 activation and
+// the F32 partials), else element by element.
+__device__ __forceinline__ bool pair_aligned(KOut out) {
+  return (reinterpret_cast<uintptr_t>(out.p) & (out.t == KType::F32 ? 7 : 3)) == 0;
+}
+template <int NB, class Acc>
+__device__ __forceinline__ void store_row(KOut out, bool aligned, int64_t base, int r, float mul, const Acc& acc) {
+#pragma unroll
+  for (int b = 0; b < NB; ++b)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float x0 = mul * acc(b, 4 * j + 2 * r), x1 = mul * acc(b, 4 * j + 2 * r + 1);
+      const int64_t i = base + b * 64 + j * 8;
+      if (aligned) {
+        st_pair<true>(out, i, x0, x1);
+      } else {
+        st(out, i, x0);
+        st(out, i + 1, x1);
+      }
+    }
+}
+
+#ifndef DT_ATTN_EMU
+// kernel<<<grid, nt, smem, s>>>(args...) in clusters of `cluster` blocks (1 x 1 x 1: none), its shared memory
+// asked through the policy (set_launch_smem).
+template <class... P, class... A>
+inline cudaError_t launch(const KernelPolicy& pol, void (*kernel)(P...), dim3 grid, int nt, size_t smem,
+                          dim3 cluster, cudaStream_t s, A&&... args) {
+  cudaError_t e = set_launch_smem(pol, kernel, smem);
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(nt);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster.x;
+  attr[0].val.clusterDim.y = cluster.y;
+  attr[0].val.clusterDim.z = cluster.z;
+  cfg.attrs = attr;
+  cfg.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+#endif
 
 // ---- K/V tiles shared by a cluster of two blocks (the forward and dQ kernels) ---------------------------------
 // Under the Hopper policy with four or more query heads per kv head, the blocks of head pairs 2c and 2c+1 (the
