@@ -350,6 +350,8 @@ int cmd_info(const Args& args) {
                           {"fits", mem_plan->fits},
                           {"checkpoint_layers", mem_plan->checkpoint_layers},
                           {"loss_chunk_rows", mem_plan->loss_chunk_rows},
+                          {"recompute_keep", recompute_keep_text(info, mem_plan->keep, mem_plan->checkpoint_layers)},
+                          {"recompute_keep_bytes", mem_plan->keep_bytes},
                           {"expected_peak_bytes", mem_plan->estimate.total},
                           {"text", memory_plan_text(info, *mem_plan)}};
     else if (planned_for_pool)

@@ -20,6 +20,9 @@
 //                    [--ckpt-sweep L1,L2,... (several settings in one process: checkpointed layers, -1 = all,
 //                     0 = none; with --ckpt auto the plan is added; run in ascending predicted memory, so each
 //                     row's peak, the allocator's peak so far, is that setting's)]
+//                    [--keep K1/K2/... (selective recompute, StepOptions::keep: each setting above is measured with
+//                     each K, a comma list of none, attn (attention core), gdn (GDN core), mlp (MLP gate/up of every
+//                     checkpointed layer) or mlpN (of the first N); --ckpt auto plans use the plan's keep)]
 //                    [--graph 1|0 (the step recorded and replayed as a CUDA graph, StepOptions::record; 0: op by op)]
 //                    [--kernels auto|portable (the run config's `kernels`; portable: the sm_80 kernels)]
 //                    [--sharded 0|1 (data parallel: the frozen decoder layers sharded over the GPUs, ZeRO-3 style,
@@ -58,6 +61,7 @@
 #include "model/weights.h"
 #include "train/optimizer.h"
 #include "deltatune/gpu_info.h"
+#include "deltatune/recompute_keep.h"
 #include "deltatune/memory_plan.h"
 #include "deltatune/shard_plan.h"
 #include "../common/model_info_of.h"
@@ -100,6 +104,22 @@ Flops count_flops(const ModelConfig& c, int64_t T, int64_t seqs) {
   return f;
 }
 
+// One --keep item: a comma list of none, attn, gdn, mlp, mlpN.
+RecomputeKeep parse_keep(const std::string& v) {
+  RecomputeKeep k;
+  for (size_t b = 0; b <= v.size();) {
+    const size_t e = std::min(v.find(',', b), v.size());
+    const std::string item = v.substr(b, e - b);
+    if (item == "attn") k.attn_core = true;
+    else if (item == "gdn") k.gdn_core = true;
+    else if (item == "mlp") k.mlp_layers = -1;
+    else if (item.rfind("mlp", 0) == 0) k.mlp_layers = std::atoll(item.c_str() + 3);
+    else if (item != "none" && !item.empty()) throw Error("--keep: unknown part '" + item + "'");
+    b = e + 1;
+  }
+  return k;
+}
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -116,6 +136,7 @@ int main(int argc, char** argv) {
   bool ckpt = true, overlap = true, ckpt_auto = false, sharded = false, ep = false, graph = true;
   std::vector<double> free_gib;
   std::vector<int64_t> sweep;
+  std::vector<std::string> keeps;  // --keep items
   double peak = 989e12;
   std::string kernels = "auto";
   std::string quant = "none";  // base_quantization: none | fp8 | nf4
@@ -133,6 +154,13 @@ int main(int argc, char** argv) {
         const std::string item = v.substr(b, e - b);
         if (a == "--free-gib") free_gib.push_back(std::atof(item.c_str()));
         else sweep.push_back(std::atoll(item.c_str()));
+        b = e + 1;
+      }
+    }
+    else if (a == "--keep") {
+      for (size_t b = 0; b <= v.size();) {
+        const size_t e = std::min(v.find('/', b), v.size());
+        keeps.push_back(v.substr(b, e - b));
         b = e + 1;
       }
     }
@@ -219,6 +247,7 @@ int main(int argc, char** argv) {
       std::string label;
       bool ckpt;
       int64_t layers, chunk;
+      RecomputeKeep keep;
       int64_t predicted;  // bytes per GPU less the fixed overhead: estimate_vram, or the layout's per-GPU plan
     };
     const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -233,18 +262,19 @@ int main(int argc, char** argv) {
     ps.lora_groups = spec.groups;
     ps.tokens_per_step = tokens;
     ps.base_quantization = qname;
-    auto setting = [&](std::string label, bool on, int64_t n, int64_t chunk) {
+    auto setting = [&](std::string label, bool on, int64_t n, int64_t chunk, RecomputeKeep keep = {}) {
+      const int64_t kept = on ? recompute_keep_bytes(info, tokens, n, keep) : 0;
       if (dp) {
         ShardPlanSettings t = ps;
         t.gradient_checkpointing = on;
         t.checkpoint_layers = n;
         const LayoutEstimate& e =
             plan_multi_gpu(info, t, {ranks, free_bytes}).layouts[static_cast<size_t>(layout)];
-        return Setting{std::move(label), on, n, chunk, e.total - e.overhead};
+        return Setting{std::move(label), on, n, chunk, keep, e.total - e.overhead + kept};
       }
       const VramEstimate e =
           estimate_vram(info, static_cast<int>(rank), tokens, true, on, n, qname, chunk, {}, spec.groups);
-      return Setting{std::move(label), on, n, chunk, e.total - e.overhead};
+      return Setting{std::move(label), on, n, chunk, keep, e.total - e.overhead + kept};
     };
     std::vector<Setting> settings;
     std::vector<std::pair<std::string, int64_t>> plans;  // label, free bytes
@@ -271,22 +301,30 @@ int main(int argc, char** argv) {
       req.free_bytes = free;
       req.lora_groups = spec.groups;
       const MemoryPlan plan = plan_memory(info, req);
-      settings.push_back(setting(label, plan.gradient_checkpointing, plan.checkpoint_layers, plan.loss_chunk_rows));
+      settings.push_back(
+          setting(label, plan.gradient_checkpointing, plan.checkpoint_layers, plan.loss_chunk_rows, plan.keep));
       if (root) std::printf("memory plan (%s): %s\n", label.c_str(), memory_plan_text(info, plan).c_str());
     }
-    for (int64_t n : sweep)
-      settings.push_back(setting(n < 0 ? "all" : std::to_string(n), n != 0, n, 1024));
-    if (settings.empty()) settings.push_back(setting(ckpt ? std::to_string(ckpt_layers) : "0", ckpt, ckpt_layers, 1024));
+    if (keeps.empty()) keeps.push_back("");
+    for (const std::string& k : keeps) {  // each sweep / --ckpt setting with each --keep
+      const std::string suffix = k.empty() ? "" : "+" + k;
+      for (int64_t n : sweep)
+        settings.push_back(setting((n < 0 ? "all" : std::to_string(n)) + suffix, n != 0, n, 1024, parse_keep(k)));
+      if (sweep.empty() && (plans.empty() || !k.empty()))
+        settings.push_back(
+            setting((ckpt ? std::to_string(ckpt_layers) : "0") + suffix, ckpt, ckpt_layers, 1024, parse_keep(k)));
+    }
     std::stable_sort(settings.begin(), settings.end(),
                      [](const Setting& a, const Setting& b) { return a.predicted < b.predicted; });
     const Flops f = count_flops(cfg, tokens, seqs);
     if (root)
-      std::printf("%-6s %-7s %-6s %-6s %-10s %-10s %-9s %-9s %-9s %-7s %-8s %s\n", "shape", "tokens", "ckpt", "chunk",
+      std::printf("%-6s %-7s %-16s %-6s %-10s %-10s %-9s %-9s %-9s %-7s %-8s %s\n", "shape", "tokens", "ckpt", "chunk",
                   "step_ms", "tok/s", "peak_GiB", "pred_GiB", "resv_GiB", "MFU", "loss", "device");
     for (const Setting& st : settings) {
       so.gradient_checkpointing = st.ckpt;
       so.checkpoint_layers = st.ckpt ? st.layers : -1;
       so.loss_chunk_rows = st.chunk;
+      so.keep = st.keep;
       const bool ckpt = st.ckpt;
       const int64_t ckpt_layers = so.checkpoint_layers;
       std::vector<double> times, step_times;  // whole step; zero_grad + forward + backward alone
@@ -326,7 +364,7 @@ int main(int argc, char** argv) {
       const double tps = static_cast<double>(tokens) * ranks / med;
       const double mfu = (f.linear + f.attn + f.gdn) / med / peak;  // per GPU
       const double pred = static_cast<double>(st.predicted) / gib;
-      std::printf("%-6s %-7lld %-6s %-6lld %-10.1f %-10.0f %-9.2f %-9.2f %-9.2f %-7.3f %-8.4f %s\n", shape.c_str(),
+      std::printf("%-6s %-7lld %-16s %-6lld %-10.1f %-10.0f %-9.2f %-9.2f %-9.2f %-7.3f %-8.4f %s\n", shape.c_str(),
                   static_cast<long long>(tokens), st.label.c_str(), static_cast<long long>(st.chunk), med * 1e3, tps,
                   ms.peak_allocated_bytes / gib, pred, ms.reserved_bytes / gib, mfu, loss, be->name().c_str());
       std::printf(
@@ -335,14 +373,14 @@ int main(int argc, char** argv) {
           "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
           "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
           "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
-          "\"loss_chunk_rows\":%lld,\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d}\n",
+          "\"loss_chunk_rows\":%lld,\"recompute_keep\":\"%s\",\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d}\n",
           shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
           static_cast<long long>(seqs), prompt_share, ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
           fwdbwd * 1e3, tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
           static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
           static_cast<long long>(adapter.trainable_params()), loss, t_load,
           be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
-          static_cast<long long>(st.chunk), pred, static_cast<double>(free_bytes) / gib,  // the GPU's
+          static_cast<long long>(st.chunk), recompute_keep_text(info, st.keep, ckpt_layers).c_str(), pred, static_cast<double>(free_bytes) / gib,  // the GPU's
           sharded ? "true" : "false", ep ? "true" : "false", graph ? "true" : "false", replayed);
     }
   } catch (const std::exception& e) {

@@ -219,6 +219,56 @@ INSTANTIATE_TEST_SUITE_P(MoeCheckpoints, CudaLoraGolden,
                                             ::testing::Bool(), kKernelSettings),
                          kernels_name);
 
+// Selective recompute (StepOptions::keep) on the GPU: the attention core and the MLP gate/up kept by the first
+// forward are the numbers the recompute forms (the same kernels on the same inputs), so the loss and LoRA
+// gradients equal plain checkpointing bit for bit; the GDN core kept with GdnKeep::All from the first forward
+// (whose output then feeds the next layer too) within bf16 rounding.
+class CudaRecomputeKeep : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(CudaRecomputeKeep, SameLossAndGradientsAsPlainCheckpointing) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const auto& [name, kernels] = GetParam();
+  const fs::path gdir = goldens_dir() / "lora" / name, mdir = goldens_dir() / "models" / name;
+  if (!fs::exists(gdir) || !fs::exists(mdir)) GTEST_SKIP() << "no goldens for " << name;
+  ModelWeights w = model_weights_load(mdir.string());
+  auto be = make_cuda_backend(0, DType::BF16, kernels);
+  Qwen35Model model(w, *be);
+  LoraAdapter adapter = peft_adapter_read((gdir / "adapter").string(), w.config);
+  lora_to_backend(adapter, *be);
+  const auto seqs = read_jsonl(mdir / "golden_eval.jsonl");
+  StepOptions plain;
+  plain.gradient_checkpointing = true;
+  const double loss0 = lora_golden_step(model, *be, adapter, seqs, plain);
+  const std::vector<float> g0 = testing_goldens::all_lora_grads(adapter, *be);
+  const double norm = testing_goldens::max_abs(g0);
+  ASSERT_GT(norm, 0.0);
+  RecomputeKeep attn_mlp, gdn;
+  attn_mlp.attn_core = true;
+  attn_mlp.mlp_layers = -1;
+  gdn.gdn_core = true;
+  for (const bool with_gdn : {false, true}) {
+    StepOptions so = plain;
+    so.keep = with_gdn ? gdn : attn_mlp;
+    const double loss = lora_golden_step(model, *be, adapter, seqs, so);
+    const std::vector<float> g1 = testing_goldens::all_lora_grads(adapter, *be);
+    ASSERT_EQ(g1.size(), g0.size());
+    const double diff = testing_goldens::max_abs_diff(g1, g0);
+    if (with_gdn) {
+      EXPECT_NEAR(loss, loss0, 2e-3 * std::fabs(loss0)) << name;
+      EXPECT_LE(diff, 5e-2 * norm) << name;
+    } else {
+      EXPECT_EQ(loss, loss0) << name;
+      EXPECT_EQ(diff, 0.0) << name;
+    }
+    std::printf("[keep] %s/%s %s: loss %.7f vs %.7f, max grad diff %.3e of %.3e\n", name.c_str(), kernels.c_str(),
+                with_gdn ? "gdn core" : "attn core + mlp gate/up", loss, loss0, diff, norm);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaRecomputeKeep,
+                         ::testing::Combine(::testing::Values("dense_vl", "moe_tied"), kKernelSettings),
+                         kernels_name);
+
 // 20 AdamW steps of the same run on the CPU reference and on CUDA.
 std::vector<double> train_losses(Backend& be, const ModelWeights& w, const std::vector<Example>& seqs, int steps,
                                  bool experts) {

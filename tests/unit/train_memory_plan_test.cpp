@@ -29,8 +29,16 @@ MemoryPlan plan_for(const ModelInfo& info, int64_t free, bool fused = true) {
   return plan_memory(info, req);
 }
 
-// Position of a plan in the planner's speed order: fewer checkpointed layers first, then larger chunks.
-std::tuple<int64_t, int64_t> rank_of(const MemoryPlan& p) { return {p.checkpoint_layers, -p.loss_chunk_rows}; }
+// Position of a plan in the planner's speed order: less recompute work first, then larger chunks.
+std::tuple<double, int64_t> rank_of(const MemoryPlan& p) { return {p.recompute_cost, -p.loss_chunk_rows}; }
+
+// The fewest checkpointed layers whose estimate, nothing kept, fits `budget` (the planner before selective
+// recompute); -1 when none does.
+int64_t fewest_layers_fitting(const ModelInfo& info, int64_t budget) {
+  for (int64_t n = 0; n <= info.num_layers; ++n)
+    if (estimate_vram(info, 8, kTokens, true, n > 0, n).total <= budget) return n;
+  return -1;
+}
 
 // The least memory any layer count needs (with the engine's loss chunk).
 int64_t least_total(const ModelInfo& info, bool fused = true) {
@@ -73,32 +81,71 @@ TEST(MemoryPlan, NeverExceedsBudgetAndIsMonotonicInMemory) {
     EXPECT_EQ(prev.estimate.total, least) << name;
     // Checkpointing the last layer too only adds memory: every layer is never the plan.
     EXPECT_LT(prev.checkpoint_layers, info.num_layers) << name;
-    int distinct = 1;
+    int distinct = 1, kept = 0;
     for (int i = 1; i <= 200; ++i) {
       const int64_t budget = least + (most - least) * i / 200;
       const MemoryPlan p = plan_for(info, free_for_budget(budget));
       ASSERT_TRUE(p.fits) << name << " budget " << budget;
       EXPECT_LE(p.estimate.total, p.budget_bytes) << name;
       EXPECT_EQ(p.gradient_checkpointing, p.checkpoint_layers > 0) << name;
-      // The plan's estimate is estimate_vram of its settings.
+      // The plan's estimate is estimate_vram of its settings plus what it keeps for the recompute.
+      EXPECT_EQ(p.keep_bytes, recompute_keep_bytes(info, kTokens, p.checkpoint_layers, p.keep)) << name;
       EXPECT_EQ(p.estimate.total, estimate_vram(info, 8, kTokens, true, p.gradient_checkpointing,
                                                 p.checkpoint_layers, "none", p.loss_chunk_rows)
-                                      .total);
+                                          .total +
+                                      p.keep_bytes);
+      EXPECT_EQ(p.recompute_cost, recompute_cost(info, kTokens, p.checkpoint_layers, p.keep)) << name;
+      EXPECT_FALSE(p.keep.gdn_core) << name;
+      if (info.is_moe) EXPECT_EQ(p.keep.mlp_layers, 0) << name;
       // More memory never gives a slower plan.
       EXPECT_LE(rank_of(p), rank_of(prev)) << name << " budget " << budget;
       if (rank_of(p) != rank_of(prev)) ++distinct;
-      // The fastest that fits: one layer fewer does not fit.
-      if (p.checkpoint_layers > 0)
-        EXPECT_GT(estimate_vram(info, 8, kTokens, true, p.checkpoint_layers > 1, p.checkpoint_layers - 1, "none",
-                                p.loss_chunk_rows)
-                      .total,
-                  p.budget_bytes)
-            << name;
+      // Never slower (by the cost model) than the fewest checkpointed layers that fit with nothing kept.
+      const int64_t n0 = fewest_layers_fitting(info, p.budget_bytes);
+      ASSERT_GE(n0, 0) << name;
+      EXPECT_LE(p.recompute_cost, recompute_cost(info, kTokens, n0, {})) << name << " budget " << budget;
+      if (p.keep.any()) ++kept;
       prev = p;
     }
     EXPECT_GT(distinct, 2) << name << ": the sweep should pass through partial checkpointing";
+    EXPECT_GT(kept, 0) << name << ": the sweep should pass through plans that keep something for the recompute";
     EXPECT_FALSE(prev.gradient_checkpointing) << name;
   }
+}
+
+// What selective recompute keeps, counted per layer kind: the attention core (bf16 output, fp32 logsumexp) of the
+// checkpointed full-attention layers, the dense MLP's gate and up outputs of the first N, and the GDN core's
+// output with its backward scratch; keeping a part removes its weighted work from the recompute cost.
+TEST(MemoryPlan, RecomputeKeepBytesAndCost) {
+  const ModelInfo info = model_info_load(golden("dense_bf16"));
+  const int64_t T = 4096, L = info.num_layers;
+  int64_t attn_layers = 0;
+  for (const std::string& t : info.layer_types) attn_layers += t == "full_attention";
+  ASSERT_GT(attn_layers, 0);
+  ASSERT_LT(attn_layers, L);
+  RecomputeKeep attn, mlp2, all_mlp, gdn;
+  attn.attn_core = true;
+  mlp2.mlp_layers = 2;
+  all_mlp.mlp_layers = -1;
+  gdn.gdn_core = true;
+  EXPECT_EQ(recompute_keep_bytes(info, T, -1, {}), 0);
+  EXPECT_EQ(recompute_keep_bytes(info, T, -1, attn),
+            attn_layers * T * info.num_attention_heads * (2 * info.head_dim + 4));
+  EXPECT_EQ(recompute_keep_bytes(info, T, -1, mlp2), 2 * 2 * T * info.intermediate_size * 2);
+  EXPECT_EQ(recompute_keep_bytes(info, T, 1, mlp2), 2 * T * info.intermediate_size * 2);  // first 1 checkpointed
+  EXPECT_EQ(recompute_keep_bytes(info, T, -1, all_mlp), L * 2 * T * info.intermediate_size * 2);
+  EXPECT_GT(recompute_keep_bytes(info, T, -1, gdn), (L - attn_layers) * T * info.linear_num_value_heads *
+                                                        info.linear_value_head_dim * 2);
+  const double none = recompute_cost(info, T, -1, {});
+  EXPECT_EQ(recompute_cost(info, T, 0, {}), 0.0);
+  for (const RecomputeKeep& k : {attn, mlp2, all_mlp, gdn}) EXPECT_LT(recompute_cost(info, T, -1, k), none);
+  EXPECT_LT(recompute_cost(info, T, -1, all_mlp), recompute_cost(info, T, -1, mlp2));
+  EXPECT_EQ(recompute_keep_text(info, attn, -1), "attention core");
+  RecomputeKeep both = attn;
+  both.mlp_layers = 2;
+  EXPECT_EQ(recompute_keep_text(info, both, -1), "attention core, MLP gate/up of layers 0-1");
+  EXPECT_EQ(recompute_keep_text(info, all_mlp, 3), "MLP gate/up");
+  EXPECT_EQ(recompute_keep_text(info, {}, 3), "nothing");
 }
 
 TEST(MemoryPlan, TooLittleMemoryGivesTheSmallestPlanMarkedNotFitting) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "deltatune/model_info.h"
+#include "deltatune/recompute_keep.h"
 
 namespace deltatune {
 
@@ -25,6 +26,9 @@ struct MemoryPlan {
   bool gradient_checkpointing = false;
   int64_t checkpoint_layers = 0;   // layers checkpointed, from the first (0 when gradient_checkpointing is off)
   int64_t loss_chunk_rows = 1024;
+  RecomputeKeep keep;              // what the checkpointed layers keep for their recompute (selective recompute)
+  int64_t keep_bytes = 0;          // recompute_keep_bytes of `keep` (part of estimate.activations and .total)
+  double recompute_cost = 0;       // recompute_cost of the plan (the planner's speed order: less is faster)
   int64_t free_bytes = 0;          // the request's
   int64_t budget_bytes = 0;        // free_bytes less the margin
   bool fits = false;               // false: even the least memory (most layers checkpointed, smallest chunk) exceeds
@@ -34,11 +38,27 @@ struct MemoryPlan {
 // Kept free by the plan: max(1 GiB, 5% of the free memory) for fragmentation and what the estimate misses.
 int64_t memory_plan_margin(int64_t free_bytes);
 
-// Order tried: fewest checkpointed layers first (each one costs a recompute of its forward), and for each the
-// loss chunks from the largest (today only 1024 rows: see kLossChunks); the first that fits is the plan.
+// Bytes a step keeps for selective recompute: `keep` applied to the first `checkpointed_layers` layers (-1: all)
+// at `tokens` tokens (bf16 core outputs and kept GEMM outputs, fp32 attention logsumexp, the GDN core's backward
+// scratch of the CUDA tensor-core path).
+int64_t recompute_keep_bytes(const ModelInfo& info, int64_t tokens, int64_t checkpointed_layers,
+                             const RecomputeKeep& keep);
+// The recompute work of a setting, in GEMM FLOPs: the forward of every checkpointed layer (without the dense down
+// projection, which the recompute skips) less what `keep` skips; the attention and GDN cores weighted by how much
+// slower than the base GEMMs they run per FLOP on an H200 (an estimate, used only to order settings).
+double recompute_cost(const ModelInfo& info, int64_t tokens, int64_t checkpointed_layers, const RecomputeKeep& keep);
+
+// Tried: every count of checkpointed layers (from the first), each with and without the attention core kept and
+// with the MLP gate/up outputs kept on its first 0..N checkpointed layers; the plan is the least recompute_cost
+// whose estimate (estimate_vram + recompute_keep_bytes) fits (ties: the less memory). The GDN core is never kept by
+// the plan (measured: less time saved per byte than checkpointing fewer layers; PERF_NOTES session 29). Loss chunks:
+// today only 1024 rows (see kLossChunkRows). Nothing fits: the least memory, nothing kept.
 // Throws deltatune::Error when free_bytes <= 0.
 MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& request);
 
+// One line: "layers 0-7 of 32 checkpointed, loss chunks of 1024 rows: expected peak 21.3 GiB within ...", with what
+// the recompute keeps when it keeps anything ("kept for the recompute: attention core, MLP gate/up of layers 0-7").
+std::string recompute_keep_text(const ModelInfo& info, const RecomputeKeep& keep, int64_t checkpointed_layers);
 // One line: "checkpointing layers 0-7 of 32, loss chunks of 1024 rows: expected peak 21.3 GiB of 75.0 GiB".
 std::string memory_plan_text(const ModelInfo& info, const MemoryPlan& plan);
 

@@ -50,10 +50,12 @@ Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, c
   apply_rope(c, k.qn, false);
   apply_rope(c, k.kn, false);
 
-  k.o = be.alloc({T, nH, hd}, dt);
-  k.lse = be.alloc({T, nH}, DType::F32);
-  be.attention_fwd(k.qn, k.kn, k.v.view({T, nKV, hd}), c.seq, 1.f / std::sqrt(static_cast<float>(hd)), k.o,
-                   k.lse);
+  if (!(c.keep_for_backward && k.o.defined())) {  // else kept by the first forward (RecomputeKeep::attn_core)
+    k.o = be.alloc({T, nH, hd}, dt);
+    k.lse = be.alloc({T, nH}, DType::F32);
+    be.attention_fwd(k.qn, k.kn, k.v.view({T, nKV, hd}), c.seq, 1.f / std::sqrt(static_cast<float>(hd)), k.o,
+                     k.lse);
+  }
   k.og = be.alloc({T, nH * hd}, dt);
   be.sigmoid_mul_fwd(k.o.view({T, nH * hd}), k.gate.view({T, nH * hd}), k.og);
   Tensor out = add_to ? *add_to : be.alloc({T, cfg.hidden_size}, dt);

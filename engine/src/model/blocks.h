@@ -73,6 +73,9 @@ struct BlockContext {
   // This forward's activations are kept for a backward after the rest of the forward (a layer not
   // checkpointed): ops may keep what is cheap in memory and saves work in that backward.
   bool activations_kept = false;
+  // This forward's GDN core keeps everything its backward reads (GdnKeep::All) for a checkpointed layer's
+  // recompute to reuse (RecomputeKeep::gdn_core): the first forward of such a layer.
+  bool keep_gdn_core = false;
   Tensor* moe_load = nullptr;  // F32 [E] (+=) tokens per expert of this layer (router statistics), or null
   // Expert parallel (model/expert_parallel.h): the layer's weights and LoRA hold this rank's experts only and
   // the routed rows travel through `ep`; null = every expert here.
@@ -80,6 +83,9 @@ struct BlockContext {
   uint64_t salt(int module) const { return static_cast<uint64_t>(layer) * 64 + static_cast<uint64_t>(module); }
 };
 
+// Selective recompute (RecomputeKeep): a recompute (keep_for_backward) whose cache already holds what the layer's
+// first forward kept skips forming it — AttnCache o and lse: the attention forward; GdnCache o (and core): the
+// delta-rule forward; MlpCache g and u: the gate and up base GEMMs.
 struct AttnCache {
   LinearGroupCache lqkv;  // q, k, v
   LinearCache lo;
@@ -114,7 +120,8 @@ Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix
                LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& cache,
                Tensor* add_to = nullptr);
 // What mlp_bwd reads of mlp_fwd, without the output (a checkpointed layer's recompute: the down projection's
-// base product, [T, I] x [I, H], and its rank-r term are skipped).
+// base product, [T, I] x [I, H], and its rank-r term are skipped; with g and u already in `cache`, kept by the
+// first forward, the gate and up base products too).
 void mlp_fwd_cache(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, LoraModule* lg,
                    LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& cache);
 void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,

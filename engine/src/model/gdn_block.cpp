@@ -30,14 +30,16 @@ Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   Tensor* qkv[] = {&k.q, &k.k, &k.v};  // the conv's q | k | v channel blocks, each its own tensor
   be.conv1d_silu_fwd_split(k.p, w.conv, c.seq, qkv);
 
-  k.o = be.alloc({T, HV, dv}, dt);
-  std::optional<Backend::GdnKeep> keep;
-  if (c.keep_for_backward) keep = Backend::GdnKeep::All;
-  // The gates (β = σ(b), g = −e^{A_log}·softplus(a + dt_bias)) are formed inside the core.
-  const Backend::GdnGateInputs gates{k.al, k.bl, w.A_log, w.dt_bias};
-  const float scale = 1.f / std::sqrt(static_cast<float>(dk));
-  k.core = be.gdn_gated_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), gates, c.seq,
-                            scale, k.o, keep);
+  if (!(c.keep_for_backward && k.o.defined())) {  // else kept by the first forward (RecomputeKeep::gdn_core)
+    k.o = be.alloc({T, HV, dv}, dt);
+    std::optional<Backend::GdnKeep> keep;
+    if (c.keep_for_backward || c.keep_gdn_core) keep = Backend::GdnKeep::All;
+    // The gates (β = σ(b), g = −e^{A_log}·softplus(a + dt_bias)) are formed inside the core.
+    const Backend::GdnGateInputs gates{k.al, k.bl, w.A_log, w.dt_bias};
+    const float scale = 1.f / std::sqrt(static_cast<float>(dk));
+    k.core = be.gdn_gated_fwd(k.q.view({T, HK, dk}), k.k.view({T, HK, dk}), k.v.view({T, HV, dv}), gates, c.seq,
+                              scale, k.o, keep);
+  }
 
   k.y = be.alloc({T * HV, dv}, dt);
   k.rstd = be.alloc({T * HV}, DType::F32);

@@ -214,6 +214,19 @@ void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputM
     if (!(shared && fp8[i])) base_gemm(be, x, *ms[i].w, true, *ys[i], 1.f);
 }
 
+void linear_group_fwd_cache(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms,
+                            const LoraRuntime& rt, LinearGroupCache& cache) {
+  cache.x = x;
+  Tensor A;
+  if (!stacked_factors(ms, rt, A)) {
+    cache.each.assign(ms.size(), LinearCache{});
+    for (size_t i = 0; i < ms.size(); ++i) linear_fwd_cache(be, x, ms[i].lora, rt, ms[i].salt, cache.each[i]);
+    return;
+  }
+  cache.u = be.alloc({x.rows(), A.rows()}, be.compute_dtype());
+  be.gemm(x, false, A, true, cache.u, 1.f, 0.f);
+}
+
 void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span<const SharedInputModule> ms,
                       const LoraRuntime& rt, const LinearGroupCache& cache, Tensor& dx, bool accumulate) {
   check(ms.size() == dys.size(), "internal: linear_group_bwd needs one gradient per module");

@@ -80,6 +80,10 @@ struct LinearGroupCache {
 // ys[i] (=) x·W_iᵀ + LoRA_i.
 void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
                       std::span<Tensor* const> ys, LinearGroupCache& cache);
+// What linear_group_bwd reads of linear_group_fwd, without the outputs (a checkpointed layer's recompute whose
+// outputs were kept by its first forward: RecomputeKeep): the same cache, the base products skipped.
+void linear_group_fwd_cache(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms,
+                            const LoraRuntime& rt, LinearGroupCache& cache);
 // dx (=) or (+=) Σ_i (dy_i·W_i + LoRA path_i); LoRA gradients (+=).
 void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span<const SharedInputModule> ms,
                       const LoraRuntime& rt, const LinearGroupCache& cache, Tensor& dx, bool accumulate);

@@ -33,8 +33,15 @@ Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix
 
 void mlp_fwd_cache(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, LoraModule* lg,
                    LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& k) {
-  const Tensor& h = mlp_fwd_gated(c, gate_w, up_w, lg, lu, salt0, x, k);
-  linear_fwd_cache(c.be, h, ld, c.rt, c.salt(salt0 + 2), k.ld);
+  if (k.g.defined() && k.u.defined()) {  // kept by the first forward (RecomputeKeep::mlp): no base GEMMs
+    const SharedInputModule gu[] = {{&gate_w, lg, c.salt(salt0)}, {&up_w, lu, c.salt(salt0 + 1)}};
+    linear_group_fwd_cache(c.be, x, gu, c.rt, k.lgu);
+    k.h = c.be.alloc(k.g.shape, c.be.compute_dtype());
+    c.be.swiglu_fwd(k.g, k.u, k.h);
+  } else {
+    mlp_fwd_gated(c, gate_w, up_w, lg, lu, salt0, x, k);
+  }
+  linear_fwd_cache(c.be, k.h, ld, c.rt, c.salt(salt0 + 2), k.ld);
 }
 
 void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,

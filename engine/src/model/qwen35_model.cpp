@@ -112,6 +112,36 @@ Tensor layer_fwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
   return out;
 }
 
+// Selective recompute: what a checkpointed layer's first forward (`first`) leaves for its recompute (`kept`)
+// under StepOptions::keep. The recompute skips forming what it finds there (blocks.h).
+void keep_for_recompute(const RecomputeKeep& keep, int64_t layer, bool moe, const LayerCache& first,
+                        LayerCache& kept) {
+  if (keep.attn_core) {
+    kept.attn.o = first.attn.o;
+    kept.attn.lse = first.attn.lse;
+  }
+  if (keep.gdn_core) {
+    kept.gdn.o = first.gdn.o;
+    kept.gdn.core = first.gdn.core;
+  }
+  if (keep.mlp(layer) && !moe) {
+    kept.mlp.g = first.mlp.g;
+    kept.mlp.u = first.mlp.u;
+  }
+}
+
+// The cache a checkpointed layer's recompute starts from: what keep_for_recompute kept (moved out of `c`).
+LayerCache recompute_start(LayerCache& c) {
+  LayerCache r;
+  r.attn.o = std::move(c.attn.o);
+  r.attn.lse = std::move(c.attn.lse);
+  r.gdn.o = std::move(c.gdn.o);
+  r.gdn.core = std::move(c.gdn.core);
+  r.mlp.g = std::move(c.mlp.g);
+  r.mlp.u = std::move(c.mlp.u);
+  return r;
+}
+
 // dx_out: gradient w.r.t. the layer output; returns the gradient w.r.t. its input.
 Tensor layer_bwd(const BlockContext& ctx, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& dx_out,
                  const LayerCache& c) {
@@ -281,10 +311,12 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const S
     const bool ckpt = opts.checkpointed(static_cast<int64_t>(i));
     LayerCache& c = (acts && !ckpt) ? acts->layers[i] : scratch;
     ctx.activations_kept = acts && !ckpt;
+    ctx.keep_gdn_core = acts && ckpt && opts.keep.gdn_core;
     Tensor next = layer_fwd(ctx, layer_weights(i, i + 1), l, x, c);
     if (!acts || i + 1 < L) layer_done(i);  // the last layer's backward comes next: it stays gathered
     if (acts && ckpt) {
       acts->layers[i].x_in = x;
+      keep_for_recompute(opts.keep, static_cast<int64_t>(i), cfg_.is_moe(), c, acts->layers[i]);
       // Expert parallel: the recompute reuses this routing and exchange plan (no host wait, same rows).
       if (ep_ && cfg_.is_moe()) acts->layers[i].moe = moe_routing_kept(c.moe);
     }
@@ -387,7 +419,7 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
     if (opts.checkpointed(i)) {
       const Tensor x_in = c.x_in;
       MoeCache routing = std::move(c.moe);  // routed: kept by the first forward (expert parallel)
-      c = LayerCache{};
+      c = recompute_start(c);               // what the first forward kept (StepOptions::keep), else empty
       if (routing.routed) c.moe = std::move(routing);
       BlockContext recompute = ctx;
       recompute.keep_for_backward = true;

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "data/batch.h"
+#include "deltatune/recompute_keep.h"
 #include "lora/lora.h"
 #include "model/lora_linear.h"
 #include "model/weights.h"
@@ -30,6 +31,8 @@ struct StepOptions {
   bool checkpointed(int64_t layer) const {
     return gradient_checkpointing && (checkpoint_layers < 0 || layer < checkpoint_layers);
   }
+  // What checkpointed layers keep from their first forward so that their recompute skips it (selective recompute).
+  RecomputeKeep keep;
   LoraRuntime lora;                // dropout settings (training only)
   // Called (on the caller's thread) once the backward of a decoder layer has enqueued all of that layer's
   // LoRA gradient work, layers in backward order (last to first): data parallelism starts summing them there.

@@ -19,6 +19,7 @@ StepKey step_key(const Batch& batch, const LoraAdapter* lora, const StepOptions&
   k.checkpointing = opts.gradient_checkpointing;
   k.loss_chunk_rows = opts.loss_chunk_rows;
   k.checkpoint_layers = opts.checkpoint_layers;
+  k.keep = opts.keep;
   k.adapter = lora;
   if (lora)
     for (const LoraModule& m : lora->modules) {

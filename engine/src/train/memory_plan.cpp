@@ -15,36 +15,139 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 // (H200, 2b and 9b shapes at 4096 tokens: 256 rows gave the same peak as 1024; the peak is in the backward, not
 // in the loss), so planning with them would only under-predict.
 constexpr int64_t kLossChunkRows = 1024;
+// recompute_cost's weights of the cores against the base GEMMs (~700 TFLOP/s on an H200): the attention forward
+// (9b, 4096 tokens: 137 GFLOP in ~0.5 ms) runs at ~2.5x a GEMM's time per FLOP; the GDN forward (chunked, ~6·dk·dv
+// FLOPs per token and value head) at ~20x.
+constexpr double kAttnCoreWeight = 2.5, kGdnCoreWeight = 20.0;
+constexpr int64_t kGdnChunk = 64;  // the CUDA GDN core's chunk (kernels/gdn)
+
+int64_t checkpointed_count(const ModelInfo& info, int64_t checkpointed_layers) {
+  return checkpointed_layers < 0 ? info.num_layers : std::min(checkpointed_layers, info.num_layers);
+}
+
+bool full_attention(const ModelInfo& info, int64_t layer) {
+  return info.layer_types.at(static_cast<size_t>(layer)) == "full_attention";
+}
+
+// Bytes one layer keeps under `keep` (T tokens).
+int64_t layer_keep_bytes(const ModelInfo& info, int64_t T, int64_t layer, const RecomputeKeep& keep) {
+  int64_t b = 0;
+  if (full_attention(info, layer)) {
+    if (keep.attn_core) b += T * info.num_attention_heads * (info.head_dim * 2 + 4);  // o bf16, lse fp32
+  } else if (keep.gdn_core) {
+    const int64_t HK = info.linear_num_key_heads, HV = info.linear_num_value_heads, dk = info.linear_key_head_dim,
+                  dv = info.linear_value_head_dim;
+    const int64_t chunks = T / kGdnChunk + 1;
+    // o, W, V' (bf16 [T, HV, d]); M and the solve T (bf16 64 x 64 per chunk and head); chunk-start states (bf16);
+    // the gates' cumulative sums (fp32 [T, HV]) and ρ of q and k (fp32 [T, HK] each).
+    b += T * HV * (2 * dv + 2 * dk + 2 * dv) + 2 * chunks * HV * kGdnChunk * kGdnChunk * 2 +
+         chunks * HV * dk * dv * 2 + T * HV * 4 + 2 * T * HK * 4;
+  }
+  if (!info.is_moe && keep.mlp(layer)) b += 2 * T * info.intermediate_size * 2;  // gate, up bf16
+  return b;
+}
 
 }  // namespace
+
+int64_t recompute_keep_bytes(const ModelInfo& info, int64_t tokens, int64_t checkpointed_layers,
+                             const RecomputeKeep& keep) {
+  const int64_t T = std::max<int64_t>(tokens, 1), n = checkpointed_count(info, checkpointed_layers);
+  int64_t b = 0;
+  for (int64_t i = 0; i < n; ++i) b += layer_keep_bytes(info, T, i, keep);
+  return b;
+}
+
+double recompute_cost(const ModelInfo& info, int64_t tokens, int64_t checkpointed_layers, const RecomputeKeep& keep) {
+  const double T = static_cast<double>(std::max<int64_t>(tokens, 1)), H = static_cast<double>(info.hidden_size);
+  const double nq = static_cast<double>(info.num_attention_heads * info.head_dim),
+               nkv = static_cast<double>(info.num_key_value_heads * info.head_dim);
+  const double kd = static_cast<double>(info.linear_num_key_heads * info.linear_key_head_dim),
+               vd = static_cast<double>(info.linear_num_value_heads * info.linear_value_head_dim),
+               HV = static_cast<double>(info.linear_num_value_heads);
+  const double I = static_cast<double>(info.intermediate_size), Ie = static_cast<double>(info.moe_intermediate_size),
+               Is = static_cast<double>(info.shared_expert_intermediate_size),
+               K = static_cast<double>(info.num_experts_per_tok), E = static_cast<double>(info.num_experts);
+  // Per token: projections 2·in·out, the causal attention forward 2·T·nq (QKᵀ and PV at half density), the GDN
+  // forward ~6·dk·dv per value head.
+  const double attn_proj = 2 * H * (2 * nq + 2 * nkv) + 2 * nq * H, attn_core = kAttnCoreWeight * 2 * T * nq;
+  const double gdn_proj = 2 * H * (2 * kd + 2 * vd + 2 * HV) + 2 * vd * H;
+  const double gdn_core = kGdnCoreWeight * 6 * static_cast<double>(info.linear_key_head_dim) *
+                          static_cast<double>(info.linear_value_head_dim) * HV;
+  const double mlp_gu = 4 * H * I;  // dense: the recompute skips the down projection
+  const double moe = 2 * H * E + K * 6 * H * Ie + 6 * H * Is;
+  double per_token = 0;
+  const int64_t n = checkpointed_count(info, checkpointed_layers);
+  for (int64_t i = 0; i < n; ++i) {
+    if (full_attention(info, i)) per_token += attn_proj + (keep.attn_core ? 0 : attn_core);
+    else per_token += gdn_proj + (keep.gdn_core ? 0 : gdn_core);
+    if (info.is_moe) per_token += moe;
+    else if (!keep.mlp(i)) per_token += mlp_gu;
+  }
+  return per_token * T;
+}
 
 int64_t memory_plan_margin(int64_t free_bytes) { return std::max<int64_t>(kGiB, free_bytes / 20); }
 
 MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& req) {
   check(req.free_bytes > 0, "memory plan: the GPU's free memory is unknown (" + std::to_string(req.free_bytes) +
                                 " bytes); set gradient_checkpointing to true, false or a number of layers");
-  MemoryPlan plan;
-  plan.free_bytes = req.free_bytes;
-  plan.budget_bytes = req.free_bytes - memory_plan_margin(req.free_bytes);
+  MemoryPlan base;
+  base.free_bytes = req.free_bytes;
+  base.budget_bytes = req.free_bytes - memory_plan_margin(req.free_bytes);
+  base.loss_chunk_rows = kLossChunkRows;
   // Checkpointing the last layer saves nothing (its backward recomputes it at once) yet the estimate counts
   // its input too, so all L layers use more memory than L-1: the fallback is the least memory tried, not L.
-  MemoryPlan least;
-  const int64_t L = info.num_layers;
+  MemoryPlan least, best;
+  bool found = false;
+  const int64_t L = info.num_layers, T = req.tokens_per_step;
+  bool has_attn = false;
   for (int64_t n = 0; n <= L; ++n) {
     const VramEstimate e = estimate_vram(info, req.lora_r, req.tokens_per_step, req.fused_loss, n > 0, n,
                                          req.base_quantization, kLossChunkRows, req.images,
                                          req.lora_groups);
+    if (n > 0 && full_attention(info, n - 1)) has_attn = true;
+    MemoryPlan plan = base;
     plan.gradient_checkpointing = n > 0;
     plan.checkpoint_layers = n;
-    plan.loss_chunk_rows = kLossChunkRows;
     plan.estimate = e;
-    if (e.total <= plan.budget_bytes) {
-      plan.fits = true;
-      return plan;
-    }
     if (least.estimate.total == 0 || e.total < least.estimate.total) least = plan;
+    // The keeps: the attention core (when a checkpointed layer has attention) and the MLP gate/up of the first
+    // m checkpointed layers (dense models).
+    for (const bool attn : {false, true}) {
+      if (attn && !has_attn) continue;
+      for (int64_t m = 0; m <= (info.is_moe ? 0 : n); ++m) {
+        MemoryPlan p = plan;
+        p.keep.attn_core = attn;
+        p.keep.mlp_layers = m;
+        p.keep_bytes = recompute_keep_bytes(info, T, n, p.keep);
+        p.estimate.activations += p.keep_bytes;
+        p.estimate.total += p.keep_bytes;
+        if (p.estimate.total > p.budget_bytes) break;  // more kept layers only add memory
+        p.recompute_cost = recompute_cost(info, T, n, p.keep);
+        p.fits = true;
+        if (!found || p.recompute_cost < best.recompute_cost ||
+            (p.recompute_cost == best.recompute_cost && p.estimate.total < best.estimate.total)) {
+          best = p;
+          found = true;
+        }
+      }
+    }
   }
+  if (found) return best;
+  least.recompute_cost = recompute_cost(info, T, least.checkpoint_layers, least.keep);
   return least;  // nothing fits: the least memory there is
+}
+
+std::string recompute_keep_text(const ModelInfo& info, const RecomputeKeep& keep, int64_t checkpointed_layers) {
+  const int64_t n = checkpointed_count(info, checkpointed_layers);
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  if (keep.attn_core) add("attention core");
+  if (keep.gdn_core) add("GDN core");
+  const int64_t m = keep.mlp_layers < 0 ? n : std::min(keep.mlp_layers, n);
+  if (!info.is_moe && m > 0)
+    add(m >= n ? "MLP gate/up" : "MLP gate/up of layers 0-" + std::to_string(m - 1));
+  return s.empty() ? "nothing" : s;
 }
 
 std::string memory_plan_text(const ModelInfo& info, const MemoryPlan& p) {
@@ -53,6 +156,9 @@ std::string memory_plan_text(const ModelInfo& info, const MemoryPlan& p) {
                       ? "all " + std::to_string(info.num_layers) + " layers checkpointed"
                       : "layers 0-" + std::to_string(p.checkpoint_layers - 1) + " of " +
                             std::to_string(info.num_layers) + " checkpointed";
+  if (p.gradient_checkpointing && p.keep.any())
+    s += " (kept for the recompute: " + recompute_keep_text(info, p.keep, p.checkpoint_layers) + ", " +
+         gib_text(p.keep_bytes) + ")";
   s += ", loss chunks of " + std::to_string(p.loss_chunk_rows) + " rows: expected peak " + gib_text(p.estimate.total) +
        (p.fits ? " within " : " EXCEEDS ") + gib_text(p.budget_bytes) + " (" + gib_text(p.free_bytes) + " free less a " +
        gib_text(memory_plan_margin(p.free_bytes)) + " margin)";

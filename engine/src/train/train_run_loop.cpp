@@ -145,6 +145,7 @@ StepWork forward_backward(TrainSession& s, BatchStream& stream, bool& stop_agree
   so.fused_loss = s.cfg.fused_loss;
   so.gradient_checkpointing = s.checkpointing;
   so.checkpoint_layers = s.checkpoint_layers;
+  so.keep = s.keep;
   so.loss_chunk_rows = s.loss_chunk_rows;
   so.lora.training = true;
   so.lora.dropout = static_cast<float>(s.adapter.dropout);

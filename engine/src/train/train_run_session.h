@@ -73,6 +73,7 @@ struct TrainSession {
   // the memory plan for this GPU (made before the weights are uploaded).
   bool checkpointing = false;
   int64_t checkpoint_layers = -1;
+  RecomputeKeep keep;  // what the checkpointed layers keep for their recompute (the memory plan's)
   int64_t loss_chunk_rows = 1024;
 
   // plan_steps

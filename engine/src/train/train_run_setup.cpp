@@ -161,6 +161,7 @@ static void plan_checkpointing(TrainSession& s) {
   const MemoryPlan plan = plan_memory(info, req);
   s.checkpointing = plan.gradient_checkpointing;
   s.checkpoint_layers = plan.checkpoint_layers;
+  s.keep = plan.keep;
   s.loss_chunk_rows = plan.loss_chunk_rows;
   s.log(plan.fits ? LogLevel::Info : LogLevel::Warning,
         "gradient_checkpointing: auto: " + memory_plan_text(info, plan) +
