@@ -281,8 +281,13 @@ int cmd_info(const Args& args) {
   const auto lora = lora_params_per_group(info, r);
   int64_t lora_total = 0;
   for (const auto& kv : lora) lora_total += kv.second;
-  const VramEstimate vram =
+  VramEstimate vram =
       mem_plan ? mem_plan->estimate : estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers, quant, 1024, images, lora_groups);
+  if (planned_for_pool && ckpt) {  // what the planned checkpointed layers keep for their recompute
+    const int64_t kept = recompute_keep_bytes(info, tokens, ckpt_layers, plan.settings.keep);
+    vram.activations += kept;
+    vram.total += kept;
+  }
 
   if (a.flags.count("--json")) {
     nlohmann::ordered_json j;

@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
         const ShardPlan plan = plan_multi_gpu_auto_checkpointing(info, ps, {ranks, free}, &layout);
         if (!plan.choice()) throw Error("--ckpt auto: " + shard_plan_text(plan));
         const bool on = plan.settings.gradient_checkpointing;
-        settings.push_back(setting(label, on, on ? plan.settings.checkpoint_layers : 0, 1024));
+        settings.push_back(setting(label, on, on ? plan.settings.checkpoint_layers : 0, 1024, plan.settings.keep));
         if (root) std::printf("memory plan (%s):\n%s", label.c_str(), shard_plan_text(plan).c_str());
         continue;
       }

@@ -218,7 +218,7 @@ TEST(ShardPlan, QuantizedBaseShrinksTheDenseWeights) {
   EXPECT_LT(nf4, fp8);
 }
 
-TEST(ShardPlan, AutoCheckpointingTakesTheFewestLayersThatFitTheLayoutWithAMargin) {
+TEST(ShardPlan, AutoCheckpointingTakesTheFastestSettingThatFitsTheLayoutWithAMargin) {
   const ModelInfo info = published("qwen3_5_122b_a10b");
   ShardPlanSettings s;
   s.lora_groups = {"attn", "linear_attn", "shared_expert", "experts"};
@@ -231,15 +231,27 @@ TEST(ShardPlan, AutoCheckpointingTakesTheFewestLayersThatFitTheLayoutWithAMargin
     EXPECT_EQ(p.settings.margin_bytes, memory_plan_margin(gib * kGiB));
     EXPECT_LE(p.choice()->total, gib * kGiB - p.settings.margin_bytes);
     const int64_t n = p.settings.gradient_checkpointing ? p.settings.checkpoint_layers : 0;
-    if (n > 0) {  // one layer fewer checkpointed does not fit that layout
-      ShardPlanSettings t = p.settings;
-      t.checkpoint_layers = n - 1;
-      t.gradient_checkpointing = n - 1 > 0;
-      EXPECT_FALSE(layout(plan_multi_gpu(info, t, {4, gib * kGiB}), p.choice()->layout).fits);
+    // What the checkpointed layers keep for their recompute is counted in the activations (an MoE keeps no MLP).
+    EXPECT_EQ(p.settings.keep.mlp_layers, 0);
+    ShardPlanSettings bare = p.settings;
+    bare.keep = RecomputeKeep{};
+    EXPECT_EQ(p.choice()->activations,
+              layout(plan_multi_gpu(info, bare, {4, gib * kGiB}), p.choice()->layout).activations +
+                  recompute_keep_bytes(info, s.tokens_per_step, n, p.settings.keep));
+    // Never slower (by the cost model) than the fewest whole layers checkpointed that fit that layout.
+    int64_t n0 = 0;
+    for (;; ++n0) {
+      ShardPlanSettings t = bare;
+      t.checkpoint_layers = n0;
+      t.gradient_checkpointing = n0 > 0;
+      if (layout(plan_multi_gpu(info, t, {4, gib * kGiB}), p.choice()->layout).fits) break;
+      ASSERT_LT(n0, info.num_layers);
     }
+    EXPECT_LE(recompute_cost(info, s.tokens_per_step, n, p.settings.keep),
+              recompute_cost(info, s.tokens_per_step, n0, {}));
     const std::string text = shard_plan_text(p);
     EXPECT_NE(text.find("less a " + gib_text(p.settings.margin_bytes) + " margin"), std::string::npos) << text;
-    EXPECT_NE(p.reason.find("the fewest that fit"), std::string::npos) << p.reason;
+    EXPECT_NE(p.reason.find("the fastest that fits"), std::string::npos) << p.reason;
   }
   // A configured layout that fits with no number of checkpointed layers is refused, not replaced by another one.
   const WeightLayout replicated = WeightLayout::Replicated;
@@ -299,7 +311,8 @@ TEST(ShardPlan, CliInfoPlansCheckpointingForOneStatedGpu) {
   const std::string out = cli_info("qwen3_5_27b.json", "--gpu-memory 80GiB");
   EXPECT_NE(out.find("Memory plan for 1 GPU of 80.0 GiB"), std::string::npos) << out;
   EXPECT_NE(out.find("Plan: replicated"), std::string::npos) << out;
-  EXPECT_NE(out.find(" of 64 layers checkpointed, the fewest that fit"), std::string::npos) << out;
+  EXPECT_NE(out.find(" of 64 layers checkpointed"), std::string::npos) << out;
+  EXPECT_NE(out.find("the fastest that fits"), std::string::npos) << out;
   EXPECT_EQ(out.find("Refused"), std::string::npos) << out;
   EXPECT_NE(out.find("gradient_checkpointing: auto, planned with the layout"), std::string::npos) << out;
   // 27B's untied embedding table (248320 x 5120 in bf16) is said to stay on the host.

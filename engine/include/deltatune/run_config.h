@@ -79,8 +79,9 @@ struct RunConfig {
   std::string weight_layout = "auto";
   bool fused_loss = true;
   // `gradient_checkpointing: auto` (the default) | true | false | N (= true with N layers). auto: at the start
-  // of a GPU run the memory plan (deltatune/memory_plan.h) picks the checkpointed layers and the loss chunk
-  // for the GPU's free memory; on the CPU nothing is checkpointed.
+  // of a GPU run the memory plan (deltatune/memory_plan.h) picks the checkpointed layers, what they keep for
+  // their recompute (deltatune/recompute_keep.h) and the loss chunk for the GPU's free memory; on the CPU nothing
+  // is checkpointed.
   bool gradient_checkpointing_auto = true;
   bool gradient_checkpointing = false;  // without auto
   // With gradient_checkpointing: checkpoint only the first N decoder layers; the rest keep their activations

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "deltatune/model_info.h"
+#include "deltatune/recompute_keep.h"
 
 namespace deltatune {
 
@@ -29,6 +30,9 @@ struct ShardPlanSettings {
   bool fused_loss = true;
   bool gradient_checkpointing = false;
   int64_t checkpoint_layers = -1;        // RunConfig::gradient_checkpointing_layers
+  // With gradient_checkpointing: what the checkpointed layers keep for their recompute (its bytes are counted in
+  // the activations; plan_multi_gpu_auto_checkpointing plans it).
+  RecomputeKeep keep;
   std::string base_quantization = "none";  // none | fp8 | nf4
   int64_t margin_bytes = 0;  // kept free on each GPU (the auto checkpointing plan keeps memory_plan_margin)
   ImageLoad images;          // image rows: every GPU runs the vision tower on its own micro-batch's images
@@ -74,9 +78,10 @@ struct ShardPlan {
 ShardPlan plan_multi_gpu(const ModelInfo& info, const ShardPlanSettings& settings, const GpuPool& gpus);
 
 // gradient_checkpointing: auto on several GPUs: for each layout in the plan's order (replicated, expert_parallel,
-// sharded, expert_parallel_sharded; only `layout` when given), the fewest checkpointed layers (from the first) whose
-// per-GPU estimate fits each GPU's memory less memory_plan_margin; the first layout that fits with some count is
-// the plan, its settings holding that count. The layout order comes first because the measured gap between
+// sharded, expert_parallel_sharded; only `layout` when given), the checkpointed layers (from the first) and what they
+// keep for their recompute with the least recompute_cost (deltatune/memory_plan.h, as the one-GPU plan) whose
+// per-GPU estimate fits each GPU's memory less memory_plan_margin; the first layout that fits with some setting is
+// the plan, its settings holding that setting. The layout order comes first because the measured gap between
 // layouts is larger than that of checkpointing (122B-A10B on 4 H200s: expert parallel with every layer checkpointed
 // 10,029 tok/s vs sharded with half of them 9,235). settings' checkpointing fields are ignored. Nothing fits: the
 // plan with every layer checkpointed (its refusal says what would fit).

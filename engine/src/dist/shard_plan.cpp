@@ -108,6 +108,18 @@ constexpr WeightLayout kPreference[] = {WeightLayout::Replicated, WeightLayout::
                                         WeightLayout::Sharded, WeightLayout::ExpertParallelSharded};
 
 // Why the plan's choice (p.choice() set).
+// What a plan's checkpointed layers keep for their recompute, without the model's shapes (recompute_keep_text
+// names the layers).
+std::string keep_words(const RecomputeKeep& k) {
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  if (k.attn_core) add("attention core");
+  if (k.gdn_core) add("GDN core");
+  if (k.mlp_layers < 0) add("MLP gate/up");
+  else if (k.mlp_layers > 0) add("MLP gate/up of the first " + std::to_string(k.mlp_layers) + " layers");
+  return s.empty() ? "nothing" : s;
+}
+
 std::string reason_for(const ShardPlan& p) {
   bool ep_applies = false;
   for (const LayoutEstimate& e : p.layouts) ep_applies |= e.layout == WeightLayout::ExpertParallel && e.applicable;
@@ -228,6 +240,7 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
   const int64_t T = std::max<int64_t>(s.tokens_per_step, 1), H = info.hidden_size, k = info.num_experts_per_tok;
   const int64_t L = info.num_layers;
   const int64_t n_ckpt = !s.gradient_checkpointing ? 0 : s.checkpoint_layers < 0 ? L : std::min(s.checkpoint_layers, L);
+  const int64_t keep_bytes = recompute_keep_bytes(info, T, n_ckpt, s.keep);  // selective recompute
 
   const auto lora = lora_params_per_group(info, s.lora_r);
   int64_t lora_dense = 0, lora_experts = 0;
@@ -271,7 +284,7 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
                          std::to_string(n) + " GPUs";
     }
     e.lora_and_optimizer = 16 * (lora_dense + (ep ? ceil_div(lora_experts, n) : lora_experts));
-    e.activations = est.activations;
+    e.activations = est.activations + keep_bytes;
     if (ep) {
       // This GPU's experts only: their regrouped LoRA factors; per routed row the two int32 maps between received
       // and expert-major order (layers whose activations are kept), and a checkpointed layer's kept routing and
@@ -346,29 +359,65 @@ ShardPlan plan_multi_gpu(const ModelInfo& info, const ShardPlanSettings& setting
 ShardPlan plan_multi_gpu_auto_checkpointing(const ModelInfo& info, ShardPlanSettings settings, const GpuPool& gpus,
                                             const WeightLayout* layout) {
   settings.margin_bytes = memory_plan_margin(gpus.memory_bytes);
-  std::vector<ShardPlan> by_layers;  // [n]: n layers checkpointed (0: none)
-  for (int64_t n = 0; n <= info.num_layers; ++n) {
+  settings.keep = RecomputeKeep{};
+  const int64_t T = settings.tokens_per_step, L = info.num_layers;
+  std::vector<ShardPlan> by_layers;  // [n]: n layers checkpointed (0: none), nothing kept
+  for (int64_t n = 0; n <= L; ++n) {
     settings.gradient_checkpointing = n > 0;
     settings.checkpoint_layers = n;
     by_layers.push_back(plan(info, settings, gpus, false));
   }
   for (WeightLayout want : kPreference) {
     if (layout && want != *layout) continue;
-    for (ShardPlan& p : by_layers) {
+    // The least recompute work that fits this layout: n layers checkpointed, the attention core kept or not, the
+    // MLP gate/up kept on the first m of them (keep bytes add to the activations alone, in every layout).
+    bool found = false, has_attn = false;
+    double best_cost = 0;
+    int64_t best_n = 0;
+    RecomputeKeep best_keep;
+    for (int64_t n = 0; n <= L; ++n) {
+      if (n > 0 && info.layer_types.at(static_cast<size_t>(n - 1)) == "full_attention") has_attn = true;
+      const ShardPlan& p = by_layers[static_cast<size_t>(n)];
       const auto it = std::find_if(p.layouts.begin(), p.layouts.end(),
-                                   [&](const LayoutEstimate& e) { return e.layout == want && e.fits; });
+                                   [&](const LayoutEstimate& e) { return e.layout == want && e.applicable; });
       if (it == p.layouts.end()) continue;
-      p.chosen = static_cast<int>(it - p.layouts.begin());
-      p.reason = std::string(layout ? "as configured" : reason_for(p)) + "; " +
-                 (p.settings.gradient_checkpointing ? std::to_string(p.settings.checkpoint_layers) + " of " +
-                                                          std::to_string(info.num_layers) + " layers checkpointed"
-                                                    : std::string("no layers checkpointed")) +
-                 ", the fewest that fit with a " + gib_text(settings.margin_bytes) + " margin";
-      return p;
+      const int64_t room = gpus.memory_bytes - settings.margin_bytes - it->total;
+      if (room < 0) continue;
+      for (const bool attn : {false, true}) {
+        if (attn && !has_attn) continue;
+        for (int64_t m = 0; m <= (info.is_moe ? 0 : n); ++m) {
+          RecomputeKeep k;
+          k.attn_core = attn;
+          k.mlp_layers = m;
+          if (recompute_keep_bytes(info, T, n, k) > room) break;  // more kept layers only add memory
+          const double cost = recompute_cost(info, T, n, k);
+          if (!found || cost < best_cost) found = true, best_cost = cost, best_n = n, best_keep = k;
+        }
+      }
     }
+    if (!found) continue;
+    settings.gradient_checkpointing = best_n > 0;
+    settings.checkpoint_layers = best_n;
+    settings.keep = best_n > 0 ? best_keep : RecomputeKeep{};
+    ShardPlan p = plan(info, settings, gpus, false);
+    const auto it = std::find_if(p.layouts.begin(), p.layouts.end(),
+                                 [&](const LayoutEstimate& e) { return e.layout == want && e.fits; });
+    check(it != p.layouts.end(), "internal: the checkpointing plan's layout does not fit");
+    p.chosen = static_cast<int>(it - p.layouts.begin());
+    p.reason = std::string(layout ? "as configured" : reason_for(p)) + "; " +
+               (p.settings.gradient_checkpointing
+                    ? std::to_string(p.settings.checkpoint_layers) + " of " + std::to_string(L) +
+                          " layers checkpointed" +
+                          (p.settings.keep.any() ? " (kept for the recompute: " +
+                                                       recompute_keep_text(info, p.settings.keep, best_n) + ")"
+                                                 : "")
+                    : std::string("no layers checkpointed")) +
+               ", the fastest that fits with a " + gib_text(settings.margin_bytes) + " margin";
+    return p;
   }
   settings.gradient_checkpointing = true;
   settings.checkpoint_layers = -1;
+  settings.keep = RecomputeKeep{};
   ShardPlan p = plan(info, settings, gpus, true);
   if (layout && p.choice() && p.choice()->layout != *layout) {  // another layout fits; the configured one does not
     p.chosen = -1;
@@ -381,10 +430,12 @@ std::string shard_plan_text(const ShardPlan& p) {
   std::ostringstream o;
   const int n = p.gpus.count;
   const ShardPlanSettings& s = p.settings;
-  const std::string ckpt = !s.gradient_checkpointing ? ""
-                           : s.checkpoint_layers < 0 ? "; gradient checkpointing"
-                                                     : "; gradient checkpointing of " + std::to_string(s.checkpoint_layers) +
-                                                           " layers";
+  std::string ckpt = !s.gradient_checkpointing ? ""
+                     : s.checkpoint_layers < 0 ? "; gradient checkpointing"
+                                               : "; gradient checkpointing of " + std::to_string(s.checkpoint_layers) +
+                                                     " layers";
+  if (s.gradient_checkpointing && s.keep.any())
+    ckpt += ", kept for the recompute: " + keep_words(s.keep);
   o << "Memory plan for " << n << " GPU" << (n > 1 ? "s" : "") << " of " << gib_text(p.gpus.memory_bytes)
     << (s.margin_bytes ? " less a " + gib_text(s.margin_bytes) + " margin" : "") << " (LoRA r=" << s.lora_r << " on "
     << join(p.lora_groups) << "; " << s.tokens_per_step << " tokens per micro-batch and GPU; base "

@@ -207,6 +207,7 @@ static WeightLayoutChoice pick_weight_layout(TrainSession& s) {
   if (c.checkpoint_layers) {
     s.checkpointing = *c.checkpoint_layers > 0;
     s.checkpoint_layers = *c.checkpoint_layers;
+    s.keep = c.keep;
   }
   return c;
 }

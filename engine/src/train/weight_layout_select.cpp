@@ -68,6 +68,7 @@ WeightLayoutChoice choose_weight_layout(const RunConfig& cfg, const ModelInfo& i
                                  " with any gradient checkpointing:\n" + shard_plan_text(plan));
     take(chosen->layout);
     c.checkpoint_layers = plan.settings.gradient_checkpointing ? plan.settings.checkpoint_layers : 0;
+    c.keep = plan.settings.gradient_checkpointing ? plan.settings.keep : RecomputeKeep{};
     c.note = "weight_layout: " + std::string(fixed ? "" : "auto: ") + weight_layout_name(chosen->layout) + " (" +
              plan.reason + "; gradient_checkpointing: auto, expected peak " + gib_text(chosen->total) + " of " +
              gib_text(gpu_memory_bytes) + " free per GPU)";

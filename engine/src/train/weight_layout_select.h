@@ -7,6 +7,7 @@
 #include <string>
 
 #include "deltatune/model_info.h"
+#include "deltatune/recompute_keep.h"
 #include "deltatune/run_config.h"
 
 namespace deltatune {
@@ -18,6 +19,7 @@ struct WeightLayoutChoice {
   // gradient_checkpointing: auto on GPUs: the checkpointed layers planned with the layout (per GPU, for its memory
   // less the plan's margin); unset otherwise (the run's own setting, or the CPU plan).
   std::optional<int64_t> checkpoint_layers;
+  RecomputeKeep keep;  // with checkpoint_layers: what those layers keep for their recompute
 };
 
 // `workers` ranks, each on a GPU of `gpu_memory_bytes` (the smallest of the job's; 0 = CPU workers; with
