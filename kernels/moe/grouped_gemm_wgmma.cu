@@ -60,6 +60,9 @@ constexpr int kStagesLora = 7;
 constexpr size_t kRingLora = size_t(kSlotBytes) * kStagesLora;
 constexpr size_t kSmemLora = kRingLora + kLoraU + kLoraL;  // 192 KiB
 static_assert(kSmemLora <= kSmem, "the LoRA kernel keeps the plain kernel's shared memory");
+// UK: the A_e tiles (kLoraR rows x BK, bf16) ride in a side ring in the u tile's place (u is formed there later).
+constexpr uint32_t kUSlot = kLoraR * BK * 2;
+static_assert(kUSlot * kStagesLora <= kLoraU && kLoraR * BK / 8 <= NT, "the A_e side ring fits the u tile");
 static_assert(BM * kLoraR / 4 == 2 * NT && BN == NT && kLoraR == 16, "LoRA tile pieces");
 
 struct WgArgs {
@@ -75,6 +78,8 @@ struct WgArgs {
   const float* ll;
   int lr;
   float lscale;
+  const bf16* la;  // UK: A_e [E, lr, K] (bf16): u (=) x·A_eᵀ is formed in the kernel and written to uo [M, lr]
+  float* uo;
 };
 
 // The LoRA epilogue of one warp: its 16 rows wr0 .. wr0 + 15 of the tile (the rows its accumulators hold), all
@@ -148,8 +153,9 @@ __device__ __forceinline__ void lora_epilogue(const WgArgs& g, const float (&acc
 // K-major (128 rows i, BK k): piece (i, 8·kc) with i = 8·(v / (8·kKc)) + v % 8, kc = (v / 8) % kKc.
 // MN-major (BK k, 128 n): piece (k, 8·nc) with k = 8·(v / (8·kNc)) + v % 8, nc = (v / 8) % kNc.
 // Eight consecutive threads take one core matrix (8 rows of 16 bytes, contiguous in shared memory).
-template <bool TRANS_W, bool LORA>
+template <bool TRANS_W, bool LORA, bool UK>
 __global__ void __launch_bounds__(NT, 1) grouped_wgmma_kernel(WgArgs g) {
+  static_assert(!UK || (TRANS_W && LORA), "u is formed in the kernel only in the forward LoRA form");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kKc = BK / 8, kNc = BN / 8;  // pieces along a K-major row, an MN-major one
   constexpr int kSt = LORA ? kStagesLora : kStages;  // ring slots
@@ -191,15 +197,23 @@ __global__ void __launch_bounds__(NT, 1) grouped_wgmma_kernel(WgArgs g) {
                         ok);
       }
     }
+    if constexpr (UK) {  // A_e rows (kLoraR x BK, K-major) into the side ring where u lands later
+      if (threadIdx.x < kLoraR * BK / 8) {
+        const int v = threadIdx.x, i = (v / (8 * kKc)) * 8 + (v & 7), kc = (v >> 3) % kKc;
+        const bool ok = i < g.lr && k0 + kc * 8 < K;
+        mma::cp_async16(sbase + uint32_t(kRingLora) + (kt % kSt) * kUSlot + wgmma::core_offset<BK>(i, kc * 8),
+                        ok ? g.la + (int64_t(e) * g.lr + i) * K + k0 + kc * 8 : g.la, ok);
+      }
+    }
   };
 
   if constexpr (LORA) {  // in the first k-step's copy group: landed and visible after the loop's first barrier
     const uint32_t us = sbase + uint32_t(kRingLora), ls = us + kLoraU;
 #pragma unroll
-    for (int q = 0; q < 2; ++q) {  // u rows of the tile, 4 floats a piece
+    for (int q = 0; q < 2; ++q) {  // u rows of the tile, 4 floats a piece (UK: formed below instead)
       const int v = threadIdx.x + q * NT, i = v >> 2, kc = (v & 3) * 4;
       const bool ok = i < mlim && kc < g.lr;
-      mma::cp_async16(us + (i * kLoraR + kc) * 4, ok ? g.lu + (r0 + i) * g.lr + kc : g.lu, ok);
+      if constexpr (!UK) mma::cp_async16(us + (i * kLoraR + kc) * 4, ok ? g.lu + (r0 + i) * g.lr + kc : g.lu, ok);
     }
     if constexpr (TRANS_W) {  // B_e rows n: (n, k) at ll[(e·N + n)·lr + k], 4-byte copies into [k][n]
       const int n = threadIdx.x;
@@ -222,6 +236,7 @@ __global__ void __launch_bounds__(NT, 1) grouped_wgmma_kernel(WgArgs g) {
   float acc[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+  [[maybe_unused]] float uacc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // UK: m64n16 of u = x·A_eᵀ
 #pragma unroll
   for (int s = 0; s < kSt - 2; ++s) {
     if (s < nk) issue(s);
@@ -243,6 +258,10 @@ __global__ void __launch_bounds__(NT, 1) grouped_wgmma_kernel(WgArgs g) {
         const uint64_t db = TRANS_W ? wgmma::desc(b + (kk / 8) * 128, 128, BK * 16)
                                     : wgmma::desc(b + (kk / 8) * (BN * 16), BN * 16, 128);
         wgmma::mma_m64n256<0, TRANS_W ? 0 : 1>(acc, da, db, true);
+        if constexpr (UK) {
+          const uint32_t ua = sbase + uint32_t(kRingLora) + (kt % kSt) * kUSlot;
+          wgmma::mma_m64n16<0, 0>(uacc, da, wgmma::desc(ua + (kk / 8) * 128, 128, BK * 16), true);
+        }
       }
       wgmma::commit();
       wgmma::wait<1>();
@@ -250,11 +269,27 @@ __global__ void __launch_bounds__(NT, 1) grouped_wgmma_kernel(WgArgs g) {
   }
   wgmma::wait<0>();
   wgmma::fence_operands(acc);
+  if constexpr (UK) wgmma::fence_operands(uacc);
   mma::cp_async_wait<0>();
   if constexpr (LORA) __syncthreads();  // every warpgroup's products are done: the ring becomes the C tile
   if (!active) return;
   // Accumulator 4j + 2h + c: row 16w + lane/4 + 8h of the warpgroup's 64, column 8j + 2(lane % 4) + c.
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+  if constexpr (UK) {  // u rows of this warp into the u tile (the side ring is free), and out once per row tile
+    float* us = reinterpret_cast<float*>(smem + kRingLora);
+    const int q = lane & 3;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 64 * wg + 16 * w + (lane >> 2) + 8 * h, k = 8 * j + 2 * q;
+        *reinterpret_cast<float2*>(us + r * kLoraR + k) = make_float2(uacc[4 * j + 2 * h], uacc[4 * j + 2 * h + 1]);
+        if (n0 == 0 && r < mlim && k < g.lr)
+          *reinterpret_cast<float2*>(g.uo + (r0 + r) * g.lr + k) =
+              make_float2(uacc[4 * j + 2 * h], uacc[4 * j + 2 * h + 1]);
+      }
+    __syncwarp();
+  }
   if constexpr (LORA) {
     lora_epilogue(g, acc, reinterpret_cast<float*>(smem), r0, n0, mlim, nlim, 64 * wg + 16 * w, lane);
   } else {
@@ -291,7 +326,9 @@ __global__ void __launch_bounds__(NT, 1) grouped_wgmma_kernel(WgArgs g) {
 bool grouped_gemm_wgmma_fits(const KernelPolicy& pol) { return pol.hopper() && pol.smem_fits(kSmem); }
 
 bool grouped_gemm_wgmma_lora_fits(const KernelPolicy& pol, bool trans_w, int64_t N, int64_t K, const GroupedLora& l) {
-  const bool aligned = (reinterpret_cast<uintptr_t>(l.u) & 15u) == 0 && (reinterpret_cast<uintptr_t>(l.l) & 15u) == 0;
+  auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  const bool uk = l.a != nullptr;  // u formed in the kernel: the forward form only
+  const bool aligned = a16(l.l) && (uk ? a16(l.a) && a16(l.u_out) && trans_w : a16(l.u));
   return pol.hopper() && pol.smem_fits(kSmemLora) && aligned && l.r >= 1 && l.r <= kLoraR && l.r % 4 == 0 &&
          K % 8 == 0 && (trans_w ? true : N % 8 == 0);
 }
@@ -306,9 +343,11 @@ cudaError_t launch_grouped_gemm_wgmma(const KernelPolicy& pol, const void* x, co
   if (row_tiles > 0x7fffffff || ntiles > 65535) return cudaErrorInvalidValue;
   WgArgs a{static_cast<const bf16*>(x), static_cast<const bf16*>(w), offsets, tile_off, y, N, K, E, alpha, beta,
            lora ? lora->u : nullptr, lora ? lora->l : nullptr, lora ? static_cast<int>(lora->r) : 0,
-           lora ? lora->scale : 0.f};
-  auto* kernel = lora ? (trans_w ? grouped_wgmma_kernel<true, true> : grouped_wgmma_kernel<false, true>)
-                      : (trans_w ? grouped_wgmma_kernel<true, false> : grouped_wgmma_kernel<false, false>);
+           lora ? lora->scale : 0.f, lora ? static_cast<const bf16*>(lora->a) : nullptr,
+           lora ? lora->u_out : nullptr};
+  auto* kernel = lora && lora->a ? grouped_wgmma_kernel<true, true, true>
+                 : lora ? (trans_w ? grouped_wgmma_kernel<true, true, false> : grouped_wgmma_kernel<false, true, false>)
+                        : (trans_w ? grouped_wgmma_kernel<true, false, false> : grouped_wgmma_kernel<false, false, false>);
   const size_t smem = lora ? kSmemLora : kSmem;
   cudaError_t err = set_launch_smem(pol, kernel, smem);
   if (err != cudaSuccess) return err;

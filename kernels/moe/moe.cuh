@@ -58,12 +58,15 @@ cudaError_t launch_permute3(KIn src, int64_t d0, int64_t d1, int64_t d2, int p0,
 
 // ---- grouped_gemm.cu: expert GEMMs with device-side row ranges ------------------------------------------------
 // The expert LoRA up-projection fused into a grouped GEMM's epilogue: y[r] += scale·u[r]·L_eᵀ (trans_w: L
-// [E, N, r]) or scale·u[r]·L_e (L [E, r, N]); u F32 [M, r], L F32, products in fp32.
+// [E, N, r]) or scale·u[r]·L_e (L [E, r, N]); u F32 [M, r], L F32, products in fp32. With a (trans_w only): u is
+// not read but formed by the same kernel, u_out[r] (=) x[r]·A_eᵀ (a bf16 [E, r, K], fp32 accumulation).
 struct GroupedLora {
   const float* u;
   const float* l;
   int64_t r;
   float scale;
+  const void* a = nullptr;
+  float* u_out = nullptr;
 };
 // Operands are both BF16 (tensor cores, fp32 accumulation) or, with fp32, both F32 (fp32 FMA).
 // y[r] (=) alpha·x[r]·op(W_e) + beta·y[r] for r in [off[e], off[e+1]); x (M, K); w (E, N, K) when trans_w else

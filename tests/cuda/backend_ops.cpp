@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -1213,6 +1214,22 @@ void case_moe_grouped(Env& e) {
            << (tw ? " Wᵀ " : " W ") << "->" << dtype_name(c.y) << " beta " << c.beta;
       compare(e, name.str(), y, 1e-4);
     }
+  // grouped_lora_linear_fwd: u = x·A_eᵀ and y = x·W_eᵀ + s·u·B_eᵀ (Hopper: u formed in the expert GEMM); 35B-A3B
+  // gate_up and down forward sizes, r 8 (zero filled), ~24 rows an expert with a partial column tile, r 20 (two
+  // kernels).
+  for (const auto& [E, rows, M, N, K, r] : {std::array<int64_t, 6>{16, 2048, 2048, 1024, 2048, 16},
+                                            {16, 2000, 2050, 2048, 512, 16}, {12, 1500, 1510, 512, 256, 8},
+                                            {37, 900, 905, 136, 64, 16}, {7, 400, 400, 256, 64, 20}}) {
+    Pair off = offsets(E, rows, M);
+    Pair x = e.in({M, K}, BF), w = e.in({E, N, K}, BF), a = e.in({E, r, K}, F32), l = e.in({E, N, r}, F32);
+    Pair u = e.out_init({M, r}, F32), y = e.out_init({M, N}, BF);
+    e.cpu->grouped_lora_linear_fwd(x.c, w.c, a.c, off.c, l.c, 0.5f, u.c, y.c);
+    e.gpu->grouped_lora_linear_fwd(x.g, w.g, a.g, off.g, l.g, 0.5f, u.g, y.g);
+    const std::string tag = " E=" + std::to_string(E) + " M=" + std::to_string(M) + " " + std::to_string(N) + "x" +
+                            std::to_string(K) + " r=" + std::to_string(r);
+    compare(e, "grouped_lora_linear_fwd u" + tag, u, 1e-4);
+    compare(e, "grouped_lora_linear_fwd y" + tag, y, 1e-4);
+  }
   // swiglu_packed: [gate | up] rows; bf16 rows of 8k values (16-byte path) and odd widths.
   for (const auto& [n, I, dt] : {std::tuple<int64_t, int64_t, DType>{333, 512, BF}, {37, 13, BF}, {29, 24, F32}}) {
     Pair gu = e.in({n, 2 * I}, dt, -4.f, 4.f), dh = e.in({n, I}, dt);
@@ -1432,7 +1449,7 @@ const std::vector<OpCase>& all_cases() {
        {"moe_router_fwd", "moe_router_bwd", "gather_rows", "scatter_add_rows", "row_dot", "scale_rows"},
        case_moe},
       {"moe_grouped",
-       {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_lora", "grouped_gemm_wgrad", "permute3",
+       {"moe_dispatch", "moe_combine", "grouped_gemm", "grouped_gemm_lora", "grouped_lora_linear_fwd", "grouped_gemm_wgrad", "permute3",
         "swiglu_packed_fwd", "swiglu_packed_bwd"},
        case_moe_grouped},
       {"cross_entropy", {"cross_entropy"}, case_cross_entropy},

@@ -141,6 +141,12 @@ void Backend::grouped_gemm_lora(const Tensor& x, const Tensor& w, bool trans_w, 
   grouped_gemm(u, l, trans_w, offsets, y, lscale, 1.f);
 }
 
+void Backend::grouped_lora_linear_fwd(const Tensor& x, const Tensor& w, const Tensor& a, const Tensor& offsets,
+                                      const Tensor& l, float lscale, Tensor& u, Tensor& y) {
+  grouped_gemm(x, a, true, offsets, u, 1.f, 0.f);
+  grouped_gemm_lora(x, w, true, offsets, u, l, lscale, y, 1.f, 0.f);
+}
+
 void Backend::swiglu_packed_fwd(const Tensor& gu, Tensor& h) {
   const int64_t n = gu.rows(), I = gu.cols() / 2;
   check(gu.cols() == 2 * I && h.rows() == n && h.cols() == I,

@@ -348,6 +348,11 @@ class Backend {
   //   L [E, r, N]); u [M, r]. The default runs grouped_gemm twice (the LoRA product F32·F32 in fp32 on CUDA).
   virtual void grouped_gemm_lora(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets,
                                  const Tensor& u, const Tensor& l, float lscale, Tensor& y, float alpha, float beta);
+  // The forward of an expert LoRA linear: u (=) x·A_eᵀ (F32 [M, r], a [E, r, K]) and y (=) x·W_eᵀ + lscale·u·L_eᵀ
+  // (w [E, N, K], l [E, N, r]). The default runs grouped_gemm and grouped_gemm_lora; backends may form u in the
+  // expert GEMM itself (one read of x).
+  virtual void grouped_lora_linear_fwd(const Tensor& x, const Tensor& w, const Tensor& a, const Tensor& offsets,
+                                       const Tensor& l, float lscale, Tensor& u, Tensor& y);
   // SwiGLU of rows packed as [gate | up] (the experts' gate_up output): gu [n, 2I]; h (=) silu(gate)·up [n, I];
   // backward dgu (=) [dgate | dup] [n, 2I]. Same values as swiglu_fwd / swiglu_bwd on the split halves (the
   // defaults split them with copy_cols).

@@ -29,15 +29,20 @@ void grouped_linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModul
   check(E == w.dim(0) && m->in == w.dim(2) && m->out == w.dim(1),
         "internal: expert LoRA " + m->path + " does not match its weight " + shape_str(w.shape));
   Tensor xin = x;
-  if (rt.training && rt.dropout > 0.f) {
+  const bool dropped = rt.training && rt.dropout > 0.f;
+  if (dropped) {
     c.xd = be.alloc(x.shape, x.dtype);
     be.dropout(x, rt.dropout, lora_module_seed(rt, salt), c.xd);
     xin = c.xd;
   }
   c.u = be.alloc({x.rows(), r}, DType::F32);
-  be.grouped_gemm(xin, m->A.view({E, r, m->in}), true, off, c.u, 1.f, 0.f);
   c.Bc = be.alloc({E, m->out, r}, DType::F32);
   be.permute3(m->B, m->out, r, E, 2, 0, 1, c.Bc);
+  if (!dropped) {  // u = x·A_eᵀ and y = x·W_eᵀ + s·u·B_eᵀ, one read of x where the backend fuses them
+    be.grouped_lora_linear_fwd(x, w, m->A.view({E, r, m->in}), off, c.Bc, m->scaling, c.u, y);
+    return;
+  }
+  be.grouped_gemm(xin, m->A.view({E, r, m->in}), true, off, c.u, 1.f, 0.f);
   be.grouped_gemm_lora(x, w, true, off, c.u, c.Bc, m->scaling, y, 1.f, 0.f);  // y = x·W_eᵀ + s·u·B_eᵀ
 }
 

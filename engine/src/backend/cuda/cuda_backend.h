@@ -165,6 +165,8 @@ class CudaBackend final : public Backend, public QuantOps {
                     float beta) override;
   void grouped_gemm_lora(const Tensor& x, const Tensor& w, bool trans_w, const Tensor& offsets, const Tensor& u,
                          const Tensor& l, float lscale, Tensor& y, float alpha, float beta) override;
+  void grouped_lora_linear_fwd(const Tensor& x, const Tensor& w, const Tensor& a, const Tensor& offsets,
+                               const Tensor& l, float lscale, Tensor& u, Tensor& y) override;
   void swiglu_packed_fwd(const Tensor& gu, Tensor& h) override;
   void swiglu_packed_bwd(const Tensor& dh, const Tensor& gu, Tensor& dgu) override;
   void grouped_gemm_wgrad(const Tensor& a, const Tensor& b, const Tensor& offsets, Tensor& g, float alpha,

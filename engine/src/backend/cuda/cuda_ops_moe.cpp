@@ -117,6 +117,35 @@ void CudaBackend::grouped_gemm_lora(const Tensor& x, const Tensor& w, bool trans
              "grouped_gemm_lora");
 }
 
+void CudaBackend::grouped_lora_linear_fwd(const Tensor& x, const Tensor& w, const Tensor& a, const Tensor& offsets,
+                                          const Tensor& l, float lscale, Tensor& u, Tensor& y) {
+  check(w.ndim() == 3 && a.ndim() == 3 && l.ndim() == 3,
+        "grouped_lora_linear_fwd: w, a, l must be 3-D [E, ., .], got " + shape_str(w.shape) + ", " + shape_str(a.shape) +
+            ", " + shape_str(l.shape));
+  const int64_t E = w.dim(0), M = x.rows(), K = x.cols(), N = w.dim(1), r = a.dim(1);
+  const bool fits = x.dtype == DType::BF16 && w.dtype == DType::BF16 && u.dtype == DType::F32 &&
+                    l.dtype == DType::F32 && M > 0 && a.dim(0) == E && a.dim(2) == K && l.dim(0) == E &&
+                    l.dim(1) == N && l.dim(2) == r && u.rows() == M && u.cols() == r && w.dim(2) == K &&
+                    y.rows() == M && y.cols() == N && offsets.numel() == E + 1;
+  if (!fits) {
+    Backend::grouped_lora_linear_fwd(x, w, a, offsets, l, lscale, u, y);  // the op's checks and two kernels
+    return;
+  }
+  const Tensor ab = as_bf16(a);
+  const kernels::GroupedLora lora{nullptr, static_cast<const float*>(l.data), r, lscale, ab.data,
+                                  static_cast<float*>(u.data)};
+  if (!kernels::grouped_gemm_lora_fusable(policy_, x.data, w.data, true, N, K, lora)) {
+    Backend::grouped_lora_linear_fwd(x, w, a, offsets, l, lscale, u, y);
+    return;
+  }
+  Tensor tiles = alloc({E + 1}, DType::I32);
+  cuda_check(kernels::launch_grouped_gemm(policy_, x.data, w.data, false, true,
+                                          i32r(offsets, "grouped_lora_linear_fwd offsets"), static_cast<int>(E), M, N,
+                                          K, kout(y, "grouped_lora_linear_fwd y"), 1.f, 0.f,
+                                          static_cast<int32_t*>(tiles.data), stream(), &lora),
+             "grouped_lora_linear_fwd");
+}
+
 void CudaBackend::swiglu_packed_fwd(const Tensor& gu, Tensor& h) {
   const int64_t n = gu.rows(), I = gu.cols() / 2;
   check(gu.ndim() == 2 && gu.cols() == 2 * I && h.rows() == n && h.cols() == I,
