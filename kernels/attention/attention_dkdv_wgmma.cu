@@ -21,7 +21,7 @@
 // Outputs: dk / dv directly when the pair is the whole kv group (nH / nKV == 2), else F32 partials per head
 // pair (2, T, nH / 2, HD), summed per kv head by the caller.
 // MC (Hopper policy): blocks 2m and 2m+1 of the tile list form a cluster; when their key tiles lie in the same
-// sequence (the host's list has a sequence's tiles in order) both walk the same query tiles (causal: from the
+// sequence (the host's list pairs a sequence's tiles: attention_tile_list.h) both walk the same query tiles (causal: from the
 // earlier key tile on, the later one skipping the steps wholly above its diagonal) and each Q / dO tile comes
 // by TMA multicast, rank 0 copying Q and rank 1 dO into both blocks (attn_wgmma image layout). Otherwise each
 // block copies its own tiles by TMA. The stages' mbarriers follow the tiles (16 bytes more).

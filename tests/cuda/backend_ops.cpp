@@ -496,7 +496,11 @@ void case_attention(Env& e) {
                      {4, 1, 256, awkward},  // GQA 4
                      {2, 1, 256, {0, 1024}},   // 16 diagonal and 120 full 64x64 tiles
                      {8, 2, 256, awkward},     // the 2B shape's heads (GQA 4, 2 kv heads), packed ragged
-                     {8, 2, 256, {0, 130, 500}}};  // ragged: 2 and 6 tiles, both ending mid-tile
+                     {8, 2, 256, {0, 130, 500}},  // ragged: 2 and 6 tiles, both ending mid-tile
+                     // Packed (Hopper dK/dV: clusters of two key tiles of one sequence): 4 sequences of 4 tiles;
+                     // 3, 3, 3 and 2 tiles (odd last tiles paired across sequences, an odd list).
+                     {8, 2, 256, {0, 256, 512, 768, 1024}},
+                     {16, 4, 256, {0, 192, 384, 576, 700}}};
   // Full attention (the vision tower: every key of the frame): the tiny golden's head_dim 16 (FMA kernels), the
   // 9B tower's 72 on the tensor cores (zero-padded to 96; one frame of a 512x512 image = 1024 patches), 64, and
   // F32 inputs on the FMA kernels.

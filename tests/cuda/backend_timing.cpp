@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -52,6 +54,23 @@ SeqLayout one_seq(Backend& b, int32_t T) {
   for (int32_t t = 0; t < T; ++t) hp.ptr<int32_t>()[t] = t;
   s.positions = b.upload(hp, DType::I32);
   s.max_seqlen = T;
+  return s;
+}
+
+// Several sequences packed in one row (sequence packing), positions restarting per sequence.
+SeqLayout packed_seqs(Backend& b, const std::vector<int32_t>& lens) {
+  SeqLayout s;
+  s.host_cu_seqlens = {0};
+  for (int32_t l : lens) s.host_cu_seqlens.push_back(s.host_cu_seqlens.back() + l);
+  const int32_t T = s.host_cu_seqlens.back();
+  Tensor hc = host_tensor({int64_t(s.host_cu_seqlens.size())}, DType::I32);
+  std::copy(s.host_cu_seqlens.begin(), s.host_cu_seqlens.end(), hc.ptr<int32_t>());
+  s.cu_seqlens = b.upload(hc, DType::I32);
+  Tensor hp = host_tensor({T}, DType::I32);
+  for (size_t n = 0; n < lens.size(); ++n)
+    for (int32_t t = 0; t < lens[n]; ++t) hp.ptr<int32_t>()[s.host_cu_seqlens[n] + t] = t;
+  s.positions = b.upload(hp, DType::I32);
+  s.max_seqlen = *std::max_element(lens.begin(), lens.end());
   return s;
 }
 
@@ -249,6 +268,45 @@ TEST(BackendTiming, DISABLED_AttentionHd256) {
       EXPECT_TRUE(b.all_finite(o) && b.all_finite(lse) && b.all_finite(dq) && b.all_finite(dk) &&
                   b.all_finite(dv));
     }
+}
+
+// Attention at hd 256 with 4096 tokens packed in one row (auto policy): one sequence, 4 x 1024, 8 x 512 and
+// ragged lengths (odd tile counts), at the 2B and 9B heads. The dK/dV kernel's clusters share Q / dO tiles only
+// between key tiles of one sequence (attention_tile_list.h pairs them). Causal flops as above, per sequence.
+TEST(BackendTiming, DISABLED_AttentionHd256Packed) {
+  if (!cuda_backend_available()) GTEST_SKIP();
+  const std::vector<std::pair<const char*, std::vector<int32_t>>> layouts = {
+      {"1x4096", {4096}},
+      {"4x1024", {1024, 1024, 1024, 1024}},
+      {"8x512", {512, 512, 512, 512, 512, 512, 512, 512}},
+      {"ragged", {1000, 700, 1500, 896}}};  // 16, 11, 24, 14 tiles
+  auto gpu = make_cuda_backend(0, DType::BF16, "auto");
+  Backend& b = *gpu;
+  const DType BF = DType::BF16;
+  for (const int nH : {8, 16}) {
+    const int T = 4096, nKV = nH / 4, hd = 256;
+    Tensor q = rand_dev(b, {T, nH, hd}, BF, -1, 1, 3), k = rand_dev(b, {T, nKV, hd}, BF, -1, 1, 4),
+           v = rand_dev(b, {T, nKV, hd}, BF, -1, 1, 5), dout = rand_dev(b, {T, nH, hd}, BF, -1, 1, 6);
+    Tensor o = b.alloc({T, nH, hd}, BF), lse = b.alloc({T, nH}, DType::F32);
+    Tensor dq = b.alloc(q.shape, BF), dk = b.alloc(k.shape, BF), dv = b.alloc(v.shape, BF);
+    const float scale = 0.0625f;
+    for (const auto& [name, lens] : layouts) {
+      SeqLayout s = packed_seqs(b, lens);
+      double flops = 0;
+      for (int32_t l : lens) flops += 2.0 * 2.0 * double(l) * l / 2 * hd * nH;
+      constexpr int kReps = 4;  // launches per timed run
+      const double f = median_ms(b, [&] {
+        for (int r = 0; r < kReps; ++r) b.attention_fwd(q, k, v, s, scale, o, lse);
+      }) / kReps;
+      const double bw = median_ms(b, [&] {
+        for (int r = 0; r < kReps; ++r) b.attention_bwd(dout, q, k, v, o, lse, s, scale, dq, dk, dv);
+      }) / kReps;
+      std::printf("attention packed %-7s T=%d nH=%d nKV=%d hd=%d  fwd %8.3f ms (%6.1f TFLOP/s)  bwd %8.3f ms (%6.1f TFLOP/s)\n",
+                  name, T, nH, nKV, hd, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
+      EXPECT_TRUE(b.all_finite(o) && b.all_finite(lse) && b.all_finite(dq) && b.all_finite(dk) &&
+                  b.all_finite(dv));
+    }
+  }
 }
 
 // Gated DeltaNet core at the training shape (T=8192 as 2 sequences of 4096, HK 16, HV 32, dk = dv = 128),

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attention/attention.cuh"
+#include "attention/attention_tile_list.h"
 #include "emu/attention/emu_rt.h"
 
 namespace deltatune::kernels {
@@ -115,19 +116,10 @@ int main(int argc, char** argv) {
       }
     }
 
-  // Tile lists as the host builds them (query-cost order, then key-cost order).
-  struct Tile {
-    int32_t seq, t0, before, after;
-  };
-  std::vector<Tile> tl;
-  for (size_t n = 0; n + 1 < cu.size(); ++n)
-    for (int32_t t = cu[n]; t < cu[n + 1]; t += kAttnMmaTile) tl.push_back({int32_t(n), t, t - cu[n], cu[n + 1] - t});
-  std::vector<int32_t> qt, kt;
-  std::stable_sort(tl.begin(), tl.end(), [](const Tile& a, const Tile& b) { return a.before > b.before; });
-  for (auto& t : tl) qt.insert(qt.end(), {t.seq, t.t0});
-  std::stable_sort(tl.begin(), tl.end(), [](const Tile& a, const Tile& b) { return a.after > b.after; });
-  for (auto& t : tl) kt.insert(kt.end(), {t.seq, t.t0});
-  const int ntiles = int(tl.size());
+  // Tile lists as the host builds them (query-cost order, then key-cost order in pairs of one sequence).
+  const std::vector<int32_t> tl = attention_mma_tile_list(cu);
+  const int ntiles = int(tl.size() / 4);
+  const std::vector<int32_t> qt(tl.begin(), tl.begin() + 2 * ntiles), kt(tl.begin() + 2 * ntiles, tl.end());
 
   const float nan = std::nanf("");
   std::vector<float> o(T * nH * hd, nan), lse(T * nH, nan);

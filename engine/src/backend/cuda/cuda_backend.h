@@ -229,7 +229,7 @@ class CudaBackend final : public Backend, public QuantOps {
   Tensor attention_tiles(const SeqLayout& seq);
   // I32 (2·ntiles, 2) tile list for the tensor-core attention kernels (kAttnMmaTile tokens per tile): the
   // first ntiles rows ordered by query-side cost (keys before the tile), the next ntiles by key-side cost
-  // (queries after it), most expensive first so the longest blocks start in the first wave.
+  // (queries after it) in pairs of one sequence, most expensive first (kernels::attention_mma_tile_list).
   Tensor attention_tiles_mma(const SeqLayout& seq);
   // [T, H, hd] -> zeroed [T, H, padded_hd] with x in the first hd columns, and back (tensor-core attention at
   // head dims the kernels do not take).

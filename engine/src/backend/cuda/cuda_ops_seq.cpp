@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention/attention.cuh"
+#include "attention/attention_tile_list.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
@@ -42,24 +43,9 @@ Tensor CudaBackend::attention_tiles_mma(const SeqLayout& seq) {
   return layout_tables_
       .get(LayoutTables::Kind::AttnTilesMma, seq.host_cu_seqlens,
            [&](LayoutTables::Entry& e) {
-             struct Tile {
-               int32_t seq, t0, before, after;  // tokens of the sequence before the tile start / from it on
-             };
-             std::vector<Tile> tiles;
-             const auto& cu = seq.host_cu_seqlens;
-             for (size_t n = 0; n + 1 < cu.size(); ++n)
-               for (int32_t t = cu[n]; t < cu[n + 1]; t += kernels::kAttnMmaTile)
-                 tiles.push_back({static_cast<int32_t>(n), t, t - cu[n], cu[n + 1] - t});
-             if (tiles.empty()) return;
-             std::vector<int32_t> flat;
-             flat.reserve(tiles.size() * 4);
-             std::stable_sort(tiles.begin(), tiles.end(),
-                              [](const Tile& a, const Tile& b) { return a.before > b.before; });
-             for (const Tile& t : tiles) flat.insert(flat.end(), {t.seq, t.t0});
-             std::stable_sort(tiles.begin(), tiles.end(),
-                              [](const Tile& a, const Tile& b) { return a.after > b.after; });
-             for (const Tile& t : tiles) flat.insert(flat.end(), {t.seq, t.t0});
-             e.a = upload_bytes(flat.data(), {static_cast<int64_t>(flat.size() / 2), 2}, DType::I32);
+             const std::vector<int32_t> flat = kernels::attention_mma_tile_list(seq.host_cu_seqlens);
+             if (!flat.empty())
+               e.a = upload_bytes(flat.data(), {static_cast<int64_t>(flat.size() / 2), 2}, DType::I32);
            })
       .a;
 }
