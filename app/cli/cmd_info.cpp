@@ -138,6 +138,7 @@ nlohmann::ordered_json plan_json(const ShardPlan& p) {
     l["logits"] = e.logits;
     l["exchange_buffers"] = e.exchange_buffers;
     l["overhead"] = e.overhead;
+    l["backend_buffers"] = e.backend_buffers;
     l["total"] = e.total;
     l["moved_per_micro_batch"] = e.moved_per_micro_batch;
     l["fits"] = e.fits;
@@ -342,6 +343,7 @@ int cmd_info(const Args& args) {
                           {"activations", vram.activations},
                           {"logits", vram.logits},
                           {"overhead", vram.overhead},
+                          {"backend_buffers", vram.backend_buffers},
                           {"image_tokens_per_step", images.image_tokens_per_step},
                           {"vision_lora", vision_lora},
                           {"vision_weights", vram.vision_weights},
@@ -433,7 +435,7 @@ int cmd_info(const Args& args) {
     << (lora_groups.empty() ? std::string("the default groups") : join_commas(lora_groups)) << "): " << bytes_str(vram.total) << "\n"
     << "  weights " << bytes_str(vram.weights) << ", LoRA+optimizer " << bytes_str(vram.lora_and_optimizer)
     << ", activations " << bytes_str(vram.activations) << ", logits " << bytes_str(vram.logits)
-    << ", overhead " << bytes_str(vram.overhead) << "\n";
+    << ", overhead " << bytes_str(vram.overhead + vram.backend_buffers) << "\n";
   if (const auto embed = info.params_per_group.find("embed"); !info.tied_embeddings && embed != info.params_per_group.end())
     o << "  not on the GPU: the embedding table (untied from the lm_head), " << bytes_str(2 * embed->second)
       << " in bf16, stays in host memory and its rows are read over the bus\n";

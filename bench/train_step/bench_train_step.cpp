@@ -23,6 +23,7 @@
 //                    [--keep K1/K2/... (selective recompute, StepOptions::keep: each setting above is measured with
 //                     each K, a comma list of none, attn (attention core), gdn (GDN core), mlp (MLP gate/up of every
 //                     checkpointed layer) or mlpN (of the first N); --ckpt auto plans use the plan's keep)]
+//                    [--plan-only 1 (print the settings and their estimates' terms, no GPU needed)]
 //                    [--graph 1|0 (the step recorded and replayed as a CUDA graph, StepOptions::record; 0: op by op)]
 //                    [--kernels auto|portable (the run config's `kernels`; portable: the sm_80 kernels)]
 //                    [--sharded 0|1 (data parallel: the frozen decoder layers sharded over the GPUs, ZeRO-3 style,
@@ -37,8 +38,10 @@
 // (fwd QKᵀ and PV at half density, backward twice that) + the GDN core as chunked (per token and value
 // head ≈ 18·dk·dv fwd+bwd). Peak: 989 TFLOP/s (dense bf16, H100 SXM / H200).
 // pred_GiB: the memory plan's estimate (estimate_vram; several workers: the layout's per-GPU estimate of
-// plan_multi_gpu) less its fixed overhead (CUDA context, workspaces, which the allocator's peak does not see), next
-// to the measured peak.
+// plan_multi_gpu) less its overhead (CUDA context, kernel images: what the allocator does not see), next
+// to the measured peak; the JSON line also has the estimate's terms (est_*) and the measured ones: the allocator's
+// bytes after loading the weights (mem_weights), after uploading LoRA (mem_lora) and after the steps
+// (mem_resident: weights, LoRA, gradients, optimizer state and whatever the step keeps between steps).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -133,7 +136,7 @@ int main(int argc, char** argv) {
   bool experts = true;
   int64_t rank = 16, ckpt_layers = -1;
   int steps = 5, warmup = 2;
-  bool ckpt = true, overlap = true, ckpt_auto = false, sharded = false, ep = false, graph = true;
+  bool ckpt = true, overlap = true, ckpt_auto = false, sharded = false, ep = false, graph = true, plan_only = false;
   std::vector<double> free_gib;
   std::vector<int64_t> sweep;
   std::vector<std::string> keeps;  // --keep items
@@ -173,6 +176,7 @@ int main(int argc, char** argv) {
     else if (a == "--ckpt-layers") ckpt_layers = std::atoll(v.c_str());
     else if (a == "--overlap") overlap = std::atoi(v.c_str()) != 0;
     else if (a == "--graph") graph = std::atoi(v.c_str()) != 0;
+    else if (a == "--plan-only") plan_only = std::atoi(v.c_str()) != 0;
     else if (a == "--sharded") sharded = std::atoi(v.c_str()) != 0;
     else if (a == "--ep") ep = std::atoi(v.c_str()) != 0;
     else if (a == "--kernels") kernels = v;
@@ -199,49 +203,13 @@ int main(int argc, char** argv) {
       for (const GpuDevice& d : gpu_environment(kernels).devices)
         if (d.index == dev) free_bytes = d.free_bytes > 0 ? d.free_bytes : d.total_bytes;
     }
-    auto be = make_cuda_backend(dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0, DType::BF16, kernels);
-    if (dp) dp->connect_backend(*be);
-    if (sharded && !dp) throw Error("--sharded 1 needs several workers (run_dp_step.sh)");
-    if (ep && !dp) throw Error("--ep 1 needs several workers (run_dp_step.sh)");
-    Qwen35Model model(w, *be, sharded ? &dp->shard_gatherer() : nullptr, ep ? &dp->token_exchange() : nullptr);
-    be->synchronize();
-    const double t_load = now_s() - t0;
 
     LoraSpec spec;
     spec.r = rank;
     spec.alpha = static_cast<double>(2 * rank);
     spec.groups = lora_default_groups(cfg);
     if (cfg.is_moe() && experts) spec.groups.push_back("experts");
-    LoraAdapter adapter = lora_create(cfg, spec, 1);
-    lora_to_backend(adapter, *be);
-    if (dp) {
-      dp->broadcast_adapter(adapter);
-      if (ep) expert_lora_keep_slice(adapter, *be, dp->rank(), dp->world());
-      dp->attach(adapter, int64_t(25) << 20);
-    }
 
-    // One packed row: `seqs` sequences of equal length, random token ids, every token trained but the prompt's.
-    std::mt19937 rng(11 + (dp ? dp->rank() : 0));  // each GPU its own row
-    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size - 1));
-    std::vector<Example> ex(static_cast<size_t>(seqs));
-    for (int64_t s = 0; s < seqs; ++s) {
-      const int64_t len = tokens / seqs + (s < tokens % seqs ? 1 : 0);
-      for (int64_t t = 0; t < len; ++t) ex[s].input_ids.push_back(tok(rng));
-      ex[s].labels = ex[s].input_ids;
-      const auto prompt = static_cast<int64_t>(prompt_share * static_cast<double>(len));
-      for (int64_t t = 0; t < std::min(prompt, len); ++t) ex[s].labels[static_cast<size_t>(t)] = -100;
-    }
-    std::vector<const Example*> ptrs;
-    for (auto& e : ex) ptrs.push_back(&e);
-    const Batch batch = batch_from_examples(ptrs);
-
-    OptimizerSettings os;
-    StepOptions so;
-    so.backward = true;
-    so.grad_scale = 1.f / static_cast<float>(batch.num_targets * ranks);
-    if (dp && overlap) so.on_layer_backward = [&](int layer) { dp->layer_done(layer); };
-    so.fused_loss = true;
-    so.record = graph;
     // The settings measured: the plan's (--ckpt auto), the sweep's, or --ckpt/--ckpt-layers.
     struct Setting {
       std::string label;
@@ -249,6 +217,8 @@ int main(int argc, char** argv) {
       int64_t layers, chunk;
       RecomputeKeep keep;
       int64_t predicted;  // bytes per GPU less the fixed overhead: estimate_vram, or the layout's per-GPU plan
+      VramEstimate est;   // one GPU: estimate_vram's terms (printed beside the measured ones)
+      int64_t kept = 0;   // recompute_keep_bytes (part of predicted)
     };
     const double gib = 1024.0 * 1024.0 * 1024.0;
     const ModelInfo info = model_info_of(w);
@@ -270,11 +240,11 @@ int main(int argc, char** argv) {
         t.checkpoint_layers = n;
         const LayoutEstimate& e =
             plan_multi_gpu(info, t, {ranks, free_bytes}).layouts[static_cast<size_t>(layout)];
-        return Setting{std::move(label), on, n, chunk, keep, e.total - e.overhead + kept};
+        return Setting{std::move(label), on, n, chunk, keep, e.total - e.overhead + kept, {}, kept};
       }
       const VramEstimate e =
           estimate_vram(info, static_cast<int>(rank), tokens, true, on, n, qname, chunk, {}, spec.groups);
-      return Setting{std::move(label), on, n, chunk, keep, e.total - e.overhead + kept};
+      return Setting{std::move(label), on, n, chunk, keep, e.total - e.overhead + kept, e, kept};
     };
     std::vector<Setting> settings;
     std::vector<std::pair<std::string, int64_t>> plans;  // label, free bytes
@@ -316,6 +286,55 @@ int main(int argc, char** argv) {
     }
     std::stable_sort(settings.begin(), settings.end(),
                      [](const Setting& a, const Setting& b) { return a.predicted < b.predicted; });
+    if (plan_only) {  // the settings and their estimates alone (no GPU needed)
+      for (const Setting& st : settings)
+        std::printf("%-6s %-7lld %-16s pred_GiB %.3f  weights %.3f lora+opt %.3f activations %.3f (kept %.3f) "
+                    "logits %.3f\n",
+                    shape.c_str(), static_cast<long long>(tokens), st.label.c_str(), st.predicted / gib,
+                    st.est.weights / gib, st.est.lora_and_optimizer / gib, st.est.activations / gib,
+                    st.kept / gib, st.est.logits / gib);
+      return 0;
+    }
+    auto be = make_cuda_backend(dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0, DType::BF16, kernels);
+    if (dp) dp->connect_backend(*be);
+    if (sharded && !dp) throw Error("--sharded 1 needs several workers (run_dp_step.sh)");
+    if (ep && !dp) throw Error("--ep 1 needs several workers (run_dp_step.sh)");
+    Qwen35Model model(w, *be, sharded ? &dp->shard_gatherer() : nullptr, ep ? &dp->token_exchange() : nullptr);
+    be->synchronize();
+    const double t_load = now_s() - t0;
+    const int64_t mem_weights = be->memory_stats().allocated_bytes;  // measured: the frozen weights
+
+    LoraAdapter adapter = lora_create(cfg, spec, 1);
+    lora_to_backend(adapter, *be);
+    if (dp) {
+      dp->broadcast_adapter(adapter);
+      if (ep) expert_lora_keep_slice(adapter, *be, dp->rank(), dp->world());
+      dp->attach(adapter, int64_t(25) << 20);
+    }
+    const int64_t mem_lora = be->memory_stats().allocated_bytes - mem_weights;  // measured: LoRA A/B
+
+    // One packed row: `seqs` sequences of equal length, random token ids, every token trained but the prompt's.
+    std::mt19937 rng(11 + (dp ? dp->rank() : 0));  // each GPU its own row
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size - 1));
+    std::vector<Example> ex(static_cast<size_t>(seqs));
+    for (int64_t s = 0; s < seqs; ++s) {
+      const int64_t len = tokens / seqs + (s < tokens % seqs ? 1 : 0);
+      for (int64_t t = 0; t < len; ++t) ex[s].input_ids.push_back(tok(rng));
+      ex[s].labels = ex[s].input_ids;
+      const auto prompt = static_cast<int64_t>(prompt_share * static_cast<double>(len));
+      for (int64_t t = 0; t < std::min(prompt, len); ++t) ex[s].labels[static_cast<size_t>(t)] = -100;
+    }
+    std::vector<const Example*> ptrs;
+    for (auto& e : ex) ptrs.push_back(&e);
+    const Batch batch = batch_from_examples(ptrs);
+
+    OptimizerSettings os;
+    StepOptions so;
+    so.backward = true;
+    so.grad_scale = 1.f / static_cast<float>(batch.num_targets * ranks);
+    if (dp && overlap) so.on_layer_backward = [&](int layer) { dp->layer_done(layer); };
+    so.fused_loss = true;
+    so.record = graph;
     const Flops f = count_flops(cfg, tokens, seqs);
     if (root)
       std::printf("%-6s %-7s %-16s %-6s %-10s %-10s %-9s %-9s %-9s %-7s %-8s %s\n", "shape", "tokens", "ckpt", "chunk",
@@ -373,7 +392,10 @@ int main(int argc, char** argv) {
           "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
           "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
           "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
-          "\"loss_chunk_rows\":%lld,\"recompute_keep\":\"%s\",\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d}\n",
+          "\"loss_chunk_rows\":%lld,\"recompute_keep\":\"%s\",\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d,"
+          "\"mem_weights_gib\":%.4f,\"mem_lora_gib\":%.4f,\"mem_resident_gib\":%.4f,\"peak_bytes\":%lld,"
+          "\"est_weights_gib\":%.4f,\"est_lora_opt_gib\":%.4f,\"est_act_gib\":%.4f,\"est_keep_gib\":%.4f,"
+          "\"est_logits_gib\":%.4f}\n",
           shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
           static_cast<long long>(seqs), prompt_share, ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
           fwdbwd * 1e3, tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
@@ -381,7 +403,10 @@ int main(int argc, char** argv) {
           static_cast<long long>(adapter.trainable_params()), loss, t_load,
           be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
           static_cast<long long>(st.chunk), recompute_keep_text(info, st.keep, ckpt_layers).c_str(), pred, static_cast<double>(free_bytes) / gib,  // the GPU's
-          sharded ? "true" : "false", ep ? "true" : "false", graph ? "true" : "false", replayed);
+          sharded ? "true" : "false", ep ? "true" : "false", graph ? "true" : "false", replayed,
+          mem_weights / gib, mem_lora / gib, ms.allocated_bytes / gib, static_cast<long long>(ms.peak_allocated_bytes),
+          st.est.weights / gib, st.est.lora_and_optimizer / gib, st.est.activations / gib, st.kept / gib,
+          st.est.logits / gib);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());

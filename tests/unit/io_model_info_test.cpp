@@ -206,23 +206,35 @@ TEST(IoModelInfo, VramEstimateParts) {
   for (const auto& kv : lora_params_per_group(info, 16))
     if (kv.first != "vision") lora += kv.second;
   EXPECT_EQ(plain.lora_and_optimizer, 16 * lora);
+  // Without checkpointing the peak is at the loss: every layer's activations and the loss buffers.
   EXPECT_EQ(plain.logits, 8 * T * info.vocab_size);  // fp32 logits + gradient
-  EXPECT_EQ(plain.total,
-            plain.weights + plain.lora_and_optimizer + plain.activations + plain.logits + plain.overhead);
+  EXPECT_EQ(plain.backend_buffers, int64_t{56} << 20);  // cuBLAS workspace, step buffers
+  EXPECT_EQ(plain.total, plain.weights + plain.lora_and_optimizer + plain.activations + plain.logits +
+                             plain.overhead + plain.backend_buffers);
   const VramEstimate fused = estimate_vram(info, 16, T, true, false);
-  EXPECT_EQ(fused.logits, 1024 * info.vocab_size * 4);
+  // The fused loss: 1024 rows (the logits buffer's 2^26 floats hold more at this vocabulary) of fp32 logits and
+  // their bf16 gradient.
+  ASSERT_LE(1024 * info.vocab_size, int64_t{1} << 26);
+  EXPECT_EQ(fused.logits, 1024 * info.vocab_size * (4 + 2));
+  EXPECT_EQ(fused.activations, plain.activations);
+  // A large vocabulary: the buffer's 2^26 floats bound the rows (256 at Qwen3.5's 248320, whatever the chunk).
+  ModelInfo big_vocab = info;
+  big_vocab.vocab_size = 248320;
+  EXPECT_EQ(estimate_vram(big_vocab, 16, T, true, false).logits, 256 * 248320 * int64_t{6});
   const VramEstimate ckpt = estimate_vram(info, 16, T, true, true);
-  EXPECT_LT(ckpt.activations, fused.activations);
-  EXPECT_GE(ckpt.activations, 2 * T * info.num_layers * info.hidden_size);  // at least the layer inputs
+  EXPECT_LT(ckpt.total, fused.total);
+  EXPECT_GE(ckpt.activations + ckpt.logits, 2 * T * info.num_layers * info.hidden_size);  // at least the inputs
   // Checkpointing only the first layer lands between; all layers (or more than exist) equals full checkpointing.
   const VramEstimate part = estimate_vram(info, 16, T, true, true, 1);
-  EXPECT_GT(part.activations, ckpt.activations);
-  EXPECT_LT(part.activations, fused.activations);
-  EXPECT_EQ(estimate_vram(info, 16, T, true, true, info.num_layers).activations, ckpt.activations);
-  EXPECT_EQ(estimate_vram(info, 16, T, true, true, 1000).activations, ckpt.activations);
-  EXPECT_EQ(estimate_vram(info, 16, T, true, true, 0).activations, fused.activations);
-  // Activations grow linearly with tokens.
-  EXPECT_EQ(estimate_vram(info, 16, 2 * T, true, false).activations, 2 * fused.activations);
+  EXPECT_GT(part.total, ckpt.total);
+  EXPECT_LT(part.total, fused.total);
+  EXPECT_EQ(estimate_vram(info, 16, T, true, true, info.num_layers).total, ckpt.total);
+  EXPECT_EQ(estimate_vram(info, 16, T, true, true, 1000).total, ckpt.total);
+  EXPECT_EQ(estimate_vram(info, 16, T, true, true, 0).total, fused.total);
+  // Activations grow linearly with tokens but for the LoRA factors' bf16 copies (fixed) and rounding.
+  const int64_t copies = 2 * lora;  // dense: every targeted group is copied
+  EXPECT_NEAR(static_cast<double>(estimate_vram(info, 16, 2 * T, true, false).activations),
+              2.0 * static_cast<double>(fused.activations) - copies * (1 + 1.0 / 256), 4.0);
   // MoE: the default groups exclude experts.
   const ModelInfo moe = model_info_load(golden("moe_tied"));
   const auto ml = lora_params_per_group(moe, 4);
@@ -240,11 +252,13 @@ TEST(IoModelInfo, VramEstimateParts) {
   EXPECT_EQ(with_experts.lora_and_optimizer - defaults.lora_and_optimizer, 16 * ml.at("experts"));
   const int64_t regrouped = 4 * 4 * moe.num_experts * (2 * moe.moe_intermediate_size + moe.hidden_size);
   EXPECT_EQ(with_experts.expert_lora_regrouped, moe.num_layers * regrouped);
-  EXPECT_EQ(with_experts.activations - defaults.activations,
-            2 * Tm * moe.num_layers * moe.num_experts_per_tok * 4 * 4 + moe.num_layers * regrouped);
+  const int64_t expert_acts = 2 * Tm * moe.num_layers * moe.num_experts_per_tok * 4 * 4 + moe.num_layers * regrouped;
+  EXPECT_NEAR(static_cast<double>(with_experts.activations - defaults.activations),
+              static_cast<double>(expert_acts + expert_acts / 256), 1.0);  // + the allocator's slack
   // Checkpointing every layer: one layer's regrouped factors (the one recomputed at a time).
   EXPECT_EQ(estimate_vram(moe, 4, Tm, true, true, -1, "none", 1024, {}, {"experts"}).expert_lora_regrouped, regrouped);
-  EXPECT_EQ(attn_only.activations, defaults.activations);
+  // Fewer groups: fewer LoRA factors copied to bf16 for the step (and fewer rank-r intermediates).
+  EXPECT_LT(attn_only.activations, defaults.activations);
 }
 
 TEST(IoModelInfo, CliInfoPrintsSummaryAndJson) {

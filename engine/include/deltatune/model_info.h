@@ -71,7 +71,8 @@ std::vector<std::string> lora_default_groups(const ModelInfo& info);
 // lora_target_groups); empty: lora_default_groups(info).
 struct VramEstimate {
   int64_t weights = 0, lora_and_optimizer = 0, activations = 0, logits = 0, total = 0;
-  int64_t overhead = 0;  // CUDA context, workspaces, allocator slack (included in total)
+  int64_t overhead = 0;  // what the backend's allocator does not see: CUDA context, kernel images (in total)
+  int64_t backend_buffers = 0;  // the backend's own buffers the allocator holds: cuBLAS workspace, step buffers (in total)
   // Image rows only (0 otherwise; both included in total): the vision tower's bf16 weights, and its activations
   // for the micro-batch's image patches (the `vision` group's LoRA and optimizer state is in lora_and_optimizer).
   int64_t vision_weights = 0, vision_activations = 0;

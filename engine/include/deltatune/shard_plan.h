@@ -55,6 +55,7 @@ struct LayoutEstimate {
   int64_t gathered_in_flight = 0;  // sharded: the two largest consecutive gathered units
   int64_t lora_and_optimizer = 0;  // fp32 LoRA weight, gradient, Adam m and v of what this GPU trains
   int64_t activations = 0, logits = 0, overhead = 0;
+  int64_t backend_buffers = 0;     // the backend's own buffers (estimate_vram's)
   int64_t exchange_buffers = 0;    // expert parallel: tokens received for this GPU's experts, and sent back
   int64_t vision = 0;              // image rows: the vision tower's weights (on every GPU) and activations
   int64_t total = 0;

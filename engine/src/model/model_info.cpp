@@ -190,10 +190,25 @@ int64_t fp8_gemm_scratch(const ModelInfo& info, int64_t T) {
 
 }  // namespace
 
-// Peak-memory model of one training step on the GPU backend (bytes). Deliberately simple and a little
-// pessimistic; it is for choosing settings, not for allocation.
+// The fused loss's fp32 logits buffer at its largest (CudaBackend::linear_cross_entropy_acc).
+constexpr int64_t kLossLogitFloats = int64_t{1} << 26;
+// A checkpointed layer's recompute and backward hold this many times the layer's activations (its recomputed
+// activations plus the backward's gradients and scratch). Fitted to the allocator's peaks on an H200 (4096 and
+// 8192 tokens, r=16 on every group, every layer checkpointed, bench_train_step, session 29 plan30): 1.82 at 2b,
+// 1.80-1.85 at 9b, 1.76 at 35B-A3B (4 layers); rounded up.
+constexpr double kRecomputeWorkingSet = 1.85;
+// The backend's own buffers the allocator holds from the start (cuBLAS workspace 32 MiB, the step's fixed
+// buffers): measured 39-52 MiB above the weights and LoRA state (same runs).
+constexpr int64_t kBackendBuffers = int64_t{56} << 20;
+// Activations / this: the caching allocator's slack on the activations (see estimate_vram).
+constexpr int64_t kAllocatorSlackDiv = 256;
+
+// Peak-memory model of one training step on the GPU backend (bytes): the allocator's peak plus a fixed overhead.
+// Fitted to measured peaks and a little pessimistic (PERF_NOTES session 29, plan30: within +0.01..+0.06 GiB of
+// the allocator's peak at 2b, 9b and 35B-A3B); it is for choosing settings, not for allocation.
 //   weights      = total_params * 2                 base weights in bf16 (fp32 norm/A_log copies: negligible),
 //                                                   less an untied embedding table (kept in host memory)
+//   backend_buffers  56 MiB                         the backend's own buffers (cuBLAS workspace, step buffers)
 //   lora         = P_lora * 16                      fp32 weight + gradient + Adam m + v, P_lora over the
 //                                                   targeted groups (lora_groups; empty:
 //                                                   lora_default_groups(info)), `vision` included
@@ -212,14 +227,22 @@ int64_t fp8_gemm_scratch(const ModelInfo& info, int64_t T) {
 //                  + top_k*4r with expert LoRA (fp32 gate_up and down intermediates of each routed row)
 //                with expert LoRA each MoE layer whose activations are kept also keeps its B factors regrouped per
 //                expert in fp32, 4*r*E*(2*Ie + H) bytes (expert_lora_regrouped: under expert parallel E/N of them)
-//                without checkpointing: T * 2 * sum over layers;
-//                with checkpointing:    T * 2 * (L*H + the largest layer), i.e. only layer inputs are kept
-//                                       and one layer is recomputed at a time; with only the first N
-//                                       layers checkpointed: T * 2 * (N*H + max(largest of them, the rest's
-//                                       sum)) (the backward frees the rest before the first recompute).
-//   logits       fused loss: a chunk of min(T, loss_chunk_rows) rows of fp32 logits [chunk x V], gradient in place;
+//                the first N layers checkpointed (N = L with checkpoint_layers -1, 0 without checkpointing) keep
+//                only their input (T * 2 * N*H); the peak is the larger of two moments:
+//                  at the loss:      the inputs + T * 2 * (the other layers' sum) + the loss buffers (below)
+//                  in a recompute:   the inputs + 1.85 * T * 2 * (the largest checkpointed layer): its recomputed
+//                                    activations with its backward's gradients and scratch (kRecomputeWorkingSet,
+//                                    fitted); the backward frees the kept layers before the first recompute
+//                plus, through the whole step, T * 2 * 3H (final hidden state, its norm's input, dh; 4H with an
+//                untied embedding table: the embedded rows uploaded from the host) and the bf16 copies of the
+//                LoRA factors (2 * P_lora less the experts'); all of it + 1/256 (the caching allocator's slack:
+//                a cached block up to 1/8 larger may serve a request).
+//   logits       the loss buffers when the peak is at the loss, else 0 (freed before the backward):
+//                fused loss: min(T, loss_chunk_rows, 2^26 / V rounded down to 16) rows of fp32 logits and their
+//                bf16 gradient, rows * V * 6 (256 rows, 0.36 GiB at V = 248320);
 //                unfused:    fp32 logits [T x V] and their fp32 gradient, 8*T*V.
-//   overhead     512 MiB: CUDA context, cuBLAS workspaces, allocator slack.
+//   overhead     512 MiB: CUDA context and kernel images (outside the allocator; the allocator's cache above
+//                its peak is left to the plan's margin).
 //   vision       image rows only (images.image_tokens_per_step > 0), P = image tokens * merge² patches, h/I the
 //                tower's hidden/intermediate size: its weights in bf16 (2 bytes per visual.* parameter); the
 //                patches' fp32 pixel values (P * C*T*p*p * 4); bf16 activations: frozen, one block at a time
@@ -267,6 +290,9 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   for (const auto& [g, n] : lora_params_per_group(info, lora_r))
     if (targeted(g)) lora += n;
   v.lora_and_optimizer = lora * 16;
+  int64_t lora_copied = 0;  // LoRA parameters the step copies to bf16 (all but the experts')
+  for (const auto& [g, n] : lora_params_per_group(info, lora_r))
+    if (targeted(g) && g != "experts") lora_copied += n;
   const bool expert_lora = info.is_moe && targeted("experts");
 
   const int64_t kd = info.linear_num_key_heads * info.linear_key_head_dim;
@@ -281,10 +307,11 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   const int64_t regrouped_per_layer = expert_lora ? 4 * r * info.num_experts * (2 * Ie + H) : 0;
   const int64_t lin_layer = 4 * H + 2 * conv + 3 * vd + 6 * HV + 5 * r + mlp;
   const int64_t full_layer = 4 * H + 5 * nq + 3 * nkv + 2 * info.num_attention_heads + 4 * r + mlp;
-  // Checkpointed layers keep their input and one of them is recomputed at a time; the others keep everything.
+  // Checkpointed layers keep their input; the others (the last ones) keep everything.
+  const int64_t L = info.num_layers;
   const int64_t n_ckpt = !gradient_checkpointing ? 0
-                         : checkpoint_layers < 0 ? info.num_layers
-                                                 : std::min<int64_t>(checkpoint_layers, info.num_layers);
+                         : checkpoint_layers < 0 ? L
+                                                 : std::min<int64_t>(checkpoint_layers, L);
   int64_t kept = 0, largest = 0;
   for (size_t i = 0; i < info.layer_types.size(); ++i) {
     const int64_t e = info.layer_types[i] == "full_attention" ? full_layer : lin_layer;
@@ -293,12 +320,45 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
     else
       kept += e;
   }
-  // The kept layers are the last ones: the backward frees them before the first recompute.
-  v.activations = 2 * T * (n_ckpt * H + std::max(largest, kept));
-  const int64_t kept_layers = kept > largest ? info.num_layers - n_ckpt : 1;
-  v.expert_lora_regrouped = regrouped_per_layer * kept_layers;
-  v.activations += v.expert_lora_regrouped;
-  v.logits = fused_loss ? std::min<int64_t>(T, std::max<int64_t>(loss_chunk_rows, 1)) * info.vocab_size * 4 : 8 * T * info.vocab_size;
+  // The fused loss's buffers (CudaBackend::linear_cross_entropy_acc): fp32 logits of at most 2^26 floats, rows a
+  // multiple of 16 (256 rows at Qwen3.5's vocabulary whatever loss_chunk_rows asks for more), and their bf16
+  // gradient.
+  const int64_t V = std::max<int64_t>(info.vocab_size, 1);
+  int64_t loss_buffers = 8 * T * V;
+  if (fused_loss) {
+    const int64_t cap = kLossLogitFloats / V;
+    const int64_t cap_rows = cap >= 32 ? cap / 16 * 16 : std::max<int64_t>(cap, 1);
+    const int64_t rows = std::max<int64_t>(1, std::min({std::max<int64_t>(loss_chunk_rows, 1), T, cap_rows}));
+    loss_buffers = rows * V * (4 + 2);
+  }
+  // Held through the whole step: the final hidden state, its norm's input and dh (bf16 [T, H] each; with an
+  // untied embedding table also the embedded rows uploaded from the host), and the bf16 compute copies of the
+  // LoRA factors (expert LoRA is used as stored).
+  const int64_t step_fixed = (3 + (info.tied_embeddings ? 0 : 1)) * 2 * T * H + 2 * lora_copied;
+  const int64_t inputs = 2 * T * n_ckpt * H;
+  // The step's peak is at one of two moments: the loss (the layer inputs, every kept layer's activations, the loss
+  // buffers) or a checkpointed layer's backward (the inputs of the layers below, the recomputed layer's
+  // activations and its backward's gradients and scratch: kRecomputeWorkingSet x its activations; the backward
+  // frees the kept layers before the first recompute). A kept layer's backward holds less than the loss
+  // (measured: the no-checkpointing peaks are the loss's).
+  const int64_t at_loss = inputs + 2 * T * kept + regrouped_per_layer * (L - n_ckpt) + loss_buffers;
+  const int64_t at_recompute =
+      n_ckpt == 0 ? 0
+                  : inputs + static_cast<int64_t>(kRecomputeWorkingSet * static_cast<double>(2 * T * largest)) +
+                        regrouped_per_layer;
+  if (at_loss >= at_recompute) {
+    v.expert_lora_regrouped = regrouped_per_layer * (L - n_ckpt);
+    v.logits = loss_buffers;
+    v.activations = at_loss - loss_buffers + step_fixed;
+  } else {
+    v.expert_lora_regrouped = regrouped_per_layer;
+    v.logits = 0;  // freed before the backward
+    v.activations = at_recompute + step_fixed;
+  }
+  // The caching allocator may serve a request from a cached block up to 1/8 larger (DeviceAllocator::fits):
+  // measured up to 0.35% above the activations counted here (2b, 8192 tokens, nothing checkpointed).
+  v.activations += v.activations / kAllocatorSlackDiv;
+  v.backend_buffers = kBackendBuffers;
   v.overhead = int64_t{512} << 20;
   const VisionTowerInfo& vt = info.vision;
   if (vt.present && images.image_tokens_per_step > 0) {
@@ -312,8 +372,8 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
       v.vision_activations += 2 * P * (h + 3 * h + h + I);
     }
   }
-  v.total = v.weights + v.lora_and_optimizer + v.activations + v.logits + v.overhead + v.vision_weights +
-            v.vision_activations;
+  v.total = v.weights + v.lora_and_optimizer + v.activations + v.logits + v.overhead + v.backend_buffers +
+            v.vision_weights + v.vision_activations;
   return v;
 }
 
