@@ -502,6 +502,12 @@ __global__ void __launch_bounds__(256) grouped_fma_thin_kernel(TileArgs g) {
 // Big tiles for the expert weights (N, K in the hundreds or thousands); skinny N for LoRA ranks (N <= 32).
 constexpr int kBigM = 128, kBigN = 128, kBigWM = 2, kBigWN = 4;
 constexpr int kSkM = 128, kSkN = 32, kSkWM = 4, kSkWN = 2;
+// Rank-fitted tiles of the LoRA weight gradients at r <= 16 (one m16 / two n8 MMA blocks across the rank, four
+// warps along the long dimension): gA = duᵀ·x is [r, in] (kRkM x kRkLong tiles), gB = dyᵀ·u is [out, r]
+// (kRkLong x kRkM). The 128 x 128 / 128 x 32 tiles gave them 16 valid rows (columns) of 128 (32): 8x (2x) the
+// MMAs, 4x the shared memory and half the blocks per SM for the same operand traffic. Each G element is still
+// one block's fp32 sum over the expert's rows in kBK steps in order (same k16 MMAs), so the bits do not change.
+constexpr int kRkM = 16, kRkLong = 128, kRkWarps = 4;
 constexpr size_t tile_smem(int bm, int bn) { return sizeof(__nv_bfloat16) * size_t(operand_elems(bm) + operand_elems(bn)); }
 constexpr size_t pipe_smem(int bm, int bn) { return tile_smem(bm, bn) * kStages; }
 
@@ -630,8 +636,11 @@ cudaError_t launch_grouped_gemm_wgrad(const KernelPolicy& pol, const void* pa, c
   a.N = K;
   a.alpha = alpha;
   a.beta = beta;
+  // Tile shape (bf16): rank rows (gA: N <= 16 < K), rank columns (gB: K <= 16), skinny columns, big.
+  const bool rank_rows = !fp32 && N <= kRkM && K > kRkM, rank_cols = !fp32 && !rank_rows && K <= kRkM;
   const bool skinny = K <= kSkN;
-  const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
+  const int bm = fp32 ? kFM : rank_rows ? kRkM : rank_cols ? kRkLong : skinny ? kSkM : kBigM;
+  const int bn = fp32 ? kFN : rank_rows ? kRkLong : rank_cols ? kRkM : skinny ? kSkN : kBigN;
   if (!default_smem_fits(pol, fp32 ? fma_smem() : tile_smem(bm, bn))) return cudaErrorInvalidConfiguration;
   const int64_t mt = (N + bm - 1) / bm, nt = (K + bn - 1) / bn;
   if (mt > 0x7fffffff || nt > 65535) return cudaErrorInvalidValue;
@@ -640,6 +649,8 @@ cudaError_t launch_grouped_gemm_wgrad(const KernelPolicy& pol, const void* pa, c
     grouped_fma_kernel<true><<<grid, 256, fma_smem(), s>>>(a);
     return cudaGetLastError();
   }
+  if (rank_rows) return launch_tile<kRkM, kRkLong, 1, kRkWarps, true>(pol, a, grid, s);
+  if (rank_cols) return launch_tile<kRkLong, kRkM, kRkWarps, 1, true>(pol, a, grid, s);
   if (skinny) return launch_tile<kSkM, kSkN, kSkWM, kSkWN, true>(pol, a, grid, s);
   return launch_tile<kBigM, kBigN, kBigWM, kBigWN, true>(pol, a, grid, s);
 }

@@ -1255,7 +1255,12 @@ void case_moe_grouped(Env& e) {
   };
   const W wcases[] = {{9, 400, 400, 16, 72, F32, BF, 1.f, 1.f},  {9, 400, 403, 72, 16, BF, F32, 0.5f, 1.f},
                       {3, 150, 150, 33, 130, BF, BF, 1.f, 0.f},  {40, 321, 321, 8, 40, F32, F32, 1.f, 0.f},
-                      {6, 700, 700, 64, 136, BF, BF, 1.f, 0.f}};  // the last: the cp.async ring (vector operands)
+                      {6, 700, 700, 64, 136, BF, BF, 1.f, 0.f},   // the cp.async ring (vector operands)
+                      // rank-fitted tiles (r <= 16) on the ring: gA-like 16 x 128 with a partial column tile and
+                      // r 8 (half the m16 block), gB-like 128 x 16 with a partial row tile; r 12 on the register path.
+                      {12, 1500, 1500, 16, 200, BF, BF, 1.f, 1.f}, {5, 600, 611, 8, 136, BF, BF, 1.f, 0.f},
+                      {12, 1500, 1500, 264, 16, BF, BF, 0.5f, 1.f}, {7, 500, 500, 72, 12, BF, BF, 1.f, 0.f},
+                      {7, 500, 500, 12, 72, BF, BF, 1.f, 1.f}};
   for (const W& c : wcases) {
     Pair off = offsets(c.E, c.rows, c.M);
     Pair a = e.in({c.M, c.N}, c.a), b = e.in({c.M, c.K}, c.b);

@@ -225,6 +225,23 @@ TEST(BackendTiming, DISABLED_MoeShapes) {
   ms = median_ms(b, [&] { b.grouped_gemm_wgrad(u, x, off, gA, 1.f, 1.f); });
   std::printf("grouped_gemm_wgrad gA %dx%dx%d over %lld rows %8.3f ms  %6.1f GB/s of x\n", E, r, H, (long long)M, ms,
               double(M) * H * 2 / ms / 1e6);
+  {  // the weight gradients on bf16 operands alone (what the MoE backward passes): gA = duᵀ·x, gB = dyᵀ·u
+    Tensor ub = rand_dev(b, {M, r}, BF, -1, 1, 29), dyb = rand_dev(b, {M, 2 * I}, BF, -1, 1, 30);
+    Tensor gB = b.zeros({E, 2 * I, r}, F32);
+    ms = median_ms(b, [&] { b.grouped_gemm_wgrad(ub, x, off, gA, 1.f, 1.f); });
+    std::printf("grouped_gemm_wgrad gA bf16 %dx%dx%d     %8.3f ms  %6.1f GB/s of x\n", E, r, H, ms,
+                double(M) * H * 2 / ms / 1e6);
+    ms = median_ms(b, [&] { b.grouped_gemm_wgrad(dyb, ub, off, gB, 1.f, 1.f); });
+    std::printf("grouped_gemm_wgrad gB bf16 %dx%dx%d     %8.3f ms  %6.1f GB/s of dy\n", E, 2 * I, r, ms,
+                double(M) * 2 * I * 2 / ms / 1e6);
+    Tensor hb = rand_dev(b, {M, I}, BF, -1, 1, 31), gAd = b.zeros({E, r, I}, F32), dyd = rand_dev(b, {M, H}, BF, -1, 1, 32),
+           gBd = b.zeros({E, H, r}, F32);
+    ms = median_ms(b, [&] { b.grouped_gemm_wgrad(ub, hb, off, gAd, 1.f, 1.f); });
+    std::printf("grouped_gemm_wgrad gA down bf16 %dx%dx%d %8.3f ms\n", E, r, I, ms);
+    ms = median_ms(b, [&] { b.grouped_gemm_wgrad(dyd, ub, off, gBd, 1.f, 1.f); });
+    std::printf("grouped_gemm_wgrad gB down bf16 %dx%dx%d %8.3f ms\n", E, H, r, ms);
+    EXPECT_TRUE(b.all_finite(gB) && b.all_finite(gAd) && b.all_finite(gBd));
+  }
   Tensor B = rand_dev(b, {2 * I, r * E}, F32, -0.05f, 0.05f, 26), Bc = b.alloc({E, 2 * I, r}, F32);
   ms = median_ms(b, [&] { b.permute3(B, 2 * I, r, E, 2, 0, 1, Bc); });
   std::printf("permute3 LoRA B %dx%d -> [E, out, r]      %8.3f ms\n", 2 * I, r * E, ms);
