@@ -505,7 +505,7 @@ constexpr int kSkM = 128, kSkN = 32, kSkWM = 4, kSkWN = 2;
 // Rank-fitted tiles of the LoRA weight gradients at r <= 16 (one m16 / two n8 MMA blocks across the rank, four
 // warps along the long dimension): gA = duᵀ·x is [r, in] (kRkM x kRkLong tiles), gB = dyᵀ·u is [out, r]
 // (kRkLong x kRkM). The 128 x 128 / 128 x 32 tiles gave them 16 valid rows (columns) of 128 (32): 8x (2x) the
-// MMAs, 4x the shared memory and half the blocks per SM for the same operand traffic. Each G element is still
+// MMAs, and gA's 80 KiB ring (46 KiB now) half the blocks per SM, for the same operand traffic. Each G element is still
 // one block's fp32 sum over the expert's rows in kBK steps in order (same k16 MMAs), so the bits do not change.
 constexpr int kRkM = 16, kRkLong = 128, kRkWarps = 4;
 constexpr size_t tile_smem(int bm, int bn) { return sizeof(__nv_bfloat16) * size_t(operand_elems(bm) + operand_elems(bn)); }
