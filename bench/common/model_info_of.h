@@ -4,6 +4,7 @@
 #include <string>
 
 #include "deltatune/model_info.h"
+#include "model/model_info_shapes.h"
 #include "model/weights.h"
 
 namespace deltatune::bench {
@@ -11,26 +12,8 @@ namespace deltatune::bench {
 inline ModelInfo model_info_of(const ModelWeights& w) {
   const ModelConfig& c = w.config;
   ModelInfo i;
-  i.model_type = c.model_type;
-  i.is_moe = c.is_moe();
+  model_info_fill_shapes(c, &i);  // shapes and the LoRA groups, as for a checkpoint's config
   i.tied_embeddings = w.tied;
-  i.vocab_size = c.vocab_size;
-  i.hidden_size = c.hidden_size;
-  i.num_layers = c.num_layers;
-  i.intermediate_size = c.intermediate_size;
-  i.num_attention_heads = c.num_heads;
-  i.num_key_value_heads = c.num_kv_heads;
-  i.head_dim = c.head_dim;
-  i.linear_num_key_heads = c.lin_k_heads;
-  i.linear_num_value_heads = c.lin_v_heads;
-  i.linear_key_head_dim = c.lin_k_dim;
-  i.linear_value_head_dim = c.lin_v_dim;
-  i.num_experts = c.num_experts;
-  i.num_experts_per_tok = c.top_k;
-  i.moe_intermediate_size = c.moe_intermediate;
-  i.shared_expert_intermediate_size = c.shared_intermediate;
-  for (LayerKind k : c.layer_types)
-    i.layer_types.push_back(k == LayerKind::FullAttention ? "full_attention" : "linear_attention");
   auto count = [&](const std::string& group, std::initializer_list<const Tensor*> ts) {
     for (const Tensor* t : ts)
       if (t->defined()) i.params_per_group[group] += t->numel();
