@@ -92,10 +92,6 @@ void load_inputs(TrainSession& s) {
     s.log(LogLevel::Info, std::string("base weights: quantized to ") + quant_format_name(asked) +
                               " at load (attention, linear attention, MLP, shared-expert and expert matrices)");
   }
-  if (!s.weights.tied)
-    s.log(LogLevel::Info, "embedding table: untied from the lm_head, so it stays in host memory (a GPU reads its "
-                          "rows over the bus and keeps " + std::to_string((s.weights.embed.numel() * 2) >> 20) +
-                          " MiB free)");
   const ModelConfig& mc = s.model_config();
   if (!cfg.lora_model_dir.empty()) {
     s.adapter = peft_adapter_read(cfg.lora_model_dir, mc);
@@ -217,6 +213,10 @@ void start_backend(TrainSession& s) {
   s.be = backend_create(s.cfg.backend, training_gpu(s.cfg, s.topts), &backend_note, s.cfg.kernels);
   s.log(LogLevel::Info, "backend: " + s.be->name() + (backend_note.empty() ? "" : " (" + backend_note + ")"));
   s.device = s.be->name();
+  if (!s.weights.tied && !s.device.starts_with("cpu"))  // a CPU run has no GPU memory to keep free
+    s.log(LogLevel::Info, "embedding table: untied from the lm_head, so it stays in host memory (the GPU reads its "
+                          "rows over the bus and keeps " + std::to_string((s.weights.embed.numel() * 2) >> 20) +
+                          " MiB free)");
   if (s.dp) {
     s.device = check_workers_agree(*s.dp, s.cfg, s.data_fp, *s.be,
                                    [&](LogLevel lv, const std::string& m) { s.log(lv, m); });
