@@ -139,6 +139,7 @@ nlohmann::ordered_json plan_json(const ShardPlan& p) {
     l["exchange_buffers"] = e.exchange_buffers;
     l["overhead"] = e.overhead;
     l["backend_buffers"] = e.backend_buffers;
+    l["adapter_setup"] = e.adapter_setup;
     l["total"] = e.total;
     l["moved_per_micro_batch"] = e.moved_per_micro_batch;
     l["fits"] = e.fits;

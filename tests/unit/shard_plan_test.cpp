@@ -122,6 +122,31 @@ TEST(ShardPlan, ExpertParallelSplitsExpertsAndTheirLora) {
   EXPECT_NE(layout(three, WeightLayout::ExpertParallel).not_applicable.find("256 experts"), std::string::npos);
 }
 
+// Expert parallel's adapter setup: every GPU holds the whole adapter (fp32 A, B, gradients, moments: 16 bytes per
+// LoRA parameter) beside its frozen weights and the first expert module's slice, before it keeps its slice. With
+// every layer checkpointed that is the 122B-A10B peak on 4 GPUs (session 24 measured it: 79.4 GiB with the then
+// GPU-resident embedding table and 8 bytes per parameter of a fresh run).
+TEST(ShardPlan, ExpertParallelCountsTheAdapterSetup) {
+  const ModelInfo info = published("qwen3_5_122b_a10b");
+  ShardPlanSettings s = all_groups(info);
+  s.gradient_checkpointing = true;
+  const ShardPlan p = plan_multi_gpu(info, s, {4, 141 * kGiB});
+  const LayoutEstimate& ep = layout(p, WeightLayout::ExpertParallel);
+  int64_t lora = 0;
+  for (const auto& [g, n] : lora_params_per_group(info, 16)) lora += n;
+  const int64_t first_slice = 16 * info.num_experts * (info.hidden_size + 2 * info.moe_intermediate_size) / 4;
+  EXPECT_EQ(ep.adapter_setup, ep.frozen_resident + ep.backend_buffers + 16 * lora + 16 * first_slice);
+  EXPECT_EQ(ep.total, ep.adapter_setup + ep.overhead);  // above the step's sum
+  const double fresh_then = static_cast<double>(ep.frozen_resident + 2 * info.params_per_group.at("embed") +
+                                                ep.backend_buffers + 8 * lora + 8 * first_slice) / kGiB;
+  EXPECT_NEAR(fresh_then, 79.4, 0.05);
+  // The other layouts hold the whole adapter throughout (lora_and_optimizer): no setup peak of their own.
+  EXPECT_EQ(layout(p, WeightLayout::Sharded).adapter_setup, 0);
+  // Without expert LoRA nothing is sliced.
+  s.lora_groups = {"attn", "linear_attn", "shared_expert"};
+  EXPECT_EQ(layout(plan_multi_gpu(info, s, {4, 141 * kGiB}), WeightLayout::ExpertParallel).adapter_setup, 0);
+}
+
 // Image rows: every GPU runs the vision tower on its own micro-batch's images, so each layout's per-GPU total
 // grows by the tower's weights and activations (estimate_vram's vision terms), whatever the layout.
 TEST(ShardPlan, ImageRowsAddTheVisionTowerOnEveryGpu) {
@@ -152,6 +177,17 @@ TEST(ShardPlan, RefusalSaysWhatWouldFitAndEachSuggestionFits) {
   const ModelInfo info = published("qwen3_5_397b_a17b");
   ShardPlanSettings s = all_groups(info);
   s.gradient_checkpointing = true;
+  // With expert LoRA every GPU first holds the whole adapter (83.4 GiB at r=16 with gradients and moments) before
+  // it keeps its experts' slice, and sharded holds it throughout: no GPU count of 80 or 140 GiB fits, and the
+  // suggestions say so.
+  const ShardPlan with_experts = plan_multi_gpu(info, s, {8, 140 * kGiB});
+  EXPECT_EQ(with_experts.chosen, -1) << shard_plan_text(with_experts);
+  EXPECT_GT(layout(with_experts, WeightLayout::ExpertParallel).adapter_setup, 80 * kGiB);
+  EXPECT_NE(shard_plan_text(with_experts).find("fewer LoRA groups: attn, linear_attn, shared_expert (without experts)"),
+            std::string::npos)
+      << shard_plan_text(with_experts);
+  EXPECT_NE(shard_plan_text(with_experts).find("peak at the adapter's setup"), std::string::npos);
+  s.lora_groups = {"attn", "linear_attn", "shared_expert"};
   const ShardPlan p = plan_multi_gpu(info, s, {8, 80 * kGiB});
   EXPECT_EQ(p.chosen, -1);  // bf16 frozen weights alone exceed 8 x 80 GiB
   const std::string text = shard_plan_text(p);
@@ -174,11 +210,11 @@ TEST(ShardPlan, RefusalSaysWhatWouldFitAndEachSuggestionFits) {
   EXPECT_TRUE(more_gpus) << text;
   // FP8 experts halve the frozen weights: 8 x 80 GiB then hold them.
   EXPECT_TRUE(quantized) << text;
-  // 8 H200s hold it with the experts split.
+  // 8 H200s hold it with the experts split (sharded fits too: expert parallel comes first, kPreference).
   const ShardPlan h200 = plan_multi_gpu(info, s, {8, 140 * kGiB});
   ASSERT_NE(h200.choice(), nullptr);
-  for (const LayoutEstimate& e : h200.layouts)
-    if (e.layout < h200.choice()->layout) EXPECT_FALSE(e.fits) << weight_layout_name(e.layout);
+  EXPECT_FALSE(layout(h200, WeightLayout::Replicated).fits);
+  EXPECT_EQ(h200.choice()->layout, WeightLayout::ExpertParallel) << shard_plan_text(h200);
 }
 
 TEST(ShardPlan, LowerRankOrFewerGroupsSuggestedWhenTheyFit) {
@@ -222,11 +258,16 @@ TEST(ShardPlan, AutoCheckpointingTakesTheFastestSettingThatFitsTheLayoutWithAMar
   const ModelInfo info = published("qwen3_5_122b_a10b");
   ShardPlanSettings s;
   s.lora_groups = {"attn", "linear_attn", "shared_expert", "experts"};
-  for (const int64_t gib : {80, 141}) {
+  // 4 x 80 GiB: every GPU first holds the whole adapter (r=16 with expert LoRA: 27.6 GiB in fp32 with gradients
+  // and moments) beside its 64.0 GiB of frozen weights before it keeps its experts' slice; no layout fits.
+  const ShardPlan small = plan_multi_gpu_auto_checkpointing(info, s, {4, 80 * kGiB});
+  EXPECT_EQ(small.choice(), nullptr) << shard_plan_text(small);
+  EXPECT_GT(layout(small, WeightLayout::ExpertParallel).adapter_setup, 76 * kGiB);
+  for (const int64_t gib : {100, 141}) {
     const ShardPlan p = plan_multi_gpu_auto_checkpointing(info, s, {4, gib * kGiB});
     ASSERT_NE(p.choice(), nullptr) << shard_plan_text(p);
-    // The experts split 4 ways fit both (at 80 GiB with 47 of 48 layers checkpointed: the untied embedding table
-    // stays in host memory); expert_parallel_sharded is smaller but slower.
+    // The experts split 4 ways fit both (at 100 GiB with 29 of 48 layers checkpointed); expert_parallel_sharded is
+    // smaller but slower.
     EXPECT_EQ(p.choice()->layout, WeightLayout::ExpertParallel) << shard_plan_text(p);
     EXPECT_EQ(p.settings.margin_bytes, memory_plan_margin(gib * kGiB));
     EXPECT_LE(p.choice()->total, gib * kGiB - p.settings.margin_bytes);

@@ -287,16 +287,11 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
     e.activations = est.activations + keep_bytes;
     if (ep) {
       // This GPU's experts only: their regrouped LoRA factors; per routed row the two int32 maps between received
-      // and expert-major order (layers whose activations are kept), and a checkpointed layer's kept routing and
-      // exchange plan (~4 int32 per routed row: moe_routing_kept).
+      // and expert-major order (layers whose activations are kept: to_local, to_source), and a checkpointed
+      // layer's kept routing and exchange plan (moe_routing_kept: idx, w, row_token, row_slot, slot_row and the
+      // two maps, 7 x 4 bytes per routed row; the one-GPU estimate counts none of it for a checkpointed layer).
       e.activations += ceil_div(est.expert_lora_regrouped, n) - est.expert_lora_regrouped;
-      e.activations += (L - n_ckpt) * exchange_rows * 8 + n_ckpt * exchange_rows * 16;
-      // Against the only multi-GPU peaks measured (session 24: r=16 on attn, linear_attn, shared_expert and
-      // experts, 4096 tokens per GPU, every layer checkpointed) the layout's estimate less its overhead is under
-      // them: 122B-A10B on 4 H200s 75.2 vs 79.4 GiB (48 layers checkpointed; 99.4 / 112.3 vs 100.9 / 113.9 with
-      // 24 / 12), 35B-A3B on 2 43.1 vs 43.8 (session 29 plan30's estimate; main's before it 75.0 and 43.3): the
-      // exchange's scratch in a checkpointed layer's backward is not counted. Within the 5% margin on 141 GiB
-      // GPUs, not on 80 GiB ones: to be measured on a multi-GPU machine and counted.
+      e.activations += (L - n_ckpt) * exchange_rows * 8 + n_ckpt * exchange_rows * 28;
     }
     e.logits = est.logits;
     e.overhead = est.overhead;
@@ -321,12 +316,33 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
         break;
     }
     if (ep) {
-      // Balanced routing: this GPU's experts receive T*k rows in all (as many as its own tokens send out).
+      // The received rows R (model/expert_parallel.cpp): exactly the rows every rank routed to this GPU's experts,
+      // no capacity cap, so from 0 to N·T·k. Counted balanced, R = T·k (as many as this GPU's tokens send out):
+      // then the layer holds what the one-GPU layer holds ([R, .] instead of [T·k, .]), but for the receive buffer
+      // [R, H] beside the expert output in the forward's down projection (one [T·k, H]). The second [T·k, H] is
+      // room for uneven routing: a checkpointed layer's recompute + backward holds 6H + 10Ie + 12r + 8 bytes per
+      // received row (kept xl, gu, h, LoRA u, maps; recv, dgu, dxl, du), so R up to ~1.2 T·k at 122B-A10B.
+      // Session 24 (random weights, rank 0, older layer code): with 24 / 36 layers kept the peaks are 0.09 / 0.17
+      // GiB above this estimate (+ the table then on the GPU), ~1% more rows than T·k on average if it is all R
+      // (PERF_NOTES session 29 epmem29).
       e.exchange_buffers = 2 * exchange_rows * H * 2;
       e.moved_per_micro_batch += exchanges * (exchange_rows - ceil_div(exchange_rows, n)) * H * 2;
+      // The adapter's setup (train_run_setup.cpp, bench_train_step): lora_to_backend puts the whole adapter on
+      // every GPU (A, B and their gradients in fp32; a resumed run also both AdamW moments, checkpoint_restore on
+      // worker 0 and broadcast_adapter's zeros on the others: 16 bytes per LoRA parameter), and only then
+      // expert_lora_keep_slice replaces each expert module by this GPU's slice, one module at a time (the first
+      // slice beside all the whole modules). Session 24's 122B-A10B peak with every layer checkpointed (79.4 GiB,
+      // fresh run: 8 bytes per parameter) is this moment: frozen 64.03 + embedding table 1.42 (on the GPU then) +
+      // 8 x 1.854e9 LoRA 13.81 + first slice 0.04 + backend 0.05 = 79.36 GiB; the step (76.65 then) is under it.
+      const int64_t first_module = static_cast<int64_t>(s.lora_r) * info.num_experts *
+                                   (H + 2 * info.moe_intermediate_size);
+      if (lora_experts > 0)
+        e.adapter_setup = e.frozen_resident + e.backend_buffers + 16 * (lora_dense + lora_experts) +
+                          16 * ceil_div(first_module, n);
     }
     e.total = e.frozen_resident + e.gathered_in_flight + e.lora_and_optimizer + e.activations + e.logits +
               e.overhead + e.backend_buffers + e.exchange_buffers + e.vision;
+    e.total = std::max(e.total, e.adapter_setup + e.overhead);
     e.fits = e.applicable && e.total <= gpus.memory_bytes - s.margin_bytes;
     p.layouts.push_back(e);
   }
@@ -459,6 +475,9 @@ std::string shard_plan_text(const ShardPlan& p) {
     if (e.exchange_buffers) o << ", token exchange " << gib_text(e.exchange_buffers);
     if (e.vision) o << ", vision tower " << gib_text(e.vision);
     o << ", overhead " << gib_text(e.overhead + e.backend_buffers);
+    if (e.adapter_setup + e.overhead >= e.total)
+      o << "; peak at the adapter's setup (the whole expert LoRA before this GPU keeps its slice) "
+        << gib_text(e.adapter_setup + e.overhead);
     if (e.moved_per_micro_batch) o << "; receives " << gib_text(e.moved_per_micro_batch) << " per micro-batch";
     o << "\n";
   }
