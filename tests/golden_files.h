@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -112,6 +113,23 @@ struct GoldenLoraModel {
   GoldenLoraModel(const GoldenLoraModel&) = delete;
   GoldenLoraModel& operator=(const GoldenLoraModel&) = delete;
 };
+
+// Runs fn(name, golden, backend, model dir) for each named golden checkpoint with its adapter on a 2-thread CPU
+// backend. Returns the name of the first golden whose files are missing (then nothing runs and the test skips),
+// else an empty string.
+template <class Fn>
+std::string for_each_cpu_lora_golden(std::initializer_list<const char*> names, Fn&& fn) {
+  for (const char* name : names)
+    for (const char* sub : {"models", "lora"})
+      if (!std::filesystem::exists(goldens_dir() / sub / name)) return name;
+  for (const char* name : names) {
+    const std::filesystem::path mdir = goldens_dir() / "models" / name;
+    auto be = make_cpu_backend(2);
+    GoldenLoraModel g(mdir, goldens_dir() / "lora" / name, *be);
+    fn(std::string(name), g, *be, mdir);
+  }
+  return {};
+}
 
 // All sequences as one packed row.
 // Every LoRA gradient (gA then gB of each module) as one F32 vector, for comparing two steps' gradients.
