@@ -4,6 +4,7 @@
 // estimated peak (estimate_vram) stays within the free memory less a margin.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,17 @@ int64_t recompute_keep_bytes(const ModelInfo& info, int64_t tokens, int64_t chec
 // projection, which the recompute skips) less what `keep` skips; the attention and GDN cores weighted by how much
 // slower than the base GEMMs they run per FLOP on an H200 (an estimate, used only to order settings).
 double recompute_cost(const ModelInfo& info, int64_t tokens, int64_t checkpointed_layers, const RecomputeKeep& keep);
+
+// What the recompute of `checkpointed_layers` checkpointed layers keeps at the least recompute_cost within
+// `room_bytes` of recompute_keep_bytes: the attention core or not (when one of those layers has attention), the MLP
+// gate/up outputs on the first 0..N of them (dense models); ties: the fewer bytes. None when room_bytes < 0.
+struct RecomputeKeepChoice {
+  RecomputeKeep keep;
+  int64_t bytes = 0;
+  double cost = 0;
+};
+std::optional<RecomputeKeepChoice> cheapest_recompute_keep(const ModelInfo& info, int64_t tokens,
+                                                           int64_t checkpointed_layers, int64_t room_bytes);
 
 // Tried: every count of checkpointed layers (from the first), each with and without the attention core kept and
 // with the MLP gate/up outputs kept on its first 0..N checkpointed layers; the plan is the least recompute_cost

@@ -391,29 +391,18 @@ ShardPlan plan_multi_gpu_auto_checkpointing(const ModelInfo& info, ShardPlanSett
     if (layout && want != *layout) continue;
     // The least recompute work that fits this layout: n layers checkpointed, the attention core kept or not, the
     // MLP gate/up kept on the first m of them (keep bytes add to the activations alone, in every layout).
-    bool found = false, has_attn = false;
+    bool found = false;
     double best_cost = 0;
     int64_t best_n = 0;
     RecomputeKeep best_keep;
     for (int64_t n = 0; n <= L; ++n) {
-      if (n > 0 && info.layer_types.at(static_cast<size_t>(n - 1)) == "full_attention") has_attn = true;
       const ShardPlan& p = by_layers[static_cast<size_t>(n)];
       const auto it = std::find_if(p.layouts.begin(), p.layouts.end(),
                                    [&](const LayoutEstimate& e) { return e.layout == want && e.applicable; });
       if (it == p.layouts.end()) continue;
       const int64_t room = gpus.memory_bytes - settings.margin_bytes - it->total;
-      if (room < 0) continue;
-      for (const bool attn : {false, true}) {
-        if (attn && !has_attn) continue;
-        for (int64_t m = 0; m <= (info.is_moe ? 0 : n); ++m) {
-          RecomputeKeep k;
-          k.attn_core = attn;
-          k.mlp_layers = m;
-          if (recompute_keep_bytes(info, T, n, k) > room) break;  // more kept layers only add memory
-          const double cost = recompute_cost(info, T, n, k);
-          if (!found || cost < best_cost) found = true, best_cost = cost, best_n = n, best_keep = k;
-        }
-      }
+      const std::optional<RecomputeKeepChoice> k = cheapest_recompute_keep(info, T, n, room);
+      if (k && (!found || k->cost < best_cost)) found = true, best_cost = k->cost, best_n = n, best_keep = k->keep;
     }
     if (!found) continue;
     settings.gradient_checkpointing = best_n > 0;

@@ -86,6 +86,32 @@ double recompute_cost(const ModelInfo& info, int64_t tokens, int64_t checkpointe
   return per_token * T;
 }
 
+std::optional<RecomputeKeepChoice> cheapest_recompute_keep(const ModelInfo& info, int64_t tokens,
+                                                           int64_t checkpointed_layers, int64_t room_bytes) {
+  if (room_bytes < 0) return std::nullopt;
+  const int64_t n = checkpointed_count(info, checkpointed_layers);
+  bool has_attn = false;
+  for (int64_t i = 0; i < n; ++i) has_attn |= full_attention(info, i);
+  RecomputeKeepChoice best;
+  bool found = false;
+  for (const bool attn : {false, true}) {
+    if (attn && !has_attn) continue;
+    for (int64_t m = 0; m <= (info.is_moe ? 0 : n); ++m) {
+      RecomputeKeepChoice c;
+      c.keep.attn_core = attn;
+      c.keep.mlp_layers = m;
+      c.bytes = recompute_keep_bytes(info, tokens, n, c.keep);
+      if (c.bytes > room_bytes) break;  // more kept layers only add memory
+      c.cost = recompute_cost(info, tokens, n, c.keep);
+      if (!found || c.cost < best.cost || (c.cost == best.cost && c.bytes < best.bytes)) {
+        best = c;
+        found = true;
+      }
+    }
+  }
+  return best;  // keeping nothing always fits room_bytes >= 0
+}
+
 int64_t memory_plan_margin(int64_t free_bytes) { return std::max<int64_t>(kGiB, free_bytes / 20); }
 
 MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& req) {
@@ -100,37 +126,27 @@ MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& req) {
   MemoryPlan least, best;
   bool found = false;
   const int64_t L = info.num_layers, T = req.tokens_per_step;
-  bool has_attn = false;
   for (int64_t n = 0; n <= L; ++n) {
     const VramEstimate e = estimate_vram(info, req.lora_r, req.tokens_per_step, req.fused_loss, n > 0, n,
                                          req.base_quantization, kLossChunkRows, req.images,
                                          req.lora_groups);
-    if (n > 0 && full_attention(info, n - 1)) has_attn = true;
     MemoryPlan plan = base;
     plan.gradient_checkpointing = n > 0;
     plan.checkpoint_layers = n;
     plan.estimate = e;
     if (least.estimate.total == 0 || e.total < least.estimate.total) least = plan;
-    // The keeps: the attention core (when a checkpointed layer has attention) and the MLP gate/up of the first
-    // m checkpointed layers (dense models).
-    for (const bool attn : {false, true}) {
-      if (attn && !has_attn) continue;
-      for (int64_t m = 0; m <= (info.is_moe ? 0 : n); ++m) {
-        MemoryPlan p = plan;
-        p.keep.attn_core = attn;
-        p.keep.mlp_layers = m;
-        p.keep_bytes = recompute_keep_bytes(info, T, n, p.keep);
-        p.estimate.activations += p.keep_bytes;
-        p.estimate.total += p.keep_bytes;
-        if (p.estimate.total > p.budget_bytes) break;  // more kept layers only add memory
-        p.recompute_cost = recompute_cost(info, T, n, p.keep);
-        p.fits = true;
-        if (!found || p.recompute_cost < best.recompute_cost ||
-            (p.recompute_cost == best.recompute_cost && p.estimate.total < best.estimate.total)) {
-          best = p;
-          found = true;
-        }
-      }
+    const std::optional<RecomputeKeepChoice> k = cheapest_recompute_keep(info, T, n, plan.budget_bytes - e.total);
+    if (!k) continue;
+    plan.keep = k->keep;
+    plan.keep_bytes = k->bytes;
+    plan.estimate.activations += k->bytes;
+    plan.estimate.total += k->bytes;
+    plan.recompute_cost = k->cost;
+    plan.fits = true;
+    if (!found || plan.recompute_cost < best.recompute_cost ||
+        (plan.recompute_cost == best.recompute_cost && plan.estimate.total < best.estimate.total)) {
+      best = plan;
+      found = true;
     }
   }
   if (found) return best;
