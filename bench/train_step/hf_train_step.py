@@ -84,16 +84,17 @@ def to_bnb4(model):
     return model
 
 
-def lora_model(shape_name, layers=0, liger=False, experts=True, bnb4=False):
-    """random_model with gradient checkpointing and PEFT LoRA r=16 (alpha 32) on every linear module (and the MoE
+def lora_model(shape_name, layers=0, liger=False, experts=True, bnb4=False, ckpt=True):
+    """random_model with gradient checkpointing (unless not ckpt) and PEFT LoRA r=16 (alpha 32) on every linear module (and the MoE
     experts' parameters when experts), LoRA weights in fp32 as ours keeps them; bnb4: QLoRA base (to_bnb4)."""
     from peft import LoraConfig, get_peft_model
     model, cfg = random_model(shape_name, layers, liger)
     if bnb4:
         model = to_bnb4(model)
     model.config.use_cache = False
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.enable_input_require_grads()
+    if ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
     extra = dict(target_parameters=MOE_PARAMS) if "num_experts" in SHAPES[shape_name] and experts else {}
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0, **extra))
     for p in model.parameters():
@@ -124,6 +125,7 @@ def main():
     ap.add_argument("--liger", type=int, default=0)
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--experts", type=int, default=1, help="LoRA on MoE experts via target_parameters")
+    ap.add_argument("--ckpt", type=int, default=1, help="0: no gradient checkpointing (HF's fastest, most memory)")
     ap.add_argument("--bnb4", type=int, default=0,
                     help="QLoRA: the decoder's linear layers as bitsandbytes Linear4bit (nf4, double quant, bf16 compute)")
     a = ap.parse_args()
@@ -133,7 +135,7 @@ def main():
     if a.fla:
         import_fla()
     t_start = time.perf_counter()
-    model, cfg = lora_model(a.shape, a.layers, a.liger, a.experts, a.bnb4)
+    model, cfg = lora_model(a.shape, a.layers, a.liger, a.experts, a.bnb4, bool(a.ckpt))
     print(f"model ready after {time.perf_counter() - t_start:.1f} s", file=sys.stderr, flush=True)
     if a.bnb4:
         torch.cuda.reset_peak_memory_stats()  # the bf16 model existed before to_bnb4; HF's loader never holds it
@@ -165,7 +167,7 @@ def main():
         gdn_path = "fla"
     peak = torch.cuda.max_memory_allocated() / 2**30
     print(json.dumps(dict(bench="train_step", impl="hf_peft" + ("_bnb4" if a.bnb4 else "") + ("_fla" if a.fla else "") + ("_liger" if a.liger else ""), shape=a.shape,
-                          layers=cfg.num_hidden_layers,
+                          layers=cfg.num_hidden_layers, ckpt=a.ckpt,
                           tokens=a.tokens, step_ms=round(med * 1e3, 2), tokens_per_s=round(a.tokens / med, 1),
                           peak_vram_gib=round(peak, 3), loss=round(loss, 5), gdn_path=gdn_path,
                           device=torch.cuda.get_device_name())), flush=True)

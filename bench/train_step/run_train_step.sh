@@ -6,7 +6,7 @@
 #   BENCH_BIN: path to bench_train_step; WHEEL_DIR: folder with flash-linear-attention, fla-core, einops
 #   wheels, and liger-kernel's for the strongest HF stack (HF + PEFT + FLA + Liger) ("" to skip HF+FLA);
 #   SHAPES default "0.8b 2b 9b". Env TOKENS (4096), STEPS (5), HF=0 skips HF, HF_PLAIN=0 skips HF without
-#   FLA, OURS_ARGS: more options for bench_train_step (e.g. "--ckpt-layers 8": checkpoint only the first 8
+#   FLA, HF_CKPT=0 runs HF without gradient checkpointing, OURS_ARGS: more options for bench_train_step (e.g. "--ckpt-layers 8": checkpoint only the first 8
 #   layers), OURS_PORTABLE=1 also runs ours with `--kernels portable`.
 set -u
 BIN=${1:?bench_train_step binary}
@@ -31,14 +31,14 @@ for s in $SHAPES; do
   fi
   if [ "${HF:-1}" = 1 ]; then
     if [ "${HF_PLAIN:-1}" = 1 ]; then
-      PYTHONUNBUFFERED=1 python3 "$HERE/hf_train_step.py" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --fla 0 \
+      PYTHONUNBUFFERED=1 python3 "$HERE/hf_train_step.py" --shape "$s" --tokens "$TOKENS" --steps "$STEPS" --fla 0 --ckpt "${HF_CKPT:-1}" \
         2> >(tail -3 >&2) | grep '^{' >> "$LOG"
     fi
     if [ -n "$FLA_PATH" ]; then
       LIGER=0
       PYTHONPATH=$FLA_PATH python3 -c "import liger_kernel" 2>/dev/null && LIGER=1
       PYTHONPATH=$FLA_PATH PYTHONUNBUFFERED=1 python3 "$HERE/hf_train_step.py" --shape "$s" --tokens "$TOKENS" \
-        --steps "$STEPS" --fla 1 --liger $LIGER 2> >(tail -3 >&2) | grep '^{' >> "$LOG"
+        --steps "$STEPS" --fla 1 --liger $LIGER --ckpt "${HF_CKPT:-1}" 2> >(tail -3 >&2) | grep '^{' >> "$LOG"
     fi
   fi
 done
