@@ -148,13 +148,20 @@ __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
     const int st = it & 1, q0 = qstart + (it >> 1) * BT;
     const uint32_t sQ = sQO + 2 * st * TILE, sO = sQ + TILE;
     mma::cp_async_wait<0>();
-    wgmma::fence_proxy_async();
     // Step it landed for all threads (cp.async); both warpgroups (MC, shared: of both blocks) are done with step
-    // it-1 (the other stage).
-    if (MC && shared)
-      attn_wgmma::cluster_sync();
-    else
+    // it-1 (the other stage). MC: after step 0 (K / V by cp.async) wgmma reads only TMA-written tiles, so no
+    // proxy fence, and the cluster barrier is relaxed (the block barrier orders the lse / D copies).
+    if (!MC || it == 0) wgmma::fence_proxy_async();
+    if (MC && shared) {
+      if (it == 0) {
+        attn_wgmma::cluster_sync();
+      } else {
+        attn_wgmma::cluster_sync_relaxed();
+        __syncthreads();
+      }
+    } else {
       __syncthreads();
+    }
     if constexpr (MC) {
       if (it + 1 < nit) load_step(it + 1);  // into the other stage (TMA: one thread)
       mma::cp_async_commit();

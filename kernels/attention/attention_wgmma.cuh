@@ -243,6 +243,7 @@ inline bool encode_kv_maps(KVMaps& m, const void* k, const void* v, int64_t T, i
 #ifdef DT_ATTN_EMU  // the cluster kernels are not emulated (blocks run one at a time there)
 inline uint32_t cluster_rank() { return 0; }
 inline void cluster_sync() { std::abort(); }
+inline void cluster_sync_relaxed() { std::abort(); }
 inline void kv_bars_init(uint32_t) { std::abort(); }
 template <int R, int HD>
 inline void kv_issue(const KVMaps&, uint32_t, uint32_t, int, int, uint32_t) { std::abort(); }
@@ -259,6 +260,14 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 // are ordered before the other block's after it).
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// cluster_sync without the release: no MEMBAR.ALL.GPU + ERRBAR before the arrive (which wait for the thread's
+// earlier memory accesses at GPU scope: 32% of the forward's and ~20% of dQ's and dK/dV's ncu stall samples when
+// the tile loops used cluster_sync, PERF_NOTES session 30). For the tile loops' buffer reuse, where the reads
+// before it are wgmma's, complete (wgmma::wait<0>), and the writes after it are the TMA copies into the freed
+// buffer; generic-proxy data (cp.async tiles, lse / D) still needs cluster_sync or a block barrier.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
 // The two buffers' barriers at bar, bar + 8 (one thread; a cluster_sync follows before any copy signals them).
 __device__ __forceinline__ void kv_bars_init(uint32_t bar) {
