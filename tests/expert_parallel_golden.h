@@ -46,8 +46,8 @@ inline EpRun ep_run(Backend& be, const ModelWeights& w, const LoraAdapter& adapt
   try {
     Qwen35Model model(w, be, nullptr, ex);
     LoraAdapter adapter = adapter_host;
+    if (ex) expert_lora_keep_slice(adapter, ex->rank(), ex->world());  // on the host, as the trainer does
     lora_to_backend(adapter, be);
-    if (ex) expert_lora_keep_slice(adapter, be, ex->rank(), ex->world());
     lora_zero_grad(adapter, be);
     int64_t targets = 0;
     for (const Batch& b : batches) targets += b.num_targets;

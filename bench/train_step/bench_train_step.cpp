@@ -40,7 +40,8 @@
 // pred_GiB: the memory plan's estimate (estimate_vram; several workers: the layout's per-GPU estimate of
 // plan_multi_gpu) less its overhead (CUDA context, kernel images: what the allocator does not see), next
 // to the measured peak; the JSON line also has the estimate's terms (est_*) and the measured ones: the allocator's
-// bytes after loading the weights (mem_weights), after uploading LoRA (mem_lora) and after the steps
+// bytes after loading the weights (mem_weights), after uploading LoRA (mem_lora; its peak until then, weights and
+// the adapter's setup: mem_setup_peak) and after the steps
 // (mem_resident: weights, LoRA, gradients, optimizer state and whatever the step keeps between steps).
 #include <algorithm>
 #include <chrono>
@@ -52,7 +53,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "dist/expert_lora.h"
 #include "backend/cuda_kernels_setting.h"
 #include "core/error.h"
 #include "core/quantized.h"
@@ -305,13 +305,14 @@ int main(int argc, char** argv) {
     const int64_t mem_weights = be->memory_stats().allocated_bytes;  // measured: the frozen weights
 
     LoraAdapter adapter = lora_create(cfg, spec, 1);
+    if (ep) dp->scatter_expert_lora(adapter);  // on the host: this GPU's experts' LoRA only reaches it
     lora_to_backend(adapter, *be);
     if (dp) {
       dp->broadcast_adapter(adapter);
-      if (ep) expert_lora_keep_slice(adapter, *be, dp->rank(), dp->world());
       dp->attach(adapter, int64_t(25) << 20);
     }
     const int64_t mem_lora = be->memory_stats().allocated_bytes - mem_weights;  // measured: LoRA A/B
+    const int64_t mem_setup_peak = be->memory_stats().peak_allocated_bytes;  // measured: the load and adapter setup
 
     // One packed row: `seqs` sequences of equal length, random token ids, every token trained but the prompt's.
     std::mt19937 rng(11 + (dp ? dp->rank() : 0));  // each GPU its own row
@@ -393,7 +394,7 @@ int main(int argc, char** argv) {
           "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
           "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
           "\"loss_chunk_rows\":%lld,\"recompute_keep\":\"%s\",\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d,"
-          "\"mem_weights_gib\":%.4f,\"mem_lora_gib\":%.4f,\"mem_resident_gib\":%.4f,\"peak_bytes\":%lld,"
+          "\"mem_weights_gib\":%.4f,\"mem_lora_gib\":%.4f,\"mem_setup_peak_gib\":%.4f,\"mem_resident_gib\":%.4f,\"peak_bytes\":%lld,"
           "\"est_weights_gib\":%.4f,\"est_lora_opt_gib\":%.4f,\"est_act_gib\":%.4f,\"est_keep_gib\":%.4f,"
           "\"est_logits_gib\":%.4f}\n",
           shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
@@ -404,7 +405,7 @@ int main(int argc, char** argv) {
           be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
           static_cast<long long>(st.chunk), recompute_keep_text(info, st.keep, ckpt_layers).c_str(), pred, static_cast<double>(free_bytes) / gib,  // the GPU's
           sharded ? "true" : "false", ep ? "true" : "false", graph ? "true" : "false", replayed,
-          mem_weights / gib, mem_lora / gib, ms.allocated_bytes / gib, static_cast<long long>(ms.peak_allocated_bytes),
+          mem_weights / gib, mem_lora / gib, mem_setup_peak / gib, ms.allocated_bytes / gib, static_cast<long long>(ms.peak_allocated_bytes),
           st.est.weights / gib, st.est.lora_and_optimizer / gib, st.est.activations / gib, st.kept / gib,
           st.est.logits / gib);
     }

@@ -57,6 +57,8 @@ TEST(DistRendezvous, CollectivesGiveEveryRankTheSameResult) {
     EXPECT_EQ(rv.broadcast(rank == 0 ? "from zero" : "ignored"), "from zero");
     const auto all = rv.all_gather("r" + std::to_string(rank));
     EXPECT_EQ(all, (std::vector<std::string>{"r0", "r1", "r2"}));
+    const std::vector<std::string> parts{"to 0", "to 1", "to 2"};  // each rank receives its own part only
+    EXPECT_EQ(rv.scatter(rank == 0 ? parts : std::vector<std::string>{}), parts[static_cast<size_t>(rank)]);
     // Sums added in rank order on rank 0: 0.1 + 0.2 + 0.3 exactly as a loop would add them, on every rank.
     std::vector<double> d{0.1 * (rank + 1), static_cast<double>(rank)};
     rv.sum(d);

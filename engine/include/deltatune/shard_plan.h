@@ -58,9 +58,9 @@ struct LayoutEstimate {
   int64_t backend_buffers = 0;     // the backend's own buffers (estimate_vram's)
   int64_t exchange_buffers = 0;    // expert parallel: tokens received for this GPU's experts, and sent back
   int64_t vision = 0;              // image rows: the vision tower's weights (on every GPU) and activations
-  // Expert parallel: the GPU's peak while the adapter is set up, before each GPU keeps its experts' slice of the
-  // expert LoRA (the whole adapter in fp32 with gradients and, resuming, AdamW moments; shard_plan.cpp). 0 for
-  // the other layouts. total is the larger of this plus the overhead and the training step's sum.
+  // Expert parallel: the GPU's peak while the adapter is set up (its own adapter, expert LoRA sliced on the host,
+  // with the dense gradients twice while they move to the summed buffer; shard_plan.cpp). 0 for the other
+  // layouts. total is the larger of this plus the overhead and the training step's sum.
   int64_t adapter_setup = 0;
   int64_t total = 0;
   int64_t moved_per_micro_batch = 0;  // bytes this GPU receives per micro-batch (gathers, token exchange)

@@ -34,6 +34,40 @@ class HostReducer final : public GradientReducer {
   Rendezvous& rv_;
 };
 
+// An expert slice on the host as bytes: A, B, then the four moments, each flagged ('\1' and its F32 bytes, or
+// '\0' when not defined).
+std::string slice_bytes(const LoraModule& host) {
+  std::string bytes;
+  for (const Tensor* t : {&host.A, &host.B, &host.mA, &host.vA, &host.mB, &host.vB}) {
+    bytes.push_back(t->defined() ? 1 : 0);
+    if (t->defined()) bytes.append(static_cast<const char*>(t->data), t->nbytes());
+  }
+  return bytes;
+}
+
+// slice_bytes back into `s` (F32 host tensors of A's and B's slice shapes; absent moments left empty).
+void read_slice(LoraModule& s, const std::string& b, const Shape& a_shape, const Shape& b_shape) {
+  size_t at = 0;
+  auto get = [&](Tensor& t, const Shape& shape) {
+    const bool has = b.at(at++) != 0;
+    if (!has) {
+      t = Tensor{};
+      return;
+    }
+    t = host_tensor(shape, DType::F32);
+    check(at + t.nbytes() <= b.size(), "internal: expert LoRA slice of " + s.path + " is short");
+    std::memcpy(t.data, b.data() + at, t.nbytes());
+    at += t.nbytes();
+  };
+  get(s.A, a_shape);
+  get(s.B, b_shape);
+  get(s.mA, a_shape);
+  get(s.vA, a_shape);
+  get(s.mB, b_shape);
+  get(s.vB, b_shape);
+  check(at == b.size(), "internal: expert LoRA slice of " + s.path + " is long");
+}
+
 }  // namespace
 
 std::unique_ptr<GradientReducer> make_host_reducer(Rendezvous& rv) { return std::make_unique<HostReducer>(rv); }
@@ -149,6 +183,7 @@ void DataParallel::broadcast_adapter(LoraAdapter& adapter) {
   // Which moments rank 0 holds (a resumed run has them, a new one not yet).
   const std::string has = rv_.broadcast(adapter.modules.empty() || !adapter.modules[0].mA.defined() ? "0" : "1");
   for (LoraModule& m : adapter.modules) {
+    if (exchange_ && is_expert_lora(m)) continue;  // this worker's slice (scatter_expert_lora)
     reducer_->broadcast(m.A);
     reducer_->broadcast(m.B);
     if (has == "1") {
@@ -160,6 +195,26 @@ void DataParallel::broadcast_adapter(LoraAdapter& adapter) {
     }
   }
   reducer_->finish();
+}
+
+void DataParallel::scatter_expert_lora(LoraAdapter& host) {
+  const int W = world();
+  for (LoraModule& m : host.modules) {
+    if (!is_expert_lora(m)) continue;
+    check(m.A.device == Device::CPU && m.B.device == Device::CPU,
+          "internal: scatter_expert_lora of " + m.path + " after lora_to_backend");
+    check(m.experts % W == 0, "expert parallel: " + m.path + " has " + std::to_string(m.experts) +
+                                  " experts, which do not divide over " + std::to_string(W) + " GPUs");
+    std::vector<std::string> parts;
+    if (root())
+      for (int r = 0; r < W; ++r) parts.push_back(slice_bytes(expert_lora_slice(m, r, W)));
+    const std::string mine = rv_.scatter(parts);
+    const int64_t per = m.experts / W, rows = static_cast<int64_t>(m.r) * per;
+    const Shape a_shape{rows, m.A.dim(1)}, b_shape{m.B.dim(0), rows};
+    m.experts = per;
+    m.Ac = m.Bc = m.gA = m.gB = Tensor{};
+    read_slice(m, mine, a_shape, b_shape);
+  }
 }
 
 double DataParallel::expert_parallel_grad_sq(LoraAdapter& adapter, double mine_sq) {
@@ -191,39 +246,13 @@ LoraAdapter DataParallel::gather_adapter_to_root(const LoraAdapter& adapter) {
       if (root()) out.modules.push_back(std::move(host));
       continue;
     }
-    // Each worker's slice: A, B, then the four moments (each flagged), as F32 bytes.
-    std::string bytes;
-    auto put = [&](const Tensor* t) {
-      const char has = t->defined() ? 1 : 0;
-      bytes.push_back(has);
-      if (has) bytes.append(static_cast<const char*>(t->data), t->nbytes());
-    };
-    put(&host.A);
-    put(&host.B);
-    for (Tensor* t : mo) put(t);
-    const std::vector<std::string> all = rv_.all_gather(bytes);
+    // Each worker's slice as F32 bytes (slice_bytes), joined on rank 0.
+    const std::vector<std::string> all = rv_.all_gather(slice_bytes(host));
     if (!root()) continue;
     std::vector<LoraModule> slices;
     for (const std::string& b : all) {
       LoraModule s = host;
-      size_t at = 0;
-      auto get = [&](Tensor& t, const Shape& shape) {
-        const bool has = b.at(at++) != 0;
-        if (!has) {
-          t = Tensor{};
-          return;
-        }
-        t = host_tensor(shape, DType::F32);
-        check(at + t.nbytes() <= b.size(), "internal: expert LoRA slice of " + m.path + " is short");
-        std::memcpy(t.data, b.data() + at, t.nbytes());
-        at += t.nbytes();
-      };
-      get(s.A, host.A.shape);
-      get(s.B, host.B.shape);
-      get(s.mA, host.A.shape);
-      get(s.vA, host.A.shape);
-      get(s.mB, host.B.shape);
-      get(s.vB, host.B.shape);
+      read_slice(s, b, host.A.shape, host.B.shape);
       slices.push_back(std::move(s));
     }
     out.modules.push_back(expert_lora_join(slices));

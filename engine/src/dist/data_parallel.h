@@ -47,8 +47,13 @@ class DataParallel {
   // Starts the buckets not started yet and waits for all: afterwards every worker holds the summed gradients.
   void finish_gradients();
   // Rank 0's A, B and AdamW moments on every worker (moments only where rank 0 has them). Under expert
-  // parallel: before the adapter keeps its slice (the full expert modules are broadcast).
+  // parallel the expert modules are left out: each worker holds its own slice already (scatter_expert_lora).
   void broadcast_adapter(LoraAdapter& adapter);
+  // Expert parallel, on the host before the adapter goes to the backend: every expert module of `host` becomes
+  // this worker's slice of rank 0's module (A, B and the moments where rank 0 has them): rank 0 slices its
+  // modules (expert_lora_slice) and sends each worker its own slice through the host connections, one module
+  // at a time. Other modules stay as they are (broadcast_adapter sends them once on the backend).
+  void scatter_expert_lora(LoraAdapter& host);
   // Expert parallel: the gradient norm² of the whole adapter, given this worker's (non-expert LoRA summed
   // already, its own experts' slice): Σ over the workers of their expert part plus one non-expert part.
   double expert_parallel_grad_sq(LoraAdapter& adapter, double mine_sq);

@@ -85,23 +85,9 @@ LoraModule expert_lora_join(const std::vector<LoraModule>& slices) {
   return full;
 }
 
-void expert_lora_keep_slice(LoraAdapter& adapter, Backend& be, int rank, int world) {
-  for (LoraModule& m : adapter.modules) {
-    if (!is_expert_lora(m)) continue;
-    LoraModule host = m;
-    host.A = be.download(m.A, DType::F32);
-    host.B = be.download(m.B, DType::F32);
-    for (int i = 0; i < 4; ++i)
-      if (moment(m, i)->defined()) *moment(host, i) = be.download(*moment(m, i), DType::F32);
-    LoraModule s = expert_lora_slice(host, rank, world);
-    s.A = be.upload(s.A, DType::F32);
-    s.B = be.upload(s.B, DType::F32);
-    for (int i = 0; i < 4; ++i)
-      if (moment(s, i)->defined()) *moment(s, i) = be.upload(*moment(s, i), DType::F32);
-    s.gA = be.zeros(s.A.shape, DType::F32);
-    s.gB = be.zeros(s.B.shape, DType::F32);
-    m = std::move(s);
-  }
+void expert_lora_keep_slice(LoraAdapter& host, int rank, int world) {
+  for (LoraModule& m : host.modules)
+    if (is_expert_lora(m)) m = expert_lora_slice(m, rank, world);
 }
 
 }  // namespace deltatune

@@ -17,9 +17,10 @@ LoraModule expert_lora_slice(const LoraModule& host, int rank, int world);
 // The slices of every rank (rank order, on the host) -> the full module (moments where every slice has them).
 LoraModule expert_lora_join(const std::vector<LoraModule>& slices);
 
-// On the backend: every expert module of `adapter` becomes this rank's slice (A, B and the moments where
-// defined; gradients zeroed). Other modules stay as they are.
-void expert_lora_keep_slice(LoraAdapter& adapter, Backend& be, int rank, int world);
+// On the host, before the adapter goes to the backend (lora_to_backend): every expert module of `host` becomes
+// the slice of `rank` (A, B and the moments where defined), so no GPU ever holds another rank's expert LoRA.
+// Other modules stay as they are. A worker of a run gets rank 0's slices (DataParallel::scatter_expert_lora).
+void expert_lora_keep_slice(LoraAdapter& host, int rank, int world);
 
 // Whether a module is an expert module (its LoRA is split over the ranks under expert parallel).
 inline bool is_expert_lora(const LoraModule& m) { return m.experts > 0; }

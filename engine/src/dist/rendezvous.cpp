@@ -356,6 +356,15 @@ std::string Rendezvous::broadcast(const std::string& bytes) {
   return bytes;
 }
 
+std::string Rendezvous::scatter(const std::vector<std::string>& parts) {
+  if (rank_ != 0) return recv(0);
+  if (static_cast<int>(parts.size()) != world_)
+    throw DistFault("rendezvous: scatter of " + std::to_string(parts.size()) + " parts over " +
+                    std::to_string(world_) + " ranks");
+  for (int r = 1; r < world_; ++r) send(r, Kind::Data, parts[static_cast<size_t>(r)]);
+  return parts[0];
+}
+
 std::vector<std::string> Rendezvous::all_gather(const std::string& mine) {
   if (world_ == 1) return {mine};
   if (rank_ != 0) {

@@ -32,6 +32,9 @@ class Rendezvous {
   std::string broadcast(const std::string& bytes);
   // Every rank's bytes, in rank order.
   std::vector<std::string> all_gather(const std::string& mine);
+  // Rank 0's parts[r] on rank r (rank 0 passes one part per rank; the others pass nothing): each rank receives
+  // its own part only.
+  std::string scatter(const std::vector<std::string>& parts);
   // In place: element-wise sums over the ranks, added in rank order on rank 0 (every rank gets the same bits).
   void sum(std::span<double> values);
   void sum(std::span<float> values);

@@ -327,18 +327,18 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
       // (PERF_NOTES session 29 epmem29).
       e.exchange_buffers = 2 * exchange_rows * H * 2;
       e.moved_per_micro_batch += exchanges * (exchange_rows - ceil_div(exchange_rows, n)) * H * 2;
-      // The adapter's setup (train_run_setup.cpp, bench_train_step): lora_to_backend puts the whole adapter on
-      // every GPU (A, B and their gradients in fp32; a resumed run also both AdamW moments, checkpoint_restore on
-      // worker 0 and broadcast_adapter's zeros on the others: 16 bytes per LoRA parameter), and only then
-      // expert_lora_keep_slice replaces each expert module by this GPU's slice, one module at a time (the first
-      // slice beside all the whole modules). Session 24's 122B-A10B peak with every layer checkpointed (79.4 GiB,
-      // fresh run: 8 bytes per parameter) is this moment: frozen 64.03 + embedding table 1.42 (on the GPU then) +
-      // 8 x 1.854e9 LoRA 13.81 + first slice 0.04 + backend 0.05 = 79.36 GiB; the step (76.65 then) is under it.
-      const int64_t first_module = static_cast<int64_t>(s.lora_r) * info.num_experts *
-                                   (H + 2 * info.moe_intermediate_size);
+      // The adapter's setup (train_run_setup.cpp restore_or_create_run, bench_train_step): the expert LoRA is
+      // sliced on the host (DataParallel::scatter_expert_lora; a resume restores rank 0's on the host first), so a
+      // GPU only ever holds its own adapter: fp32 A, B, gradients and, resuming, both AdamW moments of the dense
+      // modules and its experts' slice (lora_and_optimizer). DataParallel::attach then gives each expert module
+      // new gradients beside its old ones (one gA or gB slice at a time) and the dense gradients their summed
+      // buffer beside lora_to_backend's (4 bytes per dense LoRA parameter, until that one is freed). Before
+      // (epmem29, session 24's 79.4 GiB) every GPU first held the whole adapter: 16 bytes x every LoRA parameter.
+      const int64_t largest_expert_grad = static_cast<int64_t>(s.lora_r) * info.num_experts *
+                                          std::max(H, 2 * info.moe_intermediate_size);
       if (lora_experts > 0)
-        e.adapter_setup = e.frozen_resident + e.backend_buffers + 16 * (lora_dense + lora_experts) +
-                          16 * ceil_div(first_module, n);
+        e.adapter_setup = e.frozen_resident + e.backend_buffers + e.lora_and_optimizer +
+                          4 * std::max(lora_dense, ceil_div(largest_expert_grad, n));
     }
     e.total = e.frozen_resident + e.gathered_in_flight + e.lora_and_optimizer + e.activations + e.logits +
               e.overhead + e.backend_buffers + e.exchange_buffers + e.vision;
@@ -465,7 +465,7 @@ std::string shard_plan_text(const ShardPlan& p) {
     if (e.vision) o << ", vision tower " << gib_text(e.vision);
     o << ", overhead " << gib_text(e.overhead + e.backend_buffers);
     if (e.adapter_setup + e.overhead >= e.total)
-      o << "; peak at the adapter's setup (the whole expert LoRA before this GPU keeps its slice) "
+      o << "; peak at the adapter's setup (the dense LoRA gradients twice while they move to the summed buffer) "
         << gib_text(e.adapter_setup + e.overhead);
     if (e.moved_per_micro_batch) o << "; receives " << gib_text(e.moved_per_micro_batch) << " per micro-batch";
     o << "\n";

@@ -279,6 +279,8 @@ void lora_to_backend(LoraAdapter& adapter, Backend& backend) {
   for (LoraModule& m : adapter.modules) {
     m.A = backend.upload(m.A, DType::F32);
     m.B = backend.upload(m.B, DType::F32);
+    for (Tensor* t : {&m.mA, &m.vA, &m.mB, &m.vB})  // a host adapter's moments (expert parallel's resume)
+      if (t->defined()) *t = backend.upload(*t, DType::F32);
     m.gA = m.gB = Tensor();
   }
   // The input-sharing groups' gA first, each group's side by side in share-rank order.
@@ -292,7 +294,7 @@ void lora_to_backend(LoraAdapter& adapter, Backend& backend) {
     for (LoraModule* m : ms) m->gA = take(m->A.shape, m->A.numel());
   }
   for (LoraModule& m : adapter.modules) {
-    // Expert gradients apart: expert parallel replaces them with this GPU's slice (expert_lora_keep_slice).
+    // Expert gradients apart (expert parallel: this GPU's slice, DataParallel::attach gives them their own).
     if (m.experts > 0) {
       m.gA = backend.zeros(m.A.shape, DType::F32);
       m.gB = backend.zeros(m.B.shape, DType::F32);

@@ -90,7 +90,7 @@ LoraAdapter lora_create(const ModelConfig& cfg, const LoraSpec& spec, uint64_t s
 // gate/up: 0, 1, ...), or -1 for a module that shares its input with no other (o_proj, out_proj, down_proj,
 // experts, the vision tower).
 int lora_input_share_rank(const LoraModule& m);
-// Moves A/B to the backend and allocates zeroed gradients. The gA of the modules of one input-sharing group lie
+// Moves A/B (and the AdamW moments where defined) to the backend and allocates zeroed gradients. The gA of the modules of one input-sharing group lie
 // side by side in grad_flat in lora_input_share_rank order (one [Σr, in] matrix when r·in keeps the alignment),
 // so that one product forms them all (model/lora_linear.h linear_group_bwd).
 void lora_to_backend(LoraAdapter& adapter, Backend& backend);

@@ -14,13 +14,6 @@ Tensor* moment(LoraModule& m, int i) {
   return all[i];
 }
 
-void overwrite(Backend& be, Tensor& dst, const Tensor& host, const std::string& what) {
-  check(host.shape == dst.shape, "checkpoint: " + what + " has shape " + shape_str(host.shape) + ", the run expects " +
-                                     shape_str(dst.shape));
-  Tensor up = be.upload(host, DType::F32);
-  be.copy(dst, up);
-}
-
 }  // namespace
 
 LoraAdapter lora_download(const LoraAdapter& adapter, Backend& be) {
@@ -60,7 +53,11 @@ std::string checkpoint_save_host(const std::string& output_dir, const TrainerSta
                           keep);
 }
 
-TrainerState checkpoint_restore(const std::string& dir, LoraAdapter& adapter, Backend& be, const ModelConfig& cfg) {
+namespace {
+
+// The checkpoint's A, B and moments into `adapter`: put(dst, shape the run expects, saved host tensor, name).
+template <class Put>
+TrainerState restore_into(const std::string& dir, LoraAdapter& adapter, const ModelConfig& cfg, Put put) {
   const Checkpoint ck = checkpoint_load(dir);
   const LoraAdapter saved = peft_adapter_read(ck.adapter_dir(), cfg);
   check(saved.modules.size() == adapter.modules.size(),
@@ -69,17 +66,39 @@ TrainerState checkpoint_restore(const std::string& dir, LoraAdapter& adapter, Ba
   for (const LoraModule& s : saved.modules) {
     LoraModule* m = adapter.find(s.path);
     check(m != nullptr, dir + ": the checkpoint adapts " + s.path + ", which this run does not");
-    overwrite(be, m->A, s.A, s.path + ".lora_A");
-    overwrite(be, m->B, s.B, s.path + ".lora_B");
+    const Shape a_shape = m->A.shape, b_shape = m->B.shape;
+    put(m->A, a_shape, s.A, s.path + ".lora_A");
+    put(m->B, b_shape, s.B, s.path + ".lora_B");
     for (int i = 0; i < 4; ++i) {
       const std::string name = s.path + "." + kMomentNames[i];
       if (!ck.optimizer || !ck.optimizer->has(name)) continue;
-      Tensor* t = moment(*m, i);
-      if (!t->defined()) *t = be.zeros(i < 2 ? m->A.shape : m->B.shape, DType::F32);
-      overwrite(be, *t, ck.optimizer->get(name), name);
+      put(*moment(*m, i), i < 2 ? a_shape : b_shape, ck.optimizer->get(name), name);
     }
   }
   return ck.state;
+}
+
+void check_shape(const Shape& want, const Tensor& host, const std::string& what) {
+  check(host.shape == want, "checkpoint: " + what + " has shape " + shape_str(host.shape) + ", the run expects " +
+                                shape_str(want));
+}
+
+}  // namespace
+
+TrainerState checkpoint_restore(const std::string& dir, LoraAdapter& adapter, Backend& be, const ModelConfig& cfg) {
+  return restore_into(dir, adapter, cfg, [&](Tensor& dst, const Shape& want, const Tensor& host, const std::string& what) {
+    check_shape(want, host, what);
+    if (!dst.defined()) dst = be.zeros(want, DType::F32);
+    Tensor up = be.upload(host, DType::F32);
+    be.copy(dst, up);
+  });
+}
+
+TrainerState checkpoint_restore_host(const std::string& dir, LoraAdapter& host, const ModelConfig& cfg) {
+  return restore_into(dir, host, cfg, [](Tensor& dst, const Shape& want, const Tensor& saved, const std::string& what) {
+    check_shape(want, saved, what);
+    dst = host_convert(saved, DType::F32);  // a copy: `saved` is memory-mapped or dropped after the restore
+  });
 }
 
 }  // namespace deltatune

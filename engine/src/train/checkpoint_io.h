@@ -26,5 +26,8 @@ std::string checkpoint_save_host(const std::string& output_dir, const TrainerSta
 // Loads A/B and the moments of checkpoint `dir` into `adapter` (already on the backend); returns the state.
 // Throws Error if the checkpoint's adapter does not match the run's adapter.
 TrainerState checkpoint_restore(const std::string& dir, LoraAdapter& adapter, Backend& be, const ModelConfig& cfg);
+// The same into an adapter still on the host (F32 copies; expert parallel restores there, then each worker gets
+// its experts' slice before anything reaches a GPU).
+TrainerState checkpoint_restore_host(const std::string& dir, LoraAdapter& host, const ModelConfig& cfg);
 
 }  // namespace deltatune

@@ -18,7 +18,6 @@
 #include "train/lora_spec.h"
 #include "train/train_run_steps.h"
 #include "train/train_run_util.h"
-#include "dist/expert_lora.h"
 #include "train/weight_layout_select.h"
 #include "vision/vision_tower.h"
 
@@ -234,10 +233,11 @@ void start_backend(TrainSession& s) {
   if (!layout.checkpoint_layers) plan_checkpointing(s);
   s.model = std::make_unique<Qwen35Model>(s.weights, *s.be, shard, ep);
   attach_vision(s);
+  // Expert parallel: the adapter stays on the host until each worker has its experts' slice of rank 0's adapter
+  // (restore_or_create_run), so no GPU holds the whole expert LoRA.
+  if (ep) return;
   lora_to_backend(s.adapter, *s.be);
-  // Expert parallel: the adapter keeps its experts' slice after rank 0's full adapter reached every worker
-  // (restore_or_create_run), and only then gets its gradient buffers.
-  if (s.dp && !ep) s.dp->attach(s.adapter, int64_t(25) << 20);
+  if (s.dp) s.dp->attach(s.adapter, int64_t(25) << 20);
 }
 
 void plan_steps(TrainSession& s) {
@@ -270,7 +270,10 @@ namespace {
 
 // The resumed run's checkpoint: weights, moments and position; refused when the training data changed.
 void restore_checkpoint(TrainSession& s) {
-  TrainerState st = checkpoint_restore(*s.ckpt, s.adapter, *s.be, s.model_config());
+  // Expert parallel: the adapter is still on the host (start_backend), sliced after the restore.
+  TrainerState st = s.dp && s.dp->expert_parallel()
+                        ? checkpoint_restore_host(*s.ckpt, s.adapter, s.model_config())
+                        : checkpoint_restore(*s.ckpt, s.adapter, *s.be, s.model_config());
   const auto fp = st.extra.find("data_fingerprint");
   if (fp != st.extra.end() && fp->second != s.data_fp) {
     std::string files;
@@ -342,11 +345,12 @@ void restore_or_create_run(TrainSession& s) {
       std::istringstream in(pos);
       in >> s.step >> s.cursor.epoch >> s.cursor.index >> s.tokens_seen >> s.run_id;
     }
-    s.dp->broadcast_adapter(s.adapter);
-    if (s.dp->expert_parallel()) {
-      expert_lora_keep_slice(s.adapter, *s.be, s.dp->rank(), s.dp->world());
-      s.dp->attach(s.adapter, int64_t(25) << 20);
+    if (s.dp->expert_parallel()) {  // each worker uploads its own experts' slice of rank 0's expert LoRA only
+      s.dp->scatter_expert_lora(s.adapter);
+      lora_to_backend(s.adapter, *s.be);
     }
+    s.dp->broadcast_adapter(s.adapter);
+    if (s.dp->expert_parallel()) s.dp->attach(s.adapter, int64_t(25) << 20);
   }
 }
 
