@@ -435,16 +435,18 @@ __global__ void __launch_bounds__(NT, 1)
         x1 = i < len ? u.y - x1 : 0.f;
       }
     }
-    if (vnew)
+    if (vnew) {  // V'_h through the warpgroup's half of the O tile (free until phase B) to 16-byte row pieces
+      store_acc<false>(sbase + kOt + 2 * chh, 8 * LDO * 2, 16, LDO * 2, 0, aw);
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+      bf16* vb = vnew + (t0 * HV + h) * DV + c0 + chh;
 #pragma unroll
-      for (int j = 0; j < NH; ++j)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int i = 16 * wq + gr + 8 * hf, c = chh + 8 * j + 2 * tq;
-          if (i < len)
-            *reinterpret_cast<uint32_t*>(vnew + ((t0 + i) * HV + h) * DV + c0 + c) =
-                pack(aw[4 * j + 2 * hf], aw[4 * j + 2 * hf + 1]);
-        }
+      for (int p = threadIdx.x & 127; p < C * NH; p += 128) {
+        const int r = p / NH, j = p % NH;
+        if (r < len)
+          *reinterpret_cast<uint4*>(vb + r * HV * DV + 8 * j) =
+              *reinterpret_cast<const uint4*>(gdn_smem + kOt + r * LDO * 2 + 2 * chh + 16 * j);
+      }
+    }
     store_acc<true>(sbase + kVt + (chh / 8) * C * 16, C * 16, 0, 0, 0, aw);
     {
       const float gl = Gt[len - 1];
