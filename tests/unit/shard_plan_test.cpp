@@ -293,6 +293,9 @@ TEST(ShardPlan, AutoCheckpointingTakesTheFastestSettingThatFitsTheLayoutWithAMar
     const std::string text = shard_plan_text(p);
     EXPECT_NE(text.find("less a " + gib_text(p.settings.margin_bytes) + " margin"), std::string::npos) << text;
     EXPECT_NE(p.reason.find("the fastest that fits"), std::string::npos) << p.reason;
+    if (p.settings.keep.any())  // the text names what is kept in the model's terms, as the one-GPU plan does
+      EXPECT_NE(text.find("kept for the recompute: " + recompute_keep_text(info, p.settings.keep, n)),
+                std::string::npos) << text;
   }
   // A configured layout that fits with no number of checkpointed layers is refused, not replaced by another one.
   const WeightLayout replicated = WeightLayout::Replicated;

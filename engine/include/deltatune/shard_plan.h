@@ -74,6 +74,7 @@ struct ShardPlan {
   std::vector<LayoutEstimate> layouts;   // every layout, in WeightLayout order
   int chosen = -1;                       // index into layouts; -1: nothing fits
   std::string reason;                    // why the chosen layout (or what the refusal says)
+  std::string keep_text;                 // what checkpointed layers keep for their recompute (recompute_keep_text)
   // When nothing fits: each change on its own that would fit ("LoRA rank 8 instead of 16", "3 GPUs of ...").
   std::vector<std::string> would_fit;
   const LayoutEstimate* choice() const { return chosen < 0 ? nullptr : &layouts[static_cast<size_t>(chosen)]; }

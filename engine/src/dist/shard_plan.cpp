@@ -108,18 +108,6 @@ constexpr WeightLayout kPreference[] = {WeightLayout::Replicated, WeightLayout::
                                         WeightLayout::Sharded, WeightLayout::ExpertParallelSharded};
 
 // Why the plan's choice (p.choice() set).
-// What a plan's checkpointed layers keep for their recompute, without the model's shapes (recompute_keep_text
-// names the layers).
-std::string keep_words(const RecomputeKeep& k) {
-  std::string s;
-  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
-  if (k.attn_core) add("attention core");
-  if (k.gdn_core) add("GDN core");
-  if (k.mlp_layers < 0) add("MLP gate/up");
-  else if (k.mlp_layers > 0) add("MLP gate/up of the first " + std::to_string(k.mlp_layers) + " layers");
-  return s.empty() ? "nothing" : s;
-}
-
 std::string reason_for(const ShardPlan& p) {
   bool ep_applies = false;
   for (const LayoutEstimate& e : p.layouts) ep_applies |= e.layout == WeightLayout::ExpertParallel && e.applicable;
@@ -223,6 +211,7 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
   ShardPlan p;
   p.gpus = gpus;
   p.settings = s;
+  if (s.gradient_checkpointing && s.keep.any()) p.keep_text = recompute_keep_text(info, s.keep, s.checkpoint_layers);
   if (s.lora_groups.empty()) {
     p.lora_groups = lora_default_groups(info);
   } else {
@@ -417,9 +406,7 @@ ShardPlan plan_multi_gpu_auto_checkpointing(const ModelInfo& info, ShardPlanSett
                (p.settings.gradient_checkpointing
                     ? std::to_string(p.settings.checkpoint_layers) + " of " + std::to_string(L) +
                           " layers checkpointed" +
-                          (p.settings.keep.any() ? " (kept for the recompute: " +
-                                                       recompute_keep_text(info, p.settings.keep, best_n) + ")"
-                                                 : "")
+                          (p.keep_text.empty() ? "" : " (kept for the recompute: " + p.keep_text + ")")
                     : std::string("no layers checkpointed")) +
                ", the fastest that fits with a " + gib_text(settings.margin_bytes) + " margin";
     return p;
@@ -443,8 +430,7 @@ std::string shard_plan_text(const ShardPlan& p) {
                      : s.checkpoint_layers < 0 ? "; gradient checkpointing"
                                                : "; gradient checkpointing of " + std::to_string(s.checkpoint_layers) +
                                                      " layers";
-  if (s.gradient_checkpointing && s.keep.any())
-    ckpt += ", kept for the recompute: " + keep_words(s.keep);
+  if (!p.keep_text.empty()) ckpt += ", kept for the recompute: " + p.keep_text;
   o << "Memory plan for " << n << " GPU" << (n > 1 ? "s" : "") << " of " << gib_text(p.gpus.memory_bytes)
     << (s.margin_bytes ? " less a " + gib_text(s.margin_bytes) + " margin" : "") << " (LoRA r=" << s.lora_r << " on "
     << join(p.lora_groups) << "; " << s.tokens_per_step << " tokens per micro-batch and GPU; base "
