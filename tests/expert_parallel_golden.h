@@ -15,6 +15,7 @@
 #include "data/batch.h"
 #include "dist/expert_lora.h"
 #include "lora/lora.h"
+#include "lora/lora_b_layout.h"
 #include "model/qwen35_model.h"
 
 namespace deltatune::testing_goldens {
@@ -67,7 +68,7 @@ inline EpRun ep_run(Backend& be, const ModelWeights& w, const LoraAdapter& adapt
       g.path = m.path;
       g.experts = m.experts;
       g.gA = be.download(m.gA, DType::F32);
-      g.gB = be.download(m.gB, DType::F32);
+      g.gB = lora_b_download(be, m, m.gB);  // PEFT's layout, as expert_lora_join takes it
       out.grads.push_back(std::move(g));
     }
   } catch (const std::exception& e) {

@@ -15,6 +15,7 @@
 #include "data/batch.h"
 #include "io/safetensors.h"
 #include "lora/lora.h"
+#include "lora/lora_b_layout.h"
 #include "lora/peft_io.h"
 #include "model/qwen35_model.h"
 #include "model/weights.h"
@@ -196,7 +197,7 @@ inline std::vector<GradError> lora_grad_errors(Backend& be, LoraAdapter& adapter
     const auto [path, is_a] = module_of(e.name);
     if (LoraModule* m = adapter.find(path)) {
       const std::vector<float> ref = host_to_f32(grads.get(e.name));
-      const Tensor got = be.download(is_a ? m->gA : m->gB, DType::F32);
+      const Tensor got = is_a ? be.download(m->gA, DType::F32) : lora_b_download(be, *m, m->gB);  // PEFT's layout
       if (got.numel() == static_cast<int64_t>(ref.size())) {
         double ref2 = 0, err2 = 0;
         bool finite = true;

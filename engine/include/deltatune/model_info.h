@@ -76,9 +76,6 @@ struct VramEstimate {
   // Image rows only (0 otherwise; both included in total): the vision tower's bf16 weights, and its activations
   // for the micro-batch's image patches (the `vision` group's LoRA and optimizer state is in lora_and_optimizer).
   int64_t vision_weights = 0, vision_activations = 0;
-  // Part of activations: expert LoRA's B factors regrouped per expert (fp32) by each MoE layer whose activations
-  // are kept (expert parallel keeps only its E/N experts' share of this).
-  int64_t expert_lora_regrouped = 0;
 };
 // checkpoint_layers: with gradient_checkpointing, how many decoder layers (from the first) are checkpointed;
 // -1 = all (see RunConfig::gradient_checkpointing_layers).

@@ -8,6 +8,7 @@
 #include "dist/expert_exchange.h"
 #include "dist/expert_lora.h"
 #include "dist/shard_gatherers.h"
+#include "lora/lora_b_layout.h"
 
 namespace deltatune {
 namespace {
@@ -238,10 +239,13 @@ LoraAdapter DataParallel::gather_adapter_to_root(const LoraAdapter& adapter) {
     LoraModule host = m;
     host.Ac = host.Bc = host.gA = host.gB = Tensor{};
     host.A = be_->download(m.A, DType::F32);
-    host.B = be_->download(m.B, DType::F32);
+    host.B = lora_b_download(*be_, m, m.B);  // PEFT's layout on the host (expert B: [E, out, r] on the backend)
     Tensor* mo[4] = {&host.mA, &host.vA, &host.mB, &host.vB};
     const Tensor* src[4] = {&m.mA, &m.vA, &m.mB, &m.vB};
-    for (int i = 0; i < 4; ++i) *mo[i] = src[i]->defined() ? be_->download(*src[i], DType::F32) : Tensor{};
+    for (int i = 0; i < 4; ++i)
+      *mo[i] = !src[i]->defined() ? Tensor{}
+               : i < 2           ? be_->download(*src[i], DType::F32)
+                                 : lora_b_download(*be_, m, *src[i]);
     if (!exchange_ || !is_expert_lora(m)) {
       if (root()) out.modules.push_back(std::move(host));
       continue;

@@ -1,6 +1,7 @@
 // Expert parallel's adapter (model/expert_parallel_plan.h): each rank holds the LoRA of its own experts only,
 // [r·E/N, (r+1)·E/N) of every `experts` module, in the same PEFT layout as the full module with E/N experts
-// (A [r·E/N, in]: expert-major rows; B [out, r·E/N]: column k·E/N + e). Its gradient is complete on that rank
+// (A [r·E/N, in]: expert-major rows; B [out, r·E/N]: column k·E/N + e) on the host, and on the backend as any
+// expert module (B-shaped tensors [E/N, out, r]: lora/lora_b_layout.h). Its gradient is complete on that rank
 // (every rank's rows of those experts reach it), so it is never summed over the ranks; a checkpoint or the
 // exported adapter joins the slices back into the full module (one standard PEFT adapter).
 #pragma once

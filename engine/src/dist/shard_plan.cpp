@@ -275,11 +275,10 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
     e.lora_and_optimizer = 16 * (lora_dense + (ep ? ceil_div(lora_experts, n) : lora_experts));
     e.activations = est.activations + keep_bytes;
     if (ep) {
-      // This GPU's experts only: their regrouped LoRA factors; per routed row the two int32 maps between received
-      // and expert-major order (layers whose activations are kept: to_local, to_source), and a checkpointed
-      // layer's kept routing and exchange plan (moe_routing_kept: idx, w, row_token, row_slot, slot_row and the
-      // two maps, 7 x 4 bytes per routed row; the one-GPU estimate counts none of it for a checkpointed layer).
-      e.activations += ceil_div(est.expert_lora_regrouped, n) - est.expert_lora_regrouped;
+      // Per routed row the two int32 maps between received and expert-major order (layers whose activations are
+      // kept: to_local, to_source), and a checkpointed layer's kept routing and exchange plan (moe_routing_kept:
+      // idx, w, row_token, row_slot, slot_row and the two maps, 7 x 4 bytes per routed row; the one-GPU estimate
+      // counts none of it for a checkpointed layer).
       e.activations += (L - n_ckpt) * exchange_rows * 8 + n_ckpt * exchange_rows * 28;
     }
     e.logits = est.logits;

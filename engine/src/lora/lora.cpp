@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "deltatune/model_info.h"
+#include "lora/lora_b_layout.h"
 
 namespace deltatune {
 
@@ -278,9 +279,12 @@ void lora_to_backend(LoraAdapter& adapter, Backend& backend) {
   };
   for (LoraModule& m : adapter.modules) {
     m.A = backend.upload(m.A, DType::F32);
-    m.B = backend.upload(m.B, DType::F32);
-    for (Tensor* t : {&m.mA, &m.vA, &m.mB, &m.vB})  // a host adapter's moments (expert parallel's resume)
+    m.B = lora_b_upload(backend, m, m.B);  // expert B: [E, out, r] on the backend
+    // A host adapter's moments (expert parallel's resume); B's in B's backend layout.
+    for (Tensor* t : {&m.mA, &m.vA})
       if (t->defined()) *t = backend.upload(*t, DType::F32);
+    for (Tensor* t : {&m.mB, &m.vB})
+      if (t->defined()) *t = lora_b_upload(backend, m, *t, t == &m.mB ? "B.exp_avg" : "B.exp_avg_sq");
     m.gA = m.gB = Tensor();
   }
   // The input-sharing groups' gA first, each group's side by side in share-rank order.

@@ -25,7 +25,8 @@ struct LoraModule {
   int r = 0;
   float scaling = 0;    // alpha / r (or alpha / sqrt(r) with rsLoRA)
   // Linear: A [r, in], B [out, r]. Experts (PEFT ≥ 0.19.1 layout, peft-adapter.md §6.2):
-  // A [r*E, in] with row e*r+k = row k of expert e; B [out, r*E] with column k*E+e = column k of expert e.
+  // A [r*E, in] with row e*r+k = row k of expert e; B [out, r*E] with column k*E+e = column k of expert e. On the
+  // backend an expert module's B, gB, mB and vB are [E, out, r] instead (lora/lora_b_layout.h).
   Tensor A, B;          // F32 master weights on the backend device
   Tensor Ac, Bc;        // compute-dtype copies of A and B while a LoraComputeCopies scope holds them, else empty
   Tensor gA, gB;        // gradients (+=), F32
@@ -90,9 +91,10 @@ LoraAdapter lora_create(const ModelConfig& cfg, const LoraSpec& spec, uint64_t s
 // gate/up: 0, 1, ...), or -1 for a module that shares its input with no other (o_proj, out_proj, down_proj,
 // experts, the vision tower).
 int lora_input_share_rank(const LoraModule& m);
-// Moves A/B (and the AdamW moments where defined) to the backend and allocates zeroed gradients. The gA of the modules of one input-sharing group lie
-// side by side in grad_flat in lora_input_share_rank order (one [Σr, in] matrix when r·in keeps the alignment),
-// so that one product forms them all (model/lora_linear.h linear_group_bwd).
+// Moves A/B (and the AdamW moments where defined) to the backend — expert B and its moments regrouped to
+// [E, out, r] (lora/lora_b_layout.h) — and allocates zeroed gradients. The gA of the modules of one input-sharing
+// group lie side by side in grad_flat in lora_input_share_rank order (one [Σr, in] matrix when r·in keeps the
+// alignment), so that one product forms them all (model/lora_linear.h linear_group_bwd).
 void lora_to_backend(LoraAdapter& adapter, Backend& backend);
 void lora_zero_grad(LoraAdapter& adapter, Backend& backend);
 

@@ -132,7 +132,6 @@ void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& 
 struct GroupedLinearCache {
   Tensor xd;  // dropout(x) when dropout > 0
   Tensor u;   // xd·A_eᵀ per row [M, r] (F32)
-  Tensor Bc;  // B regrouped per expert [E, out, r] (F32)
 };
 // y (=) x·W_eᵀ (+ s·(drop(x)·A_eᵀ)·B_eᵀ) for the rows [off[e], off[e+1]) of each expert e; W [E, out, in]
 // (moe_block.cpp).

@@ -225,8 +225,6 @@ constexpr int64_t kAllocatorSlackDiv = 256;
 //                              output, gate logit and sigmoid)
 //                  + r per LoRA-adapted linear of the default groups (the low-rank intermediate)
 //                  + top_k*4r with expert LoRA (fp32 gate_up and down intermediates of each routed row)
-//                with expert LoRA each MoE layer whose activations are kept also keeps its B factors regrouped per
-//                expert in fp32, 4*r*E*(2*Ie + H) bytes (expert_lora_regrouped: under expert parallel E/N of them)
 //                the first N layers checkpointed (N = L with checkpoint_layers -1, 0 without checkpointing) keep
 //                only their input (T * 2 * N*H); the peak is the larger of two moments:
 //                  at the loss:      the inputs + T * 2 * (the other layers' sum) + the loss buffers (below)
@@ -304,7 +302,6 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   const int64_t mlp = info.is_moe ? 2 * info.num_experts + 10 * K + K * (2 * H + 3 * Ie) +
                                         (Is > 0 ? 3 * Is + H + 2 : 0) + 3 * r + (expert_lora ? K * 4 * r : 0)
                                   : 3 * info.intermediate_size + 3 * r;
-  const int64_t regrouped_per_layer = expert_lora ? 4 * r * info.num_experts * (2 * Ie + H) : 0;
   const int64_t lin_layer = 4 * H + 2 * conv + 3 * vd + 6 * HV + 5 * r + mlp;
   const int64_t full_layer = 4 * H + 5 * nq + 3 * nkv + 2 * info.num_attention_heads + 4 * r + mlp;
   // Checkpointed layers keep their input; the others (the last ones) keep everything.
@@ -341,17 +338,14 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   // activations and its backward's gradients and scratch: kRecomputeWorkingSet x its activations; the backward
   // frees the kept layers before the first recompute). A kept layer's backward holds less than the loss
   // (measured: the no-checkpointing peaks are the loss's).
-  const int64_t at_loss = inputs + 2 * T * kept + regrouped_per_layer * (L - n_ckpt) + loss_buffers;
+  const int64_t at_loss = inputs + 2 * T * kept + loss_buffers;
   const int64_t at_recompute =
       n_ckpt == 0 ? 0
-                  : inputs + static_cast<int64_t>(kRecomputeWorkingSet * static_cast<double>(2 * T * largest)) +
-                        regrouped_per_layer;
+                  : inputs + static_cast<int64_t>(kRecomputeWorkingSet * static_cast<double>(2 * T * largest));
   if (at_loss >= at_recompute) {
-    v.expert_lora_regrouped = regrouped_per_layer * (L - n_ckpt);
     v.logits = loss_buffers;
     v.activations = at_loss - loss_buffers + step_fixed;
   } else {
-    v.expert_lora_regrouped = regrouped_per_layer;
     v.logits = 0;  // freed before the backward
     v.activations = at_recompute + step_fixed;
   }

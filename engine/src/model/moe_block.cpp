@@ -5,9 +5,9 @@
 // slots by expert (offsets, row maps), the token rows are gathered once into that order, both expert
 // projections run as grouped GEMMs over the experts' row ranges, SwiGLU runs over all rows at once, and
 // moe_combine sums each token's K expert outputs in a fixed order (deterministic, no atomics).
-// Expert LoRA follows PEFT's layout (peft-adapter.md §6.2): A [r·E, in] is [E, r, in] as it is; B [out, r·E]
-// has expert e's column k at k·E + e, so it is regrouped into [E, out, r] by one permute3 per layer (and its
-// gradient back by another). LoRA dropout (if any) masks the permuted input rows of each projection: every
+// Expert LoRA: A [r·E, in] (PEFT's layout, peft-adapter.md §6.2) is [E, r, in] as it is; B, its gradient and its
+// moments are [E, out, r] on the backend (lora/lora_b_layout.h: regrouped from PEFT's [out, r·E] only at upload
+// and download), read and accumulated here as they are. LoRA dropout (if any) masks the permuted input rows of each projection: every
 // routed (token, expert) row gets its own mask, the same in forward and backward.
 #include "core/error.h"
 #include "model/blocks.h"
@@ -18,6 +18,27 @@ namespace deltatune {
 Tensor expert_weights(Backend& be, const BaseMatrix& w, int64_t E, int64_t out, int64_t in) {
   return w.q ? plain_weight(be, w).view({E, out, in}) : w.w;
 }
+
+namespace {
+
+void check_expert_b(const LoraModule& m, const Tensor& t, const char* what) {
+  check(t.shape == Shape({m.experts, m.out, m.r}),
+        "internal: expert LoRA " + m.path + " " + what + " is " + shape_str(t.shape) + " on the backend, expected [" +
+            std::to_string(m.experts) + ", " + std::to_string(m.out) + ", " + std::to_string(m.r) +
+            "] (lora_to_backend's layout)");
+}
+
+const Tensor& expert_b(const LoraModule& m) {
+  check_expert_b(m, m.B, "B");
+  return m.B;
+}
+
+Tensor& expert_b_grad(LoraModule& m) {
+  check_expert_b(m, m.gB, "gB");
+  return m.gB;
+}
+
+}  // namespace
 
 void grouped_linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModule* m, const LoraRuntime& rt,
                         uint64_t salt, const Tensor& off, Tensor& y, GroupedLinearCache& c) {
@@ -36,14 +57,13 @@ void grouped_linear_fwd(Backend& be, const Tensor& x, const Tensor& w, LoraModul
     xin = c.xd;
   }
   c.u = be.alloc({x.rows(), r}, DType::F32);
-  c.Bc = be.alloc({E, m->out, r}, DType::F32);
-  be.permute3(m->B, m->out, r, E, 2, 0, 1, c.Bc);
+  const Tensor& B = expert_b(*m);
   if (!dropped) {  // u = x·A_eᵀ and y = x·W_eᵀ + s·u·B_eᵀ, one read of x where the backend fuses them
-    be.grouped_lora_linear_fwd(x, w, m->A.view({E, r, m->in}), off, c.Bc, m->scaling, c.u, y);
+    be.grouped_lora_linear_fwd(x, w, m->A.view({E, r, m->in}), off, B, m->scaling, c.u, y);
     return;
   }
   be.grouped_gemm(xin, m->A.view({E, r, m->in}), true, off, c.u, 1.f, 0.f);
-  be.grouped_gemm_lora(x, w, true, off, c.u, c.Bc, m->scaling, y, 1.f, 0.f);  // y = x·W_eᵀ + s·u·B_eᵀ
+  be.grouped_gemm_lora(x, w, true, off, c.u, B, m->scaling, y, 1.f, 0.f);  // y = x·W_eᵀ + s·u·B_eᵀ
 }
 
 void grouped_linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModule* m, const LoraRuntime& rt,
@@ -55,14 +75,12 @@ void grouped_linear_bwd(Backend& be, const Tensor& dy, const Tensor& w, LoraModu
   const int64_t E = m->experts, r = m->r;
   const bool dropped = rt.training && rt.dropout > 0.f;
   const Tensor& xin = dropped ? c.xd : x;
-  // gB_e += s·dy_eᵀ·u_e, in the per-expert grouping and back.
-  Tensor gBc = be.alloc({E, m->out, r}, DType::F32);
-  be.permute3(m->gB, m->out, r, E, 2, 0, 1, gBc);
-  be.grouped_gemm_wgrad(dy, c.u, off, gBc, m->scaling, 1.f);
-  be.permute3(gBc, E, m->out, r, 1, 2, 0, m->gB);
+  // gB_e += s·dy_eᵀ·u_e ([E, out, r] on the backend)
+  Tensor& gB = expert_b_grad(*m);
+  be.grouped_gemm_wgrad(dy, c.u, off, gB, m->scaling, 1.f);
   // du = s·dy·B_e ; gA_e += du_eᵀ·xin_e ; dx = dy·W_e + dropout(du·A_e)
   Tensor du = be.alloc({dy.rows(), r}, DType::F32);
-  be.grouped_gemm(dy, c.Bc, false, off, du, m->scaling, 0.f);
+  be.grouped_gemm(dy, expert_b(*m), false, off, du, m->scaling, 0.f);
   Tensor gA = m->gA.view({E, r, m->in});
   be.grouped_gemm_wgrad(du, xin, off, gA, 1.f, 1.f);
   const Tensor A = m->A.view({E, r, m->in});

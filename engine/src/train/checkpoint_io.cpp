@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "lora/lora_b_layout.h"
 #include "lora/peft_io.h"
 
 namespace deltatune {
@@ -14,6 +15,12 @@ Tensor* moment(LoraModule& m, int i) {
   return all[i];
 }
 
+// A moment of m on the backend -> host F32 in the file's layout.
+Tensor download_moment(Backend& be, const LoraModule& m, int i) {
+  const Tensor& t = *moment(const_cast<LoraModule&>(m), i);
+  return i < 2 ? be.download(t, DType::F32) : lora_b_download(be, m, t);
+}
+
 }  // namespace
 
 LoraAdapter lora_download(const LoraAdapter& adapter, Backend& be) {
@@ -21,7 +28,7 @@ LoraAdapter lora_download(const LoraAdapter& adapter, Backend& be) {
   host.grad_flat = Tensor{};
   for (LoraModule& m : host.modules) {
     m.A = be.download(m.A, DType::F32);
-    m.B = be.download(m.B, DType::F32);
+    m.B = lora_b_download(be, m, m.B);
     m.gA = m.gB = m.mA = m.vA = m.mB = m.vB = Tensor{};
   }
   return host;
@@ -32,10 +39,9 @@ std::string checkpoint_save(const std::string& output_dir, const TrainerState& s
                             const std::string& base_model, int64_t keep) {
   LoraAdapter host = lora_download(adapter, be);
   for (size_t k = 0; k < host.modules.size(); ++k)
-    for (int i = 0; i < 4; ++i) {
-      const Tensor* t = moment(const_cast<LoraModule&>(adapter.modules[k]), i);
-      if (t->defined()) *moment(host.modules[k], i) = be.download(*t, DType::F32);
-    }
+    for (int i = 0; i < 4; ++i)
+      if (moment(const_cast<LoraModule&>(adapter.modules[k]), i)->defined())
+        *moment(host.modules[k], i) = download_moment(be, adapter.modules[k], i);
   return checkpoint_save_host(output_dir, st, host, cfg, class_prefix, base_model, keep);
 }
 
@@ -55,7 +61,8 @@ std::string checkpoint_save_host(const std::string& output_dir, const TrainerSta
 
 namespace {
 
-// The checkpoint's A, B and moments into `adapter`: put(dst, shape the run expects, saved host tensor, name).
+// The checkpoint's A, B and moments into `adapter`: put(dst, the file shape the run expects, saved host tensor,
+// name, the module for a B-shaped tensor (B and its moments) else null).
 template <class Put>
 TrainerState restore_into(const std::string& dir, LoraAdapter& adapter, const ModelConfig& cfg, Put put) {
   const Checkpoint ck = checkpoint_load(dir);
@@ -66,13 +73,14 @@ TrainerState restore_into(const std::string& dir, LoraAdapter& adapter, const Mo
   for (const LoraModule& s : saved.modules) {
     LoraModule* m = adapter.find(s.path);
     check(m != nullptr, dir + ": the checkpoint adapts " + s.path + ", which this run does not");
-    const Shape a_shape = m->A.shape, b_shape = m->B.shape;
-    put(m->A, a_shape, s.A, s.path + ".lora_A");
-    put(m->B, b_shape, s.B, s.path + ".lora_B");
+    // The file's shapes (PEFT's): B-shaped tensors go with their module, whose backend layout may differ.
+    const Shape a_shape = m->A.shape, b_shape = lora_b_host_shape(*m);
+    put(m->A, a_shape, s.A, s.path + ".lora_A", nullptr);
+    put(m->B, b_shape, s.B, s.path + ".lora_B", m);
     for (int i = 0; i < 4; ++i) {
       const std::string name = s.path + "." + kMomentNames[i];
       if (!ck.optimizer || !ck.optimizer->has(name)) continue;
-      put(*moment(*m, i), i < 2 ? a_shape : b_shape, ck.optimizer->get(name), name);
+      put(*moment(*m, i), i < 2 ? a_shape : b_shape, ck.optimizer->get(name), name, i < 2 ? nullptr : m);
     }
   }
   return ck.state;
@@ -86,16 +94,19 @@ void check_shape(const Shape& want, const Tensor& host, const std::string& what)
 }  // namespace
 
 TrainerState checkpoint_restore(const std::string& dir, LoraAdapter& adapter, Backend& be, const ModelConfig& cfg) {
-  return restore_into(dir, adapter, cfg, [&](Tensor& dst, const Shape& want, const Tensor& host, const std::string& what) {
-    check_shape(want, host, what);
-    if (!dst.defined()) dst = be.zeros(want, DType::F32);
-    Tensor up = be.upload(host, DType::F32);
-    be.copy(dst, up);
-  });
+  return restore_into(dir, adapter, cfg,
+                      [&](Tensor& dst, const Shape& want, const Tensor& host, const std::string& what,
+                          const LoraModule* b_of) {
+                        check_shape(want, host, what);
+                        Tensor up = b_of ? lora_b_upload(be, *b_of, host) : be.upload(host, DType::F32);
+                        if (!dst.defined()) dst = be.zeros(up.shape, DType::F32);
+                        be.copy(dst, up);
+                      });
 }
 
 TrainerState checkpoint_restore_host(const std::string& dir, LoraAdapter& host, const ModelConfig& cfg) {
-  return restore_into(dir, host, cfg, [](Tensor& dst, const Shape& want, const Tensor& saved, const std::string& what) {
+  return restore_into(dir, host, cfg, [](Tensor& dst, const Shape& want, const Tensor& saved, const std::string& what,
+                                         const LoraModule*) {  // the host keeps PEFT's layout
     check_shape(want, saved, what);
     dst = host_convert(saved, DType::F32);  // a copy: `saved` is memory-mapped or dropped after the restore
   });
