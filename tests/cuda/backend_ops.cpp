@@ -191,6 +191,91 @@ void case_lora_dy(Env& e) {
   }
 }
 
+// y (=) alpha·u·Bᵀ (+ residual). Shapes the CUDA kernel takes (r 16, N a multiple of 8): tails of the 128 x 128
+// tiles (T 300, N 200), a residual apart and the residual being y itself, none; r 8 goes to the GEMM. u is a column
+// block of a wider tensor, as in the grouped forward; y starts random (no guard: the kernel needs 16-byte aligned
+// rows). Tolerance 1e-4 (a bf16 output, as gemm_cols).
+void case_lora_up(Env& e) {
+  struct L {
+    int64_t T, N, r;
+  };
+  const L cases[] = {{300, 200, 16}, {128, 2048, 16}, {33, 40, 8}};
+  for (const L& c : cases)
+    for (int mode = 0; mode < 3; ++mode) {  // 0: no residual, 1: a residual tensor, 2: the residual is y
+      Pair u = e.in({c.T, 3 * c.r}, BF), B = e.in({c.N, c.r}, BF, -0.5f, 0.5f), res = e.in({c.T, c.N}, BF);
+      Pair y = e.in({c.T, c.N}, BF);  // 16-byte aligned, as the model's tensors (the guarded outputs are not)
+      const Backend::Cols uc{u.c, c.r, c.r}, ug{u.g, c.r, c.r};
+      const Tensor* rc = mode == 1 ? &res.c : mode == 2 ? &y.c : nullptr;
+      const Tensor* rg = mode == 1 ? &res.g : mode == 2 ? &y.g : nullptr;
+      e.cpu->lora_up(uc, B.c, 0.75f, rc, y.c);
+      e.gpu->lora_up(ug, B.g, 0.75f, rg, y.g);
+      compare(e, "lora_up T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " r=" + std::to_string(c.r) +
+                     (mode == 0 ? "" : mode == 1 ? " + residual" : " + y"),
+              y, 1e-4);
+    }
+}
+
+// Elements of two GPU tensors that differ in their bits (fused op vs the ops it replaces, same device).
+int64_t bit_mismatches(Env& e, const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = e.down(*e.gpu, a), y = e.down(*e.gpu, b);
+  int64_t n = 0;
+  for (size_t i = 0; i < x.size(); ++i) n += std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
+  return n;
+}
+
+// SwiGLU with the LoRA rank-r terms of its neighbours. Forward: h (=) silu(g + ag·ug·Bgᵀ)·(u + au·uu·Buᵀ), the sums
+// back in g and u with keep_sums; backward: dh' = dh + dr·A, then swiglu_bwd. Shapes the CUDA kernels take (r 16,
+// N a multiple of 8): tails of the 128 x 128 tiles (T 300, N 200), a 2b-like row (T 256, N 6144); r 8 goes to the
+// default (lora_up / gemm + the SwiGLU ops). ug and uu are column blocks of one [T, 2r] tensor, as in the grouped
+// forward. Tolerance 1e-4 against the F32 CPU (bf16 outputs of sums, as lora_up). On the GPU the forward is also
+// compared with the ops it replaces (lora_up with the residual in place twice + swiglu_fwd: same arithmetic, same
+// bits expected) and the backward with gemm (+=) + swiglu_bwd (cuBLAS sums the 16 products in its own order); the
+// elements whose bits differ are printed.
+void case_lora_swiglu(Env& e) {
+  struct L {
+    int64_t T, N, r;
+  };
+  const L cases[] = {{300, 200, 16}, {256, 6144, 16}, {33, 40, 8}};
+  for (const L& c : cases) {
+    const std::string tag = " T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " r=" + std::to_string(c.r);
+    for (int keep = 0; keep < 2; ++keep) {
+      Pair uz = e.in({c.T, 2 * c.r}, BF), Bg = e.in({c.N, c.r}, BF, -0.5f, 0.5f), Bu = e.in({c.N, c.r}, BF, -0.5f, 0.5f);
+      Pair g = e.in({c.T, c.N}, BF, -3.f, 3.f), u = e.in({c.T, c.N}, BF, -2.f, 2.f), h = e.out_init({c.T, c.N}, BF);
+      Tensor g2 = e.gpu->alloc(g.g.shape, BF), u2 = e.gpu->alloc(u.g.shape, BF), h2 = e.gpu->alloc(h.g.shape, BF);
+      e.gpu->copy(g2, g.g);
+      e.gpu->copy(u2, u.g);
+      e.cpu->lora_swiglu_fwd({uz.c, 0, c.r}, Bg.c, 0.75f, {uz.c, c.r, c.r}, Bu.c, 1.25f, g.c, u.c, h.c, keep != 0);
+      e.gpu->lora_swiglu_fwd({uz.g, 0, c.r}, Bg.g, 0.75f, {uz.g, c.r, c.r}, Bu.g, 1.25f, g.g, u.g, h.g, keep != 0);
+      const std::string k = keep ? " keep_sums" : "";
+      compare(e, "lora_swiglu_fwd h" + tag + k, h, 1e-4);
+      if (keep) {
+        compare(e, "lora_swiglu_fwd g" + tag + k, g, 1e-4);
+        compare(e, "lora_swiglu_fwd u" + tag + k, u, 1e-4);
+      }
+      e.gpu->lora_up({uz.g, 0, c.r}, Bg.g, 0.75f, &g2, g2);
+      e.gpu->lora_up({uz.g, c.r, c.r}, Bu.g, 1.25f, &u2, u2);
+      e.gpu->swiglu_fwd(g2, u2, h2);
+      std::printf("  lora_swiglu_fwd%s%s vs lora_up x2 + swiglu_fwd on the GPU: %lld of %lld h differ in bits\n",
+                  tag.c_str(), k.c_str(), static_cast<long long>(bit_mismatches(e, h.g, h2)),
+                  static_cast<long long>(h2.numel()));
+    }
+    Pair dh = e.in({c.T, c.N}, BF), dr = e.in({c.T, c.r}, BF, -0.5f, 0.5f), A = e.in({c.r, c.N}, BF, -0.5f, 0.5f);
+    Pair g = e.in({c.T, c.N}, BF, -3.f, 3.f), u = e.in({c.T, c.N}, BF, -2.f, 2.f);
+    Pair dg = e.out_init({c.T, c.N}, BF), du = e.out_init({c.T, c.N}, BF);
+    Tensor dh2 = e.gpu->alloc(dh.g.shape, BF), dg2 = e.gpu->alloc(dh.g.shape, BF), du2 = e.gpu->alloc(dh.g.shape, BF);
+    e.gpu->copy(dh2, dh.g);
+    e.cpu->lora_swiglu_bwd(dh.c, dr.c, A.c, g.c, u.c, dg.c, du.c);
+    e.gpu->lora_swiglu_bwd(dh.g, dr.g, A.g, g.g, u.g, dg.g, du.g);
+    compare(e, "lora_swiglu_bwd dg" + tag, dg, 1e-4);
+    compare(e, "lora_swiglu_bwd du" + tag, du, 1e-4);
+    e.gpu->gemm(dr.g, false, A.g, false, dh2, 1.f, 1.f);
+    e.gpu->swiglu_bwd(dh2, g.g, u.g, dg2, du2);
+    std::printf("  lora_swiglu_bwd%s vs gemm + swiglu_bwd on the GPU: %lld / %lld of %lld dg / du differ in bits\n",
+                tag.c_str(), static_cast<long long>(bit_mismatches(e, dg.g, dg2)),
+                static_cast<long long>(bit_mismatches(e, du.g, du2)), static_cast<long long>(dg2.numel()));
+  }
+}
+
 // ---- elementwise ----------------------------------------------------------------------------------------
 void case_add_scale(Env& e) {
   Tensor hx = e.host_rand({1031}, BF, -2.f, 2.f);
@@ -1427,6 +1512,8 @@ const std::vector<OpCase>& all_cases() {
       {"gemm", {"gemm"}, case_gemm},
       {"gemm_cols", {"gemm_cols"}, case_gemm_cols},
       {"lora_dy", {"lora_dy_products"}, case_lora_dy},
+      {"lora_up", {"lora_up"}, case_lora_up},
+      {"lora_swiglu", {"lora_swiglu_fwd", "lora_swiglu_bwd"}, case_lora_swiglu},
       {"add_scale", {"add", "scale", "copy_many"}, case_add_scale},
       {"reductions", {"sum_squares", "all_finite", "sum_squares_many", "all_finite_many"}, case_reductions},
       {"dropout", {"dropout"}, case_dropout},

@@ -47,6 +47,26 @@ void Backend::lora_dy_products(const Tensor& dy, const Tensor& B, const Cols& u,
   gemm_cols(dy, false, B, false, du, alpha, 0.f);
 }
 
+void Backend::lora_up(const Cols& u, const Tensor& B, float alpha, const Tensor* residual, Tensor& y) {
+  Tensor y2 = y.view({y.rows(), y.cols()});
+  if (residual && residual->data != y.data) copy(y2, *residual);
+  gemm_cols(u, false, B, true, y2, alpha, residual ? 1.f : 0.f);
+}
+
+void Backend::lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu, float au,
+                              Tensor& g, Tensor& u, Tensor& h, bool) {
+  lora_up(ug, Bg, ag, &g, g);
+  lora_up(uu, Bu, au, &u, u);
+  swiglu_fwd(g, u, h);
+}
+
+void Backend::lora_swiglu_bwd(Tensor& dh, const Tensor& dr, const Tensor& A, const Tensor& g, const Tensor& u,
+                              Tensor& dg, Tensor& du) {
+  Tensor dh2 = dh.view({dh.rows(), dh.cols()});
+  gemm(dr, false, A, false, dh2, 1.f, 1.f);
+  swiglu_bwd(dh, g, u, dg, du);
+}
+
 void Backend::check_column_parts(const char* op, int64_t T, int64_t C, std::span<const Tensor* const> parts) {
   int64_t cols = 0;
   for (const Tensor* p : parts) {

@@ -100,6 +100,20 @@ class Backend {
   // gemm_cols; backends may read dy once.
   virtual void lora_dy_products(const Tensor& dy, const Tensor& B, const Cols& u, float alpha, const Cols& du,
                                 Tensor& gB);
+  // The rank-r term of a LoRA forward: y (=) alpha·u·Bᵀ, plus residual when given (u [T, r] column block, B [N, r],
+  // y and residual [T, N]; residual may be y itself). The default runs copy + gemm_cols.
+  virtual void lora_up(const Cols& u, const Tensor& B, float alpha, const Tensor* residual, Tensor& y);
+  // SwiGLU on the gate/up base products with their LoRA rank-r terms added on the way (the MLP forward):
+  // h (=) silu(g + ag·ug·Bgᵀ) ⊙ (u + au·uu·Buᵀ). g, u, h [T, N]; ug, uu [T, r] column blocks; Bg, Bu [N, r].
+  // With keep_sums g and u are left holding the two sums (what swiglu_bwd reads), else either. The default runs
+  // lora_up (in place) twice and swiglu_fwd; backends may read g and u once.
+  virtual void lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu, float au,
+                               Tensor& g, Tensor& u, Tensor& h, bool keep_sums);
+  // swiglu_bwd with the down projection's LoRA rank-r term of dout added on the way (the MLP backward): dh' = dh +
+  // dr·A, then dg (=) dh'·u·silu'(g), du (=) dh'·silu(g). dh, g, u, dg, du [T, N]; dr [T, r]; A [r, N]. dh may be
+  // left holding dh'. The default runs a gemm (+=) into dh and swiglu_bwd; backends may skip writing dh'.
+  virtual void lora_swiglu_bwd(Tensor& dh, const Tensor& dr, const Tensor& A, const Tensor& g, const Tensor& u,
+                               Tensor& dg, Tensor& du);
 
   // ---- elementwise -----------------------------------------------------------------------------
   virtual void add(Tensor& y, const Tensor& x, float alpha) = 0;  // y += alpha * x

@@ -19,7 +19,7 @@ void apply_rope(const BlockContext& c, Tensor& x, bool inverse) {
 }  // namespace
 
 Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
-                           const Tensor& x, AttnCache& k, Tensor* add_to) {
+                           const Tensor& x, AttnCache& k, const Tensor* residual) {
   Backend& be = c.be;
   const auto& cfg = c.cfg;
   const int64_t T = x.rows(), nH = cfg.num_heads, nKV = cfg.num_kv_heads, hd = cfg.head_dim;
@@ -58,8 +58,8 @@ Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, c
   }
   k.og = be.alloc({T, nH * hd}, dt);
   be.sigmoid_mul_fwd(k.o.view({T, nH * hd}), k.gate.view({T, nH * hd}), k.og);
-  Tensor out = add_to ? *add_to : be.alloc({T, cfg.hidden_size}, dt);
-  linear_fwd(be, k.og, w.o_proj, l.o, c.rt, c.salt(3), out, k.lo, add_to != nullptr);
+  Tensor out = be.alloc({T, cfg.hidden_size}, dt);
+  linear_fwd(be, k.og, w.o_proj, l.o, c.rt, c.salt(3), out, k.lo, residual);
   return out;
 }
 

@@ -76,6 +76,12 @@ struct BlockContext {
   // This forward's GDN core keeps everything its backward reads (GdnKeep::All) for a checkpointed layer's
   // recompute to reuse (RecomputeKeep::gdn_core): the first forward of such a layer.
   bool keep_gdn_core = false;
+  // This forward's MLP gate/up outputs (g, u) are kept for a checkpointed layer's recompute to reuse
+  // (RecomputeKeep::mlp): the first forward of such a layer.
+  bool keep_mlp_gu = false;
+  // Whether the backward (or a recompute) reads this forward's MLP g and u: the SwiGLU forward writes the LoRA
+  // sums back over the base products only then.
+  bool mlp_gu_read() const { return keep_for_backward || activations_kept || keep_mlp_gu; }
   Tensor* moe_load = nullptr;  // F32 [E] (+=) tokens per expert of this layer (router statistics), or null
   // Expert parallel (model/expert_parallel.h): the layer's weights and LoRA hold this rank's experts only and
   // the routed rows travel through `ep`; null = every expert here.
@@ -91,10 +97,10 @@ struct AttnCache {
   LinearCache lo;
   Tensor q, gate, k, v, rstd_q, rstd_k, qn, kn, o, lse, og;
 };
-// The block forwards return their output, or with `add_to` add it into *add_to (the residual stream, in the
-// output projection's GEMM epilogue) and return that.
+// The block forwards return their output, plus `residual` when given (the residual stream: read by the output
+// projection's rank-r term and accumulated in its GEMM epilogue, no copy of it).
 Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
-                           const Tensor& x, AttnCache& cache, Tensor* add_to = nullptr);
+                           const Tensor& x, AttnCache& cache, const Tensor* residual = nullptr);
 // dx (=) gradient w.r.t. the block input.
 void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l,
                          const Tensor& dout, const AttnCache& cache, Tensor& dx);
@@ -106,7 +112,7 @@ struct GdnCache {
   std::shared_ptr<Backend::GdnSaved> core;  // what gdn_fwd_keep kept (keep_for_backward), else null
 };
 Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
-                     GdnCache& cache, Tensor* add_to = nullptr);
+                     GdnCache& cache, const Tensor* residual = nullptr);
 void gdn_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& dout,
                    const GdnCache& cache, Tensor& dx);
 
@@ -118,7 +124,7 @@ struct MlpCache {
 // SwiGLU MLP with explicit weights (dense MLP and the MoE shared expert).
 Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
                LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& cache,
-               Tensor* add_to = nullptr);
+               const Tensor* residual = nullptr);
 // What mlp_bwd reads of mlp_fwd, without the output (a checkpointed layer's recompute: the down projection's
 // base product, [T, I] x [I, H], and its rank-r term are skipped; with g and u already in `cache`, kept by the
 // first forward, the gate and up base products too).

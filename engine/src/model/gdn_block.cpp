@@ -8,7 +8,7 @@
 
 namespace deltatune {
 Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
-                     GdnCache& k, Tensor* add_to) {
+                     GdnCache& k, const Tensor* residual) {
   Backend& be = c.be;
   const auto& cfg = c.cfg;
   const int64_t T = x.rows(), HK = cfg.lin_k_heads, HV = cfg.lin_v_heads, dk = cfg.lin_k_dim,
@@ -45,8 +45,8 @@ Tensor gdn_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, const L
   k.rstd = be.alloc({T * HV}, DType::F32);
   be.gated_rmsnorm_fwd(k.o.view({T * HV, dv}), k.z.view({T * HV, dv}), w.lin_norm,
                        static_cast<float>(cfg.rms_eps), k.y, k.rstd);
-  Tensor out = add_to ? *add_to : be.alloc({T, cfg.hidden_size}, dt);
-  linear_fwd(be, k.y.view({T, vd}), w.out_proj, l.out, c.rt, c.salt(8), out, k.lout, add_to != nullptr);
+  Tensor out = be.alloc({T, cfg.hidden_size}, dt);
+  linear_fwd(be, k.y.view({T, vd}), w.out_proj, l.out, c.rt, c.salt(8), out, k.lout, residual);
   return out;
 }
 

@@ -10,9 +10,12 @@
 
 namespace deltatune {
 
+const Tensor& lora_factor_a(const LoraModule& m) { return m.Ac.defined() ? m.Ac : m.A; }
+const Tensor& lora_factor_b(const LoraModule& m) { return m.Bc.defined() ? m.Bc : m.B; }
+
 namespace {
-const Tensor& factor_a(const LoraModule& m) { return m.Ac.defined() ? m.Ac : m.A; }
-const Tensor& factor_b(const LoraModule& m) { return m.Bc.defined() ? m.Bc : m.B; }
+const Tensor& factor_a(const LoraModule& m) { return lora_factor_a(m); }
+const Tensor& factor_b(const LoraModule& m) { return lora_factor_b(m); }
 }  // namespace
 
 // The scratch is freed when the caller's product is enqueued (quantized base, core/quantized.h).
@@ -93,27 +96,35 @@ void linear_fwd_cache(Backend& be, const Tensor& x, LoraModule* lora, const Lora
 }
 
 void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
-                uint64_t module_salt, Tensor& y, LinearCache& cache, bool accumulate) {
+                uint64_t module_salt, Tensor& y, LinearCache& cache, const Tensor* residual) {
   linear_fwd_cache(be, x, lora, rt, module_salt, cache);
-  const float y_beta = accumulate ? 1.f : 0.f;
   if (!lora) {
-    base_gemm(be, x, wq, true, y, y_beta);
+    if (residual) be.copy(y, *residual);
+    base_gemm(be, x, wq, true, y, residual ? 1.f : 0.f);
     return;
   }
-  // The rank-r term first, then the base product accumulates into it: the base GEMM's epilogue reads y once,
-  // where adding the rank-r term afterwards took another read and write of the whole output.
-  be.gemm(cache.u, false, factor_b(*lora), true, y, lora->scaling, y_beta);
+  // The rank-r term (with the residual) first, then the base product accumulates into it: the base GEMM's epilogue
+  // reads y once, where adding the rank-r term afterwards took another read and write of the whole output.
+  be.lora_up(cache.u, factor_b(*lora), lora->scaling, residual, y);
   base_gemm(be, x, wq, true, y, 1.f);
 }
 
-void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
-                uint64_t module_salt, const LinearCache& cache, Tensor& dx, bool accumulate) {
+bool linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
+                uint64_t module_salt, const LinearCache& cache, Tensor& dx, bool accumulate, Tensor* deferred_du) {
   const float dx_beta = accumulate ? 1.f : 0.f;
   if (!lora) {
     base_gemm(be, dy, wq, false, dx, dx_beta);
-    return;
+    return false;
   }
   const bool dropped = rt.training && rt.dropout > 0.f;
+  if (deferred_du && !dropped) {  // the caller adds du·A to dx: only the base product here
+    Tensor du = be.alloc({dy.rows(), lora->r}, be.compute_dtype());
+    be.lora_dy_products(dy.view({dy.rows(), dy.cols()}), factor_b(*lora), cache.u, lora->scaling, du, lora->gB);
+    be.gemm(du, true, cache.x, false, lora->gA, 1.f, 1.f);
+    base_gemm(be, dy, wq, false, dx, dx_beta);
+    *deferred_du = du;
+    return true;
+  }
   const Tensor& xin = dropped ? cache.xd : cache.x;
   // dB += s·dyᵀ·u and du = s·dy·B (one read of dy where the backend can) ; dA += duᵀ·xin ; dx (+)= dropout(du·A),
   // then dx += dy·W (as in linear_fwd, the base product goes last and accumulates in its epilogue).
@@ -131,6 +142,7 @@ void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& wq, LoraModule*
     else be.copy(dx, masked);
   }
   base_gemm(be, dy, wq, false, dx, 1.f);
+  return false;
 }
 
 namespace {
@@ -184,8 +196,8 @@ std::vector<bool> fp8_members(Backend& be, std::span<const SharedInputModule> ms
 
 }  // namespace
 
-void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
-                      std::span<Tensor* const> ys, LinearGroupCache& cache) {
+bool linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
+                      std::span<Tensor* const> ys, LinearGroupCache& cache, bool defer_rank_r) {
   check(ms.size() == ys.size(), "internal: linear_group_fwd needs one output per module");
   cache.x = x;
   Tensor A;
@@ -193,15 +205,16 @@ void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputM
     cache.each.assign(ms.size(), LinearCache{});
     for (size_t i = 0; i < ms.size(); ++i)
       linear_fwd(be, x, *ms[i].w, ms[i].lora, rt, ms[i].salt, *ys[i], cache.each[i]);
-    return;
+    return false;
   }
   const int64_t r = ms[0].lora->r;
   cache.u = be.alloc({x.rows(), A.rows()}, be.compute_dtype());
   be.gemm(x, false, A, true, cache.u, 1.f, 0.f);
-  for (size_t i = 0; i < ms.size(); ++i) {
+  // As in linear_fwd: the rank-r term first, the base product accumulates into it (or the caller adds the terms).
+  const float base_beta = defer_rank_r ? 0.f : 1.f;
+  for (size_t i = 0; i < ms.size() && !defer_rank_r; ++i) {
     const LoraModule& l = *ms[i].lora;
-    // As in linear_fwd: the rank-r term first, the base product accumulates into it.
-    be.gemm_cols({cache.u, static_cast<int64_t>(i) * r, r}, false, factor_b(l), true, *ys[i], l.scaling, 0.f);
+    be.lora_up({cache.u, static_cast<int64_t>(i) * r, r}, factor_b(l), l.scaling, nullptr, *ys[i]);
   }
   // The FP8 weights share one quantization of x; the others (all of them where that is refused) one by one.
   const std::vector<bool> fp8 = fp8_members(be, ms);
@@ -209,9 +222,10 @@ void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputM
   std::vector<Tensor*> fp8_y;
   for (size_t i = 0; i < ms.size(); ++i)
     if (fp8[i]) fp8_w.push_back(ms[i].w->q.get()), fp8_y.push_back(ys[i]);
-  const bool shared = fp8_w.size() > 1 && quant_ops(be).fp8_gemm_shared(x, fp8_w, fp8_y, 1.f);
+  const bool shared = fp8_w.size() > 1 && quant_ops(be).fp8_gemm_shared(x, fp8_w, fp8_y, base_beta);
   for (size_t i = 0; i < ms.size(); ++i)
-    if (!(shared && fp8[i])) base_gemm(be, x, *ms[i].w, true, *ys[i], 1.f);
+    if (!(shared && fp8[i])) base_gemm(be, x, *ms[i].w, true, *ys[i], base_beta);
+  return defer_rank_r;
 }
 
 void linear_group_fwd_cache(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms,

@@ -29,6 +29,10 @@ Tensor plain_weight(Backend& be, const BaseMatrix& m);
 // has them (QuantOps::fp8_gemm), otherwise through plain_weight.
 void base_gemm(Backend& be, const Tensor& x, const BaseMatrix& w, bool trans_w, Tensor& y, float beta);
 
+// The factors a module's products read: the compute-dtype copies (LoraComputeCopies) where made, else the masters.
+const Tensor& lora_factor_a(const LoraModule& m);
+const Tensor& lora_factor_b(const LoraModule& m);
+
 struct LinearCache {
   Tensor x;   // input (kept by reference: the caller's tensor)
   Tensor xd;  // dropout(x) when dropout > 0
@@ -77,9 +81,11 @@ struct LinearGroupCache {
   Tensor u;                         // grouped: [T, Σr], module i's u in columns [i·r, (i+1)·r)
   std::vector<LinearCache> each;    // not grouped: one cache per module
 };
-// ys[i] (=) x·W_iᵀ + LoRA_i.
-void linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
-                      std::span<Tensor* const> ys, LinearGroupCache& cache);
+// ys[i] (=) x·W_iᵀ + LoRA_i. With defer_rank_r, where the products are grouped (cache.u formed), ys[i] (=) x·W_iᵀ
+// alone and the caller adds each rank-r term s_i·u_i·B_iᵀ (u_i: columns [i·r, (i+1)·r) of cache.u; B_i:
+// lora_factor_b) itself; returns whether it is left to the caller.
+bool linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
+                      std::span<Tensor* const> ys, LinearGroupCache& cache, bool defer_rank_r = false);
 // What linear_group_bwd reads of linear_group_fwd, without the outputs (a checkpointed layer's recompute whose
 // outputs were kept by its first forward: RecomputeKeep): the same cache, the base products skipped.
 void linear_group_fwd_cache(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms,
@@ -88,16 +94,19 @@ void linear_group_fwd_cache(Backend& be, const Tensor& x, std::span<const Shared
 void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span<const SharedInputModule> ms,
                       const LoraRuntime& rt, const LinearGroupCache& cache, Tensor& dx, bool accumulate);
 
-// y (=) x·Wᵀ + LoRA, or (+=) with accumulate (a residual added in the GEMMs' epilogue). W [out, in]; x [T, in];
-// y [T, out].
+// y (=) x·Wᵀ + LoRA, plus residual when given (read by the rank-r term, or copied into y without LoRA; the base
+// GEMM accumulates in its epilogue). W [out, in]; x [T, in]; y and residual [T, out].
 void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& w, LoraModule* lora, const LoraRuntime& rt,
-                uint64_t module_salt, Tensor& y, LinearCache& cache, bool accumulate = false);
+                uint64_t module_salt, Tensor& y, LinearCache& cache, const Tensor* residual = nullptr);
 // What linear_bwd reads of linear_fwd (x, dropout(x), u = x·Aᵀ) without y: a forward whose output nothing
 // reads (a checkpointed layer's recompute of its last product) skips the base product and the rank-r term.
 void linear_fwd_cache(Backend& be, const Tensor& x, LoraModule* lora, const LoraRuntime& rt, uint64_t module_salt,
                       LinearCache& cache);
-// dx (=) or (+=) dy·W + LoRA path; LoRA gradients (+=) into lora->gA/gB.
-void linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& w, LoraModule* lora, const LoraRuntime& rt,
-                uint64_t module_salt, const LinearCache& cache, Tensor& dx, bool accumulate);
+// dx (=) or (+=) dy·W + LoRA path; LoRA gradients (+=) into lora->gA/gB. With deferred_du, where the module has
+// LoRA and no dropout applies, dx gets the base product alone and *deferred_du (=) du [T, r], whose du·A
+// (lora_factor_a) the caller adds; returns whether it is left to the caller.
+bool linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& w, LoraModule* lora, const LoraRuntime& rt,
+                uint64_t module_salt, const LinearCache& cache, Tensor& dx, bool accumulate,
+                Tensor* deferred_du = nullptr);
 
 }  // namespace deltatune

@@ -14,20 +14,28 @@ const Tensor& mlp_fwd_gated(const BlockContext& c, const BaseMatrix& gate_w, con
   k.u = be.alloc({T, I}, dt);
   const SharedInputModule gu[] = {{&gate_w, lg, c.salt(salt0)}, {&up_w, lu, c.salt(salt0 + 1)}};
   Tensor* const gu_out[] = {&k.g, &k.u};
-  linear_group_fwd(be, x, gu, c.rt, gu_out, k.lgu);
+  // Grouped: the base GEMMs write their products alone and the SwiGLU adds the two rank-r terms on the way (the
+  // sums written back over g and u only where something reads them).
+  const bool deferred = linear_group_fwd(be, x, gu, c.rt, gu_out, k.lgu, true);
   k.h = be.alloc({T, I}, dt);
-  be.swiglu_fwd(k.g, k.u, k.h);
+  if (deferred) {
+    const int64_t r = lg->r;
+    be.lora_swiglu_fwd({k.lgu.u, 0, r}, lora_factor_b(*lg), lg->scaling, {k.lgu.u, r, r}, lora_factor_b(*lu),
+                       lu->scaling, k.g, k.u, k.h, c.mlp_gu_read());
+  } else {
+    be.swiglu_fwd(k.g, k.u, k.h);
+  }
   return k.h;
 }
 }  // namespace
 
 Tensor mlp_fwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& up_w, const BaseMatrix& down_w,
                LoraModule* lg, LoraModule* lu, LoraModule* ld, int salt0, const Tensor& x, MlpCache& k,
-               Tensor* add_to) {
+               const Tensor* residual) {
   Backend& be = c.be;
   const Tensor& h = mlp_fwd_gated(c, gate_w, up_w, lg, lu, salt0, x, k);
-  Tensor out = add_to ? *add_to : be.alloc({x.rows(), down_w.dim(0)}, be.compute_dtype());
-  linear_fwd(be, h, down_w, ld, c.rt, c.salt(salt0 + 2), out, k.ld, add_to != nullptr);
+  Tensor out = be.alloc({x.rows(), down_w.dim(0)}, be.compute_dtype());
+  linear_fwd(be, h, down_w, ld, c.rt, c.salt(salt0 + 2), out, k.ld, residual);
   return out;
 }
 
@@ -51,9 +59,12 @@ void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& 
   const int64_t T = dout.rows(), I = gate_w.dim(0);
   const DType dt = be.compute_dtype();
   Tensor dh = be.alloc({T, I}, dt);
-  linear_bwd(be, dout, down_w, ld, c.rt, c.salt(salt0 + 2), k.ld, dh, false);
+  // The down projection's rank-r term of dh (du_down·A) added inside the SwiGLU backward where it can be.
+  Tensor dr;
+  const bool deferred = linear_bwd(be, dout, down_w, ld, c.rt, c.salt(salt0 + 2), k.ld, dh, false, &dr);
   Tensor dg = be.alloc({T, I}, dt), du = be.alloc({T, I}, dt);
-  be.swiglu_bwd(dh, k.g, k.u, dg, du);
+  if (deferred) be.lora_swiglu_bwd(dh, dr, lora_factor_a(*ld), k.g, k.u, dg, du);
+  else be.swiglu_bwd(dh, k.g, k.u, dg, du);
   const SharedInputModule gu[] = {{&gate_w, lg, c.salt(salt0)}, {&up_w, lu, c.salt(salt0 + 1)}};
   const Tensor* const dgu[] = {&dg, &du};
   linear_group_bwd(be, dgu, gu, c.rt, k.lgu, dx, accumulate);

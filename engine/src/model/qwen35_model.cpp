@@ -93,11 +93,10 @@ Tensor layer_fwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
   c.a = be.alloc({T, H}, dt);
   c.rstd1 = be.alloc({T}, DType::F32);
   be.rmsnorm_fwd(x, w.input_norm, eps, true, c.a, c.rstd1);
-  // The residual adds happen in the output projections' GEMM epilogues (x_mid = x, then += the mixer).
-  c.x_mid = be.alloc({T, H}, dt);
-  be.copy(c.x_mid, x);
-  if (w.kind == LayerKind::FullAttention) attention_block_fwd(ctx, w, l, c.a, c.attn, &c.x_mid);
-  else gdn_block_fwd(ctx, w, l, c.a, c.gdn, &c.x_mid);
+  // The residual adds happen in the output projections (x_mid = x + the mixer: the rank-r term reads x, the base
+  // GEMM accumulates in its epilogue).
+  c.x_mid = w.kind == LayerKind::FullAttention ? attention_block_fwd(ctx, w, l, c.a, c.attn, &x)
+                                                : gdn_block_fwd(ctx, w, l, c.a, c.gdn, &x);
   c.m = be.alloc({T, H}, dt);
   c.rstd2 = be.alloc({T}, DType::F32);
   be.rmsnorm_fwd(c.x_mid, w.post_norm, eps, true, c.m, c.rstd2);
@@ -105,10 +104,11 @@ Tensor layer_fwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
     mlp_fwd_cache(ctx, w.gate_proj, w.up_proj, l.gate, l.up, l.down, 9, c.m, c.mlp);
     return Tensor();
   }
+  if (!cfg.is_moe())
+    return mlp_fwd(ctx, w.gate_proj, w.up_proj, w.down_proj, l.gate, l.up, l.down, 9, c.m, c.mlp, &c.x_mid);
   Tensor out = be.alloc({T, H}, dt);
   be.copy(out, c.x_mid);
-  if (cfg.is_moe()) be.add(out, moe_block_fwd(ctx, w, l, c.m, c.moe), 1.f);
-  else mlp_fwd(ctx, w.gate_proj, w.up_proj, w.down_proj, l.gate, l.up, l.down, 9, c.m, c.mlp, &out);
+  be.add(out, moe_block_fwd(ctx, w, l, c.m, c.moe), 1.f);
   return out;
 }
 
@@ -312,6 +312,7 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const S
     LayerCache& c = (acts && !ckpt) ? acts->layers[i] : scratch;
     ctx.activations_kept = acts && !ckpt;
     ctx.keep_gdn_core = acts && ckpt && opts.keep.gdn_core;
+    ctx.keep_mlp_gu = acts && ckpt && !cfg_.is_moe() && opts.keep.mlp(static_cast<int64_t>(i));
     Tensor next = layer_fwd(ctx, layer_weights(i, i + 1), l, x, c);
     if (!acts || i + 1 < L) layer_done(i);  // the last layer's backward comes next: it stays gathered
     if (acts && ckpt) {

@@ -310,6 +310,77 @@ void CudaBackend::lora_dy_products(const Tensor& dy, const Tensor& B, const Cols
   cuda_check(kernels::launch_lora_dy(a, cublas_ws_.data, policy_, stream()), "lora_dy_products");
 }
 
+// The rank-r term as its own kernel (kernels/lora/lora_up.cu) for bf16 operands it takes, the residual read in
+// place of a copy; otherwise the default (copy + GEMM).
+void CudaBackend::lora_up(const Cols& u, const Tensor& B, float alpha, const Tensor* residual, Tensor& y) {
+  const DType bf = DType::BF16;
+  const bool ok = u.t.dtype == bf && B.dtype == bf && y.dtype == bf && (!residual || residual->dtype == bf) &&
+                  u.t.ndim() == 2 && B.ndim() == 2 && u.t.rows() == y.rows() && B.rows() == y.cols() &&
+                  B.cols() == u.width() && u.col + u.width() <= u.t.cols() &&
+                  (!residual || (residual->rows() == y.rows() && residual->cols() == y.cols()));
+  kernels::LoraUpArgs a;
+  if (ok) {
+    a.u = static_cast<const char*>(u.t.data) + u.col * int64_t(dtype_size(bf)), a.B = B.data;
+    a.res = residual ? residual->data : nullptr, a.y = y.data;
+    a.T = y.rows(), a.N = y.cols(), a.ldu = u.t.cols(), a.ldres = residual ? residual->cols() : 0, a.ldy = y.cols();
+    a.r = static_cast<int>(u.width()), a.alpha = alpha;
+  }
+  if (!ok || !kernels::lora_up_takes(a)) {
+    Backend::lora_up(u, B, alpha, residual, y);
+    return;
+  }
+  cuda_check(kernels::launch_lora_up(a, stream()), "lora_up");
+}
+
+// SwiGLU with the gate/up rank-r terms (kernels/lora/lora_swiglu.cu) for the bf16 shapes it takes: g and u read
+// once, the terms never written on their own; otherwise the default (lora_up twice + swiglu_fwd).
+void CudaBackend::lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu,
+                                  float au, Tensor& g, Tensor& u, Tensor& h, bool keep_sums) {
+  const DType bf = DType::BF16;
+  auto bf2 = [&](const Tensor& t) { return t.dtype == bf && t.ndim() == 2; };
+  const bool ok = bf2(ug.t) && bf2(uu.t) && bf2(Bg) && bf2(Bu) && g.dtype == bf && u.dtype == bf && h.dtype == bf &&
+                  g.ndim() == 2 && g.shape == u.shape && g.shape == h.shape && ug.t.rows() == g.rows() &&
+                  uu.t.rows() == g.rows() && Bg.rows() == g.cols() && Bu.rows() == g.cols() &&
+                  Bg.cols() == ug.width() && Bu.cols() == uu.width() && ug.col + ug.width() <= ug.t.cols() &&
+                  uu.col + uu.width() <= uu.t.cols();
+  kernels::LoraSwigluArgs a;
+  if (ok) {
+    const int64_t es = int64_t(dtype_size(bf));
+    a.ug = static_cast<const char*>(ug.t.data) + ug.col * es, a.uu = static_cast<const char*>(uu.t.data) + uu.col * es;
+    a.Bg = Bg.data, a.Bu = Bu.data, a.ag = ag, a.au = au;
+    a.g = g.data, a.u = u.data, a.h = h.data;
+    a.T = g.rows(), a.N = g.cols(), a.ldug = ug.t.cols(), a.lduu = uu.t.cols();
+    a.rg = static_cast<int>(ug.width()), a.ru = static_cast<int>(uu.width()), a.keep_sums = keep_sums;
+  }
+  if (!ok || !kernels::lora_swiglu_fwd_takes(a)) {
+    Backend::lora_swiglu_fwd(ug, Bg, ag, uu, Bu, au, g, u, h, keep_sums);
+    return;
+  }
+  cuda_check(kernels::launch_lora_swiglu_fwd(a, stream()), "lora_swiglu_fwd");
+}
+
+// swiglu_bwd with the down projection's rank-r term (kernels/lora/lora_swiglu.cu) for the bf16 shapes it takes: dh'
+// never written; otherwise the default (gemm into dh + swiglu_bwd).
+void CudaBackend::lora_swiglu_bwd(Tensor& dh, const Tensor& dr, const Tensor& A, const Tensor& g, const Tensor& u,
+                                  Tensor& dg, Tensor& du) {
+  const DType bf = DType::BF16;
+  bool ok = dr.ndim() == 2 && A.ndim() == 2 && dh.ndim() == 2 && dr.rows() == dh.rows() && A.rows() == dr.cols() &&
+            A.cols() == dh.cols();
+  const Tensor* const all[] = {&dh, &dr, &A, &g, &u, &dg, &du};
+  for (const Tensor* t : all) ok = ok && t->dtype == bf;
+  for (const Tensor* t : {all[3], all[4], all[5], all[6]}) ok = ok && t->shape == dh.shape;
+  kernels::LoraSwigluBwdArgs a;
+  if (ok) {
+    a.dh = dh.data, a.dr = dr.data, a.A = A.data, a.g = g.data, a.u = u.data, a.dg = dg.data, a.du = du.data;
+    a.T = dh.rows(), a.N = dh.cols(), a.r = static_cast<int>(dr.cols());
+  }
+  if (!ok || !kernels::lora_swiglu_bwd_takes(a)) {
+    Backend::lora_swiglu_bwd(dh, dr, A, g, u, dg, du);
+    return;
+  }
+  cuda_check(kernels::launch_lora_swiglu_bwd(a, stream()), "lora_swiglu_bwd");
+}
+
 // ---- small helpers ------------------------------------------------------------------------------------
 double* CudaBackend::zero_acc() {
   cuda_check(cudaMemsetAsync(scalars_.data, 0, 16, stream()), "cudaMemsetAsync (accumulator)");
