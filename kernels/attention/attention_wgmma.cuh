@@ -275,35 +275,10 @@ __device__ __forceinline__ void kv_bars_init(uint32_t bar) {
   tma::mbar_init(bar + 8, 1);
   tma::fence_barrier_init();
 }
-__device__ __forceinline__ void copy4_mc(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2, int c3,
-                                         uint32_t bar, uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
-      : "memory");
-}
-__device__ __forceinline__ void copy3_mc(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2, uint32_t bar,
-                                         uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
-      : "memory");
-}
-// tma::image_tile into the blocks of the cluster in mask (3: both; the same offsets there), counted on their bar;
-// mask 0: into this block only (tma::image_tile).
+// tma::image_tile_mc with both blocks of the cluster as the default mask.
 __device__ __forceinline__ void image_tile_mc(uint32_t dst, const tma::ImageMap& m, int row0, int h, uint32_t bar,
                                               uint16_t mask = 3) {
-  if (mask == 0) {
-    tma::image_tile(dst, m, row0, h, bar);
-  } else if (m.one_box) {
-    copy4_mc(dst, &m.map, 0, row0, 0, h, bar, mask);
-  } else {
-#pragma unroll 1
-    for (int b = 0; b < m.tile; ++b)
-      copy3_mc(dst + b * m.rows * 16, &m.map, 0, h * m.blocks + b, row0, bar, mask);
-  }
+  tma::image_tile_mc(dst, m, row0, h, bar, mask);
 }
 __device__ __forceinline__ void expect_tx(uint32_t bar, uint32_t bytes) { tma::mbar_arrive_expect_tx(bar, bytes); }
 // One thread of each block: key tile rows row0 .. row0 + R − 1 of kv head kvh into the buffer at buf (K, then V

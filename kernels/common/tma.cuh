@@ -1,6 +1,7 @@
 // Hopper tensor memory accelerator (TMA, sm_90a): tiles of bf16 rows copied from global to shared memory by
-// one thread through a tensor map, completing on a shared-memory mbarrier; and the host side that encodes
-// the maps (the driver's cuTensorMapEncodeTiled, reached through the runtime: no link to libcuda).
+// one thread through a tensor map, completing on a shared-memory mbarrier (multicast: into every block of a
+// cluster, on each block's barrier); and the host side that encodes the maps (the driver's
+// cuTensorMapEncodeTiled, reached through the runtime: no link to libcuda).
 //
 // A tile of R rows x 128 bf16 columns lands as its column blocks one after another, each R rows of the
 // block's bytes: with 8-column blocks (16 bytes, no swizzle) element (r, c) at (c/8)·R·16 + r·16 + (c%8)·2,
@@ -103,6 +104,40 @@ __device__ __forceinline__ void image_tile(uint32_t dst, const ImageMap& m, int 
 #pragma unroll 1
     for (int b = 0; b < m.tile; ++b)
       copy3(dst + b * m.rows * block_bytes, &m.map, 0, h * m.blocks + b0 + b, row0, bar);
+  }
+}
+
+// Multicast forms (clusters): the same copies into the shared memory of every block of the cluster in mask
+// (bit b: block rank b), at the same offsets there, each counted on that block's barrier at bar's offset.
+__device__ __forceinline__ void copy3_mc(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2,
+                                         uint32_t bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+      : "memory");
+}
+__device__ __forceinline__ void copy4_mc(uint32_t dst, const CUtensorMap* m, int c0, int c1, int c2, int c3,
+                                         uint32_t bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
+      : "memory");
+}
+// image_tile into the blocks of the cluster in mask; mask 0: into this block only (image_tile).
+__device__ __forceinline__ void image_tile_mc(uint32_t dst, const ImageMap& m, int row0, int h, uint32_t bar,
+                                              uint16_t mask, int col0 = 0) {
+  const int b0 = col0 / (m.width / m.blocks);
+  if (mask == 0) {
+    image_tile(dst, m, row0, h, bar, col0);
+  } else if (m.one_box) {
+    copy4_mc(dst, &m.map, 0, row0, b0, h, bar, mask);
+  } else {
+    const int block_bytes = 2 * m.width / m.blocks;
+#pragma unroll 1
+    for (int b = 0; b < m.tile; ++b)
+      copy3_mc(dst + b * m.rows * block_bytes, &m.map, 0, h * m.blocks + b0 + b, row0, bar, mask);
   }
 }
 #endif
