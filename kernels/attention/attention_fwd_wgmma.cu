@@ -95,22 +95,7 @@ __global__ void __launch_bounds__(NT, 1) attention_fwd_wgmma_kernel(
   for (int j = 0; j < nk; ++j) {
     const int k0 = s0 + j * BK;
     const uint32_t sK = sKV + (j & 1) * 2 * TILE, sV = sK + TILE;
-    // Tile j landed for all threads (cp.async); every warpgroup (MC: of both blocks) is done with tile j-1 (the
-    // other buffer). MC: only the Q tiles come by cp.async (ordered once, at j = 0); later steps only hand the
-    // buffer to the TMA copies (relaxed barrier).
-    if constexpr (MC) {
-      if (j == 0) {
-        mma::cp_async_wait<0>();
-        wgmma::fence_proxy_async();
-        attn_wgmma::cluster_sync();
-      } else {
-        attn_wgmma::cluster_sync_relaxed();
-      }
-    } else {
-      mma::cp_async_wait<0>();
-      wgmma::fence_proxy_async();
-      __syncthreads();
-    }
+    attn_wgmma::key_step_sync<MC>(j);
     if (j + 1 < nk) {
       const uint32_t nK = sKV + ((j + 1) & 1) * 2 * TILE;
       if constexpr (MC) {

@@ -297,4 +297,24 @@ __device__ __forceinline__ void kv_issue(const KVMaps& maps, uint32_t buf, uint3
 __device__ __forceinline__ void kv_wait(uint32_t bar, uint32_t parity) { tma::mbar_wait(bar, parity); }
 #endif  // DT_ATTN_EMU
 
+// Start of key step j of the forward / dQ tile loops: tile j landed for all threads (cp.async) and every
+// warpgroup (MC: of both blocks) is done with tile j-1 (the other buffer). MC: only the Q tiles come by cp.async
+// (ordered once, at j = 0); later steps only hand the buffer to the TMA copies (relaxed barrier).
+template <bool MC>
+__device__ __forceinline__ void key_step_sync(int j) {
+  if constexpr (MC) {
+    if (j == 0) {
+      mma::cp_async_wait<0>();
+      wgmma::fence_proxy_async();
+      cluster_sync();
+    } else {
+      cluster_sync_relaxed();
+    }
+  } else {
+    mma::cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();
+  }
+}
+
 }  // namespace deltatune::kernels::attn_wgmma

@@ -4,9 +4,6 @@
 // slice, before anything is uploaded), put on the backend, broadcast, attached, and gathered back on rank 0 for a
 // checkpoint gives rank 0's whole adapter bit for bit.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <future>
@@ -16,6 +13,7 @@
 #include "core/error.h"
 #include "dist/data_parallel.h"
 #include "dist/expert_lora.h"
+#include "loopback_world.h"
 
 namespace deltatune {
 namespace {
@@ -100,18 +98,6 @@ TEST(ExpertLora, KeepSliceReplacesTheExpertModulesOnly) {
   expect_same_module(a.modules[1], expert_lora_slice(whole.modules[1], 1, 2));
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // A dense module and two expert modules; `seed` picks the values, `moments` whether the AdamW moments exist (a
 // resumed run's rank 0).
 LoraAdapter adapter_of(unsigned seed, bool moments) {
@@ -128,17 +114,10 @@ LoraAdapter adapter_of(unsigned seed, bool moments) {
 
 // The trainer's setup (train_run_setup.cpp restore_or_create_run) and checkpoint gather on two CPU workers.
 void setup_and_gather(bool moments) {
-  const int port = free_port(), world = 2;
+  const int port = testing_loopback::free_port(), world = 2;
   const LoraAdapter whole = adapter_of(1, moments);  // rank 0's (created, or restored from a checkpoint)
   auto worker = [&](int rank) {
-    DistWorld w;
-    w.rank = rank;
-    w.world_size = world;
-    w.local_rank = rank;
-    w.master_addr = "127.0.0.1";
-    w.master_port = port;
-    w.timeout_s = w.join_timeout_s = 30;
-    DataParallel dp(w);
+    DataParallel dp(testing_loopback::world(rank, world, port, 30, 30));
     auto be = make_cpu_backend(1);
     dp.connect_backend(*be);
     dp.token_exchange();  // expert parallel

@@ -2,9 +2,6 @@
 // every rank the same bits, a failure announced by one rank reaching the others, a closed connection seen as
 // a fault, a silent peer ending in the timeout, and a rank that never comes.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <future>
@@ -12,33 +9,13 @@
 #include <thread>
 
 #include "dist/rendezvous.h"
+#include "loopback_world.h"
 
 namespace deltatune {
 namespace {
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-DistWorld world(int rank, int size, int port, double timeout = 20, double join = 20) {
-  DistWorld w;
-  w.rank = rank;
-  w.world_size = size;
-  w.local_rank = rank;
-  w.master_addr = "127.0.0.1";
-  w.master_port = port;
-  w.timeout_s = timeout;
-  w.join_timeout_s = join;
-  return w;
-}
+using testing_loopback::free_port;
+using testing_loopback::world;
 
 // Runs fn(rank) on `size` threads (rank 0 on this one last, so the workers start connecting first).
 template <class Fn>

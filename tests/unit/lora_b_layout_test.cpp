@@ -16,30 +16,14 @@
 #include "lora/lora_b_layout.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_io.h"
+#include "tiny_model_config.h"
 
 namespace deltatune {
 namespace {
 
 namespace fs = std::filesystem;
 
-ModelConfig tiny_moe() {
-  ModelConfig c;
-  c.model_type = "qwen3_5_moe";
-  c.hidden_size = 20;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.num_kv_heads = 1;
-  c.head_dim = 8;
-  c.lin_k_heads = 1;
-  c.lin_v_heads = 2;
-  c.lin_k_dim = 8;
-  c.lin_v_dim = 4;
-  c.num_experts = 6;
-  c.moe_intermediate = 7;
-  c.shared_intermediate = 12;
-  c.layer_types = {LayerKind::LinearAttention, LayerKind::FullAttention};
-  return c;
-}
+ModelConfig tiny_moe() { return testing_tiny::moe(20, 6, 7, 12, {LayerKind::LinearAttention, LayerKind::FullAttention}); }
 
 Tensor random_host(const Shape& shape, uint32_t seed) {
   std::mt19937 rng(seed);

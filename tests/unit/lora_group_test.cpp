@@ -11,25 +11,12 @@
 #include "backend/backend.h"
 #include "lora/lora.h"
 #include "model/lora_linear.h"
+#include "tiny_model_config.h"
 
 namespace deltatune {
 namespace {
 
-ModelConfig tiny_gdn() {
-  ModelConfig c;
-  c.hidden_size = 16;
-  c.num_layers = 1;
-  c.num_heads = 2;
-  c.num_kv_heads = 1;
-  c.head_dim = 8;
-  c.lin_k_heads = 1;
-  c.lin_v_heads = 2;
-  c.lin_k_dim = 8;
-  c.lin_v_dim = 4;
-  c.intermediate_size = 24;
-  c.layer_types = {LayerKind::LinearAttention};
-  return c;
-}
+ModelConfig tiny_gdn() { return testing_tiny::dense(16, 24, {LayerKind::LinearAttention}); }
 
 Tensor host_random(Shape s, std::mt19937& rng) {
   Tensor t = host_tensor(std::move(s), DType::F32);

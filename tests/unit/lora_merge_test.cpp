@@ -14,30 +14,14 @@
 #include "io/safetensors.h"
 #include "lora/peft_io.h"
 #include "model/merged_checkpoint.h"
+#include "tiny_model_config.h"
 
 namespace deltatune {
 namespace {
 
 namespace fs = std::filesystem;
 
-ModelConfig tiny_moe() {
-  ModelConfig c;
-  c.model_type = "qwen3_5_moe";
-  c.hidden_size = 16;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.num_kv_heads = 1;
-  c.head_dim = 8;
-  c.lin_k_heads = 1;
-  c.lin_v_heads = 2;
-  c.lin_k_dim = 8;
-  c.lin_v_dim = 4;
-  c.num_experts = 3;
-  c.moe_intermediate = 6;
-  c.shared_intermediate = 10;
-  c.layer_types = {LayerKind::LinearAttention, LayerKind::FullAttention};
-  return c;
-}
+ModelConfig tiny_moe() { return testing_tiny::moe(16, 3, 6, 10, {LayerKind::LinearAttention, LayerKind::FullAttention}); }
 
 Tensor random_tensor(Shape s, DType dt, uint64_t seed) {
   std::mt19937_64 rng(seed);
