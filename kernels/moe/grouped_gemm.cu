@@ -233,6 +233,52 @@ __device__ __forceinline__ void tile_epilogue(const float (&acc)[BM / WM / 16][B
       }
 }
 
+// C's old values under this thread's accumulators (beta != 0), read before the main loop so that their latency
+// overlaps the operand copies: a rank-fitted weight-gradient block runs only ~4 k-steps, and reading G after them
+// left it waiting on a second round trip with nothing in flight. tile_epilogue then forms the same
+// alpha·acc + beta·C expression with these values (same bits).
+template <int BM, int BN, int WM, int WN>
+__device__ __forceinline__ void tile_c_load(float (&old)[BM / WM / 16][BN / WN / 8][4], const TileArgs& g,
+                                            const TileLoc& t, int wm, int wn) {
+  constexpr int TM = BM / WM, TN = BN / WN;
+  constexpr int FM = TM / 16, FN = TN / 8;
+  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = wm * TM + i * 16 + gq + (c >= 2 ? 8 : 0);
+        const int n = wn * TN + j * 8 + tq * 2 + (c & 1);
+        old[i][j][c] = g.beta != 0.f && r < t.mlim && n < t.nlim ? ld(g.c, t.c_off + int64_t(r) * g.ldc + n) : 0.f;
+      }
+}
+
+// tile_epilogue with C's old values from tile_c_load.
+template <int BM, int BN, int WM, int WN>
+__device__ __forceinline__ void tile_epilogue_old(const float (&acc)[BM / WM / 16][BN / WN / 8][4],
+                                                  const float (&old)[BM / WM / 16][BN / WN / 8][4], const TileArgs& g,
+                                                  const TileLoc& t, int wm, int wn) {
+  constexpr int TM = BM / WM, TN = BN / WN;
+  constexpr int FM = TM / 16, FN = TN / 8;
+  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = wm * TM + i * 16 + gq + (c >= 2 ? 8 : 0);
+        const int n = wn * TN + j * 8 + tq * 2 + (c & 1);
+        if (r < t.mlim && n < t.nlim) {
+          float v = g.alpha * acc[i][j][c];
+          if (g.beta != 0.f) v += g.beta * old[i][j][c];
+          st(g.c, t.c_off + int64_t(r) * g.ldc + n, v);
+        }
+      }
+}
+
 // What both tensor-core kernels start from: this block's tile, its operand origins, the operands' shared layouts
 // (k-major unless the row dimension is the contiguous one) and this warp's place in the tile. False: no tile.
 struct TileStart {
@@ -316,11 +362,23 @@ __device__ __forceinline__ void tile_async(__nv_bfloat16* s, const __nv_bfloat16
   }
 }
 
-template <int BM, int BN, int WM, int WN, bool WGRAD>
-__global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_pipe_kernel(TileArgs g) {
+// Bf16 per ring slot of the cp.async kernel (A then B): room for either layout of each operand, or (RANK: the
+// rank-fitted weight-gradient tiles, both operands row-contiguous, launched only where both are i-major) just the
+// i-major tiles — 40 instead of 47 KiB a block at 16 x 128, five blocks an SM instead of four.
+template <int BM, int BN, bool RANK>
+__host__ __device__ constexpr int ring_slot_elems() {
+  return RANK ? kBK * (BM + 8) + kBK * (BN + 8) : operand_elems(BM) + operand_elems(BN);
+}
+
+// RANK (rank-fitted weight-gradient tiles, see kRkM): the i-major slots above, five blocks an SM, and C's old values
+// read before the main loop (tile_c_load).
+template <int BM, int BN, int WM, int WN, bool WGRAD, bool RANK = false>
+__global__ void __launch_bounds__(WM * WN * 32, RANK ? 5 : 2) grouped_mma_pipe_kernel(TileArgs g) {
   constexpr int NT = WM * WN * 32;
-  constexpr int kStage = operand_elems(BM) + operand_elems(BN);  // bf16 per ring slot: A then B
+  constexpr int kStage = ring_slot_elems<BM, BN, RANK>();
+  constexpr int kBOff = RANK ? kBK * (BM + 8) : operand_elems(BM);  // B's place in a slot
   static_assert((BM / WM) % 16 == 0 && (BN / WN) % 16 == 0 && BM % 8 == 0 && BN % 8 == 0, "tile shape");
+  static_assert(!RANK || WGRAD, "the i-major ring is the weight gradient's");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(smem_raw);
 
@@ -329,12 +387,12 @@ __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_pipe_kernel(TileA
   const TileLoc& t = st.t;
   const __nv_bfloat16 *pa = st.pa, *pb = st.pb;
   const int64_t klen = t.klen;
-  const bool a_kmajor = st.a_kmajor, b_kmajor = st.b_kmajor;
+  const bool a_kmajor = RANK ? false : st.a_kmajor, b_kmajor = RANK ? false : st.b_kmajor;
   const int wm = st.wm, wn = st.wn;
   auto issue = [&](int64_t kt) {
     __nv_bfloat16* slot = ring + (kt % kStages) * kStage;
     tile_async<BM, NT>(slot, pa, g.a_sm, g.a_sk, a_kmajor, t.mlim, kt * kBK, klen);
-    tile_async<BN, NT>(slot + operand_elems(BM), pb, g.b_sn, g.b_sk, b_kmajor, t.nlim, kt * kBK, klen);
+    tile_async<BN, NT>(slot + kBOff, pb, g.b_sn, g.b_sk, b_kmajor, t.nlim, kt * kBK, klen);
   };
 
   float acc[BM / WM / 16][BN / WN / 8][4] = {};
@@ -344,16 +402,19 @@ __global__ void __launch_bounds__(WM * WN * 32, 2) grouped_mma_pipe_kernel(TileA
     if (s < nk) issue(s);
     mma::cp_async_commit();  // one group per step, empty past the end, so wait_group counts steps
   }
+  float old[BM / WM / 16][BN / WN / 8][4];
+  if constexpr (RANK) tile_c_load<BM, BN, WM, WN>(old, g, t, wm, wn);
   for (int64_t kt = 0; kt < nk; ++kt) {
     mma::cp_async_wait<kStages - 2>();  // step kt's copies (this thread's) have landed
     __syncthreads();                     // everyone's have, and everyone is done with step kt - 1's slot
     if (kt + kStages - 1 < nk) issue(kt + kStages - 1);
     mma::cp_async_commit();
     const __nv_bfloat16* slot = ring + (kt % kStages) * kStage;
-    tile_mma_step<BM, BN, WM, WN>(acc, slot, slot + operand_elems(BM), a_kmajor, b_kmajor, wm, wn);
+    tile_mma_step<BM, BN, WM, WN>(acc, slot, slot + kBOff, a_kmajor, b_kmajor, wm, wn);
   }
   mma::cp_async_wait<0>();
-  tile_epilogue<BM, BN, WM, WN>(acc, g, t, wm, wn);
+  if constexpr (RANK) tile_epilogue_old<BM, BN, WM, WN>(acc, old, g, t, wm, wn);
+  else tile_epilogue<BM, BN, WM, WN>(acc, g, t, wm, wn);
 }
 
 // fp32 form of the same tile problem (operands both F32: the LoRA products u·B_eᵀ and du·A_e, and every
@@ -510,6 +571,8 @@ constexpr int kSkM = 128, kSkN = 32, kSkWM = 4, kSkWN = 2;
 constexpr int kRkM = 16, kRkLong = 128, kRkWarps = 4;
 constexpr size_t tile_smem(int bm, int bn) { return sizeof(__nv_bfloat16) * size_t(operand_elems(bm) + operand_elems(bn)); }
 constexpr size_t pipe_smem(int bm, int bn) { return tile_smem(bm, bn) * kStages; }
+template <int BM, int BN>
+constexpr size_t rank_pipe_smem() { return sizeof(__nv_bfloat16) * size_t(ring_slot_elems<BM, BN, true>()) * kStages; }
 
 #ifndef DT_ATTN_EMU  // the tile map and launchers are not part of the host emulation build
 // tile_off (=) exclusive scan of ceil((off[e+1] - off[e]) / bm) over experts; one block, any E.
@@ -544,6 +607,22 @@ cudaError_t launch_tile(const KernelPolicy& pol, const TileArgs& a, dim3 grid, c
   }
   if (!default_smem_fits(pol, tile_smem(BM, BN))) return cudaErrorInvalidConfiguration;
   grouped_mma_kernel<BM, BN, WM, WN, WGRAD><<<grid, WM * WN * 32, tile_smem(BM, BN), s>>>(a);
+  return cudaGetLastError();
+}
+// The rank-fitted weight-gradient ring (grouped_mma_pipe_kernel<..., RANK>); cudaErrorInvalidConfiguration (nothing
+// launched) where the policy's shared memory does not take it.
+template <int BM, int BN, int WM, int WN>
+cudaError_t launch_rank(const KernelPolicy& pol, const TileArgs& a, dim3 grid, cudaStream_t s) {
+  auto* pipe = grouped_mma_pipe_kernel<BM, BN, WM, WN, true, true>;
+  constexpr size_t bytes = rank_pipe_smem<BM, BN>();
+  if (!pol.smem_fits(bytes) || set_launch_smem(pol, pipe, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaErrorInvalidConfiguration;
+  }
+  // The whole carveout as shared memory (a hint): five 40 KiB blocks an SM need 205 KiB of it.
+  (void)cudaFuncSetAttribute(pipe, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared));
+  (void)cudaGetLastError();
+  pipe<<<grid, WM * WN * 32, bytes, s>>>(a);
   return cudaGetLastError();
 }
 #endif  // DT_ATTN_EMU
@@ -648,6 +727,12 @@ cudaError_t launch_grouped_gemm_wgrad(const KernelPolicy& pol, const void* pa, c
   if (fp32) {
     grouped_fma_kernel<true><<<grid, 256, fma_smem(), s>>>(a);
     return cudaGetLastError();
+  }
+  // Rank-fitted tiles with both operands row-contiguous in the ring (N, K > 1: neither is k-major): the i-major ring.
+  if ((rank_rows || rank_cols) && a.a_vec && a.b_vec && N > 1 && K > 1) {
+    cudaError_t e = rank_rows ? launch_rank<kRkM, kRkLong, 1, kRkWarps>(pol, a, grid, s)
+                              : launch_rank<kRkLong, kRkM, kRkWarps, 1>(pol, a, grid, s);
+    if (e != cudaErrorInvalidConfiguration) return e;
   }
   if (rank_rows) return launch_tile<kRkM, kRkLong, 1, kRkWarps, true>(pol, a, grid, s);
   if (rank_cols) return launch_tile<kRkLong, kRkM, kRkWarps, 1, true>(pol, a, grid, s);

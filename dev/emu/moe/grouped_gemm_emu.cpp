@@ -177,14 +177,28 @@ void wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, float alpha
   a.N = K;
   a.alpha = alpha;
   a.beta = beta;
+  // The launcher's tile choice: rank rows (gA-like), rank columns (gB-like), skinny, big; the rank tiles' i-major
+  // ring (RANK) in the second pass where the launcher takes it.
+  const bool rank_rows = !fp32 && N <= kRkM && K > kRkM, rank_cols = !fp32 && !rank_rows && K <= kRkM;
   const bool skinny = K <= kSkN;
-  const int bm = fp32 ? kFM : skinny ? kSkM : kBigM, bn = fp32 ? kFN : skinny ? kSkN : kBigN;
+  const bool rank_ring = g_pipe && (rank_rows || rank_cols) && a.a_vec && a.b_vec && N > 1 && K > 1;
+  const int bm = fp32 ? kFM : rank_rows ? kRkM : rank_cols ? kRkLong : skinny ? kSkM : kBigM;
+  const int bn = fp32 ? kFN : rank_rows ? kRkLong : rank_cols ? kRkM : skinny ? kSkN : kBigN;
   const dim3 grid(static_cast<unsigned>((N + bm - 1) / bm), static_cast<unsigned>((K + bn - 1) / bn), E);
   if (fp32) run_fma<true>(a, grid);
+  else if (rank_ring && rank_rows)
+    emu::launch(grid, 32 * kRkWarps, smem_raw, rank_pipe_smem<kRkM, kRkLong>(),
+                [&] { grouped_mma_pipe_kernel<kRkM, kRkLong, 1, kRkWarps, true, true>(a); });
+  else if (rank_ring)
+    emu::launch(grid, 32 * kRkWarps, smem_raw, rank_pipe_smem<kRkLong, kRkM>(),
+                [&] { grouped_mma_pipe_kernel<kRkLong, kRkM, kRkWarps, 1, true, true>(a); });
+  else if (rank_rows) run<kRkM, kRkLong, 1, kRkWarps, true>(a, grid);
+  else if (rank_cols) run<kRkLong, kRkM, kRkWarps, 1, true>(a, grid);
   else if (skinny) run<kSkM, kSkN, kSkWM, kSkWN, true>(a, grid);
   else run<kBigM, kBigN, kBigWM, kBigWN, true>(a, grid);
   report(std::string(fp32 ? "fp32 " : "") + "grouped_gemm_wgrad E=" + std::to_string(E) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
-             (fp32 ? "" : skinny ? " skinny" : " big") + (g_pipe && a.a_vec && a.b_vec && !fp32 ? " ring" : "") +
+             (fp32 ? "" : rank_rows ? " rank-rows" : rank_cols ? " rank-cols" : skinny ? " skinny" : " big") +
+             (rank_ring ? " rank-ring" : "") + (g_pipe && a.a_vec && a.b_vec && !fp32 ? " ring" : "") +
              " beta " + std::to_string(beta),
          g, ref, written);
 }
@@ -211,6 +225,14 @@ int main() {
   wgrad({0, 50, 7, 0, 90}, 72, 16, 0.5f, 1.f);
   wgrad({0, 50, 7, 0, 90}, 16, 136, 1.f, 1.f);
   wgrad({33, 0, 65}, 33, 130, 1.f, 0.f);
+  // Rank-fitted tiles (r <= 16): gA-like 16 x 200 and r 8 / 1, gB-like 264 x 16 and r 8 / 1, ~128 rows an expert
+  // (4 k-steps), beta 1 and 0 (C's old values read before the main loop on the i-major ring).
+  wgrad({0, 128, 7, 0, 130}, 16, 200, 1.f, 1.f);
+  wgrad({0, 128, 7, 0, 130}, 8, 136, 0.5f, 0.f);
+  wgrad({40, 0, 90}, 1, 64, 1.f, 1.f);
+  wgrad({0, 128, 7, 0, 130}, 264, 16, 0.25f, 1.f);
+  wgrad({0, 128, 7, 0, 130}, 136, 8, 1.f, 0.f);
+  wgrad({40, 0, 90}, 72, 1, 1.f, 1.f);
   // The fp32 FMA kernel (both operands F32): LoRA products and F32-compute backends.
   forward({0, 100, 0, 130, 33, 0}, 3, 40, 72, true, 1.f, 0.f, false, true);
   forward({70, 5, 129}, 0, 136, 16, false, 0.5f, 1.f, false, true);
