@@ -6,6 +6,7 @@
 //   g++ -std=c++20 -O2 -w -DDT_ATTN_EMU -I kernels -I dev -I /usr/local/cuda/include \
 //       dev/emu/moe/grouped_gemm_emu.cpp -o /tmp/grouped_gemm_emu -lpthread && /tmp/grouped_gemm_emu
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -64,6 +65,7 @@ void report(const std::string& name, const std::vector<float>& got, const std::v
 // Whether main's second pass runs the cp.async ring kernel (grouped_mma_pipe_kernel) where the launcher would:
 // both operands vector-loadable.
 bool g_pipe = false;
+std::vector<float> g_generic;  // G from the generic ring, for the rank ring's bit comparison
 
 template <int BM, int BN, int WM, int WN, bool WGRAD>
 void run(const TileArgs& a, dim3 grid) {
@@ -185,6 +187,18 @@ void wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, float alpha
   const int bm = fp32 ? kFM : rank_rows ? kRkM : rank_cols ? kRkLong : skinny ? kSkM : kBigM;
   const int bn = fp32 ? kFN : rank_rows ? kRkLong : rank_cols ? kRkM : skinny ? kSkN : kBigN;
   const dim3 grid(static_cast<unsigned>((N + bm - 1) / bm), static_cast<unsigned>((K + bn - 1) / bn), E);
+  if (rank_ring) {  // the i-major ring gives the generic ring's bits: run that first on a copy of G
+    std::vector<float> g2 = g;
+    TileArgs a2 = a;
+    a2.c = KOut{g2.data(), KType::F32};
+    if (rank_rows)
+      emu::launch(grid, 32 * kRkWarps, smem_raw, pipe_smem(kRkM, kRkLong),
+                  [&] { grouped_mma_pipe_kernel<kRkM, kRkLong, 1, kRkWarps, true>(a2); });
+    else
+      emu::launch(grid, 32 * kRkWarps, smem_raw, pipe_smem(kRkLong, kRkM),
+                  [&] { grouped_mma_pipe_kernel<kRkLong, kRkM, kRkWarps, 1, true>(a2); });
+    g_generic = std::move(g2);
+  }
   if (fp32) run_fma<true>(a, grid);
   else if (rank_ring && rank_rows)
     emu::launch(grid, 32 * kRkWarps, smem_raw, rank_pipe_smem<kRkM, kRkLong>(),
@@ -201,6 +215,11 @@ void wgrad(const std::vector<int32_t>& counts, int64_t N, int64_t K, float alpha
              (rank_ring ? " rank-ring" : "") + (g_pipe && a.a_vec && a.b_vec && !fp32 ? " ring" : "") +
              " beta " + std::to_string(beta),
          g, ref, written);
+  if (rank_ring) {
+    const bool same = std::memcmp(g.data(), g_generic.data(), g.size() * sizeof(float)) == 0;
+    failures += !same;
+    std::printf("%-4s   rank ring vs generic ring: %s\n", same ? "ok" : "FAIL", same ? "same bits" : "bits differ");
+  }
 }
 
 }  // namespace
