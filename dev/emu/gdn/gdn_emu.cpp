@@ -825,7 +825,90 @@ static int long_case() {
 }
 }  // namespace bwd_mma
 
+
+// ---- host study: the ungated solve with the gates put back elementwise (FlashQLA's kkt_solve) ----
+// (I + A ⊙ e^{G_i−G_j})^{-1} = D·(I + A)^{-1}·D^{-1}, D = diag(e^G): T_gated = T_u ⊙ e^{G_i−G_j}. Exact in exact
+// arithmetic; in fp32 / bf16 the ungated T_u can grow (no decay damps it) and the elementwise gate then scales
+// its rounding error down with the value, or not. One 64-row chunk per case, k̂ unit rows, errors relative to
+// max |T_gated| (double reference); "bf16 T_g" is what rounding the gated T itself costs (our kept T).
+static int ungated_study() {
+  constexpr int C = 64, dk = 128;
+  struct Case {
+    const char* name;
+    float corr, blo, bhi, g;
+  };
+  const Case cases[] = {{"random keys, β 0.05..1, g -0.5", 0.f, 0.05f, 1.f, -0.5f},
+                        {"random keys, β 0.9..1, g -0.01", 0.f, 0.9f, 1.f, -0.01f},
+                        {"corr 1.5, β 0.9..1, g -0.01", 1.5f, 0.9f, 1.f, -0.01f},
+                        {"corr 3, β 0.9..1, g -0.01", 3.f, 0.9f, 1.f, -0.01f},
+                        {"corr 3, β 0.9..1, g -0.5", 3.f, 0.9f, 1.f, -0.5f},
+                        {"corr 3, β 0.9..1, g -3", 3.f, 0.9f, 1.f, -3.f},
+                        {"corr 8, β 1, g -0.001", 8.f, 1.f, 1.f, -0.001f},
+                        {"alternating ±corr 3, β 1, g -0.001", -3.f, 1.f, 1.f, -0.001f},
+                        {"alternating ±corr 8, β 1, g -0.5", -8.f, 1.f, 1.f, -0.5f}};
+  for (const Case& cs : cases) {
+    Rand u(5);
+    F base(dk);
+    for (auto& x : base) x = u();
+    F k = u.normed(C, dk, 1.f, &base, std::fabs(cs.corr));
+    if (cs.corr < 0)  // odd rows along −base: every pair of neighbours anti-correlated
+      for (int i = 1; i < C; i += 2) {
+        const F r = u.normed(1, dk, 1.f, &base, cs.corr);
+        std::copy(r.begin(), r.end(), k.begin() + i * dk);
+      }
+    std::vector<double> b(C), G(C);
+    double acc = 0;
+    for (int i = 0; i < C; ++i) {
+      b[i] = cs.blo + (cs.bhi - cs.blo) * 0.5 * (u() + 1.0);
+      acc += cs.g * 0.5 * (u() + 1.0);
+      G[i] = acc;
+    }
+    std::vector<double> Au(C * C, 0.0), Tg(C * C), Tu(C * C);
+    std::vector<float> Tu32(C * C);
+    for (int i = 0; i < C; ++i)
+      for (int j = 0; j < i; ++j) {
+        double d = 0;
+        for (int e = 0; e < dk; ++e) d += double(k[i * dk + e]) * k[j * dk + e];
+        Au[i * C + j] = b[i] * d;
+      }
+    // forward substitution, column by column: x_i = δ_ic − Σ_{j<i} A_ij·x_j
+    auto solve = [&](auto one, bool gated, auto& X) {
+      using R = decltype(one);
+      for (int c = 0; c < C; ++c)
+        for (int i = 0; i < C; ++i) {
+          R s = 0;
+          for (int j = c; j < i; ++j)
+            s += R(Au[i * C + j] * (gated ? std::exp(G[i] - G[j]) : 1.0)) * R(X[j * C + c]);
+          X[i * C + c] = i == c ? R(1) : i < c ? R(0) : -s;
+        }
+    };
+    solve(double(0), true, Tg);
+    solve(double(0), false, Tu);
+    solve(float(0), false, Tu32);
+    double tmax = 0, umax = 0, e64 = 0, e32 = 0, e16 = 0, eg16 = 0;
+    for (int i = 0; i < C; ++i)
+      for (int j = 0; j <= i; ++j) {
+        tmax = std::max(tmax, std::fabs(Tg[i * C + j]));
+        umax = std::max(umax, std::fabs(Tu[i * C + j]));
+      }
+    for (int i = 0; i < C; ++i)
+      for (int j = 0; j <= i; ++j) {
+        const double dec = std::exp(G[i] - G[j]), ref = Tg[i * C + j];
+        const float u32 = Tu32[i * C + j];
+        e64 = std::max(e64, std::fabs(Tu[i * C + j] * dec - ref));
+        e32 = std::max(e32, std::fabs(double(u32) * dec - ref));
+        e16 = std::max(e16, std::fabs(double(__bfloat162float(__float2bfloat16_rn(u32))) * dec - ref));
+        eg16 = std::max(eg16, std::fabs(double(__bfloat162float(__float2bfloat16_rn(float(ref)))) - ref));
+      }
+    std::printf("ungated %-34s max|T_g| %.3g max|T_u| %.3g | error / max|T_g|: T_u(f64) %.1e T_u(f32) %.1e "
+                "bf16(T_u) %.1e; bf16 T_g %.1e\n",
+                cs.name, tmax, umax, e64 / tmax, e32 / tmax, e16 / tmax, eg16 / tmax);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "ungated") return ungated_study();
   if (argc > 1 && std::string(argv[1]) == "dscan") return dscan_mma_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "noout") return no_output_scan_checks() ? 1 : 0;
   if (argc > 1 && std::string(argv[1]) == "b16") return b16_scan_checks() ? 1 : 0;
