@@ -145,7 +145,8 @@ TEST(ShardPlan, ExpertParallelCountsTheAdapterSetup) {
   EXPECT_EQ(layout(p, WeightLayout::Sharded).adapter_setup, 0);
   // Expert LoRA alone: the largest expert gradient slice (gate_up's A, r·E/N x H) twice for a moment.
   s.lora_groups = {"experts"};
-  const LayoutEstimate& only = layout(plan_multi_gpu(info, s, {4, 141 * kGiB}), WeightLayout::ExpertParallel);
+  const ShardPlan experts_only = plan_multi_gpu(info, s, {4, 141 * kGiB});  // the plan outlives the reference
+  const LayoutEstimate& only = layout(experts_only, WeightLayout::ExpertParallel);
   EXPECT_EQ(only.adapter_setup, only.frozen_resident + only.backend_buffers + only.lora_and_optimizer +
                                     4 * 16 * info.num_experts * info.hidden_size / 4);
   // Without expert LoRA nothing is sliced.
