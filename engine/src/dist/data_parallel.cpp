@@ -236,16 +236,7 @@ LoraAdapter DataParallel::gather_adapter_to_root(const LoraAdapter& adapter) {
   LoraAdapter out = adapter;
   out.modules.clear();
   for (const LoraModule& m : adapter.modules) {
-    LoraModule host = m;
-    host.Ac = host.Bc = host.gA = host.gB = Tensor{};
-    host.A = be_->download(m.A, DType::F32);
-    host.B = lora_b_download(*be_, m, m.B);  // PEFT's layout on the host (expert B: [E, out, r] on the backend)
-    Tensor* mo[4] = {&host.mA, &host.vA, &host.mB, &host.vB};
-    const Tensor* src[4] = {&m.mA, &m.vA, &m.mB, &m.vB};
-    for (int i = 0; i < 4; ++i)
-      *mo[i] = !src[i]->defined() ? Tensor{}
-               : i < 2           ? be_->download(*src[i], DType::F32)
-                                 : lora_b_download(*be_, m, *src[i]);
+    LoraModule host = lora_module_download(*be_, m, true);  // PEFT's layout on the host, moments included
     if (!exchange_ || !is_expert_lora(m)) {
       if (root()) out.modules.push_back(std::move(host));
       continue;

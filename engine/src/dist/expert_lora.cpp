@@ -27,11 +27,6 @@ Tensor slice_b(const Tensor& b, int64_t r, int64_t E, int64_t first, int64_t per
   return out;
 }
 
-Tensor* moment(LoraModule& m, int i) {
-  Tensor* all[4] = {&m.mA, &m.vA, &m.mB, &m.vB};
-  return all[i];
-}
-
 }  // namespace
 
 LoraModule expert_lora_slice(const LoraModule& host, int rank, int world) {
@@ -45,8 +40,8 @@ LoraModule expert_lora_slice(const LoraModule& host, int rank, int world) {
   s.B = slice_b(host.B, r, E, first, per);
   s.Ac = s.Bc = s.gA = s.gB = Tensor{};
   for (int i = 0; i < 4; ++i) {
-    const Tensor* t = moment(const_cast<LoraModule&>(host), i);
-    *moment(s, i) = !t->defined() ? Tensor{} : i < 2 ? slice_a(*t, r, first, per) : slice_b(*t, r, E, first, per);
+    const Tensor& t = host.moment(i);
+    s.moment(i) = !t.defined() ? Tensor{} : i < 2 ? slice_a(t, r, first, per) : slice_b(t, r, E, first, per);
   }
   return s;
 }
@@ -79,8 +74,8 @@ LoraModule expert_lora_join(const std::vector<LoraModule>& slices) {
   full.B = join([](LoraModule& m) { return &m.B; }, false);
   for (int i = 0; i < 4; ++i) {
     bool all = true;
-    for (const LoraModule& s : slices) all = all && moment(const_cast<LoraModule&>(s), i)->defined();
-    *moment(full, i) = all ? join([i](LoraModule& m) { return moment(m, i); }, i < 2) : Tensor{};
+    for (const LoraModule& s : slices) all = all && s.moment(i).defined();
+    full.moment(i) = all ? join([i](LoraModule& m) { return &m.moment(i); }, i < 2) : Tensor{};
   }
   return full;
 }

@@ -31,6 +31,10 @@ struct LoraModule {
   Tensor Ac, Bc;        // compute-dtype copies of A and B while a LoraComputeCopies scope holds them, else empty
   Tensor gA, gB;        // gradients (+=), F32
   Tensor mA, vA, mB, vB;  // AdamW moments (allocated by the optimizer)
+
+  // AdamW moment i: 0 mA, 1 vA (A-shaped), 2 mB, 3 vB (B-shaped).
+  Tensor& moment(int i) { return i == 0 ? mA : i == 1 ? vA : i == 2 ? mB : vB; }
+  const Tensor& moment(int i) const { return const_cast<LoraModule*>(this)->moment(i); }
 };
 
 struct LoraAdapter {

@@ -36,4 +36,18 @@ Tensor lora_b_download(Backend& be, const LoraModule& m, const Tensor& t) {
   return be.download(peft, DType::F32);
 }
 
+LoraModule lora_module_download(Backend& be, const LoraModule& m, bool with_moments) {
+  LoraModule host = m;
+  host.Ac = host.Bc = host.gA = host.gB = Tensor{};
+  host.A = be.download(m.A, DType::F32);
+  host.B = lora_b_download(be, m, m.B);
+  for (int i = 0; i < 4; ++i) {
+    const Tensor& t = m.moment(i);
+    host.moment(i) = !with_moments || !t.defined() ? Tensor{}
+                     : i < 2                       ? be.download(t, DType::F32)
+                                                   : lora_b_download(be, m, t);
+  }
+  return host;
+}
+
 }  // namespace deltatune

@@ -23,4 +23,8 @@ Tensor lora_b_upload(Backend& be, const LoraModule& m, const Tensor& host, const
 // A backend tensor of lora_b_backend_shape(m) (B, gB, mB or vB of m) -> host F32 in PEFT's layout.
 Tensor lora_b_download(Backend& be, const LoraModule& m, const Tensor& t);
 
+// m (on the backend) -> a host copy in PEFT's layout: A, B and, with_moments, the AdamW moments where defined
+// (F32); no gradients or compute copies.
+LoraModule lora_module_download(Backend& be, const LoraModule& m, bool with_moments);
+
 }  // namespace deltatune

@@ -10,38 +10,19 @@ namespace {
 
 const char* kMomentNames[4] = {"A.exp_avg", "A.exp_avg_sq", "B.exp_avg", "B.exp_avg_sq"};
 
-Tensor* moment(LoraModule& m, int i) {
-  Tensor* all[4] = {&m.mA, &m.vA, &m.mB, &m.vB};
-  return all[i];
-}
-
-// A moment of m on the backend -> host F32 in the file's layout.
-Tensor download_moment(Backend& be, const LoraModule& m, int i) {
-  const Tensor& t = *moment(const_cast<LoraModule&>(m), i);
-  return i < 2 ? be.download(t, DType::F32) : lora_b_download(be, m, t);
-}
-
 }  // namespace
 
-LoraAdapter lora_download(const LoraAdapter& adapter, Backend& be) {
+LoraAdapter lora_download(const LoraAdapter& adapter, Backend& be, bool with_moments) {
   LoraAdapter host = adapter;
   host.grad_flat = Tensor{};
-  for (LoraModule& m : host.modules) {
-    m.A = be.download(m.A, DType::F32);
-    m.B = lora_b_download(be, m, m.B);
-    m.gA = m.gB = m.mA = m.vA = m.mB = m.vB = Tensor{};
-  }
+  for (LoraModule& m : host.modules) m = lora_module_download(be, m, with_moments);
   return host;
 }
 
 std::string checkpoint_save(const std::string& output_dir, const TrainerState& st, const LoraAdapter& adapter,
                             Backend& be, const ModelConfig& cfg, const std::string& class_prefix,
                             const std::string& base_model, int64_t keep) {
-  LoraAdapter host = lora_download(adapter, be);
-  for (size_t k = 0; k < host.modules.size(); ++k)
-    for (int i = 0; i < 4; ++i)
-      if (moment(const_cast<LoraModule&>(adapter.modules[k]), i)->defined())
-        *moment(host.modules[k], i) = download_moment(be, adapter.modules[k], i);
+  const LoraAdapter host = lora_download(adapter, be, true);
   return checkpoint_save_host(output_dir, st, host, cfg, class_prefix, base_model, keep);
 }
 
@@ -51,8 +32,7 @@ std::string checkpoint_save_host(const std::string& output_dir, const TrainerSta
   std::vector<std::pair<std::string, Tensor>> moments;
   for (const LoraModule& m : host.modules)
     for (int i = 0; i < 4; ++i) {
-      const Tensor* t = moment(const_cast<LoraModule&>(m), i);
-      if (t->defined()) moments.emplace_back(m.path + "." + kMomentNames[i], *t);
+      if (m.moment(i).defined()) moments.emplace_back(m.path + "." + kMomentNames[i], m.moment(i));
     }
   return checkpoint_write(output_dir, st, moments,
                           [&](const std::string& dir) { peft_adapter_write(host, cfg, class_prefix, base_model, dir); },
@@ -80,7 +60,7 @@ TrainerState restore_into(const std::string& dir, LoraAdapter& adapter, const Mo
     for (int i = 0; i < 4; ++i) {
       const std::string name = s.path + "." + kMomentNames[i];
       if (!ck.optimizer || !ck.optimizer->has(name)) continue;
-      put(*moment(*m, i), i < 2 ? a_shape : b_shape, ck.optimizer->get(name), name, i < 2 ? nullptr : m);
+      put(m->moment(i), i < 2 ? a_shape : b_shape, ck.optimizer->get(name), name, i < 2 ? nullptr : m);
     }
   }
   return ck.state;

@@ -10,8 +10,9 @@
 
 namespace deltatune {
 
-// Host F32 copy of the adapter's A/B (for export).
-LoraAdapter lora_download(const LoraAdapter& adapter, Backend& be);
+// Host F32 copy of the adapter's A/B in PEFT's layout (for export), and its AdamW moments with_moments (for a
+// checkpoint).
+LoraAdapter lora_download(const LoraAdapter& adapter, Backend& be, bool with_moments = false);
 
 // Writes <output_dir>/checkpoint-<step>/ atomically and prunes to `keep`. Returns the folder.
 std::string checkpoint_save(const std::string& output_dir, const TrainerState& st, const LoraAdapter& adapter,
