@@ -13,10 +13,6 @@ namespace deltatune {
 const Tensor& lora_factor_a(const LoraModule& m) { return m.Ac.defined() ? m.Ac : m.A; }
 const Tensor& lora_factor_b(const LoraModule& m) { return m.Bc.defined() ? m.Bc : m.B; }
 
-namespace {
-const Tensor& factor_a(const LoraModule& m) { return lora_factor_a(m); }
-const Tensor& factor_b(const LoraModule& m) { return lora_factor_b(m); }
-}  // namespace
 
 // The scratch is freed when the caller's product is enqueued (quantized base, core/quantized.h).
 Tensor plain_weight(Backend& be, const BaseMatrix& m) {
@@ -92,7 +88,7 @@ void linear_fwd_cache(Backend& be, const Tensor& x, LoraModule* lora, const Lora
     xin = cache.xd;
   }
   cache.u = be.alloc({x.rows(), lora->r}, be.compute_dtype());
-  be.gemm(xin, false, factor_a(*lora), true, cache.u, 1.f, 0.f);
+  be.gemm(xin, false, lora_factor_a(*lora), true, cache.u, 1.f, 0.f);
 }
 
 void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* lora, const LoraRuntime& rt,
@@ -105,7 +101,7 @@ void linear_fwd(Backend& be, const Tensor& x, const BaseMatrix& wq, LoraModule* 
   }
   // The rank-r term (with the residual) first, then the base product accumulates into it: the base GEMM's epilogue
   // reads y once, where adding the rank-r term afterwards took another read and write of the whole output.
-  be.lora_up(cache.u, factor_b(*lora), lora->scaling, residual, y);
+  be.lora_up(cache.u, lora_factor_b(*lora), lora->scaling, residual, y);
   base_gemm(be, x, wq, true, y, 1.f);
 }
 
@@ -117,25 +113,22 @@ bool linear_bwd(Backend& be, const Tensor& dy, const BaseMatrix& wq, LoraModule*
     return false;
   }
   const bool dropped = rt.training && rt.dropout > 0.f;
-  if (deferred_du && !dropped) {  // the caller adds du·A to dx: only the base product here
-    Tensor du = be.alloc({dy.rows(), lora->r}, be.compute_dtype());
-    be.lora_dy_products(dy.view({dy.rows(), dy.cols()}), factor_b(*lora), cache.u, lora->scaling, du, lora->gB);
-    be.gemm(du, true, cache.x, false, lora->gA, 1.f, 1.f);
-    base_gemm(be, dy, wq, false, dx, dx_beta);
-    *deferred_du = du;
-    return true;
-  }
   const Tensor& xin = dropped ? cache.xd : cache.x;
   // dB += s·dyᵀ·u and du = s·dy·B (one read of dy where the backend can) ; dA += duᵀ·xin ; dx (+)= dropout(du·A),
   // then dx += dy·W (as in linear_fwd, the base product goes last and accumulates in its epilogue).
   Tensor du = be.alloc({dy.rows(), lora->r}, be.compute_dtype());  // like u: the operand type of both its products
-  be.lora_dy_products(dy.view({dy.rows(), dy.cols()}), factor_b(*lora), cache.u, lora->scaling, du, lora->gB);
+  be.lora_dy_products(dy.view({dy.rows(), dy.cols()}), lora_factor_b(*lora), cache.u, lora->scaling, du, lora->gB);
   be.gemm(du, true, xin, false, lora->gA, 1.f, 1.f);
+  if (deferred_du && !dropped) {  // the caller adds du·A to dx: only the base product here
+    base_gemm(be, dy, wq, false, dx, dx_beta);
+    *deferred_du = du;
+    return true;
+  }
   if (!dropped) {
-    be.gemm(du, false, factor_a(*lora), false, dx, 1.f, dx_beta);
+    be.gemm(du, false, lora_factor_a(*lora), false, dx, 1.f, dx_beta);
   } else {
     Tensor dxd = be.alloc(dx.shape, dx.dtype);
-    be.gemm(du, false, factor_a(*lora), false, dxd, 1.f, 0.f);
+    be.gemm(du, false, lora_factor_a(*lora), false, dxd, 1.f, 0.f);
     Tensor masked = be.alloc(dx.shape, dx.dtype);
     be.dropout(dxd, rt.dropout, lora_module_seed(rt, module_salt), masked);
     if (accumulate) be.add(dx, masked, 1.f);
@@ -214,7 +207,7 @@ bool linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputM
   const float base_beta = defer_rank_r ? 0.f : 1.f;
   for (size_t i = 0; i < ms.size() && !defer_rank_r; ++i) {
     const LoraModule& l = *ms[i].lora;
-    be.lora_up({cache.u, static_cast<int64_t>(i) * r, r}, factor_b(l), l.scaling, nullptr, *ys[i]);
+    be.lora_up({cache.u, static_cast<int64_t>(i) * r, r}, lora_factor_b(l), l.scaling, nullptr, *ys[i]);
   }
   // The FP8 weights share one quantization of x; the others (all of them where that is refused) one by one.
   const std::vector<bool> fp8 = fp8_members(be, ms);
@@ -262,7 +255,7 @@ void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span
   for (size_t i = 0; i < ms.size(); ++i) {
     LoraModule& l = *ms[i].lora;
     const Backend::Cols ui{cache.u, static_cast<int64_t>(i) * r, r}, dui{du, static_cast<int64_t>(i) * r, r};
-    be.lora_dy_products(dys[i]->view({dys[i]->rows(), dys[i]->cols()}), factor_b(l), ui, l.scaling, dui, l.gB);
+    be.lora_dy_products(dys[i]->view({dys[i]->rows(), dys[i]->cols()}), lora_factor_b(l), ui, l.scaling, dui, l.gB);
     if (!one_gA) be.gemm_cols(dui, true, cache.x, false, l.gA, 1.f, 1.f);
   }
   if (one_gA) be.gemm(du, true, cache.x, false, gA, 1.f, 1.f);
