@@ -85,6 +85,9 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     done_.wait(lock, [&] { return (next_chunk_ >= num_chunks_ || error_) && active_workers_ == 0; });
     err = error_;
     error_ = nullptr;
+    // No chunk of this job is left to take: after an exception some were never taken, and a worker that wakes
+    // only now would otherwise take one (error_ is clear again) and call the fn_ cleared below.
+    next_chunk_ = num_chunks_;
     fn_ = nullptr;
   }
   if (err) std::rethrow_exception(err);
