@@ -9,16 +9,12 @@
 #include "common/device.cuh"
 #include "common/mma.cuh"
 #include "lora/lora.cuh"
+#include "lora/lora_rank16_tile.cuh"
 
 namespace deltatune::kernels {
 namespace {
 
-using bf16 = __nv_bfloat16;
-constexpr int kR = 16;
-constexpr int kTileT = 128, kTileN = 128, kHalf = 64;  // tokens x columns per block; columns per pass
-constexpr int kThreads = 256;                         // 8 warps of 16 tokens
-constexpr int kLdA = kR + 8;                          // padded u / B rows (ldmatrix rows on distinct banks)
-constexpr int kLdS = kHalf + 8;                       // padded fp32 staging row
+using namespace lora_rank16;
 
 __global__ void __launch_bounds__(kThreads)
     lora_up_kernel(const bf16* __restrict__ u, int64_t ldu, const bf16* __restrict__ B, float alpha,
@@ -26,18 +22,10 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) bf16 us[kTileT * kLdA];
   __shared__ __align__(16) bf16 bs[kTileN * kLdA];
   __shared__ __align__(16) float st[kThreads / 32][8 * kLdS];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t0 = int64_t(blockIdx.y) * kTileT, n0 = int64_t(blockIdx.x) * kTileN;
-  for (int idx = threadIdx.x; idx < kTileT * 2; idx += kThreads) {
-    const int r = idx / 2, q = idx % 2;
-    const bool ok = t0 + r < T;
-    mma::cp_async16(mma::smem_addr(&us[r * kLdA + 8 * q]), ok ? u + (t0 + r) * ldu + 8 * q : u, ok);
-  }
-  for (int idx = threadIdx.x; idx < kTileN * 2; idx += kThreads) {
-    const int r = idx / 2, q = idx % 2;
-    const bool ok = n0 + r < N;
-    mma::cp_async16(mma::smem_addr(&bs[r * kLdA + 8 * q]), ok ? B + (n0 + r) * kR + 8 * q : B, ok);
-  }
+  load_r16(us, u, ldu, t0, T);
+  load_r16(bs, B, kR, n0, N);
   mma::cp_async_commit();
   mma::cp_async_wait<0>();
   __syncthreads();
@@ -47,49 +35,31 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int h = 0; h < kTileN / kHalf; ++h) {
     float acc[kHalf / 8][4];
-#pragma unroll
-    for (int p = 0; p < kHalf / 16; ++p) {
-      uint32_t b[4];
-      mma::ldsm_x4(b, mma::smem_addr(&bs[(h * kHalf + 16 * p + (lane & 7) + ((lane >> 4) << 3)) * kLdA +
-                                         ((lane >> 3) & 1) * 8]));
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[2 * p][e] = acc[2 * p + 1][e] = 0.f;
-      mma::mma16816(acc[2 * p], a, b[0], b[1]);
-      mma::mma16816(acc[2 * p + 1], a, b[2], b[3]);
-    }
+    rank_r_nk(acc, a, bs, h * kHalf, lane);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // rows g (c0, c1), then g + 8 (c2, c3)
-#pragma unroll
-      for (int nb = 0; nb < kHalf / 8; ++nb)
-        *reinterpret_cast<float2*>(&s[g * kLdS + nb * 8 + 2 * t4]) =
-            make_float2(alpha * acc[nb][2 * half], alpha * acc[nb][2 * half + 1]);
-      __syncwarp();
-      // 8 rows x 8 pieces of 8 columns: two passes of 32 lanes.
+      float v[2][8];
+      stage_rows(acc, alpha, half, s, lane, v);
 #pragma unroll
       for (int pass = 0; pass < 2; ++pass) {
-        const int row = pass * 4 + lane / 8, piece = lane % 8;
-        const int64_t t = t0 + 16 * warp + 8 * half + row, n = n0 + h * kHalf + 8 * piece;
+        const int64_t t = t0 + 16 * warp + 8 * half + pass * 4 + lane / 8, n = n0 + h * kHalf + 8 * (lane % 8);
         if (t < T && n < N) {
-          const float4 lo = *reinterpret_cast<const float4*>(&s[row * kLdS + 8 * piece]);
-          const float4 hi = *reinterpret_cast<const float4*>(&s[row * kLdS + 8 * piece + 4]);
-          float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
           if (res) {
             const uint4 raw = *reinterpret_cast<const uint4*>(res + t * ldres + n);
             const auto* rh = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
               const float2 f = __bfloat1622float2(rh[k]);
-              v[2 * k] += f.x, v[2 * k + 1] += f.y;
+              v[pass][2 * k] += f.x, v[pass][2 * k + 1] += f.y;
             }
           }
           uint4 out;
           auto* oh = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
-          for (int k = 0; k < 4; ++k) oh[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+          for (int k = 0; k < 4; ++k) oh[k] = __floats2bfloat162_rn(v[pass][2 * k], v[pass][2 * k + 1]);
           *reinterpret_cast<uint4*>(y + t * ldy + n) = out;
         }
       }
-      __syncwarp();
     }
   }
 }
