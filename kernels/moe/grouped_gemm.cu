@@ -209,10 +209,10 @@ __device__ __forceinline__ void tile_mma_step(float (&acc)[BM / WM / 16][BN / WN
   }
 }
 
-// C (=) alpha·acc + beta·C inside the tile's valid extents.
-template <int BM, int BN, int WM, int WN>
-__device__ __forceinline__ void tile_epilogue(const float (&acc)[BM / WM / 16][BN / WN / 8][4], const TileArgs& g,
-                                              const TileLoc& t, int wm, int wn) {
+// Calls f(i, j, c, r, n) for each of this thread's accumulator elements acc[i][j][c] with its row r and column n
+// in the tile (the mma.m16n8 accumulator layout of warp (wm, wn)).
+template <int BM, int BN, int WM, int WN, class F>
+__device__ __forceinline__ void for_each_acc(int wm, int wn, F&& f) {
   constexpr int TM = BM / WM, TN = BN / WN;
   constexpr int FM = TM / 16, FN = TN / 8;
   const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
@@ -221,16 +221,21 @@ __device__ __forceinline__ void tile_epilogue(const float (&acc)[BM / WM / 16][B
 #pragma unroll
     for (int j = 0; j < FN; ++j)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int r = wm * TM + i * 16 + gq + (c >= 2 ? 8 : 0);
-        const int n = wn * TN + j * 8 + tq * 2 + (c & 1);
-        if (r < t.mlim && n < t.nlim) {
-          const int64_t o = t.c_off + int64_t(r) * g.ldc + n;
-          float v = g.alpha * acc[i][j][c];
-          if (g.beta != 0.f) v += g.beta * ld(g.c, o);
-          st(g.c, o, v);
-        }
-      }
+      for (int c = 0; c < 4; ++c) f(i, j, c, wm * TM + i * 16 + gq + (c >= 2 ? 8 : 0), wn * TN + j * 8 + tq * 2 + (c & 1));
+}
+
+// C (=) alpha·acc + beta·C inside the tile's valid extents.
+template <int BM, int BN, int WM, int WN>
+__device__ __forceinline__ void tile_epilogue(const float (&acc)[BM / WM / 16][BN / WN / 8][4], const TileArgs& g,
+                                              const TileLoc& t, int wm, int wn) {
+  for_each_acc<BM, BN, WM, WN>(wm, wn, [&](int i, int j, int c, int r, int n) {
+    if (r < t.mlim && n < t.nlim) {
+      const int64_t o = t.c_off + int64_t(r) * g.ldc + n;
+      float v = g.alpha * acc[i][j][c];
+      if (g.beta != 0.f) v += g.beta * ld(g.c, o);
+      st(g.c, o, v);
+    }
+  });
 }
 
 // C's old values under this thread's accumulators (beta != 0), read before the main loop so that their latency
@@ -240,19 +245,9 @@ __device__ __forceinline__ void tile_epilogue(const float (&acc)[BM / WM / 16][B
 template <int BM, int BN, int WM, int WN>
 __device__ __forceinline__ void tile_c_load(float (&old)[BM / WM / 16][BN / WN / 8][4], const TileArgs& g,
                                             const TileLoc& t, int wm, int wn) {
-  constexpr int TM = BM / WM, TN = BN / WN;
-  constexpr int FM = TM / 16, FN = TN / 8;
-  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int i = 0; i < FM; ++i)
-#pragma unroll
-    for (int j = 0; j < FN; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int r = wm * TM + i * 16 + gq + (c >= 2 ? 8 : 0);
-        const int n = wn * TN + j * 8 + tq * 2 + (c & 1);
-        old[i][j][c] = g.beta != 0.f && r < t.mlim && n < t.nlim ? ld(g.c, t.c_off + int64_t(r) * g.ldc + n) : 0.f;
-      }
+  for_each_acc<BM, BN, WM, WN>(wm, wn, [&](int i, int j, int c, int r, int n) {
+    old[i][j][c] = g.beta != 0.f && r < t.mlim && n < t.nlim ? ld(g.c, t.c_off + int64_t(r) * g.ldc + n) : 0.f;
+  });
 }
 
 // tile_epilogue with C's old values from tile_c_load.
@@ -260,23 +255,13 @@ template <int BM, int BN, int WM, int WN>
 __device__ __forceinline__ void tile_epilogue_old(const float (&acc)[BM / WM / 16][BN / WN / 8][4],
                                                   const float (&old)[BM / WM / 16][BN / WN / 8][4], const TileArgs& g,
                                                   const TileLoc& t, int wm, int wn) {
-  constexpr int TM = BM / WM, TN = BN / WN;
-  constexpr int FM = TM / 16, FN = TN / 8;
-  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int i = 0; i < FM; ++i)
-#pragma unroll
-    for (int j = 0; j < FN; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int r = wm * TM + i * 16 + gq + (c >= 2 ? 8 : 0);
-        const int n = wn * TN + j * 8 + tq * 2 + (c & 1);
-        if (r < t.mlim && n < t.nlim) {
-          float v = g.alpha * acc[i][j][c];
-          if (g.beta != 0.f) v += g.beta * old[i][j][c];
-          st(g.c, t.c_off + int64_t(r) * g.ldc + n, v);
-        }
-      }
+  for_each_acc<BM, BN, WM, WN>(wm, wn, [&](int i, int j, int c, int r, int n) {
+    if (r < t.mlim && n < t.nlim) {
+      float v = g.alpha * acc[i][j][c];
+      if (g.beta != 0.f) v += g.beta * old[i][j][c];
+      st(g.c, t.c_off + int64_t(r) * g.ldc + n, v);
+    }
+  });
 }
 
 // What both tensor-core kernels start from: this block's tile, its operand origins, the operands' shared layouts
