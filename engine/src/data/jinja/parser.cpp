@@ -275,29 +275,21 @@ class Parser {
     return e;
   }
 
-  NodePtr parse_or() {
-    NodePtr l = parse_and();
-    while (is_name("or")) {
-      auto n = node(Node::kOr);
+  // `operand (word operand)*`, left-associative: a chain of `or` / `and`.
+  template <class Operand> NodePtr parse_word_chain(const char* word, Node::Kind kind, Operand operand) {
+    NodePtr l = operand();
+    while (is_name(word)) {
+      auto n = node(kind);
       ++i_;
       n->kids.push_back(std::move(l));
-      n->kids.push_back(parse_and());
+      n->kids.push_back(operand());
       l = std::move(n);
     }
     return l;
   }
 
-  NodePtr parse_and() {
-    NodePtr l = parse_not();
-    while (is_name("and")) {
-      auto n = node(Node::kAnd);
-      ++i_;
-      n->kids.push_back(std::move(l));
-      n->kids.push_back(parse_not());
-      l = std::move(n);
-    }
-    return l;
-  }
+  NodePtr parse_or() { return parse_word_chain("or", Node::kOr, [this] { return parse_and(); }); }
+  NodePtr parse_and() { return parse_word_chain("and", Node::kAnd, [this] { return parse_not(); }); }
 
   NodePtr parse_not() {
     if (is_name("not")) {
