@@ -225,7 +225,7 @@ int64_t bit_mismatches(Env& e, const Tensor& a, const Tensor& b) {
 
 // SwiGLU with the LoRA rank-r terms of its neighbours. Forward: h (=) silu(g + ag·ug·Bgᵀ)·(u + au·uu·Buᵀ), the sums
 // back in g and u with keep_sums; backward: dh' = dh + dr·A, then swiglu_bwd. Shapes the CUDA kernels take (r 16,
-// N a multiple of 8): tails of the 128 x 128 tiles (T 300, N 200), a 2b-like row (T 256, N 6144); r 8 goes to the
+// N a multiple of 8): tails of the tiles (T 300, N 200), a 2b-like row (T 256, N 6144); r 8 goes to the
 // default (lora_up / gemm + the SwiGLU ops). ug and uu are column blocks of one [T, 2r] tensor, as in the grouped
 // forward. Tolerance 1e-4 against the F32 CPU (bf16 outputs of sums, as lora_up). On the GPU the forward is also
 // compared with the ops it replaces (lora_up with the residual in place twice + swiglu_fwd: same arithmetic, same
