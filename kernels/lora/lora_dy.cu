@@ -2,9 +2,10 @@
 // up factor, u = x·Aᵀ [T, r] from its forward):
 //   du (=) alpha·dy·B     gB (+=) alpha·dyᵀ·u
 // with dy read once (as two cuBLAS GEMMs each read all of dy: at r = 16 both are bound by that read).
-// A block takes kBlockTok tokens x nc chunks of 64 columns of dy and walks them in 64 x 64 tiles through a
-// cp.async ring; warps 0-3 form du for 16 tokens each (A = the dy tile, B = the B rows of the chunk), warps
-// 4-7 gB for 16 columns each (A = the dy tile transposed by ldmatrix.trans, B = the u rows of the block).
+// A block takes kBlockTok tokens x every splits-th chunk of 64 columns of dy (so that the blocks of a token block
+// read one stretch of dy's rows side by side) and walks them in 64 x 64 tiles through a cp.async ring; warps 0-3
+// form du for 16 tokens each (A = the dy tile, B = the B rows of the chunk), warps 4-7 gB for 16 columns each
+// (A = the dy tile transposed by ldmatrix.trans, B = the u rows of the block).
 // Each block writes F32 partial sums (du per column split, gB per token block) into a scratch buffer, and a
 // second kernel adds them in a fixed order (no atomics: the same sums every run) and writes du (bf16) and gB.
 // Portable kernels (mma.sync, cp.async, < 99 KiB of shared memory), the same under both kernel policies.
@@ -77,17 +78,18 @@ __device__ __forceinline__ void load_stage(Smem<R>& sm, int buf, const bf16* dy,
 template <int R>
 __global__ void __launch_bounds__(kThreads)
     lora_dy_kernel(const bf16* __restrict__ dy, int64_t ldy, const bf16* __restrict__ B,
-                   const bf16* __restrict__ u, int64_t ldu, int64_t T, int64_t N, int chunks_per_block,
-                   float* __restrict__ du_part, float* __restrict__ gb_part) {
+                   const bf16* __restrict__ u, int64_t ldu, int64_t T, int64_t N, float* __restrict__ du_part,
+                   float* __restrict__ gb_part) {
   constexpr int kLdR = Smem<R>::kLdR;
   constexpr int NB = R / 8;  // n-blocks of 8
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem<R>& sm = *reinterpret_cast<Smem<R>*>(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int64_t tb = int64_t(blockIdx.y) * kBlockTok;
-  const int64_t chunk0 = int64_t(blockIdx.x) * chunks_per_block;
-  const int64_t chunks_total = N / kCol;
-  const int nc = static_cast<int>(chunks_total - chunk0 < chunks_per_block ? chunks_total - chunk0 : chunks_per_block);
+  // Chunk j of this block is blockIdx.x + j·splits: the blocks of a token block read side by side in dy's rows.
+  const int64_t chunks_total = N / kCol, splits = gridDim.x;
+  const int nc = static_cast<int>((chunks_total - blockIdx.x + splits - 1) / splits);
+  auto chunk = [&](int j) { return int64_t(blockIdx.x) + j * splits; };
   const int nq = nc * kTokTiles;  // tiles of this block: chunk j = q / 4, token tile i = q % 4
 
   // u rows of the block (zeros past T), with the first stage.
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int q = 0; q < kStages<R> - 1; ++q) {
     if (q < nq)
-      load_stage<R>(sm, q, dy, ldy, B, tb + (q % kTokTiles) * kTok, T, (chunk0 + q / kTokTiles) * kCol);
+      load_stage<R>(sm, q, dy, ldy, B, tb + (q % kTokTiles) * kTok, T, chunk(q / kTokTiles) * kCol);
     mma::cp_async_commit();
   }
 
@@ -122,7 +124,7 @@ __global__ void __launch_bounds__(kThreads)
       const int q = j * kTokTiles + i, next = q + kStages<R> - 1;
       if (next < nq)
         load_stage<R>(sm, next % kStages<R>, dy, ldy, B, tb + (next % kTokTiles) * kTok, T,
-                      (chunk0 + next / kTokTiles) * kCol);
+                      chunk(next / kTokTiles) * kCol);
       mma::cp_async_commit();
       mma::cp_async_wait<kStages<R> - 1>();
       __syncthreads();
@@ -158,7 +160,7 @@ __global__ void __launch_bounds__(kThreads)
           }
         }
         if (i == kTokTiles - 1) {  // the chunk's gB partial of this token block
-          const int64_t col = (chunk0 + j) * kCol + m0 + g;
+          const int64_t col = chunk(j) * kCol + m0 + g;
           float* dst = gb_part + (int64_t(blockIdx.y) * N + col) * R;
 #pragma unroll
           for (int n = 0; n < NB; ++n) {
@@ -226,8 +228,7 @@ cudaError_t launch_r(const LoraDyArgs& a, const Plan& p, float* scratch, cudaStr
   float* gb_part = scratch + p.du_floats;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.token_blocks));
   lora_dy_kernel<R><<<grid, kThreads, smem, s>>>(static_cast<const bf16*>(a.dy), a.ldy, static_cast<const bf16*>(a.B),
-                                                 static_cast<const bf16*>(a.u), a.ldu, a.T, a.N, p.chunks_per_block,
-                                                 du_part, gb_part);
+                                                 static_cast<const bf16*>(a.u), a.ldu, a.T, a.N, du_part, gb_part);
   const int64_t total = (a.T + a.N) * a.r;
   lora_dy_reduce_kernel<<<grid_for(total, 256), 256, 0, s>>>(du_part, p.splits, gb_part, p.token_blocks, a.T, a.N,
                                                              a.r, a.alpha, static_cast<bf16*>(a.du), a.lddu, a.gB);
