@@ -8,9 +8,9 @@
 // once per tile instead of K (forward) or K² (backward) times, and the sequence is looked up once per tile.
 // Other K: one thread per (t, c), the backward recomputing the K pre-activations it needs.
 // bf16 tensors with C % 8 == 0 (the training case): the forward on shared-memory tiles of 64 tokens x 128
-// channels staged with 16-byte copies (conv_fwd_smem_kernel; session 7), the backward walking 4 channels per
-// thread with 8-byte loads issued ahead (conv_bwd_vec_kernel; session 28: 101 -> 87 us at [4096, 6144] on an
-// H200, where the same walk for the forward was slower than the tiles; docs/perf/PERF_NOTES.md).
+// channels staged with 16-byte copies (conv_fwd_smem_kernel; session 7), the backward on 4 channels x 8 tokens
+// a thread with every row loaded up front (conv_rows.cuh; session 31: 88 -> 50 us at [4096, 6144] on an H200,
+// where the same rows for the forward were slower than the tiles, 53.5 -> 71 us; docs/perf/PERF_NOTES.md).
 // The output (forward) and the incoming gradient (backward) may be column parts (ColParts: the GDN layer's
 // q | k | v as their own tensors).
 #include <initializer_list>
@@ -18,6 +18,7 @@
 #include "common/device.cuh"
 #include "common/mma.cuh"
 #include "conv/conv.cuh"
+#include "conv/conv_rows.cuh"
 
 namespace deltatune::kernels {
 namespace {
@@ -286,162 +287,6 @@ __global__ void __launch_bounds__(kSCh)
   store_tile(xs, kSTok, t0, T, c0, C, [&](int64_t t, int64_t cc) { return part_at(y, t, cc); });
 }
 
-// ---- bf16 with C % 8 == 0 (the training case), backward: 4 channels per thread ----
-// A thread walks kVTok tokens of 4 adjacent channels (8 bytes of a row; a warp reads 256 contiguous bytes a
-// row) with the walking backward's arithmetic per channel (same terms, same order), and loads kVAhead rows of x
-// and dy before it uses the first of them, so every thread keeps several loads in flight; 4 channels (not 8)
-// keep it at 126 registers (four blocks per SM). H200, [4096, 6144]: 87 us against 101 us for the shared-memory
-// tiles of 64 tokens x 128 channels (the whole tile staged, then computed, then stored); 8 channels a thread,
-// 16 tokens or 4 rows ahead were slower, 64 tokens slower at 6144 channels and faster at 8192 (PERF_NOTES.md,
-// session 28). Every column part
-// (ColParts) is bf16, 16-byte aligned, a multiple of 8 wide, so a thread's channels lie in one part.
-constexpr int kVTok = 32;       // tokens a thread walks
-constexpr int kVThreads = 128;  // threads per block (512 channels)
-constexpr int kVCh = 4;         // channels per thread
-constexpr int kVAhead = 8;      // x and dy rows loaded before their use
-
-__device__ __forceinline__ void unpack4(const uint2& raw, float (&f)[kVCh]) {
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const float2 v = __bfloat1622float2(h[k]);
-    f[2 * k] = v.x, f[2 * k + 1] = v.y;
-  }
-}
-__device__ __forceinline__ uint2 pack4(const float (&f)[kVCh]) {
-  uint2 raw;
-  auto* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < 2; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-  return raw;
-}
-__device__ __forceinline__ uint2 ld8b(const bf16* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
-
-// Channels c .. c + kVCh − 1 of one thread and its tokens [t0, t1).
-struct VecTile {
-  int64_t c, t0, t1;
-};
-__device__ __forceinline__ bool vec_tile(VecTile& r, int64_t T, int64_t C) {
-  r.c = (blockIdx.x * int64_t(kVThreads) + threadIdx.x) * kVCh;
-  r.t0 = blockIdx.y * int64_t(kVTok);
-  r.t1 = r.t0 + kVTok < T ? r.t0 + kVTok : T;
-  return r.c < C;
-}
-
-// ConvWindow on kVCh channels, the inputs passed in by the caller (loaded ahead).
-template <int K>
-struct ConvWindow4 {
-  float wr[K][kVCh], hist[K - 1][kVCh];  // hist[K-2] = x[t-1]
-  int sq;
-  int64_t end;
-  __device__ ConvWindow4(const bf16* x, KIn w, const int32_t* cu, int nseq, const VecTile& tl, int64_t C) {
-#pragma unroll
-    for (int k = 0; k < kVCh; ++k)
-#pragma unroll
-      for (int j = 0; j < K; ++j) wr[j][k] = ld(w, (tl.c + k) * K + j);
-    sq = seq_of_token(cu, nseq, tl.t0);
-    const int64_t start = cu[sq];
-    end = cu[sq + 1];
-#pragma unroll
-    for (int j = 0; j < K - 1; ++j) {
-      const int64_t src = tl.t0 - (K - 1) + j;
-      if (src >= start) {
-        unpack4(ld8b(x + src * C + tl.c), hist[j]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kVCh; ++k) hist[j][k] = 0.f;
-      }
-    }
-  }
-  // pre of token t (consecutive t) from its inputs.
-  __device__ __forceinline__ void pre(const int32_t* cu, int64_t t, const uint2& xraw, float (&p)[kVCh]) {
-    if (t == end) {  // a new sequence starts: nothing before it contributes
-      end = cu[++sq + 1];
-#pragma unroll
-      for (int j = 0; j < K - 1; ++j)
-#pragma unroll
-        for (int k = 0; k < kVCh; ++k) hist[j][k] = 0.f;
-    }
-    float xt[kVCh];
-    unpack4(xraw, xt);
-#pragma unroll
-    for (int k = 0; k < kVCh; ++k) {
-      float a = wr[K - 1][k] * xt[k];
-#pragma unroll
-      for (int j = 0; j < K - 1; ++j) a += wr[j][k] * hist[j][k];
-      p[k] = a;
-#pragma unroll
-      for (int j = 0; j < K - 2; ++j) hist[j][k] = hist[j + 1][k];
-      hist[K - 2][k] = xt[k];
-    }
-  }
-};
-
-// dx[τ] = Σ_i w[K−1−i]·dpre[τ+i] over τ's own sequence, dpre[t] = dy[t]·silu'(pre[t]) (0 at t ≥ T), as the
-// walking backward: t runs from t0 to t1 + K − 2 and dx[t − (K−1)] leaves once its K terms are known.
-template <int K>
-__global__ void __launch_bounds__(kVThreads)
-    conv_bwd_vec_kernel(ColParts<KIn> dy, const bf16* __restrict__ x, KIn w, const int32_t* cu, int nseq,
-                        bf16* __restrict__ dx, int64_t T, int64_t C) {
-  VecTile tl;
-  if (!vec_tile(tl, T, C)) return;
-  ConvWindow4<K> win(x, w, cu, nseq, tl, C);
-  const bf16* g = part_at(dy, 0, tl.c);
-  const int64_t ld_g = part_col(dy, tl.c).ld;
-  float dp[K][kVCh];  // dp[K-1] = dpre[t], dp[0] = dpre[t-K+1]
-  int dsq[K];      // sequence of each dp slot (-1: none)
-#pragma unroll
-  for (int j = 0; j < K; ++j) {
-    dsq[j] = -1;
-#pragma unroll
-    for (int k = 0; k < kVCh; ++k) dp[j][k] = 0.f;
-  }
-  const int64_t t_end = tl.t1 + K - 1;                  // the walk: t < t_end
-  const int64_t t_last = t_end < T ? t_end : T;         // dpre needed for t < t_last
-  for (int64_t tb = tl.t0; tb < t_end; tb += kVAhead) {
-    uint2 xr[kVAhead], gr[kVAhead];
-#pragma unroll
-    for (int i = 0; i < kVAhead; ++i)
-      if (tb + i < t_last) xr[i] = ld8b(x + (tb + i) * C + tl.c), gr[i] = ld8b(g + (tb + i) * ld_g);
-#pragma unroll
-    for (int i = 0; i < kVAhead; ++i) {
-      const int64_t t = tb + i;
-      if (t >= t_end) break;
-#pragma unroll
-      for (int j = 0; j < K - 1; ++j) {
-        dsq[j] = dsq[j + 1];
-#pragma unroll
-        for (int k = 0; k < kVCh; ++k) dp[j][k] = dp[j + 1][k];
-      }
-      if (t < t_last) {
-        float p[kVCh], gt[kVCh];
-        win.pre(cu, t, xr[i], p);
-        unpack4(gr[i], gt);
-#pragma unroll
-        for (int k = 0; k < kVCh; ++k) dp[K - 1][k] = gt[k] * dsiluf_(p[k]);
-        dsq[K - 1] = win.sq;
-      } else {
-#pragma unroll
-        for (int k = 0; k < kVCh; ++k) dp[K - 1][k] = 0.f;
-        dsq[K - 1] = -1;
-      }
-      const int64_t tau = t - (K - 1);
-      if (tau < tl.t0) continue;
-      // dp[i] = dpre[tau + i] pairs with w[K-1-i]; only terms of tau's own sequence count.
-      float acc[kVCh];
-#pragma unroll
-      for (int k = 0; k < kVCh; ++k) acc[k] = 0.f;
-#pragma unroll
-      for (int j = 0; j < K; ++j)
-        if (dsq[j] == dsq[0]) {
-#pragma unroll
-          for (int k = 0; k < kVCh; ++k) acc[k] += win.wr[K - 1 - j][k] * dp[j][k];
-        }
-      *reinterpret_cast<uint2*>(dx + tau * C + tl.c) = pack4(acc);
-    }
-  }
-}
-
 template <class P>
 bool conv_bf16_vec(int64_t C, std::initializer_list<KIn> ts, const ColParts<P>& parts) {
   if (C % 8 != 0) return false;
@@ -456,11 +301,6 @@ bool conv_bf16_vec(int64_t C, std::initializer_list<KIn> ts, const ColParts<P>& 
 dim3 conv_tile_grid(int64_t T, int64_t C) {
   return dim3(static_cast<unsigned>((C + kSCh - 1) / kSCh), static_cast<unsigned>((T + kSTok - 1) / kSTok));
 }
-dim3 conv_vec_grid(int64_t T, int64_t C) {
-  return dim3(static_cast<unsigned>((C / kVCh + kVThreads - 1) / kVThreads),
-              static_cast<unsigned>((T + kVTok - 1) / kVTok));
-}
-
 }  // namespace
 
 #ifndef DT_ATTN_EMU  // host launchers: not part of a host emulation build
@@ -494,8 +334,9 @@ cudaError_t launch_conv1d_silu_bwd(const ColParts<KIn>& dy, KIn x, KIn w, const 
   if (T * C == 0) return cudaSuccess;
   if (!parts_ok(dy, C)) return cudaErrorInvalidValue;
   if (K == 4 && conv_bf16_vec(C, {x, KIn{dx.p, dx.t}}, dy)) {
-    conv_bwd_vec_kernel<4><<<conv_vec_grid(T, C), kVThreads, 0, s>>>(dy, static_cast<const bf16*>(x.p), w, cu,
-                                                                  nseq, static_cast<bf16*>(dx.p), T, C);
+    conv_rows::conv_bwd_rows_kernel<4>
+        <<<conv_rows::rows_grid<conv_rows::kBwdCh>(T, C), dim3(conv_rows::kBlockX, conv_rows::kBlockY), 0, s>>>(
+            dy, static_cast<const bf16*>(x.p), w, cu, nseq, static_cast<bf16*>(dx.p), T, C);
   } else if (K == 4) {
     const dim3 grid(static_cast<unsigned>((C + kTileCh - 1) / kTileCh), static_cast<unsigned>((T + kTile - 1) / kTile));
     conv_bwd_tiled_kernel<4><<<grid, kTileCh, 0, s>>>(dy, x, w, cu, nseq, dx, T, C);

@@ -636,9 +636,10 @@ void case_conv(Env& e) {
     int K;
   };
   // Sequence starts inside 64-token tiles, on their edges (63, 64, 65, 128) and spanning them; more channels
-  // than one block; K = 3 takes the per-element kernels (the tiled ones are built for K = 4). Even C takes
-  // the 2-channel register-tile kernels (16-token tiles: starts on 31, 32, 33, 64 and several inside one
-  // tile; 1032 channels = five blocks of 128 x 2); odd C the walking ones.
+  // than one block; K = 3 takes the per-element kernels (the tiled ones are built for K = 4). C % 8 == 0
+  // takes the bf16 forward tiles and the row-piece backward (conv_rows.cuh: 8-token runs, with and without a
+  // sequence start or the end of T among a run's rows: starts on 31, 32, 33, 64 and several inside one run,
+  // T = 90 and 161; 1032 channels = several blocks, parts of 344); other C the walking ones.
   const D cases[] = {{{0, 1, 3, 8, 19, 90}, 13, 4},
                      {{0, 63, 64, 65, 128, 200}, 300, 4},
                      {{0, 5, 77}, 9, 3},
