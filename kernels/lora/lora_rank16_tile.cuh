@@ -18,10 +18,11 @@ constexpr int kThreads = 256;                         // 8 warps of 16 tokens
 constexpr int kLdA = kR + 8;                          // padded [*, 16] rows (ldmatrix rows on distinct banks)
 constexpr int kLdS = kHalf + 8;                       // padded fp32 staging row
 
-// rows [r0, r0 + 128) of a [rows, 16] bf16 matrix (row stride ld) into dst (row stride kLdA); rows past `rows`
+// rows [r0, r0 + kRows) of a [rows, 16] bf16 matrix (row stride ld) into dst (row stride kLdA); rows past `rows`
 // become zeros.
+template <int kRows = 128>
 __device__ __forceinline__ void load_r16(bf16* dst, const bf16* src, int64_t ld, int64_t r0, int64_t rows) {
-  for (int idx = threadIdx.x; idx < 128 * 2; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < kRows * 2; idx += kThreads) {
     const int r = idx / 2, q = idx % 2;
     const bool ok = r0 + r < rows;
     mma::cp_async16(mma::smem_addr(&dst[r * kLdA + 8 * q]), ok ? src + (r0 + r) * ld + 8 * q : src, ok);
