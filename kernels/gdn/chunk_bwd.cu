@@ -429,10 +429,13 @@ cudaError_t launch_gdn_chunk_bwd_mma(const KernelPolicy& pol, KIn dout, const Gd
   // dk (=) needs T: the L2 backward's rows where the WY kernel does not form dk itself
   if (!gdn_chunk_mma_supported(dk, dv) || (b.dk.p && b.tokens <= 0)) return cudaErrorInvalidValue;
   if (nchunks == 0 || HV == 0) return cudaSuccess;
-  cudaError_t e = b.image ? launch_gdn_chunk_dscan_wgmma(pol, dout, qk, b.W16, b.M16, Gc, chunks, chunk_off,
-                                                         nseq, b.dh16, b.dvn16, HK, HV, s, b.tokens)
-                          : launch_gdn_chunk_dscan_mma(pol, dout, qk, b.W16, b.M16, Gc, chunks, chunk_off,
-                                                       nseq, b.dh16, b.dvn16, HK, HV, dk, dv, s);
+  // images with q, k or dO not in bf16 (a recompute's forward prep writes them for any inputs): mma.sync
+  const bool wgmma_dscan = b.image && dout.t == KType::BF16 && gdn_qk_kind(qk) == 1;
+  cudaError_t e = wgmma_dscan
+                      ? launch_gdn_chunk_dscan_wgmma(pol, dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq,
+                                                     b.dh16, b.dvn16, HK, HV, s, b.tokens)
+                      : launch_gdn_chunk_dscan_mma(pol, dout, qk, b.W16, b.M16, Gc, chunks, chunk_off, nseq,
+                                                   b.dh16, b.dvn16, HK, HV, dk, dv, s, b.image);
   if (e == cudaSuccess)
     e = launch_gdn_chunk_grad_mma(pol, dout, qk, Gc, chunks, nchunks, b.states16, b.dh16, b.vnew16, b.dvn16,
                                   b.dqh16, dk_part16, b.dW16, gsum, gr.dg, HK, HV, dk, dv, s, b.dq,

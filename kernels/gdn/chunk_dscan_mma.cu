@@ -121,30 +121,48 @@ template <int BV, bool kOneSet> __device__ __forceinline__ Set set_at(unsigned c
 }
 
 // W, M and dO of chunk ch into set S: cp.async (zeros past the chunk's end), or, for a dO that is not bf16,
-// loads converted to bf16 and stored (visible after the next barrier like the copies).
+// loads converted to bf16 and stored (visible after the next barrier like the copies). img: W and M are the
+// forward prep's operand images (GdnBwdBf16::image, gdn_scan_image_index; one contiguous tile per chunk and
+// head), copied column group by column group into the same row-major tiles: the same bits as from rows.
 template <int BV>
-__device__ __forceinline__ void fill_async(const Set& S, ChunkRef cr, int ch, KIn dout, const bf16* W, const bf16* M,
-                                           int64_t HV, int64_t h, int c0) {
+__device__ __forceinline__ void fill_async(const Set& S, ChunkRef cr, int ch, KIn dout, const bf16* W,
+                                           const bf16* M, int64_t HV, int64_t h, int c0, bool img) {
   constexpr int LB = BV + 8, QO = BV / 8;  // 16-byte pieces per dO row
   const int tid = threadIdx.x;
   const int64_t rs = HV * DK;  // row stride of W and dO
-  {
-    const int r0 = tid >> 4, c = (tid & 15) * 8;
-    const bf16* src = W + (cr.t0 + r0) * rs + h * DK + c;
+  if (img) {                   // piece e of a tile: row e % 64 of column group e / 64, at e·8 in the image
+    const bf16* wi = W + (static_cast<int64_t>(ch) * HV + h) * C * DK;
+    const bf16* mi = M + (static_cast<int64_t>(ch) * HV + h) * C * C;
 #pragma unroll
     for (int p = 0; p < C * 16 / NT; ++p) {
-      const int r = r0 + p * (NT / 16);
+      const int e = tid + p * NT, r = e % C, c = (e / C) * 8;
       const bool ok = r < cr.len;
-      mma::cp_async16(mma::smem_addr(S.w + r * LK + c), ok ? src + p * (NT / 16) * rs : W, ok);
+      mma::cp_async16(mma::smem_addr(S.w + r * LK + c), ok ? wi + 8 * e : W, ok);
     }
-  }
-  {
-    const int r0 = tid >> 3, c = (tid & 7) * 8;
-    const bf16* src = M + (static_cast<int64_t>(ch) * HV + h) * C * C + r0 * C + c;  // all 64 rows written
 #pragma unroll
     for (int p = 0; p < C * 8 / NT; ++p) {
-      const int r = r0 + p * (NT / 8);
-      mma::cp_async16(mma::smem_addr(S.m + r * LM + c), src + p * (NT / 8) * C, true);
+      const int e = tid + p * NT, r = e % C, c = (e / C) * 8;
+      mma::cp_async16(mma::smem_addr(S.m + r * LM + c), mi + 8 * e, true);
+    }
+  } else {
+    {
+      const int r0 = tid >> 4, c = (tid & 15) * 8;
+      const bf16* src = W + (cr.t0 + r0) * rs + h * DK + c;
+#pragma unroll
+      for (int p = 0; p < C * 16 / NT; ++p) {
+        const int r = r0 + p * (NT / 16);
+        const bool ok = r < cr.len;
+        mma::cp_async16(mma::smem_addr(S.w + r * LK + c), ok ? src + p * (NT / 16) * rs : W, ok);
+      }
+    }
+    {
+      const int r0 = tid >> 3, c = (tid & 7) * 8;
+      const bf16* src = M + (static_cast<int64_t>(ch) * HV + h) * C * C + r0 * C + c;  // all 64 rows written
+#pragma unroll
+      for (int p = 0; p < C * 8 / NT; ++p) {
+        const int r = r0 + p * (NT / 8);
+        mma::cp_async16(mma::smem_addr(S.m + r * LM + c), src + p * (NT / 8) * C, true);
+      }
     }
   }
   const bf16* dob = static_cast<const bf16*>(dout.p);
@@ -256,7 +274,7 @@ template <int BV, bool kLoS, bool kLoV, bool R16, bool kOneSet>
 __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_dscan_mma_kernel(KIn dout, GdnQK qk, const bf16* W, const bf16* M, const float* Gc,
                                const int32_t* chunks, const int32_t* chunk_off, bf16* dh, bf16* dvn,
-                               int64_t HK, int64_t HV) {
+                               int64_t HK, int64_t HV, bool img) {
   static_assert(BV == 16 || BV == 32 || BV == 64, "column tiles of 16, 32 or 64");
   using L = DscanSmem<BV, kLoS, kLoV, kOneSet>;
   constexpr int LB = L::LB;
@@ -291,7 +309,7 @@ __global__ void __launch_bounds__(NT, 1)
   mma::cp_async_wait<0>();
   __syncthreads();
   ChunkRef cur = rec_at(rec, last);
-  fill_async<BV>(set_at<BV, kOneSet>(gdn_smem, last), cur, last, dout, W, M, HV, h, c0);
+  fill_async<BV>(set_at<BV, kOneSet>(gdn_smem, last), cur, last, dout, W, M, HV, h, c0, img);
   copy_g(gs, cur, last, Gc, HV, h);
   if (last > first) copy_g(gs, rec_at(rec, last - 1), last - 1, Gc, HV, h);
   mma::cp_async_commit();
@@ -331,7 +349,7 @@ __global__ void __launch_bounds__(NT, 1)
     if (more) load_qk(P, nxt, qk, HK, hk);
     mma::cp_async_wait<0>();
     __syncthreads();  // dS copies and this chunk's set complete; everyone is done with the other set
-    if (more && !kOneSet) fill_async<BV>(Sn, nxt, ch - 1, dout, W, M, HV, h, c0);
+    if (more && !kOneSet) fill_async<BV>(Sn, nxt, ch - 1, dout, W, M, HV, h, c0, img);
     if (ch - 2 >= first) copy_g(gs, rec_at(rec, ch - 2), ch - 2, Gc, HV, h);
     if (ch - 3 >= first) copy_rec(rec, chunks, ch - 3);
     mma::cp_async_commit();
@@ -440,7 +458,7 @@ __global__ void __launch_bounds__(NT, 1)
     copy_rows<C, BV, 0x80008000u>(dvn + (cur.t0 * HV + h) * DV + c0, HV * DV, dVh, cur.len);  // dvn = bf16(dV')
     if constexpr (kOneSet) {
       __syncthreads();  // everyone done with this chunk's operands: the next chunk's go into the same set
-      if (more) fill_async<BV>(Sn, nxt, ch - 1, dout, W, M, HV, h, c0);
+      if (more) fill_async<BV>(Sn, nxt, ch - 1, dout, W, M, HV, h, c0, img);
       mma::cp_async_commit();
     }
     // Into the other set (kOneSet: the same one, after the barrier above); the other set's last readers were
@@ -474,7 +492,8 @@ namespace {
 template <bool R16, bool kOneSet>
 cudaError_t launch_dscan(KIn dout, const GdnQK& qk, const bf16* W16, const bf16* M16, const float* Gc,
                          const int32_t* chunks, const int32_t* chunk_off, int nseq, bf16* dh16, bf16* dvn16,
-                         int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, const KernelPolicy& pol) {
+                         int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, const KernelPolicy& pol,
+                         bool img) {
   const int bv = dscan_mma_tile_cols(int64_t(nseq) * HV, pol.sm_count);
   auto* kern = bv == 16   ? gdn_chunk_dscan_mma_kernel<16, kDscanLoS, kDscanLoV, R16, kOneSet>
                : bv == 32 ? gdn_chunk_dscan_mma_kernel<32, kDscanLoS, kDscanLoV, R16, kOneSet>
@@ -483,7 +502,7 @@ cudaError_t launch_dscan(KIn dout, const GdnQK& qk, const bf16* W16, const bf16*
   cudaError_t e = set_launch_smem(pol, kern, smem);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(nseq * HV), static_cast<unsigned>(dv / bv));
-  kern<<<grid, NT, smem, s>>>(dout, qk, W16, M16, Gc, chunks, chunk_off, dh16, dvn16, HK, HV);
+  kern<<<grid, NT, smem, s>>>(dout, qk, W16, M16, Gc, chunks, chunk_off, dh16, dvn16, HK, HV, img);
   return cudaGetLastError();
 }
 }  // namespace
@@ -491,7 +510,7 @@ cudaError_t launch_dscan(KIn dout, const GdnQK& qk, const bf16* W16, const bf16*
 cudaError_t launch_gdn_chunk_dscan_mma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const void* W16,
                                        const void* M16, const float* Gc, const int32_t* chunks,
                                        const int32_t* chunk_off, int nseq, void* dh16, void* dvn16,
-                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s) {
+                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s, bool img) {
   const int kind = gdn_qk_kind(qk);
   if (!gdn_chunk_mma_supported(dk, dv) || kind < 0) return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
@@ -499,7 +518,7 @@ cudaError_t launch_gdn_chunk_dscan_mma(const KernelPolicy& pol, KIn dout, const 
   auto* run = kind == 1 ? (one ? launch_dscan<true, true> : launch_dscan<true, false>)
                         : (one ? launch_dscan<false, true> : launch_dscan<false, false>);
   return run(dout, qk, static_cast<const bf16*>(W16), static_cast<const bf16*>(M16), Gc, chunks, chunk_off,
-             nseq, static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV, dk, dv, s, pol);
+             nseq, static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV, dk, dv, s, pol, img);
 }
 #endif  // DT_ATTN_EMU
 

@@ -1,7 +1,8 @@
 // The chunked GDN backward's reverse state scan on Hopper's warpgroup tensor cores (wgmma, sm_90a): the
 // contract of gdn_chunk_dscan_mma_kernel<64, ...> (chunk_dscan_mma.cu) for bf16 dO, q and k (with ρ), reading
-// the backward prep's W and M as operand images (GdnScanBf16::image) and q, k as they are. One block of two
-// warpgroups per (sequence, value head, 64 value columns), chunks in reverse, dS (128 x 64, fp32) in the
+// the backward prep's W and M as operand images (GdnScanBf16::image; or a checkpointed layer's recompute's,
+// written by its forward prep) and q, k as they are. One block of two warpgroups per (sequence, value head,
+// 64 value columns; 32 or 128 by the launcher below), chunks in reverse, dS (128 x 64, fp32) in the
 // accumulators (warpgroup g: rows 64g ..). Per chunk, dS = the gradient at its end:
 //   dh = bf16(dS) (from the dS tile, 16-byte row pieces)
 //   [c] both warpgroups, 32 columns each: dV' = diag(ρ_k,i·e^{G_last−G_i})·(k·dS) + Mᵀ·dO  (8 + 4 wgmma
@@ -12,12 +13,11 @@
 // K̂ = diag(ρ_k)·k and Q̂ = scale·diag(ρ_q)·q, so their row factors (with the decays: Kd·dS, Qgᵀ·dO) go onto
 // dS's product and dO: q and k are the wgmma operands as given (exact in bf16), read once per key head. Two
 // block barriers per chunk. Three sets of a chunk's tiles at 64 columns: the tiles of the chunk two steps
-// ahead are issued behind this chunk's [c] products, so each load has two chunk steps to land (H200, ncu, 8K =
-// 2 x 4096, HK 16, HV 32: 0.224 -> 0.199 ms against two sets and one step ahead). Every
-// wgmma operand is an MN-major or K-major no-swizzle core-matrix tile (common/wgmma.cuh,
-// gdn_scan_image_index). Numerics: bf16 operands and fp32 accumulation as the mma.sync kernel without its lo
-// halves (kLoS, kLoV false), q and k unrounded (the mma.sync kernel rounds Qg and Kd to bf16 after their row
-// factors).
+// ahead are issued behind this chunk's [c] products, so each load has two chunk steps to land (H200, ncu, 8K
+// = 2 x 4096, HK 16, HV 32: 0.224 -> 0.199 ms against two sets and one step ahead). Every wgmma operand is an
+// MN-major or K-major no-swizzle core-matrix tile (common/wgmma.cuh, gdn_scan_image_index). Numerics: bf16
+// operands and fp32 accumulation as the mma.sync kernel without its lo halves (kLoS, kLoV false), q and k
+// unrounded (the mma.sync kernel rounds Qg and Kd to bf16 after their row factors).
 #include <cstdlib>
 #include <type_traits>
 
@@ -40,7 +40,7 @@ constexpr int C = kGdnChunk;
 constexpr int DK = 128, DV = 128, NT = 256;
 constexpr uint32_t kCG = C * 16;  // an image's column groups are 1024 bytes apart, its 8-row groups 128
 
-// Shared memory of a block of BV value columns (64 or 128), byte offsets.
+// Shared memory of a block of BV value columns (32, 64 or 128), byte offsets.
 template <int BV>
 struct Smem {
   // One set of a chunk's tiles (image layout):
@@ -51,14 +51,14 @@ struct Smem {
   static constexpr uint32_t O = M + C * C * 2;   // [64 rows][BV columns c0 ..] dO
   static constexpr uint32_t G = O + C * BV * 2;  // fp32 [64] G, then ρ_q, ρ_k [64] each
   static constexpr uint32_t set = G + 3 * C * 4;
-  // Sets in flight: three at BV 64 (the tiles issued two chunks ahead), two at BV 128 (one ahead).
-  static constexpr int kSets = BV == 64 ? 3 : 2;
+  // Sets in flight: three at BV 32, 64 (the tiles issued two chunks ahead), two at BV 128 (one ahead).
+  static constexpr int kSets = BV == 128 ? 2 : 3;
   static constexpr uint32_t Ds = kSets * set;     // dS: [dk][BV columns], 8-row groups BV·16 apart, column
                                                   // groups 128
   static constexpr uint32_t Dv = Ds + DK * BV * 2;  // −dV': image layout [64 rows][BV columns]
   static constexpr uint32_t Go = Dv + C * BV * 2;   // γ∘dO: image layout
   static constexpr uint32_t bar = Go + C * BV * 2;  // one mbarrier a set: its W, M images (and TMA tiles)
-  static constexpr size_t bytes = bar + 8 * kSets;  // BV 64: 231,704 B; 128: 214,544 B (one block per SM)
+  static constexpr size_t bytes = bar + 8 * kSets;  // BV 32: 199,960 B; 64: 231,704; 128: 214,544 (one a SM)
   static_assert(bytes <= 232448, "within Hopper's shared memory per block");
   static_assert(set % 128 == 0, "tiles stay 128-byte aligned");
 };
@@ -139,11 +139,12 @@ __global__ void __launch_bounds__(NT, 1)
   };
 
   // dS: rows 64·wg + 16·wq + gr (+8), columns 8j + 2tq (+1) (the accumulator layout), in 64-column halves.
-  float ds[BV / 64][32], a1[HB / 2], a2[HB / 2];
+  constexpr int DX = BV >= 64 ? BV / 64 : 1, DN = BV >= 64 ? 64 : BV;  // dS halves of DN columns
+  float ds[DX][DN / 2], a1[HB / 2], a2[HB / 2];
 #pragma unroll
-  for (int x = 0; x < BV / 64; ++x)
+  for (int x = 0; x < DX; ++x)
 #pragma unroll
-    for (int i = 0; i < 32; ++i) ds[x][i] = 0.f;
+    for (int i = 0; i < DN / 2; ++i) ds[x][i] = 0.f;
 #pragma unroll
   for (int i = 0; i < HB / 2; ++i) a1[i] = a2[i] = 0.f;
   for (int i = threadIdx.x; i < DK * BV / 8; i += NT)
@@ -255,29 +256,29 @@ __global__ void __launch_bounds__(NT, 1)
     // [e] dS = Γ·dS + qᵀ·(scale·ρ_q·γ∘dO) + Wᵀ·(−dV') on this warpgroup's dk rows (qᵀ, Wᵀ MN-major).
     const float gam_l = expf(Gt[len - 1]);
 #pragma unroll
-    for (int x = 0; x < BV / 64; ++x) {
+    for (int x = 0; x < DX; ++x) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) ds[x][i] *= gam_l;
+      for (int i = 0; i < DN / 2; ++i) ds[x][i] *= gam_l;
       wgmma::fence_operands(ds[x]);
     }
     wgmma::fence();
 #pragma unroll
-    for (int x = 0; x < BV / 64; ++x) {  // columns 64x .. (8 column groups of the B images further)
+    for (int x = 0; x < DX; ++x) {  // columns 64x .. (8 column groups of the B images further)
 #pragma unroll
       for (int j = 0; j < C / 16; ++j)
-        wgmma::mma_m64n64<1, 1>(ds[x], wgmma::desc(set + Set::Q + 8 * kCG * wg + 256 * j, 128, kCG),
-                                wgmma::desc(sbase + kGo + 8 * kCG * x + 256 * j, 128, kCG), true);
+        wgmma::mma_m64n<1, 1>(ds[x], wgmma::desc(set + Set::Q + 8 * kCG * wg + 256 * j, 128, kCG),
+                              wgmma::desc(sbase + kGo + 8 * kCG * x + 256 * j, 128, kCG), true);
 #pragma unroll
       for (int j = 0; j < C / 16; ++j)
-        wgmma::mma_m64n64<1, 1>(ds[x], wgmma::desc(set + Set::W + 8 * kCG * wg + 256 * j, 128, kCG),
-                                wgmma::desc(sbase + kDv + 8 * kCG * x + 256 * j, 128, kCG), true);
+        wgmma::mma_m64n<1, 1>(ds[x], wgmma::desc(set + Set::W + 8 * kCG * wg + 256 * j, 128, kCG),
+                              wgmma::desc(sbase + kDv + 8 * kCG * x + 256 * j, 128, kCG), true);
     }
     wgmma::commit();
     wgmma::wait<0>();
     // bf16(dS) into the dS tile (rows = dk) for the next chunk; [c]'s reads of it completed before the
     // barrier.
 #pragma unroll
-    for (int x = 0; x < BV / 64; ++x) {
+    for (int x = 0; x < DX; ++x) {
       wgmma::fence_operands(ds[x]);
       store_acc<false>(sbase + kDs + 8 * 128 * x, BV * 16, 128, 16, 64 * wg, ds[x]);
     }
@@ -309,8 +310,11 @@ cudaError_t launch_gdn_chunk_dscan_wgmma(const KernelPolicy& pol, KIn dout, cons
   // 2 x 4096 tokens 0.229 -> 0.224 ms, 82 x 100 tokens 0.326 -> 0.359 ms with TMA.
   // 128 columns a block (W, M, q, k of a chunk read once per value head instead of twice) when 64-column
   // blocks would need more than one wave (H200, ncu, 16K = 4 x 4096, HV 32: reverse scan 0.402 -> 0.292 ms,
-  // GDN kernel sum 2.336 -> 2.233); at 8K (64 pairs) 64 columns with three sets: 0.194-0.199 ms against 0.250.
-  const int bv = int64_t(nseq) * HV * 2 > pol.sm_count ? 128 : 64;
+  // GDN kernel sum 2.336 -> 2.233); at 8K (64 pairs) 64 columns with three sets: 0.194-0.199 ms against
+  // 0.250. 32 columns where 64-column blocks would leave more than half the SMs idle (operand images of a
+  // recompute's forward prep: 1 x 4096 at HV 16 / 32).
+  const int64_t pairs = int64_t(nseq) * HV;
+  const int bv = pairs * 2 > pol.sm_count ? 128 : pairs * 4 > pol.sm_count ? 64 : 32;
   auto run = [&](auto bv_c) {
     constexpr int BV = decltype(bv_c)::value;
     DscanMaps maps{};
@@ -327,7 +331,9 @@ cudaError_t launch_gdn_chunk_dscan_wgmma(const KernelPolicy& pol, KIn dout, cons
         chunk_off, static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV);
     return cudaGetLastError();
   };
-  return bv == 128 ? run(std::integral_constant<int, 128>{}) : run(std::integral_constant<int, 64>{});
+  return bv == 128  ? run(std::integral_constant<int, 128>{})
+         : bv == 64 ? run(std::integral_constant<int, 64>{})
+                    : run(std::integral_constant<int, 32>{});
 }
 #endif
 

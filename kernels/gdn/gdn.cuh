@@ -214,7 +214,8 @@ struct GdnBwdBf16 {
   int64_t tokens = 0;                  // T (the state/intra kernel's TMA maps need the tensors' extent)
 };
 // image: W16, M16 are operand images (GdnScanBf16::image, written by the backward's prep from the kept
-// states): the reverse scan runs on wgmma (launch_gdn_chunk_dscan_wgmma; bf16 dO, q, k). dk_part16: bf16
+// states, or by the forward prep of a recompute with output): the reverse scan runs on wgmma
+// (launch_gdn_chunk_dscan_wgmma) for bf16 dO, q, k, else on mma.sync reading them. dk_part16: bf16
 // scratch (T, HV, dk) for the dk̂ partial sums between the kernels. Each kernel is refused
 // (cudaErrorInvalidValue) for q, k that are neither BF16 with ρ nor F32 without (GdnQK).
 cudaError_t launch_gdn_chunk_bwd_mma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, KIn v,
@@ -361,9 +362,10 @@ cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, flo
 
 // ---- the reverse state scan on Hopper's warpgroup tensor cores, chunk_dscan_wgmma.cu (sm_90a) ----
 // The contract of launch_gdn_chunk_dscan_mma for bf16 dO, q, k (GdnQK with ρ) with W16, M16 as the backward
-// prep's operand images (GdnBwdBf16::image). gdn_dscan_wgmma_selected: whether a backward of `pairs`
-// (sequence, value head) pairs takes it (its 64-column tile, the Hopper policy), i.e. whether the backward's prep is to write images. T (the tokens, 0: unknown) lets it bring q, k
-// and dO by TMA (else by cp.async).
+// prep's operand images (GdnBwdBf16::image). gdn_dscan_wgmma_selected: whether a backward from kept states of
+// `pairs` (sequence, value head) pairs takes it (its 64-column tile, the Hopper policy), i.e. whether the
+// backward's prep is to write images; a recompute's images (1 x 4096 at HV 16 / 32) take its 32-column tile.
+// T (the tokens, 0: unknown) lets it bring q, k and dO by TMA (else by cp.async).
 bool gdn_dscan_wgmma_selected(const KernelPolicy& pol, int64_t pairs, int dv);
 cudaError_t launch_gdn_chunk_dscan_wgmma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const void* W16,
                                          const void* M16, const float* Gc, const int32_t* chunks,
@@ -377,7 +379,8 @@ cudaError_t launch_gdn_chunk_dscan_wgmma(const KernelPolicy& pol, KIn dout, cons
 // cudaErrorInvalidValue, also for q, k that are neither BF16 with ρ nor F32 without). Every pointer 16-byte
 // aligned.
 // one_set: the variant with one set of chunk operands instead of two (no copy ahead; the portable policy's,
-// gdn_dscan_mma_one_set: within 99 KiB at every column tile).
+// gdn_dscan_mma_one_set: within 99 KiB at every column tile). img: W16, M16 are operand images
+// (GdnBwdBf16::image) for q, k or dO not in bf16, which the wgmma reverse scan does not take: the same results.
 size_t gdn_chunk_dscan_mma_smem(int dk, int dv, int bv, bool one_set);  // 0 when unsupported
 bool gdn_dscan_mma_one_set(const KernelPolicy& pol);
 // Dynamic shared memory of the other portable (mma.sync) kernels at dk = dv = 128, every variant a launcher
@@ -405,6 +408,7 @@ size_t gdn_odd_states_mma_smem();
 cudaError_t launch_gdn_chunk_dscan_mma(const KernelPolicy& pol, KIn dout, const GdnQK& qk, const void* W16,
                                        const void* M16, const float* Gc, const int32_t* chunks,
                                        const int32_t* chunk_off, int nseq, void* dh16, void* dvn16,
-                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s);
+                                       int64_t HK, int64_t HV, int dk, int dv, cudaStream_t s,
+                                       bool img = false);
 
 }  // namespace deltatune::kernels

@@ -82,7 +82,9 @@ std::vector<float> l2_rows(const std::vector<float>& x, float scale, std::vector
 // tensor-core reverse state scan (chunk_dscan_mma.cu), bv = 16, 32 or 64 value columns per block; lo_s /
 // lo_v: the bf16 lo halves of dS and dV' take part (the launcher's configuration: neither). W and M are
 // rounded to bf16 (the prep's W16, M16) and the kernel's bf16 dh, dvn widened. qk: GdnQK (gdn/gdn.cuh).
-// one_set: the portable policy's variant with one set of chunk operands (no lo halves).
+// one_set: the portable policy's variant with one set of chunk operands (no lo halves). img: W and M passed
+// to the kernel as operand images (gdn_scan_image_index), the launcher's variant only.
 void dscan_mma(const Shape& s, int bv, bool lo_s, bool lo_v, KIn dout, const GdnQK& qk, const float* W,
-               const float* M, const float* Gc, float* dh, float* dvn, bool one_set = false);
+               const float* M, const float* Gc, float* dh, float* dvn, bool one_set = false,
+               bool img = false);
 }  // namespace deltatune::kernels::gdn_emu

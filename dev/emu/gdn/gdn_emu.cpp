@@ -302,6 +302,16 @@ static int dscan_mma_checks() {
         std::printf("    one set of operands (portable): %s the two-set kernel%s\n",
                     same ? "bit-identical to" : "DIFFERS from", same ? "" : "  FAIL");
         fails += !same;
+        // W and M as the forward prep's operand images (a recompute with output on Hopper): the same bits
+        F dh4(dh.size(), nan), dvn4(dvn.size(), nan);
+        gdn_emu::dscan_mma(s, vr.bv, false, false, dov,
+                           GdnQK{{qn.data(), KType::F32}, {kn.data(), KType::F32}}, W.data(), M.data(),
+                           Gc.data(), dh4.data(), dvn4.data(), false, true);
+        const bool same_img = std::memcmp(dh2.data(), dh4.data(), dh2.size() * 4) == 0 &&
+                              std::memcmp(dvn2.data(), dvn4.data(), dvn2.size() * 4) == 0;
+        std::printf("    W, M as operand images: %s the row-major operands%s\n",
+                    same_img ? "bit-identical to" : "DIFFERS from", same_img ? "" : "  FAIL");
+        fails += !same_img;
       }
       if (vr.bv != 64 || vr.f32_do) continue;
       const Grads gg = rest(dh2, dvn2);

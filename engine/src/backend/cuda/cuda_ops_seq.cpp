@@ -354,10 +354,11 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   r->half_states = r->states_only && gdn_reads_raw_qk(q, k) && v.dtype == DType::BF16;
   const DType st = r->mma ? DType::BF16 : DType::F32;
   const int nseq = static_cast<int>(seq.num_seqs());
-  // The wgmma scan (Hopper, the forward with output) reads W, K̂, Q̂, M as per-chunk operand images and U in bf16;
-  // the backward then recomputes W and M (images are never kept).
-  const bool image =
-      r->mma && o && !for_backward && kernels::gdn_scan_wgmma_selected(policy_, nseq * d.HV, d.dv, true);
+  // The wgmma scan (Hopper, the forward with output) reads W, K̂, Q̂, M as per-chunk operand images and U in
+  // bf16. A recompute with output (ForBackward) keeps its W and M images for the backward's reverse scan;
+  // otherwise the backward recomputes them.
+  const bool image = r->mma && o && kernels::gdn_scan_wgmma_selected(policy_, nseq * d.HV, d.dv, true);
+  r->image = image && for_backward;
   r->W = image ? alloc({r->ch.n, d.HV, C, d.dk}, st) : alloc({d.T, d.HV, d.dk}, st);
   Tensor U = alloc({d.T, d.HV, d.dv}, image ? DType::BF16 : DType::F32);  // images: bf16 U for the wgmma scan
   r->M = alloc({r->ch.n, d.HV, C, C}, st);
@@ -390,11 +391,12 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
   }
   if (r->Tm.defined()) b16.T = r->Tm.data;
   b16.states_even = r->half_states;
-  // The backward's recompute (no output) also has the prep write ρ (and, for inputs that are not bf16, q̂ and
-  // k̂) for the backward's other kernels; so does the half-states keep, whose backward reads the kept ρ
+  // The backward's recompute also has the prep write ρ (and, without output, for inputs that are not bf16, q̂
+  // and k̂) for the backward's other kernels; so does the half-states keep, whose backward reads the kept ρ
   // (2·T·HK floats) instead of forming it again in its lean prep and odd states.
-  const kernels::GdnNormOut nout = gdn_norm_outputs(
-      d, (for_backward && !o) || r->half_states ? r.get() : nullptr, !gdn_reads_raw_qk(q, k));
+  const bool raw = gdn_reads_raw_qk(q, k);
+  const kernels::GdnNormOut nout =
+      gdn_norm_outputs(d, (for_backward && (!o || raw)) || r->half_states ? r.get() : nullptr, !raw);
   cuda_check(kernels::launch_gdn_chunk_prep_mma(policy_, kin(q, "gdn q"), kin(k, "gdn k"), scale, nout,
                                                 kin(v, "gdn v"), gates, iptr(r->ch.chunks), nch, nullptr,
                                                 image ? nullptr : fptr(U), nullptr, fptr(r->Gc), nullptr,
