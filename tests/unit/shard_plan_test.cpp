@@ -302,6 +302,18 @@ TEST(ShardPlan, AutoCheckpointingTakesTheFastestSettingThatFitsTheLayoutWithAMar
   const WeightLayout replicated = WeightLayout::Replicated;
   const ShardPlan r = plan_multi_gpu_auto_checkpointing(info, s, {4, 141 * kGiB}, &replicated);
   EXPECT_EQ(r.choice(), nullptr) << shard_plan_text(r);
+  // Its refusal names the layouts that do fit (not "no single change fits").
+  const std::string rt = shard_plan_text(r);
+  EXPECT_NE(rt.find("weight_layout: expert_parallel ("), std::string::npos) << rt;
+  EXPECT_EQ(rt.find("No single change"), std::string::npos) << rt;
+  // 4 GPUs with 79 GiB free each (an 80 GB card as the driver reports it): expert parallel alone misses by
+  // ~0.6 GiB with every layer checkpointed; its refusal points at expert_parallel_sharded, which fits.
+  const WeightLayout ep = WeightLayout::ExpertParallel;
+  const ShardPlan h = plan_multi_gpu_auto_checkpointing(info, s, {4, 79 * kGiB}, &ep);
+  if (!h.choice()) {
+    const std::string ht = shard_plan_text(h);
+    EXPECT_NE(ht.find("weight_layout: expert_parallel_sharded ("), std::string::npos) << ht;
+  }
 }
 
 TEST(ShardPlan, SettingsErrorsNameTheValue) {
