@@ -60,7 +60,11 @@ kill_worker_1() {  # name checkpoint_step: train the run on $LIST, SIGKILL the w
   for d in /proc/[0-9]*; do
     [ "$(awk '{print $4}' $d/stat 2>/dev/null)" = "$launcher" ] && tr '\0' '\n' < $d/environ | grep -qx "RANK=1" && V=${d#/proc/}
   done
-  t0=$(date +%s.%N); kill -9 "$V"; wait $launcher; RC=$?; t1=$(date +%s.%N)
+  # A short run on fast GPUs can end before the checkpoint is seen: then nothing was killed and the kill/resume
+  # comparison after it would pass without testing anything.
+  [ -z "$V" ] && echo "$1: KILL MISSED: the run ended before worker 1 could be killed after checkpoint-$2; the" \
+    "comparison below tests no resume (give the run more steps)"
+  t0=$(date +%s.%N); [ -n "$V" ] && kill -9 "$V"; wait $launcher; RC=$?; t1=$(date +%s.%N)
   SECS=$(python3 -c "print(f'{$t1-$t0:.2f}')")
 }
 compare() {  # reference_db other_db label [last_step: compare steps up to it (default all)] [tolerance: 1e-3]
