@@ -26,13 +26,9 @@ constexpr int kRowTok = 8;  // tokens per thread
 constexpr int kBlockX = 32; // channel pieces per block (one warp along a row)
 constexpr int kBlockY = 4;  // token runs per block (32 tokens)
 
-// CH bf16 of a row as one load: uint4 (8) or uint2 (4).
+// CH bf16 of a row as one load: uint2 (4; the backward's width).
 template <int CH>
 struct PieceT;
-template <>
-struct PieceT<8> {
-  using type = uint4;
-};
 template <>
 struct PieceT<4> {
   using type = uint2;
