@@ -415,12 +415,14 @@ ShardPlan plan_multi_gpu_auto_checkpointing(const ModelInfo& info, ShardPlanSett
   settings.keep = RecomputeKeep{};
   ShardPlan p = plan(info, settings, gpus, true);
   if (layout && p.choice() && p.choice()->layout != *layout) {  // another layout fits; the configured one does not
+    const WeightLayout auto_choice = p.choice()->layout;
     p.chosen = -1;
     p.reason = std::string(weight_layout_name(*layout)) + " does not fit even with every layer checkpointed";
     for (const LayoutEstimate& e : p.layouts)
       if (e.fits)
         p.would_fit.push_back(std::string("weight_layout: ") + weight_layout_name(e.layout) + " (" + gib_text(e.total) +
-                              " per GPU with every layer checkpointed), or weight_layout: auto");
+                              " per GPU with every layer checkpointed)");
+    p.would_fit.push_back(std::string("weight_layout: auto (picks ") + weight_layout_name(auto_choice) + ")");
   }
   return p;
 }
