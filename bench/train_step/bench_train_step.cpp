@@ -43,6 +43,8 @@
 // bytes after loading the weights (mem_weights), after uploading LoRA (mem_lora; its peak until then, weights and
 // the adapter's setup: mem_setup_peak) and after the steps
 // (mem_resident: weights, LoRA, gradients, optimizer state and whatever the step keeps between steps).
+// zero_grad_ms, grad_norm_ms, optimizer_ms: the parts of step_ms outside fwd_bwd_ms (host clock, each ended by a
+// synchronize; the norm's host read and the optimizer's host work included).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -348,6 +350,9 @@ int main(int argc, char** argv) {
       const bool ckpt = st.ckpt;
       const int64_t ckpt_layers = so.checkpoint_layers;
       std::vector<double> times, step_times;  // whole step; zero_grad + forward + backward alone
+      // Where the rest of a step goes (host clock, a synchronize after each part): zero_grad, the gradient
+      // norm (its host read included), the optimizer (its host work included).
+      std::vector<double> zero_times, norm_times, opt_times;
       double loss = 0;
       int replayed = 0;  // timed steps that replayed a recorded graph
       for (int s = 1; s <= warmup + steps; ++s) {
@@ -355,9 +360,12 @@ int main(int argc, char** argv) {
         const double a = now_s();
         if (dp) dp->zero_gradients();
         else lora_zero_grad(adapter, *be);
+        be->synchronize();
+        const double z = now_s();
         const StepOutput out = model.step(batch, &adapter, so);
         be->synchronize();  // the norm below waits for the gradients anyway
-        if (s > warmup) step_times.push_back(now_s() - a);
+        const double b = now_s();
+        if (s > warmup) step_times.push_back(b - a), zero_times.push_back(z - a);
         loss = out.loss_sum / static_cast<double>(batch.num_targets);
         if (s > warmup && out.replayed) ++replayed;
         double norm = 0;
@@ -371,14 +379,22 @@ int main(int argc, char** argv) {
         } else {
           norm = lora_grad_norm(adapter, *be);
         }
+        be->synchronize();
+        const double c = now_s();
         optimizer_step(adapter, *be, os, 1e-5, s, norm);
         be->synchronize();
-        if (s > warmup) times.push_back(now_s() - a);
+        const double d = now_s();
+        if (s > warmup) times.push_back(d - a), norm_times.push_back(c - b), opt_times.push_back(d - c);
       }
       std::sort(times.begin(), times.end());
       const double med = times[times.size() / 2];
       std::sort(step_times.begin(), step_times.end());
       const double fwdbwd = step_times[step_times.size() / 2];
+      const auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const double zero_med = median(zero_times), norm_med = median(norm_times), opt_med = median(opt_times);
       const MemoryStats ms = be->memory_stats();
       if (!root) continue;
       const double tps = static_cast<double>(tokens) * ranks / med;
@@ -388,26 +404,34 @@ int main(int argc, char** argv) {
                   static_cast<long long>(tokens), st.label.c_str(), static_cast<long long>(st.chunk), med * 1e3, tps,
                   ms.peak_allocated_bytes / gib, pred, ms.reserved_bytes / gib, mfu, loss, be->name().c_str());
       std::printf(
-          "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,\"seqs\":%lld,\"prompt_share\":%.3f,"
-          "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"fwd_bwd_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_vram_gib\":%.3f,"
+          "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,"
+          "\"seqs\":%lld,\"prompt_share\":%.3f,"
+          "\"gradient_checkpointing\":%s,\"checkpoint_layers\":%lld,\"step_ms\":%.3f,\"fwd_bwd_ms\":%.3f,"
+          "\"zero_grad_ms\":%.3f,\"grad_norm_ms\":%.3f,\"optimizer_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_"
+          "vram_gib\":%.3f,"
           "\"reserved_gib\":%.3f,\"mfu\":%.4f,\"flops_linear\":%.4e,\"flops_attn\":%.4e,\"flops_gdn\":%.4e,"
-          "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,\"load_s\":%.1f,\"device\":\"%s\","
+          "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,"
+          "\"load_s\":%.1f,\"device\":\"%s\","
           "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
-          "\"loss_chunk_rows\":%lld,\"recompute_keep\":\"%s\",\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%.3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d,"
-          "\"mem_weights_gib\":%.4f,\"mem_lora_gib\":%.4f,\"mem_setup_peak_gib\":%.4f,\"mem_resident_gib\":%.4f,\"peak_bytes\":%lld,"
+          "\"loss_chunk_rows\":%lld,\"recompute_keep\":\"%s\",\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%"
+          ".3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d,"
+          "\"mem_weights_gib\":%.4f,\"mem_lora_gib\":%.4f,\"mem_setup_peak_gib\":%.4f,\"mem_resident_gib\":%."
+          "4f,\"peak_bytes\":%lld,"
           "\"est_weights_gib\":%.4f,\"est_lora_opt_gib\":%.4f,\"est_act_gib\":%.4f,\"est_keep_gib\":%.4f,"
           "\"est_logits_gib\":%.4f}\n",
           shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
-          static_cast<long long>(seqs), prompt_share, ckpt ? "true" : "false", static_cast<long long>(ckpt_layers), med * 1e3,
-          fwdbwd * 1e3, tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn, f.gdn,
-          static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
-          static_cast<long long>(adapter.trainable_params()), loss, t_load,
-          be->name().c_str(), ranks, overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
-          static_cast<long long>(st.chunk), recompute_keep_text(info, st.keep, ckpt_layers).c_str(), pred, static_cast<double>(free_bytes) / gib,  // the GPU's
+          static_cast<long long>(seqs), prompt_share, ckpt ? "true" : "false",
+          static_cast<long long>(ckpt_layers), med * 1e3, fwdbwd * 1e3, zero_med * 1e3, norm_med * 1e3,
+          opt_med * 1e3, tps, ms.peak_allocated_bytes / gib, ms.reserved_bytes / gib, mfu, f.linear, f.attn,
+          f.gdn, static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
+          static_cast<long long>(adapter.trainable_params()), loss, t_load, be->name().c_str(), ranks,
+          overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
+          static_cast<long long>(st.chunk), recompute_keep_text(info, st.keep, ckpt_layers).c_str(), pred,
+          static_cast<double>(free_bytes) / gib,  // the GPU's
           sharded ? "true" : "false", ep ? "true" : "false", graph ? "true" : "false", replayed,
-          mem_weights / gib, mem_lora / gib, mem_setup_peak / gib, ms.allocated_bytes / gib, static_cast<long long>(ms.peak_allocated_bytes),
-          st.est.weights / gib, st.est.lora_and_optimizer / gib, st.est.activations / gib, st.kept / gib,
-          st.est.logits / gib);
+          mem_weights / gib, mem_lora / gib, mem_setup_peak / gib, ms.allocated_bytes / gib,
+          static_cast<long long>(ms.peak_allocated_bytes), st.est.weights / gib,
+          st.est.lora_and_optimizer / gib, st.est.activations / gib, st.kept / gib, st.est.logits / gib);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());

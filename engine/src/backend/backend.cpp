@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/lazy_check.h"
 
 namespace deltatune {
 
@@ -24,9 +25,10 @@ Tensor Backend::upload_i32(const std::vector<int32_t>& values) {
 void Backend::gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool trans_b, const Cols& c, float alpha,
                         float beta) {
   auto whole = [&](const Cols& m, const char* what) {
-    check(m.t.ndim() == 2 && m.col >= 0 && m.width() >= 0 && m.col + m.width() <= m.t.cols(),
-          std::string("gemm_cols: ") + what + " columns [" + std::to_string(m.col) + ", " +
-              std::to_string(m.col + m.width()) + ") are not inside the 2-D tensor " + shape_str(m.t.shape));
+    check(m.t.ndim() == 2 && m.col >= 0 && m.width() >= 0 && m.col + m.width() <= m.t.cols(), [&] {
+      return std::string("gemm_cols: ") + what + " columns [" + std::to_string(m.col) + ", " +
+             std::to_string(m.col + m.width()) + ") are not inside the 2-D tensor " + shape_str(m.t.shape);
+    });
     if (m.col == 0 && m.width() == m.t.cols()) return m.t;
     Tensor t = alloc({m.t.rows(), m.width()}, m.t.dtype);
     copy_cols(t, 0, m.t, m.col, m.width());
@@ -70,15 +72,17 @@ void Backend::lora_swiglu_bwd(Tensor& dh, const Tensor& dr, const Tensor& A, con
 void Backend::check_column_parts(const char* op, int64_t T, int64_t C, std::span<const Tensor* const> parts) {
   int64_t cols = 0;
   for (const Tensor* p : parts) {
-    check(p && p->ndim() == 2 && p->rows() == T && p->cols() > 0,
-          std::string(op) + ": every part must be a [T, C_i] tensor with T = " + std::to_string(T) +
-              " rows and C_i > 0" + (p ? ", got " + shape_str(p->shape) : std::string(", got none")));
+    check(p && p->ndim() == 2 && p->rows() == T && p->cols() > 0, [&] {
+      return std::string(op) + ": every part must be a [T, C_i] tensor with T = " + std::to_string(T) +
+             " rows and C_i > 0" + (p ? ", got " + shape_str(p->shape) : std::string(", got none"));
+    });
     cols += p->cols();
   }
-  check(!parts.empty() && parts.size() <= size_t(kMaxColumnParts) && cols == C,
-        std::string(op) + ": " + std::to_string(parts.size()) + " parts of " + std::to_string(cols) +
-            " columns in all for " + std::to_string(C) + " channels (expected 1-" +
-            std::to_string(kMaxColumnParts) + " parts covering every channel)");
+  check(!parts.empty() && parts.size() <= size_t(kMaxColumnParts) && cols == C, [&] {
+    return std::string(op) + ": " + std::to_string(parts.size()) + " parts of " + std::to_string(cols) +
+           " columns in all for " + std::to_string(C) + " channels (expected 1-" +
+           std::to_string(kMaxColumnParts) + " parts covering every channel)";
+  });
 }
 
 void Backend::conv1d_silu_fwd_split(const Tensor& x, const Tensor& w, const SeqLayout& seq,
@@ -169,8 +173,10 @@ void Backend::grouped_lora_linear_fwd(const Tensor& x, const Tensor& w, const Te
 
 void Backend::swiglu_packed_fwd(const Tensor& gu, Tensor& h) {
   const int64_t n = gu.rows(), I = gu.cols() / 2;
-  check(gu.cols() == 2 * I && h.rows() == n && h.cols() == I,
-        "swiglu_packed_fwd: gu " + shape_str(gu.shape) + ", h " + shape_str(h.shape) + " (expected [n, 2I], [n, I])");
+  check(gu.cols() == 2 * I && h.rows() == n && h.cols() == I, [&] {
+    return "swiglu_packed_fwd: gu " + shape_str(gu.shape) + ", h " + shape_str(h.shape) +
+           " (expected [n, 2I], [n, I])";
+  });
   Tensor g = alloc({n, I}, gu.dtype), up = alloc({n, I}, gu.dtype);
   copy_cols(g, 0, gu, 0, I);
   copy_cols(up, 0, gu, I, I);
@@ -180,8 +186,10 @@ void Backend::swiglu_packed_fwd(const Tensor& gu, Tensor& h) {
 void Backend::swiglu_packed_bwd(const Tensor& dh, const Tensor& gu, Tensor& dgu) {
   const int64_t n = gu.rows(), I = gu.cols() / 2;
   check(gu.cols() == 2 * I && dh.rows() == n && dh.cols() == I && dgu.rows() == n && dgu.cols() == 2 * I,
-        "swiglu_packed_bwd: dh " + shape_str(dh.shape) + ", gu " + shape_str(gu.shape) + ", dgu " +
-            shape_str(dgu.shape) + " (expected [n, I], [n, 2I], [n, 2I])");
+        [&] {
+          return "swiglu_packed_bwd: dh " + shape_str(dh.shape) + ", gu " + shape_str(gu.shape) + ", dgu " +
+                 shape_str(dgu.shape) + " (expected [n, I], [n, 2I], [n, 2I])";
+        });
   Tensor g = alloc({n, I}, gu.dtype), up = alloc({n, I}, gu.dtype);
   copy_cols(g, 0, gu, 0, I);
   copy_cols(up, 0, gu, I, I);
@@ -242,19 +250,23 @@ void Backend::attention_cached(const Tensor&, const Tensor&, const Tensor&, cons
 
 void Backend::rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                               bool zero_centred, const Tensor& residual, Tensor& dx) {
-  check(residual.numel() == dx.numel(), "rmsnorm_bwd_add: residual " + shape_str(residual.shape) + " for dx " +
-                                            shape_str(dx.shape));
+  check(residual.numel() == dx.numel(), [&] {
+    return "rmsnorm_bwd_add: residual " + shape_str(residual.shape) + " for dx " + shape_str(dx.shape);
+  });
   rmsnorm_bwd(dy, x, w, rstd, zero_centred, dx);
   add(dx, residual, 1.f);
 }
 
 void Backend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels,
                                         const Tensor& grad_scale, Tensor* dh, int64_t chunk_rows, Tensor& loss_sum) {
-  check(loss_sum.nbytes() == sizeof(double), "linear_cross_entropy_into: loss_sum must be 8 bytes, got " +
-                                                 shape_str(loss_sum.shape) + " " + dtype_name(loss_sum.dtype));
-  check(grad_scale.dtype == DType::F32 && grad_scale.numel() == 1,
-        std::string("linear_cross_entropy_into: grad_scale must be F32 [1], got ") + dtype_name(grad_scale.dtype) + " " +
-            shape_str(grad_scale.shape));
+  check(loss_sum.nbytes() == sizeof(double), [&] {
+    return "linear_cross_entropy_into: loss_sum must be 8 bytes, got " + shape_str(loss_sum.shape) + " " +
+           dtype_name(loss_sum.dtype);
+  });
+  check(grad_scale.dtype == DType::F32 && grad_scale.numel() == 1, [&] {
+    return std::string("linear_cross_entropy_into: grad_scale must be F32 [1], got ") +
+           dtype_name(grad_scale.dtype) + " " + shape_str(grad_scale.shape);
+  });
   const float scale = download(grad_scale, DType::F32).ptr<float>()[0];
   const double v = linear_cross_entropy(h, w, labels, scale, dh, chunk_rows);
   Tensor host = host_tensor(loss_sum.shape, loss_sum.dtype);
@@ -269,10 +281,13 @@ namespace {
 // write_i32 / write_f32 of a host backend: `values` into dst (of dtype `dt`, as many elements) in place.
 template <typename T>
 void write_host_values(const Backend& be, Tensor& dst, const std::vector<T>& values, DType dt, const char* op) {
-  check(dst.dtype == dt && dst.numel() == static_cast<int64_t>(values.size()),
-        std::string(op) + ": " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
-            shape_str(dst.shape));
-  check(dst.device == Device::CPU, std::string(op) + ": the " + be.name() + " backend must write its own device tensors");
+  check(dst.dtype == dt && dst.numel() == static_cast<int64_t>(values.size()), [&] {
+    return std::string(op) + ": " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) +
+           " " + shape_str(dst.shape);
+  });
+  check(dst.device == Device::CPU, [&] {
+    return std::string(op) + ": the " + be.name() + " backend must write its own device tensors";
+  });
   std::copy(values.begin(), values.end(), dst.ptr<T>());
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/lazy_check.h"
 #include "quant/quantize_host.h"
 
 namespace deltatune {
@@ -20,7 +21,7 @@ class CpuQuantOps final : public QuantOps {
   }
   void dequantize(const QuantizedWeight& w, Tensor& out) override {
     check(out.device == Device::CPU && out.numel() == w.rows() * w.cols(),
-          "cpu backend: dequantize " + shape_str(w.shape) + " into " + shape_str(out.shape));
+          [&] { return "cpu backend: dequantize " + shape_str(w.shape) + " into " + shape_str(out.shape); });
     if (out.dtype == DType::F32) {
       dequantize_host(w, out.ptr<float>());
       return;
@@ -62,8 +63,11 @@ bool QuantOps::fp8_gemm(const Tensor& x, const QuantizedWeight& w, bool trans_w,
 QuantOps& quant_ops(Backend& be) {
   if (auto* q = dynamic_cast<QuantOps*>(&be)) return *q;
   static CpuQuantOps cpu;  // stateless
-  check(be.device() == Device::CPU, "backend " + be.name() + " has no quantized-weight ops (base_quantization needs "
-                                    "the CPU or CUDA backend)");
+  check(be.device() == Device::CPU, [&] {
+    return "backend " + be.name() +
+           " has no quantized-weight ops (base_quantization needs "
+           "the CPU or CUDA backend)";
+  });
   return cpu;
 }
 

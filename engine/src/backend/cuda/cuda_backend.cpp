@@ -11,6 +11,7 @@
 #include "backend/cuda/kernel_policy_select.h"
 #include "backend/cuda_kernels_setting.h"
 #include "core/error.h"
+#include "core/lazy_check.h"
 #include "elementwise/elementwise.cuh"
 #include "lora/lora.cuh"
 
@@ -47,12 +48,12 @@ bool is_float(DType d) { return d == DType::F32 || d == DType::BF16 || d == DTyp
 
 KIn kin(const Tensor& t, const char* what) {
   check(!t.defined() || t.device == Device::CUDA || t.numel() == 0,
-        std::string("CUDA backend: ") + what + " is not a CUDA tensor (upload it first)");
+        [&] { return std::string("CUDA backend: ") + what + " is not a CUDA tensor (upload it first)"; });
   return KIn{t.data, ktype(t.dtype, what)};
 }
 KOut kout(Tensor& t, const char* what) {
   check(!t.defined() || t.device == Device::CUDA || t.numel() == 0,
-        std::string("CUDA backend: ") + what + " is not a CUDA tensor (upload it first)");
+        [&] { return std::string("CUDA backend: ") + what + " is not a CUDA tensor (upload it first)"; });
   return KOut{t.data, ktype(t.dtype, what)};
 }
 
@@ -65,9 +66,10 @@ CudaBackend::CudaBackend(int device_index, DType compute, const std::string& ker
     throw Error(std::string("no usable CUDA device: ") + cudaGetErrorString(e) +
                 " (check the NVIDIA driver with nvidia-smi, or train with `device: cpu`)");
   }
-  check(device_index >= 0 && device_index < count,
-        "CUDA device index " + std::to_string(device_index) + " out of range: " + std::to_string(count) +
-            " device(s) present (set `device: cuda:N` with N < " + std::to_string(count) + ")");
+  check(device_index >= 0 && device_index < count, [&] {
+    return "CUDA device index " + std::to_string(device_index) + " out of range: " + std::to_string(count) +
+           " device(s) present (set `device: cuda:N` with N < " + std::to_string(count) + ")";
+  });
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
@@ -123,7 +125,8 @@ Tensor CudaBackend::alloc(Shape shape, DType dtype) {
   t.shape = std::move(shape);
   t.dtype = dtype;
   t.device = Device::CUDA;
-  for (int64_t d : t.shape) check(d >= 0, "internal: negative dimension in alloc " + shape_str(t.shape));
+  for (int64_t d : t.shape)
+    check(d >= 0, [&] { return "internal: negative dimension in alloc " + shape_str(t.shape); });
   cuda_check(cudaSetDevice(device_), "cudaSetDevice");
   t.storage = step_pool_ ? step_pool_->allocate(t.nbytes()) : alloc_->allocate(t.nbytes());
   t.data = t.storage.get();
@@ -171,15 +174,18 @@ Tensor CudaBackend::download(const Tensor& t, DType dtype) {
 }
 
 void CudaBackend::copy(Tensor& dst, const Tensor& src) {
-  check(dst.numel() == src.numel(), "copy: dst " + shape_str(dst.shape) + " and src " + shape_str(src.shape) +
-                                        " differ in element count");
+  check(dst.numel() == src.numel(), [&] {
+    return "copy: dst " + shape_str(dst.shape) + " and src " + shape_str(src.shape) +
+           " differ in element count";
+  });
   if (src.numel() == 0) return;
   if (dst.dtype == src.dtype) {
     cuda_check(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream()), "copy");
     return;
   }
-  check(is_float(dst.dtype) && is_float(src.dtype), std::string("copy: cannot convert ") + dtype_name(src.dtype) +
-                                                       " to " + dtype_name(dst.dtype));
+  check(is_float(dst.dtype) && is_float(src.dtype), [&] {
+    return std::string("copy: cannot convert ") + dtype_name(src.dtype) + " to " + dtype_name(dst.dtype);
+  });
   cuda_check(kernels::launch_convert(kout(dst, "copy: dst"), kin(src, "copy: src"), src.numel(), stream()), "copy");
 }
 
@@ -187,8 +193,11 @@ void CudaBackend::copy_cols(Tensor& dst, int64_t dst_col, const Tensor& src, int
   const int64_t rows = src.rows();
   check(dst.rows() == rows && src_col >= 0 && dst_col >= 0 && src_col + ncols <= src.cols() &&
             dst_col + ncols <= dst.cols(),
-        "copy_cols: src " + shape_str(src.shape) + " cols [" + std::to_string(src_col) + ", +" +
-            std::to_string(ncols) + ") -> dst " + shape_str(dst.shape) + " col " + std::to_string(dst_col));
+        [&] {
+          return "copy_cols: src " + shape_str(src.shape) + " cols [" + std::to_string(src_col) + ", +" +
+                 std::to_string(ncols) + ") -> dst " + shape_str(dst.shape) + " col " +
+                 std::to_string(dst_col);
+        });
   cuda_check(kernels::launch_copy_cols(kout(dst, "copy_cols: dst"), dst.cols(), dst_col, kin(src, "copy_cols: src"),
                                        src.cols(), src_col, rows, ncols, stream()),
              "copy_cols");
@@ -201,9 +210,10 @@ void CudaBackend::gemm(const Tensor& a, bool trans_a, const Tensor& b, bool tran
                        float beta) {
   const int64_t M = trans_a ? a.cols() : a.rows(), K = trans_a ? a.rows() : a.cols();
   const int64_t Kb = trans_b ? b.cols() : b.rows(), N = trans_b ? b.rows() : b.cols();
-  check(K == Kb && c.rows() == M && c.cols() == N,
-        "gemm: op(A) " + std::to_string(M) + "x" + std::to_string(K) + " · op(B) " + std::to_string(Kb) + "x" +
-            std::to_string(N) + " does not match C " + shape_str(c.shape));
+  check(K == Kb && c.rows() == M && c.cols() == N, [&] {
+    return "gemm: op(A) " + std::to_string(M) + "x" + std::to_string(K) + " · op(B) " + std::to_string(Kb) +
+           "x" + std::to_string(N) + " does not match C " + shape_str(c.shape);
+  });
   check(is_float(a.dtype) && is_float(b.dtype) && is_float(c.dtype), "gemm: operands must be float tensors");
   check(M < INT_MAX && N < INT_MAX && K < INT_MAX, "gemm: dimension over 2^31");
   if (M == 0 || N == 0) return;
@@ -254,18 +264,21 @@ void CudaBackend::gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool tra
   const bool direct = a.t.dtype == b.t.dtype && a.t.dtype != DType::F32 &&
                       (c.t.dtype == DType::F32 || c.t.dtype == a.t.dtype);
   for (const Cols* m : {&a, &b, &c})
-    check(m->t.ndim() == 2 && m->col >= 0 && m->width() >= 0 && m->col + m->width() <= m->t.cols(),
-          "gemm_cols: columns [" + std::to_string(m->col) + ", " + std::to_string(m->col + m->width()) +
-              ") are not inside the 2-D tensor " + shape_str(m->t.shape));
+    check(m->t.ndim() == 2 && m->col >= 0 && m->width() >= 0 && m->col + m->width() <= m->t.cols(), [&] {
+      return "gemm_cols: columns [" + std::to_string(m->col) + ", " + std::to_string(m->col + m->width()) +
+             ") are not inside the 2-D tensor " + shape_str(m->t.shape);
+    });
   if (!direct) {
     Backend::gemm_cols(a, trans_a, b, trans_b, c, alpha, beta);
     return;
   }
   const int64_t M = trans_a ? a.width() : a.t.rows(), K = trans_a ? a.t.rows() : a.width();
   const int64_t Kb = trans_b ? b.width() : b.t.rows(), N = trans_b ? b.t.rows() : b.width();
-  check(K == Kb && c.t.rows() == M && c.width() == N,
-        "gemm_cols: op(A) " + std::to_string(M) + "x" + std::to_string(K) + " · op(B) " + std::to_string(Kb) + "x" +
-            std::to_string(N) + " does not match C " + std::to_string(c.t.rows()) + "x" + std::to_string(c.width()));
+  check(K == Kb && c.t.rows() == M && c.width() == N, [&] {
+    return "gemm_cols: op(A) " + std::to_string(M) + "x" + std::to_string(K) + " · op(B) " +
+           std::to_string(Kb) + "x" + std::to_string(N) + " does not match C " + std::to_string(c.t.rows()) +
+           "x" + std::to_string(c.width());
+  });
   check(M < INT_MAX && N < INT_MAX && K < INT_MAX && a.t.cols() < INT_MAX && b.t.cols() < INT_MAX &&
             c.t.cols() < INT_MAX,
         "gemm_cols: dimension over 2^31");
@@ -395,12 +408,17 @@ double CudaBackend::read_acc() {
 }
 
 void CudaBackend::check_layout(const SeqLayout& seq, int64_t T, const char* op) const {
-  check(seq.tokens() == T, std::string(op) + ": the sequence layout covers " + std::to_string(seq.tokens()) +
-                               " tokens but the tensors have " + std::to_string(T));
+  check(seq.tokens() == T, [&] {
+    return std::string(op) + ": the sequence layout covers " + std::to_string(seq.tokens()) +
+           " tokens but the tensors have " + std::to_string(T);
+  });
   check(seq.cu_seqlens.defined() && seq.cu_seqlens.device == Device::CUDA &&
             seq.cu_seqlens.numel() == static_cast<int64_t>(seq.host_cu_seqlens.size()) &&
             seq.cu_seqlens.dtype == DType::I32,
-        std::string(op) + ": SeqLayout.cu_seqlens must be an I32 CUDA tensor matching host_cu_seqlens");
+        [&] {
+          return std::string(op) +
+                 ": SeqLayout.cu_seqlens must be an I32 CUDA tensor matching host_cu_seqlens";
+        });
 }
 
 double CudaBackend::sum_squares(const Tensor& x) { return sum_squares_many({&x}); }
@@ -426,8 +444,10 @@ void CudaBackend::copy_many(const std::vector<CopyPair>& pairs) {
   std::vector<kernels::KIn> src;
   std::vector<int64_t> ns;
   for (const CopyPair& p : pairs) {
-    check(p.dst->numel() == p.src->numel(), "copy_many: dst " + shape_str(p.dst->shape) + " and src " +
-                                                shape_str(p.src->shape) + " differ in element count");
+    check(p.dst->numel() == p.src->numel(), [&] {
+      return "copy_many: dst " + shape_str(p.dst->shape) + " and src " + shape_str(p.src->shape) +
+             " differ in element count";
+    });
     if (p.dst->dtype == p.src->dtype || !is_float(p.dst->dtype) || !is_float(p.src->dtype)) {
       copy(*p.dst, *p.src);  // plain copies and non-float types keep copy()'s path and messages
       continue;
@@ -467,8 +487,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index, DType compute) {
   return make_cuda_backend(device_index, compute, "auto");
 }
 std::unique_ptr<Backend> make_cuda_backend(int device_index, DType compute, const std::string& kernels) {
-  check(compute == DType::BF16 || compute == DType::F32,
-        std::string("CUDA backend: compute dtype must be BF16 or F32, got ") + dtype_name(compute));
+  check(compute == DType::BF16 || compute == DType::F32, [&] {
+    return std::string("CUDA backend: compute dtype must be BF16 or F32, got ") + dtype_name(compute);
+  });
   return std::make_unique<cuda::CudaBackend>(device_index, compute, kernels);
 }
 

@@ -4,28 +4,37 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/lazy_check.h"
 #include "decode/decode.cuh"
 
 namespace deltatune::cuda {
 
 namespace {
 const int32_t* dev_i32(const Tensor& t, const char* what) {
-  check(t.dtype == DType::I32 && t.device == Device::CUDA,
-        std::string(what) + " must be an I32 CUDA tensor, got " + dtype_name(t.dtype) + " " + shape_str(t.shape));
+  check(t.dtype == DType::I32 && t.device == Device::CUDA, [&] {
+    return std::string(what) + " must be an I32 CUDA tensor, got " + dtype_name(t.dtype) + " " +
+           shape_str(t.shape);
+  });
   return static_cast<const int32_t*>(t.data);
 }
 void check_numel(const Tensor& t, int64_t n, const std::string& what) {
-  check(t.numel() == n, what + " has shape " + shape_str(t.shape) + ", expected " + std::to_string(n) + " elements");
+  check(t.numel() == n, [&] {
+    return what + " has shape " + shape_str(t.shape) + ", expected " + std::to_string(n) + " elements";
+  });
 }
 }  // namespace
 
 void CudaBackend::conv1d_silu_step(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& conv_state,
                                    Tensor& y) {
   const int64_t T = x.rows(), C = x.cols(), K = w.cols(), N = seq.num_seqs();
-  check(w.rows() == C && K >= 1 && K <= 8, "conv1d_silu_step: weight " + shape_str(w.shape) + " for " +
-                                               std::to_string(C) + " channels (K at most 8)");
-  check(seq.tokens() == T, "conv1d_silu_step: the layout has " + std::to_string(seq.tokens()) + " tokens, x " +
-                               shape_str(x.shape));
+  check(w.rows() == C && K >= 1 && K <= 8, [&] {
+    return "conv1d_silu_step: weight " + shape_str(w.shape) + " for " + std::to_string(C) +
+           " channels (K at most 8)";
+  });
+  check(seq.tokens() == T, [&] {
+    return "conv1d_silu_step: the layout has " + std::to_string(seq.tokens()) + " tokens, x " +
+           shape_str(x.shape);
+  });
   check_numel(y, T * C, "conv1d_silu_step y");
   check_numel(conv_state, N * (K - 1) * C, "conv1d_silu_step conv_state [N, K-1, C]");
   cuda_check(kernels::launch_conv1d_silu_step(kin(x, "conv x"), kin(w, "conv w"), dev_i32(seq.cu_seqlens, "cu_seqlens"),
@@ -37,8 +46,10 @@ void CudaBackend::conv1d_silu_step(const Tensor& x, const Tensor& w, const SeqLa
 void CudaBackend::gdn_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                                 const SeqLayout& seq, float scale, Tensor& state, Tensor& o) {
   const int64_t T = seq.tokens(), N = seq.num_seqs(), dk = q.dim(-1), dv = v.dim(-1);
-  check(T > 0 && q.numel() % (T * dk) == 0 && v.numel() % (T * dv) == 0,
-        "gdn_recurrent: q " + shape_str(q.shape) + " / v " + shape_str(v.shape) + " do not match T=" + std::to_string(T));
+  check(T > 0 && q.numel() % (T * dk) == 0 && v.numel() % (T * dv) == 0, [&] {
+    return "gdn_recurrent: q " + shape_str(q.shape) + " / v " + shape_str(v.shape) +
+           " do not match T=" + std::to_string(T);
+  });
   const int64_t HK = q.numel() / (T * dk), HV = v.numel() / (T * dv);
   check(HK > 0 && HV % HK == 0 && dk <= 256, "gdn_recurrent: value heads must be a multiple of key heads, dk <= 256");
   check_numel(k, q.numel(), "gdn_recurrent k");
@@ -57,12 +68,15 @@ void CudaBackend::gdn_recurrent(const Tensor& q, const Tensor& k, const Tensor& 
 
 void CudaBackend::kv_cache_write(const Tensor& k, const Tensor& v, const SeqLayout& seq, Tensor& k_cache,
                                  Tensor& v_cache) {
-  check(k_cache.ndim() == 4 && v_cache.shape == k_cache.shape,
-        "kv_cache_write: caches must be [N, L, nKV, hd], got " + shape_str(k_cache.shape) + " / " +
-            shape_str(v_cache.shape));
+  check(k_cache.ndim() == 4 && v_cache.shape == k_cache.shape, [&] {
+    return "kv_cache_write: caches must be [N, L, nKV, hd], got " + shape_str(k_cache.shape) + " / " +
+           shape_str(v_cache.shape);
+  });
   const int64_t T = seq.tokens(), N = k_cache.dim(0), L = k_cache.dim(1), row = k_cache.dim(2) * k_cache.dim(3);
-  check(seq.num_seqs() == N, "kv_cache_write: " + std::to_string(seq.num_seqs()) + " sequences for a cache of " +
-                                 std::to_string(N));
+  check(seq.num_seqs() == N, [&] {
+    return "kv_cache_write: " + std::to_string(seq.num_seqs()) + " sequences for a cache of " +
+           std::to_string(N);
+  });
   check_numel(k, T * row, "kv_cache_write k");
   check_numel(v, T * row, "kv_cache_write v");
   cuda_check(kernels::launch_kv_cache_write(kin(k, "k"), kin(v, "v"), dev_i32(seq.cu_seqlens, "cu_seqlens"),
@@ -74,11 +88,12 @@ void CudaBackend::kv_cache_write(const Tensor& k, const Tensor& v, const SeqLayo
 void CudaBackend::attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const SeqLayout& seq,
                                    float scale, Tensor& o) {
   check(k_cache.ndim() == 4 && v_cache.shape == k_cache.shape,
-        "attention_cached: caches must be [N, L, nKV, hd], got " + shape_str(k_cache.shape));
+        [&] { return "attention_cached: caches must be [N, L, nKV, hd], got " + shape_str(k_cache.shape); });
   const int64_t T = seq.tokens(), L = k_cache.dim(1), nKV = k_cache.dim(2), hd = k_cache.dim(3);
-  check(T > 0 && q.numel() % (T * hd) == 0 && hd <= 256,
-        "attention_cached: q " + shape_str(q.shape) + " does not match T=" + std::to_string(T) + ", head_dim " +
-            std::to_string(hd) + " (at most 256)");
+  check(T > 0 && q.numel() % (T * hd) == 0 && hd <= 256, [&] {
+    return "attention_cached: q " + shape_str(q.shape) + " does not match T=" + std::to_string(T) +
+           ", head_dim " + std::to_string(hd) + " (at most 256)";
+  });
   const int64_t nH = q.numel() / (T * hd);
   check(nH % nKV == 0, "attention_cached: query heads must be a multiple of kv heads");
   check(seq.num_seqs() == k_cache.dim(0), "attention_cached: sequences and cache rows differ");
@@ -172,8 +187,10 @@ namespace {
 template <typename T>
 void write_device_values(Tensor& dst, const std::vector<T>& values, DType dt, const char* op, cudaStream_t s) {
   check(dst.dtype == dt && dst.device == Device::CUDA && dst.numel() == static_cast<int64_t>(values.size()),
-        std::string(op) + ": " + std::to_string(values.size()) + " values into " + dtype_name(dst.dtype) + " " +
-            shape_str(dst.shape));
+        [&] {
+          return std::string(op) + ": " + std::to_string(values.size()) + " values into " +
+                 dtype_name(dst.dtype) + " " + shape_str(dst.shape);
+        });
   if (values.empty()) return;
   // Pageable source: the copy is staged before cudaMemcpyAsync returns, so `values` may go right after.
   cuda_check(cudaMemcpyAsync(dst.data, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice, s),

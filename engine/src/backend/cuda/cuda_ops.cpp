@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "conv/conv.cuh"
 #include "core/error.h"
+#include "core/lazy_check.h"
 #include "elementwise/elementwise.cuh"
 #include "gdn/gdn.cuh"
 #include "moe/moe.cuh"
@@ -21,15 +22,19 @@ namespace {
 void same_numel(const char* op, std::initializer_list<const Tensor*> ts) {
   const int64_t n = (*ts.begin())->numel();
   for (const Tensor* t : ts)
-    check(t->numel() == n, std::string(op) + ": tensors differ in size (" + shape_str((*ts.begin())->shape) +
-                               " vs " + shape_str(t->shape) + ")");
+    check(t->numel() == n, [&] {
+      return std::string(op) + ": tensors differ in size (" + shape_str((*ts.begin())->shape) + " vs " +
+             shape_str(t->shape) + ")";
+    });
 }
 void expect_dtype(const Tensor& t, DType d, const char* what) {
-  check(t.dtype == d, std::string(what) + " must be " + dtype_name(d) + ", got " + dtype_name(t.dtype));
+  check(t.dtype == d,
+        [&] { return std::string(what) + " must be " + dtype_name(d) + ", got " + dtype_name(t.dtype); });
 }
 const int32_t* i32(const Tensor& t, const char* what) {
   expect_dtype(t, DType::I32, what);
-  check(t.device == Device::CUDA || t.numel() == 0, std::string(what) + " is not a CUDA tensor");
+  check(t.device == Device::CUDA || t.numel() == 0,
+        [&] { return std::string(what) + " is not a CUDA tensor"; });
   return static_cast<const int32_t*>(t.data);
 }
 float* f32(Tensor& t, const char* what) {
@@ -53,16 +58,17 @@ void CudaBackend::scale(Tensor& y, float alpha) {
 
 void CudaBackend::dropout(const Tensor& x, float p, uint64_t seed, Tensor& y) {
   same_numel("dropout", {&x, &y});
-  check(p >= 0.f && p <= 1.f, "dropout: p must be in [0, 1], got " + std::to_string(p));
+  check(p >= 0.f && p <= 1.f, [&] { return "dropout: p must be in [0, 1], got " + std::to_string(p); });
   cuda_check(kernels::launch_dropout(kin(x, "dropout: x"), p, seed, kout(y, "dropout: y"), x.numel(), stream()),
              "dropout");
 }
 
 void CudaBackend::embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& out) {
   const int64_t T = ids.numel(), H = table.cols();
-  check(table.ndim() == 2 && out.numel() == T * H && out.cols() == H,
-        "embedding_fwd: table " + shape_str(table.shape) + ", ids " + shape_str(ids.shape) + ", out " +
-            shape_str(out.shape) + " (expected out [T, H])");
+  check(table.ndim() == 2 && out.numel() == T * H && out.cols() == H, [&] {
+    return "embedding_fwd: table " + shape_str(table.shape) + ", ids " + shape_str(ids.shape) + ", out " +
+           shape_str(out.shape) + " (expected out [T, H])";
+  });
   cuda_check(kernels::launch_gather_rows(kin(table, "embedding_fwd: table"), table.rows(), i32(ids, "embedding ids"),
                                          T, H, kout(out, "embedding_fwd: out"), stream()),
              "embedding_fwd");
@@ -71,9 +77,10 @@ void CudaBackend::embedding_fwd(const Tensor& ids, const Tensor& table, Tensor& 
 // ---- norms -----------------------------------------------------------------------------------------
 void CudaBackend::rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, bool zc, Tensor& y, Tensor& rstd) {
   const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
-  check(n > 0 && x.numel() == rows * n && y.numel() == x.numel() && rstd.numel() == rows,
-        "rmsnorm_fwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", y " + shape_str(y.shape) +
-            ", rstd " + shape_str(rstd.shape));
+  check(n > 0 && x.numel() == rows * n && y.numel() == x.numel() && rstd.numel() == rows, [&] {
+    return "rmsnorm_fwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", y " +
+           shape_str(y.shape) + ", rstd " + shape_str(rstd.shape);
+  });
   cuda_check(kernels::launch_rmsnorm_fwd(kin(x, "rmsnorm x"), kin(w, "rmsnorm w"), eps, zc, kout(y, "rmsnorm y"),
                                          f32(rstd, "rmsnorm rstd"), rows, n, stream()),
              "rmsnorm_fwd");
@@ -82,8 +89,12 @@ void CudaBackend::rmsnorm_fwd(const Tensor& x, const Tensor& w, float eps, bool 
 void CudaBackend::rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, bool zc,
                               Tensor& dx) {
   const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
-  check(n > 0 && x.numel() == rows * n && dy.numel() == x.numel() && dx.numel() == x.numel() && rstd.numel() == rows,
-        "rmsnorm_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", rstd " + shape_str(rstd.shape));
+  check(n > 0 && x.numel() == rows * n && dy.numel() == x.numel() && dx.numel() == x.numel() &&
+            rstd.numel() == rows,
+        [&] {
+          return "rmsnorm_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", rstd " +
+                 shape_str(rstd.shape);
+        });
   cuda_check(kernels::launch_rmsnorm_bwd(kin(dy, "rmsnorm dy"), kin(x, "rmsnorm x"), kin(w, "rmsnorm w"),
                                          f32c(rstd, "rmsnorm rstd"), zc, kout(dx, "rmsnorm dx"), rows, n, stream()),
              "rmsnorm_bwd");
@@ -94,8 +105,10 @@ void CudaBackend::rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tenso
   const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
   check(n > 0 && x.numel() == rows * n && dy.numel() == x.numel() && dx.numel() == x.numel() &&
             residual.numel() == x.numel() && rstd.numel() == rows,
-        "rmsnorm_bwd_add: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", rstd " + shape_str(rstd.shape) +
-            ", residual " + shape_str(residual.shape));
+        [&] {
+          return "rmsnorm_bwd_add: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", rstd " +
+                 shape_str(rstd.shape) + ", residual " + shape_str(residual.shape);
+        });
   const kernels::KIn res = kin(residual, "rmsnorm residual");
   const kernels::KOut out = kout(dx, "rmsnorm dx");
   if (!kernels::rmsnorm_bwd_add_fits(kin(dy, "rmsnorm dy"), kin(x, "rmsnorm x"), res, out, n)) {
@@ -110,8 +123,12 @@ void CudaBackend::rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tenso
 void CudaBackend::gated_rmsnorm_fwd(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y,
                                     Tensor& rstd) {
   const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
-  check(n > 0 && x.numel() == rows * n && z.numel() == x.numel() && y.numel() == x.numel() && rstd.numel() == rows,
-        "gated_rmsnorm_fwd: x " + shape_str(x.shape) + ", z " + shape_str(z.shape) + ", w " + shape_str(w.shape));
+  check(n > 0 && x.numel() == rows * n && z.numel() == x.numel() && y.numel() == x.numel() &&
+            rstd.numel() == rows,
+        [&] {
+          return "gated_rmsnorm_fwd: x " + shape_str(x.shape) + ", z " + shape_str(z.shape) + ", w " +
+                 shape_str(w.shape);
+        });
   cuda_check(kernels::launch_gated_rmsnorm_fwd(kin(x, "gated_rmsnorm x"), kin(z, "gated_rmsnorm z"),
                                                kin(w, "gated_rmsnorm w"), eps, kout(y, "gated_rmsnorm y"),
                                                f32(rstd, "gated_rmsnorm rstd"), rows, n, stream()),
@@ -123,7 +140,7 @@ void CudaBackend::gated_rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Ten
   const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
   check(n > 0 && x.numel() == rows * n && z.numel() == x.numel() && dy.numel() == x.numel() &&
             dx.numel() == x.numel() && dz.numel() == x.numel() && rstd.numel() == rows,
-        "gated_rmsnorm_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape));
+        [&] { return "gated_rmsnorm_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape); });
   cuda_check(kernels::launch_gated_rmsnorm_bwd(kin(dy, "gated_rmsnorm dy"), kin(x, "gated_rmsnorm x"),
                                                kin(z, "gated_rmsnorm z"), kin(w, "gated_rmsnorm w"),
                                                f32c(rstd, "gated_rmsnorm rstd"), kout(dx, "gated_rmsnorm dx"),
@@ -165,9 +182,14 @@ void CudaBackend::sigmoid(const Tensor& x, Tensor& y) {
 
 // ---- RoPE ---------------------------------------------------------------------------------------------
 void CudaBackend::rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) {
-  check(x.ndim() == 3 && positions.numel() == x.dim(0) && rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= x.dim(2),
-        "rope: x must be [T, heads, head_dim] with positions [T] and an even rot_dim <= head_dim; got x " +
-            shape_str(x.shape) + ", positions " + shape_str(positions.shape) + ", rot_dim " + std::to_string(rot_dim));
+  check(x.ndim() == 3 && positions.numel() == x.dim(0) && rot_dim > 0 && rot_dim % 2 == 0 &&
+            rot_dim <= x.dim(2),
+        [&] {
+          return "rope: x must be [T, heads, head_dim] with positions [T] and an even rot_dim <= head_dim; "
+                 "got x " +
+                 shape_str(x.shape) + ", positions " + shape_str(positions.shape) + ", rot_dim " +
+                 std::to_string(rot_dim);
+        });
   cuda_check(kernels::launch_rope(kout(x, "rope x"), i32(positions, "rope positions"), x.dim(0), x.dim(1), x.dim(2),
                                   rot_dim, theta, inverse, stream()),
              "rope");
@@ -176,9 +198,13 @@ void CudaBackend::rope_multimodal(Tensor& x, const Tensor& positions, int rot_di
                                   const std::array<int64_t, 3>& section, bool inverse) {
   check(x.ndim() == 3 && positions.ndim() == 2 && positions.dim(0) == 3 && positions.dim(1) == x.dim(0) &&
             rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= x.dim(2),
-        "rope_multimodal: x must be [T, heads, head_dim] with positions [3, T] and an even rot_dim <= head_dim; "
-        "got x " + shape_str(x.shape) + ", positions " + shape_str(positions.shape) + ", rot_dim " +
-            std::to_string(rot_dim));
+        [&] {
+          return "rope_multimodal: x must be [T, heads, head_dim] with positions [3, T] and an even rot_dim "
+                 "<= head_dim; "
+                 "got x " +
+                 shape_str(x.shape) + ", positions " + shape_str(positions.shape) + ", rot_dim " +
+                 std::to_string(rot_dim);
+        });
   cuda_check(kernels::launch_rope_multimodal(kout(x, "rope x"), i32(positions, "rope positions"), x.dim(0), x.dim(1),
                                              x.dim(2), rot_dim, theta, static_cast<int>(section[1]),
                                              static_cast<int>(section[2]), inverse, stream()),
@@ -205,7 +231,8 @@ kernels::ColParts<K> conv_parts(const char* op, int64_t T, int64_t C, const Part
 }  // namespace
 
 void CudaBackend::conv1d_silu_fwd(const Tensor& x, const Tensor& w, const SeqLayout& seq, Tensor& y) {
-  check(y.numel() == x.numel(), "conv1d_silu_fwd: y " + shape_str(y.shape) + " for x " + shape_str(x.shape));
+  check(y.numel() == x.numel(),
+        [&] { return "conv1d_silu_fwd: y " + shape_str(y.shape) + " for x " + shape_str(x.shape); });
   Tensor yv = y.view({x.rows(), x.cols()});
   Tensor* parts[] = {&yv};
   conv1d_silu_fwd_split(x, w, seq, parts);
@@ -214,7 +241,7 @@ void CudaBackend::conv1d_silu_fwd(const Tensor& x, const Tensor& w, const SeqLay
 void CudaBackend::conv1d_silu_bwd(const Tensor& dy, const Tensor& x, const Tensor& w, const SeqLayout& seq,
                                   Tensor& dx) {
   check(dy.numel() == x.numel(),
-        "conv1d_silu_bwd: dy " + shape_str(dy.shape) + " for x " + shape_str(x.shape));
+        [&] { return "conv1d_silu_bwd: dy " + shape_str(dy.shape) + " for x " + shape_str(x.shape); });
   const Tensor dyv = dy.view({x.rows(), x.cols()});
   const Tensor* parts[] = {&dyv};
   conv1d_silu_bwd_split(parts, x, w, seq, dx);
@@ -223,8 +250,9 @@ void CudaBackend::conv1d_silu_bwd(const Tensor& dy, const Tensor& x, const Tenso
 void CudaBackend::conv1d_silu_fwd_split(const Tensor& x, const Tensor& w, const SeqLayout& seq,
                                         std::span<Tensor* const> ys) {
   const int64_t T = x.rows(), C = x.cols();
-  check(w.ndim() == 2 && w.dim(0) == C,
-        "conv1d_silu_fwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + " (expected [C, K])");
+  check(w.ndim() == 2 && w.dim(0) == C, [&] {
+    return "conv1d_silu_fwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + " (expected [C, K])";
+  });
   check_layout(seq, T, "conv1d_silu_fwd");
   const auto y =
       conv_parts<kernels::KOut>("conv1d_silu_fwd", T, C, ys, [](Tensor& t) { return kout(t, "conv y"); });
@@ -237,9 +265,10 @@ void CudaBackend::conv1d_silu_fwd_split(const Tensor& x, const Tensor& w, const 
 void CudaBackend::conv1d_silu_bwd_split(std::span<const Tensor* const> dys, const Tensor& x, const Tensor& w,
                                         const SeqLayout& seq, Tensor& dx) {
   const int64_t T = x.rows(), C = x.cols();
-  check(w.ndim() == 2 && w.dim(0) == C && dx.numel() == x.numel(),
-        "conv1d_silu_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", dx " +
-            shape_str(dx.shape));
+  check(w.ndim() == 2 && w.dim(0) == C && dx.numel() == x.numel(), [&] {
+    return "conv1d_silu_bwd: x " + shape_str(x.shape) + ", w " + shape_str(w.shape) + ", dx " +
+           shape_str(dx.shape);
+  });
   check_layout(seq, T, "conv1d_silu_bwd");
   const auto dy = conv_parts<kernels::KIn>("conv1d_silu_bwd", T, C, dys,
                                            [](const Tensor& t) { return kin(t, "conv dy"); });
@@ -253,9 +282,9 @@ void CudaBackend::conv1d_silu_bwd_split(std::span<const Tensor* const> dys, cons
 void CudaBackend::gdn_gates_fwd(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                                 Tensor& g, Tensor& beta) {
   const int64_t HV = A_log.numel(), T = HV ? a.numel() / HV : 0;
-  check(HV > 0 && a.numel() == T * HV && b.numel() == a.numel() && dt_bias.numel() == HV && g.numel() == a.numel() &&
-            beta.numel() == a.numel(),
-        "gdn_gates_fwd: a " + shape_str(a.shape) + ", A_log " + shape_str(A_log.shape));
+  check(HV > 0 && a.numel() == T * HV && b.numel() == a.numel() && dt_bias.numel() == HV &&
+            g.numel() == a.numel() && beta.numel() == a.numel(),
+        [&] { return "gdn_gates_fwd: a " + shape_str(a.shape) + ", A_log " + shape_str(A_log.shape); });
   cuda_check(kernels::launch_gdn_gates_fwd(kin(a, "gates a"), kin(b, "gates b"), kin(A_log, "A_log"),
                                            kin(dt_bias, "dt_bias"), f32(g, "gates g"), kout(beta, "gates beta"), T, HV,
                                            stream()),
@@ -266,7 +295,8 @@ void CudaBackend::gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Ten
                                 const Tensor& A_log, const Tensor& dt_bias, Tensor& da, Tensor& db) {
   const int64_t HV = A_log.numel(), T = HV ? a.numel() / HV : 0;
   same_numel("gdn_gates_bwd", {&dg, &dbeta, &a, &b, &da, &db});
-  check(HV > 0 && a.numel() == T * HV && dt_bias.numel() == HV, "gdn_gates_bwd: a " + shape_str(a.shape));
+  check(HV > 0 && a.numel() == T * HV && dt_bias.numel() == HV,
+        [&] { return "gdn_gates_bwd: a " + shape_str(a.shape); });
   cuda_check(kernels::launch_gdn_gates_bwd(kin(dg, "gates dg"), kin(dbeta, "gates dbeta"), kin(a, "gates a"),
                                            kin(b, "gates b"), kin(A_log, "A_log"), kin(dt_bias, "dt_bias"),
                                            kout(da, "gates da"), kout(db, "gates db"), T, HV, stream()),
@@ -276,10 +306,12 @@ void CudaBackend::gdn_gates_bwd(const Tensor& dg, const Tensor& dbeta, const Ten
 // ---- MoE ----------------------------------------------------------------------------------------------
 void CudaBackend::moe_router_fwd(const Tensor& logits, int k, Tensor& idx, Tensor& w) {
   const int64_t T = logits.rows(), E = logits.cols();
-  check(k > 0 && k <= E && k <= 64 && idx.numel() == T * k && w.numel() == T * k,
-        "moe_router_fwd: logits " + shape_str(logits.shape) + ", k " + std::to_string(k) + " (k <= 64), idx " +
-            shape_str(idx.shape) + ", w " + shape_str(w.shape));
-  check(E * 4 <= 48 * 1024, "moe_router_fwd: too many experts (" + std::to_string(E) + ", at most 12288)");
+  check(k > 0 && k <= E && k <= 64 && idx.numel() == T * k && w.numel() == T * k, [&] {
+    return "moe_router_fwd: logits " + shape_str(logits.shape) + ", k " + std::to_string(k) +
+           " (k <= 64), idx " + shape_str(idx.shape) + ", w " + shape_str(w.shape);
+  });
+  check(E * 4 <= 48 * 1024,
+        [&] { return "moe_router_fwd: too many experts (" + std::to_string(E) + ", at most 12288)"; });
   expect_dtype(idx, DType::I32, "moe_router_fwd idx");
   cuda_check(kernels::launch_moe_router_fwd(policy_, kin(logits, "router logits"), T, static_cast<int>(E), k,
                                             static_cast<int32_t*>(idx.data), f32(w, "router w"), stream()),
@@ -288,8 +320,9 @@ void CudaBackend::moe_router_fwd(const Tensor& logits, int k, Tensor& idx, Tenso
 
 void CudaBackend::moe_router_bwd(const Tensor& dw, const Tensor& idx, const Tensor& w, Tensor& dlogits) {
   const int64_t T = dlogits.rows(), E = dlogits.cols(), k = T ? idx.numel() / T : 0;
-  check(idx.numel() == T * k && w.numel() == T * k && dw.numel() == T * k,
-        "moe_router_bwd: dlogits " + shape_str(dlogits.shape) + ", idx " + shape_str(idx.shape));
+  check(idx.numel() == T * k && w.numel() == T * k && dw.numel() == T * k, [&] {
+    return "moe_router_bwd: dlogits " + shape_str(dlogits.shape) + ", idx " + shape_str(idx.shape);
+  });
   cuda_check(kernels::launch_moe_router_bwd(f32c(dw, "router dw"), i32(idx, "router idx"), f32c(w, "router w"), T,
                                             static_cast<int>(E), static_cast<int>(k), kout(dlogits, "router dlogits"),
                                             stream()),
@@ -298,8 +331,10 @@ void CudaBackend::moe_router_bwd(const Tensor& dw, const Tensor& idx, const Tens
 
 void CudaBackend::gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst) {
   const int64_t n = rows.numel(), H = src.cols();
-  check(dst.numel() == n * H && dst.cols() == H,
-        "gather_rows: src " + shape_str(src.shape) + ", rows " + shape_str(rows.shape) + ", dst " + shape_str(dst.shape));
+  check(dst.numel() == n * H && dst.cols() == H, [&] {
+    return "gather_rows: src " + shape_str(src.shape) + ", rows " + shape_str(rows.shape) + ", dst " +
+           shape_str(dst.shape);
+  });
   cuda_check(kernels::launch_gather_rows(kin(src, "gather src"), src.rows(), i32(rows, "gather rows"), n, H,
                                          kout(dst, "gather dst"), stream()),
              "gather_rows");
@@ -307,9 +342,10 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& rows, Tensor& dst
 
 void CudaBackend::scatter_add_rows(const Tensor& src, const Tensor& rows, const Tensor& scale, Tensor& dst) {
   const int64_t n = rows.numel(), H = dst.cols();
-  check(src.numel() == n * H && (!scale.defined() || scale.numel() == n),
-        "scatter_add_rows: src " + shape_str(src.shape) + ", rows " + shape_str(rows.shape) + ", dst " +
-            shape_str(dst.shape));
+  check(src.numel() == n * H && (!scale.defined() || scale.numel() == n), [&] {
+    return "scatter_add_rows: src " + shape_str(src.shape) + ", rows " + shape_str(rows.shape) + ", dst " +
+           shape_str(dst.shape);
+  });
   const float* sc = scale.defined() ? f32c(scale, "scatter_add scale") : nullptr;
   cuda_check(kernels::launch_scatter_add_rows(kin(src, "scatter src"), i32(rows, "scatter rows"), sc, n, H,
                                               kout(dst, "scatter dst"), dst.rows(), stream()),
@@ -318,7 +354,8 @@ void CudaBackend::scatter_add_rows(const Tensor& src, const Tensor& rows, const 
 
 void CudaBackend::row_dot(const Tensor& a, const Tensor& b, Tensor& out) {
   same_numel("row_dot", {&a, &b});
-  check(out.numel() == a.rows(), "row_dot: out " + shape_str(out.shape) + " for a " + shape_str(a.shape));
+  check(out.numel() == a.rows(),
+        [&] { return "row_dot: out " + shape_str(out.shape) + " for a " + shape_str(a.shape); });
   cuda_check(kernels::launch_row_dot(kin(a, "row_dot a"), kin(b, "row_dot b"), a.rows(), a.cols(),
                                      f32(out, "row_dot out"), stream()),
              "row_dot");
@@ -326,7 +363,8 @@ void CudaBackend::row_dot(const Tensor& a, const Tensor& b, Tensor& out) {
 
 void CudaBackend::scale_rows(const Tensor& x, const Tensor& s, Tensor& y) {
   same_numel("scale_rows", {&x, &y});
-  check(s.numel() == x.rows(), "scale_rows: s " + shape_str(s.shape) + " for x " + shape_str(x.shape));
+  check(s.numel() == x.rows(),
+        [&] { return "scale_rows: s " + shape_str(s.shape) + " for x " + shape_str(x.shape); });
   cuda_check(kernels::launch_scale_rows(kin(x, "scale_rows x"), f32c(s, "scale_rows s"), x.rows(), x.cols(),
                                         kout(y, "scale_rows y"), stream()),
              "scale_rows");

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/lazy_check.h"
 #include "gdn/gdn.cuh"
 #include "loss/loss.cuh"
 
@@ -101,12 +102,17 @@ void CudaBackend::attention_unpad_head_dim(const Tensor& padded, Tensor& x) {
 
 void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const SeqLayout& seq, float scale,
                                 Tensor& o, Tensor& lse) {
-  check(q.ndim() == 3 && k.ndim() == 3 && v.shape == k.shape && o.numel() == q.numel() && q.dim(0) == k.dim(0) &&
-            q.dim(2) == k.dim(2) && k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0 && lse.numel() == q.dim(0) * q.dim(1),
-        "attention_fwd: q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", v " + shape_str(v.shape) +
-            ", lse " + shape_str(lse.shape) + " (expected q [T, nH, hd], k/v [T, nKV, hd], nH % nKV == 0)");
+  check(q.ndim() == 3 && k.ndim() == 3 && v.shape == k.shape && o.numel() == q.numel() &&
+            q.dim(0) == k.dim(0) && q.dim(2) == k.dim(2) && k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0 &&
+            lse.numel() == q.dim(0) * q.dim(1),
+        [&] {
+          return "attention_fwd: q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", v " +
+                 shape_str(v.shape) + ", lse " + shape_str(lse.shape) +
+                 " (expected q [T, nH, hd], k/v [T, nKV, hd], nH % nKV == 0)";
+        });
   const int hd = static_cast<int>(q.dim(2));
-  check(hd <= kernels::kAttnMaxHeadDim, "attention_fwd: head_dim " + std::to_string(hd) + " > 256 is not supported");
+  check(hd <= kernels::kAttnMaxHeadDim,
+        [&] { return "attention_fwd: head_dim " + std::to_string(hd) + " > 256 is not supported"; });
   check_layout(seq, q.dim(0), "attention_fwd");
   check(lse.dtype == DType::F32, "attention_fwd: lse must be F32");
   if (attention_mma_ok({&q, &k, &v}, hd) &&
@@ -140,13 +146,17 @@ void CudaBackend::attention_fwd(const Tensor& q, const Tensor& k, const Tensor& 
 void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                                 const Tensor& lse, const SeqLayout& seq, float scale, Tensor& dq, Tensor& dk,
                                 Tensor& dv) {
-  check(q.ndim() == 3 && k.ndim() == 3 && v.shape == k.shape && o.numel() == q.numel() && dout.numel() == q.numel() &&
-            dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() && q.dim(0) == k.dim(0) &&
-            q.dim(2) == k.dim(2) && k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0 && lse.numel() == q.dim(0) * q.dim(1),
-        "attention_bwd: q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", dq " + shape_str(dq.shape) +
-            ", dk " + shape_str(dk.shape));
+  check(q.ndim() == 3 && k.ndim() == 3 && v.shape == k.shape && o.numel() == q.numel() &&
+            dout.numel() == q.numel() && dq.numel() == q.numel() && dk.numel() == k.numel() &&
+            dv.numel() == v.numel() && q.dim(0) == k.dim(0) && q.dim(2) == k.dim(2) && k.dim(1) > 0 &&
+            q.dim(1) % k.dim(1) == 0 && lse.numel() == q.dim(0) * q.dim(1),
+        [&] {
+          return "attention_bwd: q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", dq " +
+                 shape_str(dq.shape) + ", dk " + shape_str(dk.shape);
+        });
   const int hd = static_cast<int>(q.dim(2));
-  check(hd <= kernels::kAttnMaxHeadDim, "attention_bwd: head_dim " + std::to_string(hd) + " is not supported");
+  check(hd <= kernels::kAttnMaxHeadDim,
+        [&] { return "attention_bwd: head_dim " + std::to_string(hd) + " is not supported"; });
   check_layout(seq, q.dim(0), "attention_bwd");
   check(lse.dtype == DType::F32, "attention_bwd: lse must be F32");
   if (attention_mma_ok({&dout, &q, &k, &v}, hd) &&
@@ -179,7 +189,7 @@ void CudaBackend::attention_bwd(const Tensor& dout, const Tensor& q, const Tenso
     return;
   }
   check(kernels::attention_bwd_smem(hd) <= policy_.smem_optin,
-        "attention_bwd: head_dim " + std::to_string(hd) + " too large for shared memory");
+        [&] { return "attention_bwd: head_dim " + std::to_string(hd) + " too large for shared memory"; });
   Tensor tiles = attention_tiles(seq);
   if (!tiles.defined()) return;
   Tensor dl = alloc({q.dim(0), q.dim(1)}, DType::F32);
@@ -196,17 +206,20 @@ namespace {
 GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   check(q.ndim() == 3 && k.shape == q.shape && v.ndim() == 3 && v.dim(0) == q.dim(0) && q.dim(1) > 0 &&
             v.dim(1) % q.dim(1) == 0,
-        std::string(op) + ": q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", v " +
-            shape_str(v.shape) + " (expected q/k [T, HK, dk], v [T, HV, dv], HV % HK == 0)");
+        [&] {
+          return std::string(op) + ": q " + shape_str(q.shape) + ", k " + shape_str(k.shape) + ", v " +
+                 shape_str(v.shape) + " (expected q/k [T, HK, dk], v [T, HV, dv], HV % HK == 0)";
+        });
   return GdnDims{q.dim(0), q.dim(1), v.dim(1), static_cast<int>(q.dim(2)), static_cast<int>(v.dim(2))};
 }
 GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                  const Tensor& beta) {
   const GdnDims d = gdn_dims(op, q, k, v);
-  check(g.numel() == d.T * d.HV && beta.numel() == g.numel(),
-        std::string(op) + ": g " + shape_str(g.shape) + ", beta " + shape_str(beta.shape) + " for v " +
-            shape_str(v.shape) + " (expected g/beta [T, HV])");
-  check(g.dtype == DType::F32, std::string(op) + ": g must be F32");
+  check(g.numel() == d.T * d.HV && beta.numel() == g.numel(), [&] {
+    return std::string(op) + ": g " + shape_str(g.shape) + ", beta " + shape_str(beta.shape) + " for v " +
+           shape_str(v.shape) + " (expected g/beta [T, HV])";
+  });
+  check(g.dtype == DType::F32, [&] { return std::string(op) + ": g must be F32"; });
   return d;
 }
 GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -214,9 +227,12 @@ GdnDims gdn_dims(const char* op, const Tensor& q, const Tensor& k, const Tensor&
   const GdnDims d = gdn_dims(op, q, k, v);
   check(gi.a.numel() == d.T * d.HV && gi.b.numel() == gi.a.numel() && gi.A_log.numel() == d.HV &&
             gi.dt_bias.numel() == d.HV,
-        std::string(op) + ": gate inputs a " + shape_str(gi.a.shape) + ", b " + shape_str(gi.b.shape) +
-            ", A_log " + shape_str(gi.A_log.shape) + ", dt_bias " + shape_str(gi.dt_bias.shape) + " for v " +
-            shape_str(v.shape) + " (expected a/b [T, HV], A_log/dt_bias [HV])");
+        [&] {
+          return std::string(op) + ": gate inputs a " + shape_str(gi.a.shape) + ", b " +
+                 shape_str(gi.b.shape) + ", A_log " + shape_str(gi.A_log.shape) + ", dt_bias " +
+                 shape_str(gi.dt_bias.shape) + " for v " + shape_str(v.shape) +
+                 " (expected a/b [T, HV], A_log/dt_bias [HV])";
+        });
   return d;
 }
 kernels::GdnGates gate_ptrs(const Tensor& g, const Tensor& beta) {
@@ -280,8 +296,10 @@ bool gdn_use_recurrent(const GdnDims& d, const kernels::KernelPolicy& pol) {
 void CudaBackend::gdn_check(const char* op, const GdnDims& d, const SeqLayout& seq) {
   check(gdn_mma_path(d.dk, d.dv, policy_) || gdn_chunk_fma_fwd_fits(d, policy_) ||
             kernels::gdn_core_fwd_smem(d.dk, d.dv) <= policy_.smem_optin,
-        std::string(op) + ": key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) +
-            " exceed shared memory");
+        [&] {
+          return std::string(op) + ": key/value head dims " + std::to_string(d.dk) + "/" +
+                 std::to_string(d.dv) + " exceed shared memory";
+        });
   check_layout(seq, d.T, op);
 }
 
@@ -414,7 +432,8 @@ std::unique_ptr<CudaGdnSaved> CudaBackend::gdn_forward_core(const Tensor& q_in, 
 void CudaBackend::gdn_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                           const SeqLayout& seq, float scale, Tensor& o) {
   const GdnDims d = gdn_dims("gdn_fwd", q, k, v, g, beta);
-  check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
+  check(o.numel() == v.numel(),
+        [&] { return "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape); });
   gdn_check("gdn_fwd", d, seq);
   if (d.T == 0) return;
   gdn_forward_core(q, k, v, gate_ptrs(g, beta), seq, scale, &o, GdnScratch::None);
@@ -437,7 +456,8 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_keep_core(const Tensor& q, c
                                                               const Tensor& v, const kernels::GdnGates& gates,
                                                               const GdnDims& d, const SeqLayout& seq,
                                                               float scale, Tensor& o, GdnKeep what) {
-  check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
+  check(o.numel() == v.numel(),
+        [&] { return "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape); });
   gdn_check("gdn_fwd", d, seq);
   auto r = gdn_forward_core(q, k, v, gates, seq, scale, &o,
                             what == GdnKeep::States ? GdnScratch::States : GdnScratch::ForBackward);
@@ -516,9 +536,10 @@ void CudaBackend::gdn_bwd_saved(GdnSaved* saved, const Tensor& dout, const Tenso
                                 const Tensor& v, const Tensor& g, const Tensor& beta, const SeqLayout& seq,
                                 float scale, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dg, Tensor& dbeta) {
   const GdnDims d = gdn_dims("gdn_bwd", q, k, v, g, beta);
-  check(dg.numel() == g.numel() && dbeta.numel() == beta.numel(),
-        "gdn_bwd: dg " + shape_str(dg.shape) + ", dbeta " + shape_str(dbeta.shape) + " must match g, beta " +
-            shape_str(g.shape));
+  check(dg.numel() == g.numel() && dbeta.numel() == beta.numel(), [&] {
+    return "gdn_bwd: dg " + shape_str(dg.shape) + ", dbeta " + shape_str(dbeta.shape) +
+           " must match g, beta " + shape_str(g.shape);
+  });
   gdn_bwd_core(saved, dout, q, k, v, gate_ptrs(g, beta), d, seq, scale, dq, dk, dv,
                GdnGateGradOut{&dg, &dbeta});
 }
@@ -531,7 +552,8 @@ std::shared_ptr<Backend::GdnSaved> CudaBackend::gdn_gated_fwd(const Tensor& q, c
   if (d.T == 0 || gdn_use_recurrent(d, policy_) || !gdn_mma_path(d.dk, d.dv, policy_))
     return Backend::gdn_gated_fwd(q, k, v, gates, seq, scale, o, keep);  // g and β as tensors
   if (keep) return gdn_keep_core(q, k, v, gate_ptrs(gates), d, seq, scale, o, *keep);
-  check(o.numel() == v.numel(), "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
+  check(o.numel() == v.numel(),
+        [&] { return "gdn_fwd: o " + shape_str(o.shape) + " for v " + shape_str(v.shape); });
   gdn_check("gdn_fwd", d, seq);
   gdn_forward_core(q, k, v, gate_ptrs(gates), seq, scale, &o, GdnScratch::None);
   return nullptr;
@@ -543,9 +565,10 @@ void CudaBackend::gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tenso
   const GdnDims d = gdn_dims("gdn_bwd", q, k, v, gates);
   if (d.T == 0 || gdn_use_recurrent(d, policy_) || !gdn_mma_path(d.dk, d.dv, policy_))
     return Backend::gdn_gated_bwd(saved, dout, q, k, v, gates, seq, scale, dq, dk, dv, da, db);
-  check(da.numel() == gates.a.numel() && db.numel() == gates.b.numel(),
-        "gdn_bwd: da " + shape_str(da.shape) + ", db " + shape_str(db.shape) + " must match a, b " +
-            shape_str(gates.a.shape));
+  check(da.numel() == gates.a.numel() && db.numel() == gates.b.numel(), [&] {
+    return "gdn_bwd: da " + shape_str(da.shape) + ", db " + shape_str(db.shape) + " must match a, b " +
+           shape_str(gates.a.shape);
+  });
   GdnGateGradOut out;
   out.da = &da, out.db = &db;
   gdn_bwd_core(saved, dout, q, k, v, gate_ptrs(gates), d, seq, scale, dq, dk, dv, out);
@@ -558,12 +581,16 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
   const Tensor dout = aligned16(dout_in), q = aligned16(q_in), k = aligned16(k_in), v = aligned16(v_in);
   check(dout.numel() == v.numel() && dq.numel() == q.numel() && dk.numel() == k.numel() &&
             dv.numel() == v.numel(),
-        "gdn_bwd: gradient shapes must match their inputs (dout " + shape_str(dout.shape) + ", dq " +
-            shape_str(dq.shape) + ", dk " + shape_str(dk.shape) + ", dv " + shape_str(dv.shape) + ")");
+        [&] {
+          return "gdn_bwd: gradient shapes must match their inputs (dout " + shape_str(dout.shape) + ", dq " +
+                 shape_str(dq.shape) + ", dk " + shape_str(dk.shape) + ", dv " + shape_str(dv.shape) + ")";
+        });
   check(std::min(kernels::gdn_core_bwd_smem(d.dk, d.dv), kernels::gdn_chunk_bwd_smem(d.dk, d.dv)) <=
             policy_.smem_optin,
-        "gdn_bwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) +
-            " exceed shared memory");
+        [&] {
+          return "gdn_bwd: key/value head dims " + std::to_string(d.dk) + "/" + std::to_string(d.dv) +
+                 " exceed shared memory";
+        });
   check_layout(seq, d.T, "gdn_bwd");
   if (d.T == 0) return;
   cudaStream_t s = stream();
@@ -675,13 +702,15 @@ void CudaBackend::gdn_bwd_core(GdnSaved* saved, const Tensor& dout_in, const Ten
 // ---- losses ------------------------------------------------------------------------------------------------
 double CudaBackend::cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits) {
   const int64_t T = logits.rows(), V = logits.cols();
-  check(labels.numel() == T && labels.dtype == DType::I32,
-        "cross_entropy: labels must be I32 [T] for logits " + shape_str(logits.shape) + ", got " +
-            shape_str(labels.shape) + " " + dtype_name(labels.dtype));
+  check(labels.numel() == T && labels.dtype == DType::I32, [&] {
+    return "cross_entropy: labels must be I32 [T] for logits " + shape_str(logits.shape) + ", got " +
+           shape_str(labels.shape) + " " + dtype_name(labels.dtype);
+  });
   kernels::KOut d{};
   if (dlogits) {
-    check(dlogits->numel() == logits.numel(), "cross_entropy: dlogits " + shape_str(dlogits->shape) + " for logits " +
-                                                  shape_str(logits.shape));
+    check(dlogits->numel() == logits.numel(), [&] {
+      return "cross_entropy: dlogits " + shape_str(dlogits->shape) + " for logits " + shape_str(logits.shape);
+    });
     d = kout(*dlogits, "cross_entropy dlogits");
   }
   double* acc = zero_acc();
@@ -704,12 +733,14 @@ double CudaBackend::linear_cross_entropy(const Tensor& h, const Tensor& w, const
 void CudaBackend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels,
                                             const Tensor& grad_scale, Tensor* dh, int64_t chunk_rows,
                                             Tensor& loss_sum) {
-  check(loss_sum.device == Device::CUDA && loss_sum.nbytes() == sizeof(double),
-        "linear_cross_entropy_into: loss_sum must be an 8-byte CUDA tensor, got " + shape_str(loss_sum.shape) + " " +
-            dtype_name(loss_sum.dtype));
-  check(grad_scale.device == Device::CUDA && grad_scale.dtype == DType::F32 && grad_scale.numel() == 1,
-        "linear_cross_entropy_into: grad_scale must be a CUDA F32 [1] tensor, got " + shape_str(grad_scale.shape) +
-            " " + dtype_name(grad_scale.dtype));
+  check(loss_sum.device == Device::CUDA && loss_sum.nbytes() == sizeof(double), [&] {
+    return "linear_cross_entropy_into: loss_sum must be an 8-byte CUDA tensor, got " +
+           shape_str(loss_sum.shape) + " " + dtype_name(loss_sum.dtype);
+  });
+  check(grad_scale.device == Device::CUDA && grad_scale.dtype == DType::F32 && grad_scale.numel() == 1, [&] {
+    return "linear_cross_entropy_into: grad_scale must be a CUDA F32 [1] tensor, got " +
+           shape_str(grad_scale.shape) + " " + dtype_name(grad_scale.dtype);
+  });
   cuda_check(cudaMemsetAsync(loss_sum.data, 0, sizeof(double), stream()), "cudaMemsetAsync (loss)");
   linear_cross_entropy_acc(h, w, labels, 0.f, static_cast<const float*>(grad_scale.data), dh, chunk_rows,
                            static_cast<double*>(loss_sum.data));
@@ -718,9 +749,10 @@ void CudaBackend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, co
 void CudaBackend::linear_cross_entropy_acc(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
                                            const float* grad_scale_dev, Tensor* dh, int64_t chunk_rows, double* acc) {
   const int64_t T = h.rows(), H = h.cols(), V = w.dim(0);
-  check(w.ndim() == 2 && w.dim(1) == H && labels.numel() == T && labels.dtype == DType::I32,
-        "linear_cross_entropy: h " + shape_str(h.shape) + ", w " + shape_str(w.shape) + ", labels " +
-            shape_str(labels.shape) + " (expected w [V, H], labels I32 [T])");
+  check(w.ndim() == 2 && w.dim(1) == H && labels.numel() == T && labels.dtype == DType::I32, [&] {
+    return "linear_cross_entropy: h " + shape_str(h.shape) + ", w " + shape_str(w.shape) + ", labels " +
+           shape_str(labels.shape) + " (expected w [V, H], labels I32 [T])";
+  });
   check(!dh || dh->numel() == h.numel(), "linear_cross_entropy: dh must match h");
   if (T == 0) return;
   // Logits buffer: 2^26 floats (256 MiB).
@@ -753,11 +785,13 @@ void CudaBackend::gdn_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
                               const SeqLayout& seq, float scale, Tensor& state, Tensor& o) {
   const GdnDims d = gdn_dims("gdn_prefill", q, k, v, g, beta);
   const int64_t N = seq.num_seqs();
-  check(o.numel() == v.numel(), "gdn_prefill: o " + shape_str(o.shape) + " for v " + shape_str(v.shape));
-  check(state.dtype == DType::F32 && state.numel() == N * d.HV * d.dk * d.dv,
-        "gdn_prefill: state must be F32 [N, HV, dk, dv] = [" + std::to_string(N) + ", " + std::to_string(d.HV) +
-            ", " + std::to_string(d.dk) + ", " + std::to_string(d.dv) + "], got " + dtype_name(state.dtype) + " " +
-            shape_str(state.shape));
+  check(o.numel() == v.numel(),
+        [&] { return "gdn_prefill: o " + shape_str(o.shape) + " for v " + shape_str(v.shape); });
+  check(state.dtype == DType::F32 && state.numel() == N * d.HV * d.dk * d.dv, [&] {
+    return "gdn_prefill: state must be F32 [N, HV, dk, dv] = [" + std::to_string(N) + ", " +
+           std::to_string(d.HV) + ", " + std::to_string(d.dk) + ", " + std::to_string(d.dv) + "], got " +
+           dtype_name(state.dtype) + " " + shape_str(state.shape);
+  });
   gdn_check("gdn_prefill", d, seq);
   const auto& cu = seq.host_cu_seqlens;
   bool empty_seq = false;
@@ -788,8 +822,9 @@ void CudaBackend::gdn_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
     }
     tail_cu.push_back(static_cast<int32_t>(rows.size()));
   }
-  check(chunks == r->ch.n, "internal: gdn_prefill chunk count " + std::to_string(chunks) + " != " +
-                               std::to_string(r->ch.n));
+  check(chunks == r->ch.n, [&] {
+    return "internal: gdn_prefill chunk count " + std::to_string(chunks) + " != " + std::to_string(r->ch.n);
+  });
   const int64_t S = d.HV * d.dk * d.dv, Tt = static_cast<int64_t>(rows.size());
   Tensor state2 = state.view({N, S});
   gather_rows(r->states.view({r->ch.n, S}), upload_i32(last_chunk), state2);  // bf16 -> fp32 where bf16

@@ -3,8 +3,8 @@
 // (block-scaled cuBLASLt GEMMs, fp8_block_gemm.h) where the kernel policy has them.
 #include <algorithm>
 #include <climits>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <utility>
@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8_block_gemm.h"
 #include "core/error.h"
+#include "core/lazy_check.h"
 #include "quant/codebooks.h"
 #include "quant/fp8_gemm_operands.cuh"
 #include "quant/quant.cuh"
@@ -65,7 +66,7 @@ std::shared_ptr<const QuantizedWeight> CudaBackend::upload_quantized(const Quant
 
 std::shared_ptr<const QuantizedWeight> CudaBackend::upload_quantized(const Tensor& host, QuantFormat format) {
   check(host.device == Device::CPU && host.ndim() == 2,
-        "CUDA backend: upload_quantized needs a host matrix, got " + shape_str(host.shape));
+        [&] { return "CUDA backend: upload_quantized needs a host matrix, got " + shape_str(host.shape); });
   check(format != QuantFormat::None, "internal: upload_quantized with format none");
   auto q = std::make_shared<QuantizedWeight>();
   q->format = format;
@@ -81,7 +82,8 @@ std::shared_ptr<const QuantizedWeight> CudaBackend::upload_quantized(const Tenso
                "fp8_quantize");
     return q;
   }
-  check(n % 2 == 0, "CUDA backend: NF4 needs an even number of values, got " + shape_str(host.shape));
+  check(n % 2 == 0,
+        [&] { return "CUDA backend: NF4 needs an even number of values, got " + shape_str(host.shape); });
   const int64_t nb = ceil_div(n, kNf4Block), nb2 = ceil_div(nb, kNf4Block2);
   q->values = alloc({n / 2}, DType::U8);
   q->scales = alloc({nb}, DType::U8);
@@ -105,7 +107,7 @@ std::shared_ptr<const QuantizedWeight> CudaBackend::upload_quantized(const Tenso
 void CudaBackend::dequantize(const QuantizedWeight& q, Tensor& out) {
   check(q.values.device == Device::CUDA, "CUDA backend: dequantize of a weight that is not on the GPU");
   check(out.numel() == q.rows() * q.cols(),
-        "CUDA backend: dequantize " + shape_str(q.shape) + " into " + shape_str(out.shape));
+        [&] { return "CUDA backend: dequantize " + shape_str(q.shape) + " into " + shape_str(out.shape); });
   if (q.format == QuantFormat::FP8) {
     cuda_check(kernels::launch_fp8_dequantize(q.values.ptr<uint8_t>(), q.scales.ptr<float>(), q.rows(), q.cols(),
                                               kout(out, "out"), stream()),
@@ -170,9 +172,10 @@ bool CudaBackend::fp8_gemm_shared(const Tensor& x, std::span<const QuantizedWeig
   std::vector<std::pair<int64_t, int64_t>> mk;
   for (size_t i = 0; i < ws.size(); ++i) {
     if (!fp8_gemm_takes(*ws[i]) || ys[i]->dtype != DType::BF16) return false;
-    check(ws[i]->cols() == k && ys[i]->rows() == n && ys[i]->cols() == ws[i]->rows(),
-          "fp8_gemm: x " + shape_str(x.shape) + " · Wᵀ, W " + shape_str(ws[i]->shape) + " into y " +
-              shape_str(ys[i]->shape));
+    check(ws[i]->cols() == k && ys[i]->rows() == n && ys[i]->cols() == ws[i]->rows(), [&] {
+      return "fp8_gemm: x " + shape_str(x.shape) + " · Wᵀ, W " + shape_str(ws[i]->shape) + " into y " +
+             shape_str(ys[i]->shape);
+    });
     mk.emplace_back(ws[i]->rows(), k);
   }
   const int64_t n_run = fp8_run_rows(n, mk, beta != 0.f);
@@ -215,9 +218,10 @@ bool CudaBackend::fp8_gemm_sum(std::span<const Tensor* const> xs_in, std::span<c
   int64_t K = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
     if (!fp8_gemm_takes(*ws[i])) return false;
-    check(ws[i]->cols() == m && xs_in[i]->rows() == n && xs_in[i]->cols() == ws[i]->rows(),
-          "fp8_gemm: x " + shape_str(xs_in[i]->shape) + " · W, W " + shape_str(ws[i]->shape) + " into y " +
-              shape_str(y.shape));
+    check(ws[i]->cols() == m && xs_in[i]->rows() == n && xs_in[i]->cols() == ws[i]->rows(), [&] {
+      return "fp8_gemm: x " + shape_str(xs_in[i]->shape) + " · W, W " + shape_str(ws[i]->shape) + " into y " +
+             shape_str(y.shape);
+    });
     K += ws[i]->rows();
   }
   const std::pair<int64_t, int64_t> mk[] = {{m, K}};

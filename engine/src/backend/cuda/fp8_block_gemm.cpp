@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/lazy_check.h"
 
 namespace deltatune::cuda {
 
@@ -100,8 +101,10 @@ cublasStatus_t Fp8BlockGemm::matmul(const Plan& p, const cublasLtMatmulAlgo_t& a
 
 void Fp8BlockGemm::run(const Fp8BlockGemmArgs& a, cudaStream_t s) {
   Plan& p = plan(a.m, a.n, a.k, a.beta != 0.f);
-  check(p.found, "internal: fp8 gemm " + std::to_string(a.n) + "x" + std::to_string(a.k) + " · " +
-                     std::to_string(a.k) + "x" + std::to_string(a.m) + " has no cuBLASLt algorithm");
+  check(p.found, [&] {
+    return "internal: fp8 gemm " + std::to_string(a.n) + "x" + std::to_string(a.k) + " · " +
+           std::to_string(a.k) + "x" + std::to_string(a.m) + " has no cuBLASLt algorithm";
+  });
   set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(a.w_scales),
            "fp8 gemm: A scale");
   set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(a.x_scales),

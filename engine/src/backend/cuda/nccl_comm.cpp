@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/lazy_check.h"
 
 namespace deltatune::cuda {
 
@@ -26,7 +27,8 @@ NcclComm::NcclComm(int device, const ReducerSetup& setup, const char* name) : s_
 }
 
 void NcclComm::check_alive(const char* op) const {
-  check(comm_ != nullptr, std::string("NCCL ") + op + ": the communicator was aborted after an earlier fault");
+  check(comm_ != nullptr,
+        [&] { return std::string("NCCL ") + op + ": the communicator was aborted after an earlier fault"; });
 }
 
 void NcclComm::call(ncclResult_t r, const char* what) {

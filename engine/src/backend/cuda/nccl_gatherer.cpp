@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/lazy_check.h"
 
 #ifdef DT_HAVE_NCCL
 #include "backend/cuda/nccl_comm.h"
@@ -61,7 +62,8 @@ class NcclGatherer final : public ShardGatherer {
 
   void ready(uint64_t ticket) override {
     const auto it = pending_.find(ticket);
-    check(it != pending_.end(), "internal: NCCL gather ticket " + std::to_string(ticket) + " is not pending");
+    check(it != pending_.end(),
+          [&] { return "internal: NCCL gather ticket " + std::to_string(ticket) + " is not pending"; });
     const cudaEvent_t done = it->second;
     pending_.erase(it);
     spare_.push_back(done);

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/lazy_check.h"
 
 #ifdef DT_HAVE_NCCL
 #include "backend/cuda/nccl_comm.h"
@@ -70,7 +71,7 @@ class NcclReducer final : public GradientReducer {
   void check_tensor(const Tensor& t, const char* op) const {
     comm_.check_alive(op);
     check(t.device == Device::CUDA && t.dtype == DType::F32,
-          std::string("internal: NCCL ") + op + " of a tensor that is not F32 on the GPU");
+          [&] { return std::string("internal: NCCL ") + op + " of a tensor that is not F32 on the GPU"; });
   }
 
   void after_compute() {
