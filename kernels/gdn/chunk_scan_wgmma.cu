@@ -2,27 +2,20 @@
 // of gdn_chunk_scan_mma_kernel<BV, PF, true, true> (chunk_scan_mma.cu), reading the prep's bf16 operands as
 // operand images (GdnScanBf16::image: W, Kd = K̂, Q, M; U in bf16) and fp32 G. One block of two warpgroups per
 // (sequence, value head, BV = 16, 32 or 64 value columns), chunks of the sequence in order, S (128 x BV, fp32)
-// in the accumulators (m64nBV products; BV 64 below). Two kernels: at BV 32 and 64 the warpgroups split the
-// value columns (gdn_chunk_scan_wgmma_cols_kernel, described at it); at BV 16 they split by role, as follows:
-// warpgroup g holds state rows 64g .. 64g + 63. Per chunk:
-//   phase A: warpgroup 0: V' = U − W·S, warpgroup 1: QS = Q̂·S        (m64n64, k = dk: 8 wgmma each)
-//            V' and diag(Γ/γ)·V' (bf16) into transposed tiles (stmatrix); QS scaled by γ_i per row
-//   phase B: warpgroup 1: O = γ·QS + M·V'                            (k = the chunk's 64 rows: 4 wgmma)
-//            both: S ← Γ·S + K̂ᵀ·(diag(Γ/γ)·V') on their 64 state rows (4 wgmma, K̂ read MN-major)
-//            O through a row-major tile to 16-byte stores; bf16(S) into the S tile for the next chunk
-// Two block barriers per chunk; the next chunk's tiles arrive by cp.async (double-buffered sets) while phase
-// A runs. The tensor cores read every operand from shared memory in the no-swizzle core-matrix layout
-// (common/wgmma.cuh), where the mma.sync kernel moves each through registers by ldmatrix, per warp (its
-// busiest unit: ~230 KB of ldmatrix traffic per chunk step and SM). The images make each tile one contiguous
-// copy: a core-layout tile filled from row-major rows takes two L2 sector fetches per 32 bytes (each 16-byte
-// piece lands apart from its neighbour), which made this kernel L2-bound (0.33 ms at 8K, ncu L2 82%).
-// Numerics: the same bf16 operands and fp32 accumulation as the mma.sync kernel; O accumulates M·V' onto γ·QS
-// inside the tensor core (the mma.sync kernel adds two accumulators), so o may differ from it in the last
-// bits. States and V' are bf16 of the accumulators, as there.
-// Measured (H100, ncu): 8K tokens = 2 x 4096, HK 16, HV 32 (BV 64): 0.178-0.184 ms against the mma.sync kernel's
-// 0.276; 1 x 4096, HV 16 (the 2B training shape, BV 16): 0.111 ms against 0.159.
-// ptxas (sm_90a): BV 64 / 32 / 16: 175 / 102 / 87 registers, no spills; shared memory 194,048 B at BV 64 (one
-// block per SM).
+// in the accumulators (m64nBV products). At BV 32 and 64 the warpgroups split the value columns
+// (gdn_chunk_scan_wgmma_cols_kernel, described at it); BV 16 splits them by role with O a chunk behind
+// (chunk_scan_wgmma16.cu). Per chunk the state's chain is V' = U − W·S, then S ← Γ·S + K̂ᵀ·(diag(Γ/γ)·V'); O =
+// γ·Q̂S + M·V' goes out through a row-major tile as 16-byte stores; the next chunk's tiles arrive by bulk copies
+// (double-buffered sets) while phase A runs. The tensor cores read every operand from shared memory in the
+// no-swizzle core-matrix layout (common/wgmma.cuh), where the mma.sync kernel moves each through registers by
+// ldmatrix, per warp (its busiest unit: ~230 KB of ldmatrix traffic per chunk step and SM). The images make
+// each tile one contiguous copy: a core-layout tile filled from row-major rows takes two L2 sector fetches per
+// 32 bytes (each 16-byte piece lands apart from its neighbour), which made this kernel L2-bound (0.33 ms at
+// 8K, ncu L2 82%). Numerics: the same bf16 operands and fp32 accumulation as the mma.sync kernel; O
+// accumulates M·V' onto γ·QS inside the tensor core (the mma.sync kernel adds two accumulators), so o may
+// differ from it in the last bits. States and V' are bf16 of the accumulators, as there.
+// Measured (H100, ncu, the first role-split kernel at every BV): 8K tokens = 2 x 4096, HK 16, HV 32 (BV 64):
+// 0.178-0.184 ms against the mma.sync kernel's 0.276.
 #include <cstdlib>
 #include <type_traits>
 
@@ -31,6 +24,7 @@
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "gdn/chunk_scan_wgmma16.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/wgmma_tiles.cuh"
 
@@ -51,7 +45,7 @@ constexpr int DK = 128, DV = 128, NT = 256;
 // SBO kCG.
 constexpr uint32_t kCG = C * 16;
 
-// Shared memory for BV value columns (16, 32 or 64), byte offsets.
+// Shared memory for BV value columns (32 or 64), byte offsets.
 template <int BV>
 struct Smem {
   static constexpr int LDU = BV + 8;  // bf16 row stride of U: the 4-byte reads of a warp conflict-free
@@ -70,221 +64,8 @@ struct Smem {
       Vt + BV * C * 2;  // (diag(e^{G_last−G_i})·V')ᵀ, as V'ᵀ (the state update's B)
   static constexpr uint32_t Ot = Dt + BV * C * 2;    // O: bf16 [64 rows][LDO], row-major (coalesced stores)
   static constexpr uint32_t bar = Ot + C * LDO * 2;  // two mbarriers: the images of set 0, 1
-  static constexpr size_t bytes = bar + 16;          // BV 64: 194,064 B; 16: 131,600 B (one block per SM)
+  static constexpr size_t bytes = bar + 16;          // BV 64: 194,064 B (one block per SM)
 };
-
-template <int BV>
-__global__ void __launch_bounds__(NT, 1)
-    gdn_chunk_scan_wgmma_kernel(const bf16* U, const float* Gc, const int32_t* chunks,
-                                const int32_t* chunk_off, KOut o, bf16* states, bf16* vnew, int64_t HK,
-                                int64_t HV, const bf16* Wh, const bf16* Kdh, const bf16* Qh, const bf16* Mh,
-                                bool st_even) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Smem<BV>;
-  using Set = L;
-  constexpr int LDU = L::LDU, LDO = L::LDO, NB = BV / 8, R = BV / 2;  // n-blocks, accumulators a thread
-  constexpr uint32_t kSt = L::St, kVt = L::Vt, kDt = L::Dt, kOt = L::Ot;
-  extern __shared__ __align__(128) unsigned char gdn_smem[];
-  const uint32_t sbase = mma::smem_addr(gdn_smem);
-  const int n = blockIdx.x / HV, h = blockIdx.x % HV, c0 = blockIdx.y * BV;
-  const int64_t hk = h / (HV / HK);
-  const int wg = threadIdx.x >> 7, wq = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  const int gr = lane >> 2, tq = lane & 3;
-  const int cb = chunk_off[n], ce = chunk_off[n + 1];
-  // O leaves through the row-major tile as 16-byte row pieces when it is bf16 with 16-byte aligned rows (o
-  // may be a view at any element offset), else element by element from the accumulators.
-  const bool o_rows = o.t == KType::BF16 && (reinterpret_cast<uintptr_t>(o.p) & 15) == 0;
-
-  auto load = [&](int ch, int64_t t0, int len, int b) {  // chunk ch's tiles (its record: t0, len) into set b
-    const uint32_t set = sbase + b * Set::set;
-    unsigned char* setp = gdn_smem + b * Set::set;
-    if (threadIdx.x < C) {
-      const bool ok = int(threadIdx.x) < len;
-      mma::cp_async4(set + Set::G + 4 * threadIdx.x, ok ? Gc + (t0 + threadIdx.x) * HV + h : Gc, ok);
-    }
-    if (threadIdx.x == 0) {  // the four images: one bulk copy each (contiguous), counted on the set's mbarrier
-      const int64_t vt = static_cast<int64_t>(ch) * HV + h, kt = static_cast<int64_t>(ch) * HK + hk;
-      const uint32_t bar = sbase + L::bar + 8 * b;
-      wgmma::fence_proxy_async();  // the set's last generic reads before the copies' writes
-      tma::mbar_arrive_expect_tx(bar, 3 * C * DK * 2 + C * C * 2);
-      tma::bulk_copy(set + Set::W, Wh + vt * C * DK, C * DK * 2, bar);
-      tma::bulk_copy(set + Set::Q, Qh + kt * C * DK, C * DK * 2, bar);
-      tma::bulk_copy(set + Set::K, Kdh + kt * C * DK, C * DK * 2, bar);
-      tma::bulk_copy(set + Set::M, Mh + vt * C * C, C * C * 2, bar);
-    }
-    const bf16* us = U + (t0 * HV + h) * DV + c0;
-    for (int p = threadIdx.x; p < C * NB; p += NT) {
-      const int r = p / NB, c = (p % NB) * 8;
-      const bool ok = r < len;
-      mma::cp_async16(mma::smem_addr(reinterpret_cast<bf16*>(setp + Set::U) + r * LDU + c),
-                      ok ? us + r * HV * DV + c : us, ok);
-    }
-    mma::cp_async_commit();
-  };
-
-  // S: state rows 64·wg + 16·wq + gr (+8), columns 8j + 2tq (+1) (the accumulator layout).
-  float S[R], acc[R];
-#pragma unroll
-  for (int i = 0; i < R; ++i) S[i] = acc[i] = 0.f;
-  for (int i = threadIdx.x; i < BV * DK / 8; i += NT)
-    reinterpret_cast<uint4*>(gdn_smem + kSt)[i] = make_uint4(0u, 0u, 0u, 0u);
-  // Chunk records (first token, length) are read from global memory two chunks ahead of their use (the
-  // copies' addresses would otherwise wait for them): this chunk's, the next one's (its copies are issued
-  // during this chunk) and the one after.
-  int64_t t0 = 0, t0n = 0;
-  int len = 0, lenn = 0;
-  if (threadIdx.x == 0) {
-    tma::mbar_init(sbase + L::bar, 1);
-    tma::mbar_init(sbase + L::bar + 8, 1);
-    tma::fence_barrier_init();
-  }
-  __syncthreads();
-  if (cb < ce) {
-    t0 = chunks[2 * cb], len = chunks[2 * cb + 1];
-    load(cb, t0, len, 0);
-  }
-  if (cb + 1 < ce) t0n = chunks[2 * cb + 2], lenn = chunks[2 * cb + 3];
-
-  for (int ch = cb; ch < ce; ++ch) {
-    int64_t t0nn = 0;
-    int lennn = 0;
-    if (ch + 2 < ce) t0nn = chunks[2 * ch + 4], lennn = chunks[2 * ch + 5];
-    const int b = (ch - cb) & 1;
-    mma::cp_async_wait<0>();
-    tma::mbar_wait(sbase + L::bar + 8 * b, ((ch - cb) >> 1) & 1);
-    wgmma::fence_proxy_async();
-    __syncthreads();  // set b landed; the S tile holds bf16(S); the previous chunk is done with set b ^ 1,
-                      // V'ᵀ
-    const uint32_t set = sbase + b * Set::set;
-    const bf16* Us = reinterpret_cast<const bf16*>(gdn_smem + b * Set::set + Set::U);
-    const float* Gt = reinterpret_cast<const float*>(gdn_smem + b * Set::set + Set::G);
-
-    // Phase A: acc = (W or Q̂)·S, k = dk in 8 steps of 16 (S MN-major: a k step is two row groups). The next
-    // chunk's copies and this chunk's state stores are issued while the tensor cores work.
-    wgmma::fence_operands(acc);
-    wgmma::fence();
-    {
-      const uint32_t a0 = set + (wg == 0 ? Set::W : Set::Q);
-#pragma unroll
-      for (int j = 0; j < DK / 16; ++j)
-        wgmma::mma_m64n<0, 1>(acc, wgmma::desc(a0 + 2 * kCG * j, kCG, 128),
-                              wgmma::desc(sbase + kSt + 2 * BV * 16 * j, BV * 16, 128), j > 0);
-    }
-    wgmma::commit();
-    if (ch + 1 < ce) load(ch + 1, t0n, lenn, b ^ 1);
-    if (states && !(st_even && (ch & 1))) {  // the chunk-start state (bf16, slot, HV, dk, dv) from the S tile,
-                                             // 16-byte row pieces; slot ch, or ch / 2 (even chunks only)
-      bf16* so = states + (static_cast<int64_t>(st_even ? ch >> 1 : ch) * HV + h) * DK * DV + c0;
-#pragma unroll
-      for (int e = 0; e < DK * NB / NT; ++e) {
-        int r, kc;
-        if constexpr (BV >= 32) {
-          quad_piece<BV / 8>(threadIdx.x + NT * e, r, kc);
-        } else {  // 2 pieces a row: a quarter warp is 4 rows x 2 pieces already
-          r = (threadIdx.x + NT * e) / NB, kc = (threadIdx.x + NT * e) % NB;
-        }
-        *reinterpret_cast<uint4*>(so + r * DV + 8 * kc) =
-            *reinterpret_cast<const uint4*>(gdn_smem + kSt + wgmma::core_offset<BV>(r, 8 * kc));
-      }
-    }
-    wgmma::wait<0>();
-    wgmma::fence_operands(acc);
-    // Warpgroup 0: V' = U − W·S (rows past the chunk's end zero); warpgroup 1: γ_i·QS. Branch-free on the
-    // accumulators (see fence_operands).
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int i = 16 * wq + gr + 8 * hf;
-      const float gam = expf(Gt[i]);
-#pragma unroll
-      for (int j = 0; j < NB; ++j) {
-        const float2 u =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Us + i * LDU + 8 * j + 2 * tq));
-        float& x0 = acc[4 * j + 2 * hf];
-        float& x1 = acc[4 * j + 2 * hf + 1];
-        x0 = wg == 0 ? (i < len ? u.x - x0 : 0.f) : gam * x0;
-        x1 = wg == 0 ? (i < len ? u.y - x1 : 0.f) : gam * x1;
-      }
-    }
-    if (wg == 0) {
-      if (vnew)
-#pragma unroll
-        for (int j = 0; j < NB; ++j)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int i = 16 * wq + gr + 8 * hf, c = 8 * j + 2 * tq;
-            if (i < len)
-              *reinterpret_cast<uint32_t*>(vnew + ((t0 + i) * HV + h) * DV + c0 + c) =
-                  pack(acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]);
-          }
-      store_acc<true>(sbase + kVt, C * 16, 0, 0, 0, acc);
-      const float gl = Gt[len - 1];
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int i = 16 * wq + gr + 8 * hf;
-        const float dc = i < len ? expf(gl - Gt[i]) : 0.f;
-#pragma unroll
-        for (int j = 0; j < NB; ++j) acc[4 * j + 2 * hf] *= dc, acc[4 * j + 2 * hf + 1] *= dc;
-      }
-      store_acc<true>(sbase + kDt, C * 16, 0, 0, 0, acc);
-    }
-    wgmma::fence_proxy_async();
-    __syncthreads();  // V'ᵀ complete
-
-    // Phase B: O = γ·QS + M·V' (warpgroup 1), S ← Γ·S + Kdᵀ·V' (both), k = the chunk's rows.
-    const float gam_l = expf(Gt[len - 1]);
-#pragma unroll
-    for (int i = 0; i < R; ++i) S[i] *= gam_l;
-    wgmma::fence_operands(acc);
-    wgmma::fence_operands(S);
-    wgmma::fence();
-    // Both warpgroups issue M·V' (warpgroup 0's result is not used): a wgmma on a divergent path makes ptxas
-    // serialize every wgmma of the kernel (C7520).
-#pragma unroll
-    for (int j = 0; j < C / 16; ++j)
-      wgmma::mma_m64n<0, 0>(acc, wgmma::desc(set + Set::M + 2 * kCG * j, kCG, 128),
-                            wgmma::desc(sbase + kVt + 256 * j, 128, C * 16), true);
-#pragma unroll
-    for (int j = 0; j < C / 16; ++j)  // Kdᵀ: m = dk (64·wg ..), k = rows 16j ..: MN-major, LBO = a row group
-      wgmma::mma_m64n<1, 0>(S, wgmma::desc(set + Set::K + 8 * kCG * wg + 256 * j, 128, kCG),
-                            wgmma::desc(sbase + kDt + 256 * j, 128, C * 16), true);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(acc);
-    wgmma::fence_operands(S);
-    if (wg == 1) {
-      if (o_rows) {
-        store_acc<false>(sbase + kOt, 8 * LDO * 2, 16, LDO * 2, 0, acc);
-        asm volatile("bar.sync 1, 128;\n" ::: "memory");  // warpgroup 1's O tile complete
-        bf16* ob = static_cast<bf16*>(o.p) + (t0 * HV + h) * DV + c0;
-#pragma unroll
-        for (int p = threadIdx.x - 128; p < C * NB; p += 128) {
-          const int r = p / NB, j = p % NB;
-          if (r < len)
-            *reinterpret_cast<uint4*>(ob + r * HV * DV + 8 * j) =
-                *reinterpret_cast<const uint4*>(gdn_smem + kOt + r * LDO * 2 + 16 * j);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < NB; ++j)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int i = 16 * wq + gr + 8 * hf;
-            if (i >= len) continue;
-            const int64_t at = ((t0 + i) * HV + h) * DV + c0 + 8 * j + 2 * tq;
-            st(o, at, acc[4 * j + 2 * hf]);
-            st(o, at + 1, acc[4 * j + 2 * hf + 1]);
-          }
-      }
-    }
-    // bf16(S) into the S tile (rows = dk) for the next chunk; phase A's reads of it completed before the
-    // barrier above.
-    store_acc<false>(sbase + kSt, BV * 16, 128, 16, 64 * wg, S);
-    t0 = t0n, len = lenn, t0n = t0nn, lenn = lennn;
-  }
-#else
-  __trap();  // built without sm_90a: the launcher does not choose this kernel there
-#endif
-}
 
 // The same scan with the two warpgroups split by value columns instead of by role (BV 32 or 64): warpgroup g
 // takes columns ch = g·BV/2 .. + BV/2 − 1 of every product but the state update, which stays split by state
@@ -531,17 +312,12 @@ cudaError_t launch_gdn_chunk_scan_wgmma(const KernelPolicy& pol, const float* Gc
       (bv != 16 && bv != 32 && bv != 64))
     return cudaErrorInvalidValue;
   if (nseq == 0 || HV == 0) return cudaSuccess;
+  if (bv == 16)  // the role split with O a chunk behind (chunk_scan_wgmma16.cu)
+    return launch_gdn_chunk_scan_wgmma16(pol, Gc, chunks, chunk_off, nseq, o, states16, vnew16, HK, HV, b16, s);
   auto run = [&](auto bv_c) {
     constexpr int BV = decltype(bv_c)::value;
     constexpr size_t smem = Smem<BV>::bytes;
-    // BV 32, 64: the warpgroups split by columns; BV 16 by role (halves of 8 columns were slower, see the
-    // columns kernel)
-    auto* kern = [] {
-      if constexpr (BV == 16)
-        return &gdn_chunk_scan_wgmma_kernel<BV>;
-      else
-        return &gdn_chunk_scan_wgmma_cols_kernel<BV>;
-    }();
+    auto* kern = &gdn_chunk_scan_wgmma_cols_kernel<BV>;  // the warpgroups split by value columns
     cudaError_t e = set_launch_smem(pol, kern, smem);
     if (e != cudaSuccess) return e;
     kern<<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, smem, s>>>(
@@ -550,8 +326,7 @@ cudaError_t launch_gdn_chunk_scan_wgmma(const KernelPolicy& pol, const float* Gc
         static_cast<const bf16*>(b16.Q), static_cast<const bf16*>(b16.M), b16.states_even);
     return cudaGetLastError();
   };
-  return bv == 16   ? run(std::integral_constant<int, 16>{})
-         : bv == 32 ? run(std::integral_constant<int, 32>{})
+  return bv == 32 ? run(std::integral_constant<int, 32>{})
                     : run(std::integral_constant<int, 64>{});
 }
 
