@@ -4,123 +4,250 @@
 //   backward: dh' = dh + dr·A (the down projection's rank-r term of dx), dg (=) dh'·u·silu'(g), du (=) dh'·silu(g).
 // Before, lora_up wrote each term in full and the base GEMM read it back (beta = 1); here the base GEMMs write
 // their products alone and this kernel adds the terms while it reads them for SwiGLU.
-// Layout: a block takes 128 tokens x 64 columns, and its g and u (and dh) tiles are copied to shared memory by
-// cp.async with its u / dr rows and B / A columns, all issued at the start (72 / 74 KiB, three blocks an SM).
-// Forward: each warp forms its 16 rows' rank-r products once (one mma k-step per 16 x 8 block), adds them to g and u
-// in the mma layout (padded tile rows: the 4-byte reads fall on distinct banks), and forms h into a third tile; the
-// warp's rows then go out as 16-byte row pieces. Backward: each warp sends its products through a per-warp fp32
-// staging tile (lora_rank16_tile.cuh) and combines them with 16-byte row pieces of the tiles.
+// Layout: a block takes 128 tokens x 64 columns. Its tiles (padded rows) are copied to shared memory by cp.async in
+// two groups, with its u / dr rows and B / A columns: the gate's operands first, so that the gate's sums (forward) or
+// the rank-r product (backward) are formed while the rest lands. Each warp works on its 16 rows in the mma layout
+// (one mma k-step per 16 x 8 block; the 4-byte reads of the padded rows fall on distinct banks), writes its results
+// over the tiles it has read (each lane only the pairs it read), and sends its rows out as 16-byte row pieces.
+// Forward: 54 KiB, four blocks an SM; with keep_sums the sums go out before h is written over the gate tile.
+// Backward: 62 KiB, three blocks an SM. bf16 pairs are held as 32-bit words (pack_rn / lo / hi).
 // Arithmetic per element as the ops it replaces: each sum rounded to bf16 once (a GEMM with beta = 1 into the base
-// product rounds the same way), SwiGLU on the rounded sums in fp32 (swiglu_fwd / swiglu_bwd).
+// product rounds the same way), SwiGLU on the rounded sums in fp32 (swiglu_fwd / swiglu_bwd). The sigmoid is
+// sigmoidf_'s, without its reciprocal's slow-path check where every gate of the lane's 32 is above -87
+// (sigmoid_rn.cuh): the same bits.
 #include <cuda_bf16.h>
 
-#include "common/bf16x8.cuh"
 #include "common/device.cuh"
 #include "common/mma.cuh"
 #include "lora/lora.cuh"
 #include "lora/lora_rank16_tile.cuh"
+#include "lora/sigmoid_rn.cuh"
 
 namespace deltatune::kernels {
 namespace {
 
 using namespace lora_rank16;
-constexpr int kCols = kHalf;     // columns per backward block
+constexpr int kCols = kHalf;     // columns per block
 constexpr int kLdN = kCols + 8;  // padded A rows [r][64 columns]
-constexpr int kLdT = kCols + 8;  // padded rows of the forward's g / u / h tiles (mma-layout reads on distinct banks)
+constexpr int kLdT = kCols + 8;  // padded tile rows (mma-layout reads and writes on distinct banks)
+static_assert(kThreads == 2 * kTileT && kThreads % (kCols / 8) == 0, "one [*, 16] row piece a thread");
 
-__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+// 16-byte copy global -> shared with no bounds (whole tiles).
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
 
-// The block's [128, 64] tile of a [T, N] bf16 tensor into dst (row stride ld); pieces past T or N become zeros.
-__device__ __forceinline__ void load_tile(bf16* dst, int ld, const bf16* src, int64_t t0, int64_t n0, int64_t T,
-                                          int64_t N) {
-  for (int idx = threadIdx.x; idx < kTileT * (kCols / 8); idx += kThreads) {
-    const int r = idx / (kCols / 8), q = idx % (kCols / 8);
-    const bool ok = t0 + r < T && n0 + 8 * q < N;
-    mma::cp_async16(mma::smem_addr(&dst[r * ld + 8 * q]), ok ? src + (t0 + r) * N + n0 + 8 * q : src, ok);
+// The block's [128, 64] tile of a [T, N] bf16 tensor into dst (row stride kLdT): thread i copies piece i % 8 of
+// rows i / 8 + 32·j. Pieces past T or N become zeros; `full` (the tile lies inside) skips the checks.
+__device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t t0, int64_t n0, int64_t T, int64_t N,
+                                          bool full) {
+  constexpr int kRowsPass = kThreads / (kCols / 8);
+  constexpr uint32_t kStep = kRowsPass * kLdT * sizeof(bf16);
+  const int r = threadIdx.x / (kCols / 8), c = 8 * (threadIdx.x % (kCols / 8));
+  const uint32_t d = mma::smem_addr(dst + r * kLdT + c);
+  const bf16* s = src + (t0 + r) * N + n0 + c;
+  if (full) {
+#pragma unroll
+    for (int j = 0; j < kTileT / kRowsPass; ++j) cp16(d + j * kStep, s + j * kRowsPass * N);
+  } else {
+    const bool col_ok = n0 + c < N;
+#pragma unroll
+    for (int j = 0; j < kTileT / kRowsPass; ++j) {
+      const bool ok = col_ok && t0 + r + j * kRowsPass < T;
+      mma::cp_async16(d + j * kStep, ok ? s + j * kRowsPass * N : src, ok);
+    }
   }
 }
 
+// Rows t0 .. t0 + 127 of a [T, 16] bf16 column block (row stride ld) into dst (row stride kLdA), one piece a
+// thread; rows past T become zeros.
+__device__ __forceinline__ void load_rows16(bf16* dst, const bf16* src, int64_t ld, int64_t t0, int64_t T) {
+  const int r = threadIdx.x / 2, q = threadIdx.x % 2;
+  const bool ok = t0 + r < T;
+  mma::cp_async16(mma::smem_addr(dst + r * kLdA + 8 * q), ok ? src + (t0 + r) * ld + 8 * q : src, ok);
+}
+
+// Rows n0 .. n0 + 63 of a [N, 16] bf16 matrix (contiguous) into dst (row stride kLdA), by threads 0-127; rows past
+// N become zeros.
+__device__ __forceinline__ void load_cols16(bf16* dst, const bf16* src, int64_t n0, int64_t N) {
+  if (threadIdx.x >= 2 * kCols) return;
+  const int r = threadIdx.x / 2, q = threadIdx.x % 2;
+  const bool ok = n0 + r < N;
+  mma::cp_async16(mma::smem_addr(dst + r * kLdA + 8 * q), ok ? src + (n0 + r) * kR + 8 * q : src, ok);
+}
+
+// The warp's 16 tile rows out to dst [T, N] as 16-byte row pieces.
+__device__ __forceinline__ void store_rows(bf16* dst, const bf16* tile, int warp, int lane, int64_t t0, int64_t n0,
+                                           int64_t T, int64_t N, bool full) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = 16 * warp + 4 * i + lane / 8, c = 8 * (lane % 8);
+    if (full || (t0 + r < T && n0 + c < N))
+      *reinterpret_cast<uint4*>(dst + (t0 + r) * N + n0 + c) = *reinterpret_cast<const uint4*>(&tile[r * kLdT + c]);
+  }
+}
+
+// Offset of this lane's pair (row r0 + 8·hf, columns 8·nb + 2·t4, + 1) of the mma layout in a kLdT tile.
+__device__ __forceinline__ int at(int r0, int hf, int nb, int t4) { return (r0 + 8 * hf) * kLdT + nb * 8 + 2 * t4; }
+// A bf16 pair as one 32-bit word (low half the first element): kept that way so the compiler does not split it.
+__device__ __forceinline__ uint32_t& pair(bf16* tile, int off) { return *reinterpret_cast<uint32_t*>(&tile[off]); }
+__device__ __forceinline__ float lo(uint32_t p) { return __uint_as_float(p << 16); }
+__device__ __forceinline__ float hi(uint32_t p) { return __uint_as_float(p & 0xffff0000u); }
+// (a, b) rounded to bf16 (round to nearest even, as __floats2bfloat162_rn) as one word.
+__device__ __forceinline__ uint32_t pack_rn(float a, float b) {
+  uint32_t p;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p) : "f"(b), "f"(a));
+  return p;
+}
+// Elementwise minimum of two bf16 pairs; NaN if either element is.
+__device__ __forceinline__ uint32_t min_nan(uint32_t a, uint32_t b) {
+  uint32_t m;
+  asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(b));
+  return m;
+}
+// Both elements of the pair above kSigmoidFastMin (false for NaN).
+__device__ __forceinline__ bool fast_ok(uint32_t m) { return lo(m) > kSigmoidFastMin && hi(m) > kSigmoidFastMin; }
+constexpr uint32_t kPairMax = 0x7f7f7f7fu;  // two large finite bf16
+
+// acc (=) the warp's 16 u rows (fragment a) · B columns [c0, c0 + 32) (B tile as [n][k] rows): acc[j] is the
+// 16 x 8 block of columns c0 + 8·j.
+__device__ __forceinline__ void rank_r32(float (&acc)[4][4], const uint32_t (&a)[4], const bf16* bs, int c0,
+                                         int lane) {
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    uint32_t b[4];
+    mma::ldsm_x4(b, mma::smem_addr(&bs[(c0 + 16 * p + (lane & 7) + ((lane >> 4) << 3)) * kLdA + ((lane >> 3) & 1) * 8]));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[2 * p][e] = acc[2 * p + 1][e] = 0.f;
+    mma::mma16816(acc[2 * p], a, b[0], b[1]);
+    mma::mma16816(acc[2 * p + 1], a, b[2], b[3]);
+  }
+}
+
+// alpha·acc + base, each rounded to bf16 once (no fused multiply-add: __fmul_rn / __fadd_rn, as the staged
+// kernels did), as a pair.
+__device__ __forceinline__ uint32_t sum_pair(float a0, float a1, float alpha, uint32_t base) {
+  return pack_rn(__fadd_rn(__fmul_rn(alpha, a0), lo(base)), __fadd_rn(__fmul_rn(alpha, a1), hi(base)));
+}
+
+template <bool kFast> __device__ __forceinline__ float sigmoid_(float x) {
+  if constexpr (kFast) return sigmoid_fast(x);
+  else return sigmoidf_(x);
+}
+
 struct BwdSmem {
-  bf16 dh[kTileT * kCols], g[kTileT * kCols], u[kTileT * kCols];
+  bf16 dh[kTileT * kLdT], g[kTileT * kLdT], u[kTileT * kLdT];
   bf16 dr[kTileT * kLdA];
   bf16 a[kR * kLdN];
-  float st[kThreads / 32][8 * kLdS];
 };
 
 struct FwdSmem {
-  bf16 g[kTileT * kLdT], u[kTileT * kLdT], h[kTileT * kLdT];
+  bf16 g[kTileT * kLdT], u[kTileT * kLdT];  // h goes into g once g is read (and, with keep, written out)
   bf16 ug[kTileT * kLdA], uu[kTileT * kLdA];
   bf16 bg[kCols * kLdA], bu[kCols * kLdA];
 };
 
-// This lane's sums of one rank-r product with its base product, in the mma layout: acc[nb][2·hf + e] belongs to
-// tile row r0 + 8·hf, column 8·nb + 2·t4 + e. Each sum alpha·acc + base is rounded to bf16 once, as the staged
-// forward did (no fused multiply-add: __fmul_rn / __fadd_rn), and written back over the base with keep.
-__device__ __forceinline__ void sums(const float (&acc)[kHalf / 8][4], float alpha, bf16* tile, int r0, int t4,
-                                     bool keep, float (&out)[kHalf / 8][4]) {
+// The forward's second half: the up sums (written back over u with kKeep) and h = silu(g)·u of the rounded sums
+// into hp, per 32 columns.
+template <bool kKeep, bool kFast>
+__device__ __forceinline__ void fwd_up_h(FwdSmem& sm, const uint32_t (&fu)[4], float au, const uint32_t (&gp)[8][2],
+                                         uint32_t (&hp)[8][2], int r0, int t4, int lane) {
 #pragma unroll
-  for (int nb = 0; nb < kHalf / 8; ++nb)
+  for (int p = 0; p < 2; ++p) {
+    float acc[4][4];
+    rank_r32(acc, fu, sm.bu, 32 * p, lane);
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      auto* p = reinterpret_cast<__nv_bfloat162*>(&tile[(r0 + 8 * hf) * kLdT + nb * 8 + 2 * t4]);
-      const float2 b = __bfloat1622float2(*p);
-      out[nb][2 * hf] = round_bf16(__fadd_rn(__fmul_rn(alpha, acc[nb][2 * hf]), b.x));
-      out[nb][2 * hf + 1] = round_bf16(__fadd_rn(__fmul_rn(alpha, acc[nb][2 * hf + 1]), b.y));
-      if (keep) *p = __floats2bfloat162_rn(out[nb][2 * hf], out[nb][2 * hf + 1]);
-    }
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int nb = 4 * p + j, off = at(r0, hf, nb, t4);
+        const uint32_t us = sum_pair(acc[j][2 * hf], acc[j][2 * hf + 1], au, pair(sm.u, off));
+        if (kKeep) pair(sm.u, off) = us;
+        const float g0 = lo(gp[nb][hf]), g1 = hi(gp[nb][hf]);
+        hp[nb][hf] = pack_rn(g0 * sigmoid_<kFast>(g0) * lo(us), g1 * sigmoid_<kFast>(g1) * hi(us));
+      }
+  }
 }
 
-__global__ void __launch_bounds__(kThreads, 3)
+template <bool kKeep>
+__global__ void __launch_bounds__(kThreads, 4)
     lora_swiglu_fwd_kernel(const bf16* __restrict__ ug, int64_t ldug, const bf16* __restrict__ uu, int64_t lduu,
                            const bf16* __restrict__ Bg, const bf16* __restrict__ Bu, float ag, float au,
-                           bf16* __restrict__ g, bf16* __restrict__ u, bf16* __restrict__ h, int64_t T, int64_t N,
-                           bool keep_sums) {
+                           bf16* __restrict__ g, bf16* __restrict__ u, bf16* __restrict__ h, int64_t T, int64_t N) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   FwdSmem& sm = *reinterpret_cast<FwdSmem*>(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t0 = int64_t(blockIdx.y) * kTileT, n0 = int64_t(blockIdx.x) * kCols;
-  load_tile(sm.g, kLdT, g, t0, n0, T, N);
-  load_tile(sm.u, kLdT, u, t0, n0, T, N);
-  load_r16(sm.ug, ug, ldug, t0, T);
-  load_r16(sm.uu, uu, lduu, t0, T);
-  load_r16<kCols>(sm.bg, Bg, kR, n0, N);
-  load_r16<kCols>(sm.bu, Bu, kR, n0, N);
+  const bool full = t0 + kTileT <= T && n0 + kCols <= N;
+  // Two copy groups: the gate's operands, then the up's, so that the gate sums are formed while the up tile lands.
+  load_rows16(sm.ug, ug, ldug, t0, T);
+  load_cols16(sm.bg, Bg, n0, N);
+  load_tile(sm.g, g, t0, n0, T, N, full);
   mma::cp_async_commit();
-  mma::cp_async_wait<0>();
+  load_rows16(sm.uu, uu, lduu, t0, T);
+  load_cols16(sm.bu, Bu, n0, N);
+  load_tile(sm.u, u, t0, n0, T, N, full);
+  mma::cp_async_commit();
+  mma::cp_async_wait<1>();
   __syncthreads();
   const int r0 = 16 * warp + lane / 4, t4 = lane % 4;
-  float gs[kHalf / 8][4], us[kHalf / 8][4];
-  {
-    uint32_t a[4];
-    float acc[kHalf / 8][4];
-    mma::ldsm_x4(a, mma::smem_addr(&sm.ug[(16 * warp + (lane & 15)) * kLdA + (lane >> 4) * 8]));
-    rank_r_nk(acc, a, sm.bg, 0, lane);
-    sums(acc, ag, sm.g, r0, t4, keep_sums, gs);
-    mma::ldsm_x4(a, mma::smem_addr(&sm.uu[(16 * warp + (lane & 15)) * kLdA + (lane >> 4) * 8]));
-    rank_r_nk(acc, a, sm.bu, 0, lane);
-    sums(acc, au, sm.u, r0, t4, keep_sums, us);
+  uint32_t fg[4], fu[4];
+  mma::ldsm_x4(fg, mma::smem_addr(&sm.ug[(16 * warp + (lane & 15)) * kLdA + (lane >> 4) * 8]));
+  // The gate sums, kept as bf16 pairs (they are rounded to bf16 anyway), and their minimum for sigmoid_fast.
+  uint32_t gp[8][2], gmin = kPairMax;
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    float acc[4][4];
+    rank_r32(acc, fg, sm.bg, 32 * p, lane);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int nb = 4 * p + j, off = at(r0, hf, nb, t4);
+        gp[nb][hf] = sum_pair(acc[j][2 * hf], acc[j][2 * hf + 1], ag, pair(sm.g, off));
+        if (kKeep) pair(sm.g, off) = gp[nb][hf];
+        gmin = min_nan(gmin, gp[nb][hf]);
+      }
+  }
+  mma::cp_async_wait<0>();
+  __syncthreads();
+  mma::ldsm_x4(fu, mma::smem_addr(&sm.uu[(16 * warp + (lane & 15)) * kLdA + (lane >> 4) * 8]));
+  uint32_t hp[8][2];
+  if (fast_ok(gmin))
+    fwd_up_h<kKeep, true>(sm, fu, au, gp, hp, r0, t4, lane);
+  else
+    fwd_up_h<kKeep, false>(sm, fu, au, gp, hp, r0, t4, lane);
+  if (kKeep) {  // the sums out first: h then goes over the gate tile
+    __syncwarp();
+    store_rows(g, sm.g, warp, lane, t0, n0, T, N, full);
+    store_rows(u, sm.u, warp, lane, t0, n0, T, N, full);
+    __syncwarp();
   }
 #pragma unroll
-  for (int nb = 0; nb < kHalf / 8; ++nb)
+  for (int nb = 0; nb < 8; ++nb)
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf)
-      *reinterpret_cast<__nv_bfloat162*>(&sm.h[(r0 + 8 * hf) * kLdT + nb * 8 + 2 * t4]) =
-          __floats2bfloat162_rn(siluf_(gs[nb][2 * hf]) * us[nb][2 * hf],
-                                siluf_(gs[nb][2 * hf + 1]) * us[nb][2 * hf + 1]);
+    for (int hf = 0; hf < 2; ++hf) pair(sm.g, at(r0, hf, nb, t4)) = hp[nb][hf];
   __syncwarp();
-  // The warp's 16 rows x 64 columns out as 16-byte row pieces: h, and the sums with keep_sums.
+  store_rows(h, sm.g, warp, lane, t0, n0, T, N, full);
+}
+
+// The backward's combine in the mma layout: dh' = acc + dh rounded once, dg = dh'·u·silu'(g) over dh, du =
+// dh'·silu(g) over g (each lane writes only the pairs it read).
+template <bool kFast>
+__device__ __forceinline__ void bwd_combine(BwdSmem& sm, const float (&acc)[8][4], const uint32_t (&gp)[8][2], int r0,
+                                            int t4) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int r = 16 * warp + 4 * i + lane / 8, c = 8 * (lane % 8);
-    const int64_t t = t0 + r, n = n0 + c;
-    if (t >= T || n >= N) continue;
-    const int64_t off = t * N + n;
-    *reinterpret_cast<uint4*>(h + off) = *reinterpret_cast<const uint4*>(&sm.h[r * kLdT + c]);
-    if (keep_sums) {
-      *reinterpret_cast<uint4*>(g + off) = *reinterpret_cast<const uint4*>(&sm.g[r * kLdT + c]);
-      *reinterpret_cast<uint4*>(u + off) = *reinterpret_cast<const uint4*>(&sm.u[r * kLdT + c]);
+  for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int off = at(r0, hf, nb, t4);
+      const uint32_t d = pair(sm.dh, off), up = pair(sm.u, off);
+      const uint32_t dv = pack_rn(acc[nb][2 * hf] + lo(d), acc[nb][2 * hf + 1] + hi(d));
+      const float g0 = lo(gp[nb][hf]), g1 = hi(gp[nb][hf]), s0 = sigmoid_<kFast>(g0), s1 = sigmoid_<kFast>(g1);
+      pair(sm.dh, off) = pack_rn(lo(dv) * lo(up) * (s0 * (1.f + g0 * (1.f - s0))),
+                                 hi(dv) * hi(up) * (s1 * (1.f + g1 * (1.f - s1))));
+      pair(sm.g, off) = pack_rn(lo(dv) * (g0 * s0), hi(dv) * (g1 * s1));
     }
-  }
 }
 
 __global__ void __launch_bounds__(kThreads, 3)
@@ -131,21 +258,23 @@ __global__ void __launch_bounds__(kThreads, 3)
   BwdSmem& sm = *reinterpret_cast<BwdSmem*>(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t0 = int64_t(blockIdx.y) * kTileT, n0 = int64_t(blockIdx.x) * kCols;
-  load_tile(sm.dh, kCols, dh, t0, n0, T, N);
-  load_tile(sm.g, kCols, g, t0, n0, T, N);
-  load_tile(sm.u, kCols, u, t0, n0, T, N);
-  load_r16(sm.dr, dr, kR, t0, T);
+  const bool full = t0 + kTileT <= T && n0 + kCols <= N;
+  // Two copy groups: dr, A and g first (the rank-r product and the gate's minimum), then dh and u.
+  load_rows16(sm.dr, dr, kR, t0, T);
   if (threadIdx.x < kR * (kCols / 8)) {  // A [16, N] columns n0 .. n0 + 63: 16 rows x 8 pieces of 8
     const int k = threadIdx.x / (kCols / 8), q = threadIdx.x % (kCols / 8);
     const bool ok = n0 + 8 * q < N;
     mma::cp_async16(mma::smem_addr(&sm.a[k * kLdN + 8 * q]), ok ? A + k * N + n0 + 8 * q : A, ok);
   }
+  load_tile(sm.g, g, t0, n0, T, N, full);
   mma::cp_async_commit();
-  mma::cp_async_wait<0>();
+  load_tile(sm.dh, dh, t0, n0, T, N, full);
+  load_tile(sm.u, u, t0, n0, T, N, full);
+  mma::cp_async_commit();
+  mma::cp_async_wait<1>();
   __syncthreads();
   uint32_t a[4];
   mma::ldsm_x4(a, mma::smem_addr(&sm.dr[(16 * warp + (lane & 15)) * kLdA + (lane >> 4) * 8]));
-  float* s = sm.st[warp];
   float acc[kHalf / 8][4];
 #pragma unroll
   for (int p = 0; p < kHalf / 16; ++p) {  // A tile as [k][n] rows: the transposed loads give the col-major B
@@ -156,33 +285,29 @@ __global__ void __launch_bounds__(kThreads, 3)
     mma::mma16816(acc[2 * p], a, b[0], b[1]);
     mma::mma16816(acc[2 * p + 1], a, b[2], b[3]);
   }
+  const int r0 = 16 * warp + lane / 4, t4 = lane % 4;
+  uint32_t gp[8][2], gmin = kPairMax;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float l[2][8];
-    stage_rows(acc, 1.f, half, s, lane, l);
+  for (int nb = 0; nb < 8; ++nb)
 #pragma unroll
-    for (int pass = 0; pass < 2; ++pass) {
-      const int r = 16 * warp + 8 * half + pass * 4 + lane / 8, c = 8 * (lane % 8);
-      const int64_t t = t0 + r, n = n0 + c;
-      if (t >= T || n >= N) continue;
-      const Bf16x8 d0 = ld8(&sm.dh[r * kCols + c], 0), gv = ld8(&sm.g[r * kCols + c], 0),
-                   uv = ld8(&sm.u[r * kCols + c], 0);
-      Bf16x8 rg, ru;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const float dv = round_bf16(l[pass][k] + d0.v[k]);
-        rg.v[k] = dv * uv.v[k] * dsiluf_(gv.v[k]);
-        ru.v[k] = dv * siluf_(gv.v[k]);
-      }
-      const int64_t off = t * N + n;
-      st8(dg + off, 0, rg);
-      st8(du + off, 0, ru);
+    for (int hf = 0; hf < 2; ++hf) {
+      gp[nb][hf] = pair(sm.g, at(r0, hf, nb, t4));
+      gmin = min_nan(gmin, gp[nb][hf]);
     }
-  }
+  mma::cp_async_wait<0>();
+  __syncthreads();
+  if (fast_ok(gmin))
+    bwd_combine<true>(sm, acc, gp, r0, t4);
+  else
+    bwd_combine<false>(sm, acc, gp, r0, t4);
+  __syncwarp();
+  store_rows(dg, sm.dh, warp, lane, t0, n0, T, N, full);
+  store_rows(du, sm.g, warp, lane, t0, n0, T, N, full);
 }
 
 // Dynamic shared memory above the 48 KiB default: the opt-in is per device, so it is set at every launch (a
-// host-side attribute, not a stream operation), with the carveout at its most so that three blocks fit an SM.
+// host-side attribute, not a stream operation), with the carveout at its most so that four (forward) / three
+// (backward) blocks fit an SM.
 template <class Kernel>
 cudaError_t opt_in(Kernel kernel, size_t smem) {
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -207,11 +332,12 @@ bool lora_swiglu_fwd_takes(const LoraSwigluArgs& a) {
 cudaError_t launch_lora_swiglu_fwd(const LoraSwigluArgs& a, cudaStream_t s) {
   if (!lora_swiglu_fwd_takes(a)) return cudaErrorInvalidValue;
   const size_t smem = sizeof(FwdSmem);
-  if (const cudaError_t e = opt_in(lora_swiglu_fwd_kernel, smem); e != cudaSuccess) return e;
-  lora_swiglu_fwd_kernel<<<grid_of(a.T, a.N), kThreads, smem, s>>>(
+  const auto kernel = a.keep_sums ? lora_swiglu_fwd_kernel<true> : lora_swiglu_fwd_kernel<false>;
+  if (const cudaError_t e = opt_in(kernel, smem); e != cudaSuccess) return e;
+  kernel<<<grid_of(a.T, a.N), kThreads, smem, s>>>(
       static_cast<const bf16*>(a.ug), a.ldug, static_cast<const bf16*>(a.uu), a.lduu, static_cast<const bf16*>(a.Bg),
       static_cast<const bf16*>(a.Bu), a.ag, a.au, static_cast<bf16*>(a.g), static_cast<bf16*>(a.u),
-      static_cast<bf16*>(a.h), a.T, a.N, a.keep_sums);
+      static_cast<bf16*>(a.h), a.T, a.N);
   return cudaGetLastError();
 }
 

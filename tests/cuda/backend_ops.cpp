@@ -225,22 +225,24 @@ int64_t bit_mismatches(Env& e, const Tensor& a, const Tensor& b) {
 
 // SwiGLU with the LoRA rank-r terms of its neighbours. Forward: h (=) silu(g + ag·ug·Bgᵀ)·(u + au·uu·Buᵀ), the sums
 // back in g and u with keep_sums; backward: dh' = dh + dr·A, then swiglu_bwd. Shapes the CUDA kernels take (r 16,
-// N a multiple of 8): tails of the tiles (T 300, N 200), a 2b-like row (T 256, N 6144); r 8 goes to the
-// default (lora_up / gemm + the SwiGLU ops). ug and uu are column blocks of one [T, 2r] tensor, as in the grouped
-// forward. Tolerance 1e-4 against the F32 CPU (bf16 outputs of sums, as lora_up). On the GPU the forward is also
-// compared with the ops it replaces (lora_up with the residual in place twice + swiglu_fwd: same arithmetic, same
-// bits expected) and the backward with gemm (+=) + swiglu_bwd (cuBLAS sums the 16 products in its own order); the
-// elements whose bits differ are printed.
+// N a multiple of 8): tails of the tiles (T 300, N 200), a 2b-like row (T 256, N 6144), gate values down to -100
+// (the kernels' exact sigmoid for tiles with a gate below -87); r 8 goes to the default (lora_up / gemm + the SwiGLU
+// ops). ug and uu are column blocks of one [T, 2r] tensor, as in the grouped forward. Tolerance 1e-4 against the F32
+// CPU (bf16 outputs of sums, as lora_up). On the GPU the forward is also compared with the ops it replaces (lora_up
+// with the residual in place twice + swiglu_fwd: same arithmetic, same bits expected) and the backward with gemm (+=)
+// + swiglu_bwd (cuBLAS sums the 16 products in its own order); the elements whose bits differ are printed.
 void case_lora_swiglu(Env& e) {
   struct L {
     int64_t T, N, r;
+    float glo;  // the gate's lowest value
   };
-  const L cases[] = {{300, 200, 16}, {256, 6144, 16}, {33, 40, 8}};
+  const L cases[] = {{300, 200, 16, -3.f}, {256, 6144, 16, -3.f}, {33, 40, 8, -3.f}, {200, 136, 16, -100.f}};
   for (const L& c : cases) {
-    const std::string tag = " T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " r=" + std::to_string(c.r);
+    const std::string tag = " T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " r=" + std::to_string(c.r) +
+                            (c.glo < -3.f ? " g>=-100" : "");
     for (int keep = 0; keep < 2; ++keep) {
       Pair uz = e.in({c.T, 2 * c.r}, BF), Bg = e.in({c.N, c.r}, BF, -0.5f, 0.5f), Bu = e.in({c.N, c.r}, BF, -0.5f, 0.5f);
-      Pair g = e.in({c.T, c.N}, BF, -3.f, 3.f), u = e.in({c.T, c.N}, BF, -2.f, 2.f), h = e.out_init({c.T, c.N}, BF);
+      Pair g = e.in({c.T, c.N}, BF, c.glo, 3.f), u = e.in({c.T, c.N}, BF, -2.f, 2.f), h = e.out_init({c.T, c.N}, BF);
       Tensor g2 = e.gpu->alloc(g.g.shape, BF), u2 = e.gpu->alloc(u.g.shape, BF), h2 = e.gpu->alloc(h.g.shape, BF);
       e.gpu->copy(g2, g.g);
       e.gpu->copy(u2, u.g);
@@ -260,7 +262,7 @@ void case_lora_swiglu(Env& e) {
                   static_cast<long long>(h2.numel()));
     }
     Pair dh = e.in({c.T, c.N}, BF), dr = e.in({c.T, c.r}, BF, -0.5f, 0.5f), A = e.in({c.r, c.N}, BF, -0.5f, 0.5f);
-    Pair g = e.in({c.T, c.N}, BF, -3.f, 3.f), u = e.in({c.T, c.N}, BF, -2.f, 2.f);
+    Pair g = e.in({c.T, c.N}, BF, c.glo, 3.f), u = e.in({c.T, c.N}, BF, -2.f, 2.f);
     Pair dg = e.out_init({c.T, c.N}, BF), du = e.out_init({c.T, c.N}, BF);
     Tensor dh2 = e.gpu->alloc(dh.g.shape, BF), dg2 = e.gpu->alloc(dh.g.shape, BF), du2 = e.gpu->alloc(dh.g.shape, BF);
     e.gpu->copy(dh2, dh.g);
