@@ -124,13 +124,15 @@ __global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels
 // row in shared memory, so the row is read from memory once instead of twice (ce_f32x4 re-reads a 1 MB row in
 // pass 2: with 264 rows in flight they do not stay in L2). The slices' (max, sum) pairs are merged through
 // distributed shared memory; pass 2 reads the slice from shared memory and writes the gradient in 8- or
-// 16-byte stores. Each element is read before it is written (by the same block), so dlogits may alias logits.
+// 16-byte stores, row r at d + r·ldd. Every block has read its slice before the cluster barrier after which
+// any block writes, so dlogits may alias logits: in place in F32 (ldd = V), or in bf16 over the first half of
+// each F32 row (ldd = 2V: launch_cross_entropy_bf16_in_place).
 constexpr int kClusterThreads = 512;
 
 template <int C>
 __global__ void __launch_bounds__(kClusterThreads)
     ce_cluster_kernel(const float* x, int64_t V, int64_t slice4, const int32_t* labels, float grad_scale,
-                      const float* grad_scale_dev, KOut d, double* loss_acc) {
+                      const float* grad_scale_dev, KOut d, int64_t ldd, double* loss_acc) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   extern __shared__ float4 slice_smem[];
@@ -181,9 +183,9 @@ __global__ void __launch_bounds__(kClusterThreads)
       uint2 u;
       u.x = *reinterpret_cast<const uint32_t*>(&lo);
       u.y = *reinterpret_cast<const uint32_t*>(&hi);
-      reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(d.p) + row * V)[c] = u;
+      reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(d.p) + row * ldd)[c] = u;
     } else {
-      reinterpret_cast<float4*>(static_cast<float*>(d.p) + row * V)[c] = make_float4(g[0], g[1], g[2], g[3]);
+      reinterpret_cast<float4*>(static_cast<float*>(d.p) + row * ldd)[c] = make_float4(g[0], g[1], g[2], g[3]);
     }
   }
 #endif
@@ -211,7 +213,7 @@ bool use_cluster_kernel(const KernelPolicy& policy, KIn logits, int64_t V, KOut 
 }
 
 cudaError_t launch_ce_cluster(const float* x, int64_t T, int64_t V, const int32_t* labels, float grad_scale,
-                              const float* grad_scale_dev, KOut d, double* loss_acc, cudaStream_t s) {
+                              const float* grad_scale_dev, KOut d, int64_t ldd, double* loss_acc, cudaStream_t s) {
   constexpr int C = kClusterBlocks;
   const size_t smem = cluster_slice_bytes(V);
   const int64_t slice4 = static_cast<int64_t>(smem / 16);
@@ -232,7 +234,7 @@ cudaError_t launch_ce_cluster(const float* x, int64_t T, int64_t V, const int32_
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, x, V, slice4, labels, grad_scale, grad_scale_dev, d, loss_acc);
+  return cudaLaunchKernelEx(&cfg, kernel, x, V, slice4, labels, grad_scale, grad_scale_dev, d, ldd, loss_acc);
 }
 
 }  // namespace
@@ -243,7 +245,7 @@ cudaError_t launch_cross_entropy(KIn logits, int64_t T, int64_t V, const int32_t
   if (T <= 0) return cudaSuccess;
   if (use_cluster_kernel(policy, logits, V, dlogits))
     return launch_ce_cluster(static_cast<const float*>(logits.p), T, V, labels, grad_scale, grad_scale_dev,
-                             dlogits, loss_acc, s);
+                             dlogits, V, loss_acc, s);
   const bool x4 = logits.t == KType::F32 && V % 4 == 0 && reinterpret_cast<uintptr_t>(logits.p) % 16 == 0;
   if (x4)
     ce_f32x4_kernel<<<static_cast<unsigned>(T), 4 * kThreads, 0, s>>>(
@@ -252,6 +254,24 @@ cudaError_t launch_cross_entropy(KIn logits, int64_t T, int64_t V, const int32_t
     ce_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(logits, V, labels, grad_scale, grad_scale_dev,
                                                             dlogits, loss_acc);
   return cudaGetLastError();
+}
+
+bool cross_entropy_bf16_in_place(const KernelPolicy& policy, int64_t V) {
+  // use_cluster_kernel's conditions; its alignment checks hold for any 16-byte aligned F32 buffer (rows of 4V
+  // bytes, V % 4 == 0).
+  return policy.hopper() && V % 4 == 0 && V >= 32768 && policy.smem_fits(cluster_slice_bytes(V));
+}
+
+cudaError_t launch_cross_entropy_bf16_in_place(float* logits, int64_t T, int64_t V, const int32_t* labels,
+                                               float grad_scale, const float* grad_scale_dev, double* loss_acc,
+                                               const KernelPolicy& policy, cudaStream_t s) {
+  if (T <= 0) return cudaSuccess;
+  if (!cross_entropy_bf16_in_place(policy, V) || reinterpret_cast<uintptr_t>(logits) % 16 != 0)
+    return cudaErrorInvalidValue;
+  KOut d{};
+  d.p = logits;
+  d.t = KType::BF16;
+  return launch_ce_cluster(logits, T, V, labels, grad_scale, grad_scale_dev, d, 2 * V, loss_acc, s);
 }
 
 }  // namespace deltatune::kernels

@@ -21,5 +21,16 @@ cudaError_t launch_cross_entropy(KIn logits, int64_t T, int64_t V, const int32_t
                                  const float* grad_scale_dev, KOut dlogits, double* loss_acc,
                                  const KernelPolicy& policy, cudaStream_t s);
 
+// Whether launch_cross_entropy_bf16_in_place runs for rows of V values under this policy (Hopper's cluster
+// kernel: V % 4 == 0, V >= 32K, the row's slices fit shared memory).
+bool cross_entropy_bf16_in_place(const KernelPolicy& policy, int64_t V);
+// launch_cross_entropy with a bf16 gradient written over the F32 logits themselves (16-byte aligned): row r's
+// gradient is the first V values of row r of the buffer viewed as bf16 [T, 2V] (a leading dimension of 2V).
+// The linear cross-entropy's chunks then need no separate gradient buffer. cudaErrorInvalidValue where
+// cross_entropy_bf16_in_place is false or logits is not 16-byte aligned.
+cudaError_t launch_cross_entropy_bf16_in_place(float* logits, int64_t T, int64_t V, const int32_t* labels,
+                                               float grad_scale, const float* grad_scale_dev, double* loss_acc,
+                                               const KernelPolicy& policy, cudaStream_t s);
+
 
 }  // namespace deltatune::kernels

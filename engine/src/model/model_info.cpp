@@ -319,7 +319,8 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   }
   // The fused loss's buffers (CudaBackend::linear_cross_entropy_acc): fp32 logits of at most 2^26 floats, rows a
   // multiple of 16 (256 rows at Qwen3.5's vocabulary whatever loss_chunk_rows asks for more), and their bf16
-  // gradient.
+  // gradient. Under the Hopper policy the gradient is written over the logits and the same bytes hold 1.5 times
+  // the rows (384 at Qwen3.5's vocabulary; fewer bytes where T is below that): this bound holds for both.
   const int64_t V = std::max<int64_t>(info.vocab_size, 1);
   int64_t loss_buffers = 8 * T * V;
   if (fused_loss) {

@@ -755,21 +755,37 @@ void CudaBackend::linear_cross_entropy_acc(const Tensor& h, const Tensor& w, con
   });
   check(!dh || dh->numel() == h.numel(), "linear_cross_entropy: dh must match h");
   if (T == 0) return;
-  // Logits buffer: 2^26 floats (256 MiB).
+  // Logits buffer: 2^26 floats (256 MiB), plus the chunk's gradient in the weight's type. Under the Hopper policy
+  // a bf16 gradient is written over the logits themselves (kernels::launch_cross_entropy_bf16_in_place) and the
+  // dh GEMM reads it with a leading dimension of 2V: the same bytes then hold 1.5 times the rows (384 instead of
+  // 256 at Qwen3.5's vocabulary), so fewer, larger chunks' GEMMs read the lm_head weight (1 GB at 2b).
   constexpr int log2_floats = 26;
   const int64_t cap_rows = std::max<int64_t>(1, (int64_t(1) << log2_floats) / std::max<int64_t>(V, 1));
-  const int64_t n_max = std::max<int64_t>(1, std::min({chunk_rows, T, cap_rows >= 32 ? cap_rows / 16 * 16 : cap_rows}));
+  const int64_t cap16 = cap_rows >= 32 ? cap_rows / 16 * 16 : cap_rows;
+  const bool in_place = dh && w.dtype == DType::BF16 && kernels::cross_entropy_bf16_in_place(policy_, V);
+  const int64_t n_max = std::max<int64_t>(1, std::min({chunk_rows, T, in_place ? cap16 * 3 / 2 : cap16}));
   Tensor logits = alloc({n_max, V}, DType::F32);
-  Tensor grad = dh ? alloc({n_max, V}, w.dtype) : Tensor();
+  Tensor grad = dh && !in_place ? alloc({n_max, V}, w.dtype) : Tensor();
   const Tensor h2 = h.view({T, H});
   for (int64_t t0 = 0; t0 < T; t0 += n_max) {
     const int64_t n = std::min(n_max, T - t0);
-    Tensor lg = logits.slice(0, n), gr = dh ? grad.slice(0, n) : Tensor();
+    Tensor lg = logits.slice(0, n), gr = dh && !in_place ? grad.slice(0, n) : Tensor();
     gemm(h2.slice(t0, t0 + n), false, w, true, lg, 1.f, 0.f);
-    cuda_check(kernels::launch_cross_entropy(kin(lg, "linear_cross_entropy logits"), n, V,
-                                             iptr(labels.view({T}).slice(t0, t0 + n)), grad_scale, grad_scale_dev,
-                                             dh ? kout(gr, "linear_cross_entropy grad") : kernels::KOut{}, acc,
-                                             policy_, stream()),
+    const int32_t* lab = iptr(labels.view({T}).slice(t0, t0 + n));
+    if (in_place) {
+      cuda_check(kernels::launch_cross_entropy_bf16_in_place(static_cast<float*>(lg.data), n, V, lab, grad_scale,
+                                                             grad_scale_dev, acc, policy_, stream()),
+                 "linear_cross_entropy (gradient over the logits)");
+      Tensor gv = lg;  // the chunk's F32 rows as bf16 [n, 2V]: the gradient is columns [0, V)
+      gv.dtype = DType::BF16;
+      gv.shape = {n, 2 * V};
+      Tensor dhc = dh->view({T, H}).slice(t0, t0 + n);
+      gemm_cols(Cols(gv, 0, V), false, Cols(w), false, Cols(dhc), 1.f, 0.f);
+      continue;
+    }
+    cuda_check(kernels::launch_cross_entropy(kin(lg, "linear_cross_entropy logits"), n, V, lab, grad_scale,
+                                             grad_scale_dev, dh ? kout(gr, "linear_cross_entropy grad") : kernels::KOut{},
+                                             acc, policy_, stream()),
                "linear_cross_entropy");
     if (!dh) continue;
     Tensor dhc = dh->view({T, H}).slice(t0, t0 + n);
