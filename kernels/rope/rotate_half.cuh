@@ -1,5 +1,5 @@
-// The NeoX rotate-half step of both rotary kernels (rope/rope.cu: text, partial and multimodal; vit/vision_ops.cu:
-// the vision tower's 2-D rope), which differ only in the angle of each pair:
+// The NeoX rotate-half step of the vision tower's 2-D rope (vit/vision_ops.cu; rope/rope.cu, text and multimodal,
+// does the same step for every head of a token from one angle):
 //   x'[b+i] = x[b+i]·cos φ − x[b+i+half]·sin φ,  x'[b+i+half] = x[b+i+half]·cos φ + x[b+i]·sin φ,
 //   φ = sign·ang (sign −1: the inverse rotation, which is also the backward). In place (=), fp32 in registers.
 #pragma once
