@@ -125,19 +125,30 @@ __global__ void sigmoid_mul_bwd_kernel(KIn d, KIn x, KIn g, KOut dx, KOut dg, in
     st(dg, i, dv * ld(x, i) * s * (1.f - s));
   }
 }
-__global__ void sigmoid_mul_fwd_bf16x8_kernel(const void* x, const void* g, void* o, int64_t n8) {
+// Group i of the gate: i itself (contiguous) or row i / cols8, group i % cols8 of rows ldg8 groups apart
+// (kCols).
+template <bool kCols>
+__device__ __forceinline__ int64_t gate_group(int64_t i, int64_t cols8, int64_t ldg8) {
+  if constexpr (kCols) return (i / cols8) * ldg8 + i % cols8;
+  return i;
+}
+template <bool kCols>
+__global__ void sigmoid_mul_fwd_bf16x8_kernel(const void* x, const void* g, void* o, int64_t n8,
+                                              int64_t cols8, int64_t ldg8) {
   DT_GRID_STRIDE(i, n8) {
-    const Bf16x8 xv = ld8(x, i), gv = ld8(g, i);
+    const Bf16x8 xv = ld8(x, i), gv = ld8(g, gate_group<kCols>(i, cols8, ldg8));
     Bf16x8 r;
 #pragma unroll
     for (int k = 0; k < 8; ++k) r.v[k] = xv.v[k] * sigmoidf_(gv.v[k]);
     st8(o, i, r);
   }
 }
+template <bool kCols>
 __global__ void sigmoid_mul_bwd_bf16x8_kernel(const void* d, const void* x, const void* g, void* dx, void* dg,
-                                              int64_t n8) {
+                                              int64_t n8, int64_t cols8, int64_t ldg8) {
   DT_GRID_STRIDE(i, n8) {
-    const Bf16x8 dv = ld8(d, i), xv = ld8(x, i), gv = ld8(g, i);
+    const int64_t gi = gate_group<kCols>(i, cols8, ldg8);
+    const Bf16x8 dv = ld8(d, i), xv = ld8(x, i), gv = ld8(g, gi);
     Bf16x8 rx, rg;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
@@ -146,7 +157,7 @@ __global__ void sigmoid_mul_bwd_bf16x8_kernel(const void* d, const void* x, cons
       rg.v[k] = dv.v[k] * xv.v[k] * sg * (1.f - sg);
     }
     st8(dx, i, rx);
-    st8(dg, i, rg);
+    st8(dg, gi, rg);
   }
 }
 }  // namespace
@@ -218,7 +229,8 @@ cudaError_t launch_swiglu_bwd(KIn d, KIn g, KIn u, KOut dg, KOut du, int64_t n, 
 cudaError_t launch_sigmoid_mul_fwd(KIn x, KIn g, KOut o, int64_t n, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
   if (all_bf16x8(n, x, g, o))  // the attention output gate: 1.2 TB/s through the typed one-element loads
-    sigmoid_mul_fwd_bf16x8_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, s>>>(x.p, g.p, o.p, n / 8);
+    sigmoid_mul_fwd_bf16x8_kernel<false>
+        <<<grid_for(n / 8, kThreads), kThreads, 0, s>>>(x.p, g.p, o.p, n / 8, 0, 0);
   else
     sigmoid_mul_fwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, g, o, n);
   return cudaGetLastError();
@@ -226,9 +238,35 @@ cudaError_t launch_sigmoid_mul_fwd(KIn x, KIn g, KOut o, int64_t n, cudaStream_t
 cudaError_t launch_sigmoid_mul_bwd(KIn d, KIn x, KIn g, KOut dx, KOut dg, int64_t n, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
   if (all_bf16x8(n, d, x, g, dx, dg))
-    sigmoid_mul_bwd_bf16x8_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, s>>>(d.p, x.p, g.p, dx.p, dg.p, n / 8);
+    sigmoid_mul_bwd_bf16x8_kernel<false>
+        <<<grid_for(n / 8, kThreads), kThreads, 0, s>>>(d.p, x.p, g.p, dx.p, dg.p, n / 8, 0, 0);
   else
     sigmoid_mul_bwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(d, x, g, dx, dg, n);
+  return cudaGetLastError();
+}
+bool sigmoid_mul_cols_fits(std::initializer_list<KIn> ts, int64_t cols, int64_t ld_g) {
+  if (cols <= 0 || cols % 8 != 0 || ld_g % 8 != 0 || ld_g < cols) return false;
+  for (const KIn& t : ts)
+    if (!all_bf16x8(8, t)) return false;
+  return true;
+}
+cudaError_t launch_sigmoid_mul_fwd_cols(KIn x, KIn g, int64_t ld_g, KOut o, int64_t rows, int64_t cols,
+                                        cudaStream_t s) {
+  if (rows <= 0) return cudaSuccess;
+  if (!sigmoid_mul_cols_fits({x, g, KIn{o.p, o.t}}, cols, ld_g)) return cudaErrorInvalidValue;
+  const int64_t n8 = rows * cols / 8;
+  sigmoid_mul_fwd_bf16x8_kernel<true>
+      <<<grid_for(n8, kThreads), kThreads, 0, s>>>(x.p, g.p, o.p, n8, cols / 8, ld_g / 8);
+  return cudaGetLastError();
+}
+cudaError_t launch_sigmoid_mul_bwd_cols(KIn d, KIn x, KIn g, int64_t ld_g, KOut dx, KOut dg, int64_t rows,
+                                        int64_t cols, cudaStream_t s) {
+  if (rows <= 0) return cudaSuccess;
+  if (!sigmoid_mul_cols_fits({d, x, g, KIn{dx.p, dx.t}, KIn{dg.p, dg.t}}, cols, ld_g))
+    return cudaErrorInvalidValue;
+  const int64_t n8 = rows * cols / 8;
+  sigmoid_mul_bwd_bf16x8_kernel<true>
+      <<<grid_for(n8, kThreads), kThreads, 0, s>>>(d.p, x.p, g.p, dx.p, dg.p, n8, cols / 8, ld_g / 8);
   return cudaGetLastError();
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "common/kptr.h"
 
@@ -22,6 +23,16 @@ cudaError_t launch_swiglu_fwd(KIn gate, KIn up, KOut out, int64_t n, cudaStream_
 cudaError_t launch_swiglu_bwd(KIn dout, KIn gate, KIn up, KOut dgate, KOut dup, int64_t n, cudaStream_t s);
 cudaError_t launch_sigmoid_mul_fwd(KIn x, KIn gate, KOut out, int64_t n, cudaStream_t s);
 cudaError_t launch_sigmoid_mul_bwd(KIn dout, KIn x, KIn gate, KOut dx, KOut dgate, int64_t n, cudaStream_t s);
+// The same with gate (and dgate) as `rows` rows of `cols` values ld_g apart (a column block of wider rows:
+// the attention output gate, read and its gradient written in q_proj's [q | gate] rows); x, out, dout, dx
+// contiguous (rows·cols). bf16 only, cols and ld_g multiples of 8, 16-byte aligned pointers:
+// sigmoid_mul_cols_fits says whether the operands qualify (else the launchers refuse with
+// cudaErrorInvalidValue).
+bool sigmoid_mul_cols_fits(std::initializer_list<KIn> ts, int64_t cols, int64_t ld_g);
+cudaError_t launch_sigmoid_mul_fwd_cols(KIn x, KIn gate, int64_t ld_g, KOut out, int64_t rows, int64_t cols,
+                                        cudaStream_t s);
+cudaError_t launch_sigmoid_mul_bwd_cols(KIn dout, KIn x, KIn gate, int64_t ld_g, KOut dx, KOut dgate,
+                                        int64_t rows, int64_t cols, cudaStream_t s);
 // Σ x² accumulated in fp64 into *acc (device double, (+=)).
 cudaError_t launch_sum_squares(KIn x, int64_t n, double* acc, cudaStream_t s);
 // *flag (=) 1 if any element is NaN/Inf (flag must be zeroed by the caller; only ever set to 1).

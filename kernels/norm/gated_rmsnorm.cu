@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kRows8Threads) gated_rmsnorm_fwd_rows8_kernel(
                                                                                 int64_t rows, int n8) {
   const RowLane<L> rl(rows);
   Bf16x8 xv[CH];
-  const float r = rsqrtf(load_row_sumsq<L, CH>(x, rl, n8, xv) / float(8 * n8) + eps);
+  const float r = rsqrtf(load_row_sumsq<L, CH>(x, rl, n8, n8, xv) / float(8 * n8) + eps);
   if (!rl.valid) return;
   if (rl.lane == 0) rstd[rl.row] = r;
 #pragma unroll

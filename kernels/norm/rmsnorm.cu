@@ -3,6 +3,8 @@
 //   backward: x̂ = x·r, dx̂ = dy·w';  dx (=) r·(dx̂ − x̂·mean(dx̂·x̂))
 // Memory: bf16 rows (n % 8 == 0, n <= 4096) are read once into registers (rows8.cuh); otherwise one block per row
 // reads each row twice (reduction pass, then output pass).
+// The row operand x (and the forward's y, the backward's dx) may have rows ld values apart, wider than n: the
+// attention block's q is read, and its gradient written, in place in q_proj's [q | gate] rows (no column copies).
 #include "common/device.cuh"
 #include "norm/norm.cuh"
 #include "norm/rows8.cuh"
@@ -12,9 +14,10 @@ namespace {
 
 constexpr int kThreads = 128;
 
-__global__ void rmsnorm_fwd_kernel(KIn x, KIn w, float eps, bool zc, KOut y, float* rstd, int64_t n) {
+__global__ void rmsnorm_fwd_kernel(KIn x, int64_t ldx, KIn w, float eps, bool zc, KOut y, int64_t ldy, float* rstd,
+                                   int64_t n) {
   __shared__ float scratch[32];
-  const int64_t base = blockIdx.x * n;
+  const int64_t base = blockIdx.x * ldx, ybase = blockIdx.x * ldy;
   float ss = 0.f;
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
     const float v = ld(x, base + c);
@@ -25,34 +28,37 @@ __global__ void rmsnorm_fwd_kernel(KIn x, KIn w, float eps, bool zc, KOut y, flo
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
     const float wv = zc ? 1.f + ld(w, c) : ld(w, c);
-    st(y, base + c, ld(x, base + c) * r * wv);
+    st(y, ybase + c, ld(x, base + c) * r * wv);
   }
 }
 
-__global__ void rmsnorm_bwd_kernel(KIn dy, KIn x, KIn w, const float* rstd, bool zc, KOut dx, int64_t n) {
+__global__ void rmsnorm_bwd_kernel(KIn dy, KIn x, int64_t ldx, KIn w, const float* rstd, bool zc, KOut dx,
+                                   int64_t ldd, int64_t n) {
   __shared__ float scratch[32];
-  const int64_t base = blockIdx.x * n;
+  const int64_t base = blockIdx.x * n, xbase = blockIdx.x * ldx, dbase = blockIdx.x * ldd;
   const float r = rstd[blockIdx.x];
   float dot = 0.f;
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
     const float wv = zc ? 1.f + ld(w, c) : ld(w, c);
-    dot += ld(dy, base + c) * wv * ld(x, base + c) * r;
+    dot += ld(dy, base + c) * wv * ld(x, xbase + c) * r;
   }
   const float mean = block_sum(dot, scratch) / float(n);
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
     const float wv = zc ? 1.f + ld(w, c) : ld(w, c);
-    const float xh = ld(x, base + c) * r;
-    st(dx, base + c, r * (ld(dy, base + c) * wv - xh * mean));
+    const float xh = ld(x, xbase + c) * r;
+    st(dx, dbase + c, r * (ld(dy, base + c) * wv - xh * mean));
   }
 }
 
 template <int L, int CH, bool WF>
 __global__ void __launch_bounds__(kRows8Threads)
-    rmsnorm_fwd_rows8_kernel(const void* x, KIn w, float eps, bool zc, void* y, float* rstd, int64_t rows, int n8) {
+    rmsnorm_fwd_rows8_kernel(const void* x, int64_t ldx8, KIn w, float eps, bool zc, void* y, int64_t ldy8, float* rstd,
+                             int64_t rows, int n8) {
   const RowLane<L> rl(rows);
   constexpr bool reread = kRereadRows<CH>;
   Bf16x8 xv[reread ? 1 : CH];
-  const float ss = reread ? row_sumsq<L, CH>(x, rl, n8) : load_row_sumsq<L, reread ? 1 : CH>(x, rl, n8, xv);
+  const float ss =
+      reread ? row_sumsq<L, CH>(x, rl, n8, ldx8) : load_row_sumsq<L, reread ? 1 : CH>(x, rl, n8, ldx8, xv);
   const float r = rsqrtf(ss / float(8 * n8) + eps);
   if (!rl.valid) return;
   if (rl.lane == 0) rstd[rl.row] = r;
@@ -60,22 +66,21 @@ __global__ void __launch_bounds__(kRows8Threads)
   for (int k = 0; k < CH; ++k) {
     const int j = rl.lane + L * k;
     if (j >= n8) continue;
-    const Bf16x8 xk = reread ? ld8(x, rl.row * n8 + j) : xv[reread ? 0 : k];
+    const Bf16x8 xk = reread ? ld8(x, rl.row * ldx8 + j) : xv[reread ? 0 : k];
     Bf16x8 out;
     float wv[8];
     w8<WF>(w, j, wv);
 #pragma unroll
     for (int e = 0; e < 8; ++e) out.v[e] = xk.v[e] * r * (zc ? 1.f + wv[e] : wv[e]);
-    st8(y, rl.row * n8 + j, out);
+    st8(y, rl.row * ldy8 + j, out);
   }
 }
 
 // RES: dx (=) bf16(the gradient) + residual, rounded again (as rmsnorm_bwd then add(dx, residual) would).
 template <int L, int CH, bool WF, bool RES>
-__global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const void* dy, const void* x, KIn w,
-                                                                          const float* rstd, bool zc,
-                                                                          const void* residual, void* dx,
-                                                                          int64_t rows, int n8) {
+__global__ void __launch_bounds__(kRows8Threads)
+    rmsnorm_bwd_rows8_kernel(const void* dy, const void* x, int64_t ldx8, KIn w, const float* rstd, bool zc,
+                             const void* residual, void* dx, int64_t ldd8, int64_t rows, int n8) {
   const RowLane<L> rl(rows);
   const float r = rl.valid ? rstd[rl.row] : 0.f;
   constexpr bool reread = kRereadRows<CH>;
@@ -87,7 +92,7 @@ __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const 
     const int j = rl.lane + L * k;
     if (!rl.valid || j >= n8) continue;
     const int h = reread ? 0 : k;
-    xv[h] = ld8(x, rl.row * n8 + j);
+    xv[h] = ld8(x, rl.row * ldx8 + j);
     gv[h] = ld8(dy, rl.row * n8 + j);
     float wv[8];
     w8<WF>(w, j, wv);
@@ -102,7 +107,7 @@ __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const 
     if (j >= n8) continue;
     const int h = reread ? 0 : k;
     if (reread) {
-      xv[h] = ld8(x, rl.row * n8 + j);
+      xv[h] = ld8(x, rl.row * ldx8 + j);
       gv[h] = ld8(dy, rl.row * n8 + j);
     }
     Bf16x8 out;
@@ -115,7 +120,7 @@ __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const 
 #pragma unroll
       for (int e = 0; e < 8; ++e) out.v[e] = __bfloat162float(__float2bfloat16_rn(out.v[e])) + res.v[e];
     }
-    st8(dx, rl.row * n8 + j, out);
+    st8(dx, rl.row * ldd8 + j, out);
   }
 }
 
@@ -123,43 +128,54 @@ __global__ void __launch_bounds__(kRows8Threads) rmsnorm_bwd_rows8_kernel(const 
 
 cudaError_t launch_rmsnorm_fwd(KIn x, KIn w, float eps, bool zc, KOut y, float* rstd, int64_t rows, int64_t n,
                                cudaStream_t s) {
+  return launch_rmsnorm_fwd_ld(x, n, w, eps, zc, y, n, rstd, rows, n, s);
+}
+cudaError_t launch_rmsnorm_fwd_ld(KIn x, int64_t ldx, KIn w, float eps, bool zc, KOut y, int64_t ldy, float* rstd,
+                                  int64_t rows, int64_t n, cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;
-  if (all_bf16x8(n, x, KIn{y.p, y.t}) &&
+  if (ldx < n || ldy < n) return cudaErrorInvalidValue;
+  if (all_bf16x8(n, x, KIn{y.p, y.t}) && (ldx | ldy) % 8 == 0 &&
       dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
         const int n8 = static_cast<int>(n / 8);
         if (weight_f32x4(w))
-          rmsnorm_fwd_rows8_kernel<L.value, CH.value, true><<<grid, kRows8Threads, 0, s>>>(x.p, w, eps, zc, y.p, rstd,
-                                                                                          rows, n8);
+          rmsnorm_fwd_rows8_kernel<L.value, CH.value, true>
+              <<<grid, kRows8Threads, 0, s>>>(x.p, ldx / 8, w, eps, zc, y.p, ldy / 8, rstd, rows, n8);
         else
-          rmsnorm_fwd_rows8_kernel<L.value, CH.value, false><<<grid, kRows8Threads, 0, s>>>(x.p, w, eps, zc, y.p,
-                                                                                           rstd, rows, n8);
+          rmsnorm_fwd_rows8_kernel<L.value, CH.value, false>
+              <<<grid, kRows8Threads, 0, s>>>(x.p, ldx / 8, w, eps, zc, y.p, ldy / 8, rstd, rows, n8);
       }))
     return cudaGetLastError();
-  rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, w, eps, zc, y, rstd, n);
+  rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, ldx, w, eps, zc, y, ldy, rstd, n);
   return cudaGetLastError();
 }
 namespace {
 template <bool RES>
-bool launch_rmsnorm_bwd_rows8(KIn dy, KIn x, KIn w, const float* rstd, bool zc, const void* residual, KOut dx,
-                              int64_t rows, int64_t n, cudaStream_t s) {
+bool launch_rmsnorm_bwd_rows8(KIn dy, KIn x, int64_t ldx, KIn w, const float* rstd, bool zc, const void* residual,
+                              KOut dx, int64_t ldd, int64_t rows, int64_t n, cudaStream_t s) {
   return dispatch_rows8(rows, n, [&](auto L, auto CH, unsigned grid) {
     const int n8 = static_cast<int>(n / 8);
     if (weight_f32x4(w))
       rmsnorm_bwd_rows8_kernel<L.value, CH.value, true, RES>
-          <<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, w, rstd, zc, residual, dx.p, rows, n8);
+          <<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, ldx / 8, w, rstd, zc, residual, dx.p, ldd / 8, rows, n8);
     else
       rmsnorm_bwd_rows8_kernel<L.value, CH.value, false, RES>
-          <<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, w, rstd, zc, residual, dx.p, rows, n8);
+          <<<grid, kRows8Threads, 0, s>>>(dy.p, x.p, ldx / 8, w, rstd, zc, residual, dx.p, ldd / 8, rows, n8);
   });
 }
 }  // namespace
 
 cudaError_t launch_rmsnorm_bwd(KIn dy, KIn x, KIn w, const float* rstd, bool zc, KOut dx, int64_t rows, int64_t n,
                                cudaStream_t s) {
+  return launch_rmsnorm_bwd_ld(dy, x, n, w, rstd, zc, dx, n, rows, n, s);
+}
+cudaError_t launch_rmsnorm_bwd_ld(KIn dy, KIn x, int64_t ldx, KIn w, const float* rstd, bool zc, KOut dx, int64_t ldd,
+                                  int64_t rows, int64_t n, cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;
-  if (all_bf16x8(n, dy, x, KIn{dx.p, dx.t}) && launch_rmsnorm_bwd_rows8<false>(dy, x, w, rstd, zc, nullptr, dx, rows, n, s))
+  if (ldx < n || ldd < n) return cudaErrorInvalidValue;
+  if (all_bf16x8(n, dy, x, KIn{dx.p, dx.t}) && (ldx | ldd) % 8 == 0 &&
+      launch_rmsnorm_bwd_rows8<false>(dy, x, ldx, w, rstd, zc, nullptr, dx, ldd, rows, n, s))
     return cudaGetLastError();
-  rmsnorm_bwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, w, rstd, zc, dx, n);
+  rmsnorm_bwd_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dy, x, ldx, w, rstd, zc, dx, ldd, n);
   return cudaGetLastError();
 }
 
@@ -171,7 +187,7 @@ cudaError_t launch_rmsnorm_bwd_add(KIn dy, KIn x, KIn w, const float* rstd, bool
                                    int64_t rows, int64_t n, cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;
   if (!rmsnorm_bwd_add_fits(dy, x, residual, dx, n) ||
-      !launch_rmsnorm_bwd_rows8<true>(dy, x, w, rstd, zc, residual.p, dx, rows, n, s))
+      !launch_rmsnorm_bwd_rows8<true>(dy, x, n, w, rstd, zc, residual.p, dx, n, rows, n, s))
     return cudaErrorInvalidValue;
   return cudaGetLastError();
 }

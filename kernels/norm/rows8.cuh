@@ -30,16 +30,18 @@ template <int L> struct RowLane {
       : row(int64_t(blockIdx.x) * (kRows8Threads / L) + threadIdx.x / L), lane(threadIdx.x % L), valid(row < rows) {}
 };
 
-// Loads this lane's CH groups of 8 of row rl.row of x (rows of n8 groups) into xv and returns the row's Σx²
-// (every lane gets it; groups past the row or rows past the end are left unread and count 0).
+// Loads this lane's CH groups of 8 of row rl.row of x (rows of n8 groups, ldx8 groups apart) into xv and
+// returns the row's Σx² (every lane gets it; groups past the row or rows past the end are left unread and
+// count 0).
 template <int L, int CH>
-__device__ __forceinline__ float load_row_sumsq(const void* x, const RowLane<L>& rl, int n8, Bf16x8 (&xv)[CH]) {
+__device__ __forceinline__ float load_row_sumsq(const void* x, const RowLane<L>& rl, int n8, int64_t ldx8,
+                                                Bf16x8 (&xv)[CH]) {
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < CH; ++k) {
     const int j = rl.lane + L * k;
     if (!rl.valid || j >= n8) continue;
-    xv[k] = ld8(x, rl.row * n8 + j);
+    xv[k] = ld8(x, rl.row * ldx8 + j);
 #pragma unroll
     for (int e = 0; e < 8; ++e) ss += xv[k].v[e] * xv[k].v[e];
   }
@@ -52,13 +54,14 @@ __device__ __forceinline__ float load_row_sumsq(const void* x, const RowLane<L>&
 template <int CH> constexpr bool kRereadRows = CH >= 8;
 
 // The row's Σx² without holding the row (kRereadRows).
-template <int L, int CH> __device__ __forceinline__ float row_sumsq(const void* x, const RowLane<L>& rl, int n8) {
+template <int L, int CH>
+__device__ __forceinline__ float row_sumsq(const void* x, const RowLane<L>& rl, int n8, int64_t ldx8) {
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < CH; ++k) {
     const int j = rl.lane + L * k;
     if (!rl.valid || j >= n8) continue;
-    const Bf16x8 xv = ld8(x, rl.row * n8 + j);
+    const Bf16x8 xv = ld8(x, rl.row * ldx8 + j);
 #pragma unroll
     for (int e = 0; e < 8; ++e) ss += xv.v[e] * xv.v[e];
   }

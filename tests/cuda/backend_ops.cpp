@@ -465,6 +465,36 @@ void case_rmsnorm(Env& e) {
     }
 }
 
+// The attention block's q and gate read, and their gradients written, in place in q_proj's [q | gate] rows (the
+// *_cols ops) against the CPU's defaults (contiguous copies); the other half of each gradient row stays as it was.
+// hd = 256 (the models' heads: the 16-byte row and gate kernels, F32 norm weight as uploaded) and 12 (the
+// one-block-per-row norm kernels with a row stride, the gate through the default's copies).
+void case_attn_cols(Env& e) {
+  for (int64_t hd : {256, 12}) {
+    const int64_t rows = 21;
+    const std::string tag = " hd=" + std::to_string(hd);
+    Pair qg = e.in({rows, 2 * hd}, BF, -3.f, 3.f), w = e.in({hd}, hd == 256 ? F32 : BF, -0.5f, 0.5f);
+    Pair y = e.out({rows, hd}, BF), r = e.out({rows}, F32);
+    e.cpu->rmsnorm_fwd_cols({qg.c, 0, hd}, w.c, 1e-6f, true, y.c, r.c);
+    e.gpu->rmsnorm_fwd_cols({qg.g, 0, hd}, w.g, 1e-6f, true, y.g, r.g);
+    compare(e, "rmsnorm_fwd_cols y" + tag, y, 1e-5);
+    compare(e, "rmsnorm_fwd_cols rstd" + tag, r, 1e-10);
+    Pair dy = e.in({rows, hd}, BF), dqg = e.out_init({rows, 2 * hd}, BF);
+    e.cpu->rmsnorm_bwd_cols(dy.c, {qg.c, 0, hd}, w.c, r.c, true, {dqg.c, 0, hd});
+    e.gpu->rmsnorm_bwd_cols(dy.g, {qg.g, 0, hd}, w.g, r.g, true, {dqg.g, 0, hd});
+    compare(e, "rmsnorm_bwd_cols dx (gate half as it was)" + tag, dqg, 1e-5);
+    Pair o = e.in({rows, hd}, BF, -2.f, 2.f), so = e.out({rows, hd}, BF);
+    e.cpu->sigmoid_mul_fwd_cols(o.c, {qg.c, hd, hd}, so.c);
+    e.gpu->sigmoid_mul_fwd_cols(o.g, {qg.g, hd, hd}, so.g);
+    compare(e, "sigmoid_mul_fwd_cols" + tag, so, 1e-5);
+    Pair dso = e.in({rows, hd}, BF), dx = e.out({rows, hd}, BF);
+    e.cpu->sigmoid_mul_bwd_cols(dso.c, o.c, {qg.c, hd, hd}, dx.c, {dqg.c, hd, hd});
+    e.gpu->sigmoid_mul_bwd_cols(dso.g, o.g, {qg.g, hd, hd}, dx.g, {dqg.g, hd, hd});
+    compare(e, "sigmoid_mul_bwd_cols dx" + tag, dx, 1e-5);
+    compare(e, "sigmoid_mul_bwd_cols dgate (dq half as it was)" + tag, dqg, 1e-5);
+  }
+}
+
 // The vision tower's ops: LayerNorm (rows of the tower's widths: the tiny golden's 32, the 9B tower's 1152, the
 // merger's 4·1152; F32 weight and bias as the tower uploads them), GELU (tanh and erf), 2-D RoPE.
 void case_vision(Env& e) {
@@ -1525,6 +1555,8 @@ const std::vector<OpCase>& all_cases() {
        case_activations},
       {"embedding", {"embedding_fwd"}, case_embedding},
       {"rmsnorm", {"rmsnorm_fwd", "rmsnorm_bwd", "rmsnorm_bwd_add"}, case_rmsnorm},
+      {"attn_cols", {"rmsnorm_fwd_cols", "rmsnorm_bwd_cols", "sigmoid_mul_fwd_cols", "sigmoid_mul_bwd_cols"},
+       case_attn_cols},
       {"vision", {"layer_norm_fwd", "layer_norm_bwd", "gelu_fwd", "gelu_bwd", "rope_2d"}, case_vision},
       {"gated_rmsnorm", {"gated_rmsnorm_fwd", "gated_rmsnorm_bwd"}, case_gated_rmsnorm},
       {"rope", {"rope", "rope_multimodal"}, case_rope},

@@ -43,6 +43,61 @@ void Backend::gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool trans_b
   }
 }
 
+namespace {
+// The column block as a tensor of its own: the whole tensor when the block is all of it, else a copy.
+Tensor cols_tensor(Backend& be, const Backend::Cols& m, const std::string& what) {
+  check(m.t.ndim() >= 1 && m.col >= 0 && m.width() > 0 && m.col + m.width() <= m.t.cols(), [&] {
+    return what + ": columns [" + std::to_string(m.col) + ", " + std::to_string(m.col + m.width()) +
+           ") are not inside " + shape_str(m.t.shape);
+  });
+  if (m.col == 0 && m.width() == m.t.cols()) return m.t.view({m.t.rows(), m.t.cols()});
+  Tensor t = be.alloc({m.t.rows(), m.width()}, m.t.dtype);
+  be.copy_cols(t, 0, m.t.view({m.t.rows(), m.t.cols()}), m.col, m.width());
+  return t;
+}
+// Writes src [rows, width] into the column block (nothing when src is the block's own tensor).
+void to_cols(Backend& be, const Tensor& src, const Backend::Cols& m) {
+  if (src.data == m.t.data && m.col == 0 && m.width() == m.t.cols()) return;
+  Tensor dst = m.t.view({m.t.rows(), m.t.cols()});
+  be.copy_cols(dst, m.col, src, 0, m.width());
+}
+}  // namespace
+
+void Backend::rmsnorm_fwd_cols(const Cols& x, const Tensor& w, float eps, bool zero_centred, Tensor& y,
+                               Tensor& rstd) {
+  rmsnorm_fwd(cols_tensor(*this, x, "rmsnorm_fwd_cols x"), w, eps, zero_centred, y, rstd);
+}
+
+void Backend::rmsnorm_bwd_cols(const Tensor& dy, const Cols& x, const Tensor& w, const Tensor& rstd,
+                               bool zero_centred, const Cols& dx) {
+  Tensor d = cols_tensor(*this, dx, "rmsnorm_bwd_cols dx");
+  rmsnorm_bwd(dy, cols_tensor(*this, x, "rmsnorm_bwd_cols x"), w, rstd, zero_centred, d);
+  to_cols(*this, d, dx);
+}
+
+// The gate block copied as a tensor of x's shape (the elementwise ops take operands of one shape).
+void Backend::sigmoid_mul_fwd_cols(const Tensor& x, const Cols& gate, Tensor& out) {
+  const Tensor g = cols_tensor(*this, gate, "sigmoid_mul_fwd_cols gate");
+  check(g.numel() == x.numel(), [&] {
+    return "sigmoid_mul_fwd_cols: gate block " + shape_str(g.shape) + " is not x " + shape_str(x.shape) +
+           " in size";
+  });
+  sigmoid_mul_fwd(x, g.view(x.shape), out);
+}
+
+void Backend::sigmoid_mul_bwd_cols(const Tensor& dout, const Tensor& x, const Cols& gate, Tensor& dx,
+                                   const Cols& dgate) {
+  const Tensor g = cols_tensor(*this, gate, "sigmoid_mul_bwd_cols gate");
+  const Tensor dg = cols_tensor(*this, dgate, "sigmoid_mul_bwd_cols dgate");
+  check(g.numel() == x.numel() && dg.numel() == x.numel(), [&] {
+    return "sigmoid_mul_bwd_cols: gate block " + shape_str(g.shape) + " / dgate block " +
+           shape_str(dg.shape) + " is not x " + shape_str(x.shape) + " in size";
+  });
+  Tensor dgx = dg.view(x.shape);
+  sigmoid_mul_bwd(dout, x, g.view(x.shape), dx, dgx);
+  to_cols(*this, dg, dgate);
+}
+
 void Backend::lora_dy_products(const Tensor& dy, const Tensor& B, const Cols& u, float alpha, const Cols& du,
                                Tensor& gB) {
   gemm_cols(dy, true, u, false, gB, alpha, 1.f);

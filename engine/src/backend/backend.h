@@ -150,6 +150,13 @@ class Backend {
   // ops in turn; backends may fuse them. dx must not alias residual or dy.
   virtual void rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                                bool zero_centred, const Tensor& residual, Tensor& dx);
+  // rmsnorm_fwd / rmsnorm_bwd with x (and dx) a column block of wider rows (Cols, width w.numel()): the
+  // attention block's q read, and its gradient written, in place in q_proj's [q | gate] rows. y, dy, rstd
+  // contiguous. The defaults go through contiguous copies (copy_cols).
+  virtual void rmsnorm_fwd_cols(const Cols& x, const Tensor& w, float eps, bool zero_centred, Tensor& y,
+                                Tensor& rstd);
+  virtual void rmsnorm_bwd_cols(const Tensor& dy, const Cols& x, const Tensor& w, const Tensor& rstd,
+                                bool zero_centred, const Cols& dx);
   // GDN output norm, rows of dv = w.numel(): y (=) (x·rstd·w) ⊙ silu(z); rstd F32 [rows] (=).
   virtual void gated_rmsnorm_fwd(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y,
                                  Tensor& rstd) = 0;
@@ -175,6 +182,12 @@ class Backend {
   virtual void sigmoid_mul_fwd(const Tensor& x, const Tensor& gate, Tensor& out) = 0;
   virtual void sigmoid_mul_bwd(const Tensor& dout, const Tensor& x, const Tensor& gate, Tensor& dx,
                                Tensor& dgate) = 0;  // (=)
+  // The same with gate (and dgate) a column block of wider rows (the attention output gate in q_proj's [q |
+  // gate] rows); x, out, dout, dx contiguous with gate.t.rows() x gate.width() elements. The defaults copy
+  // (copy_cols).
+  virtual void sigmoid_mul_fwd_cols(const Tensor& x, const Cols& gate, Tensor& out);
+  virtual void sigmoid_mul_bwd_cols(const Tensor& dout, const Tensor& x, const Cols& gate, Tensor& dx,
+                                    const Cols& dgate);  // (=)
 
   // ---- full attention --------------------------------------------------------------------------
   // In place on x [T, heads, head_dim]: NeoX rotate-half on the first rot_dim dims of each head with

@@ -1,5 +1,7 @@
 // Gated full attention (spec §3.6): q/gate interleaved per head in q_proj, q/k zero-centred RMSNorm,
-// partial NeoX RoPE, causal GQA attention within each packed sequence, sigmoid output gate.
+// partial NeoX RoPE, causal GQA attention within each packed sequence, sigmoid output gate. q and gate stay
+// in q_proj's output rows (per head: q | gate), read there by the q norm and the gate, and their gradients
+// are written there (the *_cols ops: no column copies).
 #include <cmath>
 
 #include "model/blocks.h"
@@ -33,15 +35,11 @@ Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, c
       {&w.q_proj, l.q, c.salt(0)}, {&w.k_proj, l.k, c.salt(1)}, {&w.v_proj, l.v, c.salt(2)}};
   Tensor* const qkv_out[] = {&qg, &k.k, &k.v};
   linear_group_fwd(be, x, qkv, c.rt, qkv_out, k.lqkv);
-  Tensor qg2 = qg.view({T * nH, 2 * hd});
-  k.q = be.alloc({T * nH, hd}, dt);
-  k.gate = be.alloc({T * nH, hd}, dt);
-  be.copy_cols(k.q, 0, qg2, 0, hd);
-  be.copy_cols(k.gate, 0, qg2, hd, hd);
+  k.qg = qg.view({T * nH, 2 * hd});
 
   k.qn = be.alloc({T * nH, hd}, dt);
   k.rstd_q = be.alloc({T * nH}, DType::F32);
-  be.rmsnorm_fwd(k.q, w.q_norm, eps, true, k.qn, k.rstd_q);
+  be.rmsnorm_fwd_cols({k.qg, 0, hd}, w.q_norm, eps, true, k.qn, k.rstd_q);
   k.kn = be.alloc({T * nKV, hd}, dt);
   k.rstd_k = be.alloc({T * nKV}, DType::F32);
   be.rmsnorm_fwd(k.k.view({T * nKV, hd}), w.k_norm, eps, true, k.kn, k.rstd_k);
@@ -57,7 +55,7 @@ Tensor attention_block_fwd(const BlockContext& c, const DeviceLayerWeights& w, c
                      k.lse);
   }
   k.og = be.alloc({T, nH * hd}, dt);
-  be.sigmoid_mul_fwd(k.o.view({T, nH * hd}), k.gate.view({T, nH * hd}), k.og);
+  be.sigmoid_mul_fwd_cols(k.o.view({T, nH * hd}), {k.qg, hd, hd}, k.og);
   Tensor out = be.alloc({T, cfg.hidden_size}, dt);
   linear_fwd(be, k.og, w.o_proj, l.o, c.rt, c.salt(3), out, k.lo, residual);
   return out;
@@ -72,9 +70,8 @@ void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, con
 
   Tensor dog = be.alloc({T, nH * hd}, dt);
   linear_bwd(be, dout, w.o_proj, l.o, c.rt, c.salt(3), k.lo, dog, false);
-  Tensor d_o = be.alloc({T, nH * hd}, dt), dgate = be.alloc({T * nH, hd}, dt);
-  Tensor dgate2 = dgate.view({T, nH * hd});
-  be.sigmoid_mul_bwd(dog, k.o.view({T, nH * hd}), k.gate.view({T, nH * hd}), d_o, dgate2);
+  Tensor d_o = be.alloc({T, nH * hd}, dt), dqg = be.alloc({T * nH, 2 * hd}, dt);  // dqg: rows of dq | dgate
+  be.sigmoid_mul_bwd_cols(dog, k.o.view({T, nH * hd}), {k.qg, hd, hd}, d_o, {dqg, hd, hd});
 
   Tensor dqn = be.alloc({T, nH, hd}, dt), dkn = be.alloc({T, nKV, hd}, dt), dv = be.alloc({T, nKV * hd}, dt);
   Tensor dv3 = dv.view({T, nKV, hd});
@@ -83,13 +80,10 @@ void attention_block_bwd(const BlockContext& c, const DeviceLayerWeights& w, con
   apply_rope(c, dqn, true);
   apply_rope(c, dkn, true);
 
-  Tensor dq = be.alloc({T * nH, hd}, dt), dk = be.alloc({T * nKV, hd}, dt);
-  be.rmsnorm_bwd(dqn.view({T * nH, hd}), k.q, w.q_norm, k.rstd_q, true, dq);
+  Tensor dk = be.alloc({T * nKV, hd}, dt);
+  be.rmsnorm_bwd_cols(dqn.view({T * nH, hd}), {k.qg, 0, hd}, w.q_norm, k.rstd_q, true, {dqg, 0, hd});
   be.rmsnorm_bwd(dkn.view({T * nKV, hd}), k.k.view({T * nKV, hd}), w.k_norm, k.rstd_k, true, dk);
 
-  Tensor dqg = be.alloc({T * nH, 2 * hd}, dt);
-  be.copy_cols(dqg, 0, dq, 0, hd);
-  be.copy_cols(dqg, hd, dgate, 0, hd);
   const SharedInputModule qkv[] = {
       {&w.q_proj, l.q, c.salt(0)}, {&w.k_proj, l.k, c.salt(1)}, {&w.v_proj, l.v, c.salt(2)}};
   const Tensor dqg2 = dqg.view({T, nH * 2 * hd}), dk2 = dk.view({T, nKV * hd});

@@ -95,7 +95,8 @@ struct BlockContext {
 struct AttnCache {
   LinearGroupCache lqkv;  // q, k, v
   LinearCache lo;
-  Tensor q, gate, k, v, rstd_q, rstd_k, qn, kn, o, lse, og;
+  Tensor qg;  // q_proj's output as [T·nH, 2·hd] rows of q | gate (each head's pair), read in place
+  Tensor k, v, rstd_q, rstd_k, qn, kn, o, lse, og;
 };
 // The block forwards return their output, plus `residual` when given (the residual stream: read by the output
 // projection's rank-r term and accumulated in its GEMM epilogue, no copy of it).

@@ -99,6 +99,10 @@ class CudaBackend final : public Backend, public QuantOps {
                    Tensor& dx) override;
   void rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, bool zero_centred,
                        const Tensor& residual, Tensor& dx) override;
+  void rmsnorm_fwd_cols(const Cols& x, const Tensor& w, float eps, bool zero_centred, Tensor& y,
+                        Tensor& rstd) override;
+  void rmsnorm_bwd_cols(const Tensor& dy, const Cols& x, const Tensor& w, const Tensor& rstd,
+                        bool zero_centred, const Cols& dx) override;
   void gated_rmsnorm_fwd(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& y,
                          Tensor& rstd) override;
   void gated_rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& rstd,
@@ -108,6 +112,9 @@ class CudaBackend final : public Backend, public QuantOps {
   void swiglu_bwd(const Tensor& dout, const Tensor& gate, const Tensor& up, Tensor& dgate, Tensor& dup) override;
   void sigmoid_mul_fwd(const Tensor& x, const Tensor& gate, Tensor& out) override;
   void sigmoid_mul_bwd(const Tensor& dout, const Tensor& x, const Tensor& gate, Tensor& dx, Tensor& dgate) override;
+  void sigmoid_mul_fwd_cols(const Tensor& x, const Cols& gate, Tensor& out) override;
+  void sigmoid_mul_bwd_cols(const Tensor& dout, const Tensor& x, const Cols& gate, Tensor& dx,
+                            const Cols& dgate) override;
 
   void rope(Tensor& x, const Tensor& positions, int rot_dim, float theta, bool inverse) override;
   // cuda_ops_vision.cpp

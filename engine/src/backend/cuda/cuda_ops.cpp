@@ -100,6 +100,66 @@ void CudaBackend::rmsnorm_bwd(const Tensor& dy, const Tensor& x, const Tensor& w
              "rmsnorm_bwd");
 }
 
+namespace {
+// A column block's checked geometry and typed pointers (its first column's address; rows t.cols() apart).
+struct ColsView {
+  int64_t rows, width, ld;
+  void* p;
+};
+ColsView cols_view(const Backend::Cols& m, const std::string& what) {
+  check(m.t.ndim() >= 1 && m.col >= 0 && m.width() > 0 && m.col + m.width() <= m.t.cols(), [&] {
+    return what + ": columns [" + std::to_string(m.col) + ", " + std::to_string(m.col + m.width()) +
+           ") are not inside " + shape_str(m.t.shape);
+  });
+  return {m.t.rows(), m.width(), m.t.cols(),
+          static_cast<char*>(m.t.data) + m.col * static_cast<int64_t>(dtype_size(m.t.dtype))};
+}
+kernels::KIn kin_at(const Backend::Cols& m, const ColsView& v, const char* what) {
+  kernels::KIn k = kin(m.t, what);
+  k.p = v.p;
+  return k;
+}
+kernels::KOut kout_at(const Backend::Cols& m, const ColsView& v, const char* what) {
+  Tensor t = m.t;
+  kernels::KOut k = kout(t, what);
+  k.p = v.p;
+  return k;
+}
+}  // namespace
+
+// x (dx) read (written) in place: the row kernels take a row stride.
+void CudaBackend::rmsnorm_fwd_cols(const Cols& x, const Tensor& w, float eps, bool zc, Tensor& y,
+                                   Tensor& rstd) {
+  const ColsView v = cols_view(x, "rmsnorm_fwd_cols x");
+  const int64_t n = w.numel();
+  check(v.width == n && y.numel() == v.rows * n && rstd.numel() == v.rows, [&] {
+    return "rmsnorm_fwd_cols: x block " + std::to_string(v.rows) + "x" + std::to_string(v.width) + " of " +
+           shape_str(x.t.shape) + ", w " + shape_str(w.shape) + ", y " + shape_str(y.shape) + ", rstd " +
+           shape_str(rstd.shape);
+  });
+  cuda_check(
+      kernels::launch_rmsnorm_fwd_ld(kin_at(x, v, "rmsnorm x"), v.ld, kin(w, "rmsnorm w"), eps, zc,
+                                     kout(y, "rmsnorm y"), n, f32(rstd, "rmsnorm rstd"), v.rows, n, stream()),
+      "rmsnorm_fwd_cols");
+}
+
+void CudaBackend::rmsnorm_bwd_cols(const Tensor& dy, const Cols& x, const Tensor& w, const Tensor& rstd,
+                                   bool zc, const Cols& dx) {
+  const ColsView v = cols_view(x, "rmsnorm_bwd_cols x"), d = cols_view(dx, "rmsnorm_bwd_cols dx");
+  const int64_t n = w.numel();
+  check(
+      v.width == n && d.width == n && d.rows == v.rows && dy.numel() == v.rows * n && rstd.numel() == v.rows,
+      [&] {
+        return "rmsnorm_bwd_cols: x block " + std::to_string(v.rows) + "x" + std::to_string(v.width) +
+               ", dx block " + std::to_string(d.rows) + "x" + std::to_string(d.width) + ", w " +
+               shape_str(w.shape) + ", dy " + shape_str(dy.shape) + ", rstd " + shape_str(rstd.shape);
+      });
+  cuda_check(kernels::launch_rmsnorm_bwd_ld(kin(dy, "rmsnorm dy"), kin_at(x, v, "rmsnorm x"), v.ld,
+                                            kin(w, "rmsnorm w"), f32c(rstd, "rmsnorm rstd"), zc,
+                                            kout_at(dx, d, "rmsnorm dx"), d.ld, v.rows, n, stream()),
+             "rmsnorm_bwd_cols");
+}
+
 void CudaBackend::rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, bool zc,
                                   const Tensor& residual, Tensor& dx) {
   const int64_t n = w.numel(), rows = n ? x.numel() / n : 0;
@@ -174,6 +234,48 @@ void CudaBackend::sigmoid_mul_bwd(const Tensor& dout, const Tensor& x, const Ten
                                              kin(gate, "sigmoid_mul gate"), kout(dx, "sigmoid_mul dx"),
                                              kout(dgate, "sigmoid_mul dgate"), x.numel(), stream()),
              "sigmoid_mul_bwd");
+}
+// The gate read (its gradient written) in place when every operand is bf16 on 16-byte pieces; else the
+// default's copies.
+void CudaBackend::sigmoid_mul_fwd_cols(const Tensor& x, const Cols& gate, Tensor& out) {
+  const ColsView g = cols_view(gate, "sigmoid_mul_fwd_cols gate");
+  check(x.numel() == g.rows * g.width && out.numel() == x.numel(), [&] {
+    return "sigmoid_mul_fwd_cols: x " + shape_str(x.shape) + ", out " + shape_str(out.shape) +
+           " and the gate block " + std::to_string(g.rows) + "x" + std::to_string(g.width) +
+           " differ in size";
+  });
+  const kernels::KIn xi = kin(x, "sigmoid_mul x"), gi = kin_at(gate, g, "sigmoid_mul gate");
+  const kernels::KOut o = kout(out, "sigmoid_mul out");
+  if (!kernels::sigmoid_mul_cols_fits({xi, gi, kernels::KIn{o.p, o.t}}, g.width, g.ld)) {
+    Backend::sigmoid_mul_fwd_cols(x, gate, out);
+    return;
+  }
+  cuda_check(kernels::launch_sigmoid_mul_fwd_cols(xi, gi, g.ld, o, g.rows, g.width, stream()),
+             "sigmoid_mul_fwd_cols");
+}
+void CudaBackend::sigmoid_mul_bwd_cols(const Tensor& dout, const Tensor& x, const Cols& gate, Tensor& dx,
+                                       const Cols& dgate) {
+  const ColsView g = cols_view(gate, "sigmoid_mul_bwd_cols gate"),
+                 dg = cols_view(dgate, "sigmoid_mul_bwd_cols dgate");
+  check(x.numel() == g.rows * g.width && dout.numel() == x.numel() && dx.numel() == x.numel() &&
+            dg.rows == g.rows && dg.width == g.width,
+        [&] {
+          return "sigmoid_mul_bwd_cols: x " + shape_str(x.shape) + ", dout " + shape_str(dout.shape) +
+                 ", dx " + shape_str(dx.shape) + ", gate block " + std::to_string(g.rows) + "x" +
+                 std::to_string(g.width) + ", dgate block " + std::to_string(dg.rows) + "x" +
+                 std::to_string(dg.width) + " differ in size";
+        });
+  const kernels::KIn di = kin(dout, "sigmoid_mul dout"), xi = kin(x, "sigmoid_mul x"),
+                     gi = kin_at(gate, g, "sigmoid_mul gate");
+  const kernels::KOut dxo = kout(dx, "sigmoid_mul dx"), dgo = kout_at(dgate, dg, "sigmoid_mul dgate");
+  if (dg.ld != g.ld ||
+      !kernels::sigmoid_mul_cols_fits({di, xi, gi, kernels::KIn{dxo.p, dxo.t}, kernels::KIn{dgo.p, dgo.t}},
+                                      g.width, g.ld)) {
+    Backend::sigmoid_mul_bwd_cols(dout, x, gate, dx, dgate);
+    return;
+  }
+  cuda_check(kernels::launch_sigmoid_mul_bwd_cols(di, xi, gi, g.ld, dxo, dgo, g.rows, g.width, stream()),
+             "sigmoid_mul_bwd_cols");
 }
 void CudaBackend::sigmoid(const Tensor& x, Tensor& y) {
   same_numel("sigmoid", {&x, &y});
