@@ -29,11 +29,13 @@ __device__ __forceinline__ void load_r16(bf16* dst, const bf16* src, int64_t ld,
   }
 }
 
-// acc (=) u rows of this warp · B columns [c0, c0 + 64) of the tile (B tile as [n][k] rows).
-__device__ __forceinline__ void rank_r_nk(float (&acc)[kHalf / 8][4], const uint32_t (&a)[4], const bf16* bs, int c0,
+// acc (=) u rows of this warp · B columns [c0, c0 + kN) of the tile (B tile as [n][k] rows): acc[j] is the 16 x 8
+// block of columns c0 + 8·j.
+template <int kN = kHalf>
+__device__ __forceinline__ void rank_r_nk(float (&acc)[kN / 8][4], const uint32_t (&a)[4], const bf16* bs, int c0,
                                           int lane) {
 #pragma unroll
-  for (int p = 0; p < kHalf / 16; ++p) {
+  for (int p = 0; p < kN / 16; ++p) {
     uint32_t b[4];
     mma::ldsm_x4(b, mma::smem_addr(&bs[(c0 + 16 * p + (lane & 7) + ((lane >> 4) << 3)) * kLdA + ((lane >> 3) & 1) * 8]));
 #pragma unroll

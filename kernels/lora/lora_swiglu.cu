@@ -109,21 +109,6 @@ __device__ __forceinline__ uint32_t min_nan(uint32_t a, uint32_t b) {
 __device__ __forceinline__ bool fast_ok(uint32_t m) { return lo(m) > kSigmoidFastMin && hi(m) > kSigmoidFastMin; }
 constexpr uint32_t kPairMax = 0x7f7f7f7fu;  // two large finite bf16
 
-// acc (=) the warp's 16 u rows (fragment a) · B columns [c0, c0 + 32) (B tile as [n][k] rows): acc[j] is the
-// 16 x 8 block of columns c0 + 8·j.
-__device__ __forceinline__ void rank_r32(float (&acc)[4][4], const uint32_t (&a)[4], const bf16* bs, int c0,
-                                         int lane) {
-#pragma unroll
-  for (int p = 0; p < 2; ++p) {
-    uint32_t b[4];
-    mma::ldsm_x4(b, mma::smem_addr(&bs[(c0 + 16 * p + (lane & 7) + ((lane >> 4) << 3)) * kLdA + ((lane >> 3) & 1) * 8]));
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[2 * p][e] = acc[2 * p + 1][e] = 0.f;
-    mma::mma16816(acc[2 * p], a, b[0], b[1]);
-    mma::mma16816(acc[2 * p + 1], a, b[2], b[3]);
-  }
-}
-
 // alpha·acc + base, each rounded to bf16 once (no fused multiply-add: __fmul_rn / __fadd_rn, as the staged
 // kernels did), as a pair.
 __device__ __forceinline__ uint32_t sum_pair(float a0, float a1, float alpha, uint32_t base) {
@@ -155,7 +140,7 @@ __device__ __forceinline__ void fwd_up_h(FwdSmem& sm, const uint32_t (&fu)[4], f
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
     float acc[4][4];
-    rank_r32(acc, fu, sm.bu, 32 * p, lane);
+    rank_r_nk<32>(acc, fu, sm.bu, 32 * p, lane);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -198,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 4)
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
     float acc[4][4];
-    rank_r32(acc, fg, sm.bg, 32 * p, lane);
+    rank_r_nk<32>(acc, fg, sm.bg, 32 * p, lane);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
