@@ -8,7 +8,8 @@
 #   SHAPES default "0.8b 2b 9b". Env TOKENS (4096), STEPS (5), HF=0 skips HF, HF_PLAIN=0 skips HF without
 #   FLA, HF_CKPT=0 runs HF without gradient checkpointing, OURS_ARGS: more options for bench_train_step (e.g. "--ckpt-layers 8": checkpoint only the first 8
 #   layers), OURS_PORTABLE=1 also runs ours with `--kernels portable`, REPEAT (1): rounds of the whole list, ours and
-#   HF alternating (the HF stack's rate moves by up to ~9% between runs on an H200, ours by ~2%: session 32). The
+#   HF alternating (the HF stack's 2b rate moved by 29% between runs on one H200 machine, 7,960-10,282 tok/s: its
+#   steps are host-bound Python, slower while other processes run on the host; ours by ~3%: session 32). The
 #   table gives each implementation's median and range over the rounds, and ours (median) against HF's median and
 #   against HF's fastest run (the conservative ratio).
 set -u
