@@ -132,26 +132,36 @@ struct FwdSmem {
   bf16 bg[kCols * kLdA], bu[kCols * kLdA];
 };
 
-// The forward's second half: the up sums (written back over u with kKeep) and h = silu(g)·u of the rounded sums
-// into hp, per 32 columns.
-template <bool kKeep, bool kFast>
-__device__ __forceinline__ void fwd_up_h(FwdSmem& sm, const uint32_t (&fu)[4], float au, const uint32_t (&gp)[8][2],
-                                         uint32_t (&hp)[8][2], int r0, int t4, int lane) {
+// For each of the lane's pairs of the warp's 16 rows x 64 columns: the sum alpha·(fa rows · B columns) + base
+// tile, rounded to bf16 as sum_pair does, handed to f(nb, hf, off, sum) (nb: 8-column block, hf: row half, off:
+// the pair's tile offset). The rank-r product runs per 32 columns.
+template <class F>
+__device__ __forceinline__ void for_each_sum_pair(const uint32_t (&fa)[4], const bf16* bs, float alpha, bf16* base,
+                                                  int r0, int t4, int lane, F&& f) {
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
     float acc[4][4];
-    rank_r_nk<32>(acc, fu, sm.bu, 32 * p, lane);
+    rank_r_nk<32>(acc, fa, bs, 32 * p, lane);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int nb = 4 * p + j, off = at(r0, hf, nb, t4);
-        const uint32_t us = sum_pair(acc[j][2 * hf], acc[j][2 * hf + 1], au, pair(sm.u, off));
-        if (kKeep) pair(sm.u, off) = us;
-        const float g0 = lo(gp[nb][hf]), g1 = hi(gp[nb][hf]);
-        hp[nb][hf] = pack_rn(g0 * sigmoid_<kFast>(g0) * lo(us), g1 * sigmoid_<kFast>(g1) * hi(us));
+        f(nb, hf, off, sum_pair(acc[j][2 * hf], acc[j][2 * hf + 1], alpha, pair(base, off)));
       }
   }
+}
+
+// The forward's second half: the up sums (written back over u with kKeep) and h = silu(g)·u of the rounded sums
+// into hp.
+template <bool kKeep, bool kFast>
+__device__ __forceinline__ void fwd_up_h(FwdSmem& sm, const uint32_t (&fu)[4], float au, const uint32_t (&gp)[8][2],
+                                         uint32_t (&hp)[8][2], int r0, int t4, int lane) {
+  for_each_sum_pair(fu, sm.bu, au, sm.u, r0, t4, lane, [&](int nb, int hf, int off, uint32_t us) {
+    if (kKeep) pair(sm.u, off) = us;
+    const float g0 = lo(gp[nb][hf]), g1 = hi(gp[nb][hf]);
+    hp[nb][hf] = pack_rn(g0 * sigmoid_<kFast>(g0) * lo(us), g1 * sigmoid_<kFast>(g1) * hi(us));
+  });
 }
 
 template <bool kKeep>
@@ -180,20 +190,11 @@ __global__ void __launch_bounds__(kThreads, 4)
   mma::ldsm_x4(fg, mma::smem_addr(&sm.ug[(16 * warp + (lane & 15)) * kLdA + (lane >> 4) * 8]));
   // The gate sums, kept as bf16 pairs (they are rounded to bf16 anyway), and their minimum for sigmoid_fast.
   uint32_t gp[8][2], gmin = kPairMax;
-#pragma unroll
-  for (int p = 0; p < 2; ++p) {
-    float acc[4][4];
-    rank_r_nk<32>(acc, fg, sm.bg, 32 * p, lane);
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int nb = 4 * p + j, off = at(r0, hf, nb, t4);
-        gp[nb][hf] = sum_pair(acc[j][2 * hf], acc[j][2 * hf + 1], ag, pair(sm.g, off));
-        if (kKeep) pair(sm.g, off) = gp[nb][hf];
-        gmin = min_nan(gmin, gp[nb][hf]);
-      }
-  }
+  for_each_sum_pair(fg, sm.bg, ag, sm.g, r0, t4, lane, [&](int nb, int hf, int off, uint32_t gs) {
+    gp[nb][hf] = gs;
+    if (kKeep) pair(sm.g, off) = gs;
+    gmin = min_nan(gmin, gs);
+  });
   mma::cp_async_wait<0>();
   __syncthreads();
   mma::ldsm_x4(fu, mma::smem_addr(&sm.uu[(16 * warp + (lane & 15)) * kLdA + (lane >> 4) * 8]));
