@@ -62,13 +62,18 @@ cudaError_t launch_lora_swiglu_fwd(const LoraSwigluArgs& a, cudaStream_t s);
 
 // dh' = dh + dr·A rounded to bf16 once (as a GEMM with beta = 1), then dg (=) dh'·u·silu'(g), du (=) dh'·silu(g)
 // (as swiglu_bwd) (lora_swiglu.cu); dh' is not written. dh, g, u, dg, du bf16 [T, N] (contiguous), dr bf16 [T, r],
-// A bf16 [r, N] (contiguous). r = 16, N a multiple of 8, pointers 16-byte aligned (lora_swiglu_bwd_takes);
-// otherwise the caller runs a GEMM and swiglu_bwd.
+// A bf16 [r, N] (contiguous). With ug set, g and u are the gate/up base products and the sums g + ag·ug·Bgᵀ,
+// u + au·uu·Buᵀ are formed as lora_swiglu_fwd forms them (ug, uu, Bg, Bu as there). r = 16 (rg, ru too), N a
+// multiple of 8, pointers 16-byte aligned (lora_swiglu_bwd_takes); otherwise the caller runs the default.
 struct LoraSwigluBwdArgs {
   const void *dh = nullptr, *dr = nullptr, *A = nullptr, *g = nullptr, *u = nullptr;
   void *dg = nullptr, *du = nullptr;
   int64_t T = 0, N = 0;
   int r = 0;
+  const void *ug = nullptr, *uu = nullptr, *Bg = nullptr, *Bu = nullptr;  // the gate/up terms, or null
+  int64_t ldug = 0, lduu = 0;
+  int rg = 0, ru = 0;
+  float ag = 1.f, au = 1.f;
 };
 bool lora_swiglu_bwd_takes(const LoraSwigluBwdArgs& a);
 cudaError_t launch_lora_swiglu_bwd(const LoraSwigluBwdArgs& a, cudaStream_t s);

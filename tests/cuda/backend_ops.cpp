@@ -266,13 +266,40 @@ void case_lora_swiglu(Env& e) {
     Pair dg = e.out_init({c.T, c.N}, BF), du = e.out_init({c.T, c.N}, BF);
     Tensor dh2 = e.gpu->alloc(dh.g.shape, BF), dg2 = e.gpu->alloc(dh.g.shape, BF), du2 = e.gpu->alloc(dh.g.shape, BF);
     e.gpu->copy(dh2, dh.g);
-    e.cpu->lora_swiglu_bwd(dh.c, dr.c, A.c, g.c, u.c, dg.c, du.c);
-    e.gpu->lora_swiglu_bwd(dh.g, dr.g, A.g, g.g, u.g, dg.g, du.g);
+    e.cpu->lora_swiglu_bwd(dh.c, dr.c, A.c, g.c, u.c, dg.c, du.c, nullptr);
+    e.gpu->lora_swiglu_bwd(dh.g, dr.g, A.g, g.g, u.g, dg.g, du.g, nullptr);
     compare(e, "lora_swiglu_bwd dg" + tag, dg, 1e-4);
     compare(e, "lora_swiglu_bwd du" + tag, du, 1e-4);
     e.gpu->gemm(dr.g, false, A.g, false, dh2, 1.f, 1.f);
     e.gpu->swiglu_bwd(dh2, g.g, u.g, dg2, du2);
     std::printf("  lora_swiglu_bwd%s vs gemm + swiglu_bwd on the GPU: %lld / %lld of %lld dg / du differ in bits\n",
+                tag.c_str(), static_cast<long long>(bit_mismatches(e, dg.g, dg2)),
+                static_cast<long long>(bit_mismatches(e, du.g, du2)), static_cast<long long>(dg2.numel()));
+  }
+  // The backward with the gate/up terms (g and u the base products, as lora_swiglu_fwd leaves them without
+  // keep_sums): vs the F32 CPU, and on the GPU vs the sums formed by lora_up and the backward without terms (same
+  // bits expected). After the cases above, so that their inputs stay as they were.
+  for (const L& c : cases) {
+    const std::string tag = " T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " r=" + std::to_string(c.r) +
+                            (c.glo < -3.f ? " g>=-100" : "");
+    Pair dh = e.in({c.T, c.N}, BF), dr = e.in({c.T, c.r}, BF, -0.5f, 0.5f), A = e.in({c.r, c.N}, BF, -0.5f, 0.5f);
+    Pair g = e.in({c.T, c.N}, BF, c.glo, 3.f), u = e.in({c.T, c.N}, BF, -2.f, 2.f), uz = e.in({c.T, 2 * c.r}, BF);
+    Pair Bg = e.in({c.N, c.r}, BF, -0.5f, 0.5f), Bu = e.in({c.N, c.r}, BF, -0.5f, 0.5f);
+    Pair dg = e.out_init({c.T, c.N}, BF), du = e.out_init({c.T, c.N}, BF);
+    Tensor dh2 = e.gpu->alloc(dh.g.shape, BF), gs = e.gpu->alloc(dh.g.shape, BF), us = e.gpu->alloc(dh.g.shape, BF);
+    Tensor dg2 = e.gpu->alloc(dh.g.shape, BF), du2 = e.gpu->alloc(dh.g.shape, BF);
+    e.gpu->copy(dh2, dh.g);
+    const Backend::GateUpTerms tc{{uz.c, 0, c.r}, {uz.c, c.r, c.r}, Bg.c, Bu.c, 0.75f, 1.25f};
+    const Backend::GateUpTerms tg{{uz.g, 0, c.r}, {uz.g, c.r, c.r}, Bg.g, Bu.g, 0.75f, 1.25f};
+    e.cpu->lora_swiglu_bwd(dh.c, dr.c, A.c, g.c, u.c, dg.c, du.c, &tc);
+    e.gpu->lora_swiglu_bwd(dh.g, dr.g, A.g, g.g, u.g, dg.g, du.g, &tg);
+    compare(e, "lora_swiglu_bwd (gate/up terms) dg" + tag, dg, 1e-4);
+    compare(e, "lora_swiglu_bwd (gate/up terms) du" + tag, du, 1e-4);
+    e.gpu->lora_up(tg.ug, Bg.g, 0.75f, &g.g, gs);
+    e.gpu->lora_up(tg.uu, Bu.g, 1.25f, &u.g, us);
+    e.gpu->lora_swiglu_bwd(dh2, dr.g, A.g, gs, us, dg2, du2, nullptr);
+    std::printf("  lora_swiglu_bwd (gate/up terms)%s vs lora_up x2 + lora_swiglu_bwd on the GPU: %lld / %lld of %lld "
+                "dg / du differ in bits\n",
                 tag.c_str(), static_cast<long long>(bit_mismatches(e, dg.g, dg2)),
                 static_cast<long long>(bit_mismatches(e, du.g, du2)), static_cast<long long>(dg2.numel()));
   }

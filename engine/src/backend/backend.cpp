@@ -110,18 +110,28 @@ void Backend::lora_up(const Cols& u, const Tensor& B, float alpha, const Tensor*
   gemm_cols(u, false, B, true, y2, alpha, residual ? 1.f : 0.f);
 }
 
-void Backend::lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu, float au,
+bool Backend::lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu, float au,
                               Tensor& g, Tensor& u, Tensor& h, bool) {
   lora_up(ug, Bg, ag, &g, g);
   lora_up(uu, Bu, au, &u, u);
   swiglu_fwd(g, u, h);
+  return true;
 }
 
 void Backend::lora_swiglu_bwd(Tensor& dh, const Tensor& dr, const Tensor& A, const Tensor& g, const Tensor& u,
-                              Tensor& dg, Tensor& du) {
-  Tensor dh2 = dh.view({dh.rows(), dh.cols()});
-  gemm(dr, false, A, false, dh2, 1.f, 1.f);
-  swiglu_bwd(dh, g, u, dg, du);
+                              Tensor& dg, Tensor& du, const GateUpTerms* terms) {
+  if (dr.defined()) {
+    Tensor dh2 = dh.view({dh.rows(), dh.cols()});
+    gemm(dr, false, A, false, dh2, 1.f, 1.f);
+  }
+  if (!terms) {
+    swiglu_bwd(dh, g, u, dg, du);
+    return;
+  }
+  Tensor gs = alloc(g.shape, g.dtype), us = alloc(u.shape, u.dtype);
+  lora_up(terms->ug, terms->Bg, terms->ag, &g, gs);
+  lora_up(terms->uu, terms->Bu, terms->au, &u, us);
+  swiglu_bwd(dh, gs, us, dg, du);
 }
 
 void Backend::check_column_parts(const char* op, int64_t T, int64_t C, std::span<const Tensor* const> parts) {

@@ -105,15 +105,24 @@ class Backend {
   virtual void lora_up(const Cols& u, const Tensor& B, float alpha, const Tensor* residual, Tensor& y);
   // SwiGLU on the gate/up base products with their LoRA rank-r terms added on the way (the MLP forward):
   // h (=) silu(g + ag·ug·Bgᵀ) ⊙ (u + au·uu·Buᵀ). g, u, h [T, N]; ug, uu [T, r] column blocks; Bg, Bu [N, r].
-  // With keep_sums g and u are left holding the two sums (what swiglu_bwd reads), else either. The default runs
-  // lora_up (in place) twice and swiglu_fwd; backends may read g and u once.
-  virtual void lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu, float au,
+  // With keep_sums g and u are left holding the two sums (what swiglu_bwd reads); without, either the sums or the
+  // base products. Returns whether they hold the sums (else a backward passes the terms to lora_swiglu_bwd). The
+  // default runs lora_up (in place) twice and swiglu_fwd (true); backends may read g and u once.
+  virtual bool lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu, float au,
                                Tensor& g, Tensor& u, Tensor& h, bool keep_sums);
+  // The gate/up rank-r terms of lora_swiglu_fwd's operands, for a backward whose g and u hold the base products.
+  struct GateUpTerms {
+    Cols ug, uu;
+    Tensor Bg, Bu;
+    float ag = 1.f, au = 1.f;
+  };
   // swiglu_bwd with the down projection's LoRA rank-r term of dout added on the way (the MLP backward): dh' = dh +
-  // dr·A, then dg (=) dh'·u·silu'(g), du (=) dh'·silu(g). dh, g, u, dg, du [T, N]; dr [T, r]; A [r, N]. dh may be
-  // left holding dh'. The default runs a gemm (+=) into dh and swiglu_bwd; backends may skip writing dh'.
+  // dr·A, then dg (=) dh'·u·silu'(g), du (=) dh'·silu(g). dh, g, u, dg, du [T, N]; dr [T, r] (or undefined: no
+  // term); A [r, N]. With terms, g and u are the base products and the sums g + ag·ug·Bgᵀ, u + au·uu·Buᵀ (rounded
+  // as lora_swiglu_fwd rounds them) stand for g and u. dh may be left holding dh'. The default runs a gemm (+=) into
+  // dh, lora_up into temporaries for the terms, and swiglu_bwd; backends may skip writing dh'.
   virtual void lora_swiglu_bwd(Tensor& dh, const Tensor& dr, const Tensor& A, const Tensor& g, const Tensor& u,
-                               Tensor& dg, Tensor& du);
+                               Tensor& dg, Tensor& du, const GateUpTerms* terms);
 
   // ---- elementwise -----------------------------------------------------------------------------
   virtual void add(Tensor& y, const Tensor& x, float alpha) = 0;  // y += alpha * x

@@ -1,4 +1,6 @@
 // SwiGLU MLP (spec §3.7): down(silu(gate(x)) ⊙ up(x)).
+#include <optional>
+
 #include "model/blocks.h"
 
 namespace deltatune {
@@ -15,13 +17,14 @@ const Tensor& mlp_fwd_gated(const BlockContext& c, const BaseMatrix& gate_w, con
   const SharedInputModule gu[] = {{&gate_w, lg, c.salt(salt0)}, {&up_w, lu, c.salt(salt0 + 1)}};
   Tensor* const gu_out[] = {&k.g, &k.u};
   // Grouped: the base GEMMs write their products alone and the SwiGLU adds the two rank-r terms on the way (the
-  // sums written back over g and u only where something reads them).
+  // sums written back over g and u only for a recompute that reads them; the backward forms them itself).
   const bool deferred = linear_group_fwd(be, x, gu, c.rt, gu_out, k.lgu, true);
   k.h = be.alloc({T, I}, dt);
+  k.gu_sums = true;
   if (deferred) {
     const int64_t r = lg->r;
-    be.lora_swiglu_fwd({k.lgu.u, 0, r}, lora_factor_b(*lg), lg->scaling, {k.lgu.u, r, r}, lora_factor_b(*lu),
-                       lu->scaling, k.g, k.u, k.h, c.mlp_gu_read());
+    k.gu_sums = be.lora_swiglu_fwd({k.lgu.u, 0, r}, lora_factor_b(*lg), lg->scaling, {k.lgu.u, r, r},
+                                   lora_factor_b(*lu), lu->scaling, k.g, k.u, k.h, c.keep_mlp_gu);
   } else {
     be.swiglu_fwd(k.g, k.u, k.h);
   }
@@ -63,8 +66,18 @@ void mlp_bwd(const BlockContext& c, const BaseMatrix& gate_w, const BaseMatrix& 
   Tensor dr;
   const bool deferred = linear_bwd(be, dout, down_w, ld, c.rt, c.salt(salt0 + 2), k.ld, dh, false, &dr);
   Tensor dg = be.alloc({T, I}, dt), du = be.alloc({T, I}, dt);
-  if (deferred) be.lora_swiglu_bwd(dh, dr, lora_factor_a(*ld), k.g, k.u, dg, du);
-  else be.swiglu_bwd(dh, k.g, k.u, dg, du);
+  if (deferred || !k.gu_sums) {
+    std::optional<Backend::GateUpTerms> terms;
+    if (!k.gu_sums) {
+      const int64_t r = lg->r;
+      terms = Backend::GateUpTerms{{k.lgu.u, 0, r}, {k.lgu.u, r, r}, lora_factor_b(*lg), lora_factor_b(*lu),
+                                   lg->scaling, lu->scaling};
+    }
+    be.lora_swiglu_bwd(dh, dr, deferred ? lora_factor_a(*ld) : Tensor(), k.g, k.u, dg, du,
+                       terms ? &*terms : nullptr);
+  } else {
+    be.swiglu_bwd(dh, k.g, k.u, dg, du);
+  }
   const SharedInputModule gu[] = {{&gate_w, lg, c.salt(salt0)}, {&up_w, lu, c.salt(salt0 + 1)}};
   const Tensor* const dgu[] = {&dg, &du};
   linear_group_bwd(be, dgu, gu, c.rt, k.lgu, dx, accumulate);

@@ -345,50 +345,67 @@ void CudaBackend::lora_up(const Cols& u, const Tensor& B, float alpha, const Ten
   cuda_check(kernels::launch_lora_up(a, stream()), "lora_up");
 }
 
-// SwiGLU with the gate/up rank-r terms (kernels/lora/lora_swiglu.cu) for the bf16 shapes it takes: g and u read
-// once, the terms never written on their own; otherwise the default (lora_up twice + swiglu_fwd).
-void CudaBackend::lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu,
-                                  float au, Tensor& g, Tensor& u, Tensor& h, bool keep_sums) {
+namespace {
+// Whether ug, uu, Bg, Bu are the gate/up terms' operands lora_swiglu.cu reads for bf16 g [T, N] (then their
+// pointers, row strides and ranks into out).
+template <class Args>
+bool gate_up_terms_args(const Backend::Cols& ug, const Tensor& Bg, float ag, const Backend::Cols& uu, const Tensor& Bu,
+                        float au, const Tensor& g, Args& out) {
   const DType bf = DType::BF16;
   auto bf2 = [&](const Tensor& t) { return t.dtype == bf && t.ndim() == 2; };
-  const bool ok = bf2(ug.t) && bf2(uu.t) && bf2(Bg) && bf2(Bu) && g.dtype == bf && u.dtype == bf && h.dtype == bf &&
-                  g.ndim() == 2 && g.shape == u.shape && g.shape == h.shape && ug.t.rows() == g.rows() &&
-                  uu.t.rows() == g.rows() && Bg.rows() == g.cols() && Bu.rows() == g.cols() &&
-                  Bg.cols() == ug.width() && Bu.cols() == uu.width() && ug.col + ug.width() <= ug.t.cols() &&
-                  uu.col + uu.width() <= uu.t.cols();
+  const bool ok = bf2(ug.t) && bf2(uu.t) && bf2(Bg) && bf2(Bu) && g.dtype == bf && g.ndim() == 2 &&
+                  ug.t.rows() == g.rows() && uu.t.rows() == g.rows() && Bg.rows() == g.cols() &&
+                  Bu.rows() == g.cols() && Bg.cols() == ug.width() && Bu.cols() == uu.width() &&
+                  ug.col + ug.width() <= ug.t.cols() && uu.col + uu.width() <= uu.t.cols();
+  if (!ok) return false;
+  const int64_t es = int64_t(dtype_size(bf));
+  out.ug = static_cast<const char*>(ug.t.data) + ug.col * es;
+  out.uu = static_cast<const char*>(uu.t.data) + uu.col * es;
+  out.Bg = Bg.data, out.Bu = Bu.data, out.ag = ag, out.au = au;
+  out.ldug = ug.t.cols(), out.lduu = uu.t.cols();
+  out.rg = static_cast<int>(ug.width()), out.ru = static_cast<int>(uu.width());
+  return true;
+}
+}  // namespace
+
+// SwiGLU with the gate/up rank-r terms (kernels/lora/lora_swiglu.cu) for the bf16 shapes it takes: g and u read
+// once, the terms never written on their own, the sums written back only with keep_sums; otherwise the default
+// (lora_up twice + swiglu_fwd).
+bool CudaBackend::lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu,
+                                  float au, Tensor& g, Tensor& u, Tensor& h, bool keep_sums) {
+  const DType bf = DType::BF16;
   kernels::LoraSwigluArgs a;
+  const bool ok = u.dtype == bf && h.dtype == bf && g.shape == u.shape && g.shape == h.shape &&
+                  gate_up_terms_args(ug, Bg, ag, uu, Bu, au, g, a);
   if (ok) {
-    const int64_t es = int64_t(dtype_size(bf));
-    a.ug = static_cast<const char*>(ug.t.data) + ug.col * es, a.uu = static_cast<const char*>(uu.t.data) + uu.col * es;
-    a.Bg = Bg.data, a.Bu = Bu.data, a.ag = ag, a.au = au;
     a.g = g.data, a.u = u.data, a.h = h.data;
-    a.T = g.rows(), a.N = g.cols(), a.ldug = ug.t.cols(), a.lduu = uu.t.cols();
-    a.rg = static_cast<int>(ug.width()), a.ru = static_cast<int>(uu.width()), a.keep_sums = keep_sums;
+    a.T = g.rows(), a.N = g.cols(), a.keep_sums = keep_sums;
   }
-  if (!ok || !kernels::lora_swiglu_fwd_takes(a)) {
-    Backend::lora_swiglu_fwd(ug, Bg, ag, uu, Bu, au, g, u, h, keep_sums);
-    return;
-  }
+  if (!ok || !kernels::lora_swiglu_fwd_takes(a))
+    return Backend::lora_swiglu_fwd(ug, Bg, ag, uu, Bu, au, g, u, h, keep_sums);
   cuda_check(kernels::launch_lora_swiglu_fwd(a, stream()), "lora_swiglu_fwd");
+  return keep_sums;
 }
 
-// swiglu_bwd with the down projection's rank-r term (kernels/lora/lora_swiglu.cu) for the bf16 shapes it takes: dh'
-// never written; otherwise the default (gemm into dh + swiglu_bwd).
+// swiglu_bwd with the down projection's rank-r term, and the gate/up terms when given (kernels/lora/lora_swiglu.cu),
+// for the bf16 shapes it takes: dh' and the sums never written; otherwise the default (gemm into dh, lora_up into
+// temporaries, swiglu_bwd).
 void CudaBackend::lora_swiglu_bwd(Tensor& dh, const Tensor& dr, const Tensor& A, const Tensor& g, const Tensor& u,
-                                  Tensor& dg, Tensor& du) {
+                                  Tensor& dg, Tensor& du, const GateUpTerms* terms) {
   const DType bf = DType::BF16;
-  bool ok = dr.ndim() == 2 && A.ndim() == 2 && dh.ndim() == 2 && dr.rows() == dh.rows() && A.rows() == dr.cols() &&
-            A.cols() == dh.cols();
+  bool ok = dr.defined() && dr.ndim() == 2 && A.ndim() == 2 && dh.ndim() == 2 && dr.rows() == dh.rows() &&
+            A.rows() == dr.cols() && A.cols() == dh.cols();
   const Tensor* const all[] = {&dh, &dr, &A, &g, &u, &dg, &du};
   for (const Tensor* t : all) ok = ok && t->dtype == bf;
   for (const Tensor* t : {all[3], all[4], all[5], all[6]}) ok = ok && t->shape == dh.shape;
   kernels::LoraSwigluBwdArgs a;
+  if (ok && terms) ok = gate_up_terms_args(terms->ug, terms->Bg, terms->ag, terms->uu, terms->Bu, terms->au, g, a);
   if (ok) {
     a.dh = dh.data, a.dr = dr.data, a.A = A.data, a.g = g.data, a.u = u.data, a.dg = dg.data, a.du = du.data;
     a.T = dh.rows(), a.N = dh.cols(), a.r = static_cast<int>(dr.cols());
   }
   if (!ok || !kernels::lora_swiglu_bwd_takes(a)) {
-    Backend::lora_swiglu_bwd(dh, dr, A, g, u, dg, du);
+    Backend::lora_swiglu_bwd(dh, dr, A, g, u, dg, du, terms);
     return;
   }
   cuda_check(kernels::launch_lora_swiglu_bwd(a, stream()), "lora_swiglu_bwd");

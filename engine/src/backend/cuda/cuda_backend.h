@@ -76,10 +76,10 @@ class CudaBackend final : public Backend, public QuantOps {
   void lora_dy_products(const Tensor& dy, const Tensor& B, const Cols& u, float alpha, const Cols& du,
                         Tensor& gB) override;
   void lora_up(const Cols& u, const Tensor& B, float alpha, const Tensor* residual, Tensor& y) override;
-  void lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu, float au,
+  bool lora_swiglu_fwd(const Cols& ug, const Tensor& Bg, float ag, const Cols& uu, const Tensor& Bu, float au,
                        Tensor& g, Tensor& u, Tensor& h, bool keep_sums) override;
   void lora_swiglu_bwd(Tensor& dh, const Tensor& dr, const Tensor& A, const Tensor& g, const Tensor& u, Tensor& dg,
-                       Tensor& du) override;
+                       Tensor& du, const GateUpTerms* terms) override;
   void gemm_cols(const Cols& a, bool trans_a, const Cols& b, bool trans_b, const Cols& c, float alpha,
                  float beta) override;
 
