@@ -1,11 +1,13 @@
 // The chunked GDN forward prep for the wgmma scan (gdn_chunk_prep_mma_kernel<true>, chunk_prep_mma.cu: bf16
 // q, k, v, operand images) on Hopper's warpgroup tensor cores with TMA copies (sm_90a). Per work item (chunk,
 // value head), the same outputs by the same arithmetic:
-//   G = cumsum(g) in the prep's order (Gc); ρ_k, ρ_q from the tiles with the L2 norm's lanes and sums
+//   G = cumsum(g) in the prep's order (Gc); ρ_k, ρ_q from the tiles with the L2 norm's sums in its order
+//   (two threads a row: prep_rho.cuh)
 //   A = diag(β·ρ_k)·(k·kᵀ)·diag(ρ_k) ⊙ e^{G_i−G_j} on i > j and M = diag(scale·ρ_q)·(q·kᵀ)·diag(ρ_k) ⊙
 //   e^{G_i−G_j} on i ≥ j (one bf16 product each, m64n32 per warpgroup; A to fp32 shared memory, M as an image
 //   tile) T = (I + A)^{-1} by prep_solve.cuh (diagonal blocks by substitution, the others by distance on
-//   mma.sync with hi + lo operands), written as bf16 when asked W = T·diag(β·e^G·ρ_k)·k and U = T·diag(β)·V
+//   mma.sync with hi + lo operands, their sums split across the phases: prep_solve_parts.cuh), written as
+//   bf16 when asked W = T·diag(β·e^G·ρ_k)·k and U = T·diag(β)·V
 //   with T's factors split into bf16 hi + lo (two products each, m64n64 per warpgroup): W as an image tile, U
 //   (bf16) by rows the key head's K̂ = ρ_k·k and Q̂ = scale·ρ_q·q image tiles (its first value head)
 // Pipeline (a persistent grid of two blocks per SM, each two consumer warpgroups and a producer warp): q, k,
@@ -26,7 +28,9 @@
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
 #include "gdn/l2norm_row.cuh"
+#include "gdn/prep_rho.cuh"
 #include "gdn/prep_solve.cuh"
+#include "gdn/prep_solve_parts.cuh"
 #include "gdn/prep_wgmma.cuh"
 #include "gdn/wgmma_tiles.cuh"
 
@@ -56,7 +60,8 @@ struct Smem {                                   // byte offsets
   static constexpr uint32_t rec = rho + 3 * C * 4;      // int [2][4] by parity: t0, len, h, ch
   static constexpr uint32_t bar =
       rec + 32;  // mbarriers full_k[2], empty_k[2], full_q, empty_q, full_v, empty_v
-  static constexpr uint32_t bytes = bar + 8 * 8;  // 104,288: two blocks per SM
+  static constexpr uint32_t part = bar + 8 * 8;  // fp32 [3][256]: the solve's partial sums (prep_solve_parts.cuh)
+  static constexpr uint32_t bytes = part + 3 * 256 * 4;  // 107,360: two blocks per SM
 };
 static_assert(Smem::A % 1024 == 0 && Smem::T % 1024 == 0 && Smem::bar % 8 == 0,
               "tile and mbarrier alignment");
@@ -109,10 +114,16 @@ __global__ void __launch_bounds__(NT + 32, 2)
   if (warp == NT / 32) {
     // Producer warp: k, q, v by TMA (lane 0) as their buffers are released, G and β of the rows lane, lane +
     // 32 (the gates loaded one item ahead), the chunk record and the Gc output.
+    // On odd turns a block takes the other value head of the pair (item idx ^ 1: the block of idx ^ 1 takes
+    // idx on the same turn, as the grid is even): with an even grid a block would otherwise always get the key
+    // head's first value head (which also writes the K̂, Q̂ images and ρ) or never, and the SMs holding such
+    // blocks would carry all of that work.
+    const int swap = step % 2 == 0 && nitems % 2 == 0 && HV % 2 == 0 ? 1 : 0;
     gdn_prep::RowGates gv = gdn_prep::load_row_gates(gates, chunks, blockIdx.x, HV);
     int n = 0;
     for (int idx = blockIdx.x; idx < nitems; idx += step, ++n) {
-      const int ch = idx / static_cast<int>(HV), h = idx % static_cast<int>(HV);
+      const int it = idx ^ (swap & n);
+      const int ch = it / static_cast<int>(HV), h = it % static_cast<int>(HV);
       const gdn_chunk::ChunkRef cr = gdn_chunk::chunk_at(chunks, ch);
       const int p = n & 1, t0 = static_cast<int>(cr.t0), hk = static_cast<int>(h / (HV / HK));
       // k, G, β and the record into set p once the item two before is done with it
@@ -139,7 +150,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
         tma::image_tile(sb + Smem::V, maps.v, t0, h, full_v);
       }
       if (idx + step < nitems)
-        gv = gdn_prep::load_row_gates(gates, chunks, idx + step, HV);  // in flight until the next fill
+        gv = gdn_prep::load_row_gates(gates, chunks, (idx + step) ^ (swap & (n + 1)), HV);  // until the next fill
     }
     return;
   }
@@ -174,8 +185,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
     mma_steps<D / 16, 0, 0>(kk, K_k, 2048, Kn_k, 2048);
     mma_steps<D / 16, 0, 0>(m, Q_k, 2048, Kn_k, 2048);
     wgmma::commit();
-    gdn_prep::rows_rho(gdn_smem + Kb, gdn_smem + Smem::Q, scale, nout, first, G, B, Rk, Rq, Sv, len, t0, hk,
-                       HK);
+    gdn_prep::rows_rho_pairs(gdn_smem + Kb, gdn_smem + Smem::Q, nout, first, G, B, Rk, Rq, Sv, len, t0, hk, HK);
     consumers_sync();  // ρ and s complete
     wgmma::wait<0>();
     wgmma::fence_operands(kk);
@@ -222,11 +232,10 @@ __global__ void __launch_bounds__(NT + 32, 2)
       __syncwarp();
       if (lane == 0) tma::mbar_arrive(empty_q);
     }
-    consumers_sync();              // the diagonal blocks of T
-    for (int d = 1; d < 4; ++d) {  // the off-diagonal blocks by distance (prep_solve.cuh)
-      if (warp + d < 4) gdn_prep::off_diagonal_t(Af, Tf, warp, warp + d, len);
-      consumers_sync();
-    }
+    consumers_sync();  // the diagonal blocks of T
+    // the off-diagonal blocks by distance, the sums over m split across the phases (prep_solve_parts.cuh)
+    gdn_prep::off_diagonal_phases(Af, Tf, reinterpret_cast<float*>(gdn_smem + Smem::part), warp, len,
+                                  consumers_sync);
     uint32_t bh[2][4], bl[2][4];  // T'' hi, lo of the thread's pieces
     {
       // T (bf16, zeros above the diagonal blocks), T' = T·diag(s) and T'' = T·diag(β) as bf16 hi + lo in
