@@ -25,6 +25,7 @@ struct Pair {
 };
 
 constexpr int64_t kGuard = 67;          // elements before and after each GPU output
+constexpr int64_t kGuard16 = 64;        // a guard that leaves bf16 / f32 outputs 16-byte aligned
 constexpr float kSentinel = -7168.f;    // exactly representable in bf16 and f16
 
 class Env {
@@ -55,25 +56,25 @@ class Env {
     p.g = gpu->upload(h, DType::I32);
     return p;
   }
-  // Output: CPU zeros; GPU view inside a buffer with kGuard sentinel elements on both sides, poisoned with NaN.
-  Pair out(const Shape& s, DType gdt) {
+  // Output: CPU zeros; GPU view inside a buffer with `guard` sentinel elements on both sides, poisoned with NaN.
+  Pair out(const Shape& s, DType gdt, int64_t guard = kGuard) {
     Pair p;
     p.c = cpu->zeros(s, DType::F32);
     int64_t n = 1;
     for (int64_t d : s) n *= d;
-    p.g_buf = gpu->alloc({n + 2 * kGuard}, gdt);
+    p.g_buf = gpu->alloc({n + 2 * guard}, gdt);
     gpu->fill(p.g_buf, kSentinel);
-    p.guard = kGuard;
+    p.guard = guard;
     p.g = p.g_buf;
     p.g.shape = s;
-    p.g.data = static_cast<char*>(p.g_buf.data) + kGuard * static_cast<int64_t>(dtype_size(gdt));
+    p.g.data = static_cast<char*>(p.g_buf.data) + guard * static_cast<int64_t>(dtype_size(gdt));
     gpu->fill(p.g, NAN);
     return p;
   }
   // Output pre-filled with the same values on both sides (for (+=) ops and partial writes).
-  Pair out_init(const Shape& s, DType gdt, float lo = -1.f, float hi = 1.f) {
+  Pair out_init(const Shape& s, DType gdt, float lo = -1.f, float hi = 1.f, int64_t guard = kGuard) {
     Tensor h = host_rand(s, gdt, lo, hi);
-    Pair p = out(s, gdt);
+    Pair p = out(s, gdt, guard);
     p.c = cpu->upload(h, DType::F32);
     Tensor tmp = gpu->upload(h, gdt);
     gpu->copy(p.g, tmp);

@@ -226,23 +226,39 @@ int64_t bit_mismatches(Env& e, const Tensor& a, const Tensor& b) {
 // SwiGLU with the LoRA rank-r terms of its neighbours. Forward: h (=) silu(g + ag·ug·Bgᵀ)·(u + au·uu·Buᵀ), the sums
 // back in g and u with keep_sums; backward: dh' = dh + dr·A, then swiglu_bwd. Shapes the CUDA kernels take (r 16,
 // N a multiple of 8): tails of the tiles (T 300, N 200), a 2b-like row (T 256, N 6144), gate values down to -100
-// (the kernels' exact sigmoid for tiles with a gate below -87); r 8 goes to the default (lora_up / gemm + the SwiGLU
-// ops). ug and uu are column blocks of one [T, 2r] tensor, as in the grouped forward. Tolerance 1e-4 against the F32
-// CPU (bf16 outputs of sums, as lora_up). On the GPU the forward is also compared with the ops it replaces (lora_up
-// with the residual in place twice + swiglu_fwd: same arithmetic, same bits expected) and the backward with gemm (+=)
-// + swiglu_bwd (cuBLAS sums the 16 products in its own order); the elements whose bits differ are printed.
+// (the kernels' exact sigmoid for warps with a gate below -87: in every warp, or in the first 24 rows only, so that
+// the warps of a block take both paths); r 8 goes to the default (lora_up / gemm + the SwiGLU ops). ug and uu are
+// column blocks of one [T, 2r] tensor, as in the grouped forward. The outputs are guarded with kGuard16 (16-byte
+// aligned, as the kernels need; with kGuard they would take the default). Tolerance 1e-4 against the F32 CPU (bf16
+// outputs of sums, as lora_up). On the GPU the forward is also compared with the ops it replaces (lora_up with the
+// residual in place twice + swiglu_fwd: same arithmetic, same bits expected) and the backward with gemm (+=) +
+// swiglu_bwd (cuBLAS sums the 16 products in its own order: printed only).
 void case_lora_swiglu(Env& e) {
   struct L {
     int64_t T, N, r;
-    float glo;  // the gate's lowest value
+    float glo;         // the gate's lowest value
+    int64_t low_rows;  // gates below -3 only in rows [0, low_rows) (0: in all rows)
   };
-  const L cases[] = {{300, 200, 16, -3.f}, {256, 6144, 16, -3.f}, {33, 40, 8, -3.f}, {200, 136, 16, -100.f}};
+  const L cases[] = {{300, 200, 16, -3.f, 0},
+                     {256, 6144, 16, -3.f, 0},
+                     {33, 40, 8, -3.f, 0},
+                     {200, 136, 16, -100.f, 0},
+                     {200, 136, 16, -100.f, 24}};
+  auto tag_of = [](const L& c) {
+    return " T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " r=" + std::to_string(c.r) +
+           (c.glo < -3.f ? " g>=-100" : "") + (c.low_rows > 0 ? " rows<" + std::to_string(c.low_rows) : "");
+  };
+  auto gates = [&](const L& c) {  // [T, N] in [glo, 3), clamped to -3 from row low_rows on
+    Tensor h = e.host_rand({c.T, c.N}, BF, c.glo, 3.f);
+    if (c.low_rows > 0)
+      for (int64_t i = c.low_rows * c.N; i < h.numel(); ++i) h.ptr<float>()[i] = std::max(h.ptr<float>()[i], -3.f);
+    return e.from_host(h, BF);
+  };
   for (const L& c : cases) {
-    const std::string tag = " T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " r=" + std::to_string(c.r) +
-                            (c.glo < -3.f ? " g>=-100" : "");
+    const std::string tag = tag_of(c);
     for (int keep = 0; keep < 2; ++keep) {
       Pair uz = e.in({c.T, 2 * c.r}, BF), Bg = e.in({c.N, c.r}, BF, -0.5f, 0.5f), Bu = e.in({c.N, c.r}, BF, -0.5f, 0.5f);
-      Pair g = e.in({c.T, c.N}, BF, c.glo, 3.f), u = e.in({c.T, c.N}, BF, -2.f, 2.f), h = e.out_init({c.T, c.N}, BF);
+      Pair g = gates(c), u = e.in({c.T, c.N}, BF, -2.f, 2.f), h = e.out_init({c.T, c.N}, BF, -1.f, 1.f, kGuard16);
       Tensor g2 = e.gpu->alloc(g.g.shape, BF), u2 = e.gpu->alloc(u.g.shape, BF), h2 = e.gpu->alloc(h.g.shape, BF);
       e.gpu->copy(g2, g.g);
       e.gpu->copy(u2, u.g);
@@ -257,13 +273,14 @@ void case_lora_swiglu(Env& e) {
       e.gpu->lora_up({uz.g, 0, c.r}, Bg.g, 0.75f, &g2, g2);
       e.gpu->lora_up({uz.g, c.r, c.r}, Bu.g, 1.25f, &u2, u2);
       e.gpu->swiglu_fwd(g2, u2, h2);
+      const int64_t hbits = bit_mismatches(e, h.g, h2);
+      EXPECT_EQ(hbits, 0) << "lora_swiglu_fwd" << tag << k << ": h vs lora_up x2 + swiglu_fwd";
       std::printf("  lora_swiglu_fwd%s%s vs lora_up x2 + swiglu_fwd on the GPU: %lld of %lld h differ in bits\n",
-                  tag.c_str(), k.c_str(), static_cast<long long>(bit_mismatches(e, h.g, h2)),
-                  static_cast<long long>(h2.numel()));
+                  tag.c_str(), k.c_str(), static_cast<long long>(hbits), static_cast<long long>(h2.numel()));
     }
     Pair dh = e.in({c.T, c.N}, BF), dr = e.in({c.T, c.r}, BF, -0.5f, 0.5f), A = e.in({c.r, c.N}, BF, -0.5f, 0.5f);
-    Pair g = e.in({c.T, c.N}, BF, c.glo, 3.f), u = e.in({c.T, c.N}, BF, -2.f, 2.f);
-    Pair dg = e.out_init({c.T, c.N}, BF), du = e.out_init({c.T, c.N}, BF);
+    Pair g = gates(c), u = e.in({c.T, c.N}, BF, -2.f, 2.f);
+    Pair dg = e.out_init({c.T, c.N}, BF, -1.f, 1.f, kGuard16), du = e.out_init({c.T, c.N}, BF, -1.f, 1.f, kGuard16);
     Tensor dh2 = e.gpu->alloc(dh.g.shape, BF), dg2 = e.gpu->alloc(dh.g.shape, BF), du2 = e.gpu->alloc(dh.g.shape, BF);
     e.gpu->copy(dh2, dh.g);
     e.cpu->lora_swiglu_bwd(dh.c, dr.c, A.c, g.c, u.c, dg.c, du.c, nullptr);
@@ -280,12 +297,11 @@ void case_lora_swiglu(Env& e) {
   // keep_sums): vs the F32 CPU, and on the GPU vs the sums formed by lora_up and the backward without terms (same
   // bits expected). After the cases above, so that their inputs stay as they were.
   for (const L& c : cases) {
-    const std::string tag = " T=" + std::to_string(c.T) + " N=" + std::to_string(c.N) + " r=" + std::to_string(c.r) +
-                            (c.glo < -3.f ? " g>=-100" : "");
+    const std::string tag = tag_of(c);
     Pair dh = e.in({c.T, c.N}, BF), dr = e.in({c.T, c.r}, BF, -0.5f, 0.5f), A = e.in({c.r, c.N}, BF, -0.5f, 0.5f);
-    Pair g = e.in({c.T, c.N}, BF, c.glo, 3.f), u = e.in({c.T, c.N}, BF, -2.f, 2.f), uz = e.in({c.T, 2 * c.r}, BF);
+    Pair g = gates(c), u = e.in({c.T, c.N}, BF, -2.f, 2.f), uz = e.in({c.T, 2 * c.r}, BF);
     Pair Bg = e.in({c.N, c.r}, BF, -0.5f, 0.5f), Bu = e.in({c.N, c.r}, BF, -0.5f, 0.5f);
-    Pair dg = e.out_init({c.T, c.N}, BF), du = e.out_init({c.T, c.N}, BF);
+    Pair dg = e.out_init({c.T, c.N}, BF, -1.f, 1.f, kGuard16), du = e.out_init({c.T, c.N}, BF, -1.f, 1.f, kGuard16);
     Tensor dh2 = e.gpu->alloc(dh.g.shape, BF), gs = e.gpu->alloc(dh.g.shape, BF), us = e.gpu->alloc(dh.g.shape, BF);
     Tensor dg2 = e.gpu->alloc(dh.g.shape, BF), du2 = e.gpu->alloc(dh.g.shape, BF);
     e.gpu->copy(dh2, dh.g);
@@ -298,10 +314,12 @@ void case_lora_swiglu(Env& e) {
     e.gpu->lora_up(tg.ug, Bg.g, 0.75f, &g.g, gs);
     e.gpu->lora_up(tg.uu, Bu.g, 1.25f, &u.g, us);
     e.gpu->lora_swiglu_bwd(dh2, dr.g, A.g, gs, us, dg2, du2, nullptr);
+    const int64_t gbits = bit_mismatches(e, dg.g, dg2), ubits = bit_mismatches(e, du.g, du2);
+    EXPECT_EQ(gbits + ubits, 0) << "lora_swiglu_bwd (gate/up terms)" << tag << ": vs lora_up x2 + lora_swiglu_bwd";
     std::printf("  lora_swiglu_bwd (gate/up terms)%s vs lora_up x2 + lora_swiglu_bwd on the GPU: %lld / %lld of %lld "
                 "dg / du differ in bits\n",
-                tag.c_str(), static_cast<long long>(bit_mismatches(e, dg.g, dg2)),
-                static_cast<long long>(bit_mismatches(e, du.g, du2)), static_cast<long long>(dg2.numel()));
+                tag.c_str(), static_cast<long long>(gbits), static_cast<long long>(ubits),
+                static_cast<long long>(dg2.numel()));
   }
 }
 
