@@ -48,6 +48,47 @@ __device__ __forceinline__ float load_row_sumsq(const void* x, const RowLane<L>&
   return group_sum<L>(ss);
 }
 
+// A group of 8 bf16 as loaded (16 bytes, 4 registers), for a group held until the output pass and widened there.
+__device__ __forceinline__ uint4 ld8_raw(const void* p, int64_t i) { return static_cast<const uint4*>(p)[i]; }
+__device__ __forceinline__ Bf16x8 unpack8(const uint4& raw) {  // exact (bf16 -> f32 is a shift)
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  Bf16x8 r;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = __bfloat1622float2(h[k]);
+    r.v[2 * k] = f.x, r.v[2 * k + 1] = f.y;
+  }
+  return r;
+}
+
+// load_row_sumsq holding the groups packed (4 registers a group, not 8).
+template <int L, int CH>
+__device__ __forceinline__ float load_row_sumsq(const void* x, const RowLane<L>& rl, int n8, int64_t ldx8,
+                                                uint4 (&xv)[CH]) {
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (rl.valid && j < n8) xv[k] = ld8_raw(x, rl.row * ldx8 + j);
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < CH; ++k) {
+    const int j = rl.lane + L * k;
+    if (!rl.valid || j >= n8) continue;
+    const Bf16x8 v = unpack8(xv[k]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += v.v[e] * v.v[e];
+  }
+  return group_sum<L>(ss);
+}
+
+// Packed groups made opaque between a kernel's passes: the output pass widens them again instead of the compiler
+// keeping the first pass's fp32 copies alive across the reduction (8 registers a group).
+template <int N> __device__ __forceinline__ void opaque(uint4 (&v)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) asm volatile("" : "+r"(v[k].x), "+r"(v[k].y), "+r"(v[k].z), "+r"(v[k].w));
+}
+
 // Rows of 64+ groups of 8 (n >= 512: CH >= 8) are read again in the output pass instead of being held: holding
 // x (and dy) took 8·CH registers per operand per lane (116-255 registers at n = 2048-4096, spills at 4096), one
 // block of 8 warps per SM, ~1.5 TB/s. The second read hits L1/L2 (the block read those rows just before).
