@@ -254,6 +254,7 @@ int cmd_info(const Args& args) {
     req.free_bytes = free;
     req.images = images;
     req.lora_groups = lora_groups;
+    req.host_offload = true;  // planned for a CUDA GPU: its backend can stash inputs in host memory
     mem_plan = plan_memory(info, req);
     ckpt = mem_plan->gradient_checkpointing;
     ckpt_layers = mem_plan->checkpoint_layers;
@@ -360,6 +361,8 @@ int cmd_info(const Args& args) {
                           {"loss_chunk_rows", mem_plan->loss_chunk_rows},
                           {"recompute_keep", recompute_keep_text(info, mem_plan->keep, mem_plan->checkpoint_layers)},
                           {"recompute_keep_bytes", mem_plan->keep_bytes},
+                          {"inputs_on_host", mem_plan->keep.inputs_on_host},
+                          {"host_bytes", mem_plan->host_bytes},
                           {"expected_peak_bytes", mem_plan->estimate.total},
                           {"text", memory_plan_text(info, *mem_plan)}};
     else if (planned_for_pool)

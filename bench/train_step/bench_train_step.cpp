@@ -23,6 +23,8 @@
 //                    [--keep K1/K2/... (selective recompute, StepOptions::keep: each setting above is measured with
 //                     each K, a comma list of none, attn (attention core), gdn (GDN core), mlp (MLP gate/up of every
 //                     checkpointed layer) or mlpN (of the first N); --ckpt auto plans use the plan's keep)]
+//                    [--host-offload 1|0 (--ckpt auto: the plan may keep checkpointed layers' inputs in page-locked
+//                     host memory, RecomputeKeep::inputs_on_host, as `deltatune train` on CUDA; default 1)]
 //                    [--plan-only 1 (print the settings and their estimates' terms, no GPU needed)]
 //                    [--graph 1|0 (the step recorded and replayed as a CUDA graph, StepOptions::record; 0: op by op)]
 //                    [--kernels auto|portable (the run config's `kernels`; portable: the sm_80 kernels)]
@@ -117,6 +119,7 @@ RecomputeKeep parse_keep(const std::string& v) {
     const std::string item = v.substr(b, e - b);
     if (item == "attn") k.attn_core = true;
     else if (item == "gdn") k.gdn_core = true;
+    else if (item == "host") k.inputs_on_host = true;
     else if (item == "mlp") k.mlp_layers = -1;
     else if (item.rfind("mlp", 0) == 0) k.mlp_layers = std::atoll(item.c_str() + 3);
     else if (item != "none" && !item.empty()) throw Error("--keep: unknown part '" + item + "'");
@@ -145,6 +148,7 @@ int main(int argc, char** argv) {
   double peak = 989e12;
   std::string kernels = "auto";
   std::string quant = "none";  // base_quantization: none | fp8 | nf4
+  bool host_offload = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--shape") shape = v;
@@ -178,6 +182,7 @@ int main(int argc, char** argv) {
     else if (a == "--ckpt-layers") ckpt_layers = std::atoll(v.c_str());
     else if (a == "--overlap") overlap = std::atoi(v.c_str()) != 0;
     else if (a == "--graph") graph = std::atoi(v.c_str()) != 0;
+    else if (a == "--host-offload") host_offload = std::atoi(v.c_str()) != 0;
     else if (a == "--plan-only") plan_only = std::atoi(v.c_str()) != 0;
     else if (a == "--sharded") sharded = std::atoi(v.c_str()) != 0;
     else if (a == "--ep") ep = std::atoi(v.c_str()) != 0;
@@ -245,7 +250,8 @@ int main(int argc, char** argv) {
         return Setting{std::move(label), on, n, chunk, keep, e.total - e.overhead + kept, {}, kept};
       }
       const VramEstimate e =
-          estimate_vram(info, static_cast<int>(rank), tokens, true, on, n, qname, chunk, {}, spec.groups);
+          estimate_vram(info, static_cast<int>(rank), tokens, true, on, n, qname, chunk, {}, spec.groups,
+                        keep.inputs_on_host);
       return Setting{std::move(label), on, n, chunk, keep, e.total - e.overhead + kept, e, kept};
     };
     std::vector<Setting> settings;
@@ -272,6 +278,7 @@ int main(int argc, char** argv) {
       req.base_quantization = qname;
       req.free_bytes = free;
       req.lora_groups = spec.groups;
+      req.host_offload = host_offload;
       const MemoryPlan plan = plan_memory(info, req);
       settings.push_back(
           setting(label, plan.gradient_checkpointing, plan.checkpoint_layers, plan.loss_chunk_rows, plan.keep));
@@ -418,7 +425,7 @@ int main(int argc, char** argv) {
           "\"mem_weights_gib\":%.4f,\"mem_lora_gib\":%.4f,\"mem_setup_peak_gib\":%.4f,\"mem_resident_gib\":%."
           "4f,\"peak_bytes\":%lld,"
           "\"est_weights_gib\":%.4f,\"est_lora_opt_gib\":%.4f,\"est_act_gib\":%.4f,\"est_keep_gib\":%.4f,"
-          "\"est_logits_gib\":%.4f}\n",
+          "\"est_logits_gib\":%.4f,\"host_stash_gib\":%.4f}\n",
           shape.c_str(), static_cast<long long>(cfg.num_layers), static_cast<long long>(tokens),
           static_cast<long long>(seqs), prompt_share, ckpt ? "true" : "false",
           static_cast<long long>(ckpt_layers), med * 1e3, fwdbwd * 1e3, zero_med * 1e3, norm_med * 1e3,
@@ -431,7 +438,8 @@ int main(int argc, char** argv) {
           sharded ? "true" : "false", ep ? "true" : "false", graph ? "true" : "false", replayed,
           mem_weights / gib, mem_lora / gib, mem_setup_peak / gib, ms.allocated_bytes / gib,
           static_cast<long long>(ms.peak_allocated_bytes), st.est.weights / gib,
-          st.est.lora_and_optimizer / gib, st.est.activations / gib, st.kept / gib, st.est.logits / gib);
+          st.est.lora_and_optimizer / gib, st.est.activations / gib, st.kept / gib, st.est.logits / gib,
+          static_cast<double>(model.host_stash_bytes()) / gib);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train_step: %s\n", e.what());

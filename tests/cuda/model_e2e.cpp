@@ -221,7 +221,8 @@ INSTANTIATE_TEST_SUITE_P(MoeCheckpoints, CudaLoraGolden,
 
 // Selective recompute (StepOptions::keep) on the GPU: the attention core and the MLP gate/up kept by the first
 // forward are the numbers the recompute forms (the same kernels on the same inputs), so the loss and LoRA
-// gradients equal plain checkpointing bit for bit; the GDN core kept with GdnKeep::All from the first forward
+// gradients equal plain checkpointing bit for bit, also with the layer inputs kept in host memory
+// (RecomputeKeep::inputs_on_host); the GDN core kept with GdnKeep::All from the first forward
 // (whose output then feeds the next layer too) within bf16 rounding.
 class CudaRecomputeKeep : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
@@ -242,13 +243,16 @@ TEST_P(CudaRecomputeKeep, SameLossAndGradientsAsPlainCheckpointing) {
   const std::vector<float> g0 = testing_goldens::all_lora_grads(adapter, *be);
   const double norm = testing_goldens::max_abs(g0);
   ASSERT_GT(norm, 0.0);
-  RecomputeKeep attn_mlp, gdn;
+  RecomputeKeep attn_mlp, gdn, host;
   attn_mlp.attn_core = true;
   attn_mlp.mlp_layers = -1;
   gdn.gdn_core = true;
-  for (const bool with_gdn : {false, true}) {
+  host = attn_mlp;
+  host.inputs_on_host = true;  // the inputs through page-locked host memory: the same bytes come back
+  for (const RecomputeKeep& keep : {attn_mlp, gdn, host}) {
+    const bool with_gdn = keep.gdn_core;
     StepOptions so = plain;
-    so.keep = with_gdn ? gdn : attn_mlp;
+    so.keep = keep;
     const double loss = lora_golden_step(model, *be, adapter, seqs, so);
     const std::vector<float> g1 = testing_goldens::all_lora_grads(adapter, *be);
     ASSERT_EQ(g1.size(), g0.size());
@@ -261,7 +265,9 @@ TEST_P(CudaRecomputeKeep, SameLossAndGradientsAsPlainCheckpointing) {
       EXPECT_EQ(diff, 0.0) << name;
     }
     std::printf("[keep] %s/%s %s: loss %.7f vs %.7f, max grad diff %.3e of %.3e\n", name.c_str(), kernels.c_str(),
-                with_gdn ? "gdn core" : "attn core + mlp gate/up", loss, loss0, diff, norm);
+                with_gdn ? "gdn core" : keep.inputs_on_host ? "attn core + mlp gate/up, inputs on host"
+                                                            : "attn core + mlp gate/up",
+                loss, loss0, diff, norm);
   }
 }
 

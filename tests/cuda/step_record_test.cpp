@@ -41,7 +41,10 @@ std::vector<char> bytes_of(Backend& be, const std::vector<const Tensor*>& ts) {
   return out;
 }
 
-RecordRun train(const ModelWeights& w, const std::vector<Example>& seqs, const std::string& kernels, bool record) {
+// host: the checkpointed steps keep their layer inputs in page-locked host memory (RecomputeKeep::inputs_on_host):
+// copies on a stream of their own, forked and joined by events, recorded into the graph with the rest.
+RecordRun train(const ModelWeights& w, const std::vector<Example>& seqs, const std::string& kernels, bool record,
+                bool host = false) {
   auto be = make_cuda_backend(0, DType::BF16, kernels);
   Qwen35Model model(w, *be);
   LoraSpec spec;
@@ -74,6 +77,7 @@ RecordRun train(const ModelWeights& w, const std::vector<Example>& seqs, const s
     // (read from device memory), so the same steps still replay.
     so.grad_scale = 1.f / static_cast<float>(batch->num_targets + s);
     so.gradient_checkpointing = ckpt;
+    so.keep.inputs_on_host = host;
     so.record = record;
     const StepOutput out = model.step(*batch, &adapter, so);
     run.losses.push_back(out.loss_sum);
@@ -119,6 +123,16 @@ TEST_P(CudaStepRecord, ReplayedStepsAreBitIdenticalToOpByOp) {
     EXPECT_TRUE(ops.grads[i] == rec.grads[i]) << "step " << i + 1 << ": LoRA gradients differ";
   }
   EXPECT_TRUE(ops.weights == rec.weights) << "LoRA weights after the last step differ";
+  // The inputs in host memory, recorded and replayed: the same bits as op by op with the inputs on the device.
+  const RecordRun host = train(w, seqs, kernels, true, true);
+  EXPECT_EQ(host.replayed, 6) << "inputs on the host: steps 2-3, 5-6, 8 and 10 replay a recording";
+  for (size_t i = 0; i < ops.losses.size() && i < host.losses.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&ops.losses[i], &host.losses[i], sizeof(double)), 0)
+        << "step " << i + 1 << " (inputs on the host): loss op by op " << ops.losses[i] << ", recorded "
+        << host.losses[i];
+    EXPECT_TRUE(ops.grads[i] == host.grads[i]) << "step " << i + 1 << " (inputs on the host): LoRA gradients differ";
+  }
+  EXPECT_TRUE(ops.weights == host.weights) << "inputs on the host: LoRA weights after the last step differ";
   std::printf("[step_record] %s/%s: %d of %zu steps replayed, losses %.6f .. %.6f, bit-identical\n", name.c_str(),
               kernels.c_str(), rec.replayed, rec.losses.size(), rec.losses.front(), rec.losses.back());
 }

@@ -21,6 +21,9 @@ struct MemoryPlanRequest {
   int64_t free_bytes = 0;          // the GPU's free memory before the run loads anything
   ImageLoad images;                // image rows: merged image tokens per micro-batch, vision LoRA
   std::vector<std::string> lora_groups;  // the run's lora_target_groups; empty: the default groups
+  // The backend can keep checkpointed layers' inputs in page-locked host memory (RecomputeKeep::inputs_on_host:
+  // the CUDA backend); the plan then also tries that, and takes it where it lowers the recompute.
+  bool host_offload = false;
 };
 
 struct MemoryPlan {
@@ -32,6 +35,7 @@ struct MemoryPlan {
   double recompute_cost = 0;       // recompute_cost of the plan (the planner's speed order: less is faster)
   int64_t free_bytes = 0;          // the request's
   int64_t budget_bytes = 0;        // free_bytes less the margin
+  int64_t host_bytes = 0;          // page-locked host memory of keep.inputs_on_host (the stashed inputs)
   bool fits = false;               // false: even the least memory (most layers checkpointed, smallest chunk) exceeds
   VramEstimate estimate;           // the plan's predicted peak
 };
@@ -63,7 +67,9 @@ std::optional<RecomputeKeepChoice> cheapest_recompute_keep(const ModelInfo& info
 // Tried: every count of checkpointed layers (from the first), each with and without the attention core kept and
 // with the MLP gate/up outputs kept on its first 0..N checkpointed layers; the plan is the least recompute_cost
 // whose estimate (estimate_vram + recompute_keep_bytes) fits (ties: the less memory). The GDN core is never kept by
-// the plan (measured: less time saved per byte than checkpointing fewer layers; PERF_NOTES session 29). Loss chunks:
+// the plan (measured: less time saved per byte than checkpointing fewer layers; PERF_NOTES session 29). With
+// request.host_offload each count is also tried with the inputs in host memory (keep.inputs_on_host), taken only
+// where it lowers the recompute (or fits where the inputs on the device do not). Loss chunks:
 // today only 1024 rows (see kLossChunkRows). Nothing fits: the least memory, nothing kept.
 // Throws deltatune::Error when free_bytes <= 0.
 MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& request);

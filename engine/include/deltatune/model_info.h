@@ -88,13 +88,16 @@ struct VramEstimate {
 // fused_loss, the rows of fp32 logits computed at a time.
 // Image rows (a vision-language checkpoint): image_tokens_per_step merged image tokens in one micro-batch (they are
 // part of tokens_per_step). The tower is trained when lora_groups holds `vision` (then its activations are kept
-// for the backward, else one block's at a time).
+// for the backward, else one block's at a time). inputs_on_host (RecomputeKeep::inputs_on_host): the checkpointed
+// layers' inputs but the last layer's wait in host memory; the device holds at most two of them (a layer's own
+// and the one below coming back during its backward).
 struct ImageLoad {
   int64_t image_tokens_per_step = 0;
 };
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers = -1,
                            const std::string& base_quantization = "none", int64_t loss_chunk_rows = 1024,
-                           const ImageLoad& images = {}, const std::vector<std::string>& lora_groups = {});
+                           const ImageLoad& images = {}, const std::vector<std::string>& lora_groups = {},
+                           bool inputs_on_host = false);
 
 }  // namespace deltatune

@@ -226,7 +226,8 @@ constexpr int64_t kAllocatorSlackDiv = 256;
 //                  + r per LoRA-adapted linear of the default groups (the low-rank intermediate)
 //                  + top_k*4r with expert LoRA (fp32 gate_up and down intermediates of each routed row)
 //                the first N layers checkpointed (N = L with checkpoint_layers -1, 0 without checkpointing) keep
-//                only their input (T * 2 * N*H); the peak is the larger of two moments:
+//                only their input (T * 2 * N*H; inputs_on_host: those of layers < L-1 in host memory, and at most
+//                two on the device in a recompute); the peak is the larger of two moments:
 //                  at the loss:      the inputs + T * 2 * (the other layers' sum) + the loss buffers (below)
 //                  in a recompute:   the inputs + 1.85 * T * 2 * (the largest checkpointed layer): its recomputed
 //                                    activations with its backward's gradients and scratch (kRecomputeWorkingSet,
@@ -252,7 +253,7 @@ constexpr int64_t kAllocatorSlackDiv = 256;
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers, const std::string& base_quantization,
                            int64_t loss_chunk_rows, const ImageLoad& images,
-                           const std::vector<std::string>& lora_groups) {
+                           const std::vector<std::string>& lora_groups, bool inputs_on_host) {
   VramEstimate v;
   const int64_t T = std::max<int64_t>(tokens_per_step, 1), H = info.hidden_size;
   v.weights = info.total_params * 2;
@@ -333,7 +334,12 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   // untied embedding table also the embedded rows uploaded from the host), and the bf16 compute copies of the
   // LoRA factors (expert LoRA is used as stored).
   const int64_t step_fixed = (3 + (info.tied_embeddings ? 0 : 1)) * 2 * T * H + 2 * lora_copied;
-  const int64_t inputs = 2 * T * n_ckpt * H;
+  // Layer inputs on the device at the loss and in a recompute: every checkpointed layer's, or with inputs_on_host
+  // the last layer's when it is checkpointed (never stashed) at the loss and two in a recompute (the layer's own
+  // and the one below coming back).
+  const int64_t stashed = inputs_on_host ? std::max<int64_t>(0, std::min(n_ckpt, L - 1)) : 0;
+  const int64_t inputs = 2 * T * (n_ckpt - stashed) * H;
+  const int64_t inputs_recompute = inputs_on_host ? 2 * T * std::min<int64_t>(n_ckpt, 2) * H : inputs;
   // The step's peak is at one of two moments: the loss (the layer inputs, every kept layer's activations, the loss
   // buffers) or a checkpointed layer's backward (the inputs of the layers below, the recomputed layer's
   // activations and its backward's gradients and scratch: kRecomputeWorkingSet x its activations; the backward
@@ -342,7 +348,8 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   const int64_t at_loss = inputs + 2 * T * kept + loss_buffers;
   const int64_t at_recompute =
       n_ckpt == 0 ? 0
-                  : inputs + static_cast<int64_t>(kRecomputeWorkingSet * static_cast<double>(2 * T * largest));
+                  : inputs_recompute +
+                        static_cast<int64_t>(kRecomputeWorkingSet * static_cast<double>(2 * T * largest));
   if (at_loss >= at_recompute) {
     v.logits = loss_buffers;
     v.activations = at_loss - loss_buffers + step_fixed;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "backend/activation_stash.h"
 #include "backend/quant_ops.h"
 #include "model/blocks.h"
 #include "model/sharded_layers.h"
@@ -251,6 +252,18 @@ void Qwen35Model::layer_done(size_t i) {
   if (sharded_) sharded_->release(i);
 }
 
+int64_t Qwen35Model::host_stash_bytes() const { return stash_ ? stash_->host_bytes() : 0; }
+
+ActivationStash* Qwen35Model::input_stash(const StepOptions& opts) {
+  if (!opts.backward || !opts.gradient_checkpointing || !opts.keep.inputs_on_host) return nullptr;
+  if (!stash_) stash_ = make_activation_stash(be_);
+  return stash_.get();
+}
+
+bool Qwen35Model::input_stashed(const StepOptions& opts, int64_t i) const {
+  return opts.keep.inputs_on_host && opts.checkpointed(i) && i + 1 < static_cast<int64_t>(layer_count());
+}
+
 SeqLayout Qwen35Model::make_layout(const Batch& batch) {
   check(!batch.input_ids.empty(), "internal: empty batch");
   SeqLayout s;
@@ -298,7 +311,13 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const S
   }
   const size_t L = layer_count();
   if (acts) acts->layers.resize(L);
+  // RecomputeKeep::inputs_on_host: a stashed input's copy starts before its layer's forward and is waited for
+  // after the next layer's (two layers of compute to hide it behind).
+  ActivationStash* stash = acts ? input_stash(opts) : nullptr;
   for (size_t i = 0; i < L; ++i) {
+    const auto li = static_cast<int64_t>(i);
+    const bool stashed = stash && input_stashed(opts, li);
+    if (stashed) stash->put(static_cast<int>(i), x);
     BlockContext ctx{be_, cfg_, seq, opts.lora, static_cast<int>(i)};
     ctx.ep = ep_;
     Tensor load_row;
@@ -315,8 +334,9 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const S
     ctx.keep_mlp_gu = acts && ckpt && !cfg_.is_moe() && opts.keep.mlp(static_cast<int64_t>(i));
     Tensor next = layer_fwd(ctx, layer_weights(i, i + 1), l, x, c);
     if (!acts || i + 1 < L) layer_done(i);  // the last layer's backward comes next: it stays gathered
+    if (stash && i > 0 && input_stashed(opts, li - 1)) stash->settle(static_cast<int>(i) - 1);
     if (acts && ckpt) {
-      acts->layers[i].x_in = x;
+      if (!stashed) acts->layers[i].x_in = x;
       keep_for_recompute(opts.keep, static_cast<int64_t>(i), cfg_.is_moe(), c, acts->layers[i]);
       // Expert parallel: the recompute reuses this routing and exchange plan (no host wait, same rows).
       if (ep_ && cfg_.is_moe()) acts->layers[i].moe = moe_routing_kept(c.moe);
@@ -410,7 +430,11 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
 
   Tensor dx = be_.alloc({T, H}, dt);
   be_.rmsnorm_bwd(dh, acts.x_final, final_norm_, acts.rstd_final, true, dx);
+  // RecomputeKeep::inputs_on_host: the input of the layer below starts coming back before this layer's
+  // recompute and backward (one layer of compute to hide it behind).
+  ActivationStash* stash = input_stash(opts);
   for (int i = static_cast<int>(layer_count()) - 1; i >= 0; --i) {
+    if (stash && i > 0 && input_stashed(opts, i - 1)) stash->fetch(i - 1);
     BlockContext ctx{be_, cfg_, seq, opts.lora, i};
     ctx.ep = ep_;
     const LayerLora l = layer_lora_find(lora, i);
@@ -418,7 +442,7 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
     const DeviceLayerWeights& w =
         layer_weights(static_cast<size_t>(i), i > 0 ? std::optional<size_t>(i - 1) : std::nullopt);
     if (opts.checkpointed(i)) {
-      const Tensor x_in = c.x_in;
+      const Tensor x_in = stash && input_stashed(opts, i) ? stash->take(i) : c.x_in;
       MoeCache routing = std::move(c.moe);  // routed: kept by the first forward (expert parallel)
       c = recompute_start(c);               // what the first forward kept (StepOptions::keep), else empty
       if (routing.routed) c.moe = std::move(routing);

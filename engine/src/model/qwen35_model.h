@@ -18,6 +18,7 @@ namespace deltatune {
 
 struct VisionWeights;
 class VisionEncoder;
+class ActivationStash;
 
 struct StepOptions {
   bool backward = false;           // also compute LoRA gradients (+=)
@@ -119,6 +120,8 @@ class Qwen35Model {
   TokenExchange* expert_parallel() const { return ep_; }
   // Every forward is a collective over the ranks (sharded layers or expert parallel).
   bool lockstep() const { return sharded_ != nullptr || ep_ != nullptr; }
+  // Page-locked host bytes held for RecomputeKeep::inputs_on_host (0 when no step has used it).
+  int64_t host_stash_bytes() const;
 
   struct DeviceLayer;
  private:
@@ -146,6 +149,12 @@ class Qwen35Model {
   // layer_done(i) once the work that reads them is enqueued: frees a gathered copy.
   const DeviceLayerWeights& layer_weights(size_t i, std::optional<size_t> next);
   void layer_done(size_t i);
+  // The stash of RecomputeKeep::inputs_on_host for a step with a backward (made on first use), or null: the
+  // option off or the backend without one.
+  ActivationStash* input_stash(const StepOptions& opts);
+  // Whether layer i's input goes to the stash: a checkpointed layer but the last one (its recompute comes right
+  // after the loss).
+  bool input_stashed(const StepOptions& opts, int64_t i) const;
   size_t layer_count() const;
   LayerKind layer_kind(size_t i) const;
 
@@ -156,6 +165,7 @@ class Qwen35Model {
   std::unique_ptr<ShardedLayers> sharded_;
   TokenExchange* ep_ = nullptr;
   std::unique_ptr<VisionEncoder> vision_;
+  std::unique_ptr<ActivationStash> stash_;  // before record_: a recording's copies use its host memory
   std::unique_ptr<StepRecord> record_;  // the recorded step and the previous step's key
 };
 

@@ -127,25 +127,36 @@ MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& req) {
   bool found = false;
   const int64_t L = info.num_layers, T = req.tokens_per_step;
   for (int64_t n = 0; n <= L; ++n) {
-    const VramEstimate e = estimate_vram(info, req.lora_r, req.tokens_per_step, req.fused_loss, n > 0, n,
-                                         req.base_quantization, kLossChunkRows, req.images,
-                                         req.lora_groups);
-    MemoryPlan plan = base;
-    plan.gradient_checkpointing = n > 0;
-    plan.checkpoint_layers = n;
-    plan.estimate = e;
-    if (least.estimate.total == 0 || e.total < least.estimate.total) least = plan;
-    const std::optional<RecomputeKeepChoice> k = cheapest_recompute_keep(info, T, n, plan.budget_bytes - e.total);
-    if (!k) continue;
-    plan.keep = k->keep;
-    plan.keep_bytes = k->bytes;
-    plan.estimate.activations += k->bytes;
-    plan.estimate.total += k->bytes;
-    plan.recompute_cost = k->cost;
-    plan.fits = true;
-    if (!found || plan.recompute_cost < best.recompute_cost ||
-        (plan.recompute_cost == best.recompute_cost && plan.estimate.total < best.estimate.total)) {
-      best = plan;
+    // The inputs in host memory only where some are stashed (every checkpointed layer but the last one).
+    const bool can_stash = req.host_offload && std::min(n, L - 1) > 0;
+    std::optional<MemoryPlan> pick;
+    for (const bool on_host : {false, true}) {
+      if (on_host && !can_stash) continue;
+      const VramEstimate e = estimate_vram(info, req.lora_r, req.tokens_per_step, req.fused_loss, n > 0, n,
+                                           req.base_quantization, kLossChunkRows, req.images, req.lora_groups,
+                                           on_host);
+      MemoryPlan plan = base;
+      plan.gradient_checkpointing = n > 0;
+      plan.checkpoint_layers = n;
+      plan.estimate = e;
+      plan.keep.inputs_on_host = on_host;
+      plan.host_bytes = on_host ? 2 * T * info.hidden_size * std::min(n, L - 1) : 0;
+      if (least.estimate.total == 0 || e.total < least.estimate.total) least = plan;
+      const std::optional<RecomputeKeepChoice> k = cheapest_recompute_keep(info, T, n, plan.budget_bytes - e.total);
+      if (!k) continue;
+      plan.keep = k->keep;
+      plan.keep.inputs_on_host = on_host;
+      plan.keep_bytes = k->bytes;
+      plan.estimate.activations += k->bytes;
+      plan.estimate.total += k->bytes;
+      plan.recompute_cost = k->cost;
+      plan.fits = true;
+      if (!pick || plan.recompute_cost < pick->recompute_cost) pick = plan;  // host memory only when it pays
+    }
+    if (!pick) continue;
+    if (!found || pick->recompute_cost < best.recompute_cost ||
+        (pick->recompute_cost == best.recompute_cost && pick->estimate.total < best.estimate.total)) {
+      best = *pick;
       found = true;
     }
   }
@@ -175,6 +186,8 @@ std::string memory_plan_text(const ModelInfo& info, const MemoryPlan& p) {
   if (p.gradient_checkpointing && p.keep.any())
     s += " (kept for the recompute: " + recompute_keep_text(info, p.keep, p.checkpoint_layers) + ", " +
          gib_text(p.keep_bytes) + ")";
+  if (p.gradient_checkpointing && p.keep.inputs_on_host)
+    s += ", their inputs in page-locked host memory (" + gib_text(p.host_bytes) + ")";
   s += ", loss chunks of " + std::to_string(p.loss_chunk_rows) + " rows: expected peak " + gib_text(p.estimate.total) +
        (p.fits ? " within " : " EXCEEDS ") + gib_text(p.budget_bytes) + " (" + gib_text(p.free_bytes) + " free less a " +
        gib_text(memory_plan_margin(p.free_bytes)) + " margin)";

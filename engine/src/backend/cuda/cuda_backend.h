@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "backend/activation_stash.h"
 #include "backend/backend.h"
 #include "backend/quant_ops.h"
 #include "backend/cuda/device_allocator.h"
@@ -37,7 +38,7 @@ struct GdnChunks {
   int64_t n = 0;
 };
 
-class CudaBackend final : public Backend, public QuantOps {
+class CudaBackend final : public Backend, public QuantOps, public ActivationStashMaker {
  public:
   // kernels: the run config's `kernels` setting ("auto" | "portable"), which picks the kernel policy.
   CudaBackend(int device_index, DType compute, const std::string& kernels = "auto");
@@ -223,6 +224,8 @@ class CudaBackend final : public Backend, public QuantOps {
   std::unique_ptr<ShardGatherer> create_shard_gatherer(const ReducerSetup& setup) override;
   // nccl_exchange.cpp: expert parallel's all-to-all (NCCL send/recv) on a communicator and stream of its own.
   std::unique_ptr<TokenExchange> create_token_exchange(const ReducerSetup& setup) override;
+  // cuda_activation_stash.cpp: page-locked host slots and a copy stream (backend/activation_stash.h).
+  std::unique_ptr<ActivationStash> create_activation_stash() override;
 
  private:
   // cuda_quant.cpp: the row count the FP8 products of these [m, k] problems run at (n, or n padded with zero rows
