@@ -37,7 +37,10 @@ class CudaActivationStash final : public ActivationStash {
   void put(int slot, const Tensor& t) override {
     Slot& s = at(slot);
     if (s.held.defined() || s.fetched.defined()) {  // left by a step that failed part-way
-      cuda_check(cudaStreamWaitEvent(compute_, s.done, 0), "cudaStreamWaitEvent (stash put)");
+      // Its copies ran outside any recording: a recorded step may not wait for them (the event would come from
+      // outside the capture), so it is refused (op by op runs it); op by op waits for them here.
+      check(!capturing(), "activation stash: slot " + std::to_string(slot) + " still busy while a step is recorded");
+      cuda_check(cudaStreamSynchronize(copy_), "cudaStreamSynchronize (activation stash)");
       s.held = Tensor();
       s.fetched = Tensor();
     }
@@ -72,7 +75,9 @@ class CudaActivationStash final : public ActivationStash {
     Slot& s = at(slot);
     check(s.fetched.defined(), "internal: activation stash slot " + std::to_string(slot) + " was not fetched");
     cuda_check(cudaStreamWaitEvent(compute_, s.done, 0), "cudaStreamWaitEvent (stash take)");
-    return std::move(s.fetched);
+    Tensor t = std::move(s.fetched);
+    s.fetched = Tensor();  // a moved-from Tensor keeps its data pointer (defined())
+    return t;
   }
 
   int64_t host_bytes() const override {
@@ -106,10 +111,7 @@ class CudaActivationStash final : public ActivationStash {
   // writing the memory they were recorded with).
   void reserve(Slot& s, int slot, size_t bytes) {
     if (s.capacity >= bytes) return;
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    cuda_check(cudaStreamIsCapturing(compute_, &capturing), "cudaStreamIsCapturing");
-    check(capturing == cudaStreamCaptureStatusNone,
-          "activation stash: slot " + std::to_string(slot) + " would grow while a step is recorded");
+    check(!capturing(), "activation stash: slot " + std::to_string(slot) + " would grow while a step is recorded");
     cuda_check(cudaStreamSynchronize(copy_), "cudaStreamSynchronize (activation stash)");
     if (s.host) cuda_check(cudaFreeHost(s.host), "cudaFreeHost (activation stash)");
     s.host = nullptr;
@@ -124,6 +126,12 @@ class CudaActivationStash final : public ActivationStash {
                   " bytes held already; free host memory, or set gradient_checkpointing to a number of layers)");
     }
     s.capacity = bytes;
+  }
+
+  bool capturing() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cuda_check(cudaStreamIsCapturing(compute_, &status), "cudaStreamIsCapturing");
+    return status != cudaStreamCaptureStatusNone;
   }
 
   void fork(Slot& s) {
