@@ -111,7 +111,7 @@ Flops count_flops(const ModelConfig& c, int64_t T, int64_t seqs) {
   return f;
 }
 
-// One --keep item: a comma list of none, attn, gdn, mlp, mlpN.
+// One --keep item: a comma list of none, attn, gdn, mlp, mlpN, host (inputs on the host), hostmlpK.
 RecomputeKeep parse_keep(const std::string& v) {
   RecomputeKeep k;
   for (size_t b = 0; b <= v.size();) {
@@ -120,6 +120,10 @@ RecomputeKeep parse_keep(const std::string& v) {
     if (item == "attn") k.attn_core = true;
     else if (item == "gdn") k.gdn_core = true;
     else if (item == "host") k.inputs_on_host = true;
+    else if (item.rfind("hostmlp", 0) == 0) {  // every Nth layer past the mlpM ones: gate/up in host memory
+      k.inputs_on_host = true;
+      k.mlp_host_every = std::atoll(item.c_str() + 7);
+    }
     else if (item == "mlp") k.mlp_layers = -1;
     else if (item.rfind("mlp", 0) == 0) k.mlp_layers = std::atoll(item.c_str() + 3);
     else if (item != "none" && !item.empty()) throw Error("--keep: unknown part '" + item + "'");

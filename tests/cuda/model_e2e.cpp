@@ -249,7 +249,10 @@ TEST_P(CudaRecomputeKeep, SameLossAndGradientsAsPlainCheckpointing) {
   gdn.gdn_core = true;
   host = attn_mlp;
   host.inputs_on_host = true;  // the inputs through page-locked host memory: the same bytes come back
-  for (const RecomputeKeep& keep : {attn_mlp, gdn, host}) {
+  RecomputeKeep host_mlp = host;  // and the MLP gate/up of every 2nd layer past the first
+  host_mlp.mlp_layers = 1;
+  host_mlp.mlp_host_every = 2;
+  for (const RecomputeKeep& keep : {attn_mlp, gdn, host, host_mlp}) {
     const bool with_gdn = keep.gdn_core;
     StepOptions so = plain;
     so.keep = keep;
@@ -265,8 +268,10 @@ TEST_P(CudaRecomputeKeep, SameLossAndGradientsAsPlainCheckpointing) {
       EXPECT_EQ(diff, 0.0) << name;
     }
     std::printf("[keep] %s/%s %s: loss %.7f vs %.7f, max grad diff %.3e of %.3e\n", name.c_str(), kernels.c_str(),
-                with_gdn ? "gdn core" : keep.inputs_on_host ? "attn core + mlp gate/up, inputs on host"
-                                                            : "attn core + mlp gate/up",
+                with_gdn                 ? "gdn core"
+                : keep.mlp_host_every > 0 ? "attn core + mlp gate/up of layer 0, of every 2nd on the host, inputs on host"
+                : keep.inputs_on_host     ? "attn core + mlp gate/up, inputs on host"
+                                          : "attn core + mlp gate/up",
                 loss, loss0, diff, norm);
   }
 }

@@ -78,6 +78,7 @@ RecordRun train(const ModelWeights& w, const std::vector<Example>& seqs, const s
     so.grad_scale = 1.f / static_cast<float>(batch->num_targets + s);
     so.gradient_checkpointing = ckpt;
     so.keep.inputs_on_host = host;
+    so.keep.mlp_host_every = host ? 2 : 0;  // with the MLP gate/up of every 2nd layer in host memory too
     so.record = record;
     const StepOutput out = model.step(*batch, &adapter, so);
     run.losses.push_back(out.loss_sum);

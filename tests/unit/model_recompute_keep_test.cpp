@@ -41,6 +41,7 @@ TEST(ModelRecomputeKeep, SameLossAndGradientsAsPlainCheckpointing) {
           attn_mlp1.mlp_layers = 1;
           gdn.gdn_core = true;
           host.inputs_on_host = true;  // the CPU backend has no stash: the inputs stay where they are
+          host.mlp_host_every = 2;
           for (const RecomputeKeep& keep : {all, attn_mlp1, gdn, host}) {
             StepOptions so = plain;
             so.keep = keep;

@@ -73,12 +73,40 @@ TEST(MemoryPlanHost, TakenOnlyWhereItLowersTheRecompute) {
       ++on_host;
       ASSERT_TRUE(host.gradient_checkpointing) << name;
       EXPECT_TRUE(!dev.fits || host.recompute_cost < dev.recompute_cost) << name << " budget " << budget;
-      EXPECT_EQ(host.host_bytes, input * std::min(host.checkpoint_layers, L - 1)) << name;
+      EXPECT_EQ(host.host_bytes, input * std::min(host.checkpoint_layers, L - 1) +
+                                     mlp_host_layers(info, host.checkpoint_layers, host.keep) * 2 * kTokens *
+                                         info.intermediate_size * 2)
+          << name;
+      if (host.keep.mlp_host_every > 0) EXPECT_EQ(host.keep.mlp_host_every, mlp_host_spacing(info, kTokens)) << name;
       EXPECT_EQ(host.estimate.total, estimate(info, host.checkpoint_layers, true).total + host.keep_bytes) << name;
       EXPECT_NE(memory_plan_text(info, host).find("page-locked host memory"), std::string::npos) << name;
     }
     EXPECT_GT(on_host, 0) << name << ": some budget should pay for the inputs in host memory";
   }
+}
+
+// RecomputeKeep::mlp_host_every: every k-th layer past the device-kept ones, never the last layer; its gate/up skip
+// the recompute's GEMMs (cost) and cost one layer's gate/up on the device (the one fetched a layer ahead).
+TEST(MemoryPlanHost, GateUpInHostMemory) {
+  const ModelInfo info = model_info_load(golden("dense_bf16"));
+  const int64_t L = info.num_layers, gu = 2 * kTokens * info.intermediate_size * 2;
+  ASSERT_GE(L, 4);
+  RecomputeKeep k;
+  k.inputs_on_host = true;
+  k.mlp_layers = 1;
+  k.mlp_host_every = 2;  // layers 2, 4, ... below L - 1
+  int64_t expect = 0;
+  for (int64_t i = 0; i < L - 1; ++i) expect += (i >= 1 && (i - 1) % 2 == 1) ? 1 : 0;
+  EXPECT_EQ(mlp_host_layers(info, -1, k), expect);
+  RecomputeKeep dev = k;
+  dev.mlp_host_every = 0;
+  EXPECT_EQ(recompute_keep_bytes(info, kTokens, -1, k), recompute_keep_bytes(info, kTokens, -1, dev) + gu);
+  EXPECT_LT(recompute_cost(info, kTokens, -1, k), recompute_cost(info, kTokens, -1, dev));
+  RecomputeKeep off = k;
+  off.inputs_on_host = false;  // no stash: nothing in host memory
+  EXPECT_EQ(mlp_host_layers(info, -1, off), 0);
+  EXPECT_GE(mlp_host_spacing(info, kTokens), 0);
+  EXPECT_NE(recompute_keep_text(info, k, -1).find("in host memory"), std::string::npos);
 }
 
 }  // namespace

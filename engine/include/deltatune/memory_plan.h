@@ -61,8 +61,16 @@ struct RecomputeKeepChoice {
   int64_t bytes = 0;
   double cost = 0;
 };
+// mlp_host_every > 0 (keep.inputs_on_host): also tried with RecomputeKeep::mlp_host_every = that.
 std::optional<RecomputeKeepChoice> cheapest_recompute_keep(const ModelInfo& info, int64_t tokens,
-                                                           int64_t checkpointed_layers, int64_t room_bytes);
+                                                           int64_t checkpointed_layers, int64_t room_bytes,
+                                                           int64_t mlp_host_every = 0);
+// RecomputeKeep::mlp_host_every: the smallest spacing k (>= 2) at which one layer's MLP gate/up (2·T·I bf16) and
+// every layer's input go out during the forward at the copy stream's rate (40 GB/s) within the layers' forward GEMM
+// time (at 700 TFLOP/s); 0 when even the inputs leave no room (and for MoE models).
+int64_t mlp_host_spacing(const ModelInfo& info, int64_t tokens);
+// How many checkpointed layers keep their MLP gate/up in host memory under `keep`.
+int64_t mlp_host_layers(const ModelInfo& info, int64_t checkpointed_layers, const RecomputeKeep& keep);
 
 // Tried: every count of checkpointed layers (from the first), each with and without the attention core kept and
 // with the MLP gate/up outputs kept on its first 0..N checkpointed layers; the plan is the least recompute_cost

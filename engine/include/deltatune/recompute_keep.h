@@ -21,9 +21,18 @@ struct RecomputeKeep {
   // activation_stash.h), so the device holds two of them at most instead of one a layer. A backend without a
   // stash (CPU) keeps them on the device.
   bool inputs_on_host = false;
+  // With inputs_on_host, dense models: every k-th checkpointed layer past the first mlp_layers (layers m+k-1, m+2k-1,
+  // ..., m = mlp_layers >= 0; never the last layer) keeps its MLP gate/up outputs too, in page-locked host memory:
+  // copied out after its forward, back a layer ahead of its recompute. 0: none. The plan picks k from the copy
+  // bandwidth against the forward's time (memory_plan.cpp).
+  int64_t mlp_host_every = 0;
 
   bool mlp(int64_t layer) const { return mlp_layers < 0 || layer < mlp_layers; }
-  bool any() const { return attn_core || gdn_core || mlp_layers != 0; }
+  bool mlp_on_host(int64_t layer) const {
+    const int64_t k = mlp_host_every;
+    return k > 0 && mlp_layers >= 0 && layer >= mlp_layers && (layer - mlp_layers) % k == k - 1;
+  }
+  bool any() const { return attn_core || gdn_core || mlp_layers != 0 || mlp_host_every > 0; }
   bool operator==(const RecomputeKeep&) const = default;
 };
 

@@ -1,5 +1,6 @@
 #include "model/qwen35_model.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -252,6 +253,21 @@ void Qwen35Model::layer_done(size_t i) {
   if (sharded_) sharded_->release(i);
 }
 
+int Qwen35Model::gate_slot(int64_t i) const { return static_cast<int>(layer_count() + 2 * i); }
+
+void Qwen35Model::settle_gate_up(const StepOptions& opts, int64_t i, bool all) {
+  // A layer's gate/up copies are waited for max(k-1, 1) layers of forward later (k = mlp_host_every), or (all)
+  // before the loss. settle() of a slot already settled does nothing.
+  const int64_t k = opts.keep.mlp_host_every, L = static_cast<int64_t>(layer_count());
+  if (k <= 0) return;
+  const int64_t first = all ? 0 : i - std::max<int64_t>(k - 1, 1), last = all ? L - 1 : first;
+  for (int64_t j = std::max<int64_t>(first, 0); j <= last; ++j)
+    if (gate_up_stashed(opts, j)) {
+      stash_->settle(gate_slot(j));
+      stash_->settle(gate_slot(j) + 1);
+    }
+}
+
 int64_t Qwen35Model::host_stash_bytes() const { return stash_ ? stash_->host_bytes() : 0; }
 
 ActivationStash* Qwen35Model::input_stash(const StepOptions& opts) {
@@ -262,6 +278,10 @@ ActivationStash* Qwen35Model::input_stash(const StepOptions& opts) {
 
 bool Qwen35Model::input_stashed(const StepOptions& opts, int64_t i) const {
   return opts.keep.inputs_on_host && opts.checkpointed(i) && i + 1 < static_cast<int64_t>(layer_count());
+}
+
+bool Qwen35Model::gate_up_stashed(const StepOptions& opts, int64_t i) const {
+  return !cfg_.is_moe() && input_stashed(opts, i) && opts.keep.mlp_on_host(i);
 }
 
 SeqLayout Qwen35Model::make_layout(const Batch& batch) {
@@ -331,17 +351,30 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const S
     LayerCache& c = (acts && !ckpt) ? acts->layers[i] : scratch;
     ctx.activations_kept = acts && !ckpt;
     ctx.keep_gdn_core = acts && ckpt && opts.keep.gdn_core;
-    ctx.keep_mlp_gu = acts && ckpt && !cfg_.is_moe() && opts.keep.mlp(static_cast<int64_t>(i));
+    const bool gu_stashed = stash && gate_up_stashed(opts, li);
+    ctx.keep_mlp_gu = acts && ckpt && !cfg_.is_moe() && (opts.keep.mlp(li) || gu_stashed);
     Tensor next = layer_fwd(ctx, layer_weights(i, i + 1), l, x, c);
     if (!acts || i + 1 < L) layer_done(i);  // the last layer's backward comes next: it stays gathered
-    if (stash && i > 0 && input_stashed(opts, li - 1)) stash->settle(static_cast<int>(i) - 1);
+    // A gate/up copy (100-200 MB) holds up the inputs' copies behind it: they are then waited for a layer later.
+    const int64_t lag = opts.keep.mlp_host_every > 0 ? 2 : 1;
+    if (stash && li >= lag && input_stashed(opts, li - lag)) stash->settle(static_cast<int>(li - lag));
+    if (stash) settle_gate_up(opts, li, false);
     if (acts && ckpt) {
       if (!stashed) acts->layers[i].x_in = x;
       keep_for_recompute(opts.keep, static_cast<int64_t>(i), cfg_.is_moe(), c, acts->layers[i]);
+      if (gu_stashed) {
+        stash->put(gate_slot(li), c.mlp.g);
+        stash->put(gate_slot(li) + 1, c.mlp.u);
+      }
       // Expert parallel: the recompute reuses this routing and exchange plan (no host wait, same rows).
       if (ep_ && cfg_.is_moe()) acts->layers[i].moe = moe_routing_kept(c.moe);
     }
     x = next;
+  }
+  if (stash) {  // what is still on its way to the host, waited for before the loss
+    for (int64_t j = std::max<int64_t>(0, static_cast<int64_t>(L) - 2); j < static_cast<int64_t>(L); ++j)
+      if (input_stashed(opts, j)) stash->settle(static_cast<int>(j));
+    settle_gate_up(opts, static_cast<int64_t>(L), true);
   }
   Tensor h = be_.alloc({T, H}, dt);
   Tensor rstd = be_.alloc({T}, DType::F32);
@@ -435,6 +468,10 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
   ActivationStash* stash = input_stash(opts);
   for (int i = static_cast<int>(layer_count()) - 1; i >= 0; --i) {
     if (stash && i > 0 && input_stashed(opts, i - 1)) stash->fetch(i - 1);
+    if (stash && i > 0 && gate_up_stashed(opts, i - 1)) {
+      stash->fetch(gate_slot(i - 1));
+      stash->fetch(gate_slot(i - 1) + 1);
+    }
     BlockContext ctx{be_, cfg_, seq, opts.lora, i};
     ctx.ep = ep_;
     const LayerLora l = layer_lora_find(lora, i);
@@ -446,6 +483,10 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
       MoeCache routing = std::move(c.moe);  // routed: kept by the first forward (expert parallel)
       c = recompute_start(c);               // what the first forward kept (StepOptions::keep), else empty
       if (routing.routed) c.moe = std::move(routing);
+      if (stash && gate_up_stashed(opts, i)) {  // skips the gate/up base GEMMs as RecomputeKeep::mlp does
+        c.mlp.g = stash->take(gate_slot(i));
+        c.mlp.u = stash->take(gate_slot(i) + 1);
+      }
       BlockContext recompute = ctx;
       recompute.keep_for_backward = true;
       layer_fwd(recompute, w, l, x_in, c);

@@ -2,6 +2,7 @@
 #include "deltatune/memory_plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/bytes_text.h"
 #include "deltatune/error.h"
@@ -20,6 +21,10 @@ constexpr int64_t kLossChunkRows = 1024;
 // FLOPs per token and value head) at ~20x.
 constexpr double kAttnCoreWeight = 2.5, kGdnCoreWeight = 20.0;
 constexpr int64_t kGdnChunk = 64;  // the CUDA GDN core's chunk (kernels/gdn)
+// RecomputeKeep::mlp_host_every: the copies' rate with both directions busy (H200, pinned, beside bf16 GEMMs:
+// 47-50 GB/s, 54 one way; wave 33) less a margin, and the forward's GEMM rate used to time a layer's forward
+// (~GEMM peak, so the time is on the short side and the copies are given too little rather than too much).
+constexpr double kHostCopyBytesPerS = 40e9, kForwardFlopsPerS = 700e12;
 
 int64_t checkpointed_count(const ModelInfo& info, int64_t checkpointed_layers) {
   return checkpointed_layers < 0 ? info.num_layers : std::min(checkpointed_layers, info.num_layers);
@@ -49,12 +54,39 @@ int64_t layer_keep_bytes(const ModelInfo& info, int64_t T, int64_t layer, const 
 
 }  // namespace
 
+int64_t mlp_host_layers(const ModelInfo& info, int64_t checkpointed_layers, const RecomputeKeep& keep) {
+  if (info.is_moe || !keep.inputs_on_host) return 0;
+  const int64_t n = std::min(checkpointed_count(info, checkpointed_layers), info.num_layers - 1);
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; ++i) c += keep.mlp_on_host(i) ? 1 : 0;
+  return c;
+}
+
 int64_t recompute_keep_bytes(const ModelInfo& info, int64_t tokens, int64_t checkpointed_layers,
                              const RecomputeKeep& keep) {
   const int64_t T = std::max<int64_t>(tokens, 1), n = checkpointed_count(info, checkpointed_layers);
   int64_t b = 0;
   for (int64_t i = 0; i < n; ++i) b += layer_keep_bytes(info, T, i, keep);
+  // Gate/up in host memory: one layer's on the device beside the recompute of the layer above (fetched a layer
+  // ahead); a layer's own, taken for its recompute, stand for the ones the recompute would form.
+  if (mlp_host_layers(info, checkpointed_layers, keep) > 0) b += 2 * T * info.intermediate_size * 2;
   return b;
+}
+
+int64_t mlp_host_spacing(const ModelInfo& info, int64_t tokens) {
+  if (info.is_moe) return 0;
+  const double T = static_cast<double>(std::max<int64_t>(tokens, 1)), H = static_cast<double>(info.hidden_size),
+               I = static_cast<double>(info.intermediate_size);
+  const double kd = static_cast<double>(info.linear_num_key_heads * info.linear_key_head_dim),
+               vd = static_cast<double>(info.linear_num_value_heads * info.linear_value_head_dim),
+               HV = static_cast<double>(info.linear_num_value_heads);
+  // The lightest layer's forward GEMMs (a GDN layer's projections and the MLP), timed at kForwardFlopsPerS; what
+  // the copy stream moves meanwhile beyond the layer's own input is left for one gate/up pair every k layers.
+  const double flops = T * (2 * H * (2 * kd + 2 * vd + 2 * HV) + 2 * vd * H + 6 * H * I);
+  const double room = flops / kForwardFlopsPerS * kHostCopyBytesPerS - 2 * T * H;
+  if (room <= 0) return 0;
+  const double k = std::ceil(2 * T * I * 2 / room);
+  return std::max<int64_t>(2, static_cast<int64_t>(k));
 }
 
 double recompute_cost(const ModelInfo& info, int64_t tokens, int64_t checkpointed_layers, const RecomputeKeep& keep) {
@@ -81,13 +113,15 @@ double recompute_cost(const ModelInfo& info, int64_t tokens, int64_t checkpointe
     if (full_attention(info, i)) per_token += attn_proj + (keep.attn_core ? 0 : attn_core);
     else per_token += gdn_proj + (keep.gdn_core ? 0 : gdn_core);
     if (info.is_moe) per_token += moe;
-    else if (!keep.mlp(i)) per_token += mlp_gu;
+    else if (!keep.mlp(i) && !(keep.inputs_on_host && keep.mlp_on_host(i) && i + 1 < info.num_layers))
+      per_token += mlp_gu;
   }
   return per_token * T;
 }
 
 std::optional<RecomputeKeepChoice> cheapest_recompute_keep(const ModelInfo& info, int64_t tokens,
-                                                           int64_t checkpointed_layers, int64_t room_bytes) {
+                                                           int64_t checkpointed_layers, int64_t room_bytes,
+                                                           int64_t mlp_host_every) {
   if (room_bytes < 0) return std::nullopt;
   const int64_t n = checkpointed_count(info, checkpointed_layers);
   bool has_attn = false;
@@ -96,19 +130,27 @@ std::optional<RecomputeKeepChoice> cheapest_recompute_keep(const ModelInfo& info
   bool found = false;
   for (const bool attn : {false, true}) {
     if (attn && !has_attn) continue;
-    for (int64_t m = 0; m <= (info.is_moe ? 0 : n); ++m) {
-      RecomputeKeepChoice c;
-      c.keep.attn_core = attn;
-      c.keep.mlp_layers = m;
-      c.bytes = recompute_keep_bytes(info, tokens, n, c.keep);
-      if (c.bytes > room_bytes) break;  // more kept layers only add memory
-      c.cost = recompute_cost(info, tokens, n, c.keep);
-      if (!found || c.cost < best.cost || (c.cost == best.cost && c.bytes < best.bytes)) {
-        best = c;
-        found = true;
+    for (const int64_t every : {int64_t{0}, mlp_host_every}) {
+      if (every < 0) continue;
+      for (int64_t m = 0; m <= (info.is_moe ? 0 : n); ++m) {
+        RecomputeKeepChoice c;
+        c.keep.attn_core = attn;
+        c.keep.mlp_layers = m;
+        c.keep.inputs_on_host = every > 0;
+        c.keep.mlp_host_every = every;
+        if (every > 0 && mlp_host_layers(info, n, c.keep) == 0) break;
+        c.bytes = recompute_keep_bytes(info, tokens, n, c.keep);
+        if (c.bytes > room_bytes) break;  // more kept layers only add memory
+        c.cost = recompute_cost(info, tokens, n, c.keep);
+        if (!found || c.cost < best.cost || (c.cost == best.cost && c.bytes < best.bytes)) {
+          best = c;
+          found = true;
+        }
       }
+      if (mlp_host_every <= 0) break;
     }
   }
+  best.keep.inputs_on_host = false;  // the caller's to set
   return best;  // keeping nothing always fits room_bytes >= 0
 }
 
@@ -142,10 +184,12 @@ MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& req) {
       plan.keep.inputs_on_host = on_host;
       plan.host_bytes = on_host ? 2 * T * info.hidden_size * std::min(n, L - 1) : 0;
       if (least.estimate.total == 0 || e.total < least.estimate.total) least = plan;
-      const std::optional<RecomputeKeepChoice> k = cheapest_recompute_keep(info, T, n, plan.budget_bytes - e.total);
+      const std::optional<RecomputeKeepChoice> k = cheapest_recompute_keep(
+          info, T, n, plan.budget_bytes - e.total, on_host ? mlp_host_spacing(info, T) : 0);
       if (!k) continue;
       plan.keep = k->keep;
       plan.keep.inputs_on_host = on_host;
+      plan.host_bytes += mlp_host_layers(info, n, plan.keep) * 2 * T * info.intermediate_size * 2;
       plan.keep_bytes = k->bytes;
       plan.estimate.activations += k->bytes;
       plan.estimate.total += k->bytes;
@@ -174,6 +218,11 @@ std::string recompute_keep_text(const ModelInfo& info, const RecomputeKeep& keep
   const int64_t m = keep.mlp_layers < 0 ? n : std::min(keep.mlp_layers, n);
   if (!info.is_moe && m > 0)
     add(m >= n ? "MLP gate/up" : "MLP gate/up of layers 0-" + std::to_string(m - 1));
+  const int64_t h = mlp_host_layers(info, checkpointed_layers, keep);
+  if (h > 0)
+    add("MLP gate/up of " + std::to_string(h) + " more layers in host memory (every " +
+        std::to_string(keep.mlp_host_every) + " from layer " + std::to_string(keep.mlp_layers + keep.mlp_host_every - 1) +
+        ")");
   return s.empty() ? "nothing" : s;
 }
 
