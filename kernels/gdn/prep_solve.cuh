@@ -62,13 +62,10 @@ __device__ __forceinline__ void mma_split3(float (&acc)[4], const uint32_t (&ah)
   mma::mma16816(acc, al, bh[0], bh[1]);
 }
 
-// One warp: block (r, k) of T (r > k; the diagonal blocks and every block of smaller distance r − k in Tf, A
-// in Af): T_rk = −T_rr·Σ_{k≤m<r} A_rm·T_mk, formed transposed (see step 3). Rows past the chunk's end are
-// zero.
-__device__ __forceinline__ void off_diagonal_t(const float* Af, float* Tf, int k, int r, int len) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  float p[2][4] = {};
-  for (int m = k; m < r; ++m) {
+// Pᵀ += Σ_{m0 ≤ m < m1} T_mkᵀ·A_rmᵀ for block (r, k) (off_diagonal_t's first product).
+__device__ __forceinline__ void off_diagonal_part(const float* Af, const float* Tf, int k, int r, int m0, int m1,
+                                                  float (&p)[2][4]) {
+  for (int m = m0; m < m1; ++m) {
     uint32_t ah[4], al[4];
     frag_a_tr_f32(ah, al, Tf + 16 * m * LA + 16 * k);  // T_mkᵀ
 #pragma unroll
@@ -78,6 +75,11 @@ __device__ __forceinline__ void off_diagonal_t(const float* Af, float* Tf, int k
       mma_split3(p[nb], ah, al, bh, bl);
     }
   }
+}
+
+// T_rk = −T_rr·P from Pᵀ (off_diagonal_t's second product and store).
+__device__ __forceinline__ void off_diagonal_finish(float* Tf, int k, int r, int len, const float (&p)[2][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   // Pᵀ's accumulators as an A operand: (g, 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..).
   uint32_t ah[4], al[4];
   split_bf16x2(ah[0], al[0], p[0][0], p[0][1]);
@@ -99,6 +101,15 @@ __device__ __forceinline__ void off_diagonal_t(const float* Af, float* Tf, int k
       const int i = 8 * nb + 2 * t + (e & 1), c = g + 8 * (e >> 1);
       Tf[(16 * r + i) * LA + 16 * k + c] = 16 * r + i < len ? -x[nb][e] : 0.f;
     }
+}
+
+// One warp: block (r, k) of T (r > k; the diagonal blocks and every block of smaller distance r − k in Tf, A
+// in Af): T_rk = −T_rr·Σ_{k≤m<r} A_rm·T_mk, formed transposed (see step 3). Rows past the chunk's end are
+// zero.
+__device__ __forceinline__ void off_diagonal_t(const float* Af, float* Tf, int k, int r, int len) {
+  float p[2][4] = {};
+  off_diagonal_part(Af, Tf, k, r, k, r, p);
+  off_diagonal_finish(Tf, k, r, len, p);
 }
 
 }  // namespace deltatune::kernels::gdn_prep

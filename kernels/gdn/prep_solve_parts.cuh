@@ -11,45 +11,6 @@
 
 namespace deltatune::kernels::gdn_prep {
 
-// Pᵀ += Σ_{m0 ≤ m < m1} T_mkᵀ·A_rmᵀ for block (r, k) (off_diagonal_t's first product).
-__device__ __forceinline__ void off_diagonal_part(const float* Af, const float* Tf, int k, int r, int m0, int m1,
-                                                  float (&p)[2][4]) {
-  for (int m = m0; m < m1; ++m) {
-    uint32_t ah[4], al[4];
-    frag_a_tr_f32(ah, al, Tf + 16 * m * LA + 16 * k);  // T_mkᵀ
-#pragma unroll
-    for (int nb = 0; nb < 2; ++nb) {
-      uint32_t bh[2], bl[2];
-      frag_b_tr_f32(bh, bl, Af + 16 * r * LA + 16 * m, nb);  // A_rmᵀ
-      mma_split3(p[nb], ah, al, bh, bl);
-    }
-  }
-}
-
-// T_rk = −T_rr·P from Pᵀ (off_diagonal_t's second product and store).
-__device__ __forceinline__ void off_diagonal_finish(float* Tf, int k, int r, int len, const float (&p)[2][4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  uint32_t ah[4], al[4];
-  split_bf16x2(ah[0], al[0], p[0][0], p[0][1]);
-  split_bf16x2(ah[1], al[1], p[0][2], p[0][3]);
-  split_bf16x2(ah[2], al[2], p[1][0], p[1][1]);
-  split_bf16x2(ah[3], al[3], p[1][2], p[1][3]);
-  float x[2][4] = {};
-#pragma unroll
-  for (int nb = 0; nb < 2; ++nb) {
-    uint32_t bh[2], bl[2];
-    frag_b_tr_f32(bh, bl, Tf + 16 * r * LA + 16 * r, nb);  // T_rrᵀ
-    mma_split3(x[nb], ah, al, bh, bl);
-  }
-#pragma unroll
-  for (int nb = 0; nb < 2; ++nb)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = 8 * nb + 2 * t + (e & 1), c = g + 8 * (e >> 1);
-      Tf[(16 * r + i) * LA + 16 * k + c] = 16 * r + i < len ? -x[nb][e] : 0.f;
-    }
-}
-
 // A warp's partial sum in shared memory (8 floats a lane, lane-major: conflict-free).
 __device__ __forceinline__ void part_store(float* part, const float (&p)[2][4]) {
   const int lane = threadIdx.x & 31;
