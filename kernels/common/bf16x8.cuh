@@ -11,9 +11,9 @@ namespace deltatune::kernels {
 struct Bf16x8 {
   float v[8];
 };
-// Element group i (elements 8i .. 8i+7) of a bf16 array.
-__device__ __forceinline__ Bf16x8 ld8(const void* p, int64_t i) {
-  const uint4 raw = static_cast<const uint4*>(p)[i];
+// A group of 8 bf16 as loaded (16 bytes, 4 registers), for a group held packed and widened later.
+__device__ __forceinline__ uint4 ld8_raw(const void* p, int64_t i) { return static_cast<const uint4*>(p)[i]; }
+__device__ __forceinline__ Bf16x8 unpack8(const uint4& raw) {  // exact (bf16 -> f32 is a shift)
   const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
   Bf16x8 r;
 #pragma unroll
@@ -23,6 +23,8 @@ __device__ __forceinline__ Bf16x8 ld8(const void* p, int64_t i) {
   }
   return r;
 }
+// Element group i (elements 8i .. 8i+7) of a bf16 array.
+__device__ __forceinline__ Bf16x8 ld8(const void* p, int64_t i) { return unpack8(ld8_raw(p, i)); }
 __device__ __forceinline__ void st8(void* p, int64_t i, const Bf16x8& x) {
   uint4 raw;
   auto* h = reinterpret_cast<__nv_bfloat162*>(&raw);

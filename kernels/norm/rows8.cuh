@@ -48,19 +48,6 @@ __device__ __forceinline__ float load_row_sumsq(const void* x, const RowLane<L>&
   return group_sum<L>(ss);
 }
 
-// A group of 8 bf16 as loaded (16 bytes, 4 registers), for a group held until the output pass and widened there.
-__device__ __forceinline__ uint4 ld8_raw(const void* p, int64_t i) { return static_cast<const uint4*>(p)[i]; }
-__device__ __forceinline__ Bf16x8 unpack8(const uint4& raw) {  // exact (bf16 -> f32 is a shift)
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-  Bf16x8 r;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 f = __bfloat1622float2(h[k]);
-    r.v[2 * k] = f.x, r.v[2 * k + 1] = f.y;
-  }
-  return r;
-}
-
 // load_row_sumsq holding the groups packed (4 registers a group, not 8).
 template <int L, int CH>
 __device__ __forceinline__ float load_row_sumsq(const void* x, const RowLane<L>& rl, int n8, int64_t ldx8,
