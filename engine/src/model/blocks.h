@@ -79,9 +79,6 @@ struct BlockContext {
   // This forward's MLP gate/up outputs (g, u) are kept for a checkpointed layer's recompute to reuse
   // (RecomputeKeep::mlp): the first forward of such a layer.
   bool keep_mlp_gu = false;
-  // Whether the backward (or a recompute) reads this forward's MLP g and u. The SwiGLU forward writes the LoRA sums
-  // back over the base products only for a recompute that reads them (keep_mlp_gu); the backward can form them.
-  bool mlp_gu_read() const { return keep_for_backward || activations_kept || keep_mlp_gu; }
   Tensor* moe_load = nullptr;  // F32 [E] (+=) tokens per expert of this layer (router statistics), or null
   // Expert parallel (model/expert_parallel.h): the layer's weights and LoRA hold this rank's experts only and
   // the routed rows travel through `ep`; null = every expert here.
