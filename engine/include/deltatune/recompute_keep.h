@@ -32,6 +32,11 @@ struct RecomputeKeep {
     const int64_t k = mlp_host_every;
     return k > 0 && mlp_layers >= 0 && layer >= mlp_layers && (layer - mlp_layers) % k == k - 1;
   }
+  // Whether checkpointed layer `layer` of `num_layers` sends its MLP gate/up to host memory (mlp_on_host, with the
+  // inputs on the host; never the last layer, whose recompute follows its forward at once).
+  bool mlp_stashed(int64_t layer, int64_t num_layers) const {
+    return inputs_on_host && layer + 1 < num_layers && mlp_on_host(layer);
+  }
   bool any() const { return attn_core || gdn_core || mlp_layers != 0 || mlp_host_every > 0; }
   bool operator==(const RecomputeKeep&) const = default;
 };

@@ -281,7 +281,7 @@ bool Qwen35Model::input_stashed(const StepOptions& opts, int64_t i) const {
 }
 
 bool Qwen35Model::gate_up_stashed(const StepOptions& opts, int64_t i) const {
-  return !cfg_.is_moe() && input_stashed(opts, i) && opts.keep.mlp_on_host(i);
+  return !cfg_.is_moe() && opts.checkpointed(i) && opts.keep.mlp_stashed(i, static_cast<int64_t>(layer_count()));
 }
 
 SeqLayout Qwen35Model::make_layout(const Batch& batch) {

@@ -155,7 +155,7 @@ class Qwen35Model {
   // Whether layer i's input goes to the stash: a checkpointed layer but the last one (its recompute comes right
   // after the loss).
   bool input_stashed(const StepOptions& opts, int64_t i) const;
-  // Whether layer i's MLP gate/up go to the stash too (RecomputeKeep::mlp_on_host), in slots gate_slot(i) and +1.
+  // Whether layer i's MLP gate/up go to the stash too (RecomputeKeep::mlp_stashed), in slots gate_slot(i) and +1.
   bool gate_up_stashed(const StepOptions& opts, int64_t i) const;
   int gate_slot(int64_t i) const;
   // The forward's waits for gate/up copies after layer i's forward (all: every one, before the loss).

@@ -55,10 +55,10 @@ int64_t layer_keep_bytes(const ModelInfo& info, int64_t T, int64_t layer, const 
 }  // namespace
 
 int64_t mlp_host_layers(const ModelInfo& info, int64_t checkpointed_layers, const RecomputeKeep& keep) {
-  if (info.is_moe || !keep.inputs_on_host) return 0;
-  const int64_t n = std::min(checkpointed_count(info, checkpointed_layers), info.num_layers - 1);
+  if (info.is_moe) return 0;
+  const int64_t n = checkpointed_count(info, checkpointed_layers);
   int64_t c = 0;
-  for (int64_t i = 0; i < n; ++i) c += keep.mlp_on_host(i) ? 1 : 0;
+  for (int64_t i = 0; i < n; ++i) c += keep.mlp_stashed(i, info.num_layers) ? 1 : 0;
   return c;
 }
 
@@ -113,7 +113,7 @@ double recompute_cost(const ModelInfo& info, int64_t tokens, int64_t checkpointe
     if (full_attention(info, i)) per_token += attn_proj + (keep.attn_core ? 0 : attn_core);
     else per_token += gdn_proj + (keep.gdn_core ? 0 : gdn_core);
     if (info.is_moe) per_token += moe;
-    else if (!keep.mlp(i) && !(keep.inputs_on_host && keep.mlp_on_host(i) && i + 1 < info.num_layers))
+    else if (!keep.mlp(i) && !keep.mlp_stashed(i, info.num_layers))
       per_token += mlp_gu;
   }
   return per_token * T;
