@@ -159,13 +159,13 @@ int cmd_info(const Args& args) {
                                    "--gpu-memory", "--lora-groups", "--base-quantization", "--gpu", "--free-gib",
                                    "--image-tokens", "--images", "--max-pixels"},
                                   {"--json", "--gradient-checkpointing", "--no-gradient-checkpointing",
-                                   "--unfused-loss", "--vision-lora"});
+                                   "--unfused-loss", "--vision-lora", "--no-activation-offload"});
   check(a.positionals.empty(),
         (a.positionals.empty() ? std::string() : "unexpected argument '" + a.positionals[0] +
                                                      "' (a checkpoint goes after --model)\n") +
         "usage: deltatune info [--model DIR|config.json] [--json] [--lora-r N] [--tokens N] "
         "[--gradient-checkpointing [--checkpoint-layers N] | --no-gradient-checkpointing | [--gpu N] "
-        "[--free-gib X]] [--unfused-loss] [--base-quantization none|fp8|nf4] "
+        "[--free-gib X] [--no-activation-offload]] [--unfused-loss] [--base-quantization none|fp8|nf4] "
         "[--gpus 0,1,..|all] [--gpu-count N] [--gpu-memory 80GiB] [--lora-groups attn,linear_attn,...] "
         "[--image-tokens N | --images N [--max-pixels P]] [--vision-lora]");
   const int r = static_cast<int>(int_option("--lora-r", a.get("--lora-r", "16"), 1));
@@ -176,6 +176,8 @@ int cmd_info(const Args& args) {
   check(!(ckpt && a.flags.count("--no-gradient-checkpointing")),
         "options --gradient-checkpointing and --no-gradient-checkpointing exclude each other");
   const bool fused = a.flags.count("--unfused-loss") == 0;
+  // The run file's activation_offload: false.
+  const bool activation_offload = a.flags.count("--no-activation-offload") == 0;
   int64_t ckpt_layers = int_option("--checkpoint-layers", a.get("--checkpoint-layers", "-1"), -1);
   const int gpu_index = static_cast<int>(int_option("--gpu", a.get("--gpu", "0"), 0));
   double free_gib = 0;
@@ -254,7 +256,7 @@ int cmd_info(const Args& args) {
     req.free_bytes = free;
     req.images = images;
     req.lora_groups = lora_groups;
-    req.host_offload = true;  // planned for a CUDA GPU: its backend can stash inputs in host memory
+    req.host_offload = activation_offload;  // planned for a CUDA GPU: its backend can stash inputs in host memory
     mem_plan = plan_memory(info, req);
     ckpt = mem_plan->gradient_checkpointing;
     ckpt_layers = mem_plan->checkpoint_layers;

@@ -65,6 +65,26 @@ class PagesBindingTest : public QObject {
     QCOMPARE(doc.config().max_steps, int64_t(-1));
   }
 
+  void checkpointingAutoAndOffloadBoxes() {
+    RunDocument doc;
+    TrainPage page(&doc, nullptr);
+    auto* autoBox = page.findChild<QCheckBox*>("gradient_checkpointing_auto");
+    auto* offload = page.findChild<QCheckBox*>("activation_offload");
+    auto* ckpt = page.findChild<QCheckBox*>("gradient_checkpointing");
+    QVERIFY(autoBox && offload && ckpt);
+    QVERIFY(autoBox->isChecked() && offload->isChecked() && offload->isEnabled() && !ckpt->isEnabled());
+    offload->setChecked(false);
+    QVERIFY(!doc.config().activation_offload);
+    QVERIFY2(doc.toYaml().contains("activation_offload: false"), qPrintable(doc.toYaml()));
+    // The auto box alone writes the config (nothing else touched) and moves which boxes apply.
+    autoBox->setChecked(false);
+    QVERIFY(!doc.config().gradient_checkpointing_auto);
+    QVERIFY(ckpt->isEnabled() && !offload->isEnabled());
+    autoBox->setChecked(true);
+    QVERIFY(doc.config().gradient_checkpointing_auto);
+    QVERIFY(offload->isEnabled() && !ckpt->isEnabled());
+  }
+
   void yamlDrivesTrainPage() {
     RunDocument doc;
     TrainPage page(&doc, nullptr);

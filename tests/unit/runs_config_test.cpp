@@ -90,6 +90,7 @@ RunConfig filled_config() {
   c.gradient_checkpointing_auto = false;
   c.gradient_checkpointing = true;
   c.gradient_checkpointing_layers = 7;
+  c.activation_offload = false;
   c.nan_policy = "skip";
   c.output_dir = "out/run1";
   c.run_name = "yes";  // a YAML 1.1 boolean word, must stay a string
@@ -181,7 +182,7 @@ TEST(RunsConfig, CanonicalYamlHasEveryKeyInOrder) {
   std::vector<std::string> keys;
   for (const auto& kv : root) keys.push_back(kv.first.Scalar());
   EXPECT_EQ(keys, deltatune::run_config_keys());
-  EXPECT_EQ(keys.size(), 56u);
+  EXPECT_EQ(keys.size(), 57u);
 }
 
 TEST(RunsConfig, UnknownKeySuggestsClosest) {
@@ -220,6 +221,10 @@ TEST(RunsConfig, BadValuesNameKeyValueAndExpectation) {
   EXPECT_NE(parse_error("sample_packing: maybe")
                 .find("sample_packing: 'maybe' is not valid (expected true or false)"),
             std::string::npos);
+  EXPECT_EQ(parse_error("activation_offload: auto"),
+            "run.yaml:1: activation_offload: 'auto' is not valid (expected true or false)");
+  EXPECT_FALSE(run_config_from_yaml_string("activation_offload: false").activation_offload);
+  EXPECT_TRUE(RunConfig{}.activation_offload);
   EXPECT_NE(parse_error("adapter: qlora").find("adapter: 'qlora' is not valid (expected one of lora"),
             std::string::npos);
   EXPECT_NE(parse_error("sequence_len: [1, 2]").find("sequence_len: '[1, 2]' is not valid"),

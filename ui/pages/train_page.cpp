@@ -269,6 +269,10 @@ void TrainPage::buildUi() {
   gradCkptAuto_->setToolTip(tr("gradient_checkpointing: auto: at the start of the run the fastest setting that fits "
                                "the GPU's free memory (checkpointed layers, loss chunk) is chosen; the estimate "
                                "below shows the plan."));
+  activationOffload_ = named(new QCheckBox(tr("the plan may use page-locked host memory")), "activation_offload");
+  activationOffload_->setToolTip(tr("activation_offload: with the auto plan on a GPU, checkpointed layers' inputs (and "
+                                    "some MLP activations) may wait in page-locked host memory during the step, so "
+                                    "that more is kept for the recompute. Off for hosts short of RAM."));
   gradCkpt_ = named(new QCheckBox(tr("gradient checkpointing")), "gradient_checkpointing");
   ckptLayers_ = named(new QSpinBox, "gradient_checkpointing_layers");
   ckptLayers_->setRange(-1, 100000);
@@ -289,6 +293,7 @@ void TrainPage::buildUi() {
   engForm->addRow(QString(), gpuRuntime_);
   engForm->addRow(tr("Loss"), fusedLoss_);
   engForm->addRow(tr("Memory"), gradCkptAuto_);
+  engForm->addRow(QString(), activationOffload_);
   engForm->addRow(QString(), gradCkpt_);
   engForm->addRow(tr("Layers checkpointed"), ckptLayers_);
   engForm->addRow(tr("Output folder"), outputDir_);
@@ -313,7 +318,7 @@ void TrainPage::buildUi() {
     connect(s, &QSpinBox::valueChanged, this, &TrainPage::writeToConfig);
   for (QDoubleSpinBox* s : {alpha_, dropout_, lr_, epochs_, weightDecay_, maxGradNorm_, valSplit_})
     connect(s, &QDoubleSpinBox::valueChanged, this, &TrainPage::writeToConfig);
-  for (QCheckBox* c : {rslora_, packing_, fusedLoss_, gradCkpt_})
+  for (QCheckBox* c : {rslora_, packing_, fusedLoss_, gradCkptAuto_, activationOffload_, gradCkpt_})
     connect(c, &QCheckBox::toggled, this, &TrainPage::writeToConfig);
   connect(gpus_picker_, &GpuPicker::changed, this, &TrainPage::writeToConfig);
   for (QComboBox* c : {scheduler_, backend_, baseQuant_})
@@ -356,6 +361,8 @@ void TrainPage::loadFromConfig() {
   gpus_picker_->loadFrom(c);
   fusedLoss_->setChecked(c.fused_loss);
   gradCkptAuto_->setChecked(c.gradient_checkpointing_auto);
+  activationOffload_->setChecked(c.activation_offload);
+  activationOffload_->setEnabled(c.gradient_checkpointing_auto);
   gradCkpt_->setChecked(c.gradient_checkpointing);
   gradCkpt_->setEnabled(!c.gradient_checkpointing_auto);
   ckptLayers_->setValue(static_cast<int>(c.gradient_checkpointing_layers));
@@ -396,9 +403,11 @@ void TrainPage::writeToConfig() {
   gpus_picker_->applyTo(c);
   c.fused_loss = fusedLoss_->isChecked();
   c.gradient_checkpointing_auto = gradCkptAuto_->isChecked();
+  c.activation_offload = activationOffload_->isChecked();
   c.gradient_checkpointing = gradCkpt_->isChecked();
   // auto plans the layers itself: the layer count is kept only for an explicit setting.
   c.gradient_checkpointing_layers = c.gradient_checkpointing_auto ? -1 : ckptLayers_->value();
+  activationOffload_->setEnabled(c.gradient_checkpointing_auto);
   gradCkpt_->setEnabled(!c.gradient_checkpointing_auto);
   ckptLayers_->setEnabled(!c.gradient_checkpointing_auto && c.gradient_checkpointing);
   c.output_dir = outputDir_->text().toStdString();
@@ -548,6 +557,7 @@ void TrainPage::updateVram() {
       req.free_bytes = freeBytes;
       req.images = images;
       req.lora_groups = c.lora_target_groups;
+      req.host_offload = c.activation_offload;  // as the run plans it on a GPU
       const deltatune::MemoryPlan plan = deltatune::plan_memory(*info, req);
       est = plan.estimate;
       planText = tr("Checkpointing plan (auto, %1): %2. ")

@@ -90,6 +90,7 @@ class TrainPage : public QWidget {
   QLabel* gpuRuntime_ = nullptr;
   QCheckBox* fusedLoss_ = nullptr;
   QCheckBox* gradCkptAuto_ = nullptr;  // gradient_checkpointing: auto (the memory plan decides)
+  QCheckBox* activationOffload_ = nullptr;  // activation_offload (the auto plan may use pinned host memory)
   QCheckBox* gradCkpt_ = nullptr;
   QSpinBox* ckptLayers_ = nullptr;
   QLineEdit* outputDir_ = nullptr;

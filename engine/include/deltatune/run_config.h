@@ -87,6 +87,10 @@ struct RunConfig {
   // With gradient_checkpointing: checkpoint only the first N decoder layers; the rest keep their activations
   // (no recompute: faster, more memory). -1 = all layers.
   int64_t gradient_checkpointing_layers = -1;
+  // With `gradient_checkpointing: auto` on a GPU: whether the plan may hold checkpointed layers' inputs (and the
+  // MLP gate/up of some of them) in page-locked host memory, so that more is kept for the recompute (the plan
+  // reports the host bytes). false: never (hosts short of RAM, or pinned memory refused).
+  bool activation_offload = true;
   std::string nan_policy = "stop";      // stop | skip
   // bookkeeping
   std::string output_dir = "runs/run";

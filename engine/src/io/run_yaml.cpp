@@ -600,6 +600,7 @@ const std::vector<Field>& fields() {
     t.push_back(checkpointing("gradient_checkpointing"));
     t.push_back(integer("gradient_checkpointing_layers", &C::gradient_checkpointing_layers, at_least(-1),
                         "an integer >= 0 (layers checkpointed, from the first), or -1 for all"));
+    t.push_back(boolean("activation_offload", &C::activation_offload));
     t.push_back(text("nan_policy", &C::nan_policy, {"stop", "skip"}));
     // bookkeeping
     t.push_back(text("output_dir", &C::output_dir, {}, PathKind::Output, true));

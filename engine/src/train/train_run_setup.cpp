@@ -152,7 +152,8 @@ static void plan_checkpointing(TrainSession& s) {
   // Image rows: the tower's weights and activations for the data's most image tokens in one micro-batch.
   req.images.image_tokens_per_step = s.data.train_stats.max_image_tokens_per_step;
   req.lora_groups = cfg.lora_target_groups;
-  req.host_offload = true;  // a GPU backend here (the CPU returned above); one without a stash ignores it
+  // A GPU backend here (the CPU returned above); one without a stash ignores it.
+  req.host_offload = cfg.activation_offload;
   const ModelInfo info = model_info_load(cfg.base_model);
   const MemoryPlan plan = plan_memory(info, req);
   s.checkpointing = plan.gradient_checkpointing;

@@ -123,7 +123,7 @@ class CudaActivationStash final : public ActivationStash {
       throw Error("host offload (inputs_on_host): cudaHostAlloc of " + std::to_string(bytes) +
                   " page-locked bytes for the input of layer " + std::to_string(slot) + " failed: " +
                   cudaGetErrorString(e) + " (" + std::to_string(host_bytes()) +
-                  " bytes held already; free host memory, or set gradient_checkpointing to a number of layers)");
+                  " bytes held already; free host memory, or set activation_offload: false in the run file)");
     }
     s.capacity = bytes;
   }
