@@ -157,7 +157,7 @@ int cmd_info(const Args& args) {
   const ParsedArgs a = parse_args(args,
                                   {"--model", "--lora-r", "--tokens", "--checkpoint-layers", "--gpus", "--gpu-count",
                                    "--gpu-memory", "--lora-groups", "--base-quantization", "--gpu", "--free-gib",
-                                   "--image-tokens", "--images", "--max-pixels"},
+                                   "--image-tokens", "--images", "--max-pixels", "--loss-logits"},
                                   {"--json", "--gradient-checkpointing", "--no-gradient-checkpointing",
                                    "--unfused-loss", "--vision-lora", "--no-activation-offload"});
   check(a.positionals.empty(),
@@ -165,7 +165,8 @@ int cmd_info(const Args& args) {
                                                      "' (a checkpoint goes after --model)\n") +
         "usage: deltatune info [--model DIR|config.json] [--json] [--lora-r N] [--tokens N] "
         "[--gradient-checkpointing [--checkpoint-layers N] | --no-gradient-checkpointing | [--gpu N] "
-        "[--free-gib X] [--no-activation-offload]] [--unfused-loss] [--base-quantization none|fp8|nf4] "
+        "[--free-gib X] [--no-activation-offload]] [--unfused-loss] [--loss-logits fp32|bf16] "
+        "[--base-quantization none|fp8|nf4] "
         "[--gpus 0,1,..|all] [--gpu-count N] [--gpu-memory 80GiB] [--lora-groups attn,linear_attn,...] "
         "[--image-tokens N | --images N [--max-pixels P]] [--vision-lora]");
   const int r = static_cast<int>(int_option("--lora-r", a.get("--lora-r", "16"), 1));
@@ -178,6 +179,8 @@ int cmd_info(const Args& args) {
   const bool fused = a.flags.count("--unfused-loss") == 0;
   // The run file's activation_offload: false.
   const bool activation_offload = a.flags.count("--no-activation-offload") == 0;
+  // The run config's loss_logits: the fused loss's logits in fp32 (default) or bf16 (smaller loss buffers).
+  const LossLogits loss_logits = loss_logits_from_name(a.get("--loss-logits", "fp32"), "option --loss-logits");
   int64_t ckpt_layers = int_option("--checkpoint-layers", a.get("--checkpoint-layers", "-1"), -1);
   const int gpu_index = static_cast<int>(int_option("--gpu", a.get("--gpu", "0"), 0));
   double free_gib = 0;
@@ -252,6 +255,7 @@ int cmd_info(const Args& args) {
     req.lora_r = r;
     req.tokens_per_step = tokens;
     req.fused_loss = fused;
+    req.loss_logits = loss_logits;
     req.base_quantization = quant;
     req.free_bytes = free;
     req.images = images;
@@ -269,6 +273,7 @@ int cmd_info(const Args& args) {
     s.lora_groups = lora_groups;
     s.tokens_per_step = tokens;
     s.fused_loss = fused;
+    s.loss_logits = loss_logits;
     s.gradient_checkpointing = ckpt;
     s.checkpoint_layers = ckpt_layers;
     s.base_quantization = quant;
@@ -287,7 +292,9 @@ int cmd_info(const Args& args) {
   int64_t lora_total = 0;
   for (const auto& kv : lora) lora_total += kv.second;
   VramEstimate vram =
-      mem_plan ? mem_plan->estimate : estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers, quant, 1024, images, lora_groups);
+      mem_plan ? mem_plan->estimate
+               : estimate_vram(info, r, tokens, fused, ckpt, ckpt_layers, quant, 1024, images, lora_groups, false,
+                               loss_logits);
   if (planned_for_pool && ckpt) {  // what the planned checkpointed layers keep for their recompute
     const int64_t kept = recompute_keep_bytes(info, tokens, ckpt_layers, plan.settings.keep);
     vram.activations += kept;
@@ -339,6 +346,7 @@ int cmd_info(const Args& args) {
     j["lora_params_total"] = lora_total;
     j["vram_estimate"] = {{"tokens_per_step", tokens},
                           {"fused_loss", fused},
+                          {"loss_logits", loss_logits_name(fused ? loss_logits : LossLogits::F32)},
                           {"gradient_checkpointing", ckpt},
                           {"checkpoint_layers", ckpt_layers},
                           {"loss_chunk_rows", mem_plan ? mem_plan->loss_chunk_rows : 1024},
@@ -435,7 +443,8 @@ int cmd_info(const Args& args) {
   else if (planned)
     o << "gradient_checkpointing: auto: no GPU " << gpu_index
       << " to plan for (pass --free-gib X); the estimate below is without checkpointing\n";
-  o << "VRAM estimate (" << tokens << " tokens/step, " << (fused ? "fused" : "unfused") << " loss, "
+  o << "VRAM estimate (" << tokens << " tokens/step, "
+    << (!fused ? "unfused loss, " : loss_logits == LossLogits::BF16 ? "fused loss with bf16 logits, " : "fused loss, ")
     << (ckpt ? "with" : "no")
     << " gradient checkpointing, LoRA on "
     << (lora_groups.empty() ? std::string("the default groups") : join_commas(lora_groups)) << "): " << bytes_str(vram.total) << "\n"

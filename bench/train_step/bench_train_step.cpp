@@ -28,6 +28,8 @@
 //                    [--plan-only 1 (print the settings and their estimates' terms, no GPU needed)]
 //                    [--graph 1|0 (the step recorded and replayed as a CUDA graph, StepOptions::record; 0: op by op)]
 //                    [--kernels auto|portable (the run config's `kernels`; portable: the sm_80 kernels)]
+//                    [--loss-logits fp32|bf16 (the run config's `loss_logits`: the fused loss's logits in bf16, as
+//                     HF and Liger; the plan and the estimates count its buffers)]
 //                    [--sharded 0|1 (data parallel: the frozen decoder layers sharded over the GPUs, ZeRO-3 style,
 //                     each layer all-gathered before its forward and backward; peak_GiB then shows 1/N of them)]
 //                    [--ep 0|1 (data parallel with the MoE experts split over the GPUs, expert parallel: each GPU
@@ -152,6 +154,7 @@ int main(int argc, char** argv) {
   double peak = 989e12;
   std::string kernels = "auto";
   std::string quant = "none";  // base_quantization: none | fp8 | nf4
+  std::string loss_logits_arg = "fp32";
   bool host_offload = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -192,12 +195,14 @@ int main(int argc, char** argv) {
     else if (a == "--ep") ep = std::atoi(v.c_str()) != 0;
     else if (a == "--kernels") kernels = v;
     else if (a == "--quant") quant = v;
+    else if (a == "--loss-logits") loss_logits_arg = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
     }
   }
   try {
+    const LossLogits loss_logits = loss_logits_from_name(loss_logits_arg, "--loss-logits");
     const ModelConfig cfg = shape_config(shape, layers);
     const DistWorld world = dist_world_from_env();
     std::unique_ptr<DataParallel> dp;
@@ -243,6 +248,7 @@ int main(int argc, char** argv) {
     ps.lora_groups = spec.groups;
     ps.tokens_per_step = tokens;
     ps.base_quantization = qname;
+    ps.loss_logits = loss_logits;
     auto setting = [&](std::string label, bool on, int64_t n, int64_t chunk, RecomputeKeep keep = {}) {
       const int64_t kept = on ? recompute_keep_bytes(info, tokens, n, keep) : 0;
       if (dp) {
@@ -255,7 +261,7 @@ int main(int argc, char** argv) {
       }
       const VramEstimate e =
           estimate_vram(info, static_cast<int>(rank), tokens, true, on, n, qname, chunk, {}, spec.groups,
-                        keep.inputs_on_host);
+                        keep.inputs_on_host, loss_logits);
       return Setting{std::move(label), on, n, chunk, keep, e.total - e.overhead + kept, e, kept};
     };
     std::vector<Setting> settings;
@@ -283,6 +289,7 @@ int main(int argc, char** argv) {
       req.free_bytes = free;
       req.lora_groups = spec.groups;
       req.host_offload = host_offload;
+      req.loss_logits = loss_logits;
       const MemoryPlan plan = plan_memory(info, req);
       settings.push_back(
           setting(label, plan.gradient_checkpointing, plan.checkpoint_layers, plan.loss_chunk_rows, plan.keep));
@@ -302,10 +309,11 @@ int main(int argc, char** argv) {
     if (plan_only) {  // the settings and their estimates alone (no GPU needed)
       for (const Setting& st : settings)
         std::printf("%-6s %-7lld %-16s pred_GiB %.3f  weights %.3f lora+opt %.3f activations %.3f (kept %.3f) "
-                    "logits %.3f\n",
+                    "logits %.3f (%s, chunk %lld)\n",
                     shape.c_str(), static_cast<long long>(tokens), st.label.c_str(), st.predicted / gib,
                     st.est.weights / gib, st.est.lora_and_optimizer / gib, st.est.activations / gib,
-                    st.kept / gib, st.est.logits / gib);
+                    st.kept / gib, st.est.logits / gib, loss_logits_name(loss_logits),
+                    static_cast<long long>(st.chunk));
       return 0;
     }
     auto be = make_cuda_backend(dp ? worker_gpu(world, {}, visible_cuda_devices()) : 0, DType::BF16, kernels);
@@ -348,11 +356,12 @@ int main(int argc, char** argv) {
     so.grad_scale = 1.f / static_cast<float>(batch.num_targets * ranks);
     if (dp && overlap) so.on_layer_backward = [&](int layer) { dp->layer_done(layer); };
     so.fused_loss = true;
+    so.loss_logits = loss_logits;
     so.record = graph;
     const Flops f = count_flops(cfg, tokens, seqs);
     if (root)
-      std::printf("%-6s %-7s %-16s %-6s %-10s %-10s %-9s %-9s %-9s %-7s %-8s %s\n", "shape", "tokens", "ckpt", "chunk",
-                  "step_ms", "tok/s", "peak_GiB", "pred_GiB", "resv_GiB", "MFU", "loss", "device");
+      std::printf("%-6s %-7s %-16s %-6s %-6s %-10s %-10s %-9s %-9s %-9s %-7s %-8s %s\n", "shape", "tokens", "ckpt",
+                  "chunk", "logits", "step_ms", "tok/s", "peak_GiB", "pred_GiB", "resv_GiB", "MFU", "loss", "device");
     for (const Setting& st : settings) {
       so.gradient_checkpointing = st.ckpt;
       so.checkpoint_layers = st.ckpt ? st.layers : -1;
@@ -411,8 +420,9 @@ int main(int argc, char** argv) {
       const double tps = static_cast<double>(tokens) * ranks / med;
       const double mfu = (f.linear + f.attn + f.gdn) / med / peak;  // per GPU
       const double pred = static_cast<double>(st.predicted) / gib;
-      std::printf("%-6s %-7lld %-16s %-6lld %-10.1f %-10.0f %-9.2f %-9.2f %-9.2f %-7.3f %-8.4f %s\n", shape.c_str(),
-                  static_cast<long long>(tokens), st.label.c_str(), static_cast<long long>(st.chunk), med * 1e3, tps,
+      std::printf("%-6s %-7lld %-16s %-6lld %-6s %-10.1f %-10.0f %-9.2f %-9.2f %-9.2f %-7.3f %-8.4f %s\n",
+                  shape.c_str(), static_cast<long long>(tokens), st.label.c_str(), static_cast<long long>(st.chunk),
+                  loss_logits_name(loss_logits), med * 1e3, tps,
                   ms.peak_allocated_bytes / gib, pred, ms.reserved_bytes / gib, mfu, loss, be->name().c_str());
       std::printf(
           "{\"bench\":\"train_step\",\"impl\":\"deltatune\",\"shape\":\"%s\",\"layers\":%lld,\"tokens\":%lld,"
@@ -424,7 +434,7 @@ int main(int argc, char** argv) {
           "\"matmul_params\":%lld,\"lora_rank\":%lld,\"lora_experts\":%s,\"lora_params\":%lld,\"loss\":%.5f,"
           "\"load_s\":%.1f,\"device\":\"%s\","
           "\"gpus\":%d,\"overlap\":%s,\"kernels\":\"%s\",\"base_quantization\":\"%s\",\"setting\":\"%s\","
-          "\"loss_chunk_rows\":%lld,\"recompute_keep\":\"%s\",\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%"
+          "\"loss_chunk_rows\":%lld,\"loss_logits\":\"%s\",\"recompute_keep\":\"%s\",\"predicted_peak_gib\":%.3f,\"plan_free_gib\":%"
           ".3f,\"sharded\":%s,\"expert_parallel\":%s,\"graph\":%s,\"replayed_steps\":%d,"
           "\"mem_weights_gib\":%.4f,\"mem_lora_gib\":%.4f,\"mem_setup_peak_gib\":%.4f,\"mem_resident_gib\":%."
           "4f,\"peak_bytes\":%lld,"
@@ -437,7 +447,8 @@ int main(int argc, char** argv) {
           f.gdn, static_cast<long long>(f.params), static_cast<long long>(rank), experts ? "true" : "false",
           static_cast<long long>(adapter.trainable_params()), loss, t_load, be->name().c_str(), ranks,
           overlap ? "true" : "false", kernels.c_str(), quant.c_str(), st.label.c_str(),
-          static_cast<long long>(st.chunk), recompute_keep_text(info, st.keep, ckpt_layers).c_str(), pred,
+          static_cast<long long>(st.chunk), loss_logits_name(loss_logits),
+          recompute_keep_text(info, st.keep, ckpt_layers).c_str(), pred,
           static_cast<double>(free_bytes) / gib,  // the GPU's
           sharded ? "true" : "false", ep ? "true" : "false", graph ? "true" : "false", replayed,
           mem_weights / gib, mem_lora / gib, mem_setup_peak / gib, ms.allocated_bytes / gib,

@@ -213,6 +213,85 @@ __global__ void __launch_bounds__(kClusterThreads)
 #endif
 }
 
+// The cluster kernel on bf16 logits (the linear cross-entropy with LossLogits::BF16: the logits GEMM writes bf16,
+// as HF and Liger do; the math is fp32): 8 logits a 16-byte load (a 248K-vocabulary slice is 31 KB), the bf16
+// gradient written over them or to its own buffer (row r at d + r·V). Same phases and base-2 arithmetic as
+// ce_cluster_kernel (session 33, ce36-lab).
+__device__ __forceinline__ void unpack_bf16x8(uint4 u, float4& a, float4& b) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  float2 f[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) f[j] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[j]));
+  a = make_float4(f[0].x, f[0].y, f[1].x, f[1].y);
+  b = make_float4(f[2].x, f[2].y, f[3].x, f[3].y);
+}
+
+template <int C>
+__global__ void __launch_bounds__(kClusterThreads)
+    ce_cluster_bf16_kernel(const __nv_bfloat16* x, int64_t V, int64_t slice8, const int32_t* labels,
+                           float grad_scale, const float* grad_scale_dev, __nv_bfloat16* d, double* loss_acc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  extern __shared__ uint4 slice8_smem[];
+  __shared__ float sm[32], ss[32];
+  __shared__ float2 part;
+  __shared__ float lse_sh;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t row = blockIdx.x / C, V8 = V / 8;
+  const int64_t c0 = rank * slice8, c1 = c0 + slice8 < V8 ? c0 + slice8 : V8;
+  const uint4* x8 = reinterpret_cast<const uint4*>(x + row * V);
+  const int32_t lab = labels[row];
+  const bool ignored = lab == kIgnoreIndex, bad = !ignored && (lab < 0 || lab >= V);
+  const float xlab = rank == 0 && threadIdx.x == 0 && !ignored && !bad ? __bfloat162float(x[row * V + lab]) : 0.f;
+  float m = -INFINITY, s = 0.f;
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += kClusterThreads) {
+    const uint4 u = __ldcs(x8 + c);
+    slice8_smem[c - c0] = u;
+    float4 a, b;
+    unpack_bf16x8(u, a, b);
+    lse_update4<true>(m, s, a);
+    lse_update4<true>(m, s, b);
+  }
+  block_lse<true>(m, s, sm, ss);
+  if (threadIdx.x == 0) part = make_float2(m, s);
+  cluster.sync();  // every block's pair written (and its slice read)
+  if (threadIdx.x < 32) {
+    float M = -INFINITY, S = 0.f;
+    if (threadIdx.x < C) {
+      const float2 p = *cluster.map_shared_rank(&part, threadIdx.x);
+      M = p.x;
+      S = p.y;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, M, o), s2 = __shfl_xor_sync(0xffffffffu, S, o);
+      lse_merge<true>(M, S, m2, s2);
+    }
+    if (threadIdx.x == 0) lse_sh = M + log2f(S);
+  }
+  cluster.sync();
+  const float lse2 = lse_sh;
+  if (rank == 0 && threadIdx.x == 0 && !ignored)
+    atomicAdd(loss_acc, bad ? double(NAN) : double(lse2 * kLn2 - xlab));
+  if (d == nullptr) return;
+  if (grad_scale_dev) grad_scale = *grad_scale_dev;
+  uint4* d8 = reinterpret_cast<uint4*>(d + row * V);
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += kClusterThreads) {
+    float4 a, b;
+    unpack_bf16x8(slice8_smem[c - c0], a, b);
+    float ga[4], gb[4];
+    ce_grad4_b2(ga, a, 8 * c, lse2, lab, ignored, grad_scale);
+    ce_grad4_b2(gb, b, 8 * c + 4, lse2, lab, ignored, grad_scale);
+    const __nv_bfloat162 h[4] = {__floats2bfloat162_rn(ga[0], ga[1]), __floats2bfloat162_rn(ga[2], ga[3]),
+                                 __floats2bfloat162_rn(gb[0], gb[1]), __floats2bfloat162_rn(gb[2], gb[3])};
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const uint32_t*>(&h[j]);
+    d8[c] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+#endif
+}
+
 // Blocks per row of the cluster kernel: 16 (a non-portable cluster size, allowed on sm_90) keeps a
 // 248K-vocabulary slice at 62 KB, three blocks per SM.
 constexpr int kClusterBlocks = 16;
@@ -259,12 +338,50 @@ cudaError_t launch_ce_cluster(const float* x, int64_t T, int64_t V, const int32_
   return cudaLaunchKernelEx(&cfg, kernel, x, V, slice4, labels, grad_scale, grad_scale_dev, d, ldd, loss_acc);
 }
 
+// Whether the bf16 cluster kernel runs: Hopper policy, bf16 logits of a wide row (as use_cluster_kernel), 16-byte
+// aligned, the gradient none or bf16 16-byte aligned.
+bool use_cluster_bf16_kernel(const KernelPolicy& policy, KIn logits, int64_t V, KOut d) {
+  if (!policy.hopper() || logits.t != KType::BF16 || V % 8 != 0 || V < 32768) return false;
+  if (reinterpret_cast<uintptr_t>(logits.p) % 16 != 0) return false;
+  if (d.p && !(d.t == KType::BF16 && reinterpret_cast<uintptr_t>(d.p) % 16 == 0)) return false;
+  return policy.smem_fits(static_cast<size_t>((V / 8 + kClusterBlocks - 1) / kClusterBlocks) * 16);
+}
+
+cudaError_t launch_ce_cluster_bf16(const __nv_bfloat16* x, int64_t T, int64_t V, const int32_t* labels,
+                                   float grad_scale, const float* grad_scale_dev, __nv_bfloat16* d,
+                                   double* loss_acc, cudaStream_t s) {
+  constexpr int C = kClusterBlocks;
+  const int64_t slice8 = (V / 8 + C - 1) / C;
+  const size_t smem = static_cast<size_t>(slice8) * 16;
+  auto kernel = ce_cluster_bf16_kernel<C>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(T * C));
+  cfg.blockDim = dim3(kClusterThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = C;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, x, V, slice8, labels, grad_scale, grad_scale_dev, d, loss_acc);
+}
+
 }  // namespace
 
 cudaError_t launch_cross_entropy(KIn logits, int64_t T, int64_t V, const int32_t* labels, float grad_scale,
                                  const float* grad_scale_dev, KOut dlogits, double* loss_acc,
                                  const KernelPolicy& policy, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
+  if (use_cluster_bf16_kernel(policy, logits, V, dlogits))
+    return launch_ce_cluster_bf16(static_cast<const __nv_bfloat16*>(logits.p), T, V, labels, grad_scale,
+                                  grad_scale_dev, static_cast<__nv_bfloat16*>(dlogits.p), loss_acc, s);
   if (use_cluster_kernel(policy, logits, V, dlogits))
     return launch_ce_cluster(static_cast<const float*>(logits.p), T, V, labels, grad_scale, grad_scale_dev,
                              dlogits, V, loss_acc, s);

@@ -15,8 +15,9 @@ constexpr int32_t kIgnoreIndex = -100;
 // logits (T, V); labels I32 (T); loss_acc (+=) Σ CE over non-ignored rows (device double).
 // dlogits (T, V) (=) grad_scale·(softmax − onehot), 0 on ignored rows; may alias logits; p null = none.
 // grad_scale_dev non-null: the scale is read from that device float when the kernel runs (a recorded step's
-// 1/targets, rewritten before each replay) and grad_scale is unused. Under the Hopper policy wide F32 rows
-// (the linear cross-entropy's chunks) are split over a thread-block cluster and read from memory once.
+// 1/targets, rewritten before each replay) and grad_scale is unused. Under the Hopper policy wide F32 or bf16
+// rows (the linear cross-entropy's chunks; bf16 with a bf16 gradient or none) are split over a thread-block
+// cluster and read from memory once.
 cudaError_t launch_cross_entropy(KIn logits, int64_t T, int64_t V, const int32_t* labels, float grad_scale,
                                  const float* grad_scale_dev, KOut dlogits, double* loss_acc,
                                  const KernelPolicy& policy, cudaStream_t s);

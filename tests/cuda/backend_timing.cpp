@@ -130,14 +130,17 @@ TEST(BackendTiming, DISABLED_ModelShapes) {
     for (int t = 0; t < T; ++t) hl.ptr<int32_t>()[t] = (t * 7919) % V;
     Tensor lab = b.upload(hl, DType::I32);
     Tensor dh = b.alloc({T, H}, BF);
-    b.synchronize();
-    const MemoryStats m0 = b.memory_stats();
-    const double ms = median_ms(b, [&] { b.linear_cross_entropy(h, w, lab, 1.f / T, &dh, 1024); });
-    const MemoryStats m1 = b.memory_stats();
-    std::printf("linear_cross_entropy T=%d H=%d V=%d %8.3f ms (%5.1f TFLOP/s), peak %lld MiB over %lld MiB before\n",
-                T, H, V, ms, 3 * 2.0 * T * double(H) * V / ms / 1e9, (long long)(m1.peak_allocated_bytes >> 20),
-                (long long)(m0.allocated_bytes >> 20));
-    EXPECT_TRUE(b.all_finite(dh));
+    for (const LossLogits logits : {LossLogits::F32, LossLogits::BF16}) {  // the run config's loss_logits
+      b.synchronize();
+      const MemoryStats m0 = b.memory_stats();
+      const double ms = median_ms(b, [&] { b.linear_cross_entropy(h, w, lab, 1.f / T, &dh, 1024, logits); });
+      const MemoryStats m1 = b.memory_stats();
+      std::printf("linear_cross_entropy T=%d H=%d V=%d %s logits %8.3f ms (%5.1f TFLOP/s), peak %lld MiB over %lld "
+                  "MiB before\n",
+                  T, H, V, loss_logits_name(logits), ms, 3 * 2.0 * T * double(H) * V / ms / 1e9,
+                  (long long)(m1.peak_allocated_bytes >> 20), (long long)(m0.allocated_bytes >> 20));
+      EXPECT_TRUE(b.all_finite(dh));
+    }
   }
 }
 

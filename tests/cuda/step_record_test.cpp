@@ -4,6 +4,7 @@
 // also for an FP8 base whose untied embedding table stays in host memory (read through its device mapping).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -44,7 +45,7 @@ std::vector<char> bytes_of(Backend& be, const std::vector<const Tensor*>& ts) {
 // host: the checkpointed steps keep their layer inputs in page-locked host memory (RecomputeKeep::inputs_on_host):
 // copies on a stream of their own, forked and joined by events, recorded into the graph with the rest.
 RecordRun train(const ModelWeights& w, const std::vector<Example>& seqs, const std::string& kernels, bool record,
-                bool host = false) {
+                bool host = false, LossLogits logits = LossLogits::F32) {
   auto be = make_cuda_backend(0, DType::BF16, kernels);
   Qwen35Model model(w, *be);
   LoraSpec spec;
@@ -80,6 +81,7 @@ RecordRun train(const ModelWeights& w, const std::vector<Example>& seqs, const s
     so.keep.inputs_on_host = host;
     so.keep.mlp_host_every = host ? 2 : 0;  // with the MLP gate/up of every 2nd layer in host memory too
     so.record = record;
+    so.loss_logits = logits;
     const StepOutput out = model.step(*batch, &adapter, so);
     run.losses.push_back(out.loss_sum);
     run.replayed += out.replayed ? 1 : 0;
@@ -136,6 +138,32 @@ TEST_P(CudaStepRecord, ReplayedStepsAreBitIdenticalToOpByOp) {
   EXPECT_TRUE(ops.weights == host.weights) << "inputs on the host: LoRA weights after the last step differ";
   std::printf("[step_record] %s/%s: %d of %zu steps replayed, losses %.6f .. %.6f, bit-identical\n", name.c_str(),
               kernels.c_str(), rec.replayed, rec.losses.size(), rec.losses.front(), rec.losses.back());
+}
+
+// loss_logits: bf16 (the fused loss's logits in bf16): recorded and replayed with the same bits as op by op, and
+// not the F32 logits' losses (the bf16 form ran).
+TEST(CudaStepRecordLossLogits, Bf16LogitsReplayedStepsAreBitIdenticalToOpByOp) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = testing_goldens::goldens_dir() / "models/dense_vl";
+  if (!fs::exists(dir)) GTEST_SKIP() << "no golden checkpoint " << dir;
+  const ModelWeights w = model_weights_load(dir.string());
+  auto seqs = testing_goldens::read_jsonl(dir / "golden_eval.jsonl");
+  for (Example& e : seqs) e.labels = e.input_ids;
+  const RecordRun ops = train(w, seqs, "auto", false, false, LossLogits::BF16),
+                  rec = train(w, seqs, "auto", true, false, LossLogits::BF16),
+                  f32 = train(w, seqs, "auto", false, false, LossLogits::F32);
+  EXPECT_EQ(rec.replayed, 6);
+  ASSERT_EQ(ops.losses.size(), rec.losses.size());
+  for (size_t i = 0; i < ops.losses.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&ops.losses[i], &rec.losses[i], sizeof(double)), 0) << "step " << i + 1;
+    EXPECT_TRUE(ops.grads[i] == rec.grads[i]) << "step " << i + 1 << ": LoRA gradients differ";
+  }
+  EXPECT_TRUE(ops.weights == rec.weights);
+  EXPECT_NE(ops.losses[0], f32.losses[0]) << "bf16 logits gave the F32 logits' loss";
+  std::printf("[step_record] bf16 logits: %d of %zu steps replayed, bit-identical; step 1 loss %.6f (F32 logits "
+              "%.6f, rel %.2e)\n",
+              rec.replayed, rec.losses.size(), ops.losses[0], f32.losses[0],
+              std::fabs(ops.losses[0] - f32.losses[0]) / std::fabs(f32.losses[0]));
 }
 
 std::string record_case_name(const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {

@@ -43,6 +43,10 @@ class PagesBindingTest : public QObject {
     page.findChild<QCheckBox*>("sample_packing")->setChecked(true);
     page.findChild<QSpinBox*>("max_steps")->setValue(123);
     page.findChild<QComboBox*>("backend")->setCurrentText("cpu");
+    auto* logits = page.findChild<QComboBox*>("loss_logits");
+    QVERIFY(logits);
+    QCOMPARE(logits->currentData().toString(), QString("fp32"));  // the default
+    logits->setCurrentIndex(logits->findData(QString("bf16")));
     page.groupCheck("mlp")->setChecked(false);
     page.groupCheck("attn")->setChecked(true);
     const deltatune::RunConfig& c = doc.config();
@@ -52,6 +56,7 @@ class PagesBindingTest : public QObject {
     QVERIFY(c.sample_packing);
     QCOMPARE(c.max_steps, int64_t(123));
     QCOMPARE(c.backend, std::string("cpu"));
+    QCOMPARE(c.loss_logits, std::string("bf16"));
     QVERIFY(std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), "attn") !=
             c.lora_target_groups.end());
     QVERIFY(std::find(c.lora_target_groups.begin(), c.lora_target_groups.end(), "mlp") ==
@@ -60,6 +65,7 @@ class PagesBindingTest : public QObject {
     QVERIFY2(yaml.contains("lora_r: 32"), qPrintable(yaml));
     QVERIFY(yaml.contains("lr_scheduler: linear"));
     QVERIFY(yaml.contains("max_steps: 123"));
+    QVERIFY(yaml.contains("loss_logits: bf16"));
     // "from epochs" (the spin box's minimum) writes max_steps -1.
     page.findChild<QSpinBox*>("max_steps")->setValue(-1);
     QCOMPARE(doc.config().max_steps, int64_t(-1));
@@ -93,7 +99,9 @@ class PagesBindingTest : public QObject {
     yaml.replace(QRegularExpression("sequence_len: \\d+"), "sequence_len: 512");
     yaml.replace(QRegularExpression("gradient_checkpointing: \\w+"), "gradient_checkpointing: true");
     yaml.replace(QRegularExpression("output_dir: [^\\n]+"), "output_dir: /tmp/out-x");
+    yaml.replace(QRegularExpression("loss_logits: \\w+"), "loss_logits: bf16");
     doc.loadYaml(yaml);
+    QCOMPARE(page.findChild<QComboBox*>("loss_logits")->currentData().toString(), QString("bf16"));
     QCOMPARE(page.findChild<QSpinBox*>("lora_r")->value(), 4);
     QCOMPARE(page.findChild<QSpinBox*>("sequence_len")->value(), 512);
     QVERIFY(page.findChild<QCheckBox*>("gradient_checkpointing")->isChecked());

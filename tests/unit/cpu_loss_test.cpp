@@ -64,10 +64,15 @@ TEST(CpuLoss, LinearCrossEntropyChunkedEqualsUnchunked) {
   be->gemm(dl, false, w, false, dh_ref, 1.f, 0.f);
   for (int64_t chunk : {int64_t(1), int64_t(5), int64_t(23), int64_t(1000)}) {
     Tensor dh = host_tensor({T, H});
-    const double got = be->linear_cross_entropy(h, w, labels, 0.1f, &dh, chunk);
+    const double got = be->linear_cross_entropy(h, w, labels, 0.1f, &dh, chunk, LossLogits::F32);
     EXPECT_NEAR(got, want, 1e-9 * std::fabs(want)) << chunk;
     EXPECT_LT(max_abs_diff(dh, dh_ref), 1e-6) << chunk;
-    EXPECT_NEAR(be->linear_cross_entropy(h, w, labels, 0.1f, nullptr, chunk), want, 1e-9 * std::fabs(want));
+    EXPECT_NEAR(be->linear_cross_entropy(h, w, labels, 0.1f, nullptr, chunk, LossLogits::F32), want,
+                1e-9 * std::fabs(want));
+    // bf16 logits asked: the CPU backend, the fp32 reference, computes fp32 logits all the same.
+    Tensor dh16 = host_tensor({T, H});
+    EXPECT_EQ(be->linear_cross_entropy(h, w, labels, 0.1f, &dh16, chunk, LossLogits::BF16), got) << chunk;
+    EXPECT_EQ(max_abs_diff(dh16, dh), 0.0) << chunk;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "deltatune/loss_logits.h"
 #include "deltatune/run_config.h"
 
 namespace fs = std::filesystem;
@@ -87,6 +88,7 @@ RunConfig filled_config() {
   c.base_quantization = "fp8";
   c.weight_layout = "sharded";
   c.fused_loss = false;
+  c.loss_logits = "bf16";
   c.gradient_checkpointing_auto = false;
   c.gradient_checkpointing = true;
   c.gradient_checkpointing_layers = 7;
@@ -182,7 +184,7 @@ TEST(RunsConfig, CanonicalYamlHasEveryKeyInOrder) {
   std::vector<std::string> keys;
   for (const auto& kv : root) keys.push_back(kv.first.Scalar());
   EXPECT_EQ(keys, deltatune::run_config_keys());
-  EXPECT_EQ(keys.size(), 57u);
+  EXPECT_EQ(keys.size(), 58u);
 }
 
 TEST(RunsConfig, UnknownKeySuggestsClosest) {
@@ -248,6 +250,45 @@ TEST(RunsConfig, BadValuesNameKeyValueAndExpectation) {
       << parse_error(bad_utf8);
   EXPECT_NE(parse_error("run_name: \"\xff\"").find("expected valid UTF-8 text"), std::string::npos);
   EXPECT_EQ(run_config_from_yaml_string("run_name: \"\x04 \xc3\xa9\"").run_name, "\x04 \xc3\xa9");
+}
+
+// loss_logits: fp32 (the default; also for a stored run written before the key existed, so its resume keeps fp32
+// logits) or bf16; the canonical YAML (what a run stores, and what a resume parses) keeps it.
+TEST(RunsConfig, LossLogits) {
+  EXPECT_EQ(RunConfig{}.loss_logits, "fp32");
+  EXPECT_EQ(run_config_from_yaml_string("base_model: m\n").loss_logits, "fp32");
+  EXPECT_EQ(run_config_from_yaml_string("loss_logits: bf16\n").loss_logits, "bf16");
+  EXPECT_EQ(run_config_from_yaml_string("loss_logits: fp32\n").loss_logits, "fp32");
+  EXPECT_EQ(run_config_from_yaml_string("loss_logits:\n").loss_logits, "fp32");
+  RunConfig c;
+  c.loss_logits = "bf16";
+  const std::string yaml = run_config_to_yaml(c);
+  EXPECT_NE(yaml.find("\nloss_logits: bf16\n"), std::string::npos) << yaml;
+  EXPECT_EQ(run_config_from_yaml_string(yaml).loss_logits, "bf16");
+  EXPECT_NE(deltatune::run_config_hash(c), deltatune::run_config_hash(RunConfig{}));
+  const std::string e = parse_error("base_model: m\nloss_logits: fp16\n");
+  EXPECT_EQ(e.rfind("run.yaml:2: loss_logits: 'fp16' is not valid (expected one of fp32, bf16", 0), 0u) << e;
+  EXPECT_NE(parse_error("loss_logits: BF16").find("loss_logits: 'BF16' is not valid (expected one of fp32, bf16"),
+            std::string::npos);
+  EXPECT_NE(parse_error("loss_logits: true").find("loss_logits: 'true' is not valid"), std::string::npos);
+  c.loss_logits = "half";
+  try {
+    deltatune::run_config_validate(c);
+    FAIL() << "loss_logits: half validated";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("run config: loss_logits: 'half' is not valid (expected one of fp32, bf16"),
+              std::string::npos)
+        << err.what();
+  }
+  EXPECT_EQ(deltatune::loss_logits_from_name("bf16", "x"), deltatune::LossLogits::BF16);
+  EXPECT_EQ(deltatune::loss_logits_from_name("fp32", "x"), deltatune::LossLogits::F32);
+  try {
+    deltatune::loss_logits_from_name("f32", "option --loss-logits");
+    FAIL() << "f32 accepted";
+  } catch (const Error& err) {
+    EXPECT_STREQ(err.what(), "option --loss-logits: 'f32' is not valid (expected one of fp32, bf16)");
+  }
+  EXPECT_STREQ(deltatune::loss_logits_name(deltatune::LossLogits::BF16), "bf16");
 }
 
 TEST(RunsConfig, BadDatasetEntries) {

@@ -168,6 +168,109 @@ TEST(MemoryPlan, UnfusedLossHasNoChunks) {
   EXPECT_EQ(p.estimate.total, least);
 }
 
+// loss_logits: bf16 (deltatune/loss_logits.h): the fused loss's buffers are rows × V × 2 bytes (the gradient over
+// the logits) instead of fp32 logits and their bf16 gradient (rows × V × 6), up to 3 times the fp32 form's rows
+// (2^26 / V rounded down to 16: 256 at Qwen3.5's 248,320). Counted at the peak at the loss (nothing checkpointed,
+// a tiny model beside a large vocabulary); nothing else in the estimate moves.
+TEST(MemoryPlan, Bf16LogitsLossBuffers) {
+  ModelInfo info = model_info_load(golden("dense_bf16"));
+  info.vocab_size = 248320;
+  const int64_t V = info.vocab_size;
+  auto est = [&](int64_t tokens, int64_t chunk, LossLogits l) {
+    return estimate_vram(info, 8, tokens, true, false, -1, "none", chunk, {}, {}, false, l);
+  };
+  for (const auto& [tokens, chunk, rows32, rows16] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{4096, 1024, 256, 768}, {4096, 384, 256, 384},
+        {512, 1024, 256, 512}, {100, 1024, 100, 100}}) {
+    const VramEstimate f = est(tokens, chunk, LossLogits::F32), b = est(tokens, chunk, LossLogits::BF16);
+    EXPECT_EQ(f.logits, rows32 * V * 6) << tokens << " " << chunk;
+    EXPECT_EQ(b.logits, rows16 * V * 2) << tokens << " " << chunk;
+    EXPECT_EQ(b.activations, f.activations) << tokens << " " << chunk;
+    EXPECT_EQ(b.total - b.logits, f.total - f.logits) << tokens << " " << chunk;
+  }
+  EXPECT_EQ(est(4096, 1024, LossLogits::BF16).total, est(4096, 1024, LossLogits::F32).total);  // the same bytes
+  EXPECT_EQ(est(4096, 384, LossLogits::F32).logits, 2 * est(4096, 384, LossLogits::BF16).logits);  // half: 182 MiB
+  // Unfused: the [T, V] logits whatever loss_logits says.
+  EXPECT_EQ(estimate_vram(info, 8, 4096, false, false, -1, "none", 1024, {}, {}, false, LossLogits::BF16).total,
+            estimate_vram(info, 8, 4096, false, false).total);
+}
+
+// With bf16 logits the plan also tries half the bf16 rows (384 at V 248,320) and takes them only where they pay:
+// with room for the wide chunks it keeps 1024 rows asked (768 held: the faster loss); where only the narrow chunks
+// fit without checkpointing, it takes them (fp32 logits there must checkpoint or do not fit).
+TEST(MemoryPlan, Bf16LogitsPlanSpendsTheSmallerLossBuffers) {
+  ModelInfo info = model_info_load(golden("dense_bf16"));
+  info.vocab_size = 248320;
+  const int64_t T = 4096;
+  auto plan = [&](int64_t free, LossLogits l) {
+    MemoryPlanRequest req;
+    req.lora_r = 8;
+    req.tokens_per_step = T;
+    req.free_bytes = free;
+    req.loss_logits = l;
+    return plan_memory(info, req);
+  };
+  const int64_t narrow =
+      estimate_vram(info, 8, T, true, false, -1, "none", 384, {}, {}, false, LossLogits::BF16).total;
+  const int64_t wide = estimate_vram(info, 8, T, true, false, -1, "none", 1024, {}, {}, false, LossLogits::BF16).total;
+  ASSERT_LT(narrow, wide);
+  const MemoryPlan roomy = plan(free_for_budget(wide), LossLogits::BF16);
+  EXPECT_TRUE(roomy.fits);
+  EXPECT_FALSE(roomy.gradient_checkpointing);
+  EXPECT_EQ(roomy.loss_chunk_rows, 1024);
+  EXPECT_EQ(roomy.loss_logits, LossLogits::BF16);
+  EXPECT_EQ(roomy.estimate.total, wide);
+  EXPECT_NE(memory_plan_text(info, roomy).find("loss chunks of 1024 rows of bf16 logits"), std::string::npos)
+      << memory_plan_text(info, roomy);
+  const MemoryPlan tight = plan(free_for_budget(narrow), LossLogits::BF16);
+  EXPECT_TRUE(tight.fits);
+  EXPECT_FALSE(tight.gradient_checkpointing);
+  EXPECT_EQ(tight.loss_chunk_rows, 384);
+  EXPECT_EQ(tight.estimate.total, narrow);
+  EXPECT_NE(memory_plan_text(info, tight).find("loss chunks of 384 rows of bf16 logits"), std::string::npos)
+      << memory_plan_text(info, tight);
+  const MemoryPlan f32 = plan(free_for_budget(narrow), LossLogits::F32);
+  EXPECT_TRUE(f32.gradient_checkpointing || !f32.fits);
+  EXPECT_EQ(f32.loss_chunk_rows, 1024);
+  EXPECT_EQ(memory_plan_text(info, f32).find("bf16"), std::string::npos);
+}
+
+// The narrower bf16 chunks cost loss time (MemoryPlan::loss_cost: more passes over the lm_head weight); the plan
+// takes them only where that buys more recompute than it costs. At 4096 tokens the wide bf16 chunks hold the fp32
+// form's bytes, so the fp32 plan at the same budget is the best plan with wide chunks: the bf16 plan is never
+// slower by the planner's order, and a narrow pick is strictly faster than it or fits where it does not.
+TEST(MemoryPlan, Bf16NarrowChunksOnlyWhereTheyPay) {
+  ModelInfo small = model_info_load(golden("dense_bf16"));
+  small.vocab_size = 248320;
+  const ModelInfo big = model_info_from_config(std::string(DT_SOURCE_DIR) +
+                                               "/tests/fixtures/published_configs/qwen3_5_27b.json");
+  for (const ModelInfo* info : std::initializer_list<const ModelInfo*>{&small, &big}) {
+    auto plan = [&](int64_t free, LossLogits l) {
+      MemoryPlanRequest req;
+      req.lora_r = 16;
+      req.tokens_per_step = 4096;
+      req.free_bytes = free;
+      req.loss_logits = l;
+      req.host_offload = true;
+      return plan_memory(*info, req);
+    };
+    const int64_t lo = plan(int64_t{1} << 50, LossLogits::F32).estimate.total / 2;
+    const int64_t hi = estimate_vram(*info, 16, 4096, true, false).total * 11 / 10;
+    int narrow = 0;
+    for (int i = 0; i <= 120; ++i) {
+      const int64_t free = free_for_budget(lo + (hi - lo) * i / 120);
+      const MemoryPlan b = plan(free, LossLogits::BF16), f = plan(free, LossLogits::F32);
+      EXPECT_EQ(b.loss_cost == 0, b.loss_chunk_rows == 1024) << info->num_layers << " " << i;
+      if (!b.fits) continue;
+      if (b.loss_chunk_rows != 1024) ++narrow;
+      if (!f.fits) continue;
+      EXPECT_LE(b.recompute_cost + b.loss_cost, f.recompute_cost) << info->num_layers << " " << i;
+      if (b.loss_chunk_rows != 1024) EXPECT_LT(b.recompute_cost + b.loss_cost, f.recompute_cost);
+    }
+    if (info == &small) EXPECT_GT(narrow, 0) << "a tiny model beside a 248K vocabulary: narrow chunks where only they fit";
+  }
+}
+
 TEST(MemoryPlan, RunFileValues) {
   EXPECT_TRUE(RunConfig{}.gradient_checkpointing_auto);
   const RunConfig dflt = run_config_from_yaml_string("base_model: m\n");

@@ -264,6 +264,13 @@ void TrainPage::buildUi() {
   gpuRuntime_->setAlignment(Qt::AlignLeft | Qt::AlignTop);  // a wrapped label's row can be taller than its text
   gpuRuntime_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   fusedLoss_ = named(new QCheckBox(tr("fused linear cross-entropy")), "fused_loss");
+  lossLogits_ = named(new QComboBox, "loss_logits");
+  lossLogits_->addItem(tr("fp32 (default)"), QStringLiteral("fp32"));
+  lossLogits_->addItem(tr("bf16 (as HF and Liger; faster on a GPU)"), QStringLiteral("bf16"));
+  lossLogits_->setToolTip(tr("loss_logits: the precision of the fused loss's logits. bf16 is what HF transformers and "
+                             "Liger compute (the lm_head GEMM's output); the cross-entropy's math stays fp32. On the "
+                             "GPU the loss then runs in larger chunks in the same memory. The CPU backend computes "
+                             "fp32 logits."));
   gradCkptAuto_ = named(new QCheckBox(tr("plan checkpointing for the GPU's free memory (auto)")),
                         "gradient_checkpointing_auto");
   gradCkptAuto_->setToolTip(tr("gradient_checkpointing: auto: at the start of the run the fastest setting that fits "
@@ -292,6 +299,7 @@ void TrainPage::buildUi() {
   engForm->addRow(QString(), gpusNote_);
   engForm->addRow(QString(), gpuRuntime_);
   engForm->addRow(tr("Loss"), fusedLoss_);
+  engForm->addRow(tr("Loss logits"), lossLogits_);
   engForm->addRow(tr("Memory"), gradCkptAuto_);
   engForm->addRow(QString(), activationOffload_);
   engForm->addRow(QString(), gradCkpt_);
@@ -321,7 +329,7 @@ void TrainPage::buildUi() {
   for (QCheckBox* c : {rslora_, packing_, fusedLoss_, gradCkptAuto_, activationOffload_, gradCkpt_})
     connect(c, &QCheckBox::toggled, this, &TrainPage::writeToConfig);
   connect(gpus_picker_, &GpuPicker::changed, this, &TrainPage::writeToConfig);
-  for (QComboBox* c : {scheduler_, backend_, baseQuant_})
+  for (QComboBox* c : {scheduler_, backend_, baseQuant_, lossLogits_})
     connect(c, &QComboBox::currentIndexChanged, this, &TrainPage::writeToConfig);
   for (QLineEdit* e : {outputDir_, runName_})
     connect(e, &QLineEdit::textEdited, this, &TrainPage::writeToConfig);
@@ -360,6 +368,7 @@ void TrainPage::loadFromConfig() {
   baseQuant_->setCurrentIndex(std::max(0, baseQuant_->findData(QString::fromStdString(c.base_quantization))));
   gpus_picker_->loadFrom(c);
   fusedLoss_->setChecked(c.fused_loss);
+  lossLogits_->setCurrentIndex(std::max(0, lossLogits_->findData(QString::fromStdString(c.loss_logits))));
   gradCkptAuto_->setChecked(c.gradient_checkpointing_auto);
   activationOffload_->setChecked(c.activation_offload);
   activationOffload_->setEnabled(c.gradient_checkpointing_auto);
@@ -402,6 +411,7 @@ void TrainPage::writeToConfig() {
   c.base_quantization = baseQuant_->currentData().toString().toStdString();
   gpus_picker_->applyTo(c);
   c.fused_loss = fusedLoss_->isChecked();
+  c.loss_logits = lossLogits_->currentData().toString().toStdString();
   c.gradient_checkpointing_auto = gradCkptAuto_->isChecked();
   c.activation_offload = activationOffload_->isChecked();
   c.gradient_checkpointing = gradCkpt_->isChecked();
@@ -553,6 +563,7 @@ void TrainPage::updateVram() {
       req.lora_r = static_cast<int>(c.lora_r);
       req.tokens_per_step = c.micro_batch_size * c.sequence_len;
       req.fused_loss = c.fused_loss;
+      req.loss_logits = deltatune::loss_logits_from_name(c.loss_logits, "loss_logits");
       req.base_quantization = c.base_quantization;
       req.free_bytes = freeBytes;
       req.images = images;
@@ -566,7 +577,8 @@ void TrainPage::updateVram() {
       est = deltatune::estimate_vram(*info, c.lora_r, c.micro_batch_size * c.sequence_len, c.fused_loss,
                                      !c.gradient_checkpointing_auto && c.gradient_checkpointing,
                                      c.gradient_checkpointing_layers, c.base_quantization, 1024, images,
-                                     c.lora_target_groups);
+                                     c.lora_target_groups, false,
+                                     deltatune::loss_logits_from_name(c.loss_logits, "loss_logits"));
       if (c.gradient_checkpointing_auto)
         planText = tr("Checkpointing: auto (planned at the start of the run for the GPU's free memory; shown "
                       "without checkpointing). ");
@@ -603,6 +615,7 @@ void TrainPage::updateVram() {
     s.lora_groups = c.lora_target_groups;
     s.tokens_per_step = c.micro_batch_size * c.sequence_len;
     s.fused_loss = c.fused_loss;
+    s.loss_logits = deltatune::loss_logits_from_name(c.loss_logits, "loss_logits");
     s.gradient_checkpointing = c.gradient_checkpointing;
     s.checkpoint_layers = c.gradient_checkpointing_layers;
     s.base_quantization = c.base_quantization;

@@ -89,6 +89,7 @@ class TrainPage : public QWidget {
   QLabel* gpusNote_ = nullptr;
   QLabel* gpuRuntime_ = nullptr;
   QCheckBox* fusedLoss_ = nullptr;
+  QComboBox* lossLogits_ = nullptr;  // loss_logits: fp32 | bf16
   QCheckBox* gradCkptAuto_ = nullptr;  // gradient_checkpointing: auto (the memory plan decides)
   QCheckBox* activationOffload_ = nullptr;  // activation_offload (the auto plan may use pinned host memory)
   QCheckBox* gradCkpt_ = nullptr;

@@ -17,6 +17,7 @@ struct MemoryPlanRequest {
   int lora_r = 16;
   int64_t tokens_per_step = 4096;  // micro_batch_size * sequence_len
   bool fused_loss = true;
+  LossLogits loss_logits = LossLogits::F32;  // the run config's loss_logits
   std::string base_quantization = "none";
   int64_t free_bytes = 0;          // the GPU's free memory before the run loads anything
   ImageLoad images;                // image rows: merged image tokens per micro-batch, vision LoRA
@@ -30,9 +31,13 @@ struct MemoryPlan {
   bool gradient_checkpointing = false;
   int64_t checkpoint_layers = 0;   // layers checkpointed, from the first (0 when gradient_checkpointing is off)
   int64_t loss_chunk_rows = 1024;
+  LossLogits loss_logits = LossLogits::F32;  // the request's (memory_plan_text names bf16 logits)
   RecomputeKeep keep;              // what the checkpointed layers keep for their recompute (selective recompute)
   int64_t keep_bytes = 0;          // recompute_keep_bytes of `keep` (part of estimate.activations and .total)
-  double recompute_cost = 0;       // recompute_cost of the plan (the planner's speed order: less is faster)
+  double recompute_cost = 0;       // recompute_cost of the plan
+  // With bf16 logits: the extra cost of narrower loss chunks than the widest (more passes over the lm_head weight)
+  // in recompute_cost's units, 0 for the widest. The planner's speed order is recompute_cost + loss_cost.
+  double loss_cost = 0;
   int64_t free_bytes = 0;          // the request's
   int64_t budget_bytes = 0;        // free_bytes less the margin
   int64_t host_bytes = 0;          // page-locked host memory of keep.inputs_on_host (the stashed inputs)
@@ -77,8 +82,11 @@ int64_t mlp_host_layers(const ModelInfo& info, int64_t checkpointed_layers, cons
 // whose estimate (estimate_vram + recompute_keep_bytes) fits (ties: the less memory). The GDN core is never kept by
 // the plan (measured: less time saved per byte than checkpointing fewer layers; PERF_NOTES session 29). With
 // request.host_offload each count is also tried with the inputs in host memory (keep.inputs_on_host), taken only
-// where it lowers the recompute (or fits where the inputs on the device do not). Loss chunks:
-// today only 1024 rows (see kLossChunkRows). Nothing fits: the least memory, nothing kept.
+// where it lowers the recompute (or fits where the inputs on the device do not). Loss chunks: 1024 rows asked
+// (see kLossChunkRows; the backend caps them: 384 rows of fp32 logits, 768 of bf16 at Qwen3.5's vocabulary); with
+// bf16 logits each count is also tried with half the bf16 rows (384: half the memory, a slower loss: MemoryPlan::
+// loss_cost), taken only where the recompute it saves outweighs that or where the wider chunks do not fit. Nothing
+// fits: the least memory, nothing kept.
 // Throws deltatune::Error when free_bytes <= 0.
 MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& request);
 

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "deltatune/loss_logits.h"
+
 namespace deltatune {
 
 // The vision tower of a vision-language checkpoint (config.json vision_config, preprocessor_config.json).
@@ -85,7 +87,9 @@ struct VramEstimate {
 // before its GEMM, or with "fp8" the FP8 GEMMs' scratch where that is larger (transposed FP8 weights and
 // quantized activations of the largest group of modules sharing an input, and a bf16 output scratch the first
 // step times algorithms on). An untied embedding table is held on the host (not counted). loss_chunk_rows: with
-// fused_loss, the rows of fp32 logits computed at a time.
+// fused_loss, the rows of logits computed at a time (asked for: the backend caps them); loss_logits (the run
+// config's): their precision, fp32 (logits and their bf16 gradient, 6 bytes a value) or bf16 (2 bytes a value, the
+// gradient written over them; up to 3 times the fp32 form's rows in the same bytes).
 // Image rows (a vision-language checkpoint): image_tokens_per_step merged image tokens in one micro-batch (they are
 // part of tokens_per_step). The tower is trained when lora_groups holds `vision` (then its activations are kept
 // for the backward, else one block's at a time). inputs_on_host (RecomputeKeep::inputs_on_host): the checkpointed
@@ -98,6 +102,6 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
                            bool gradient_checkpointing, int64_t checkpoint_layers = -1,
                            const std::string& base_quantization = "none", int64_t loss_chunk_rows = 1024,
                            const ImageLoad& images = {}, const std::vector<std::string>& lora_groups = {},
-                           bool inputs_on_host = false);
+                           bool inputs_on_host = false, LossLogits loss_logits = LossLogits::F32);
 
 }  // namespace deltatune

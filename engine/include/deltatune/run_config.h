@@ -78,6 +78,10 @@ struct RunConfig {
   // (the experts so, the rest sharded).
   std::string weight_layout = "auto";
   bool fused_loss = true;
+  // The fused loss's logits (deltatune/loss_logits.h): "fp32" (the default) | "bf16" (the lm_head GEMM writes
+  // bf16 logits, as HF transformers and Liger; fp32 cross-entropy math; the CUDA backend's loss chunks then hold
+  // twice the rows in the same memory: faster). The CPU backend computes fp32 logits whatever this says.
+  std::string loss_logits = "fp32";
   // `gradient_checkpointing: auto` (the default) | true | false | N (= true with N layers). auto: at the start
   // of a GPU run the memory plan (deltatune/memory_plan.h) picks the checkpointed layers, what they keep for
   // their recompute (deltatune/recompute_keep.h) and the loss chunk for the GPU's free memory; on the CPU nothing

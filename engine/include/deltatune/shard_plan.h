@@ -28,6 +28,7 @@ struct ShardPlanSettings {
   std::vector<std::string> lora_groups;  // empty: the default groups (every group but experts)
   int64_t tokens_per_step = 4096;        // per GPU: micro_batch_size * sequence_len
   bool fused_loss = true;
+  LossLogits loss_logits = LossLogits::F32;  // RunConfig::loss_logits
   bool gradient_checkpointing = false;
   int64_t checkpoint_layers = -1;        // RunConfig::gradient_checkpointing_layers
   // With gradient_checkpointing: what the checkpointed layers keep for their recompute (its bytes are counted in

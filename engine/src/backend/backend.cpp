@@ -204,7 +204,7 @@ void Backend::gdn_gated_bwd(GdnSaved* saved, const Tensor& dout, const Tensor& q
 }
 
 double Backend::linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
-                                     Tensor* dh, int64_t chunk_rows) {
+                                     Tensor* dh, int64_t chunk_rows, LossLogits /*logits: the compute dtype's*/) {
   const int64_t T = h.rows(), V = w.dim(0);
   chunk_rows = std::max<int64_t>(1, std::min(chunk_rows, T));
   Tensor logits = alloc({chunk_rows, V}, compute_dtype());
@@ -323,7 +323,8 @@ void Backend::rmsnorm_bwd_add(const Tensor& dy, const Tensor& x, const Tensor& w
 }
 
 void Backend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels,
-                                        const Tensor& grad_scale, Tensor* dh, int64_t chunk_rows, Tensor& loss_sum) {
+                                        const Tensor& grad_scale, Tensor* dh, int64_t chunk_rows, LossLogits logits,
+                                        Tensor& loss_sum) {
   check(loss_sum.nbytes() == sizeof(double), [&] {
     return "linear_cross_entropy_into: loss_sum must be 8 bytes, got " + shape_str(loss_sum.shape) + " " +
            dtype_name(loss_sum.dtype);
@@ -333,7 +334,7 @@ void Backend::linear_cross_entropy_into(const Tensor& h, const Tensor& w, const 
            dtype_name(grad_scale.dtype) + " " + shape_str(grad_scale.shape);
   });
   const float scale = download(grad_scale, DType::F32).ptr<float>()[0];
-  const double v = linear_cross_entropy(h, w, labels, scale, dh, chunk_rows);
+  const double v = linear_cross_entropy(h, w, labels, scale, dh, chunk_rows, logits);
   Tensor host = host_tensor(loss_sum.shape, loss_sum.dtype);
   std::memcpy(host.data, &v, sizeof v);
   copy(loss_sum, upload(host, loss_sum.dtype));

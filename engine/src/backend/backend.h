@@ -24,6 +24,7 @@
 #include "backend/shard_gatherer.h"
 #include "backend/token_exchange.h"
 #include "core/tensor.h"
+#include "deltatune/loss_logits.h"
 
 namespace deltatune {
 
@@ -411,16 +412,20 @@ class Backend {
   virtual double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
                                Tensor* dlogits) = 0;
   // Same loss from hidden states h [T, H] and head weight W [V, H] without materialising [T, V] logits
-  // at once (chunks of `chunk_rows` tokens). dh (=) gradient w.r.t. h if given. The base version
-  // chunks gemm + cross_entropy; backends may fuse.
+  // at once (chunks of `chunk_rows` tokens). dh (=) gradient w.r.t. h if given. logits: the precision the
+  // chunks' logits are formed in (LossLogits::BF16: the GEMM writes bf16 logits, as HF and Liger; the
+  // cross-entropy's math stays fp32); a backend may form them in fp32 whatever it says (the CPU, the fp32
+  // reference; a weight that is not bf16). The base version chunks gemm + cross_entropy in the compute dtype;
+  // backends may fuse.
   virtual double linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
-                                      Tensor* dh, int64_t chunk_rows);
+                                      Tensor* dh, int64_t chunk_rows, LossLogits logits);
   // The same with the loss left on the device (nothing read back, so it may be recorded): loss_sum (=) Σ CE
   // as one double in an 8-byte tensor (U8 [8]); the gradient scale is read from grad_scale (F32 [1] on this
   // backend) when the ops run, so a recorded step replays with each step's 1/targets. The base version reads
   // it, runs linear_cross_entropy and uploads the loss.
   virtual void linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels,
-                                         const Tensor& grad_scale, Tensor* dh, int64_t chunk_rows, Tensor& loss_sum);
+                                         const Tensor& grad_scale, Tensor* dh, int64_t chunk_rows, LossLogits logits,
+                                         Tensor& loss_sum);
 
   // ---- optimizers (fp32 params/moments) ---------------------------------------------------------
   // AdamW (decoupled weight decay, torch semantics, bias-corrected with `step` starting at 1).

@@ -223,7 +223,8 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
 
   // Activations with the plan's LoRA groups (expert LoRA's per-token intermediates included).
   const VramEstimate est = estimate_vram(info, s.lora_r, s.tokens_per_step, s.fused_loss, s.gradient_checkpointing,
-                                         s.checkpoint_layers, s.base_quantization, 1024, s.images, p.lora_groups);
+                                         s.checkpoint_layers, s.base_quantization, 1024, s.images, p.lora_groups,
+                                         false, s.loss_logits);
   const FrozenBytes f = frozen_bytes(info, s.base_quantization, est.weights);
   const int n = gpus.count;
   const int64_t T = std::max<int64_t>(s.tokens_per_step, 1), H = info.hidden_size, k = info.num_experts_per_tok;

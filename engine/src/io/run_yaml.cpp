@@ -597,6 +597,7 @@ const std::vector<Field>& fields() {
     t.push_back(text("weight_layout", &C::weight_layout, {"auto", "replicated", "sharded", "expert_parallel",
                                                           "expert_parallel_sharded"}));
     t.push_back(boolean("fused_loss", &C::fused_loss));
+    t.push_back(text("loss_logits", &C::loss_logits, {"fp32", "bf16"}));
     t.push_back(checkpointing("gradient_checkpointing"));
     t.push_back(integer("gradient_checkpointing_layers", &C::gradient_checkpointing_layers, at_least(-1),
                         "an integer >= 0 (layers checkpointed, from the first), or -1 for all"));

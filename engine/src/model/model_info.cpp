@@ -238,7 +238,9 @@ constexpr int64_t kAllocatorSlackDiv = 256;
 //                a cached block up to 1/8 larger may serve a request).
 //   logits       the loss buffers when the peak is at the loss, else 0 (freed before the backward):
 //                fused loss: min(T, loss_chunk_rows, 2^26 / V rounded down to 16) rows of fp32 logits and their
-//                bf16 gradient, rows * V * 6 (256 rows, 0.36 GiB at V = 248320);
+//                bf16 gradient, rows * V * 6 (256 rows, 0.36 GiB at V = 248320); with bf16 logits
+//                min(T, loss_chunk_rows, 3x that cap) rows of bf16 logits, the gradient over them, rows * V * 2
+//                (768 rows at V = 248320: the same 0.36 GiB; 384 rows: 0.18 GiB);
 //                unfused:    fp32 logits [T x V] and their fp32 gradient, 8*T*V.
 //   overhead     512 MiB: CUDA context and kernel images (outside the allocator; the allocator's cache above
 //                its peak is left to the plan's margin).
@@ -253,7 +255,7 @@ constexpr int64_t kAllocatorSlackDiv = 256;
 VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per_step, bool fused_loss,
                            bool gradient_checkpointing, int64_t checkpoint_layers, const std::string& base_quantization,
                            int64_t loss_chunk_rows, const ImageLoad& images,
-                           const std::vector<std::string>& lora_groups, bool inputs_on_host) {
+                           const std::vector<std::string>& lora_groups, bool inputs_on_host, LossLogits loss_logits) {
   VramEstimate v;
   const int64_t T = std::max<int64_t>(tokens_per_step, 1), H = info.hidden_size;
   v.weights = info.total_params * 2;
@@ -321,14 +323,17 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
   // The fused loss's buffers (CudaBackend::linear_cross_entropy_acc): fp32 logits of at most 2^26 floats, rows a
   // multiple of 16 (256 rows at Qwen3.5's vocabulary whatever loss_chunk_rows asks for more), and their bf16
   // gradient. Under the Hopper policy the gradient is written over the logits and the same bytes hold 1.5 times
-  // the rows (384 at Qwen3.5's vocabulary; fewer bytes where T is below that): this bound holds for both.
+  // the rows (384 at Qwen3.5's vocabulary; fewer bytes where T is below that): this bound holds for both. bf16
+  // logits: rows of 2 bytes a value (the gradient written over them), up to 3 times the cap in the same bytes.
   const int64_t V = std::max<int64_t>(info.vocab_size, 1);
   int64_t loss_buffers = 8 * T * V;
   if (fused_loss) {
     const int64_t cap = kLossLogitFloats / V;
     const int64_t cap_rows = cap >= 32 ? cap / 16 * 16 : std::max<int64_t>(cap, 1);
-    const int64_t rows = std::max<int64_t>(1, std::min({std::max<int64_t>(loss_chunk_rows, 1), T, cap_rows}));
-    loss_buffers = rows * V * (4 + 2);
+    const bool bf16 = loss_logits == LossLogits::BF16;
+    const int64_t rows =
+        std::max<int64_t>(1, std::min({std::max<int64_t>(loss_chunk_rows, 1), T, bf16 ? 3 * cap_rows : cap_rows}));
+    loss_buffers = rows * V * (bf16 ? 2 : 4 + 2);
   }
   // Held through the whole step: the final hidden state, its norm's input and dh (bf16 [T, H] each; with an
   // untied embedding table also the embedded rows uploaded from the host), and the bf16 compute copies of the

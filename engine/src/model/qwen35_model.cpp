@@ -441,17 +441,17 @@ void Qwen35Model::step_ops(const Batch& batch, const SeqLayout& seq, const Tenso
     for (size_t i = 0; i < loss_rows.size(); ++i) row_targets[i] = batch.targets[static_cast<size_t>(loss_rows[i])];
     if (opts.backward) dhc = be_.alloc({n, H}, dt);
     out.loss_sum = be_.linear_cross_entropy(hc, lm_head_, be_.upload_i32(row_targets), opts.grad_scale,
-                                            opts.backward ? &dhc : nullptr, opts.loss_chunk_rows);
+                                            opts.backward ? &dhc : nullptr, opts.loss_chunk_rows, opts.loss_logits);
     if (opts.backward) {
       be_.fill(dh, 0.f);
       be_.scatter_add_rows(dhc, rows, Tensor{}, dh);
     }
   } else if (opts.fused_loss && dev) {
     be_.linear_cross_entropy_into(h, lm_head_, targets, dev->grad_scale, opts.backward ? &dh : nullptr,
-                                  opts.loss_chunk_rows, dev->loss);
+                                  opts.loss_chunk_rows, opts.loss_logits, dev->loss);
   } else if (opts.fused_loss) {
     out.loss_sum = be_.linear_cross_entropy(h, lm_head_, targets, opts.grad_scale, opts.backward ? &dh : nullptr,
-                                            opts.loss_chunk_rows);
+                                            opts.loss_chunk_rows, opts.loss_logits);
   } else {
     check(!dev, "internal: a device loss needs the fused loss");
     Tensor logits = be_.alloc({T, cfg_.vocab_size}, dt);

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "data/batch.h"
+#include "deltatune/loss_logits.h"
 #include "deltatune/recompute_keep.h"
 #include "lora/lora.h"
 #include "model/lora_linear.h"
@@ -25,6 +26,8 @@ struct StepOptions {
   float grad_scale = 1.f;          // dLoss/dCE_sum, i.e. 1 / (targets of the whole optimizer step)
   bool fused_loss = true;          // chunked lm_head + CE, never the full [T, V] logits
   int64_t loss_chunk_rows = 1024;
+  // The fused loss's logits precision (the run config's loss_logits; deltatune/loss_logits.h).
+  LossLogits loss_logits = LossLogits::F32;
   bool gradient_checkpointing = false;
   // With gradient_checkpointing: how many decoder layers, from the first, are checkpointed (-1 = all). The
   // others keep their activations: no recompute for them, more memory.

@@ -18,6 +18,7 @@ StepKey step_key(const Batch& batch, const LoraAdapter* lora, const StepOptions&
   k.fused_loss = opts.fused_loss;
   k.checkpointing = opts.gradient_checkpointing;
   k.loss_chunk_rows = opts.loss_chunk_rows;
+  k.loss_logits = opts.loss_logits;
   k.checkpoint_layers = opts.checkpoint_layers;
   k.keep = opts.keep;
   k.adapter = lora;

@@ -18,6 +18,7 @@ struct StepKey {
   std::vector<int32_t> cu_seqlens;
   bool backward = false, fused_loss = false, checkpointing = false;
   int64_t loss_chunk_rows = 0, checkpoint_layers = 0;
+  LossLogits loss_logits = LossLogits::F32;
   RecomputeKeep keep;
   const LoraAdapter* adapter = nullptr;
   std::vector<const void*> lora_tensors;  // A, B, gA, gB of every module

@@ -25,6 +25,12 @@ constexpr int64_t kGdnChunk = 64;  // the CUDA GDN core's chunk (kernels/gdn)
 // 47-50 GB/s, 54 one way; wave 33) less a margin, and the forward's GEMM rate used to time a layer's forward
 // (~GEMM peak, so the time is on the short side and the copies are given too little rather than too much).
 constexpr double kHostCopyBytesPerS = 40e9, kForwardFlopsPerS = 700e12;
+// The cost of one more loss chunk in recompute_cost's units (GEMM FLOPs at ~700 TFLOP/s), per lm_head value (V·H):
+// each chunk reads the lm_head weight again in both of its GEMMs. Fitted to the 2b loss with bf16 logits (V·H =
+// 5.1e8, H200): 384-row chunks (11 a 4096-token step) against 768-row ones (6) took 13.53 against 12.93 ms of loss
+// path (ncu, PERF_NOTES session 33 ce36) and the step 0.4-0.6 ms longer in one process (session 34): ~0.12 ms a
+// chunk, 8.4e10 FLOPs at 700 TFLOP/s, ~165 a weight value.
+constexpr double kLossChunkFlopsPerWeight = 165;
 
 int64_t checkpointed_count(const ModelInfo& info, int64_t checkpointed_layers) {
   return checkpointed_layers < 0 ? info.num_layers : std::min(checkpointed_layers, info.num_layers);
@@ -156,6 +162,43 @@ std::optional<RecomputeKeepChoice> cheapest_recompute_keep(const ModelInfo& info
 
 int64_t memory_plan_margin(int64_t free_bytes) { return std::max<int64_t>(kGiB, free_bytes / 20); }
 
+namespace {
+
+// The most rows of a loss chunk the backend holds (CudaBackend::linear_cross_entropy_acc), cap16 = 2^26 / V rounded
+// down to 16: bf16 logits 3 × cap16, fp32 1.5 × cap16 (the Hopper policy's in-place gradient).
+int64_t loss_cap_rows(const ModelInfo& info, LossLogits logits) {
+  const int64_t V = std::max<int64_t>(info.vocab_size, 1), cap = (int64_t{1} << 26) / V;
+  const int64_t cap16 = cap >= 32 ? cap / 16 * 16 : std::max<int64_t>(cap, 1);
+  return logits == LossLogits::BF16 ? 3 * cap16 : std::max<int64_t>(1, cap16 * 3 / 2);
+}
+
+// The rows held for `chunk` rows asked: at most the cap and the step's tokens.
+int64_t loss_rows_held(const ModelInfo& info, const MemoryPlanRequest& req, int64_t chunk) {
+  return std::max<int64_t>(
+      1, std::min({chunk, std::max<int64_t>(req.tokens_per_step, 1), loss_cap_rows(info, req.loss_logits)}));
+}
+
+// Passes over the lm_head weight a step's loss makes with `chunk` rows asked, times kLossChunkFlopsPerWeight · V·H.
+double loss_chunks_cost(const ModelInfo& info, const MemoryPlanRequest& req, int64_t chunk) {
+  const int64_t T = std::max<int64_t>(req.tokens_per_step, 1), rows = loss_rows_held(info, req, chunk);
+  return static_cast<double>((T + rows - 1) / rows) * kLossChunkFlopsPerWeight *
+         static_cast<double>(info.vocab_size) * static_cast<double>(info.hidden_size);
+}
+
+// The loss chunks the plan tries, fastest first: kLossChunkRows, and with bf16 logits also half the rows the
+// backend holds in the fp32 form's bytes (3 × (2^26 / V rounded down to 16), CudaBackend::linear_cross_entropy_acc;
+// 384 rows at Qwen3.5's vocabulary: half the loss buffers, ~0.6 ms a 2b step slower: loss_chunks_cost)
+// where that is fewer rows than the wide chunks'.
+std::vector<int64_t> loss_chunk_candidates(const ModelInfo& info, const MemoryPlanRequest& req) {
+  std::vector<int64_t> c{kLossChunkRows};
+  if (!req.fused_loss || req.loss_logits != LossLogits::BF16) return c;
+  const int64_t narrow = std::max<int64_t>(1, loss_cap_rows(info, LossLogits::BF16) / 2);
+  if (narrow < loss_rows_held(info, req, kLossChunkRows)) c.push_back(narrow);
+  return c;
+}
+
+}  // namespace
+
 MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& req) {
   check(req.free_bytes > 0, "memory plan: the GPU's free memory is unknown (" + std::to_string(req.free_bytes) +
                                 " bytes); set gradient_checkpointing to true, false or a number of layers");
@@ -163,6 +206,10 @@ MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& req) {
   base.free_bytes = req.free_bytes;
   base.budget_bytes = req.free_bytes - memory_plan_margin(req.free_bytes);
   base.loss_chunk_rows = kLossChunkRows;
+  base.loss_logits = req.fused_loss ? req.loss_logits : LossLogits::F32;
+  const std::vector<int64_t> chunks = loss_chunk_candidates(info, req);
+  const double widest_loss = loss_chunks_cost(info, req, chunks.front());
+  const auto order = [](const MemoryPlan& p) { return p.recompute_cost + p.loss_cost; };
   // Checkpointing the last layer saves nothing (its backward recomputes it at once) yet the estimate counts
   // its input too, so all L layers use more memory than L-1: the fallback is the least memory tried, not L.
   MemoryPlan least, best;
@@ -174,32 +221,37 @@ MemoryPlan plan_memory(const ModelInfo& info, const MemoryPlanRequest& req) {
     std::optional<MemoryPlan> pick;
     for (const bool on_host : {false, true}) {
       if (on_host && !can_stash) continue;
-      const VramEstimate e = estimate_vram(info, req.lora_r, req.tokens_per_step, req.fused_loss, n > 0, n,
-                                           req.base_quantization, kLossChunkRows, req.images, req.lora_groups,
-                                           on_host);
-      MemoryPlan plan = base;
-      plan.gradient_checkpointing = n > 0;
-      plan.checkpoint_layers = n;
-      plan.estimate = e;
-      plan.keep.inputs_on_host = on_host;
-      plan.host_bytes = on_host ? 2 * T * info.hidden_size * std::min(n, L - 1) : 0;
-      if (least.estimate.total == 0 || e.total < least.estimate.total) least = plan;
-      const std::optional<RecomputeKeepChoice> k = cheapest_recompute_keep(
-          info, T, n, plan.budget_bytes - e.total, on_host ? mlp_host_spacing(info, T) : 0);
-      if (!k) continue;
-      plan.keep = k->keep;
-      plan.keep.inputs_on_host = on_host;
-      plan.host_bytes += mlp_host_layers(info, n, plan.keep) * 2 * T * info.intermediate_size * 2;
-      plan.keep_bytes = k->bytes;
-      plan.estimate.activations += k->bytes;
-      plan.estimate.total += k->bytes;
-      plan.recompute_cost = k->cost;
-      plan.fits = true;
-      if (!pick || plan.recompute_cost < pick->recompute_cost) pick = plan;  // host memory only when it pays
+      for (const int64_t chunk : chunks) {
+        const VramEstimate e = estimate_vram(info, req.lora_r, req.tokens_per_step, req.fused_loss, n > 0, n,
+                                             req.base_quantization, chunk, req.images, req.lora_groups, on_host,
+                                             base.loss_logits);
+        MemoryPlan plan = base;
+        plan.loss_chunk_rows = chunk;
+        plan.loss_cost = chunk == chunks.front() ? 0.0 : loss_chunks_cost(info, req, chunk) - widest_loss;
+        plan.gradient_checkpointing = n > 0;
+        plan.checkpoint_layers = n;
+        plan.estimate = e;
+        plan.keep.inputs_on_host = on_host;
+        plan.host_bytes = on_host ? 2 * T * info.hidden_size * std::min(n, L - 1) : 0;
+        if (least.estimate.total == 0 || e.total < least.estimate.total) least = plan;
+        const std::optional<RecomputeKeepChoice> k = cheapest_recompute_keep(
+            info, T, n, plan.budget_bytes - e.total, on_host ? mlp_host_spacing(info, T) : 0);
+        if (!k) continue;
+        plan.keep = k->keep;
+        plan.keep.inputs_on_host = on_host;
+        plan.host_bytes += mlp_host_layers(info, n, plan.keep) * 2 * T * info.intermediate_size * 2;
+        plan.keep_bytes = k->bytes;
+        plan.estimate.activations += k->bytes;
+        plan.estimate.total += k->bytes;
+        plan.recompute_cost = k->cost;
+        plan.fits = true;
+        // Host memory, and the narrower loss chunks, only when they pay.
+        if (!pick || order(plan) < order(*pick)) pick = plan;
+      }
     }
     if (!pick) continue;
-    if (!found || pick->recompute_cost < best.recompute_cost ||
-        (pick->recompute_cost == best.recompute_cost && pick->estimate.total < best.estimate.total)) {
+    if (!found || order(*pick) < order(best) ||
+        (order(*pick) == order(best) && pick->estimate.total < best.estimate.total)) {
       best = *pick;
       found = true;
     }
@@ -237,7 +289,8 @@ std::string memory_plan_text(const ModelInfo& info, const MemoryPlan& p) {
          gib_text(p.keep_bytes) + ")";
   if (p.gradient_checkpointing && p.keep.inputs_on_host)
     s += ", their inputs in page-locked host memory (" + gib_text(p.host_bytes) + ")";
-  s += ", loss chunks of " + std::to_string(p.loss_chunk_rows) + " rows: expected peak " + gib_text(p.estimate.total) +
+  s += ", loss chunks of " + std::to_string(p.loss_chunk_rows) + " rows" +
+       (p.loss_logits == LossLogits::BF16 ? " of bf16 logits" : "") + ": expected peak " + gib_text(p.estimate.total) +
        (p.fits ? " within " : " EXCEEDS ") + gib_text(p.budget_bytes) + " (" + gib_text(p.free_bytes) + " free less a " +
        gib_text(memory_plan_margin(p.free_bytes)) + " margin)";
   return s;

@@ -55,6 +55,7 @@ double evaluate_examples(TrainSession& s) {
   std::array<double, 2> sums{0, 0};  // loss, targets
   StepOptions so;
   so.fused_loss = s.cfg.fused_loss;
+  so.loss_logits = s.loss_logits;
   std::vector<Batch> batches = data_epoch_batches(s.data.eval, s.cfg, -1);
   const size_t world = s.dp ? static_cast<size_t>(s.dp->world()) : 1;
   const size_t rounds = (batches.size() + world - 1) / world;
@@ -143,6 +144,7 @@ StepWork forward_backward(TrainSession& s, BatchStream& stream, bool& stop_agree
   so.backward = true;
   so.grad_scale = w.targets > 0 ? 1.f / static_cast<float>(w.targets) : 0.f;
   so.fused_loss = s.cfg.fused_loss;
+  so.loss_logits = s.loss_logits;
   so.gradient_checkpointing = s.checkpointing;
   so.checkpoint_layers = s.checkpoint_layers;
   so.keep = s.keep;

@@ -75,6 +75,7 @@ struct TrainSession {
   int64_t checkpoint_layers = -1;
   RecomputeKeep keep;  // what the checkpointed layers keep for their recompute (the memory plan's)
   int64_t loss_chunk_rows = 1024;
+  LossLogits loss_logits = LossLogits::F32;  // the run config's loss_logits (start_backend)
 
   // plan_steps
   std::optional<std::string> ckpt;  // the checkpoint a resume continues from

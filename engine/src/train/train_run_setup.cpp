@@ -147,6 +147,7 @@ static void plan_checkpointing(TrainSession& s) {
   req.lora_r = static_cast<int>(cfg.lora_r);
   req.tokens_per_step = cfg.micro_batch_size * cfg.sequence_len;
   req.fused_loss = cfg.fused_loss;
+  req.loss_logits = s.loss_logits;
   req.base_quantization = quant_format_name(s.weights.base_quant);
   req.free_bytes = free;
   // Image rows: the tower's weights and activations for the data's most image tokens in one micro-batch.
@@ -185,6 +186,18 @@ void attach_vision(TrainSession& s) {
 
 }  // namespace
 
+// The train log's line for the run config's loss_logits.
+static std::string loss_logits_note(const RunConfig& cfg, bool cpu) {
+  const std::string head = "loss_logits: " + cfg.loss_logits;
+  if (cfg.loss_logits != "bf16") return head + " (the fused loss's logits in fp32)";
+  if (cpu) return head + ": the CPU backend computes the loss with fp32 logits (it is the fp32 reference)";
+  if (!cfg.fused_loss)
+    return head + ": applies to the fused loss; with fused_loss: false the [tokens, vocabulary] logits are in the "
+                  "compute dtype";
+  return head + ": the fused loss's logits in bf16 (the lm_head GEMM's output, as HF transformers and Liger), "
+                "fp32 cross-entropy math";
+}
+
 // Several workers: whether the frozen weights are sharded and the experts split (weight_layout_select.h), for
 // the smallest GPU of the job (its free memory with gradient_checkpointing: auto, which is then planned with the
 // layout for one GPU's share of the work). Throws (every worker alike) when the plan says nothing fits.
@@ -214,6 +227,8 @@ void start_backend(TrainSession& s) {
   s.be = backend_create(s.cfg.backend, training_gpu(s.cfg, s.topts), &backend_note, s.cfg.kernels);
   s.log(LogLevel::Info, "backend: " + s.be->name() + (backend_note.empty() ? "" : " (" + backend_note + ")"));
   s.device = s.be->name();
+  s.loss_logits = loss_logits_from_name(s.cfg.loss_logits, "loss_logits");
+  s.log(LogLevel::Info, loss_logits_note(s.cfg, s.be->device() == Device::CPU));
   if (!s.weights.tied && !s.device.starts_with("cpu"))  // a CPU run has no GPU memory to keep free
     s.log(LogLevel::Info, "embedding table: untied from the lm_head, so it stays in host memory (the GPU reads its "
                           "rows over the bus and keeps " + std::to_string((s.weights.embed.numel() * 2) >> 20) +

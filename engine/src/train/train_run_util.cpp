@@ -105,7 +105,8 @@ std::string check_workers_agree(DataParallel& dp, const RunConfig& cfg, const st
         const VramEstimate est =
             estimate_vram(info, cfg.lora_r, cfg.micro_batch_size * cfg.sequence_len, cfg.fused_loss,
                           cfg.gradient_checkpointing, cfg.gradient_checkpointing_layers, cfg.base_quantization,
-                          1024, {}, cfg.lora_target_groups);
+                          1024, {}, cfg.lora_target_groups, false,
+                          loss_logits_from_name(cfg.loss_logits, "loss_logits"));
         advice += "; estimated peak " + std::to_string(est.total >> 30) + " GiB per GPU" +
                   (est.total > smallest ? " does NOT fit it: lower micro_batch_size or sequence_len, or enable "
                                           "gradient_checkpointing"

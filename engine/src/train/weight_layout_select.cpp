@@ -17,6 +17,7 @@ ShardPlanSettings plan_settings(const RunConfig& cfg, const ImageLoad& images) {
   s.lora_groups = cfg.lora_target_groups;
   s.tokens_per_step = cfg.micro_batch_size * cfg.sequence_len;
   s.fused_loss = cfg.fused_loss;
+  s.loss_logits = loss_logits_from_name(cfg.loss_logits, "loss_logits");
   s.gradient_checkpointing = cfg.gradient_checkpointing;
   s.checkpoint_layers = cfg.gradient_checkpointing_layers;
   s.base_quantization = cfg.base_quantization;

@@ -189,9 +189,9 @@ class CudaBackend final : public Backend, public QuantOps, public ActivationStas
 
   double cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, Tensor* dlogits) override;
   double linear_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale, Tensor* dh,
-                              int64_t chunk_rows) override;
+                              int64_t chunk_rows, LossLogits logits) override;
   void linear_cross_entropy_into(const Tensor& h, const Tensor& w, const Tensor& labels, const Tensor& grad_scale,
-                                 Tensor* dh, int64_t chunk_rows, Tensor& loss_sum) override;
+                                 Tensor* dh, int64_t chunk_rows, LossLogits logits, Tensor& loss_sum) override;
 
   void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int64_t step) override;
@@ -285,7 +285,11 @@ class CudaBackend final : public Backend, public QuantOps, public ActivationStas
   // The fused loss's chunks with Σ CE added into the device double `acc` (zeroed by the caller); the gradient
   // scale is *grad_scale_dev when that is non-null (read on the device), else grad_scale.
   void linear_cross_entropy_acc(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
-                                const float* grad_scale_dev, Tensor* dh, int64_t chunk_rows, double* acc);
+                                const float* grad_scale_dev, Tensor* dh, int64_t chunk_rows, LossLogits logits,
+                                double* acc);
+  // linear_cross_entropy_acc with bf16 logits (a bf16 weight): chunks of up to `rows` rows.
+  void linear_cross_entropy_bf16_logits(const Tensor& h, const Tensor& w, const Tensor& labels, float grad_scale,
+                                        const float* grad_scale_dev, Tensor* dh, int64_t rows, double* acc);
   // Copy of a host buffer on the device (pageable copy: the host buffer may die after return).
   Tensor upload_bytes(const void* data, Shape shape, DType dtype);
   // t itself when it is BF16, else a BF16 copy (tensor-core operands of the grouped GEMMs).
