@@ -1,7 +1,7 @@
 // The chunked GDN backward's state/intra kernel (the contract of gdn_chunk_grad_mma_kernel<128, 128, true>,
 // chunk_bwd_mma.cu: bf16 q, k with ρ, bf16 dO) on Hopper's warpgroup tensor cores (wgmma) with its tiles
 // brought by TMA (sm_90a). Per work item (chunk, value head), with the same formulas:
-//   [1] dW = −dV'·S_nᵀ, dQ̂_s = dO·S_nᵀ                           (8 + 8 wgmma m64n64 per warpgroup)
+//   [1] dW = −dV'·S_nᵀ (A negated by the wgmma), dQ̂_s = dO·S_nᵀ  (8 + 8 wgmma m64n64 per warpgroup)
 //   [2] D = dO·V'ᵀ (32 columns per warpgroup), dK̂_s = V'·dS^endᵀ   (8 m64n32 + 8 m64n64)
 //       Σ(S_n ⊙ dS^end) by FMA on the tiles while [1] and [2] run
 //   [3] D' = diag(scale·ρ_q)·tril(D ⊙ e^{G_i−G_j})·diag(ρ_k) into a bf16 tile; dQ̂ and dK̂ carried as
@@ -31,9 +31,12 @@
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "gdn/bf16_words.cuh"
 #include "gdn/chunk_util.cuh"
+#include "gdn/div_by.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
+#include "gdn/wgmma_neg.cuh"
 #include "gdn/wgmma_tiles.cuh"
 
 namespace deltatune::kernels {
@@ -41,13 +44,14 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using gdn_chunk::ChunkRef;
-using gdn_chunk::grad_item;
-using gdn_chunk::GradItem;
 using gdn_wgmma::as_frags;
 using gdn_wgmma::desc_at;
 using gdn_wgmma::desc_k;
 using gdn_wgmma::desc_mn;
 using gdn_wgmma::sw;
+using gdn_words::bf16x2_f2;
+using gdn_words::ld_bf16x2;
+using gdn_words::pair_at;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
 constexpr uint32_t kState = D * D * 2, kRows = C * D * 2;  // bytes of a state tile and of a 64-row tile
 
@@ -77,8 +81,23 @@ struct GradMaps {
   tma::ImageMap dO, Vp, dU, q, k, dS, S, So;
 };
 
-__device__ __forceinline__ float2 ld_bf16x2(const unsigned char* p) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+// One work item (chunk, value head), value heads fastest (the value heads of a key head share its q, k): the
+// fields of gdn_chunk::GradItem with its chunk and key head, the divisions by the head counts by DivBy.
+struct GradItem {
+  int ch, h, hk;
+  ChunkRef cr;
+  int64_t hs, rv, rkq;  // (chunk, head) row of states/dh/gsum; first elements of the chunk's rows
+};
+__device__ __forceinline__ GradItem grad_item(int item, const int32_t* chunks, const DivBy& by_hv,
+                                              const DivBy& by_r, int64_t HK, int64_t HV) {
+  GradItem it;
+  it.ch = by_hv.div(item);
+  it.h = item - it.ch * static_cast<int>(HV);
+  it.hk = by_r.div(it.h);
+  it.cr = gdn_chunk::chunk_at(chunks, it.ch);
+  it.hs = static_cast<int64_t>(it.ch) * HV + it.h;
+  it.rv = (it.cr.t0 * HV + it.h) * D, it.rkq = (it.cr.t0 * HK + it.hk) * D;
+  return it;
 }
 
 // 2^x (ex2.approx.ftz: relative error ~2^-22, zero below 2^-126). The exponentials here scale values that are
@@ -94,7 +113,7 @@ __global__ void __launch_bounds__(NT, 1)
     gdn_chunk_grad_wgmma_kernel(const __grid_constant__ GradMaps maps, const float* rho_q_in,
                                 const float* rho_k_in, float scale, const float* Gc, const int32_t* chunks,
                                 int nitems, bool half_states, bf16* dqh, bf16* dkh, bf16* dW, float* gsum,
-                                float* dg, int64_t HK, int64_t HV, KOut dq) {
+                                float* dg, int64_t HK, int64_t HV, KOut dq, DivBy by_hv, DivBy by_r) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char gdn_smem[];
   const uint32_t sb = mma::smem_addr(gdn_smem);
@@ -113,6 +132,9 @@ __global__ void __launch_bounds__(NT, 1)
   const float* rhq = rhk + C;
   const unsigned char* kp = gdn_smem + Smem::K;
   const unsigned char* qp = gdn_smem + Smem::Q;
+  // the thread's accumulator pairs in the q, k tiles: kp + pair_at(pb, nb, hf) = kp + sw<C>(m0 + g + 8hf, n0 +
+  // 8nb + 2t4)
+  const uint32_t pb = gdn_words::pair_base(m0 + g, t4, n0);
   // operand descriptors; a k step of 16 columns is the next block (64 rows: 2048 bytes, 128 rows: 4096) for
   // K-major operands and the next two 8-row groups (512 bytes) for MN-major ones
   const uint64_t Vp_k = desc_k(sb + Smem::Vp), dS_k = desc_k(sb + Smem::dS + 2048 * wg);
@@ -121,41 +143,36 @@ __global__ void __launch_bounds__(NT, 1)
                  Q_mn = desc_mn(sb + Smem::Q + 8192 * wg, 2048);
 
   // thread 0: S_n, dV', dO of item `it` into buffer p (barA[p]); G by cp.async (every thread: tid < 64)
-  auto load_a = [&](const GradItem& it, int p) {
-    if (tid == 0) {
-      // states[chunk], or with half states the even chunks' at S[chunk / 2] and the odd ones' at So[chunk /
-      // 2]
-      const int64_t ch = it.hs / HV, slot = half_states ? (ch >> 1) * HV + it.hs % HV : it.hs;
-      const uint32_t bar = barA + 8 * p;
-      tma::mbar_arrive_expect_tx(bar, kABytes);
-      tma::image_tile(sb + Smem::S + p * kState, half_states && (ch & 1) ? maps.So : maps.S,
-                      static_cast<int>(slot * D), 0, bar);
-      tma::image_tile(sb + Smem::dU + p * kRows, maps.dU, static_cast<int>(it.cr.t0), it.h, bar);
-      tma::image_tile(sb + Smem::dO + p * kRows, maps.dO, static_cast<int>(it.cr.t0), it.h, bar);
-    }
-    if (tid < C) {
-      const bool ok = tid < it.cr.len;
-      mma::cp_async4(mma::smem_addr(Gb + p * C + tid), ok ? Gc + (it.cr.t0 + tid) * HV + it.h : Gc, ok);
-    }
+  auto load_a_tiles = [&](const GradItem& it, int p) {  // thread 0
+    // states[chunk], or with half states the even chunks' at S[chunk / 2] and the odd ones' at So[chunk / 2]
+    const int64_t slot = half_states ? (it.ch >> 1) * HV + it.h : it.hs;
+    const uint32_t bar = barA + 8 * p;
+    tma::mbar_arrive_expect_tx(bar, kABytes);
+    tma::image_tile(sb + Smem::S + p * kState, half_states && (it.ch & 1) ? maps.So : maps.S,
+                    static_cast<int>(slot * D), 0, bar);
+    tma::image_tile(sb + Smem::dU + p * kRows, maps.dU, static_cast<int>(it.cr.t0), it.h, bar);
+    tma::image_tile(sb + Smem::dO + p * kRows, maps.dO, static_cast<int>(it.cr.t0), it.h, bar);
+  };
+  auto load_a_rows = [&](const GradItem& it, int p) {  // tid < 64
+    const bool ok = tid < it.cr.len;
+    mma::cp_async4(mma::smem_addr(Gb + p * C + tid), ok ? Gc + (it.cr.t0 + tid) * HV + it.h : Gc, ok);
   };
   auto load_b = [&](const GradItem& it) {  // thread 0: dS^end, V'
     tma::mbar_arrive_expect_tx(barB, kBBytes);
     tma::image_tile(sb + Smem::dS, maps.dS, static_cast<int>(it.hs * D), 0, barB);
     tma::image_tile(sb + Smem::Vp, maps.Vp, static_cast<int>(it.cr.t0), it.h, barB);
   };
-  auto load_kq = [&](const GradItem& it) {  // thread 0: k, q; ρ by cp.async (tid < 128)
-    if (tid == 0) {
-      const int hk = static_cast<int>(it.h / (HV / HK));
-      tma::mbar_arrive_expect_tx(barKQ, kKQBytes);
-      tma::image_tile(sb + Smem::K, maps.k, static_cast<int>(it.cr.t0), hk, barKQ);
-      tma::image_tile(sb + Smem::Q, maps.q, static_cast<int>(it.cr.t0), hk, barKQ);
-    }
-    if (tid < 2 * C) {  // ρ of the rows: (t0 + i)·HK + hk = rkq / D + i·HK (zeros past the chunk's end)
-      const int i = tid % C;
-      const bool ok = i < it.cr.len;
-      const float* src = (tid < C ? rho_k_in : rho_q_in) + it.rkq / D + (ok ? i * HK : 0);
-      mma::cp_async4(sb + Smem::rho + 4 * tid, src, ok);
-    }
+  auto load_kq_tiles = [&](const GradItem& it) {  // thread 0: k, q
+    tma::mbar_arrive_expect_tx(barKQ, kKQBytes);
+    tma::image_tile(sb + Smem::K, maps.k, static_cast<int>(it.cr.t0), it.hk, barKQ);
+    tma::image_tile(sb + Smem::Q, maps.q, static_cast<int>(it.cr.t0), it.hk, barKQ);
+  };
+  auto load_kq_rows = [&](const GradItem& it) {  // tid < 128: ρ of the rows by cp.async
+    // (t0 + i)·HK + hk = rkq / D + i·HK (zeros past the chunk's end)
+    const int i = tid % C;
+    const bool ok = i < it.cr.len;
+    const float* src = (tid < C ? rho_k_in : rho_q_in) + it.rkq / D + (ok ? i * HK : 0);
+    mma::cp_async4(sb + Smem::rho + 4 * tid, src, ok);
   };
 
   // With dq: the r = HV/HK value heads of a key head back to back in one block (a group), their carried
@@ -168,17 +185,17 @@ __global__ void __launch_bounds__(NT, 1)
     const bool last = j + 1 == r;
     ngrp = last ? grp + static_cast<int>(gridDim.x) : grp, nj = last ? 0 : j + 1;
   };
-  GradItem it = grad_item<D, D>(blockIdx.x * r, chunks, HK, HV);
+  GradItem it = grad_item(blockIdx.x * r, chunks, by_hv, by_r, HK, HV);
   int ngrp, nj;
   after(blockIdx.x, 0, ngrp, nj);
-  GradItem next = ngrp < ngroups ? grad_item<D, D>(ngrp * r + nj, chunks, HK, HV) : it;
+  GradItem next = ngrp < ngroups ? grad_item(ngrp * r + nj, chunks, by_hv, by_r, HK, HV) : it;
   if (tid == 0) {
     for (int b = 0; b < 4; ++b) tma::mbar_init(barA + 8 * b, 1);
     tma::fence_barrier_init();
   }
   __syncthreads();
-  load_a(it, 0);
-  if (tid == 0) load_b(it);
+  if (tid == 0) load_a_tiles(it, 0), load_b(it);
+  if (tid < C) load_a_rows(it, 0);
   float stash[32];
 #pragma unroll
   for (int x = 0; x < 32; ++x) stash[x] = 0.f;
@@ -189,16 +206,12 @@ __global__ void __launch_bounds__(NT, 1)
     const bool more = ngrp < ngroups;
     int n2grp, n2j;  // the item after next (its record is loaded now, used by the next iteration)
     after(ngrp, nj, n2grp, n2j);
-    const GradItem next2 = n2grp < ngroups ? grad_item<D, D>(n2grp * r + n2j, chunks, HK, HV) : next;
+    const GradItem next2 = n2grp < ngroups ? grad_item(n2grp * r + n2j, chunks, by_hv, by_r, HK, HV) : next;
     const float* G = Gb + par * C;
     const uint32_t Sb = sb + Smem::S + par * kState, dUb = sb + Smem::dU + par * kRows,
                    dOb = sb + Smem::dO + par * kRows;
     tma::mbar_wait(barA + 8 * par, (n >> 1) & 1);
-    __syncthreads();                           // the last item's shared reads are done
-    if (tid == 0) wgmma::fence_proxy_async();  // before copies overwrite tiles read generically
-    if (j == 0) load_kq(it);
-    if (more) load_a(next, par ^ 1);
-    mma::cp_async_commit();
+    __syncthreads();  // the last item's shared reads are done
 
     const uint64_t dU_k = desc_k(dUb), dO_k = desc_k(dOb), S_k = desc_k(Sb + 2048 * wg);
     float aw[32], aq[32], ak[32], d[16];
@@ -208,11 +221,21 @@ __global__ void __launch_bounds__(NT, 1)
     // [1] S_n as the K-major B (rows n = dk)
 #pragma unroll
     for (int s = 0; s < D / 16; ++s)
-      wgmma::mma_m64n64<0, 0>(aw, desc_at(dU_k, 2048 * s), desc_at(S_k, 4096 * s), s > 0);
+      gdn_wgmma::mma_m64n64_neg<0, 0>(aw, desc_at(dU_k, 2048 * s), desc_at(S_k, 4096 * s), s > 0);
 #pragma unroll
     for (int s = 0; s < D / 16; ++s)
       wgmma::mma_m64n64<0, 0>(aq, desc_at(dO_k, 2048 * s), desc_at(S_k, 4096 * s), s > 0);
     wgmma::commit();
+    // the copies behind [1]'s issue (not before it: warpgroup 0's first wgmma waits for all of its warps): the
+    // group's q, k and the next item's S_n, dV', dO into the buffers the last item used
+    if (tid == 0) {
+      wgmma::fence_proxy_async();  // before copies overwrite tiles read generically
+      if (j == 0) load_kq_tiles(it);
+      if (more) load_a_tiles(next, par ^ 1);
+    }
+    if (j == 0 && tid < 2 * C) load_kq_rows(it);
+    if (more && tid < C) load_a_rows(next, par ^ 1);
+    mma::cp_async_commit();
     tma::mbar_wait(barB, n & 1);
     wgmma::fence_operands(ak);
     wgmma::fence_operands(d);
@@ -234,15 +257,14 @@ __global__ void __launch_bounds__(NT, 1)
       const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
-        const float2 x = ld_bf16x2(reinterpret_cast<const unsigned char*>(&av[w]));
-        const float2 y = ld_bf16x2(reinterpret_cast<const unsigned char*>(&bv[w]));
+        const float2 x = bf16x2_f2(av[w]), y = bf16x2_f2(bv[w]);
         trace += x.x * y.x + x.y * y.y;
       }
     }
     wgmma::wait<1>();
     wgmma::fence_operands(aw);
     wgmma::fence_operands(aq);
-    gdn_mma::store_tile_bf16(dW + it.rv, HV * D, as_frags(aw), m0, n0, cr.len, -1.f);
+    gdn_mma::store_tile_bf16(dW + it.rv, HV * D, as_frags(aw), m0, n0, cr.len, 1.f);
     wgmma::wait<0>();
     wgmma::fence_operands(d);
     wgmma::fence_operands(ak);
@@ -254,17 +276,27 @@ __global__ void __launch_bounds__(NT, 1)
     }
 
     const float Gl = G[cr.len - 1];
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {  // D' into its tile (zeros above the diagonal and past the chunk's end)
-      const int i = m0 + g + 8 * hf;
-      const float qi = scale * rhq[i], Gi = G[i];  // e^{G_i − G_j} = 2^{(G_i − G_j)·log2 e}
+    {  // D' into its tile (zeros above the diagonal and past the chunk's end)
+      float2 Gj[4], Rj[4];  // G and ρ_k of the thread's columns jc = 32wg + 8nb + 2t4 (+1)
 #pragma unroll
       for (int nb = 0; nb < 4; ++nb) {
+        const int jc = 32 * wg + 8 * nb + 2 * t4;
+        Gj[nb] = *reinterpret_cast<const float2*>(G + jc);
+        Rj[nb] = *reinterpret_cast<const float2*>(rhk + jc);
+      }
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int jc = 32 * wg + 8 * nb + 2 * t4 + e;
-          float& x = d[4 * nb + 2 * hf + e];
-          x = (i >= jc && i < cr.len) ? qi * x * rhk[jc] * exp2_approx((Gi - G[jc]) * kLog2e) : 0.f;
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = m0 + g + 8 * hf;
+        const float qi = scale * rhq[i], Gi = G[i];  // e^{G_i − G_j} = 2^{(G_i − G_j)·log2 e}
+#pragma unroll
+        for (int nb = 0; nb < 4; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int jc = 32 * wg + 8 * nb + 2 * t4 + e;
+            const float gj = e ? Gj[nb].y : Gj[nb].x, rj = e ? Rj[nb].y : Rj[nb].x;
+            float& x = d[4 * nb + 2 * hf + e];
+            x = (i >= jc && i < cr.len) ? qi * x * rj * exp2_approx((Gi - gj) * kLog2e) : 0.f;
+          }
         }
       }
     }
@@ -286,7 +318,7 @@ __global__ void __launch_bounds__(NT, 1)
       const float ek = i < cr.len ? exp2_approx((Gl - G[i]) * kLog2e) * rhk[i] : 0.f;
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
-        const float2 kv = ld_bf16x2(kp + sw<C>(i, n0 + 8 * nb + 2 * t4));
+        const float2 kv = ld_bf16x2(kp + pair_at(pb, nb, hf));
         const int a = 4 * nb + 2 * hf;
         aq[a] *= eq, aq[a + 1] *= eq;
         ak[a] *= ek, ak[a + 1] *= ek;
@@ -306,6 +338,7 @@ __global__ void __launch_bounds__(NT, 1)
     for (int s = 0; s < C / 16; ++s)
       wgmma::mma_m64n64<1, 1>(ak, desc_at(Dp_mn, 512 * s), desc_at(Q_mn, 512 * s), true);
     wgmma::commit();
+    // the next item's dS^end, V' behind [3]'s issue (the tiles are free since the barrier after [2])
     wgmma::wait<0>();
     wgmma::fence_operands(aq);
     wgmma::fence_operands(ak);
@@ -316,8 +349,9 @@ __global__ void __launch_bounds__(NT, 1)
       float sq = 0.f, sk = 0.f;
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {  // rows past the chunk's end: zeros in aq, ak (eq·0, ek = 0, D' = 0)
-        const int dc = n0 + 8 * nb + 2 * t4, a = 4 * nb + 2 * hf;
-        const float2 qv = ld_bf16x2(qp + sw<C>(i, dc)), kv = ld_bf16x2(kp + sw<C>(i, dc));
+        const int a = 4 * nb + 2 * hf;
+        const uint32_t o = pair_at(pb, nb, hf);
+        const float2 qv = ld_bf16x2(qp + o), kv = ld_bf16x2(kp + o);
         sq += aq[a] * qv.x + aq[a + 1] * qv.y;
         sk += ak[a] * kv.x + ak[a + 1] * kv.y;
       }
@@ -352,19 +386,18 @@ __global__ void __launch_bounds__(NT, 1)
     if (tid < cr.len) {
       const float sq = rqs[tid] + rqs[C + tid], sk = rks[tid] + rks[C + tid];
       dg[(cr.t0 + tid) * HV + it.h] = sq - sk + (tid == cr.len - 1 ? total : 0.f);
-      if (fuse) sqg[tid] = (j > 0 ? sqg[tid] : 0.f) + sq;
+      if (fuse && !last) sqg[tid] = (j > 0 ? sqg[tid] : 0.f) + sq;
     }
-    if (fuse && last) {
-      __syncthreads();  // sqg complete
+    if (fuse && last) {  // the group's Σ q·A of a row formed by each thread itself (no barrier for sqg)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = m0 + g + 8 * hf;
         if (i >= cr.len) continue;
-        const float rho = rhq[i], c = rho * rho * sqg[i];
+        const float rho = rhq[i], c = rho * rho * ((j > 0 ? sqg[i] : 0.f) + (rqs[i] + rqs[C + i]));
 #pragma unroll
         for (int nb = 0; nb < 8; ++nb) {
           const int dc = n0 + 8 * nb + 2 * t4, a = 4 * nb + 2 * hf;
-          const float2 qv = ld_bf16x2(qp + sw<C>(i, dc));
+          const float2 qv = ld_bf16x2(qp + pair_at(pb, nb, hf));
           st_pair<true>(dq, it.rkq + i * ks + dc, aq[a] - c * qv.x, aq[a + 1] - c * qv.y);
         }
       }
@@ -420,7 +453,8 @@ cudaError_t launch_gdn_chunk_grad_wgmma(const KernelPolicy& pol, KIn dout, const
   const int groups = dq.p ? items / static_cast<int>(HV / HK) : items;
   gdn_chunk_grad_wgmma_kernel<<<std::min(groups, sms), NT, Smem::bytes, s>>>(
       maps, qk.rq, qk.rk, qk.scale, Gc, chunks, items, states_odd16 != nullptr, static_cast<bf16*>(dqh16),
-      static_cast<bf16*>(dk_part16), static_cast<bf16*>(dW16), gsum, dg, HK, HV, dq);
+      static_cast<bf16*>(dk_part16), static_cast<bf16*>(dW16), gsum, dg, HK, HV, dq, DivBy(static_cast<int>(HV)),
+      DivBy(static_cast<int>(HV / HK)));
   return cudaGetLastError();
 }
 #endif

@@ -34,7 +34,9 @@
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "gdn/bf16_words.cuh"
 #include "gdn/chunk_util.cuh"
+#include "gdn/div_by.cuh"
 #include "gdn/gate_math.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
@@ -52,6 +54,8 @@ using gdn_wgmma::desc_mn;
 using gdn_wgmma::mma_steps;
 using gdn_wgmma::pack;
 using gdn_wgmma::sw;
+using gdn_words::ld_bf16x2;
+using gdn_words::pair_at;
 constexpr int C = kGdnChunk, D = 128, NT = 256;
 constexpr uint32_t kRows = C * D * 2, kSq = C * C * 2;  // bytes of a 64 x 128 and of a 64 x 64 tile
 constexpr int kVecs = 6, kSums = 14;                    // per-row vectors of an item, partial-sum rows
@@ -91,17 +95,14 @@ struct WyItem {
   int ch, h;
   ChunkRef cr;
 };
-__device__ __forceinline__ WyItem wy_item(int item, const int32_t* chunks, int64_t HV) {
+__device__ __forceinline__ WyItem wy_item(int item, const int32_t* chunks, const DivBy& by_hv) {
   WyItem it;
-  it.ch = item / static_cast<int>(HV);
-  it.h = item % static_cast<int>(HV);
+  it.ch = by_hv.div(item);
+  it.h = item - it.ch * static_cast<int>(by_hv.d);
   it.cr = gdn_chunk::chunk_at(chunks, it.ch);
   return it;
 }
 
-__device__ __forceinline__ float2 ld_bf16x2(const unsigned char* p) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-}
 __device__ __forceinline__ float exp2_approx(float x) {  // as chunk_grad_wgmma.cu
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -142,7 +143,7 @@ __device__ __forceinline__ void store_column_sums(float* dst, float (&v)[8]) {
 __global__ void __launch_bounds__(NT + 32, 1)
     gdn_wy_grad_wgmma_kernel(const __grid_constant__ WyMaps maps, const float* rho_k, GdnGates gates,
                              const float* Gc, const int32_t* chunks, int nitems, bf16* dkh, KOut dv_out,
-                             GdnGateGrads gr, int64_t HK, int64_t HV, KOut dk_out) {
+                             GdnGateGrads gr, int64_t HK, int64_t HV, KOut dk_out, DivBy by_r, DivBy by_hv) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char gdn_smem[];
   // mbarriers by set: full (tiles and row values in), empty (the consumers are done with it)
@@ -153,8 +154,8 @@ __global__ void __launch_bounds__(NT + 32, 1)
   // groups blockIdx.x, + gridDim.x, ...; else r = 1. -1 past the block's last item.
   const int r = dk_out.p ? static_cast<int>(HV / HK) : 1, ngroups = nitems / r;
   auto item_at = [&](int n) {
-    const int grp = static_cast<int>(blockIdx.x) + (n / r) * step;
-    return grp < ngroups ? grp * r + n % r : -1;
+    const int q = by_r.div(n), grp = static_cast<int>(blockIdx.x) + q * step;
+    return grp < ngroups ? grp * r + (n - q * r) : -1;
   };
   if (tid == 0) {
     for (int p = 0; p < 2; ++p) {
@@ -242,12 +243,12 @@ __global__ void __launch_bounds__(NT + 32, 1)
       }
       return r;
     };
-    WyItem it = wy_item(item_at(0), chunks, HV);
+    WyItem it = wy_item(item_at(0), chunks, by_hv);
     Rows rows = load_rows(it);
     for (int n = 0; item_at(n) >= 0; ++n) {
       const int p = n & 1, nidx = item_at(n + 1);
       const bool more = nidx >= 0;
-      const WyItem nx = more ? wy_item(nidx, chunks, HV) : it;
+      const WyItem nx = more ? wy_item(nidx, chunks, by_hv) : it;
       if (n >= 2) tma::mbar_wait(empty + 8 * p, ((n >> 1) - 1) & 1);
       if (lane == 0) {
         const uint32_t s = sb + p * Smem::set, bar = full + 8 * p;
@@ -282,11 +283,14 @@ __global__ void __launch_bounds__(NT + 32, 1)
   const bool dv16 = dv_out.t == KType::BF16 && (reinterpret_cast<uintptr_t>(dv_out.p) & 15) == 0;
   // The consumer warpgroups' barrier (named barrier 1: the producer warp never joins).
   auto consumers_sync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory"); };
+  // the thread's accumulator pairs in 64-row tiles: + pair_at(pb32 / pb64, nb, hf) = + sw<C>(16wq + g + 8hf,
+  // c32 / c64 + 8nb + 2t4)
+  const uint32_t pb32 = gdn_words::pair_base(16 * wq + g, t4, c32), pb64 = gdn_words::pair_base(16 * wq + g, t4, c64);
   const uint64_t P_k = desc_k(sb + Smem::P), Y_mn = desc_mn(sb + Smem::Y + 4096 * wg, 2048);
   const uint64_t P1_k = desc_k(sb + Smem::P1), P2_mn = desc_mn(sb + Smem::P2, 2048);
   int n = 0;
   for (int idx = item_at(0); idx >= 0; idx = item_at(++n)) {
-    const int p = n & 1, h = idx % static_cast<int>(HV), head = n % r;  // head: within the group
+    const int p = n & 1, h = idx - by_hv.div(idx) * static_cast<int>(HV), head = n - by_r.div(n) * r;  // head: within the group
     const uint32_t S = sb + p * Smem::set;
     const unsigned char* Tp = gdn_smem + p * Smem::set + Smem::T;
     const unsigned char* dFp = gdn_smem + p * Smem::set + Smem::dF;
@@ -328,28 +332,33 @@ __global__ void __launch_bounds__(NT + 32, 1)
     wgmma::wait<1>();
     wgmma::fence_operands(a);
     wgmma::fence_operands(b);
+    float xw8[8] = {}, xv8[8] = {};  // this warp's column shares of Xw·K̂, Xu·V (stored after [2]'s issue)
     {
-      float xw[8] = {}, xv[8] = {};
+      float2 Rj[4], Bj[4], Gj[4];  // ρ, β, γ of the thread's columns j = c32 + 8nb + 2t4 (+1)
+#pragma unroll
+      for (int nb = 0; nb < 4; ++nb) {
+        const int j = c32 + 8 * nb + 2 * t4;
+        Rj[nb] = *reinterpret_cast<const float2*>(Rho + j);
+        Bj[nb] = *reinterpret_cast<const float2*>(B + j);
+        Gj[nb] = *reinterpret_cast<const float2*>(Gam + j);
+      }
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = 16 * wq + g + 8 * hf;
         const bool ok = i < len;
 #pragma unroll
         for (int nb = 0; nb < 4; ++nb) {
-          const int j = c32 + 8 * nb + 2 * t4;
-          const float2 t = ld_bf16x2(Tp + sw<C>(i, j));
+          const float2 t = ld_bf16x2(Tp + pair_at(pb32, nb, hf));
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int r = 4 * nb + 2 * hf + e;
-            const float te = e ? t.y : t.x, at = Rho[j + e] * a[r];
-            xw[2 * nb + e] += te * at;
-            xv[2 * nb + e] += te * b[r];
-            a[r] = ok ? B[j + e] * (Gam[j + e] * at + b[r]) : 0.f;
+            const float te = e ? t.y : t.x, at = (e ? Rj[nb].y : Rj[nb].x) * a[r];
+            xw8[2 * nb + e] += te * at;
+            xv8[2 * nb + e] += te * b[r];
+            a[r] = ok ? (e ? Bj[nb].y : Bj[nb].x) * ((e ? Gj[nb].y : Gj[nb].x) * at + b[r]) : 0.f;
           }
         }
       }
-      store_column_sums(xws + wq * C + c32, xw);
-      store_column_sums(xus + wq * C + c32, xv);
       store_tile32(sb + Smem::P, a, c32);
     }
     wgmma::fence_proxy_async();
@@ -360,6 +369,8 @@ __global__ void __launch_bounds__(NT + 32, 1)
     // [2] Y = dT·Tᵀ (T rows as the K-major B)
     mma_steps<C / 16, 0, 0>(y, P_k, 2048, Tn_k, 2048);
     wgmma::commit();
+    store_column_sums(xws + wq * C + c32, xw8);  // read by row_terms, two barriers on
+    store_column_sums(xus + wq * C + c32, xv8);
     if (warp == 0 && n > 0) row_suffix(p ^ 1);  // the item before: its row terms are complete
     wgmma::wait<0>();
     wgmma::fence_operands(kk);
@@ -367,7 +378,17 @@ __global__ void __launch_bounds__(NT + 32, 1)
     wgmma::fence_operands(y);
     store_tile32(sb + Smem::Y, y, c32);
     wgmma::fence_proxy_async();
-    // dv (=) diag(β)·Xu
+    consumers_sync();  // Y complete
+    float da[16], xw[32];
+    wgmma::fence_operands(da);
+    wgmma::fence_operands(xw);
+    wgmma::fence();
+    // [3] Tᵀ·Y (T and Y MN-major); then Xw = Tᵀ·dW on columns c64 .. (dW MN-major)
+    mma_steps<C / 16, 1, 1>(da, T_mn, 512, Y_mn, 512);
+    wgmma::commit();
+    mma_steps<C / 16, 1, 1>(xw, T_mn, 512, dW_mn, 512);
+    wgmma::commit();
+    // dv (=) diag(β)·Xu, stored while [3] runs
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const float bi = B[16 * wq + g + 8 * hf];
@@ -388,20 +409,17 @@ __global__ void __launch_bounds__(NT + 32, 1)
                   xu[4 * nb + 2 * hf + 1]);
       }
     }
-    consumers_sync();  // Y complete
-    float da[16], xw[32];
-    wgmma::fence_operands(da);
-    wgmma::fence_operands(xw);
-    wgmma::fence();
-    // [3] Tᵀ·Y (T and Y MN-major); then Xw = Tᵀ·dW on columns c64 .. (dW MN-major)
-    mma_steps<C / 16, 1, 1>(da, T_mn, 512, Y_mn, 512);
-    wgmma::commit();
-    mma_steps<C / 16, 1, 1>(xw, T_mn, 512, dW_mn, 512);
-    wgmma::commit();
     wgmma::wait<1>();
     wgmma::fence_operands(da);
     {
       float rs[2] = {0.f, 0.f}, cs[8] = {};
+      float2 Gj[4], Rj[4];  // G and ρ of the thread's columns j = c32 + 8nb + 2t4 (+1)
+#pragma unroll
+      for (int nb = 0; nb < 4; ++nb) {
+        const int j = c32 + 8 * nb + 2 * t4;
+        Gj[nb] = *reinterpret_cast<const float2*>(G + j);
+        Rj[nb] = *reinterpret_cast<const float2*>(Rho + j);
+      }
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = 16 * wq + g + 8 * hf;
@@ -411,11 +429,12 @@ __global__ void __launch_bounds__(NT + 32, 1)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int j = c32 + 8 * nb + 2 * t4 + e, r = 4 * nb + 2 * hf + e;
-            const float x = (i > j && i < len) ? -da[r] * exp2_approx(Gi - G[j] * kLog2e) : 0.f;
-            const float xk = x * kk[r] * ri * Rho[j];
+            const float gj = e ? Gj[nb].y : Gj[nb].x, rj = e ? Rj[nb].y : Rj[nb].x;
+            const float x = (i > j && i < len) ? -da[r] * exp2_approx(Gi - gj * kLog2e) : 0.f;
+            const float xk = x * kk[r] * ri * rj;
             rs[hf] += xk;
             cs[2 * nb + e] += bi * xk;
-            da[r] = bi * x * Rho[j];
+            da[r] = bi * x * rj;
             kk[r] = ri * bi * x;
           }
         const float rsum = gdn_chunk::quad_sum(rs[hf]);
@@ -436,7 +455,7 @@ __global__ void __launch_bounds__(NT + 32, 1)
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
         const int r = 4 * nb + 2 * hf;
-        const float2 f = ld_bf16x2(dFp + sw<C>(i, c64 + 8 * nb + 2 * t4));
+        const float2 f = ld_bf16x2(dFp + pair_at(pb64, nb, hf));
         xw[r] = f.x + bg * xw[r];
         xw[r + 1] = f.y + bg * xw[r + 1];
       }
@@ -464,9 +483,9 @@ __global__ void __launch_bounds__(NT + 32, 1)
       for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
         for (int nb = 0; nb < 8; ++nb) {
-          const int i = 16 * wq + g + 8 * hf, q = 4 * nb + 2 * hf;
-          auto* at = reinterpret_cast<__nv_bfloat162*>(dFn + sw<C>(i, c64 + 8 * nb + 2 * t4));
-          const float2 f = __bfloat1622float2(*at);
+          const int q = 4 * nb + 2 * hf;
+          auto* at = reinterpret_cast<__nv_bfloat162*>(dFn + pair_at(pb64, nb, hf));
+          const float2 f = gdn_words::bf16x2_f2(*reinterpret_cast<const uint32_t*>(at));
           *at = __floats2bfloat162_rn(f.x + xw[q], f.y + xw[q + 1]);
         }
       __syncwarp();
@@ -483,7 +502,7 @@ __global__ void __launch_bounds__(NT + 32, 1)
         float dot = 0.f;
 #pragma unroll
         for (int nb = 0; nb < 8; ++nb) {
-          kv[hf][nb] = ld_bf16x2(Kp + sw<C>(i, c64 + 8 * nb + 2 * t4));
+          kv[hf][nb] = ld_bf16x2(Kp + pair_at(pb64, nb, hf));
           dot += xw[4 * nb + 2 * hf] * kv[hf][nb].x + xw[4 * nb + 2 * hf + 1] * kv[hf][nb].y;
         }
         dot = gdn_chunk::quad_sum(dot);
@@ -546,7 +565,8 @@ cudaError_t launch_gdn_wy_grad_wgmma(const KernelPolicy& pol, const GdnQK& qk, K
   const int sms = pol.sm_count;
   const int items = nchunks * static_cast<int>(HV), groups = dk.p ? items / static_cast<int>(HV / HK) : items;
   gdn_wy_grad_wgmma_kernel<<<std::min(groups, sms), NT + 32, Smem::bytes, s>>>(
-      maps, qk.rk, gates, Gc, chunks, items, static_cast<bf16*>(dkh16), dv_out, gr, HK, HV, dk);
+      maps, qk.rk, gates, Gc, chunks, items, static_cast<bf16*>(dkh16), dv_out, gr, HK, HV, dk,
+      DivBy(dk.p ? static_cast<int>(HV / HK) : 1), DivBy(static_cast<int>(HV)));
   return cudaGetLastError();
 }
 #endif
