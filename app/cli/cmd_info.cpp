@@ -356,6 +356,7 @@ int cmd_info(const Args& args) {
                           {"logits", vram.logits},
                           {"overhead", vram.overhead},
                           {"backend_buffers", vram.backend_buffers},
+                          {"lora_kcat_pad", vram.lora_kcat_pad},
                           {"image_tokens_per_step", images.image_tokens_per_step},
                           {"vision_lora", vision_lora},
                           {"vision_weights", vram.vision_weights},

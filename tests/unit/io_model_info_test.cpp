@@ -209,8 +209,16 @@ TEST(IoModelInfo, VramEstimateParts) {
   // Without checkpointing the peak is at the loss: every layer's activations and the loss buffers.
   EXPECT_EQ(plain.logits, 8 * T * info.vocab_size);  // fp32 logits + gradient
   EXPECT_EQ(plain.backend_buffers, int64_t{56} << 20);  // cuBLAS workspace, step buffers
+  // The mixer inputs padded for the K-concatenated LoRA products: (i + 1)·r columns of member i, bf16.
+  const int64_t nq = info.num_attention_heads * info.head_dim, nkv = info.num_key_value_heads * info.head_dim;
+  const int64_t vd = info.linear_num_value_heads * info.linear_value_head_dim, HV = info.linear_num_value_heads;
+  const int64_t conv = 2 * info.linear_num_key_heads * info.linear_key_head_dim + vd;
+  int64_t pad = 0;
+  for (const auto& t : info.layer_types)
+    pad += t == "full_attention" ? 2 * 16 * (2 * nq + 2 * nkv + 3 * nkv) : 2 * 16 * (conv + 2 * vd + 7 * HV);
+  EXPECT_EQ(plain.lora_kcat_pad, pad + (int64_t{2} << 20));  // one batch (< 256 MiB), rounded to 2 MiB
   EXPECT_EQ(plain.total, plain.weights + plain.lora_and_optimizer + plain.activations + plain.logits +
-                             plain.overhead + plain.backend_buffers);
+                             plain.overhead + plain.backend_buffers + plain.lora_kcat_pad);
   const VramEstimate fused = estimate_vram(info, 16, T, true, false);
   // The fused loss: 1024 rows (the logits buffer's 2^26 floats hold more at this vocabulary) of fp32 logits and
   // their bf16 gradient.

@@ -78,6 +78,9 @@ struct VramEstimate {
   // Image rows only (0 otherwise; both included in total): the vision tower's bf16 weights, and its activations
   // for the micro-batch's image patches (the `vision` group's LoRA and optimizer state is in lora_and_optimizer).
   int64_t vision_weights = 0, vision_activations = 0;
+  // The mixer inputs' bf16 base matrices padded for the K-concatenated LoRA products (CUDA; in total): member i of
+  // the attention q/k/v and GDN in_proj qkv/z/b/a groups gets (i + 1)·r columns once LoRA trains them.
+  int64_t lora_kcat_pad = 0;
 };
 // checkpoint_layers: with gradient_checkpointing, how many decoder layers (from the first) are checkpointed;
 // -1 = all (see RunConfig::gradient_checkpointing_layers).

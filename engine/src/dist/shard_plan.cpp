@@ -331,6 +331,9 @@ ShardPlan plan(const ModelInfo& info, const ShardPlanSettings& s, const GpuPool&
     }
     e.total = e.frozen_resident + e.gathered_in_flight + e.lora_and_optimizer + e.activations + e.logits +
               e.overhead + e.backend_buffers + e.exchange_buffers + e.vision;
+    // Whole layers on every GPU pad their mixer inputs for the K-concatenated LoRA products at the first step
+    // (after the adapter's setup); sharded layers are not padded.
+    if (layout == WeightLayout::Replicated || layout == WeightLayout::ExpertParallel) e.total += est.lora_kcat_pad;
     e.total = std::max(e.total, e.adapter_setup + e.overhead);
     e.fits = e.applicable && e.total <= gpus.memory_bytes - s.margin_bytes;
     p.layouts.push_back(e);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/lora_kcat_ops.h"
 #include "backend/quant_ops.h"
 #include "core/error.h"
 
@@ -16,6 +17,7 @@ const Tensor& lora_factor_b(const LoraModule& m) { return m.Bc.defined() ? m.Bc 
 
 // The scratch is freed when the caller's product is enqueued (quantized base, core/quantized.h).
 Tensor plain_weight(Backend& be, const BaseMatrix& m) {
+  check(m.pad == 0, "internal: plain_weight of a matrix padded for the K-concatenated LoRA products");
   if (!m.q) return m.w;
   Tensor d = be.alloc(m.q->shape, be.compute_dtype());
   quant_ops(be).dequantize(*m.q, d);
@@ -26,6 +28,10 @@ Tensor plain_weight(Backend& be, const BaseMatrix& m) {
 // FP8 GEMMs for them, otherwise through a dequantized scratch (or the plain weight).
 void base_gemm(Backend& be, const Tensor& x, const BaseMatrix& w, bool trans_w, Tensor& y, float beta) {
   if (w.q && quant_ops(be).fp8_gemm(x, *w.q, trans_w, y, beta)) return;
+  if (w.pad > 0) {  // the matrix's columns of the padded storage, read in place
+    be.gemm_cols(x, false, Backend::Cols(w.w, 0, w.dim(1)), trans_w, y, 1.f, beta);
+    return;
+  }
   const Tensor p = plain_weight(be, w);
   be.gemm(x, false, p, trans_w, y, 1.f, beta);
 }
@@ -187,12 +193,134 @@ std::vector<bool> fp8_members(Backend& be, std::span<const SharedInputModule> ms
   return fp8;
 }
 
+// Whether member i's base matrix is padded for the K-concatenation with its module's rank (pad (i+1)·r).
+bool kcat_padded(std::span<const SharedInputModule> ms) {
+  if (ms.size() < 2) return false;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const BaseMatrix& w = *ms[i].w;
+    const LoraModule* l = ms[i].lora;
+    if (!l || w.q || w.pad != static_cast<int64_t>(i + 1) * l->r || l->r != ms[0].lora->r) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+int64_t kcat_cols(Backend& be, std::span<const SharedInputModule> ms, const LoraRuntime& rt) {
+  Tensor A;
+  if (!lora_kcat_ops(be) || !kcat_padded(ms) || !stacked_factors(ms, rt, A)) return 0;
+  return A.rows();
+}
+
+namespace {
+
+// The pads of a group's members for kcat ((i+1)·r columns), or empty where the group does not qualify.
+std::vector<int64_t> kcat_pads(Backend& be, const KcatPadGroup& g) {
+  const std::span<BaseMatrix* const> ws = g.ws;
+  const std::span<LoraModule* const> loras = g.loras;
+  check(ws.size() == loras.size(), "internal: kcat_pad_weights needs one module per matrix");
+  if (!lora_kcat_ops(be) || be.compute_dtype() != DType::BF16 || ws.size() < 2) return {};
+  const int64_t in = ws[0]->dim(1);
+  std::vector<int64_t> pads;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const BaseMatrix& w = *ws[i];
+    const LoraModule* l = loras[i];
+    if (w.q || !w.w.defined() || w.w.dtype != DType::BF16 || w.w.ndim() != 2 || w.dim(1) != in || in % 8 != 0 ||
+        !l || l->experts > 0 || l->r != loras[0]->r || l->r % 8 != 0 || l->in != in)
+      return {};
+    pads.push_back(static_cast<int64_t>(i + 1) * l->r);
+  }
+  return pads;
+}
+
+// Elements of a padded matrix in a shared buffer, rounded to 128 (256-byte aligned starts).
+int64_t padded_elems(const BaseMatrix& w, int64_t pad) { return (w.dim(0) * (w.dim(1) + pad) + 127) / 128 * 128; }
+
+}  // namespace
+
+size_t kcat_pad_weights(Backend& be, std::span<KcatPadGroup> groups) {
+  // Batches of groups up to kBatch bytes share one allocation (a block per matrix would round each up to the
+  // allocator's 2 MiB); the replaced matrices go back to the device after each batch, so the transient is one
+  // batch.
+  constexpr int64_t kBatch = int64_t{256} << 20;
+  size_t padded = 0;
+  std::vector<std::pair<KcatPadGroup*, std::vector<int64_t>>> batch;
+  int64_t batch_elems = 0;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    Tensor flat = be.alloc({batch_elems}, DType::BF16);
+    be.fill(flat, 0.f);
+    int64_t off = 0;
+    for (auto& [g, pads] : batch) {
+      for (size_t i = 0; i < g->ws.size(); ++i) {
+        BaseMatrix& w = *g->ws[i];
+        const int64_t out = w.dim(0), in = w.dim(1), n = padded_elems(w, pads[i]);
+        Tensor m = flat.slice(off, off + out * (in + pads[i])).view({out, in + pads[i]});
+        be.copy_cols(m, 0, w.w, 0, in);
+        w.w = m;
+        w.pad = pads[i];
+        off += n;
+      }
+    }
+    batch.clear();
+    batch_elems = 0;
+    flat = Tensor();
+    lora_kcat_ops(be)->release_cached_memory();
+  };
+  for (KcatPadGroup& g : groups) {
+    std::vector<int64_t> pads = kcat_pads(be, g);
+    if (pads.empty()) continue;
+    ++padded;
+    bool done = true;
+    int64_t elems = 0;
+    for (size_t i = 0; i < g.ws.size(); ++i) {
+      done = done && g.ws[i]->pad == pads[i];
+      elems += padded_elems(*g.ws[i], pads[i]);
+    }
+    if (done) continue;
+    if (!batch.empty() && (batch_elems + elems) * 2 > kBatch) flush();
+    batch.emplace_back(&g, std::move(pads));
+    batch_elems += elems;
+  }
+  flush();
+  return padded;
+}
+
+void kcat_write_tails(Backend& be, std::span<const SharedInputModule> ms) {
+  LoraKcatOps* ops = lora_kcat_ops(be);
+  if (!ops || !kcat_padded(ms)) return;
+  std::vector<const Tensor*> srcs;
+  std::vector<float> alphas;
+  std::vector<Backend::Cols> dsts;
+  const int64_t in = ms[0].w->dim(1);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const LoraModule& l = *ms[i].lora;
+    srcs.push_back(&lora_factor_b(l));
+    alphas.push_back(l.scaling);
+    dsts.emplace_back(ms[i].w->w, in + static_cast<int64_t>(i) * l.r, l.r);
+  }
+  ops->scaled_copies_into(srcs, alphas, dsts);
+}
 
 bool linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
                       std::span<Tensor* const> ys, LinearGroupCache& cache, bool defer_rank_r) {
   check(ms.size() == ys.size(), "internal: linear_group_fwd needs one output per module");
   cache.x = x;
+  cache.kcat = 0;
+  const int64_t in = ms[0].w->dim(1);
+  if (x.ndim() == 2 && x.cols() > in) {  // x padded for the K-concatenated products (lora_linear.h)
+    Tensor A;
+    const int64_t R = kcat_cols(be, ms, rt);
+    check(R > 0 && x.cols() == in + R && stacked_factors(ms, rt, A),
+          "internal: linear_group_fwd got padded rows its modules do not K-concatenate");
+    cache.kcat = R;
+    be.gemm_cols(Backend::Cols(x, 0, in), false, A, true, Backend::Cols(x, in, R), 1.f, 0.f);
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const int64_t k = in + ms[i].w->pad;
+      be.gemm_cols(Backend::Cols(x, 0, k), false, Backend::Cols(ms[i].w->w, 0, k), true, *ys[i], 1.f, 0.f);
+    }
+    return false;
+  }
   Tensor A;
   if (!stacked_factors(ms, rt, A)) {
     cache.each.assign(ms.size(), LinearCache{});
@@ -224,6 +352,17 @@ bool linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputM
 void linear_group_fwd_cache(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms,
                             const LoraRuntime& rt, LinearGroupCache& cache) {
   cache.x = x;
+  cache.kcat = 0;
+  const int64_t in = ms[0].w->dim(1);
+  if (x.ndim() == 2 && x.cols() > in) {  // padded rows: u into their tail, as linear_group_fwd
+    Tensor A;
+    const int64_t R = kcat_cols(be, ms, rt);
+    check(R > 0 && x.cols() == in + R && stacked_factors(ms, rt, A),
+          "internal: linear_group_fwd_cache got padded rows its modules do not K-concatenate");
+    cache.kcat = R;
+    be.gemm_cols(Backend::Cols(x, 0, in), false, A, true, Backend::Cols(x, in, R), 1.f, 0.f);
+    return;
+  }
   Tensor A;
   if (!stacked_factors(ms, rt, A)) {
     cache.each.assign(ms.size(), LinearCache{});
@@ -237,7 +376,7 @@ void linear_group_fwd_cache(Backend& be, const Tensor& x, std::span<const Shared
 void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span<const SharedInputModule> ms,
                       const LoraRuntime& rt, const LinearGroupCache& cache, Tensor& dx, bool accumulate) {
   check(ms.size() == dys.size(), "internal: linear_group_bwd needs one gradient per module");
-  if (!cache.u.defined()) {
+  if (!cache.u.defined() && cache.kcat == 0) {
     check(cache.each.size() == ms.size(), "internal: linear_group_bwd without its forward's cache");
     for (size_t i = 0; i < ms.size(); ++i)
       linear_bwd(be, *dys[i], *ms[i].w, ms[i].lora, rt, ms[i].salt, cache.each[i], dx, accumulate || i > 0);
@@ -249,16 +388,21 @@ void linear_group_bwd(Backend& be, std::span<const Tensor* const> dys, std::span
   // dB_i += s·dy_iᵀ·u_i and du_i = s·dy_i·B_i (one read of dy_i where the backend can) ; dA_i += du_iᵀ·x (every
   // module's in one product, reading x once, where their gradients lie side by side); then dx (+)= du·A for every
   // module at once and the base products accumulate into dx.
-  Tensor du = be.alloc(cache.u.shape, be.compute_dtype());
+  // x and u: the padded rows' two column blocks (K-concatenated forward), else the input and cache.u.
+  const int64_t in = cache.x.cols() - cache.kcat;
+  const Backend::Cols xin(cache.x, 0, in);
+  const Backend::Cols u = cache.kcat ? Backend::Cols(cache.x, in, cache.kcat) : Backend::Cols(cache.u);
+  Tensor du = be.alloc({cache.x.rows(), u.width()}, be.compute_dtype());
   Tensor gA;
   const bool one_gA = stacked_grads(ms, gA);
   for (size_t i = 0; i < ms.size(); ++i) {
     LoraModule& l = *ms[i].lora;
-    const Backend::Cols ui{cache.u, static_cast<int64_t>(i) * r, r}, dui{du, static_cast<int64_t>(i) * r, r};
+    const Backend::Cols ui{u.t, u.col + static_cast<int64_t>(i) * r, r}, dui{du, static_cast<int64_t>(i) * r, r};
     be.lora_dy_products(dys[i]->view({dys[i]->rows(), dys[i]->cols()}), lora_factor_b(l), ui, l.scaling, dui, l.gB);
-    if (!one_gA) be.gemm_cols(dui, true, cache.x, false, l.gA, 1.f, 1.f);
+    if (!one_gA) be.gemm_cols(dui, true, xin, false, l.gA, 1.f, 1.f);
   }
-  if (one_gA) be.gemm(du, true, cache.x, false, gA, 1.f, 1.f);
+  if (one_gA && cache.kcat) be.gemm_cols(du, true, xin, false, gA, 1.f, 1.f);
+  else if (one_gA) be.gemm(du, true, cache.x, false, gA, 1.f, 1.f);
   be.gemm(du, false, A, false, dx, 1.f, accumulate ? 1.f : 0.f);
   // The FP8 weights: one product over their concatenated outputs (dx += [dy_1 dy_2 ..]·[W_1; W_2; ..]).
   const std::vector<bool> fp8 = fp8_members(be, ms);

@@ -11,19 +11,26 @@
 namespace deltatune {
 
 // A frozen base matrix on the backend: plain (`w`, in the weight dtype) or held quantized (`q`), which the
-// products below dequantize into a scratch matrix right before their GEMM.
+// products below dequantize into a scratch matrix right before their GEMM. A plain matrix may be padded for the
+// K-concatenated LoRA products (kcat_pad_weights): w is then [out, in + pad], the matrix its first `in` columns
+// and s·B of its LoRA module (with zero blocks before it) in the `pad` columns after them.
 struct BaseMatrix {
   Tensor w;
   std::shared_ptr<const QuantizedWeight> q;
+  int64_t pad = 0;
   BaseMatrix() = default;
   BaseMatrix(Tensor plain) : w(std::move(plain)) {}  // NOLINT: a plain matrix is a BaseMatrix
   explicit BaseMatrix(std::shared_ptr<const QuantizedWeight> quantized) : q(std::move(quantized)) {}
   bool defined() const { return q != nullptr || w.defined(); }
-  int64_t dim(int i) const { return q ? q->shape.at(static_cast<size_t>(i < 0 ? i + 2 : i)) : w.dim(i); }
+  int64_t dim(int i) const {
+    const auto d = static_cast<size_t>(i < 0 ? i + 2 : i);
+    return q ? q->shape.at(d) : w.dim(static_cast<int>(d)) - (d == 1 ? pad : 0);
+  }
 };
 
 // The plain tensor of a frozen weight: itself, or a scratch copy in the compute dtype dequantized right before the
-// GEMM that reads it (shaped as the quantized matrix [rows, cols]; view it to the weight's own shape).
+// GEMM that reads it (shaped as the quantized matrix [rows, cols]; view it to the weight's own shape). Not for a
+// padded matrix (base_gemm reads its columns in place).
 Tensor plain_weight(Backend& be, const BaseMatrix& m);
 // y (=) x·Wᵀ (trans_w) or x·W, plus beta·y, for a frozen base matrix: FP8 weights as FP8 GEMMs where the backend
 // has them (QuantOps::fp8_gemm), otherwise through plain_weight.
@@ -80,7 +87,29 @@ struct LinearGroupCache {
   Tensor x;                         // input (kept by reference)
   Tensor u;                         // grouped: [T, Σr], module i's u in columns [i·r, (i+1)·r)
   std::vector<LinearCache> each;    // not grouped: one cache per module
+  int64_t kcat = 0;                 // K-concatenated: x is [T, in + Σr] with u in its last Σr columns (u unset)
 };
+// K-concatenation of the grouped products (CUDA, bf16): y_i (=) [x | u]·[W_i | 0 .. s_i·B_i]ᵀ as one GEMM of
+// K = in + (i+1)·r, with x's rows padded by Σr columns that the u GEMM writes (the caller allocates x as
+// [T, in + Σr] and forms x in its first `in` columns; LoraKcatOps::rmsnorm_fwd_into), so the rank-r terms need
+// no own pass over y. Member i's base matrix is padded by (i+1)·r columns (kcat_pad_weights, once) holding zeros,
+// then s_i·B_i (kcat_write_tails, every step after LoraComputeCopies). The backward is the grouped one with x and
+// u read from the padded rows. Returns Σr when the group runs so (linear_group_fwd takes x of that width), else 0.
+int64_t kcat_cols(Backend& be, std::span<const SharedInputModule> ms, const LoraRuntime& rt);
+// A group of modules that share an input, for kcat_pad_weights: their base matrices and LoRA modules in
+// lora_input_share_rank order.
+struct KcatPadGroup {
+  std::vector<BaseMatrix*> ws;
+  std::vector<LoraModule*> loras;
+};
+// Pads the groups' base matrices for kcat_cols where the backend has LoraKcatOps, the compute dtype is bf16 and
+// every member is a plain bf16 matrix with a LoRA module of one rank (a multiple of 8); a matrix padded for
+// another rank is padded again. The padded matrices of several groups share an allocation (up to 256 MiB), and
+// the replaced ones go back to the device (LoraKcatOps::release_cached_memory). Returns how many groups are
+// padded for their modules now.
+size_t kcat_pad_weights(Backend& be, std::span<KcatPadGroup> groups);
+// Writes s_i·B_i (the compute copies) into the padded members' tails: after LoraComputeCopies, before a forward.
+void kcat_write_tails(Backend& be, std::span<const SharedInputModule> ms);
 // ys[i] (=) x·W_iᵀ + LoRA_i. With defer_rank_r, where the products are grouped (cache.u formed), ys[i] (=) x·W_iᵀ
 // alone and the caller adds each rank-r term s_i·u_i·B_iᵀ (u_i: columns [i·r, (i+1)·r) of cache.u; B_i:
 // lora_factor_b) itself; returns whether it is left to the caller.

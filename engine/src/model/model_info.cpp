@@ -208,6 +208,9 @@ constexpr int64_t kAllocatorSlackDiv = 256;
 // the allocator's peak at 2b, 9b and 35B-A3B); it is for choosing settings, not for allocation.
 //   weights      = total_params * 2                 base weights in bf16 (fp32 norm/A_log copies: negligible),
 //                                                   less an untied embedding table (kept in host memory)
+//   lora_kcat_pad                                   the mixer inputs' padding for the K-concatenated LoRA
+//                                                   products (bf16 base, r a multiple of 8: (i+1)·r columns),
+//                                                   + 2 MiB per 256 MiB batch of padded matrices (rounding)
 //   backend_buffers  56 MiB                         the backend's own buffers (cuBLAS workspace, step buffers)
 //   lora         = P_lora * 16                      fp32 weight + gradient + Adam m + v, P_lora over the
 //                                                   targeted groups (lora_groups; empty:
@@ -287,6 +290,28 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
     return lora_groups.empty() ? lora_group_is_default(g)
                                : std::find(lora_groups.begin(), lora_groups.end(), g) != lora_groups.end();
   };
+  // The mixer inputs' bf16 matrices padded for the K-concatenated LoRA products (model/lora_linear.h): member i
+  // of a group (attention q, k, v; GDN in_proj qkv, z, b, a) gets (i + 1)·r columns.
+  if (base_quantization == "none" && lora_r > 0 && lora_r % 8 == 0 && H % 8 == 0) {
+    const int64_t R = lora_r;
+    const int64_t nq = info.num_attention_heads * info.head_dim, nkv = info.num_key_value_heads * info.head_dim;
+    const int64_t conv = 2 * info.linear_num_key_heads * info.linear_key_head_dim +
+                         info.linear_num_value_heads * info.linear_value_head_dim;
+    const int64_t vd = info.linear_num_value_heads * info.linear_value_head_dim, HV = info.linear_num_value_heads;
+    int64_t padded = 0;  // bytes of the padded matrices: batches of up to 256 MiB share an allocation
+    for (const auto& t : info.layer_types) {
+      if (t == "full_attention" && targeted("attn")) {
+        v.lora_kcat_pad += 2 * R * (2 * nq + 2 * nkv + 3 * nkv);
+        padded += 2 * H * (2 * nq + 2 * nkv);
+      } else if (t != "full_attention" && targeted("linear_attn")) {
+        v.lora_kcat_pad += 2 * R * (conv + 2 * vd + 3 * HV + 4 * HV);
+        padded += 2 * H * (conv + vd + 2 * HV);
+      }
+    }
+    // Each allocation rounds up to the allocator's 2 MiB.
+    const int64_t batch = int64_t{256} << 20;
+    if (v.lora_kcat_pad > 0) v.lora_kcat_pad += ((padded + v.lora_kcat_pad + batch - 1) / batch) * (int64_t{2} << 20);
+  }
   int64_t lora = 0;
   for (const auto& [g, n] : lora_params_per_group(info, lora_r))
     if (targeted(g)) lora += n;
@@ -380,7 +405,7 @@ VramEstimate estimate_vram(const ModelInfo& info, int lora_r, int64_t tokens_per
     }
   }
   v.total = v.weights + v.lora_and_optimizer + v.activations + v.logits + v.overhead + v.backend_buffers +
-            v.vision_weights + v.vision_activations;
+            v.vision_weights + v.vision_activations + v.lora_kcat_pad;
   return v;
 }
 

@@ -1,10 +1,13 @@
 #include "model/qwen35_model.h"
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <string>
 
 #include "core/error.h"
 #include "backend/activation_stash.h"
+#include "backend/lora_kcat_ops.h"
 #include "backend/quant_ops.h"
 #include "model/blocks.h"
 #include "model/sharded_layers.h"
@@ -82,6 +85,28 @@ BaseMatrix up_experts(Backend& be, const ModelWeights& mw, const Tensor& t) {
 }
 
 
+// The modules that read a layer's mixer input, as gdn_block_fwd / attention_block_fwd list them (salts aside):
+// what the K-concatenated LoRA products (lora_linear.h) pad and write tails for. Returns how many.
+template <class W, class M>
+size_t mixer_inputs(W& w, const LayerLora& l, std::array<M*, 4>& ws, std::array<LoraModule*, 4>& ls) {
+  if (w.kind == LayerKind::FullAttention) {
+    ws = {&w.q_proj, &w.k_proj, &w.v_proj, nullptr};
+    ls = {l.q, l.k, l.v, nullptr};
+    return 3;
+  }
+  ws = {&w.in_qkv, &w.in_z, &w.in_b, &w.in_a};
+  ls = {l.qkv, l.z, l.b, l.a};
+  return 4;
+}
+std::vector<SharedInputModule> mixer_group(const DeviceLayerWeights& w, const LayerLora& l) {
+  std::array<const BaseMatrix*, 4> ws{};
+  std::array<LoraModule*, 4> ls{};
+  const size_t n = mixer_inputs(w, l, ws, ls);
+  std::vector<SharedInputModule> ms;
+  for (size_t i = 0; i < n; ++i) ms.push_back({ws[i], ls[i], 0});
+  return ms;
+}
+
 // Layer forward: x -> x + mixer(norm(x)) -> + mlp(norm(.)). Fills `c`. A recompute (keep_for_backward) of a
 // dense layer returns no output: its down projection's product is skipped (the next layer's input was kept).
 Tensor layer_fwd(const BlockContext& ctx, const DeviceLayerWeights& w, const LayerLora& l, const Tensor& x,
@@ -92,9 +117,12 @@ Tensor layer_fwd(const BlockContext& ctx, const DeviceLayerWeights& w, const Lay
   const DType dt = be.compute_dtype();
   const float eps = static_cast<float>(cfg.rms_eps);
   c.x_in = x;
-  c.a = be.alloc({T, H}, dt);
+  // The mixer's input rows padded by the u columns where its LoRA products are K-concatenated (lora_linear.h).
+  const int64_t kcat = kcat_cols(be, mixer_group(w, l), ctx.rt);
+  c.a = be.alloc({T, H + kcat}, dt);
   c.rstd1 = be.alloc({T}, DType::F32);
-  be.rmsnorm_fwd(x, w.input_norm, eps, true, c.a, c.rstd1);
+  if (kcat) lora_kcat_ops(be)->rmsnorm_fwd_into(x, w.input_norm, eps, true, Backend::Cols(c.a, 0, H), c.rstd1);
+  else be.rmsnorm_fwd(x, w.input_norm, eps, true, c.a, c.rstd1);
   // The residual adds happen in the output projections (x_mid = x + the mixer: the rank-r term reads x, the base
   // GEMM accumulates in its epilogue).
   c.x_mid = w.kind == LayerKind::FullAttention ? attention_block_fwd(ctx, w, l, c.a, c.attn, &x)
@@ -331,6 +359,9 @@ Tensor Qwen35Model::hidden_states(const Batch& batch, const Tensor& ids, const S
   }
   const size_t L = layer_count();
   if (acts) acts->layers.resize(L);
+  // This step's s·B in the padded mixer matrices' tails (K-concatenated LoRA products; nothing where not padded).
+  if (lora && !sharded_)
+    for (size_t i = 0; i < L; ++i) kcat_write_tails(be_, mixer_group(*layers_[i], layer_lora_find(lora, static_cast<int>(i))));
   // RecomputeKeep::inputs_on_host: a stashed input's copy starts before its layer's forward and is waited for
   // after the next layer's (two layers of compute to hide it behind).
   ActivationStash* stash = acts ? input_stash(opts) : nullptr;
@@ -405,6 +436,19 @@ std::vector<int32_t> loss_target_rows(const Batch& batch) {
 
 StepOutput Qwen35Model::step(const Batch& batch, LoraAdapter* lora, const StepOptions& opts) {
   StepOutput out;
+  // The mixer inputs' base matrices padded for the K-concatenated LoRA products (once per adapter rank, before
+  // any recording: lora_linear.h); a sharded model's layers are not.
+  if (lora && !sharded_) {
+    std::vector<KcatPadGroup> groups(layers_.size());
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      std::array<BaseMatrix*, 4> ws{};
+      std::array<LoraModule*, 4> ls{};
+      const size_t n = mixer_inputs(*layers_[i], layer_lora_find(lora, static_cast<int>(i)), ws, ls);
+      groups[i].ws.assign(ws.begin(), ws.begin() + static_cast<std::ptrdiff_t>(n));
+      groups[i].loras.assign(ls.begin(), ls.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    kcat_pad_weights(be_, groups);
+  }
   if (step_recorded(batch, lora, opts, out)) return out;
   const SeqLayout seq = make_layout(batch);
   const Tensor ids = be_.upload_i32(batch.input_ids), targets = be_.upload_i32(batch.targets);

@@ -12,6 +12,7 @@
 
 #include "backend/activation_stash.h"
 #include "backend/backend.h"
+#include "backend/lora_kcat_ops.h"
 #include "backend/quant_ops.h"
 #include "backend/cuda/device_allocator.h"
 #include "backend/cuda/layout_tables.h"
@@ -38,7 +39,7 @@ struct GdnChunks {
   int64_t n = 0;
 };
 
-class CudaBackend final : public Backend, public QuantOps, public ActivationStashMaker {
+class CudaBackend final : public Backend, public QuantOps, public ActivationStashMaker, public LoraKcatOps {
  public:
   // kernels: the run config's `kernels` setting ("auto" | "portable"), which picks the kernel policy.
   CudaBackend(int device_index, DType compute, const std::string& kernels = "auto");
@@ -67,6 +68,12 @@ class CudaBackend final : public Backend, public QuantOps, public ActivationStas
                        float beta) override;
   bool fp8_gemm_sum(std::span<const Tensor* const> xs, std::span<const QuantizedWeight* const> ws, Tensor& y,
                     float beta) override;
+  // LoraKcatOps (cuda_lora_kcat.cpp)
+  void rmsnorm_fwd_into(const Tensor& x, const Tensor& w, float eps, bool zero_centred, const Cols& y,
+                        Tensor& rstd) override;
+  void scaled_copies_into(std::span<const Tensor* const> srcs, std::span<const float> alphas,
+                          std::span<const Cols> dsts) override;
+  void release_cached_memory() override;
   void copy(Tensor& dst, const Tensor& src) override;
   void copy_cols(Tensor& dst, int64_t dst_col, const Tensor& src, int64_t src_col, int64_t ncols) override;
   MemoryStats memory_stats() const override;
