@@ -59,21 +59,24 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 }
 
 // d (+)= A·B, m64n64k16, A and B from shared memory (descriptors a, b); TA / TB: A / B is MN-major.
-// accumulate = false ignores d's old values.
-template <int TA, int TB = 0>
+// accumulate = false ignores d's old values. ScaleA = -1 negates A (the instruction's imm-scale-a): d (+)= −A·B
+// with no pass over the accumulators; negation is exact and round-to-nearest symmetric, so the sums are those of
+// A·B with the sign flipped.
+template <int TA, int TB = 0, int ScaleA = 1>
 __device__ __forceinline__ void mma_m64n64(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+  static_assert(ScaleA == 1 || ScaleA == -1, "wgmma's imm-scale-a is 1 or -1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, %35, %36;\n}\n"
+      "%32, %33, p, %37, 1, %35, %36;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
         "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
         "+f"(d[30]), "+f"(d[31])
-      : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TA), "n"(TB));
+      : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TA), "n"(TB), "n"(ScaleA));
 }
 
 // d (+)= A·B, m64n16k16 (8 accumulator registers), as mma_m64n64.

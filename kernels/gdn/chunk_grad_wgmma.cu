@@ -36,7 +36,6 @@
 #include "gdn/div_by.cuh"
 #include "gdn/gdn.cuh"
 #include "gdn/gdn_mma.cuh"
-#include "gdn/wgmma_neg.cuh"
 #include "gdn/wgmma_tiles.cuh"
 
 namespace deltatune::kernels {
@@ -221,7 +220,7 @@ __global__ void __launch_bounds__(NT, 1)
     // [1] S_n as the K-major B (rows n = dk)
 #pragma unroll
     for (int s = 0; s < D / 16; ++s)
-      gdn_wgmma::mma_m64n64_neg<0, 0>(aw, desc_at(dU_k, 2048 * s), desc_at(S_k, 4096 * s), s > 0);
+      wgmma::mma_m64n64<0, 0, -1>(aw, desc_at(dU_k, 2048 * s), desc_at(S_k, 4096 * s), s > 0);
 #pragma unroll
     for (int s = 0; s < D / 16; ++s)
       wgmma::mma_m64n64<0, 0>(aq, desc_at(dO_k, 2048 * s), desc_at(S_k, 4096 * s), s > 0);

@@ -313,29 +313,36 @@ bool use_cluster_kernel(const KernelPolicy& policy, KIn logits, int64_t V, KOut 
   return policy.smem_fits(cluster_slice_bytes(V));
 }
 
-cudaError_t launch_ce_cluster(const float* x, int64_t T, int64_t V, const int32_t* labels, float grad_scale,
-                              const float* grad_scale_dev, KOut d, int64_t ldd, double* loss_acc, cudaStream_t s) {
-  constexpr int C = kClusterBlocks;
-  const size_t smem = cluster_slice_bytes(V);
-  const int64_t slice4 = static_cast<int64_t>(smem / 16);
-  auto kernel = ce_cluster_kernel<C>;
+// One cluster of kClusterBlocks blocks a row, each block holding its slice of the row in `smem` bytes of
+// shared memory (both cluster kernels).
+template <typename... KernelArgs, typename... Args>
+cudaError_t launch_row_clusters(void (*kernel)(KernelArgs...), int64_t T, size_t smem, cudaStream_t s,
+                                Args... args) {
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(T * C));
+  cfg.gridDim = dim3(static_cast<unsigned>(T * kClusterBlocks));
   cfg.blockDim = dim3(kClusterThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = C;
+  attr[0].val.clusterDim.x = kClusterBlocks;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, x, V, slice4, labels, grad_scale, grad_scale_dev, d, ldd, loss_acc);
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+cudaError_t launch_ce_cluster(const float* x, int64_t T, int64_t V, const int32_t* labels, float grad_scale,
+                              const float* grad_scale_dev, KOut d, int64_t ldd, double* loss_acc, cudaStream_t s) {
+  const size_t smem = cluster_slice_bytes(V);
+  const int64_t slice4 = static_cast<int64_t>(smem / 16);
+  return launch_row_clusters(ce_cluster_kernel<kClusterBlocks>, T, smem, s, x, V, slice4, labels, grad_scale,
+                             grad_scale_dev, d, ldd, loss_acc);
 }
 
 // Whether the bf16 cluster kernel runs: Hopper policy, bf16 logits of a wide row (as use_cluster_kernel), 16-byte
@@ -350,27 +357,10 @@ bool use_cluster_bf16_kernel(const KernelPolicy& policy, KIn logits, int64_t V, 
 cudaError_t launch_ce_cluster_bf16(const __nv_bfloat16* x, int64_t T, int64_t V, const int32_t* labels,
                                    float grad_scale, const float* grad_scale_dev, __nv_bfloat16* d,
                                    double* loss_acc, cudaStream_t s) {
-  constexpr int C = kClusterBlocks;
-  const int64_t slice8 = (V / 8 + C - 1) / C;
+  const int64_t slice8 = (V / 8 + kClusterBlocks - 1) / kClusterBlocks;
   const size_t smem = static_cast<size_t>(slice8) * 16;
-  auto kernel = ce_cluster_bf16_kernel<C>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(T * C));
-  cfg.blockDim = dim3(kClusterThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = C;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, x, V, slice8, labels, grad_scale, grad_scale_dev, d, loss_acc);
+  return launch_row_clusters(ce_cluster_bf16_kernel<kClusterBlocks>, T, smem, s, x, V, slice8, labels, grad_scale,
+                             grad_scale_dev, d, loss_acc);
 }
 
 }  // namespace
