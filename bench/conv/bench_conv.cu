@@ -12,20 +12,12 @@
 #include <cstring>
 #include <vector>
 
+#include "../common/cuda_check.h"
 #include "conv/conv_rows.cuh"
 
 namespace {
 using namespace deltatune::kernels;
 using bf16 = __nv_bfloat16;
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
 
 struct Shape {
   const char* name;

@@ -30,16 +30,9 @@
 #include <vector>
 
 #include "common/kernel_policy.h"
+#include "../common/cuda_check.h"
 #include "lora/lora.cuh"
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 #define CB(x)                                                                      \
   do {                                                                             \
     int s_ = static_cast<int>(x);                                                  \
