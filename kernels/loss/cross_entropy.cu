@@ -150,6 +150,34 @@ __global__ void ce_f32x4_kernel(const float* x, int64_t V, const int32_t* labels
 // each F32 row (ldd = 2V: launch_cross_entropy_bf16_in_place).
 constexpr int kClusterThreads = 512;
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// After block_lse, in both cluster kernels: the row's lse in the base-2 domain (lse·log2 e), merged from the C
+// blocks' (m, s) pairs through the cluster's shared memory (part, lse_sh: each block's own __shared__ slots);
+// every block gets it. The first barrier also means every block has read its slice (the gradient may then be
+// written over the row).
+template <int C>
+__device__ __forceinline__ float cluster_row_lse2(cooperative_groups::cluster_group& cluster, float m, float s,
+                                                  float2& part, float& lse_sh) {
+  if (threadIdx.x == 0) part = make_float2(m, s);
+  cluster.sync();  // every block's pair written (and its slice read)
+  if (threadIdx.x < 32) {
+    float M = -INFINITY, S = 0.f;
+    if (threadIdx.x < C) {
+      const float2 p = *cluster.map_shared_rank(&part, threadIdx.x);
+      M = p.x;
+      S = p.y;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, M, o), s2 = __shfl_xor_sync(0xffffffffu, S, o);
+      lse_merge<true>(M, S, m2, s2);
+    }
+    if (threadIdx.x == 0) lse_sh = M + log2f(S);  // lse·log2(e)
+  }
+  cluster.sync();  // the pairs read (no block leaves while another reads its shared memory); lse_sh visible
+  return lse_sh;
+}
+#endif
+
 template <int C>
 __global__ void __launch_bounds__(kClusterThreads)
     ce_cluster_kernel(const float* x, int64_t V, int64_t slice4, const int32_t* labels, float grad_scale,
@@ -176,23 +204,7 @@ __global__ void __launch_bounds__(kClusterThreads)
     lse_update4<true>(m, s, v);
   }
   block_lse<true>(m, s, sm, ss);
-  if (threadIdx.x == 0) part = make_float2(m, s);
-  cluster.sync();  // every block's pair written
-  if (threadIdx.x < 32) {
-    float M = -INFINITY, S = 0.f;
-    if (threadIdx.x < C) {
-      const float2 p = *cluster.map_shared_rank(&part, threadIdx.x);
-      M = p.x;
-      S = p.y;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, M, o), s2 = __shfl_xor_sync(0xffffffffu, S, o);
-      lse_merge<true>(M, S, m2, s2);
-    }
-    if (threadIdx.x == 0) lse_sh = M + log2f(S);  // lse·log2(e)
-  }
-  cluster.sync();  // the pairs read (no block leaves while another reads its shared memory); lse_sh visible
-  const float lse2 = lse_sh;
+  const float lse2 = cluster_row_lse2<C>(cluster, m, s, part, lse_sh);
   if (rank == 0 && threadIdx.x == 0 && !ignored)
     atomicAdd(loss_acc, bad ? double(NAN) : double(lse2 * kLn2 - xlab));
   if (d.p == nullptr) return;
@@ -254,23 +266,7 @@ __global__ void __launch_bounds__(kClusterThreads)
     lse_update4<true>(m, s, b);
   }
   block_lse<true>(m, s, sm, ss);
-  if (threadIdx.x == 0) part = make_float2(m, s);
-  cluster.sync();  // every block's pair written (and its slice read)
-  if (threadIdx.x < 32) {
-    float M = -INFINITY, S = 0.f;
-    if (threadIdx.x < C) {
-      const float2 p = *cluster.map_shared_rank(&part, threadIdx.x);
-      M = p.x;
-      S = p.y;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, M, o), s2 = __shfl_xor_sync(0xffffffffu, S, o);
-      lse_merge<true>(M, S, m2, s2);
-    }
-    if (threadIdx.x == 0) lse_sh = M + log2f(S);
-  }
-  cluster.sync();
-  const float lse2 = lse_sh;
+  const float lse2 = cluster_row_lse2<C>(cluster, m, s, part, lse_sh);
   if (rank == 0 && threadIdx.x == 0 && !ignored)
     atomicAdd(loss_acc, bad ? double(NAN) : double(lse2 * kLn2 - xlab));
   if (d == nullptr) return;
