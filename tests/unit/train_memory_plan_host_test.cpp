@@ -8,21 +8,17 @@
 
 #include "deltatune/memory_plan.h"
 #include "deltatune/model_info.h"
+#include "memory_plan_request.h"
 
 namespace deltatune {
 namespace {
 
-std::string golden(const std::string& name) {
-  return std::string(DT_SOURCE_DIR) + "/tests/goldens/models/" + name;
-}
+using namespace memory_plan_test;
 
 constexpr int64_t kTokens = 65536;
 
 MemoryPlan plan_for(const ModelInfo& info, int64_t free, bool host) {
-  MemoryPlanRequest req;
-  req.lora_r = 8;
-  req.tokens_per_step = kTokens;
-  req.free_bytes = free;
+  MemoryPlanRequest req = plan_request(kTokens, free);
   req.host_offload = host;
   return plan_memory(info, req);
 }

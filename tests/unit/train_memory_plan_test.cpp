@@ -9,23 +9,19 @@
 #include "deltatune/memory_plan.h"
 #include "deltatune/model_info.h"
 #include "deltatune/run_config.h"
+#include "memory_plan_request.h"
 
 namespace deltatune {
 namespace {
 
-std::string golden(const std::string& name) {
-  return std::string(DT_SOURCE_DIR) + "/tests/goldens/models/" + name;
-}
+using namespace memory_plan_test;
 
 // Enough tokens that activations dominate the tiny models' weights.
 constexpr int64_t kTokens = 65536;
 
 MemoryPlan plan_for(const ModelInfo& info, int64_t free, bool fused = true) {
-  MemoryPlanRequest req;
-  req.lora_r = 8;
-  req.tokens_per_step = kTokens;
+  MemoryPlanRequest req = plan_request(kTokens, free);
   req.fused_loss = fused;
-  req.free_bytes = free;
   return plan_memory(info, req);
 }
 
@@ -203,10 +199,7 @@ TEST(MemoryPlan, Bf16LogitsPlanSpendsTheSmallerLossBuffers) {
   info.vocab_size = 248320;
   const int64_t T = 4096;
   auto plan = [&](int64_t free, LossLogits l) {
-    MemoryPlanRequest req;
-    req.lora_r = 8;
-    req.tokens_per_step = T;
-    req.free_bytes = free;
+    MemoryPlanRequest req = plan_request(T, free);
     req.loss_logits = l;
     return plan_memory(info, req);
   };
