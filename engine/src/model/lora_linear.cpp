@@ -302,19 +302,31 @@ void kcat_write_tails(Backend& be, std::span<const SharedInputModule> ms) {
   ops->scaled_copies_into(srcs, alphas, dsts);
 }
 
+namespace {
+
+// Where x's rows are padded for the K-concatenated products (lora_linear.h): u = x·Aᵀ of the stacked factors
+// written into the pad, and the pad's width returned; 0 (nothing done) for rows of the modules' input width.
+int64_t kcat_u_into_tail(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
+                         const char* caller) {
+  const int64_t in = ms[0].w->dim(1);
+  if (x.ndim() != 2 || x.cols() <= in) return 0;
+  Tensor A;
+  const int64_t R = kcat_cols(be, ms, rt);
+  if (R <= 0 || x.cols() != in + R || !stacked_factors(ms, rt, A))  // the message built only on failure
+    throw Error(std::string("internal: ") + caller + " got padded rows its modules do not K-concatenate");
+  be.gemm_cols(Backend::Cols(x, 0, in), false, A, true, Backend::Cols(x, in, R), 1.f, 0.f);
+  return R;
+}
+
+}  // namespace
+
 bool linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms, const LoraRuntime& rt,
                       std::span<Tensor* const> ys, LinearGroupCache& cache, bool defer_rank_r) {
   check(ms.size() == ys.size(), "internal: linear_group_fwd needs one output per module");
   cache.x = x;
-  cache.kcat = 0;
-  const int64_t in = ms[0].w->dim(1);
-  if (x.ndim() == 2 && x.cols() > in) {  // x padded for the K-concatenated products (lora_linear.h)
-    Tensor A;
-    const int64_t R = kcat_cols(be, ms, rt);
-    check(R > 0 && x.cols() == in + R && stacked_factors(ms, rt, A),
-          "internal: linear_group_fwd got padded rows its modules do not K-concatenate");
-    cache.kcat = R;
-    be.gemm_cols(Backend::Cols(x, 0, in), false, A, true, Backend::Cols(x, in, R), 1.f, 0.f);
+  cache.kcat = kcat_u_into_tail(be, x, ms, rt, "linear_group_fwd");
+  if (cache.kcat > 0) {
+    const int64_t in = ms[0].w->dim(1);
     for (size_t i = 0; i < ms.size(); ++i) {
       const int64_t k = in + ms[i].w->pad;
       be.gemm_cols(Backend::Cols(x, 0, k), false, Backend::Cols(ms[i].w->w, 0, k), true, *ys[i], 1.f, 0.f);
@@ -352,17 +364,8 @@ bool linear_group_fwd(Backend& be, const Tensor& x, std::span<const SharedInputM
 void linear_group_fwd_cache(Backend& be, const Tensor& x, std::span<const SharedInputModule> ms,
                             const LoraRuntime& rt, LinearGroupCache& cache) {
   cache.x = x;
-  cache.kcat = 0;
-  const int64_t in = ms[0].w->dim(1);
-  if (x.ndim() == 2 && x.cols() > in) {  // padded rows: u into their tail, as linear_group_fwd
-    Tensor A;
-    const int64_t R = kcat_cols(be, ms, rt);
-    check(R > 0 && x.cols() == in + R && stacked_factors(ms, rt, A),
-          "internal: linear_group_fwd_cache got padded rows its modules do not K-concatenate");
-    cache.kcat = R;
-    be.gemm_cols(Backend::Cols(x, 0, in), false, A, true, Backend::Cols(x, in, R), 1.f, 0.f);
-    return;
-  }
+  cache.kcat = kcat_u_into_tail(be, x, ms, rt, "linear_group_fwd_cache");
+  if (cache.kcat > 0) return;
   Tensor A;
   if (!stacked_factors(ms, rt, A)) {
     cache.each.assign(ms.size(), LinearCache{});
