@@ -58,7 +58,8 @@ struct Smem {
   static constexpr uint32_t Dv = Ds + DK * BV * 2;  // −dV': image layout [64 rows][BV columns]
   static constexpr uint32_t Go = Dv + C * BV * 2;   // γ∘dO: image layout
   static constexpr uint32_t bar = Go + C * BV * 2;  // one mbarrier a set: its W, M images (and TMA tiles)
-  static constexpr size_t bytes = bar + 8 * kSets;  // BV 32: 199,960 B; 64: 231,704; 128: 214,544 (one a SM)
+  // with the producer warp (kProducer below) one more a set: the consumers are done with it
+  static constexpr size_t bytes = bar + 16 * kSets;  // BV 32: 199,984 B; 64: 231,728; 128: 214,560 (one a SM)
   static_assert(bytes <= 232448, "within Hopper's shared memory per block");
   static_assert(set % 128 == 0, "tiles stay 128-byte aligned");
 };
@@ -81,8 +82,16 @@ struct DscanMaps {
   tma::ImageMap q, k, dO;
 };
 
+// With TMA at 32 columns (the 2b row's reverse scan) a ninth warp (the producer) issues every chunk's copies
+// and loads its G, ρ rows, so that no consumer warp does between [c] and the barrier after it (H200, ncu, 1 x
+// 4096 at HK = HV = 16, keep all: 122.5 -> 117.0 us). At 64 columns (8K) the same was slower (196.5 ->
+// 202.5 us, docs/perf/PERF_NOTES.md session 35); at 128 the consumers' 255 registers leave no room for it
+// (288 threads: 168 a thread).
 template <int BV, bool TMA>
-__global__ void __launch_bounds__(NT, 1)
+constexpr bool kProducer = TMA && BV == 32;
+
+template <int BV, bool TMA>
+__global__ void __launch_bounds__(kProducer<BV, TMA> ? NT + 32 : NT, 1)
     gdn_chunk_dscan_wgmma_kernel(const __grid_constant__ DscanMaps maps, const bf16* dout, const bf16* Wi, const bf16* Mi, const bf16* q,
                                  const bf16* k, const float* rq, const float* rk, float scale,
                                  const float* Gc, const int32_t* chunks, const int32_t* chunk_off, bf16* dh,
@@ -100,6 +109,8 @@ __global__ void __launch_bounds__(NT, 1)
   const int gr = lane >> 2, tq = lane & 3;
   const int cb = chunk_off[n], last = chunk_off[n + 1] - 1;
   if (last < cb) return;
+  constexpr bool PROD = kProducer<BV, TMA>;
+  const uint32_t full = sbase + kBar, empty = full + 8 * kSets;  // [kSets] each
 
   auto load = [&](int ch, int64_t t0, int len, int b) {  // chunk ch's tiles into set b
     const uint32_t set = sbase + b * Set::set;
@@ -151,10 +162,54 @@ __global__ void __launch_bounds__(NT, 1)
     reinterpret_cast<uint4*>(gdn_smem + kDs)[i] = make_uint4(0u, 0u, 0u, 0u);
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int b = 0; b < kSets; ++b) tma::mbar_init(sbase + kBar + 8 * b, 1);
+    for (int b = 0; b < kSets; ++b) {
+      tma::mbar_init(full + 8 * b, PROD ? 32 : 1);  // the producer's lanes (and the copies' bytes)
+      if (PROD) tma::mbar_init(empty + 8 * b, 1);   // one consumer thread
+    }
     tma::fence_barrier_init();
   }
   __syncthreads();
+  if constexpr (PROD) {
+    if (threadIdx.x >= NT) {
+      // Producer warp: chunk step s's tiles (by TMA, lane 0) and G, ρ_q, ρ_k rows (6 a lane, zeros past the
+      // chunk's end; loaded before the wait) into set s % kSets once step s − kSets is done with it.
+      for (int s = 0, ch = last; ch >= cb; --ch, ++s) {
+        const int b = s % kSets;
+        const int64_t t0 = chunks[2 * ch];
+        const int len = chunks[2 * ch + 1];
+        float v[3 * C / 32];
+#pragma unroll
+        for (int x = 0; x < 3 * C / 32; ++x) {
+          const int idx = lane + 32 * x, i = idx % C, w = idx / C;
+          v[x] = i < len ? (w == 0 ? Gc[(t0 + i) * HV + h] : (w == 1 ? rq : rk)[(t0 + i) * HK + hk]) : 0.f;
+        }
+        if (s >= kSets) tma::mbar_wait(empty + 8 * b, (s / kSets - 1) & 1);
+        const uint32_t set = sbase + b * Set::set, bar = full + 8 * b;
+        float* gs = reinterpret_cast<float*>(gdn_smem + b * Set::set + Set::G);
+#pragma unroll
+        for (int x = 0; x < 3 * C / 32; ++x) gs[lane + 32 * x] = v[x];
+        if (lane == 0) {
+          const int64_t vt = static_cast<int64_t>(ch) * HV + h;
+          tma::mbar_arrive_expect_tx(bar, C * DK * 2 + C * C * 2 + 2 * C * DK * 2 + C * BV * 2);
+          tma::bulk_copy(set + Set::W, Wi + vt * C * DK, C * DK * 2, bar);
+          tma::bulk_copy(set + Set::M, Mi + vt * C * C, C * C * 2, bar);
+          tma::image_tile(set + Set::Q, maps.q, static_cast<int>(t0), static_cast<int>(hk), bar);
+          tma::image_tile(set + Set::K, maps.k, static_cast<int>(t0), static_cast<int>(hk), bar);
+          tma::image_tile(set + Set::O, maps.dO, static_cast<int>(t0), h, bar, c0);
+        } else {
+          tma::mbar_arrive(bar);
+        }
+      }
+      return;
+    }
+  }
+  // The consumer warpgroups' barrier (named barrier 1: the producer warp never joins).
+  auto consumers_sync = [] {
+    if constexpr (PROD)
+      asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory");
+    else
+      __syncthreads();
+  };
   // rt, rl[i]: the record (first token, length) of chunk ch − i, read one step before its tiles are issued.
   // Every step commits one cp.async group (empty past the sequence's first chunk), so waiting for all but
   // the PD − 1 newest groups completes the current chunk's.
@@ -165,12 +220,14 @@ __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
   for (int i = 0; i <= PD; ++i)
     if (last - i >= cb) rt[i] = chunks[2 * (last - i)], rl[i] = chunks[2 * (last - i) + 1];
+  if constexpr (!PROD) {
 #pragma unroll
-  for (int i = 0; i < PD; ++i) {
-    if (last - i >= cb)
-      load(last - i, rt[i], rl[i], i);
-    else
-      mma::cp_async_commit();
+    for (int i = 0; i < PD; ++i) {
+      if (last - i >= cb)
+        load(last - i, rt[i], rl[i], i);
+      else
+        mma::cp_async_commit();
+    }
   }
 
   for (int ch = last; ch >= cb; --ch) {
@@ -178,10 +235,11 @@ __global__ void __launch_bounds__(NT, 1)
     const int64_t t0 = rt[0];
     const int len = rl[0];
     const int step = last - ch, b = step % kSets;
-    mma::cp_async_wait<PD - 1>();
-    tma::mbar_wait(sbase + kBar + 8 * b, (step / kSets) & 1);
+    if constexpr (!PROD) mma::cp_async_wait<PD - 1>();
+    tma::mbar_wait(full + 8 * b, (step / kSets) & 1);
     wgmma::fence_proxy_async();
-    __syncthreads();  // set b landed; the dS tile holds bf16(dS); the last chunk is done with its set
+    consumers_sync();  // set b landed; the dS tile holds bf16(dS); the last chunk is done with its set
+    if (PROD && threadIdx.x == 0 && step > 0) tma::mbar_arrive(empty + 8 * ((step - 1) % kSets));
     const uint32_t set = sbase + b * Set::set;
     const unsigned char* setp = gdn_smem + b * Set::set;
     const float* Gt = reinterpret_cast<const float*>(setp + Set::G);
@@ -200,10 +258,12 @@ __global__ void __launch_bounds__(NT, 1)
       wgmma::mma_m64n<1, 1>(a1, wgmma::desc(set + Set::M + 256 * j, 128, kCG),
                             wgmma::desc(set + Set::O + NJ * kCG * wg + 256 * j, 128, kCG), j > 0);
     wgmma::commit();
-    if (ch - PD >= cb)  // into the set chunk ch + 1 used
-      load(ch - PD, rt[PD], rl[PD], (step + PD) % kSets);
-    else
-      mma::cp_async_commit();
+    if constexpr (!PROD) {
+      if (ch - PD >= cb)  // into the set chunk ch + 1 used
+        load(ch - PD, rt[PD], rl[PD], (step + PD) % kSets);
+      else
+        mma::cp_async_commit();
+    }
     {  // dh = bf16(dS at the chunk's end), 16-byte row pieces of the dS tile
       bf16* dhp = dh + (static_cast<int64_t>(ch) * HV + h) * DK * DV + c0;
 #pragma unroll
@@ -251,7 +311,7 @@ __global__ void __launch_bounds__(NT, 1)
                                                                           // apart
     }
     wgmma::fence_proxy_async();
-    __syncthreads();  // −dV' and γ∘dO complete
+    consumers_sync();  // −dV' and γ∘dO complete
 
     // [e] dS = Γ·dS + qᵀ·(scale·ρ_q·γ∘dO) + Wᵀ·(−dV') on this warpgroup's dk rows (qᵀ, Wᵀ MN-major).
     const float gam_l = expf(Gt[len - 1]);
@@ -325,7 +385,8 @@ cudaError_t launch_gdn_chunk_dscan_wgmma(const KernelPolicy& pol, KIn dout, cons
     constexpr size_t smem = Smem<BV>::bytes;
     cudaError_t e = set_launch_smem(pol, kern, smem);
     if (e != cudaSuccess) return e;
-    kern<<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), NT, smem, s>>>(
+    const int threads = kProducer<BV, true> && use_tma ? NT + 32 : NT;
+    kern<<<dim3(static_cast<unsigned>(nseq * HV), DV / BV), threads, smem, s>>>(
         maps, static_cast<const bf16*>(dout.p), static_cast<const bf16*>(W16), static_cast<const bf16*>(M16),
         static_cast<const bf16*>(qk.q.p), static_cast<const bf16*>(qk.k.p), qk.rq, qk.rk, qk.scale, Gc, chunks,
         chunk_off, static_cast<bf16*>(dh16), static_cast<bf16*>(dvn16), HK, HV);
