@@ -774,12 +774,13 @@ cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, flo
   };
   // Hopper: the lean prep, or the forward's for the wgmma scan, on wgmma with TMA copies where they apply
   const bool fwd_img = raw && !halfm && b16 && b16->image && !states16 && !vnew16 && !W && !U && !M && !Tout;
+  bool odd_done = false;  // the lean prep formed the odd states in the same pass
   cudaError_t e = lean ? launch_gdn_lean_prep_wgmma(pol, q, k, scale, nout, gates, chunks, nchunks, Gc, *b16,
-                                                    HK, HV, half->tokens, s)
+                                                    HK, HV, half->tokens, s, half, states16, &odd_done)
                   : fwd_img ? launch_gdn_fwd_prep_wgmma(pol, q, k, scale, nout, v, gates, chunks, nchunks, Gc,
                                                         *b16, HK, HV, b16->tokens, s)
                             : cudaErrorNotSupported;
-  if (e != cudaErrorNotSupported) return e != cudaSuccess || !lean ? e : odd_states();
+  if (e != cudaErrorNotSupported) return e != cudaSuccess || !lean || odd_done ? e : odd_states();
   e = set_launch_smem(pol, kernel, smem_k);
   if (e != cudaSuccess) return e;
   kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(HV)), NT, smem_k, s>>>(

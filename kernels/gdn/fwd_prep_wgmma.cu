@@ -71,6 +71,13 @@ struct FwdMaps {
   tma::ImageMap q, k, v;
 };
 
+// A 16-byte global store as one instruction (ptxas splits a plain uint4 store into four 4-byte ones when it
+// keeps the four words in registers that are not an aligned quad, as under this kernel's 96-register cap).
+__device__ __forceinline__ void st16(void* p, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 // 8 bf16 (16 bytes) times scale·rho each, rounded back (the prep's raw_scaled8 arithmetic).
 __device__ __forceinline__ uint4 scaled8(uint4 u, float scale, float rho) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -221,11 +228,8 @@ __global__ void __launch_bounds__(NT + 32, 2)
         const int pc = tid - NT / 2 + NT / 2 * e, r = pc % C, c = 8 * (pc / C);
         const uint32_t at = sw<C>(r, c);
         const int64_t o = gdn_scan_image_index(r, c);
-        *reinterpret_cast<uint4*>(kd + o) =
-            scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Kb + at), 1.f, Rk[r]);
-        if (qd)
-          *reinterpret_cast<uint4*>(qd + o) =
-              scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Smem::Q + at), scale, Rq[r]);
+        st16(kd + o, scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Kb + at), 1.f, Rk[r]));
+        if (qd) st16(qd + o, scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Smem::Q + at), scale, Rq[r]));
       }
     }
     if (warp >= 4) {
@@ -259,9 +263,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
           gdn_mma::split_bf16x2(bh[e][w], bl[e][w], t[2 * w] * B[j], t[2 * w + 1] * B[j + 1]);
           th[w] = pack(t[2 * w], t[2 * w + 1]);
         }
-        if (Th)
-          *reinterpret_cast<uint4*>(Th + (int64_t(ch) * HV + h) * C * C + r * C + c) =
-              make_uint4(th[0], th[1], th[2], th[3]);
+        if (Th) st16(Th + (int64_t(ch) * HV + h) * C * C + r * C + c, make_uint4(th[0], th[1], th[2], th[3]));
         const uint32_t at = sw<C>(r, c);
         *reinterpret_cast<uint4*>(gdn_smem + Smem::A + at) = make_uint4(ph[0], ph[1], ph[2], ph[3]);
         *reinterpret_cast<uint4*>(gdn_smem + Smem::A + kSq + at) = make_uint4(pl[0], pl[1], pl[2], pl[3]);

@@ -317,8 +317,8 @@ struct GdnNormOut {
 };
 // What a GdnKeep::States forward keeps besides T when it keeps V' and the even chunks' states instead of
 // every chunk's state (at 8K tokens, HV 32: 64 + 64 MiB instead of 128 MiB), for the backward's prep. The
-// launcher then runs a lean prep (M, W; four blocks per SM) and gdn_odd_states_kernel for the odd chunks'
-// states (needs Gc: cudaErrorInvalidValue without).
+// launcher then runs a lean prep (M, W) and the odd chunks' states: in the same pass on Hopper with ρ kept
+// (launch_gdn_lean_prep_wgmma), else gdn_odd_states_kernel after it (needs Gc: cudaErrorInvalidValue without).
 struct GdnHalfStates {
   const void* vnew = nullptr;          // V' (T, HV, dv) bf16 as the forward scan wrote it
   void* odd = nullptr;                 // (=) the odd chunks' states (nchunks / 2, HV, dk, dv) bf16, slot c / 2
@@ -345,11 +345,14 @@ cudaError_t launch_gdn_fwd_prep_wgmma(const KernelPolicy& pol, KIn q, KIn k, flo
 // The half-states backward's lean prep on Hopper's warpgroup tensor cores with TMA copies (lean_prep_wgmma.cu,
 // sm_90a): bf16 q, k, the kept T, image outputs (b16.W, b16.M), Gc and ρ (nout) as the lean
 // gdn_chunk_prep_mma_kernel writes them; cudaErrorNotSupported where it does not apply (T unknown, other
-// inputs or outputs, not the Hopper policy, tensor maps refused).
+// inputs or outputs, not the Hopper policy, tensor maps refused). With half, states16 and odd_done (and ρ kept)
+// it also forms the odd chunks' states in the same pass, as launch_gdn_odd_states_wgmma would after it, and
+// sets *odd_done.
 cudaError_t launch_gdn_lean_prep_wgmma(const KernelPolicy& pol, KIn q, KIn k, float scale,
                                        const GdnNormOut& nout, const GdnGates& gates, const int32_t* chunks,
                                        int nchunks, float* Gc, const GdnScanBf16& b16, int64_t HK, int64_t HV,
-                                       int64_t T, cudaStream_t s);
+                                       int64_t T, cudaStream_t s, const GdnHalfStates* half = nullptr,
+                                       const void* states16 = nullptr, bool* odd_done = nullptr);
 size_t gdn_chunk_prep_mma_smem(int dk, int dv);  // the most any variant asks for (fp32 inputs: hi + lo split)
 size_t gdn_chunk_prep_mma_raw_smem();             // bf16 q, k, v (the model's path)
 cudaError_t launch_gdn_chunk_prep_mma(const KernelPolicy& pol, KIn q, KIn k, float scale,
