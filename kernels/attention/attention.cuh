@@ -90,7 +90,8 @@ cudaError_t launch_attention_dq_wgmma(const KernelPolicy& pol, KIn dout, KIn q, 
 // the mma.sync dK/dV kernel under the Hopper policy where it applies (as the forward). One block per (pair of
 // query heads of one kv head, key tile): it writes dk / dv itself when the pair is the whole group
 // (nH / nKV == 2), else F32 partials per head pair into part (2, T, attention_dkdv_wgmma_partial_heads, hd:
-// dK then dV) for the caller to sum per kv head.
+// dK then dV), and the pair that finishes a (kv head, key tile) last sums them into dk / dv (counters after the
+// partials: part is launch_attention_bwd_mma's dkv_scratch, F32 2·T·nH·hd).
 bool attention_dkdv_wgmma_supported(int hd, int64_t nH, int64_t nKV);
 size_t attention_dkdv_wgmma_smem(int hd);
 int64_t attention_dkdv_wgmma_partial_heads(int64_t nH, int64_t nKV);  // 0: no partials

@@ -408,7 +408,7 @@ cudaError_t run_bwd(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, cons
   if (HD == 256 && pol.hopper() && attention_dkdv_wgmma_supported(HD, nH, nKV)) {
     e = launch_attention_dkdv_wgmma(pol, dout, q, k, v, lse, dl, cu, k_tiles, ntiles, T, nH, nKV, HD, scale, CAUSAL,
                                     dk, dv, part, s);
-    part_heads = attention_dkdv_wgmma_partial_heads(nH, nKV);
+    part_heads = 0;  // the kernel sums its partials per kv head itself
   } else {
     constexpr size_t kv_smem = dkdv_smem<HD, QW>();
     e = set_launch_smem(pol, attention_dkdv_mma_kernel<HD, QW, CAUSAL>, kv_smem);

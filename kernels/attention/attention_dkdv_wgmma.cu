@@ -19,7 +19,8 @@
 // step's tiles are issued by cp.async while the first product runs), Pᵀ in fp32 (16 KiB) and two stages of the
 // query tile's lse and D: 209 KiB, one block per SM.
 // Outputs: dk / dv directly when the pair is the whole kv group (nH / nKV == 2), else F32 partials per head
-// pair (2, T, nH / 2, HD), summed per kv head by the caller.
+// pair (2, T, nH / 2, HD) that the kv head's last pair to finish the key tile sums into dk / dv (a counter per
+// (key tile, kv head); this replaced two group-sum launches, 2 x 0.018 ms a 2b layer).
 // MC (Hopper policy): blocks 2m and 2m+1 of the tile list form a cluster; when their key tiles lie in the same
 // sequence (the host's list pairs a sequence's tiles: attention_tile_list.h) both walk the same query tiles (causal: from the
 // earlier key tile on, the later one skipping the steps wholly above its diagonal) and each Q / dO tile comes
@@ -58,8 +59,9 @@ __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
     const bf16* __restrict__ k, const bf16* __restrict__ v,       // (T, nKV, HD)
     const float* __restrict__ lse, const float* __restrict__ dl,  // (T, nH)
     const int32_t* __restrict__ cu, const int32_t* __restrict__ tiles, int64_t T, int nH, int nKV, float scale,
-    KOut dk, KOut dv,            // (T, nKV, HD), written when part == nullptr
-    float* __restrict__ part) {  // F32 (2, T, nH / 2, HD) partials per head pair when nH / nKV > 2
+    KOut dk, KOut dv,               // (T, nKV, HD)
+    float* __restrict__ part,       // F32 (2, T, nH / 2, HD) partials per head pair when nH / nKV > 2, else null
+    unsigned* __restrict__ cnt) {   // with part: (ntiles, nKV) counters of finished head pairs, zero at launch
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int NB = HD / 64;             // 64-column blocks of dK / dV
   constexpr uint32_t TILE = BT * HD * 2;  // bytes of a K, V, Q or dO tile
@@ -233,12 +235,65 @@ __global__ void __launch_bounds__(NT, 1) attention_dkdv_wgmma_kernel(
   const int64_t rows = part ? int64_t(nH / HP) : int64_t(nKV), row_head = part ? pair : kvh;
   const KOut out = part ? KOut{part + (wg ? 0 : T * rows * HD), KType::F32} : (wg ? dk : dv);
   const bool aligned = attn_wgmma::pair_aligned(out);
+  const float mul = wg ? scale : 1.f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t key = key0 + r * 8;
     if (key < s1)
-      attn_wgmma::store_row<NB>(out, aligned, (key * rows + row_head) * HD + 2 * tq, r, wg ? scale : 1.f,
+      attn_wgmma::store_row<NB>(out, aligned, (key * rows + row_head) * HD + 2 * tq, r, mul,
                                 [&](int b, int i) { return acc[32 * b + i]; });
+  }
+  if (!part) return;
+  // The kv head's sum over its head pairs, by the pair that finishes last (the group sum kernel's order and
+  // arithmetic: 0 + Σ over the pairs in order, each partial as stored): partials written, fenced, counted; the
+  // last block reads the others' from L2.
+  const int np = nH / nKV / HP, p0 = kvh * np;
+  unsigned* const last = reinterpret_cast<unsigned*>(sLD);  // shared memory is free: every product is waited for
+  attn_wgmma::gpu_fence();
+  __syncthreads();
+  if (threadIdx.x == 0) *last = attn_wgmma::count_done(cnt + int64_t(yl) * nKV + kvh) == unsigned(np - 1);
+  __syncthreads();
+  if (!*last) return;
+  attn_wgmma::gpu_fence();
+  const KOut fin = wg ? dk : dv;
+  const bool fin_aligned = attn_wgmma::pair_aligned(fin);
+  const float* const src = static_cast<const float*>(out.p);
+  // Per row half and 64-column block: every partial's 16 values loaded first (independent L2 reads in flight
+  // together; a load after a store to dk / dv would have to wait for it), then summed and stored.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t key = key0 + r * 8;
+    if (key >= s1) continue;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      float2 sum[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum[j] = make_float2(0.f, 0.f);
+      for (int m = 0; m < np; ++m) {
+        float2 x[8];
+        if (p0 + m == pair) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            x[j] = make_float2(mul * acc[32 * b + 4 * j + 2 * r], mul * acc[32 * b + 4 * j + 2 * r + 1]);
+        } else {
+          const float* row = src + (key * rows + p0 + m) * HD + 64 * b + 2 * tq;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) x[j] = attn_wgmma::ld_l2_pair(row + 8 * j);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sum[j] = make_float2(sum[j].x + x[j].x, sum[j].y + x[j].y);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int64_t i = (key * nKV + kvh) * HD + 64 * b + 8 * j + 2 * tq;
+        if (fin_aligned) {
+          st_pair<true>(fin, i, sum[j].x, sum[j].y);
+        } else {
+          st(fin, i, sum[j].x);
+          st(fin, i + 1, sum[j].y);
+        }
+      }
+    }
   }
 #else
   __trap();  // built without sm_90a: the launcher does not choose this kernel there
@@ -250,7 +305,7 @@ template <int HD, bool CAUSAL, bool MC>
 cudaError_t launch_dkdv_kernel(const KernelPolicy& pol, const attn_wgmma::KVMaps& maps, KIn dout, KIn q, KIn k,
                                KIn v, const float* lse, const float* dl, const int32_t* cu, const int32_t* tiles,
                                int ntiles, int64_t T, int64_t nH, int64_t nKV, float scale, KOut dk, KOut dv,
-                               float* part, cudaStream_t s) {
+                               float* part, unsigned* cnt, cudaStream_t s) {
   // Head pairs vary fastest so the first-launched blocks are the host's most expensive tiles, in all heads.
   const unsigned ny = static_cast<unsigned>(MC ? (ntiles + 1) / 2 * 2 : ntiles);
   return attn_wgmma::launch(pol, attention_dkdv_wgmma_kernel<HD, CAUSAL, MC>,
@@ -258,20 +313,28 @@ cudaError_t launch_dkdv_kernel(const KernelPolicy& pol, const attn_wgmma::KVMaps
                             s, maps, ntiles, static_cast<const bf16*>(dout.p), static_cast<const bf16*>(q.p),
                             static_cast<const bf16*>(k.p), static_cast<const bf16*>(v.p), lse, dl, cu, tiles, T,
                             static_cast<int>(nH), static_cast<int>(nKV), scale, dk, dv,
-                            nH / nKV > HP ? part : nullptr);
+                            nH / nKV > HP ? part : nullptr, nH / nKV > HP ? cnt : nullptr);
 }
 
 template <int HD, bool CAUSAL>
 cudaError_t run_dkdv_wgmma(const KernelPolicy& pol, KIn dout, KIn q, KIn k, KIn v, const float* lse,
                            const float* dl, const int32_t* cu, const int32_t* tiles, int ntiles, int64_t T,
                            int64_t nH, int64_t nKV, float scale, KOut dk, KOut dv, float* part, cudaStream_t s) {
+  // GQA > 2: the finished-pair counters after the partials (the scratch's second half), zeroed here.
+  unsigned* cnt = nullptr;
+  if (nH / nKV > HP) {
+    cnt = reinterpret_cast<unsigned*>(part + 2 * T * (nH / HP) * HD);
+    if (cudaError_t e = cudaMemsetAsync(cnt, 0, sizeof(unsigned) * size_t(ntiles) * size_t(nKV), s);
+        e != cudaSuccess)
+      return e;
+  }
   // The cluster's maps: Q and dO (T, nH, 256) in 64-row tiles (maps.k: Q, maps.v: dO).
   attn_wgmma::KVMaps maps{};
   if (attn_wgmma::encode_kv_maps(maps, q.p, dout.p, T, nH, BT))
     return launch_dkdv_kernel<HD, CAUSAL, true>(pol, maps, dout, q, k, v, lse, dl, cu, tiles, ntiles, T, nH, nKV,
-                                                scale, dk, dv, part, s);
+                                                scale, dk, dv, part, cnt, s);
   return launch_dkdv_kernel<HD, CAUSAL, false>(pol, maps, dout, q, k, v, lse, dl, cu, tiles, ntiles, T, nH, nKV,
-                                               scale, dk, dv, part, s);
+                                               scale, dk, dv, part, cnt, s);
 }
 #endif  // DT_ATTN_EMU
 

@@ -196,6 +196,20 @@ __device__ __forceinline__ void store_row(KOut out, bool aligned, int64_t base, 
     }
 }
 
+// A block's results handed to the block that finishes a group last (the dK/dV pair sums): gpu_fence after
+// writing (every thread) and before reading (the last block's threads), count_done (one thread) returns how many
+// blocks of the group counted before this one, ld_l2_pair reads two of another block's results past L1 (8-byte
+// aligned).
+#ifdef DT_ATTN_EMU  // blocks run one at a time there
+inline void gpu_fence() {}
+inline unsigned count_done(unsigned* c) { return (*c)++; }
+inline float2 ld_l2_pair(const float* p) { return make_float2(p[0], p[1]); }
+#else
+__device__ __forceinline__ void gpu_fence() { __threadfence(); }
+__device__ __forceinline__ unsigned count_done(unsigned* c) { return atomicAdd(c, 1u); }
+__device__ __forceinline__ float2 ld_l2_pair(const float* p) { return __ldcg(reinterpret_cast<const float2*>(p)); }
+#endif
+
 #ifndef DT_ATTN_EMU
 // kernel<<<grid, nt, smem, s>>>(args...) in clusters of `cluster` blocks (1 x 1 x 1: none), its shared memory
 // asked through the policy (set_launch_smem).

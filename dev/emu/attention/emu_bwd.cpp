@@ -39,10 +39,6 @@ void emu_attention_bwd(const __nv_bfloat16* dout, const __nv_bfloat16* q, const 
                        bool hopper) {
   if (hopper) {  // launch_attention_bwd_mma under the Hopper policy at hd 256 (nH / nKV even)
     emu_attention_dkdv_wgmma(dout, q, k, v, lse, dl, cu, k_tiles, ntiles, T, nH, nKV, scale, causal, dk, dv, part);
-    if (const int ph = int(attention_dkdv_wgmma_partial_heads(nH, nKV))) {
-      emu::launch(dim3(3), 64, smem_raw, 16, [&] { attn_group_sum_kernel(part, T, ph, nKV, 256, dk); });
-      emu::launch(dim3(3), 64, smem_raw, 16, [&] { attn_group_sum_kernel(part + T * ph * 256, T, ph, nKV, 256, dv); });
-    }
     emu_attention_dq_wgmma(dout, q, k, v, lse, dl, cu, q_tiles, ntiles, nH, nKV, scale, causal, dq);
     return;
   }
