@@ -115,6 +115,27 @@ def import_fla():
         print("note: could not lift the FLA Triton guard:", e, file=sys.stderr)
 
 
+
+def run_context():
+    """What the HF rate depends on besides the GPU (its step is host-bound Python): package versions, the host's
+    CPU model, cores and load. Printed with the result so that runs of different calls can be compared."""
+    import importlib.metadata as md
+    import os
+    versions = {}
+    for name in ("torch", "transformers", "peft", "triton", "flash-linear-attention", "fla-core", "liger-kernel"):
+        try:
+            versions[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    return dict(versions=versions, host_cpu=cpu, host_cores=os.cpu_count(), host_load=round(os.getloadavg()[0], 2))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="2b")
@@ -169,8 +190,9 @@ def main():
     print(json.dumps(dict(bench="train_step", impl="hf_peft" + ("_bnb4" if a.bnb4 else "") + ("_fla" if a.fla else "") + ("_liger" if a.liger else ""), shape=a.shape,
                           layers=cfg.num_hidden_layers, ckpt=a.ckpt,
                           tokens=a.tokens, step_ms=round(med * 1e3, 2), tokens_per_s=round(a.tokens / med, 1),
+                          step_ms_min=round(min(times) * 1e3, 2), step_ms_max=round(max(times) * 1e3, 2),
                           peak_vram_gib=round(peak, 3), loss=round(loss, 5), gdn_path=gdn_path,
-                          device=torch.cuda.get_device_name())), flush=True)
+                          device=torch.cuda.get_device_name(), **run_context())), flush=True)
 
 
 if __name__ == "__main__":
