@@ -88,6 +88,18 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// A 16-byte piece of eight bf16 times f, then times g (two products, in that order), rounded back to bf16.
+__device__ __forceinline__ uint4 scale_bf16x8(uint4 u, float f, float g) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  uint32_t o[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
+    o[e] = pack_bf16(a.x * f * g, a.y * f * g);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 }  // namespace deltatune::kernels::mma
 #endif  // DT_ATTN_EMU
 

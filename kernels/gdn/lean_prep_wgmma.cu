@@ -276,15 +276,7 @@ __global__ void __launch_bounds__(NT + 32, 2)
 #pragma unroll
           for (int x = tid; x < C * D / 8; x += NT) {
             uint4* v = reinterpret_cast<uint4*>(set + Smem::Q) + x;
-            const uint4 u = *v;
-            const uint32_t vw[4] = {u.x, u.y, u.z, u.w};
-            uint32_t o[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vw[e]));
-              o[e] = mma::pack_bf16(a.x * f * dc, a.y * f * dc);
-            }
-            *v = make_uint4(o[0], o[1], o[2], o[3]);
+            *v = mma::scale_bf16x8(*v, f, dc);
           }
         }
         wgmma::fence_proxy_async();
