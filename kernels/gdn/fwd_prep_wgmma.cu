@@ -78,18 +78,6 @@ __device__ __forceinline__ void st16(void* p, uint4 v) {
                : "memory");
 }
 
-// 8 bf16 (16 bytes) times scale·rho each, rounded back (the prep's raw_scaled8 arithmetic).
-__device__ __forceinline__ uint4 scaled8(uint4 u, float scale, float rho) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-  uint32_t o[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e]));
-    o[e] = mma::pack_bf16(scale * f.x * rho, scale * f.y * rho);
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
-}
-
 __global__ void __launch_bounds__(NT + 32, 2)
     gdn_fwd_prep_wgmma_kernel(const __grid_constant__ FwdMaps maps, float scale, GdnNormOut nout,
                               GdnGates gates, const int32_t* chunks, int nitems, float* Gc, bf16* Wh,
@@ -228,8 +216,9 @@ __global__ void __launch_bounds__(NT + 32, 2)
         const int pc = tid - NT / 2 + NT / 2 * e, r = pc % C, c = 8 * (pc / C);
         const uint32_t at = sw<C>(r, c);
         const int64_t o = gdn_scan_image_index(r, c);
-        st16(kd + o, scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Kb + at), 1.f, Rk[r]));
-        if (qd) st16(qd + o, scaled8(*reinterpret_cast<const uint4*>(gdn_smem + Smem::Q + at), scale, Rq[r]));
+        st16(kd + o, mma::scale_bf16x8(*reinterpret_cast<const uint4*>(gdn_smem + Kb + at), 1.f, Rk[r]));
+        if (qd)
+          st16(qd + o, mma::scale_bf16x8(*reinterpret_cast<const uint4*>(gdn_smem + Smem::Q + at), scale, Rq[r]));
       }
     }
     if (warp >= 4) {
